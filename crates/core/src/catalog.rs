@@ -1,0 +1,230 @@
+//! The catalog: tables, streams, views, indexes and procedures, as plain data.
+//!
+//! DDL is interpreted by the `sql` crate into changes of this structure; every site holds
+//! storage shaped by it. Table ids are never reused, so a plan made for a dropped table can
+//! never touch a new one by accident.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::value::{DataType, Value};
+
+pub type TableId = u32;
+
+/// A column of a table, stream or view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: DataType,
+    /// Maximum length for VARCHAR (characters, or bytes when `in_bytes`) and VARBINARY (bytes).
+    pub size: u32,
+    pub in_bytes: bool,
+    pub nullable: bool,
+    pub default: Option<Value>,
+}
+
+/// An index over columns of one table. The primary key is the index with `primary` set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexDef {
+    pub name: String,
+    pub columns: Vec<usize>,
+    pub unique: bool,
+    /// VoltDB's ASSUMEUNIQUE: unique, but only checked within a partition.
+    pub assume_unique: bool,
+    pub primary: bool,
+}
+
+/// An aggregate kept by a materialized view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewAggregate {
+    CountStar,
+    Count(usize),
+    Sum(usize),
+    Min(usize),
+    Max(usize),
+}
+
+/// A materialized view over one source table or stream: `SELECT k…, aggs FROM src GROUP BY k…`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ViewDef {
+    pub source: TableId,
+    /// Source columns grouped by; they are the view's first columns and its key.
+    pub group_by: Vec<usize>,
+    /// The remaining view columns, in order.
+    pub aggregates: Vec<ViewAggregate>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TableKind {
+    Table,
+    /// Append-only, not queryable; committed rows go to the export target.
+    Stream { target: Option<String> },
+    View(ViewDef),
+}
+
+/// A table, stream or view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableDef {
+    pub id: TableId,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub indexes: Vec<IndexDef>,
+    /// The partitioning column; None means replicated (or, for a stream, not partitioned).
+    pub partition_column: Option<usize>,
+    pub kind: TableKind,
+}
+
+impl TableDef {
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn primary_key(&self) -> Option<&IndexDef> {
+        self.indexes.iter().find(|i| i.primary)
+    }
+
+    pub fn is_replicated(&self) -> bool {
+        self.partition_column.is_none() && matches!(self.kind, TableKind::Table)
+    }
+
+    pub fn is_stream(&self) -> bool {
+        matches!(self.kind, TableKind::Stream { .. })
+    }
+
+    pub fn view(&self) -> Option<&ViewDef> {
+        match &self.kind {
+            TableKind::View(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// How a procedure's calls are routed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Partitioning {
+    /// Runs under the multi-partition coordinator, seeing every partition.
+    Multi,
+    /// Runs on the partition that owns the value of parameter `parameter` (0-based).
+    Single { table: String, column: String, parameter: usize, key_type: DataType },
+    /// Runs on the one partition the caller names (every-partition calls).
+    Directed,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ProcedureBody {
+    /// One SQL statement; its `?` are the procedure's parameters.
+    Sql(String),
+    /// A Lua module: its source and where it came from (for error messages).
+    Lua { path: String, source: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcedureDef {
+    pub name: String,
+    pub body: ProcedureBody,
+    pub partitioning: Partitioning,
+    /// Set when declared `FROM CLASS a.b.Name` (the Lua file is `Name.lua`).
+    pub class_name: Option<String>,
+}
+
+/// The whole schema. Cheap to clone: definitions are shared.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    tables: BTreeMap<String, Arc<TableDef>>,
+    by_id: BTreeMap<TableId, Arc<TableDef>>,
+    procedures: BTreeMap<String, Arc<ProcedureDef>>,
+    next_table_id: TableId,
+    /// Bumped by every change, so cached plans know when to re-plan.
+    pub version: u64,
+}
+
+fn key(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+impl Catalog {
+    pub fn table(&self, name: &str) -> Option<&Arc<TableDef>> {
+        self.tables.get(&key(name))
+    }
+
+    pub fn table_by_id(&self, id: TableId) -> Option<&Arc<TableDef>> {
+        self.by_id.get(&id)
+    }
+
+    /// Tables, streams and views in name order.
+    pub fn tables(&self) -> impl Iterator<Item = &Arc<TableDef>> {
+        self.tables.values()
+    }
+
+    /// Views whose source is `id`.
+    pub fn views_of(&self, id: TableId) -> impl Iterator<Item = &Arc<TableDef>> {
+        self.by_id.values().filter(move |t| t.view().is_some_and(|v| v.source == id))
+    }
+
+    pub fn procedure(&self, name: &str) -> Option<&Arc<ProcedureDef>> {
+        self.procedures.get(&key(name))
+    }
+
+    pub fn procedures(&self) -> impl Iterator<Item = &Arc<ProcedureDef>> {
+        self.procedures.values()
+    }
+
+    /// The id the next added table will get.
+    pub fn next_table_id(&self) -> TableId {
+        self.next_table_id
+    }
+
+    /// Adds a table; its `id` is assigned here.
+    pub fn add_table(&mut self, mut def: TableDef) -> Result<Arc<TableDef>> {
+        if self.tables.contains_key(&key(&def.name)) {
+            return Err(Error::sql(format!("object name already exists: {}", def.name)));
+        }
+        def.id = self.next_table_id;
+        self.next_table_id += 1;
+        let def = Arc::new(def);
+        self.tables.insert(key(&def.name), def.clone());
+        self.by_id.insert(def.id, def.clone());
+        self.version += 1;
+        Ok(def)
+    }
+
+    /// Replaces a table's definition in place (same id), e.g. after ALTER or CREATE INDEX.
+    pub fn replace_table(&mut self, def: TableDef) -> Result<Arc<TableDef>> {
+        if !self.by_id.contains_key(&def.id) {
+            return Err(Error::sql(format!("object not found: {}", def.name)));
+        }
+        let def = Arc::new(def);
+        self.tables.insert(key(&def.name), def.clone());
+        self.by_id.insert(def.id, def.clone());
+        self.version += 1;
+        Ok(def)
+    }
+
+    pub fn drop_table(&mut self, name: &str) -> Result<Arc<TableDef>> {
+        let def = self
+            .tables
+            .remove(&key(name))
+            .ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
+        self.by_id.remove(&def.id);
+        self.version += 1;
+        Ok(def)
+    }
+
+    /// Adds or replaces a procedure.
+    pub fn put_procedure(&mut self, def: ProcedureDef) -> Arc<ProcedureDef> {
+        let def = Arc::new(def);
+        self.procedures.insert(key(&def.name), def.clone());
+        self.version += 1;
+        def
+    }
+
+    pub fn drop_procedure(&mut self, name: &str) -> Result<Arc<ProcedureDef>> {
+        let def = self
+            .procedures
+            .remove(&key(name))
+            .ok_or_else(|| Error::sql(format!("procedure not found: {name}")))?;
+        self.version += 1;
+        Ok(def)
+    }
+}

@@ -1,0 +1,16 @@
+//! Lockstep's shared vocabulary: values and types, errors, result tables, the catalog and
+//! partition hashing. Every other crate depends on this one and on nothing above it.
+
+pub mod catalog;
+pub mod decimal;
+pub mod error;
+pub mod hash;
+pub mod table;
+pub mod time;
+pub mod value;
+
+pub use catalog::{Catalog, ColumnDef, IndexDef, Partitioning, ProcedureBody, ProcedureDef, TableDef, TableId, TableKind, ViewAggregate, ViewDef};
+pub use error::{Error, ErrorKind, Result};
+pub use hash::HashRing;
+pub use table::{ResultColumn, ResultTable};
+pub use value::{DataType, Value};

@@ -1,0 +1,54 @@
+//! Result tables: what a statement or a procedure returns (VoltDB's VoltTable).
+
+use crate::value::{DataType, Value};
+
+/// A named, typed result column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResultColumn {
+    pub name: String,
+    pub ty: DataType,
+}
+
+/// Rows with a schema. Every row has one value per column.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResultTable {
+    pub columns: Vec<ResultColumn>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl ResultTable {
+    pub fn new(columns: Vec<ResultColumn>) -> Self {
+        ResultTable { columns, rows: Vec::new() }
+    }
+
+    /// A table from `(name, type)` pairs.
+    pub fn with_columns(columns: &[(&str, DataType)]) -> Self {
+        Self::new(columns.iter().map(|(n, t)| ResultColumn { name: n.to_string(), ty: *t }).collect())
+    }
+
+    /// The one-row, one-column BIGINT table VoltDB returns for a scalar (and for DML counts).
+    pub fn scalar(name: &str, v: i64) -> Self {
+        let mut t = Self::with_columns(&[(name, DataType::BigInt)]);
+        t.rows.push(vec![Value::Int(v)]);
+        t
+    }
+
+    /// The `modified_tuples` table a DML statement returns.
+    pub fn modified(count: u64) -> Self {
+        Self::scalar("modified_tuples", count as i64)
+    }
+
+    pub fn push(&mut self, row: Vec<Value>) {
+        debug_assert_eq!(row.len(), self.columns.len());
+        self.rows.push(row);
+    }
+
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The value in the first column of the first row, if any.
+    pub fn first_value(&self) -> Option<&Value> {
+        self.rows.first().and_then(|r| r.first())
+    }
+}
