@@ -65,7 +65,7 @@ pub fn hash_bytes(data: &[u8]) -> i32 {
 /// The hash of a partition key value, or None for NULL (which always goes to partition 0).
 pub fn hash_value(v: &Value) -> Option<i32> {
     match v {
-        Value::Null => None,
+        Value::Null | Value::Array(_) => None,
         Value::Int(i) | Value::Timestamp(i) => Some(hash_bytes(&i.to_le_bytes())),
         Value::Str(s) => Some(hash_bytes(s.as_bytes())),
         Value::Bytes(b) => Some(hash_bytes(b)),

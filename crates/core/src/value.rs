@@ -115,6 +115,8 @@ pub enum Value {
     /// Microseconds since the Unix epoch, UTC.
     Timestamp(i64),
     Bool(bool),
+    /// An array parameter (VoltDB's `long[]`, `String[]` …); never stored in a table.
+    Array(Vec<Value>),
 }
 
 impl Value {
@@ -133,6 +135,7 @@ impl Value {
             Value::Bytes(_) => DataType::Varbinary,
             Value::Timestamp(_) => DataType::Timestamp,
             Value::Bool(_) => DataType::Boolean,
+            Value::Array(_) => return None,
         })
     }
 
@@ -225,6 +228,7 @@ impl Value {
             (Bytes(b), DataType::Varchar) => {
                 Str(String::from_utf8(b.clone()).map_err(|_| fail())?)
             }
+            (Array(_), _) => return Err(fail()),
             (v, DataType::Varchar) => Str(v.to_string()),
             (Bytes(b), DataType::Varbinary) => Bytes(b.clone()),
             (Str(s), DataType::Varbinary) => Bytes(parse_hex(s).ok_or_else(fail)?),
@@ -252,6 +256,7 @@ impl Value {
             Value::Str(s) if s.len() > 40 => format!("VARCHAR '{}…'", &s[..s.floor_char_boundary(40)]),
             Value::Str(s) => format!("VARCHAR '{s}'"),
             Value::Bytes(b) => format!("VARBINARY of {} bytes", b.len()),
+            Value::Array(a) => format!("array of {} values", a.len()),
             v => format!("{} {v}", v.natural_type().map(|t| t.sql_name()).unwrap_or("NULL")),
         }
     }
@@ -266,6 +271,7 @@ impl Value {
             Value::Timestamp(_) => 5,
             Value::Str(_) => 6,
             Value::Bytes(_) => 7,
+            Value::Array(_) => 8,
         }
     }
 }
@@ -325,6 +331,7 @@ impl Ord for Value {
             (Bytes(a), Bytes(b)) => a.cmp(b),
             (Timestamp(a), Timestamp(b)) => a.cmp(b),
             (Bool(a), Bool(b)) => a.cmp(b),
+            (Array(a), Array(b)) => a.cmp(b),
             _ => self.rank().cmp(&other.rank()),
         }
     }
@@ -341,6 +348,7 @@ impl Hash for Value {
             Value::Str(s) => s.hash(state),
             Value::Bytes(b) => b.hash(state),
             Value::Bool(b) => b.hash(state),
+            Value::Array(a) => a.hash(state),
         }
     }
 }
@@ -356,6 +364,16 @@ impl fmt::Display for Value {
             Value::Bytes(b) => f.write_str(&to_hex(b)),
             Value::Timestamp(t) => f.write_str(&time::format_timestamp(*t)),
             Value::Bool(b) => write!(f, "{b}"),
+            Value::Array(a) => {
+                f.write_str("[")?;
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                f.write_str("]")
+            }
         }
     }
 }

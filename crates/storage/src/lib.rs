@@ -1,1 +1,26 @@
-//! placeholder
+//! The storage of one partition: tables, indexes, undo, materialized views and stream
+//! buffers. A partition is touched only by its own site thread, so nothing here locks.
+//!
+//! - `table`: row slots (`Box<[Value]>` each) with a free list, and the table's indexes.
+//! - `index` / `key`: every index keeps a B-tree of (key, RowId) for order and ranges;
+//!   unique indexes add a hash table of RowIds for O(1) point lookups and checks.
+//! - `validate`: coercion, NOT NULL and length checks on written rows.
+//! - `view`: how a source row changes a materialized view.
+//! - `partition`: writes, transactions and the undo log; `schema`: `apply_schema`.
+
+mod index;
+mod key;
+mod partition;
+mod schema;
+mod table;
+mod validate;
+mod view;
+
+pub use partition::{ExportRow, Partition};
+pub use table::{Table, TABLE_ROWS_MAX};
+
+/// A row's slot number within one table of one partition.
+pub type RowId = u32;
+
+#[cfg(test)]
+mod tests;

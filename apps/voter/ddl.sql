@@ -1,0 +1,43 @@
+-- Voter: a TV talent-show vote (VoltDB's classic example), in VoltDB's DDL dialect.
+-- Load it with: lockstep sql -f apps/voter/ddl.sql
+
+-- Contestants and area codes are small and read everywhere: replicated.
+CREATE TABLE contestants (
+  contestant_number INTEGER     NOT NULL,
+  contestant_name   VARCHAR(50) NOT NULL,
+  CONSTRAINT PK_contestants PRIMARY KEY (contestant_number)
+);
+
+CREATE TABLE area_code_state (
+  area_code SMALLINT   NOT NULL,
+  state     VARCHAR(2) NOT NULL,
+  CONSTRAINT PK_area_code_state PRIMARY KEY (area_code)
+);
+
+-- Votes are partitioned by phone number, so one phone's votes live on one partition.
+CREATE TABLE votes (
+  phone_number      BIGINT     NOT NULL,
+  state             VARCHAR(2) NOT NULL,
+  contestant_number INTEGER    NOT NULL
+);
+PARTITION TABLE votes ON COLUMN phone_number;
+
+-- Votes per phone number, kept up to date inside each Vote transaction.
+CREATE VIEW v_votes_by_phone_number (phone_number, num_votes) AS
+  SELECT phone_number, COUNT(*) FROM votes GROUP BY phone_number;
+
+-- Votes per contestant and state, for the results.
+CREATE VIEW v_votes_by_contestant_number_state (contestant_number, state, num_votes) AS
+  SELECT contestant_number, state, COUNT(*) FROM votes GROUP BY contestant_number, state;
+
+CREATE PROCEDURE Vote PARTITION ON TABLE votes COLUMN phone_number PARAMETER 0
+  FROM FILE 'procedures/Vote.lua';
+CREATE PROCEDURE Initialize FROM FILE 'procedures/Initialize.lua';
+CREATE PROCEDURE Results AS
+  SELECT a.contestant_name AS contestant_name,
+         a.contestant_number AS contestant_number,
+         SUM(b.num_votes) AS total_votes
+    FROM v_votes_by_contestant_number_state AS b, contestants AS a
+   WHERE a.contestant_number = b.contestant_number
+   GROUP BY a.contestant_name, a.contestant_number
+   ORDER BY total_votes DESC, contestant_number ASC, contestant_name ASC;

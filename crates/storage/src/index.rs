@@ -1,0 +1,239 @@
+//! One index of one table: an ordered set for ranges and prefixes, plus, for unique
+//! indexes, a hash table of RowIds for O(1) point lookups and uniqueness checks.
+//!
+//! The hash table stores only RowIds (4 bytes an entry): the hash of an entry is computed
+//! from the row itself, which the caller passes in as the table's slots. So the key is
+//! stored once per index (in the ordered set), not twice.
+
+use std::collections::BTreeSet;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::ops::Bound;
+
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+use lockstep_core::{IndexDef, Value};
+
+use crate::key::{Entry, Key, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
+use crate::RowId;
+
+/// Row storage as indexes see it: slot `id` holds row `id`, or None when free.
+pub(crate) type Slots = [Option<Box<[Value]>>];
+
+/// A fixed seed: hashes (and so any order derived from them) are the same on every run.
+const HASH_STATE: FixedState = FixedState::with_seed(0x6c6f_636b_7374_6570);
+
+fn hash_values<'a>(values: impl Iterator<Item = &'a Value>) -> u64 {
+    let mut h = HASH_STATE.build_hasher();
+    for v in values {
+        v.hash(&mut h);
+    }
+    h.finish()
+}
+
+fn row_values<'a>(row: &'a [Value], columns: &'a [usize]) -> impl Iterator<Item = &'a Value> + 'a {
+    columns.iter().map(move |&c| &row[c])
+}
+
+/// The row in slot `id`; every id an index holds must have a row (an internal invariant).
+fn slot(slots: &Slots, id: RowId) -> &[Value] {
+    match slots.get(id as usize) {
+        Some(Some(row)) => row,
+        _ => panic!("index refers to empty row slot {id}"),
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Index {
+    pub(crate) columns: Box<[usize]>,
+    /// SQL semantics for user tables: a key with a NULL never conflicts, so it is kept out
+    /// of the hash. Views group NULLs together, so their group index turns this off.
+    nulls_distinct: bool,
+    ordered: BTreeSet<Entry>,
+    hash: Option<HashTable<RowId>>,
+}
+
+impl Index {
+    pub(crate) fn new(def: &IndexDef) -> Index {
+        Self::with_columns(
+            def.columns.clone().into_boxed_slice(),
+            def.unique || def.assume_unique || def.primary,
+            true,
+        )
+    }
+
+    pub(crate) fn with_columns(columns: Box<[usize]>, unique: bool, nulls_distinct: bool) -> Index {
+        Index {
+            columns,
+            nulls_distinct,
+            ordered: BTreeSet::new(),
+            hash: unique.then(HashTable::new),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.ordered.len()
+    }
+
+    /// Whether `row`'s key goes into (and is checked against) the hash.
+    fn hashed(&self, row: &[Value]) -> bool {
+        !self.nulls_distinct || !self.columns.iter().any(|&c| row[c].is_null())
+    }
+
+    /// The row other than `except` whose key equals `row`'s, for a unique index.
+    pub(crate) fn conflict(
+        &self,
+        slots: &Slots,
+        row: &[Value],
+        except: Option<RowId>,
+    ) -> Option<RowId> {
+        let hash = self.hash.as_ref()?;
+        if !self.hashed(row) {
+            return None;
+        }
+        let h = hash_values(row_values(row, &self.columns));
+        let cols = &self.columns;
+        hash.find(h, |&id| {
+            Some(id) != except && cols.iter().all(|&c| slot(slots, id)[c] == row[c])
+        })
+        .copied()
+    }
+
+    /// Adds row `id`; the row must already be in `slots[id]` (rehashing reads it there).
+    pub(crate) fn insert(&mut self, slots: &Slots, id: RowId) {
+        let row = slot(slots, id);
+        let fresh = self.ordered.insert(Entry {
+            key: Key::from_row(row, &self.columns),
+            row: id,
+        });
+        debug_assert!(fresh, "row {id} was already indexed");
+        if self.hashed(row) {
+            let cols = &self.columns;
+            if let Some(hash) = &mut self.hash {
+                let h = hash_values(row_values(row, cols));
+                hash.insert_unique(h, id, |&other| {
+                    hash_values(row_values(slot(slots, other), cols))
+                });
+            }
+        }
+    }
+
+    /// Removes row `id`, whose values are `row` (still in its slot or just taken out).
+    pub(crate) fn remove(&mut self, row: &[Value], id: RowId) {
+        let probe = RowProbe {
+            values: row,
+            columns: &self.columns,
+            row: id,
+        };
+        let removed = self.ordered.remove(&probe as &dyn Probe);
+        debug_assert!(removed, "row {id} was not indexed");
+        if self.hashed(row) {
+            let h = hash_values(row_values(row, &self.columns));
+            if let Some(hash) = &mut self.hash {
+                if let Ok(entry) = hash.find_entry(h, |&other| other == id) {
+                    entry.remove();
+                }
+            }
+        }
+    }
+
+    /// Rows whose key starts with `key`, in index order.
+    pub(crate) fn lookup(&self, slots: &Slots, key: &[Value]) -> Vec<RowId> {
+        if key.len() == self.columns.len()
+            && (!self.nulls_distinct || !key.iter().any(Value::is_null))
+        {
+            if let Some(hash) = &self.hash {
+                let h = hash_values(key.iter());
+                let cols = &self.columns;
+                let found = hash.find(h, |&id| {
+                    let row = slot(slots, id);
+                    cols.iter().zip(key).all(|(&c, k)| row[c] == *k)
+                });
+                return found.map(|&id| vec![id]).unwrap_or_default();
+            }
+        }
+        self.range(Bound::Included(key), Bound::Included(key), false)
+            .collect()
+    }
+
+    /// Rows between two key prefixes, ascending or descending.
+    pub(crate) fn range<'a>(
+        &'a self,
+        lo: Bound<&[Value]>,
+        hi: Bound<&[Value]>,
+        reverse: bool,
+    ) -> Box<dyn Iterator<Item = RowId> + 'a> {
+        // A probe never equals an entry, so every bound becomes an Included probe placed
+        // just before or just after the entries its prefix covers.
+        let lo_probe = match lo {
+            Bound::Included(k) => Some(PrefixProbe {
+                key: k,
+                flag: FLAG_LOW,
+            }),
+            Bound::Excluded(k) => Some(PrefixProbe {
+                key: k,
+                flag: FLAG_HIGH,
+            }),
+            Bound::Unbounded => None,
+        };
+        let hi_probe = match hi {
+            Bound::Included(k) => Some(PrefixProbe {
+                key: k,
+                flag: FLAG_HIGH,
+            }),
+            Bound::Excluded(k) => Some(PrefixProbe {
+                key: k,
+                flag: FLAG_LOW,
+            }),
+            Bound::Unbounded => None,
+        };
+        if let (Some(l), Some(h)) = (&lo_probe, &hi_probe) {
+            // BTreeSet::range panics on an inverted range; an empty result is the answer.
+            if (l as &dyn Probe) > (h as &dyn Probe) {
+                return Box::new(std::iter::empty());
+            }
+        }
+        let lo_bound: Bound<&dyn Probe> = match &lo_probe {
+            Some(p) => Bound::Included(p),
+            None => Bound::Unbounded,
+        };
+        let hi_bound: Bound<&dyn Probe> = match &hi_probe {
+            Some(p) => Bound::Included(p),
+            None => Bound::Unbounded,
+        };
+        let iter = self
+            .ordered
+            .range::<dyn Probe, _>((lo_bound, hi_bound))
+            .map(|e| e.row);
+        if reverse {
+            Box::new(iter.rev())
+        } else {
+            Box::new(iter)
+        }
+    }
+
+    /// All entries in index order (used by tests and consistency checks).
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[Value], RowId)> + '_ {
+        self.ordered.iter().map(|e| (e.key.as_slice(), e.row))
+    }
+
+    /// Number of rows in the hash part (unique indexes only).
+    #[cfg(test)]
+    pub(crate) fn hashed_len(&self) -> usize {
+        self.hash.as_ref().map_or(0, HashTable::len)
+    }
+
+    /// Estimated bytes: B-tree entries at the ~55% node fill that ascending keys leave
+    /// (measured: 1M rows, 5 columns, one PK ≈ 330 MB RSS), key heap data, the hash table.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<Entry>();
+        let per_entry_heap = if self.columns.len() == 1 {
+            0
+        } else {
+            self.columns.len() * std::mem::size_of::<Value>()
+        };
+        let ordered = self.ordered.len() * (entry * 9 / 5 + per_entry_heap);
+        ordered + self.hash.as_ref().map_or(0, HashTable::allocation_size)
+    }
+}

@@ -1,0 +1,226 @@
+//! Ordered-index entries and the probes that search them without building a key.
+//!
+//! An ordered index is a `BTreeSet<Entry>` ordered by (key, RowId). Searching it with a key
+//! prefix, or removing a row's entry, goes through the `Probe` trait: `Entry` borrows as
+//! `dyn Probe`, so a probe that reads the key straight out of a row (or out of the caller's
+//! slice) can be compared against entries without cloning any value.
+
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+
+use lockstep_core::Value;
+
+use crate::RowId;
+
+/// A probe sorting before every entry whose key starts with the probe's key.
+pub(crate) const FLAG_LOW: u8 = 0;
+/// A real entry (or an exact probe for one).
+pub(crate) const FLAG_ENTRY: u8 = 1;
+/// A probe sorting after every entry whose key starts with the probe's key.
+pub(crate) const FLAG_HIGH: u8 = 2;
+
+/// Something comparable with index entries: a key (possibly a prefix), a flag and a RowId.
+pub(crate) trait Probe {
+    fn key_len(&self) -> usize;
+    fn key_at(&self, i: usize) -> &Value;
+    fn flag(&self) -> u8;
+    fn row(&self) -> RowId;
+}
+
+/// The index order. Keys compare value by value (`Value`'s total order, where NULL equals
+/// NULL and sorts first). When one key is a proper prefix of the other — which only happens
+/// for a prefix probe, as all entries of one index have the same width — the probe's flag
+/// puts it before or after every entry that extends it.
+fn compare(a: &dyn Probe, b: &dyn Probe) -> Ordering {
+    let common = a.key_len().min(b.key_len());
+    for i in 0..common {
+        match a.key_at(i).cmp(b.key_at(i)) {
+            Ordering::Equal => {}
+            other => return other,
+        }
+    }
+    match a.key_len().cmp(&b.key_len()) {
+        Ordering::Equal => (a.flag(), a.row()).cmp(&(b.flag(), b.row())),
+        Ordering::Less if a.flag() == FLAG_HIGH => Ordering::Greater,
+        Ordering::Less => Ordering::Less,
+        Ordering::Greater if b.flag() == FLAG_HIGH => Ordering::Less,
+        Ordering::Greater => Ordering::Greater,
+    }
+}
+
+impl PartialEq for dyn Probe + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        compare(self, other) == Ordering::Equal
+    }
+}
+
+impl Eq for dyn Probe + '_ {}
+
+impl PartialOrd for dyn Probe + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn Probe + '_ {
+    fn cmp(&self, other: &Self) -> Ordering {
+        compare(self, other)
+    }
+}
+
+/// An index key. Single-column keys (the common case) are held inline, saving a heap
+/// allocation per entry.
+#[derive(Debug)]
+pub(crate) enum Key {
+    One(Value),
+    Many(Box<[Value]>),
+}
+
+impl Key {
+    /// The key of `row` over the index columns `columns`.
+    pub(crate) fn from_row(row: &[Value], columns: &[usize]) -> Key {
+        match columns {
+            [c] => Key::One(row[*c].clone()),
+            _ => Key::Many(columns.iter().map(|&c| row[c].clone()).collect()),
+        }
+    }
+
+    pub(crate) fn as_slice(&self) -> &[Value] {
+        match self {
+            Key::One(v) => std::slice::from_ref(v),
+            Key::Many(vs) => vs,
+        }
+    }
+}
+
+/// One row's entry in an ordered index.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) key: Key,
+    pub(crate) row: RowId,
+}
+
+impl Probe for Entry {
+    fn key_len(&self) -> usize {
+        self.key.as_slice().len()
+    }
+    fn key_at(&self, i: usize) -> &Value {
+        &self.key.as_slice()[i]
+    }
+    fn flag(&self) -> u8 {
+        FLAG_ENTRY
+    }
+    fn row(&self) -> RowId {
+        self.row
+    }
+}
+
+impl<'a> Borrow<dyn Probe + 'a> for Entry {
+    fn borrow(&self) -> &(dyn Probe + 'a) {
+        self
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        compare(self, other) == Ordering::Equal
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        compare(self, other)
+    }
+}
+
+/// The exact entry of row `row` (stored as `values`) in an index over `columns`.
+pub(crate) struct RowProbe<'a> {
+    pub(crate) values: &'a [Value],
+    pub(crate) columns: &'a [usize],
+    pub(crate) row: RowId,
+}
+
+impl Probe for RowProbe<'_> {
+    fn key_len(&self) -> usize {
+        self.columns.len()
+    }
+    fn key_at(&self, i: usize) -> &Value {
+        &self.values[self.columns[i]]
+    }
+    fn flag(&self) -> u8 {
+        FLAG_ENTRY
+    }
+    fn row(&self) -> RowId {
+        self.row
+    }
+}
+
+/// A key prefix positioned before (`FLAG_LOW`) or after (`FLAG_HIGH`) every entry it prefixes.
+pub(crate) struct PrefixProbe<'a> {
+    pub(crate) key: &'a [Value],
+    pub(crate) flag: u8,
+}
+
+impl Probe for PrefixProbe<'_> {
+    fn key_len(&self) -> usize {
+        self.key.len()
+    }
+    fn key_at(&self, i: usize) -> &Value {
+        &self.key[i]
+    }
+    fn flag(&self) -> u8 {
+        self.flag
+    }
+    fn row(&self) -> RowId {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &[i64], row: RowId) -> Entry {
+        Entry {
+            key: Key::Many(key.iter().map(|&v| Value::Int(v)).collect()),
+            row,
+        }
+    }
+
+    #[test]
+    fn prefix_probes_bracket_the_entries_they_prefix() {
+        let key = [Value::Int(2)];
+        let low = PrefixProbe {
+            key: &key,
+            flag: FLAG_LOW,
+        };
+        let high = PrefixProbe {
+            key: &key,
+            flag: FLAG_HIGH,
+        };
+        for e in [
+            entry(&[2, i64::MIN], 0),
+            entry(&[2, 7], 5),
+            entry(&[2, i64::MAX], u32::MAX),
+        ] {
+            assert_eq!(compare(&low, &e), Ordering::Less);
+            assert_eq!(compare(&high, &e), Ordering::Greater);
+        }
+        assert_eq!(compare(&high, &entry(&[3, i64::MIN], 0)), Ordering::Less);
+        assert_eq!(compare(&low, &entry(&[1, i64::MAX], 9)), Ordering::Greater);
+    }
+
+    #[test]
+    fn entries_with_equal_keys_order_by_row_id() {
+        assert_eq!(entry(&[1, 1], 3).cmp(&entry(&[1, 1], 4)), Ordering::Less);
+        assert_eq!(entry(&[1, 2], 0).cmp(&entry(&[1, 1], 4)), Ordering::Greater);
+    }
+}

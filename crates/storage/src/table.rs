@@ -1,0 +1,302 @@
+//! One table, stream or view of one partition: row slots, a free list and the indexes.
+//!
+//! This layer stores and indexes rows; it records no undo and knows nothing of views'
+//! meaning. `Partition` calls it, recording how to reverse each change.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use lockstep_core::{Error, Result, TableDef, Value};
+
+use crate::index::Index;
+use crate::view::ViewLayout;
+use crate::RowId;
+
+/// Most rows one table can hold in one partition; `RowId::MAX` is reserved (stream inserts).
+pub const TABLE_ROWS_MAX: usize = (RowId::MAX - 1) as usize;
+
+/// One table, stream or view within one partition.
+#[derive(Debug)]
+pub struct Table {
+    def: Arc<TableDef>,
+    /// Slot `id` holds row `id`. A row may carry hidden trailing values (a view's counts).
+    slots: Vec<Option<Box<[Value]>>>,
+    /// Free slots, reused last-freed first, so undo can put a deleted row back in its slot.
+    free: Vec<RowId>,
+    len: usize,
+    /// `def.indexes` in order, then any internal index (a view's group index if the DDL
+    /// layer did not declare one).
+    indexes: Vec<Index>,
+    pub(crate) view: Option<ViewLayout>,
+    /// Heap bytes of the stored rows (value arrays and their strings), kept up to date.
+    row_heap_bytes: usize,
+}
+
+/// What the allocator adds to each heap block (glibc malloc: a 16-byte header/rounding).
+const ALLOC_OVERHEAD_BYTES: usize = 16;
+
+/// Heap bytes of one stored row: its value array and its strings, with allocator overhead.
+fn heap_bytes(row: &[Value]) -> usize {
+    let data: usize = row
+        .iter()
+        .map(|v| match v {
+            Value::Str(s) if s.capacity() > 0 => s.capacity() + ALLOC_OVERHEAD_BYTES,
+            Value::Bytes(b) if b.capacity() > 0 => b.capacity() + ALLOC_OVERHEAD_BYTES,
+            _ => 0,
+        })
+        .sum();
+    std::mem::size_of_val(row) + ALLOC_OVERHEAD_BYTES + data
+}
+
+/// The text of a key for error messages: `1, abc`.
+pub(crate) fn describe_key(values: impl Iterator<Item = impl std::fmt::Display>) -> String {
+    values.map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+impl Table {
+    /// Empty storage for `def`.
+    pub(crate) fn new(def: Arc<TableDef>) -> Table {
+        let mut indexes: Vec<Index> = def.indexes.iter().map(Index::new).collect();
+        let mut view = def.view().map(|v| ViewLayout::new(&def, v));
+        if let Some(layout) = &mut view {
+            // A view's group index must find NULL groups too, so it hashes NULL keys. Use
+            // the declared index over the group-by columns, or add an internal one.
+            let group: Box<[usize]> = (0..layout.group_len).collect();
+            let pos = indexes
+                .iter()
+                .position(|i| i.columns == group)
+                .unwrap_or(indexes.len());
+            let index = Index::with_columns(group, true, false);
+            if pos == indexes.len() {
+                indexes.push(index);
+            } else {
+                indexes[pos] = index;
+            }
+            layout.group_index = pos;
+        }
+        Table {
+            def,
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+            indexes,
+            view,
+            row_heap_bytes: 0,
+        }
+    }
+
+    pub fn def(&self) -> &Arc<TableDef> {
+        &self.def
+    }
+
+    /// Replaces the definition by an equal one (a catalog rebuilt from the same DDL).
+    pub(crate) fn set_def(&mut self, def: Arc<TableDef>) {
+        debug_assert!(*def == *self.def);
+        self.def = def;
+    }
+
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The row's visible values (the table's columns).
+    pub fn get(&self, id: RowId) -> Option<&[Value]> {
+        let width = self.def.columns.len();
+        self.slots.get(id as usize)?.as_deref().map(|r| &r[..width])
+    }
+
+    /// The row including hidden values.
+    pub(crate) fn get_full(&self, id: RowId) -> Option<&[Value]> {
+        self.slots.get(id as usize)?.as_deref()
+    }
+
+    /// All rows in RowId order (deterministic).
+    pub fn scan(&self) -> impl Iterator<Item = (RowId, &[Value])> + '_ {
+        let width = self.def.columns.len();
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, r)| r.as_deref().map(|r| (i as RowId, &r[..width])))
+    }
+
+    /// Rows whose key in index number `index` (position in def().indexes) equals `key`, or
+    /// starts with it when `key` is shorter than the index. Values compare by `Value`'s
+    /// total order, so a NULL in `key` matches NULL: callers wanting SQL's `= NULL` (never
+    /// true) must not look NULL up. Unknown index numbers give no rows.
+    pub fn lookup(&self, index: usize, key: &[Value]) -> Vec<RowId> {
+        match self.indexes.get(index) {
+            Some(ix) if key.len() <= ix.columns.len() => ix.lookup(&self.slots, key),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Rows of index `index` between two key prefixes, ascending or descending.
+    pub fn range(
+        &self,
+        index: usize,
+        lo: Bound<&[Value]>,
+        hi: Bound<&[Value]>,
+        reverse: bool,
+    ) -> Box<dyn Iterator<Item = RowId> + '_> {
+        match self.indexes.get(index) {
+            Some(ix) => ix.range(lo, hi, reverse),
+            None => Box::new(std::iter::empty()),
+        }
+    }
+
+    /// Estimated bytes used by rows and indexes.
+    pub fn memory_bytes(&self) -> usize {
+        let slots = self.slots.capacity() * std::mem::size_of::<Option<Box<[Value]>>>();
+        let free = self.free.capacity() * std::mem::size_of::<RowId>();
+        let indexes: usize = self.indexes.iter().map(Index::memory_bytes).sum();
+        slots + free + self.row_heap_bytes + indexes
+    }
+
+    pub(crate) fn indexes(&self) -> &[Index] {
+        &self.indexes
+    }
+
+    /// Fails if `row` would duplicate the key of a row other than `except` in a unique index.
+    pub(crate) fn check_unique(&self, row: &[Value], except: Option<RowId>) -> Result<()> {
+        for (i, ix) in self.indexes.iter().enumerate() {
+            if ix.conflict(&self.slots, row, except).is_none() {
+                continue;
+            }
+            let (what, name) = match self.def.indexes.get(i) {
+                Some(d) if d.primary => ("PRIMARY KEY", d.name.as_str()),
+                Some(d) if d.assume_unique => ("ASSUMEUNIQUE", d.name.as_str()),
+                Some(d) => ("UNIQUE", d.name.as_str()),
+                None => ("UNIQUE", "GROUP BY"),
+            };
+            let key = describe_key(ix.columns.iter().map(|&c| &row[c]));
+            return Err(Error::constraint(format!(
+                "Constraint violation: {what} \"{name}\" on {}: duplicate key ({key})",
+                self.def.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stores a row (already validated and checked unique) in a free slot.
+    pub(crate) fn push_row(&mut self, row: Box<[Value]>) -> Result<RowId> {
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None if self.slots.len() >= TABLE_ROWS_MAX => {
+                return Err(Error::sql(format!(
+                    "table {} is full: {TABLE_ROWS_MAX} rows in this partition",
+                    self.def.name
+                )))
+            }
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as RowId
+            }
+        };
+        self.fill(id, row);
+        Ok(id)
+    }
+
+    /// Puts a row back in slot `id`, which must be the most recently freed (undo of a delete).
+    pub(crate) fn restore_row(&mut self, id: RowId, row: Box<[Value]>) {
+        let top = self.free.pop();
+        assert_eq!(
+            top,
+            Some(id),
+            "undo restores row {id} of {} out of order",
+            self.def.name
+        );
+        self.fill(id, row);
+    }
+
+    fn fill(&mut self, id: RowId, row: Box<[Value]>) {
+        debug_assert_eq!(row.len(), self.stored_width());
+        self.row_heap_bytes += heap_bytes(&row);
+        let slot = &mut self.slots[id as usize];
+        debug_assert!(slot.is_none());
+        *slot = Some(row);
+        self.len += 1;
+        for ix in &mut self.indexes {
+            ix.insert(&self.slots, id);
+        }
+    }
+
+    /// Removes row `id` and frees its slot; None if there is no such row.
+    pub(crate) fn take_row(&mut self, id: RowId) -> Option<Box<[Value]>> {
+        let row = self.slots.get_mut(id as usize)?.take()?;
+        for ix in &mut self.indexes {
+            ix.remove(&row, id);
+        }
+        self.row_heap_bytes -= heap_bytes(&row);
+        self.free.push(id);
+        self.len -= 1;
+        Some(row)
+    }
+
+    /// Replaces row `id` (which must exist), returning the old values.
+    pub(crate) fn replace_row(&mut self, id: RowId, row: Box<[Value]>) -> Box<[Value]> {
+        debug_assert_eq!(row.len(), self.stored_width());
+        let slot = &mut self.slots[id as usize];
+        let old = match slot.take() {
+            Some(old) => old,
+            None => panic!("replace of empty row slot {id} of {}", self.def.name),
+        };
+        for ix in &mut self.indexes {
+            ix.remove(&old, id);
+        }
+        self.row_heap_bytes -= heap_bytes(&old);
+        self.row_heap_bytes += heap_bytes(&row);
+        self.slots[id as usize] = Some(row);
+        for ix in &mut self.indexes {
+            ix.insert(&self.slots, id);
+        }
+        old
+    }
+
+    /// Values a stored row has: the columns plus a view's hidden counts.
+    pub(crate) fn stored_width(&self) -> usize {
+        self.def.columns.len() + self.view.as_ref().map_or(0, |v| v.hidden_len)
+    }
+
+    /// Builds storage for `def` from rows kept in their slots, checking unique indexes.
+    /// Rows must already have the stored width of `def`.
+    pub(crate) fn from_slots(
+        def: Arc<TableDef>,
+        slots: Vec<Option<Box<[Value]>>>,
+    ) -> Result<Table> {
+        let mut table = Table::new(def);
+        table.free = slots
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, r)| r.is_none())
+            .map(|(i, _)| i as RowId)
+            .collect();
+        table.len = slots.len() - table.free.len();
+        table.row_heap_bytes = slots.iter().flatten().map(|r| heap_bytes(r)).sum();
+        table.slots = slots;
+        for i in 0..table.indexes.len() {
+            for id in 0..table.slots.len() as RowId {
+                let Some(row) = table.slots[id as usize].as_deref() else {
+                    continue;
+                };
+                if table.indexes[i]
+                    .conflict(&table.slots, row, Some(id))
+                    .is_some()
+                {
+                    // Reuse the insert-time message, which names the index and the key.
+                    table.check_unique(row, Some(id))?;
+                }
+                table.indexes[i].insert(&table.slots, id);
+            }
+        }
+        Ok(table)
+    }
+}

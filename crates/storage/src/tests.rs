@@ -1,0 +1,936 @@
+//! Behaviour tests of the partition API: constraints, undo, views, streams, schema changes,
+//! and a property test checking every index against a full scan.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use lockstep_core::{
+    Catalog, ColumnDef, DataType, ErrorKind, HashRing, IndexDef, TableDef, TableId, TableKind,
+    Value, ViewAggregate, ViewDef,
+};
+use proptest::prelude::*;
+
+use crate::{ExportRow, Partition, RowId, Table};
+
+fn col(name: &str, ty: DataType, nullable: bool) -> ColumnDef {
+    ColumnDef {
+        name: name.into(),
+        ty,
+        size: 50,
+        in_bytes: false,
+        nullable,
+        default: None,
+    }
+}
+
+fn index(name: &str, columns: &[usize], unique: bool, primary: bool) -> IndexDef {
+    IndexDef {
+        name: name.into(),
+        columns: columns.to_vec(),
+        unique,
+        assume_unique: false,
+        primary,
+    }
+}
+
+fn table_def(name: &str, columns: Vec<ColumnDef>, indexes: Vec<IndexDef>) -> TableDef {
+    TableDef {
+        id: 0,
+        name: name.into(),
+        columns,
+        indexes,
+        partition_column: None,
+        kind: TableKind::Table,
+    }
+}
+
+fn view_def(
+    name: &str,
+    source: TableId,
+    columns: Vec<ColumnDef>,
+    group_by: Vec<usize>,
+    aggs: Vec<ViewAggregate>,
+) -> TableDef {
+    let k = group_by.len();
+    TableDef {
+        id: 0,
+        name: name.into(),
+        columns,
+        indexes: vec![index(
+            &format!("PK_{name}"),
+            &(0..k).collect::<Vec<_>>(),
+            true,
+            true,
+        )],
+        partition_column: None,
+        kind: TableKind::View(ViewDef {
+            source,
+            group_by,
+            aggregates: aggs,
+        }),
+    }
+}
+
+fn i(v: i64) -> Value {
+    Value::Int(v)
+}
+
+fn s(v: &str) -> Value {
+    Value::from(v)
+}
+
+/// CONTESTANTS(ID INTEGER NOT NULL PK, NAME VARCHAR(50), CODE INTEGER UNIQUE, SCORE BIGINT)
+/// with a non-unique index on SCORE.
+fn contestants() -> TableDef {
+    table_def(
+        "CONTESTANTS",
+        vec![
+            col("ID", DataType::Integer, false),
+            col("NAME", DataType::Varchar, true),
+            col("CODE", DataType::Integer, true),
+            col("SCORE", DataType::BigInt, true),
+        ],
+        vec![
+            index("PK_CONTESTANTS", &[0], true, true),
+            index("UQ_CODE", &[2], true, false),
+            index("IX_SCORE", &[3], false, false),
+        ],
+    )
+}
+
+fn setup(defs: Vec<TableDef>) -> (Catalog, Partition, Vec<TableId>) {
+    let mut catalog = Catalog::default();
+    let ids = defs
+        .into_iter()
+        .map(|d| catalog.add_table(d).unwrap().id)
+        .collect();
+    let mut p = Partition::new(0);
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    (catalog, p, ids)
+}
+
+fn rows(t: &Table) -> Vec<Vec<Value>> {
+    t.scan().map(|(_, r)| r.to_vec()).collect()
+}
+
+fn lookup_rows(t: &Table, ix: usize, key: &[Value]) -> Vec<Vec<Value>> {
+    t.lookup(ix, key)
+        .into_iter()
+        .map(|id| t.get(id).unwrap().to_vec())
+        .collect()
+}
+
+/// Every index holds exactly the scan's rows under their current keys, in key order, and
+/// unique hashes hold every row without a NULL key (or every row, for a view's group).
+fn assert_consistent(p: &Partition) {
+    for t in p.tables() {
+        for (n, ix) in t.indexes().iter().enumerate() {
+            let mut expected: Vec<(Vec<Value>, RowId)> = t
+                .scan()
+                .map(|(id, r)| (ix.columns.iter().map(|&c| r[c].clone()).collect(), id))
+                .collect();
+            expected.sort();
+            let actual: Vec<(Vec<Value>, RowId)> =
+                ix.iter().map(|(k, id)| (k.to_vec(), id)).collect();
+            assert_eq!(actual, expected, "index {n} of {}", t.name());
+            assert_eq!(ix.len(), t.len());
+            let is_view = t.def().view().is_some();
+            let unique = t
+                .def()
+                .indexes
+                .get(n)
+                .is_none_or(|d| d.unique || d.primary || d.assume_unique);
+            if unique {
+                let with_key = expected
+                    .iter()
+                    .filter(|(k, _)| is_view || !k.iter().any(Value::is_null))
+                    .count();
+                assert_eq!(
+                    ix.hashed_len(),
+                    with_key,
+                    "hash of index {n} of {}",
+                    t.name()
+                );
+                for (k, id) in expected
+                    .iter()
+                    .filter(|(k, _)| is_view || !k.iter().any(Value::is_null))
+                {
+                    assert_eq!(t.lookup(n, k), vec![*id]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn insert_coerces_and_lookups_find_rows() {
+    let (_, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    let id = p.insert(t, vec![s("1"), s("Edwina"), i(10), i(5)]).unwrap();
+    p.insert(t, vec![i(2), s("Kurt"), i(20), i(5)]).unwrap();
+    p.insert(t, vec![i(3), Value::Null, Value::Null, i(1)])
+        .unwrap();
+    let table = p.table(t).unwrap();
+    assert_eq!(table.len(), 3);
+    assert_eq!(table.get(id).unwrap(), &[i(1), s("Edwina"), i(10), i(5)]);
+    assert_eq!(
+        lookup_rows(table, 0, &[i(2)]),
+        vec![vec![i(2), s("Kurt"), i(20), i(5)]]
+    );
+    assert_eq!(
+        lookup_rows(table, 1, &[i(10)]),
+        vec![vec![i(1), s("Edwina"), i(10), i(5)]]
+    );
+    assert_eq!(table.lookup(2, &[i(5)]), vec![0, 1]);
+    assert_eq!(table.lookup(0, &[i(9)]), Vec::<RowId>::new());
+    assert!(p.table(99).is_err());
+    assert_consistent(&p);
+}
+
+#[test]
+fn constraint_violations_name_the_constraint_and_table() {
+    let (_, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    p.insert(t, vec![i(1), s("a"), i(10), Value::Null]).unwrap();
+    let err = p
+        .insert(t, vec![i(1), s("b"), i(11), Value::Null])
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Constraint);
+    assert_eq!(
+        err.message,
+        "Constraint violation: PRIMARY KEY \"PK_CONTESTANTS\" on CONTESTANTS: duplicate key (1)"
+    );
+    let err = p
+        .insert(t, vec![i(2), s("b"), i(10), Value::Null])
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Constraint violation: UNIQUE \"UQ_CODE\" on CONTESTANTS: duplicate key (10)"
+    );
+    let err = p
+        .insert(t, vec![Value::Null, s("b"), i(12), Value::Null])
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Constraint violation: column ID of CONTESTANTS is NOT NULL"
+    );
+    let err = p
+        .insert(
+            t,
+            vec![i(3), Value::from("x".repeat(51)), i(12), Value::Null],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Value too long for column NAME of CONTESTANTS: 51 characters, limit 50"
+    );
+    // An update to another row's key fails the same way; updating a row to itself is fine.
+    let id2 = p.insert(t, vec![i(2), s("b"), i(20), Value::Null]).unwrap();
+    let err = p
+        .update(t, id2, vec![i(1), s("b"), i(20), Value::Null])
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Constraint violation: PRIMARY KEY \"PK_CONTESTANTS\" on CONTESTANTS: duplicate key (1)"
+    );
+    p.update(t, id2, vec![i(2), s("c"), i(20), Value::Null])
+        .unwrap();
+    assert_eq!(
+        rows(p.table(t).unwrap()),
+        vec![
+            vec![i(1), s("a"), i(10), Value::Null],
+            vec![i(2), s("c"), i(20), Value::Null]
+        ]
+    );
+    assert_consistent(&p);
+}
+
+#[test]
+fn unique_indexes_allow_several_nulls() {
+    let (_, mut p, ids) = setup(vec![contestants()]);
+    for k in 1..=3 {
+        p.insert(ids[0], vec![i(k), Value::Null, Value::Null, Value::Null])
+            .unwrap();
+    }
+    assert_eq!(
+        p.table(ids[0]).unwrap().lookup(1, &[Value::Null]),
+        vec![0, 1, 2]
+    );
+    assert_consistent(&p);
+}
+
+#[test]
+fn rollback_restores_rows_indexes_and_row_ids() {
+    let (_, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    for k in 0..4 {
+        p.insert(t, vec![i(k), s("n"), i(100 + k), i(k % 2)])
+            .unwrap();
+    }
+    p.commit();
+    let before = rows(p.table(t).unwrap());
+    p.begin();
+    p.delete(t, 1).unwrap();
+    p.delete(t, 2).unwrap();
+    // Reuses a freed slot, then the rollback must still put rows 1 and 2 back in place.
+    let reused = p.insert(t, vec![i(9), s("new"), i(109), i(7)]).unwrap();
+    assert_eq!(reused, 2);
+    p.update(t, 0, vec![i(0), s("changed"), i(500), i(3)])
+        .unwrap();
+    p.update(t, 3, vec![i(1), s("takes 1"), i(103), i(1)])
+        .unwrap();
+    assert_consistent(&p);
+    p.rollback();
+    let table = p.table(t).unwrap();
+    assert_eq!(rows(table), before);
+    assert_eq!(table.get(1).unwrap(), &[i(1), s("n"), i(101), i(1)]);
+    assert_eq!(table.get(2).unwrap(), &[i(2), s("n"), i(102), i(0)]);
+    assert_eq!(table.lookup(0, &[i(9)]), Vec::<RowId>::new());
+    assert_eq!(table.lookup(1, &[i(500)]), Vec::<RowId>::new());
+    assert_eq!(table.lookup(2, &[i(1)]), vec![1, 3]);
+    assert_consistent(&p);
+}
+
+#[test]
+fn savepoints_undo_only_the_statement() {
+    let (_, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    p.begin();
+    p.insert(t, vec![i(1), s("a"), i(1), i(1)]).unwrap();
+    let sp = p.savepoint();
+    p.insert(t, vec![i(2), s("b"), i(2), i(2)]).unwrap();
+    p.delete(t, 0).unwrap();
+    p.rollback_to(sp);
+    assert_eq!(
+        rows(p.table(t).unwrap()),
+        vec![vec![i(1), s("a"), i(1), i(1)]]
+    );
+    p.commit();
+    assert_eq!(p.savepoint(), 0);
+    p.rollback();
+    assert_eq!(p.table(t).unwrap().len(), 1);
+    assert_consistent(&p);
+}
+
+#[test]
+fn a_failed_write_leaves_no_trace() {
+    let (_, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    p.insert(t, vec![i(1), s("a"), i(1), i(1)]).unwrap();
+    let sp = p.savepoint();
+    assert!(p.insert(t, vec![i(1), s("dup"), i(2), i(2)]).is_err());
+    assert!(p.delete(t, 7).is_err());
+    assert!(p.update(t, 7, vec![i(5), s("a"), i(5), i(5)]).is_err());
+    assert_eq!(p.savepoint(), sp);
+    assert_eq!(p.table(t).unwrap().len(), 1);
+}
+
+#[test]
+fn upsert_inserts_or_replaces_by_primary_key() {
+    let (_, mut p, ids) = setup(vec![
+        contestants(),
+        table_def("NOPK", vec![col("A", DataType::Integer, true)], vec![]),
+    ]);
+    let t = ids[0];
+    p.upsert(t, vec![i(1), s("a"), i(1), i(1)]).unwrap();
+    p.upsert(t, vec![i(1), s("b"), i(1), i(2)]).unwrap();
+    p.upsert(t, vec![i(2), s("c"), i(2), i(2)]).unwrap();
+    assert_eq!(
+        rows(p.table(t).unwrap()),
+        vec![
+            vec![i(1), s("b"), i(1), i(2)],
+            vec![i(2), s("c"), i(2), i(2)]
+        ]
+    );
+    let err = p.upsert(ids[1], vec![i(1)]).unwrap_err();
+    assert_eq!(err.message, "UPSERT needs a primary key, and NOPK has none");
+    assert_consistent(&p);
+}
+
+fn two_column_table() -> TableDef {
+    table_def(
+        "T",
+        vec![
+            col("A", DataType::Integer, false),
+            col("B", DataType::Integer, false),
+        ],
+        vec![index("PK_T", &[0, 1], true, true)],
+    )
+}
+
+#[test]
+fn ranges_use_key_prefixes_and_run_both_ways() {
+    let (_, mut p, ids) = setup(vec![two_column_table()]);
+    let t = ids[0];
+    for a in 1..=3 {
+        for b in 1..=3 {
+            p.insert(t, vec![i(a), i(b)]).unwrap();
+        }
+    }
+    let table = p.table(t).unwrap();
+    let keys = |it: Box<dyn Iterator<Item = RowId> + '_>| -> Vec<(i64, i64)> {
+        it.map(|id| {
+            let r = table.get(id).unwrap();
+            (r[0].as_i64().unwrap(), r[1].as_i64().unwrap())
+        })
+        .collect()
+    };
+    let two = [i(2)];
+    assert_eq!(
+        keys(table.range(0, Bound::Included(&two), Bound::Included(&two), false)),
+        vec![(2, 1), (2, 2), (2, 3)]
+    );
+    assert_eq!(
+        keys(table.range(0, Bound::Excluded(&two), Bound::Unbounded, false)),
+        vec![(3, 1), (3, 2), (3, 3)]
+    );
+    assert_eq!(
+        keys(table.range(0, Bound::Unbounded, Bound::Excluded(&two), true)),
+        vec![(1, 3), (1, 2), (1, 1)]
+    );
+    let lo = [i(1), i(3)];
+    let hi = [i(2), i(2)];
+    assert_eq!(
+        keys(table.range(0, Bound::Excluded(&lo), Bound::Included(&hi), false)),
+        vec![(2, 1), (2, 2)]
+    );
+    // Inverted bounds give nothing rather than panicking.
+    assert_eq!(
+        keys(table.range(0, Bound::Included(&hi), Bound::Excluded(&lo), false)),
+        vec![]
+    );
+    assert_eq!(
+        keys(table.range(0, Bound::Excluded(&two), Bound::Excluded(&two), false)),
+        vec![]
+    );
+    assert_eq!(lookup_rows(table, 0, &two).len(), 3);
+    assert_eq!(table.lookup(0, &[i(2), i(3)]), vec![5]);
+}
+
+/// VOTES(PHONE BIGINT, STATE VARCHAR NOT NULL, CONTESTANT INTEGER, AMOUNT BIGINT) and the
+/// view V(STATE, COUNT(*), SUM(AMOUNT), COUNT(AMOUNT), MIN(AMOUNT), MAX(AMOUNT)).
+fn votes_with_view() -> (Catalog, Partition, TableId, TableId) {
+    let votes = table_def(
+        "VOTES",
+        vec![
+            col("PHONE", DataType::BigInt, false),
+            col("STATE", DataType::Varchar, false),
+            col("CONTESTANT", DataType::Integer, true),
+            col("AMOUNT", DataType::BigInt, true),
+        ],
+        vec![index("PK_VOTES", &[0], true, true)],
+    );
+    let (mut catalog, mut p, ids) = setup(vec![votes]);
+    let view = view_def(
+        "V",
+        ids[0],
+        vec![
+            col("STATE", DataType::Varchar, false),
+            col("N", DataType::BigInt, false),
+            col("TOTAL", DataType::BigInt, true),
+            col("COUNTED", DataType::BigInt, false),
+            col("LOW", DataType::BigInt, true),
+            col("HIGH", DataType::BigInt, true),
+        ],
+        vec![1],
+        vec![
+            ViewAggregate::CountStar,
+            ViewAggregate::Sum(3),
+            ViewAggregate::Count(3),
+            ViewAggregate::Min(3),
+            ViewAggregate::Max(3),
+        ],
+    );
+    let vid = catalog.add_table(view).unwrap().id;
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    (catalog, p, ids[0], vid)
+}
+
+fn vote(phone: i64, state: &str, amount: Option<i64>) -> Vec<Value> {
+    vec![i(phone), s(state), i(1), amount.map_or(Value::Null, i)]
+}
+
+fn group(p: &Partition, view: TableId, key: &str) -> Option<Vec<Value>> {
+    let t = p.table(view).unwrap();
+    t.lookup(0, &[s(key)])
+        .first()
+        .map(|&id| t.get(id).unwrap().to_vec())
+}
+
+#[test]
+fn views_follow_inserts_updates_and_deletes() {
+    let (_, mut p, votes, v) = votes_with_view();
+    let a = p.insert(votes, vote(1, "MA", Some(5))).unwrap();
+    let b = p.insert(votes, vote(2, "MA", Some(9))).unwrap();
+    p.insert(votes, vote(3, "MA", None)).unwrap();
+    p.insert(votes, vote(4, "NY", Some(2))).unwrap();
+    assert_eq!(
+        group(&p, v, "MA").unwrap(),
+        vec![s("MA"), i(3), i(14), i(2), i(5), i(9)]
+    );
+    // Deleting the current MAX recomputes it from the remaining rows.
+    p.delete(votes, b).unwrap();
+    assert_eq!(
+        group(&p, v, "MA").unwrap(),
+        vec![s("MA"), i(2), i(5), i(1), i(5), i(5)]
+    );
+    // Deleting the last non-NULL amount makes SUM, MIN and MAX NULL.
+    p.delete(votes, a).unwrap();
+    assert_eq!(
+        group(&p, v, "MA").unwrap(),
+        vec![s("MA"), i(1), Value::Null, i(0), Value::Null, Value::Null]
+    );
+    // An update moves the row between groups; the emptied group disappears.
+    p.update(votes, 2, vote(3, "NY", Some(1))).unwrap();
+    assert_eq!(group(&p, v, "MA"), None);
+    assert_eq!(
+        group(&p, v, "NY").unwrap(),
+        vec![s("NY"), i(2), i(3), i(2), i(1), i(2)]
+    );
+    assert_eq!(p.table(v).unwrap().len(), 1);
+    assert_consistent(&p);
+}
+
+#[test]
+fn rollback_restores_views() {
+    let (_, mut p, votes, v) = votes_with_view();
+    p.insert(votes, vote(1, "MA", Some(5))).unwrap();
+    p.insert(votes, vote(2, "MA", Some(1))).unwrap();
+    p.commit();
+    let before = rows(p.table(v).unwrap());
+    p.begin();
+    p.insert(votes, vote(3, "NY", Some(7))).unwrap();
+    p.delete(votes, 1).unwrap();
+    p.update(votes, 0, vote(1, "CA", Some(8))).unwrap();
+    assert_eq!(p.table(v).unwrap().len(), 2);
+    p.rollback();
+    assert_eq!(rows(p.table(v).unwrap()), before);
+    assert_eq!(
+        group(&p, v, "MA").unwrap(),
+        vec![s("MA"), i(2), i(6), i(2), i(1), i(5)]
+    );
+    assert_consistent(&p);
+}
+
+#[test]
+fn views_without_count_star_keep_a_hidden_count() {
+    let (mut catalog, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    let view = view_def(
+        "BY_SCORE",
+        t,
+        vec![
+            col("SCORE", DataType::BigInt, true),
+            col("MAXCODE", DataType::Integer, true),
+        ],
+        vec![3],
+        vec![ViewAggregate::Max(2)],
+    );
+    let v = catalog.add_table(view).unwrap().id;
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    p.insert(t, vec![i(1), s("a"), i(10), i(7)]).unwrap();
+    p.insert(t, vec![i(2), s("b"), i(20), i(7)]).unwrap();
+    p.insert(t, vec![i(3), s("c"), i(30), Value::Null]).unwrap();
+    let vt = p.table(v).unwrap();
+    // NULL group keys form one group; the hidden count is not visible.
+    assert_eq!(rows(vt), vec![vec![i(7), i(20)], vec![Value::Null, i(30)]]);
+    p.delete(t, 1).unwrap();
+    assert_eq!(
+        rows(p.table(v).unwrap()),
+        vec![vec![i(7), i(10)], vec![Value::Null, i(30)]]
+    );
+    p.delete(t, 0).unwrap();
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![Value::Null, i(30)]]);
+    assert_consistent(&p);
+}
+
+#[test]
+fn a_new_view_is_populated_from_existing_rows() {
+    let (mut catalog, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    for k in 0..5 {
+        p.insert(t, vec![i(k), s("n"), i(k), i(k % 2)]).unwrap();
+    }
+    p.commit();
+    let view = view_def(
+        "PARITY",
+        t,
+        vec![
+            col("SCORE", DataType::BigInt, true),
+            col("N", DataType::BigInt, false),
+            col("S", DataType::BigInt, true),
+        ],
+        vec![3],
+        vec![ViewAggregate::CountStar, ViewAggregate::Sum(2)],
+    );
+    let v = catalog.add_table(view).unwrap().id;
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    assert_eq!(
+        rows(p.table(v).unwrap()),
+        vec![vec![i(0), i(3), i(6)], vec![i(1), i(2), i(4)]]
+    );
+    assert_consistent(&p);
+}
+
+#[test]
+fn a_sum_overflow_in_a_view_undoes_the_whole_write() {
+    let (_, mut p, votes, v) = votes_with_view();
+    p.insert(votes, vote(1, "MA", Some(i64::MAX))).unwrap();
+    let sp = p.savepoint();
+    let err = p.insert(votes, vote(2, "MA", Some(1))).unwrap_err();
+    assert_eq!(err.message, "numeric overflow in column TOTAL of view V");
+    assert_eq!(p.savepoint(), sp);
+    assert_eq!(p.table(votes).unwrap().len(), 1);
+    let max = i(i64::MAX);
+    assert_eq!(
+        group(&p, v, "MA").unwrap(),
+        vec![s("MA"), i(1), max.clone(), i(1), max.clone(), max]
+    );
+    assert_consistent(&p);
+}
+
+#[test]
+fn views_and_streams_reject_direct_writes() {
+    let (mut catalog, mut p, votes, v) = votes_with_view();
+    let st = catalog.add_table(stream_def()).unwrap().id;
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    p.insert(votes, vote(1, "MA", Some(1))).unwrap();
+    let row = vec![s("MA"), i(1), i(1), i(1), i(1), i(1)];
+    assert_eq!(
+        p.insert(v, row.clone()).unwrap_err().message,
+        "cannot insert into view V"
+    );
+    assert_eq!(
+        p.update(v, 0, row).unwrap_err().message,
+        "cannot update view V"
+    );
+    assert_eq!(
+        p.delete(v, 0).unwrap_err().message,
+        "cannot delete from view V"
+    );
+    assert_eq!(
+        p.delete(st, 0).unwrap_err().message,
+        "cannot delete from stream EVENTS"
+    );
+    assert_eq!(p.table(v).unwrap().len(), 1);
+}
+
+#[test]
+fn storage_is_compact_and_can_move_to_its_site_thread() {
+    fn is_send<T: Send>() {}
+    is_send::<Partition>();
+    // A single-column index entry holds its key inline: one value plus the RowId.
+    assert!(std::mem::size_of::<crate::key::Entry>() <= std::mem::size_of::<Value>() + 16);
+    assert_eq!(std::mem::size_of::<Option<Box<[Value]>>>(), 16);
+}
+
+#[test]
+fn an_equal_definition_keeps_the_storage() {
+    let (catalog, mut p, ids) = setup(vec![contestants()]);
+    p.insert(ids[0], vec![i(1), s("a"), i(1), i(1)]).unwrap();
+    p.delete(ids[0], 0).unwrap();
+    p.insert(ids[0], vec![i(2), s("b"), i(2), i(2)]).unwrap();
+    p.insert(ids[0], vec![i(3), s("c"), i(3), i(3)]).unwrap();
+    p.commit();
+    // A catalog built again from the same DDL has equal definitions in new Arcs.
+    let mut again = Catalog::default();
+    for def in catalog.tables() {
+        again.add_table(def.as_ref().clone()).unwrap();
+    }
+    p.apply_schema(&again, &HashRing::new(1)).unwrap();
+    let t = p.table(ids[0]).unwrap();
+    assert!(Arc::ptr_eq(t.def(), again.table_by_id(ids[0]).unwrap()));
+    assert_eq!(
+        t.scan()
+            .map(|(id, r)| (id, r[0].clone()))
+            .collect::<Vec<_>>(),
+        vec![(0, i(2)), (1, i(3))]
+    );
+}
+
+fn stream_def() -> TableDef {
+    TableDef {
+        id: 0,
+        name: "EVENTS".into(),
+        columns: vec![
+            col("K", DataType::Integer, false),
+            col("MSG", DataType::Varchar, true),
+        ],
+        indexes: vec![],
+        partition_column: None,
+        kind: TableKind::Stream {
+            target: Some("file".into()),
+        },
+    }
+}
+
+#[test]
+fn stream_rows_are_exported_only_on_commit() {
+    let (mut catalog, mut p, ids) = setup(vec![stream_def()]);
+    let st = ids[0];
+    let view = view_def(
+        "EVENT_COUNTS",
+        st,
+        vec![
+            col("K", DataType::Integer, false),
+            col("N", DataType::BigInt, false),
+        ],
+        vec![0],
+        vec![ViewAggregate::CountStar],
+    );
+    let v = catalog.add_table(view).unwrap().id;
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    p.begin();
+    assert_eq!(p.insert(st, vec![s("1"), s("a")]).unwrap(), RowId::MAX);
+    p.insert(st, vec![i(1), s("b")]).unwrap();
+    assert_eq!(p.table(st).unwrap().len(), 0);
+    p.rollback();
+    assert_eq!(p.table(v).unwrap().len(), 0);
+    p.begin();
+    p.insert(st, vec![i(2), s("c")]).unwrap();
+    p.insert(st, vec![i(2), s("d")]).unwrap();
+    assert!(p.insert(st, vec![Value::Null, s("e")]).is_err());
+    let exported = p.commit();
+    assert_eq!(
+        exported,
+        vec![
+            ExportRow {
+                stream: st,
+                row: vec![i(2), s("c")]
+            },
+            ExportRow {
+                stream: st,
+                row: vec![i(2), s("d")]
+            }
+        ]
+    );
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![i(2), i(2)]]);
+    assert_eq!(p.commit(), vec![]);
+}
+
+#[test]
+fn apply_schema_adds_columns_with_defaults_and_drops_tables() {
+    let (mut catalog, mut p, ids) = setup(vec![contestants(), two_column_table()]);
+    let t = ids[0];
+    p.insert(t, vec![i(1), s("a"), i(1), i(1)]).unwrap();
+    p.commit();
+    let mut def = contestants();
+    def.id = t;
+    let mut extra = col("BONUS", DataType::Integer, false);
+    extra.default = Some(i(3));
+    def.columns.push(extra);
+    def.columns.push(col("NOTE", DataType::Varchar, true));
+    catalog.replace_table(def.clone()).unwrap();
+    catalog.drop_table("T").unwrap();
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    assert_eq!(
+        rows(p.table(t).unwrap()),
+        vec![vec![i(1), s("a"), i(1), i(1), i(3), Value::Null]]
+    );
+    assert!(p.table(ids[1]).is_err());
+    // A NOT NULL column without a default cannot be added to a table with rows.
+    def.columns.push(col("REQUIRED", DataType::Integer, false));
+    catalog.replace_table(def).unwrap();
+    let err = p.apply_schema(&catalog, &HashRing::new(1)).unwrap_err();
+    assert_eq!(
+        err.message,
+        "cannot add NOT NULL column REQUIRED without a default to CONTESTANTS: it has rows"
+    );
+    assert_eq!(p.table(t).unwrap().def().columns.len(), 6);
+    assert_consistent(&p);
+}
+
+#[test]
+fn apply_schema_builds_and_drops_indexes() {
+    let (mut catalog, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    p.insert(t, vec![i(1), s("a"), i(1), i(7)]).unwrap();
+    p.insert(t, vec![i(2), s("a"), i(2), i(7)]).unwrap();
+    p.commit();
+    let mut def = contestants();
+    def.id = t;
+    def.indexes.push(index("UQ_NAME", &[1], true, false));
+    catalog.replace_table(def.clone()).unwrap();
+    let err = p.apply_schema(&catalog, &HashRing::new(1)).unwrap_err();
+    assert_eq!(
+        err.message,
+        "Constraint violation: UNIQUE \"UQ_NAME\" on CONTESTANTS: duplicate key (a)"
+    );
+    // The old storage is untouched.
+    assert_eq!(p.table(t).unwrap().def().indexes.len(), 3);
+    assert_eq!(p.table(t).unwrap().len(), 2);
+    // A non-unique index on NAME is built; the SCORE index is dropped.
+    def.indexes.pop();
+    def.indexes.remove(2);
+    def.indexes.push(index("IX_NAME", &[1], false, false));
+    catalog.replace_table(def).unwrap();
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    let table = p.table(t).unwrap();
+    assert_eq!(table.lookup(2, &[s("a")]), vec![0, 1]);
+    assert_eq!(table.indexes().len(), 3);
+    assert_consistent(&p);
+}
+
+#[test]
+fn partitioning_a_table_keeps_only_this_partitions_rows() {
+    let ring = HashRing::new(2);
+    let mut catalog = Catalog::default();
+    let t = catalog.add_table(contestants()).unwrap().id;
+    let mut parts = [Partition::new(0), Partition::new(1)];
+    for p in &mut parts {
+        p.apply_schema(&catalog, &ring).unwrap();
+        for k in 0..20 {
+            p.insert(t, vec![i(k), s("n"), i(k), i(0)]).unwrap();
+        }
+        p.commit();
+    }
+    let mut def = contestants();
+    def.id = t;
+    def.partition_column = Some(0);
+    catalog.replace_table(def).unwrap();
+    let mut total = 0;
+    for p in &mut parts {
+        p.apply_schema(&catalog, &ring).unwrap();
+        let table = p.table(t).unwrap();
+        for (_, r) in table.scan() {
+            assert_eq!(ring.partition_for(&r[0]), p.id());
+        }
+        total += table.len();
+        // Freed slots are reused.
+        let id = p
+            .insert(t, vec![i(100 + p.id() as i64), s("x"), i(100), i(0)])
+            .unwrap();
+        assert!((id as usize) < 20);
+        assert_consistent(p);
+    }
+    assert_eq!(total, 20);
+}
+
+#[test]
+fn memory_estimate_grows_with_rows() {
+    let (_, mut p, ids) = setup(vec![contestants()]);
+    let empty = p.table(ids[0]).unwrap().memory_bytes();
+    for k in 0..100 {
+        p.insert(ids[0], vec![i(k), s("name"), i(k), i(k)]).unwrap();
+    }
+    let full = p.table(ids[0]).unwrap().memory_bytes();
+    // At least the row arrays themselves: 100 rows × 4 values.
+    assert!(
+        full >= empty + 100 * 4 * std::mem::size_of::<Value>(),
+        "{empty} → {full}"
+    );
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(i64, i64, Option<i64>),
+    Update(usize, i64, i64, Option<i64>),
+    Delete(usize),
+    Savepoint,
+    RollbackToSavepoint,
+    Commit,
+    Rollback,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let small = 0i64..8;
+    let amount = proptest::option::of(0i64..5);
+    prop_oneof![
+        4 => (small.clone(), small.clone(), amount.clone()).prop_map(|(a, b, c)| Op::Insert(a, b, c)),
+        3 => (any::<usize>(), small.clone(), small.clone(), amount).prop_map(|(r, a, b, c)| Op::Update(r, a, b, c)),
+        3 => any::<usize>().prop_map(Op::Delete),
+        1 => Just(Op::Savepoint),
+        1 => Just(Op::RollbackToSavepoint),
+        1 => Just(Op::Commit),
+        1 => Just(Op::Rollback),
+    ]
+}
+
+/// A savepoint with the table's and the view's rows when it was taken.
+type Saved = (usize, Vec<Vec<Value>>, Vec<Vec<Value>>);
+
+/// A reference model: the committed and current row sets, compared by sorted contents.
+fn sorted_rows(t: &Table) -> Vec<Vec<Value>> {
+    let mut r = rows(t);
+    r.sort();
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn indexes_and_views_agree_with_a_scan_after_random_writes(ops in proptest::collection::vec(op(), 1..60)) {
+        // T(A PK, B, C nullable) with a unique index on (B, C) and a view by B.
+        let def = table_def(
+            "R",
+            vec![col("A", DataType::Integer, false), col("B", DataType::Integer, false), col("C", DataType::Integer, true)],
+            vec![index("PK_R", &[0], true, true), index("UQ_BC", &[1, 2], true, false), index("IX_C", &[2], false, false)],
+        );
+        let (mut catalog, mut p, ids) = setup(vec![def]);
+        let t = ids[0];
+        let view = view_def(
+            "RV",
+            t,
+            vec![col("B", DataType::Integer, false), col("N", DataType::BigInt, false), col("S", DataType::BigInt, true), col("LO", DataType::Integer, true), col("HI", DataType::Integer, true)],
+            vec![1],
+            vec![ViewAggregate::CountStar, ViewAggregate::Sum(2), ViewAggregate::Min(2), ViewAggregate::Max(2)],
+        );
+        let v = catalog.add_table(view.clone()).unwrap().id;
+        p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+        p.begin();
+        let mut committed = (sorted_rows(p.table(t).unwrap()), sorted_rows(p.table(v).unwrap()));
+        let mut saved: Option<Saved> = None;
+        let pick = |p: &Partition, n: usize| -> Option<RowId> {
+            let ids: Vec<RowId> = p.table(t).unwrap().scan().map(|(id, _)| id).collect();
+            (!ids.is_empty()).then(|| ids[n % ids.len()])
+        };
+        let val = |c: Option<i64>| c.map_or(Value::Null, i);
+        for op in ops {
+            match op {
+                Op::Insert(a, b, c) => { let _ = p.insert(t, vec![i(a), i(b), val(c)]); }
+                Op::Update(n, a, b, c) => {
+                    if let Some(id) = pick(&p, n) { let _ = p.update(t, id, vec![i(a), i(b), val(c)]); }
+                }
+                Op::Delete(n) => { if let Some(id) = pick(&p, n) { p.delete(t, id).unwrap(); } }
+                Op::Savepoint => {
+                    saved = Some((p.savepoint(), sorted_rows(p.table(t).unwrap()), sorted_rows(p.table(v).unwrap())));
+                }
+                Op::RollbackToSavepoint => {
+                    if let Some((sp, rows_t, rows_v)) = saved.take() {
+                        p.rollback_to(sp);
+                        prop_assert_eq!(sorted_rows(p.table(t).unwrap()), rows_t);
+                        prop_assert_eq!(sorted_rows(p.table(v).unwrap()), rows_v);
+                    }
+                }
+                Op::Commit => {
+                    p.commit();
+                    p.begin();
+                    saved = None;
+                    committed = (sorted_rows(p.table(t).unwrap()), sorted_rows(p.table(v).unwrap()));
+                }
+                Op::Rollback => {
+                    p.rollback();
+                    p.begin();
+                    saved = None;
+                    prop_assert_eq!(&sorted_rows(p.table(t).unwrap()), &committed.0);
+                    prop_assert_eq!(&sorted_rows(p.table(v).unwrap()), &committed.1);
+                }
+            }
+            assert_consistent(&p);
+            // The view equals the view recomputed from scratch.
+            let mut fresh = Partition::new(0);
+            let mut cat2 = Catalog::default();
+            let mut src = p.table(t).unwrap().def().as_ref().clone();
+            src.id = 0;
+            let t2 = cat2.add_table(src).unwrap().id;
+            let mut vdef = view.clone();
+            vdef.kind = TableKind::View(ViewDef { source: t2, group_by: vec![1], aggregates: vdef.view().unwrap().aggregates.clone() });
+            let v2 = cat2.add_table(vdef).unwrap().id;
+            fresh.apply_schema(&cat2, &HashRing::new(1)).unwrap();
+            for (_, r) in p.table(t).unwrap().scan() {
+                fresh.insert(t2, r.to_vec()).unwrap();
+            }
+            prop_assert_eq!(sorted_rows(p.table(v).unwrap()), sorted_rows(fresh.table(v2).unwrap()));
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Materialized view maintenance: how one source row added or removed changes a view.
+//!
+//! The functions here only compute the change (reading the view and, for MIN/MAX after a
+//! delete, the source); `Partition` applies it through its undo-recording paths, so a
+//! rollback restores views exactly like tables.
+//!
+//! A view row is `[group-by values…, aggregates…, hidden…]`. The hidden values are a group
+//! row count (unless the view has a COUNT(*) column that serves) and, for each SUM, the
+//! number of non-NULL inputs, so that a SUM whose last non-NULL input is deleted becomes
+//! NULL again.
+
+use lockstep_core::{Error, Result, TableDef, Value, ViewAggregate, ViewDef};
+
+use crate::table::Table;
+use crate::RowId;
+
+/// Where a view keeps its group count and per-SUM counts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ViewLayout {
+    pub(crate) group_len: usize,
+    /// Position in the view table's indexes of the index over the group-by columns.
+    pub(crate) group_index: usize,
+    pub(crate) hidden_len: usize,
+    /// Position of the group's row count: the COUNT(*) column, or a hidden value.
+    count_pos: usize,
+    /// For each aggregate, where its non-NULL input count is kept (SUM only).
+    nonnull_pos: Vec<Option<usize>>,
+}
+
+impl ViewLayout {
+    pub(crate) fn new(def: &TableDef, view: &ViewDef) -> ViewLayout {
+        let group_len = view.group_by.len();
+        let width = def.columns.len();
+        let mut hidden_len = 0;
+        let count_pos = match view
+            .aggregates
+            .iter()
+            .position(|a| *a == ViewAggregate::CountStar)
+        {
+            Some(i) => group_len + i,
+            None => {
+                hidden_len += 1;
+                width
+            }
+        };
+        let nonnull_pos = view
+            .aggregates
+            .iter()
+            .map(|a| {
+                matches!(a, ViewAggregate::Sum(_)).then(|| {
+                    hidden_len += 1;
+                    width + hidden_len - 1
+                })
+            })
+            .collect();
+        ViewLayout {
+            group_len,
+            group_index: 0,
+            hidden_len,
+            count_pos,
+            nonnull_pos,
+        }
+    }
+}
+
+/// What a source change does to the view.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ViewChange {
+    Insert(Box<[Value]>),
+    Update(RowId, Box<[Value]>),
+    Delete(RowId),
+}
+
+/// The source column an aggregate reads, if any.
+fn input_column(agg: ViewAggregate) -> Option<usize> {
+    match agg {
+        ViewAggregate::CountStar => None,
+        ViewAggregate::Count(c)
+        | ViewAggregate::Sum(c)
+        | ViewAggregate::Min(c)
+        | ViewAggregate::Max(c) => Some(c),
+    }
+}
+
+fn int(v: &Value) -> i64 {
+    v.as_i64().unwrap_or(0)
+}
+
+/// The input of aggregate `i` from a source row, converted to the view column's type.
+fn input(view_table: &Table, vdef: &ViewDef, i: usize, src: &[Value]) -> Result<Value> {
+    let Some(c) = input_column(vdef.aggregates[i]) else {
+        return Ok(Value::Null);
+    };
+    let col = &view_table.def().columns[vdef.group_by.len() + i];
+    match vdef.aggregates[i] {
+        // COUNT only needs to know NULL or not.
+        ViewAggregate::Count(_) => Ok(src[c].clone()),
+        _ if src[c].is_null() => Ok(Value::Null),
+        _ => src[c]
+            .coerce_to(col.ty)
+            .map_err(|e| e.context(format!("column {} of view {}", col.name, view_table.name()))),
+    }
+}
+
+/// `a + b` or `a - b` for a SUM column.
+fn add(a: &Value, b: &Value, subtract: bool, view: &Table, col: usize) -> Result<Value> {
+    let overflow = || {
+        Error::sql(format!(
+            "numeric overflow in column {} of view {}",
+            view.def().columns[col].name,
+            view.name()
+        ))
+    };
+    Ok(match (a, b) {
+        (Value::Int(x), Value::Int(y)) => Value::Int(
+            if subtract {
+                x.checked_sub(*y)
+            } else {
+                x.checked_add(*y)
+            }
+            .ok_or_else(overflow)?,
+        ),
+        (Value::Decimal(x), Value::Decimal(y)) => Value::Decimal(
+            if subtract {
+                x.checked_sub(*y)
+            } else {
+                x.checked_add(*y)
+            }
+            .ok_or_else(overflow)?,
+        ),
+        (Value::Float(x), Value::Float(y)) => Value::Float(if subtract { x - y } else { x + y }),
+        _ => {
+            return Err(Error::sql(format!(
+                "cannot sum {} in column {} of view {}",
+                b.describe(),
+                view.def().columns[col].name,
+                view.name()
+            )))
+        }
+    })
+}
+
+fn group_key(vdef: &ViewDef, src: &[Value]) -> Vec<Value> {
+    vdef.group_by.iter().map(|&c| src[c].clone()).collect()
+}
+
+fn find_group(view_table: &Table, layout: &ViewLayout, key: &[Value]) -> Option<RowId> {
+    view_table.lookup(layout.group_index, key).first().copied()
+}
+
+fn layout(view_table: &Table) -> Result<&ViewLayout> {
+    view_table
+        .view
+        .as_ref()
+        .ok_or_else(|| Error::unexpected(format!("{} is not a view", view_table.name())))
+}
+
+/// The change to the view when `src` is added to its source.
+pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Result<ViewChange> {
+    let layout = layout(view_table)?;
+    let key = group_key(vdef, src);
+    let k = layout.group_len;
+    let Some(id) = find_group(view_table, layout, &key) else {
+        let mut row = key;
+        row.resize(view_table.stored_width(), Value::Null);
+        row[layout.count_pos] = Value::Int(1);
+        for (i, agg) in vdef.aggregates.iter().enumerate() {
+            let v = input(view_table, vdef, i, src)?;
+            if let Some(p) = layout.nonnull_pos[i] {
+                row[p] = Value::Int(!v.is_null() as i64);
+            }
+            row[k + i] = match agg {
+                ViewAggregate::CountStar => Value::Int(1),
+                ViewAggregate::Count(_) => Value::Int(!v.is_null() as i64),
+                _ => v,
+            };
+        }
+        return Ok(ViewChange::Insert(row.into_boxed_slice()));
+    };
+    let mut row: Box<[Value]> = view_table.get_full(id).unwrap_or_default().into();
+    if layout.count_pos >= k + vdef.aggregates.len() {
+        row[layout.count_pos] = Value::Int(int(&row[layout.count_pos]) + 1);
+    }
+    for (i, agg) in vdef.aggregates.iter().enumerate() {
+        let v = input(view_table, vdef, i, src)?;
+        let cur = &row[k + i];
+        let new = match agg {
+            ViewAggregate::CountStar => Value::Int(int(cur) + 1),
+            ViewAggregate::Count(_) => Value::Int(int(cur) + !v.is_null() as i64),
+            _ if v.is_null() => continue,
+            ViewAggregate::Sum(_) => {
+                let sum = if cur.is_null() {
+                    v
+                } else {
+                    add(cur, &v, false, view_table, k + i)?
+                };
+                if let Some(p) = layout.nonnull_pos[i] {
+                    row[p] = Value::Int(int(&row[p]) + 1);
+                }
+                sum
+            }
+            ViewAggregate::Min(_) if cur.is_null() || v < *cur => v,
+            ViewAggregate::Max(_) if cur.is_null() || v > *cur => v,
+            _ => continue,
+        };
+        row[k + i] = new;
+    }
+    Ok(ViewChange::Update(id, row))
+}
+
+/// The change to the view when `src` is removed from `source` (which no longer holds it).
+pub(crate) fn on_delete(
+    view_table: &Table,
+    vdef: &ViewDef,
+    src: &[Value],
+    source: &Table,
+) -> Result<ViewChange> {
+    let layout = layout(view_table)?;
+    let key = group_key(vdef, src);
+    let k = layout.group_len;
+    let Some(id) = find_group(view_table, layout, &key) else {
+        return Err(Error::unexpected(format!(
+            "view {} has no group for a deleted row",
+            view_table.name()
+        )));
+    };
+    let mut row: Box<[Value]> = view_table.get_full(id).unwrap_or_default().into();
+    let count = int(&row[layout.count_pos]) - 1;
+    if count <= 0 {
+        return Ok(ViewChange::Delete(id));
+    }
+    row[layout.count_pos] = Value::Int(count);
+    let mut recompute = Vec::new();
+    for (i, agg) in vdef.aggregates.iter().enumerate() {
+        let v = input(view_table, vdef, i, src)?;
+        let cur = &row[k + i];
+        let new = match agg {
+            ViewAggregate::CountStar => continue,
+            ViewAggregate::Count(_) => Value::Int(int(cur) - !v.is_null() as i64),
+            _ if v.is_null() => continue,
+            ViewAggregate::Sum(_) => {
+                let p = layout.nonnull_pos[i].unwrap_or(layout.count_pos);
+                let left = int(&row[p]) - 1;
+                row[p] = Value::Int(left);
+                if left <= 0 {
+                    Value::Null
+                } else {
+                    add(&row[k + i], &v, true, view_table, k + i)?
+                }
+            }
+            ViewAggregate::Min(_) | ViewAggregate::Max(_) if v == *cur => {
+                recompute.push(i);
+                continue;
+            }
+            _ => continue,
+        };
+        row[k + i] = new;
+    }
+    if !recompute.is_empty() {
+        recompute_extremes(view_table, vdef, &key, source, &recompute, &mut row)?;
+    }
+    Ok(ViewChange::Update(id, row))
+}
+
+/// Recomputes the MIN/MAX aggregates `which` of group `key` from the source rows.
+fn recompute_extremes(
+    view_table: &Table,
+    vdef: &ViewDef,
+    key: &[Value],
+    source: &Table,
+    which: &[usize],
+    row: &mut [Value],
+) -> Result<()> {
+    let k = vdef.group_by.len();
+    for &i in which {
+        row[k + i] = Value::Null;
+    }
+    let mut visit = |src: &[Value]| -> Result<()> {
+        for &i in which {
+            let v = input(view_table, vdef, i, src)?;
+            let cur = &row[k + i];
+            let better = match vdef.aggregates[i] {
+                ViewAggregate::Min(_) => cur.is_null() || v < *cur,
+                _ => cur.is_null() || v > *cur,
+            };
+            if !v.is_null() && better {
+                row[k + i] = v;
+            }
+        }
+        Ok(())
+    };
+    // An index whose leading columns are the group-by columns finds the group's rows
+    // directly; otherwise scan the source.
+    let group_index = source.indexes().iter().position(|ix| {
+        k > 0 && ix.columns.len() >= k && ix.columns[..k].iter().all(|c| vdef.group_by.contains(c))
+    });
+    match group_index {
+        Some(pos) => {
+            let columns = &source.indexes()[pos].columns[..k];
+            let probe: Vec<Value> = columns
+                .iter()
+                .map(|c| {
+                    vdef.group_by
+                        .iter()
+                        .position(|g| g == c)
+                        .map_or(Value::Null, |j| key[j].clone())
+                })
+                .collect();
+            for id in source.lookup(pos, &probe) {
+                if let Some(src) = source.get(id) {
+                    visit(src)?;
+                }
+            }
+        }
+        None => {
+            for (_, src) in source.scan() {
+                if vdef.group_by.iter().zip(key).all(|(&c, kv)| src[c] == *kv) {
+                    visit(src)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies a change directly, without undo (populating a view outside transactions).
+pub(crate) fn apply_unrecorded(view_table: &mut Table, change: ViewChange) -> Result<()> {
+    match change {
+        ViewChange::Insert(row) => view_table.push_row(row).map(|_| ()),
+        ViewChange::Update(id, row) => {
+            view_table.replace_row(id, row);
+            Ok(())
+        }
+        ViewChange::Delete(id) => {
+            view_table.take_row(id);
+            Ok(())
+        }
+    }
+}
