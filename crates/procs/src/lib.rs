@@ -1,1 +1,94 @@
-//! placeholder
+//! Lockstep's stored-procedure runtime: Lua 5.4 procedures in a sandbox, run against a host
+//! that executes their planned SQL statements. It knows neither SQL nor storage.
+//!
+//! See README.md for the Lua API procedures see. The engine implements [`TxnHost`] and owns
+//! one [`LuaRuntime`] per site thread.
+
+mod convert;
+mod errors;
+mod output;
+mod rng;
+mod runtime;
+mod sandbox;
+mod shared;
+mod stmt;
+
+#[cfg(test)]
+mod tests;
+
+use lockstep_core::{DataType, Result, ResultTable, Value};
+
+pub use runtime::LuaRuntime;
+
+/// What `prepare` tells the runtime about a statement it planned at load time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StmtInfo {
+    /// The engine's handle for the planned statement, passed back to [`TxnHost::execute`].
+    pub id: usize,
+    /// One entry per `?` parameter; `None` when the planner could not infer its type.
+    pub param_types: Vec<Option<DataType>>,
+}
+
+/// Implemented by the engine for the duration of one call: runs the procedure's statements
+/// inside the caller's transaction.
+pub trait TxnHost {
+    /// Runs one planned statement with its parameters.
+    fn execute(&mut self, stmt: usize, params: Vec<Value>) -> Result<ResultTable>;
+    /// Runs several statements as one batch (one round trip in an MP transaction).
+    fn execute_batch(&mut self, calls: Vec<(usize, Vec<Value>)>) -> Result<Vec<ResultTable>>;
+}
+
+/// The transaction facts a procedure sees as `ctx`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallContext {
+    pub txn_id: i64,
+    /// The transaction's timestamp in microseconds since the Unix epoch (never the clock).
+    pub timestamp_micros: i64,
+    /// The partition the call runs on; `None` for a multi-partition call.
+    pub partition: Option<u32>,
+}
+
+/// VoltDB's "no application status set" value.
+pub const APP_STATUS_UNSET: i8 = -128;
+
+/// What a successful call returns to the client.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcOutput {
+    pub tables: Vec<ResultTable>,
+    /// Set by `set_app_status`; [`APP_STATUS_UNSET`] otherwise.
+    pub app_status: i8,
+    pub app_status_string: Option<String>,
+}
+
+impl Default for ProcOutput {
+    fn default() -> Self {
+        ProcOutput {
+            tables: Vec::new(),
+            app_status: APP_STATUS_UNSET,
+            app_status_string: None,
+        }
+    }
+}
+
+/// Limits applied to every procedure of one runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LuaConfig {
+    /// VM instructions one call (or one module load) may execute before it is stopped.
+    pub instruction_budget: u64,
+    /// Heap the whole Lua state may use, for all procedures together; 0 means no limit.
+    pub memory_limit_bytes: usize,
+}
+
+/// Default per-call instruction budget: roughly a second of pure Lua on a modern core.
+pub const INSTRUCTION_BUDGET_DEFAULT: u64 = 100_000_000;
+/// Default heap limit of one runtime (all loaded procedures and their garbage).
+pub const MEMORY_LIMIT_DEFAULT_BYTES: usize = 256 * 1024 * 1024;
+
+impl Default for LuaConfig {
+    fn default() -> Self {
+        LuaConfig {
+            instruction_budget: INSTRUCTION_BUDGET_DEFAULT,
+            memory_limit_bytes: MEMORY_LIMIT_DEFAULT_BYTES,
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! `LuaRuntime`: one Lua state per site thread, holding the loaded procedures and running
+//! one call at a time against the engine's `TxnHost`.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use lockstep_core::{Error, Result, Value};
+use mlua::chunk::ChunkMode;
+use mlua::{
+    Function, HookTriggers, Lua, LuaOptions, LuaString, MultiValue, Value as LuaValue, VmState,
+};
+
+use crate::errors::{call_error, lua_message};
+use crate::sandbox::{self, Sandbox};
+use crate::shared::{Fatal, HostSlot, PrepareSlot, Shared};
+use crate::{convert, output, rng, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
+
+/// Longest procedure name.
+pub const PROC_NAME_MAX_BYTES: usize = 128;
+/// Largest Lua source file a procedure may have.
+pub const SOURCE_MAX_BYTES: usize = 1024 * 1024;
+/// Most parameters a call may pass (VoltDB's limit is far lower in practice).
+pub const CALL_PARAMS_MAX: usize = 1_024;
+/// The budget hook runs every this many VM instructions: rare enough to cost nothing
+/// measurable, often enough that a runaway loop stops within microseconds of its budget.
+const HOOK_INTERVAL_INSTRUCTIONS: u64 = 10_000;
+
+/// A loaded procedure.
+struct Proc {
+    /// The name as first loaded, for error messages.
+    name: String,
+    body: Function,
+}
+
+/// The Lua stored-procedure runtime of one thread. Not `Send`: create it on its thread.
+pub struct LuaRuntime {
+    lua: Lua,
+    shared: Rc<Shared>,
+    sandbox: Sandbox,
+    /// Keyed by the ASCII-lower-cased name.
+    procs: HashMap<String, Proc>,
+    config: LuaConfig,
+    /// Interned keys of the ctx fields, so a call sets them without hashing new strings.
+    ctx_keys: [LuaString; 3],
+}
+
+fn internal(e: mlua::Error) -> Error {
+    Error::unexpected(format!("Lua runtime: {}", lua_message(&e)))
+}
+
+impl LuaRuntime {
+    /// A runtime with the sandbox set up and no procedures.
+    pub fn new(config: LuaConfig) -> Result<Self> {
+        let lua = Lua::new_with(sandbox::libs(), LuaOptions::default()).map_err(internal)?;
+        let shared = Rc::new(Shared::new(config.instruction_budget));
+        let sandbox = Sandbox::build(&lua, &shared).map_err(internal)?;
+        let interval = HOOK_INTERVAL_INSTRUCTIONS
+            .min(config.instruction_budget)
+            .max(1);
+        let s = shared.clone();
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(interval as u32),
+            move |_, _| {
+                let used = s.instructions.get().saturating_add(interval);
+                s.instructions.set(used);
+                if used > s.instruction_budget {
+                    s.set_fatal(Fatal::Budget);
+                    return Err(mlua::Error::RuntimeError(
+                        "instruction budget exceeded".into(),
+                    ));
+                }
+                Ok(VmState::Continue)
+            },
+        )
+        .map_err(internal)?;
+        if config.memory_limit_bytes > 0 {
+            lua.set_memory_limit(config.memory_limit_bytes)
+                .map_err(internal)?;
+        }
+        let ctx_keys = [
+            lua.create_string("txn_id").map_err(internal)?,
+            lua.create_string("timestamp").map_err(internal)?,
+            lua.create_string("partition").map_err(internal)?,
+        ];
+        Ok(LuaRuntime {
+            lua,
+            shared,
+            sandbox,
+            procs: HashMap::new(),
+            config,
+            ctx_keys,
+        })
+    }
+
+    /// Loads (or replaces) procedure `name` from Lua source; `path` names the file in error
+    /// messages. Runs the module chunk once: each `sql [[...]]` calls `prepare`. The chunk
+    /// must return the body function. On error the previous version (if any) stays loaded.
+    pub fn load(
+        &mut self,
+        name: &str,
+        path: &str,
+        source: &str,
+        prepare: &mut dyn FnMut(&str) -> Result<StmtInfo>,
+    ) -> Result<()> {
+        if name.is_empty() || name.len() > PROC_NAME_MAX_BYTES {
+            return Err(Error::graceful(format!(
+                "procedure name '{name}' must be 1 to {PROC_NAME_MAX_BYTES} bytes long"
+            )));
+        }
+        if source.len() > SOURCE_MAX_BYTES {
+            return Err(Error::graceful(format!(
+                "procedure {name}: {path} is {} bytes; the limit is {SOURCE_MAX_BYTES}",
+                source.len()
+            )));
+        }
+        let env = self.sandbox.new_env().map_err(internal)?;
+        let chunk = self
+            .lua
+            .load(source)
+            .set_name(format!("@{path}"))
+            .set_environment(env)
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|e| Error::graceful(format!("procedure {name}: {}", lua_message(&e))))?;
+
+        self.shared.reset(0);
+        let slot = PrepareSlot::set(&self.shared, prepare);
+        let returned = chunk.call::<LuaValue>(());
+        drop(slot);
+        let fatal = self.shared.take_fatal();
+        let body = match (returned, fatal) {
+            (Ok(LuaValue::Function(body)), None) => body,
+            (Ok(other), None) => {
+                return Err(Error::graceful(format!(
+                    "procedure {name}: {path} must end with `return function(...) ... end` (the \
+                     body), but it returned a {}",
+                    other.type_name()
+                )))
+            }
+            (Ok(_), Some(fatal)) => {
+                return Err(self.error(
+                    name,
+                    Some(fatal),
+                    &mlua::Error::RuntimeError(String::new()),
+                ))
+            }
+            (Err(e), fatal) => return Err(self.error(name, fatal, &e)),
+        };
+        self.procs.insert(
+            name.to_ascii_lowercase(),
+            Proc {
+                name: name.to_string(),
+                body,
+            },
+        );
+        Ok(())
+    }
+
+    /// Forgets procedure `name` (no-op when it is not loaded).
+    pub fn unload(&mut self, name: &str) {
+        self.procs.remove(&name.to_ascii_lowercase());
+    }
+
+    /// Whether procedure `name` is loaded (names are case-insensitive).
+    pub fn has(&self, name: &str) -> bool {
+        lookup(&self.procs, name).is_some()
+    }
+
+    /// Calls the body of `name` with the parameters, inside the caller's transaction.
+    pub fn call(
+        &mut self,
+        name: &str,
+        params: &[Value],
+        ctx: &CallContext,
+        host: &mut dyn TxnHost,
+    ) -> Result<ProcOutput> {
+        let Some(proc) = lookup(&self.procs, name) else {
+            return Err(Error::unexpected(format!("procedure {name} is not loaded")));
+        };
+        if params.len() > CALL_PARAMS_MAX {
+            return Err(Error::graceful(format!(
+                "procedure {}: {} parameters; the limit is {CALL_PARAMS_MAX}",
+                proc.name,
+                params.len()
+            )));
+        }
+        self.shared.reset(rng::seed(ctx.txn_id));
+        let [txn_key, ts_key, part_key] = &self.ctx_keys;
+        let ctx_table = &self.sandbox.ctx;
+        ctx_table.raw_set(txn_key, ctx.txn_id).map_err(internal)?;
+        ctx_table
+            .raw_set(ts_key, ctx.timestamp_micros)
+            .map_err(internal)?;
+        ctx_table
+            .raw_set(part_key, ctx.partition)
+            .map_err(internal)?;
+
+        let mut args = MultiValue::with_capacity(params.len());
+        for p in params {
+            args.push_back(convert::to_lua(&self.lua, p).map_err(internal)?);
+        }
+        let slot = HostSlot::set(&self.shared, host);
+        let returned = proc.body.call::<MultiValue>(args);
+        drop(slot);
+        let fatal = self.shared.take_fatal();
+        match (returned, fatal) {
+            (Ok(values), None) => Ok(ProcOutput {
+                tables: output::tables(&proc.name, values)?,
+                app_status: self.shared.app_status.get(),
+                app_status_string: self.shared.app_status_string.take(),
+            }),
+            (Ok(_), Some(fatal)) => Err(self.error(
+                &proc.name,
+                Some(fatal),
+                &mlua::Error::RuntimeError(String::new()),
+            )),
+            (Err(e), fatal) => Err(self.error(&proc.name, fatal, &e)),
+        }
+    }
+
+    fn error(&self, procedure: &str, fatal: Option<Fatal>, err: &mlua::Error) -> Error {
+        call_error(
+            procedure,
+            fatal,
+            err,
+            self.config.instruction_budget,
+            self.config.memory_limit_bytes,
+        )
+    }
+}
+
+/// Finds a procedure by name, ignoring ASCII case, without allocating for usual names.
+fn lookup<'a>(procs: &'a HashMap<String, Proc>, name: &str) -> Option<&'a Proc> {
+    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return procs.get(name);
+    }
+    let mut buf = [0u8; PROC_NAME_MAX_BYTES];
+    if name.len() > PROC_NAME_MAX_BYTES {
+        return None; // longer than any loaded name
+    }
+    for (d, s) in buf.iter_mut().zip(name.bytes()) {
+        *d = s.to_ascii_lowercase();
+    }
+    // ASCII lower-casing keeps UTF-8 valid, so this cannot fail.
+    let key = std::str::from_utf8(&buf[..name.len()]).ok()?;
+    procs.get(key)
+}

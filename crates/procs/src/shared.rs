@@ -1,0 +1,144 @@
+//! State shared between the runtime and the Rust callbacks it gives Lua: the host of the
+//! call in progress, the fatal error that ends it, the budget counter and the call's outputs.
+//!
+//! Everything lives on the runtime's one thread, so plain `Cell`/`RefCell` suffice.
+
+use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
+
+use lockstep_core::{Error, Result};
+
+use crate::{StmtInfo, TxnHost, APP_STATUS_UNSET};
+
+/// The statement planner handed to `load`, borrowed for `'a`.
+pub(crate) type PrepareRef<'a> = dyn FnMut(&str) -> Result<StmtInfo> + 'a;
+/// The planner with its lifetime erased (see [`PrepareSlot`]).
+pub(crate) type PrepareFn = PrepareRef<'static>;
+
+/// An error that ends the call however the procedure tries to catch it (`pcall` re-raises it).
+#[derive(Clone, Debug)]
+pub(crate) enum Fatal {
+    /// `abort(msg)`: USER_ABORT with exactly the user's message.
+    Abort(String),
+    /// The host or the planner failed; the message already carries the Lua location.
+    Host(Error),
+    /// The instruction budget ran out.
+    Budget,
+    /// The Lua heap hit its limit.
+    Memory,
+}
+
+/// Per-runtime state the callbacks reach through an `Rc`.
+pub(crate) struct Shared {
+    host: Cell<Option<NonNull<dyn TxnHost + 'static>>>,
+    prepare: Cell<Option<NonNull<PrepareFn>>>,
+    fatal: RefCell<Option<Fatal>>,
+    /// Instructions counted so far by the hook in this call (in steps of the hook interval).
+    pub(crate) instructions: Cell<u64>,
+    pub(crate) instruction_budget: u64,
+    pub(crate) app_status: Cell<i8>,
+    pub(crate) app_status_string: RefCell<Option<String>>,
+    /// splitmix64 state of `ctx.random`, seeded from the txn id.
+    pub(crate) rng_state: Cell<u64>,
+}
+
+impl Shared {
+    pub(crate) fn new(instruction_budget: u64) -> Self {
+        Shared {
+            host: Cell::new(None),
+            prepare: Cell::new(None),
+            fatal: RefCell::new(None),
+            instructions: Cell::new(0),
+            instruction_budget,
+            app_status: Cell::new(APP_STATUS_UNSET),
+            app_status_string: RefCell::new(None),
+            rng_state: Cell::new(0),
+        }
+    }
+
+    /// Resets everything a call or a load may have left behind.
+    pub(crate) fn reset(&self, rng_seed: u64) {
+        self.fatal.replace(None);
+        self.instructions.set(0);
+        self.app_status.set(APP_STATUS_UNSET);
+        self.app_status_string.replace(None);
+        self.rng_state.set(rng_seed);
+    }
+
+    /// Records the error that ends the call; the first one wins (later ones are its echoes).
+    pub(crate) fn set_fatal(&self, fatal: Fatal) {
+        let mut slot = self.fatal.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(fatal);
+        }
+    }
+
+    pub(crate) fn is_fatal(&self) -> bool {
+        self.fatal.borrow().is_some()
+    }
+
+    pub(crate) fn take_fatal(&self) -> Option<Fatal> {
+        self.fatal.borrow_mut().take()
+    }
+
+    /// Runs `f` with the host of the call in progress, or returns None outside a call.
+    pub(crate) fn with_host<R>(&self, f: impl FnOnce(&mut dyn TxnHost) -> R) -> Option<R> {
+        let ptr = self.host.get()?;
+        // SAFETY: the pointer was made from a `&mut dyn TxnHost` that `LuaRuntime::call` holds
+        // exclusively for the whole time the pointer is set (HostSlot clears it on every exit
+        // path, panics included). Lua runs on this thread only, and the host never calls back
+        // into Lua, so no other reference to the host is live while `f` runs.
+        Some(f(unsafe { &mut *ptr.as_ptr() }))
+    }
+
+    /// Runs `f` with the planner of the load in progress, or returns None outside a load.
+    pub(crate) fn with_prepare<R>(&self, f: impl FnOnce(&mut PrepareFn) -> R) -> Option<R> {
+        let ptr = self.prepare.get()?;
+        // SAFETY: as for `with_host`: `LuaRuntime::load` holds the `&mut` for the whole time
+        // the pointer is set and PrepareSlot clears it on exit; the planner never runs Lua.
+        Some(f(unsafe { &mut *ptr.as_ptr() }))
+    }
+}
+
+/// Makes the host reachable from callbacks for the lifetime of the slot, without allocating.
+pub(crate) struct HostSlot<'a> {
+    shared: &'a Shared,
+}
+
+impl<'a> HostSlot<'a> {
+    pub(crate) fn set(shared: &'a Shared, host: &'a mut dyn TxnHost) -> Self {
+        let ptr: NonNull<dyn TxnHost + 'a> = NonNull::from(host);
+        // SAFETY: only the lifetime is erased. The slot borrows `host` for 'a and clears the
+        // pointer when dropped, so the pointer is never used after the borrow ends.
+        let ptr: NonNull<dyn TxnHost + 'static> = unsafe { std::mem::transmute(ptr) };
+        shared.host.set(Some(ptr));
+        HostSlot { shared }
+    }
+}
+
+impl Drop for HostSlot<'_> {
+    fn drop(&mut self) {
+        self.shared.host.set(None);
+    }
+}
+
+/// Makes the planner reachable from `sql()` while a module chunk runs.
+pub(crate) struct PrepareSlot<'a> {
+    shared: &'a Shared,
+}
+
+impl<'a> PrepareSlot<'a> {
+    pub(crate) fn set(shared: &'a Shared, prepare: &'a mut PrepareRef<'a>) -> Self {
+        let ptr: NonNull<PrepareRef<'a>> = NonNull::from(prepare);
+        // SAFETY: lifetime erasure only; cleared on drop, as for HostSlot.
+        let ptr: NonNull<PrepareFn> = unsafe { std::mem::transmute(ptr) };
+        shared.prepare.set(Some(ptr));
+        PrepareSlot { shared }
+    }
+}
+
+impl Drop for PrepareSlot<'_> {
+    fn drop(&mut self) {
+        self.shared.prepare.set(None);
+    }
+}

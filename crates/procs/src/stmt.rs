@@ -1,0 +1,453 @@
+//! The statement API procedures see: `sql [[...]]` at load time, then `stmt:query/first/
+//! exec/bind`, `batch(...)` and the result objects they return, plus `result_table`.
+
+use std::cell::OnceCell;
+use std::rc::Rc;
+
+use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
+use mlua::{
+    AnyUserData, Lua, LuaString, MetaMethod, MultiValue, Table, UserData, UserDataMethods,
+    Value as LuaValue,
+};
+
+use crate::convert;
+use crate::errors::{located, located_host_error};
+use crate::shared::{Fatal, Shared};
+
+/// Longest SQL text `sql()` accepts.
+pub(crate) const SQL_TEXT_MAX_BYTES: usize = 64 * 1024;
+/// Most statements one `batch(...)` may run (VoltDB's limit is 200; ours is roomier).
+pub(crate) const BATCH_LEN_MAX: usize = 1_000;
+/// Most columns `result_table` builds.
+pub(crate) const RESULT_COLUMNS_MAX: usize = 1_024;
+/// Column names up to this length are lower-cased on the stack instead of the heap.
+const NAME_BUF_BYTES: usize = 64;
+/// How much SQL text an error message quotes.
+const SQL_QUOTE_MAX_CHARS: usize = 60;
+
+/// A statement planned at load time.
+pub(crate) struct Stmt {
+    id: usize,
+    param_types: Vec<Option<lockstep_core::DataType>>,
+    text: String,
+    shared: Rc<Shared>,
+}
+
+/// A statement with its parameters, waiting for `batch`.
+pub(crate) struct Bound {
+    id: usize,
+    params: Vec<Value>,
+}
+
+/// What `stmt:query` and `batch` return: a result table seen from Lua.
+pub(crate) struct ResultObj {
+    pub(crate) table: ResultTable,
+    /// Lower-case column names as Lua strings, made on first row access.
+    keys: OnceCell<Vec<LuaString>>,
+}
+
+impl ResultObj {
+    pub(crate) fn new(table: ResultTable) -> Self {
+        ResultObj {
+            table,
+            keys: OnceCell::new(),
+        }
+    }
+
+    fn keys(&self, lua: &Lua) -> mlua::Result<&[LuaString]> {
+        if self.keys.get().is_none() {
+            let mut keys = Vec::with_capacity(self.table.columns.len());
+            for c in &self.table.columns {
+                keys.push(lower_key(lua, &c.name)?);
+            }
+            let _ = self.keys.set(keys);
+        }
+        Ok(self.keys.get().map(|k| k.as_slice()).unwrap_or(&[]))
+    }
+
+    /// Row `i` (0-based) as a table keyed by lower-case column name.
+    fn row(&self, lua: &Lua, i: usize) -> mlua::Result<LuaValue> {
+        let Some(row) = self.table.rows.get(i) else {
+            return Ok(LuaValue::Nil);
+        };
+        let keys = self.keys(lua)?;
+        let t = lua.create_table_with_capacity(0, keys.len())?;
+        for (k, v) in keys.iter().zip(row) {
+            t.raw_set(k, convert::to_lua(lua, v)?)?;
+        }
+        Ok(LuaValue::Table(t))
+    }
+}
+
+/// A column name in lower case as a Lua string, without a heap allocation for short names.
+fn lower_key(lua: &Lua, name: &str) -> mlua::Result<LuaString> {
+    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return lua.create_string(name);
+    }
+    if name.len() <= NAME_BUF_BYTES {
+        let mut buf = [0u8; NAME_BUF_BYTES];
+        for (d, s) in buf.iter_mut().zip(name.bytes()) {
+            *d = s.to_ascii_lowercase();
+        }
+        return lua.create_string(&buf[..name.len()]);
+    }
+    lua.create_string(name.to_ascii_lowercase())
+}
+
+/// The first row of a result as a row table, without keeping the result.
+fn first_row(lua: &Lua, table: &ResultTable) -> mlua::Result<LuaValue> {
+    let Some(row) = table.rows.first() else {
+        return Ok(LuaValue::Nil);
+    };
+    let t = lua.create_table_with_capacity(0, table.columns.len())?;
+    for (c, v) in table.columns.iter().zip(row) {
+        t.raw_set(lower_key(lua, &c.name)?, convert::to_lua(lua, v)?)?;
+    }
+    Ok(LuaValue::Table(t))
+}
+
+/// What `exec` returns: the modified-tuples count of DML, the row count of anything else.
+fn modified_count(table: &ResultTable) -> i64 {
+    let is_dml = table.columns.len() == 1
+        && table.rows.len() == 1
+        && table.columns[0]
+            .name
+            .eq_ignore_ascii_case("modified_tuples");
+    match (is_dml, table.first_value()) {
+        (true, Some(Value::Int(n))) => *n,
+        _ => table.rows.len() as i64,
+    }
+}
+
+impl Stmt {
+    fn quoted(&self) -> String {
+        let mut q: String = self.text.trim().chars().take(SQL_QUOTE_MAX_CHARS).collect();
+        if self.text.trim().chars().count() > SQL_QUOTE_MAX_CHARS {
+            q.push('…');
+        }
+        q
+    }
+
+    /// The call's arguments as statement parameters, checked against the plan.
+    fn params(&self, lua: &Lua, args: &MultiValue) -> mlua::Result<Vec<Value>> {
+        if args.len() != self.param_types.len() {
+            return Err(located(
+                lua,
+                format_args!(
+                    "statement \"{}\" takes {} parameters but was given {}",
+                    self.quoted(),
+                    self.param_types.len(),
+                    args.len()
+                ),
+            ));
+        }
+        let mut params = Vec::with_capacity(args.len());
+        for (i, (arg, ty)) in args.iter().zip(&self.param_types).enumerate() {
+            match convert::to_param(arg, *ty, i + 1) {
+                Ok(v) => params.push(v),
+                Err(msg) => {
+                    return Err(located(
+                        lua,
+                        format_args!("{msg} (statement \"{}\")", self.quoted()),
+                    ))
+                }
+            }
+        }
+        Ok(params)
+    }
+
+    fn run(&self, lua: &Lua, args: &MultiValue) -> mlua::Result<ResultTable> {
+        let params = self.params(lua, args)?;
+        match self.shared.with_host(|h| h.execute(self.id, params)) {
+            Some(Ok(t)) => Ok(t),
+            Some(Err(e)) => Err(host_failed(lua, &self.shared, e)),
+            None => Err(outside_body(lua)),
+        }
+    }
+}
+
+/// Records a host error as fatal (it keeps its kind) and unwinds the Lua stack.
+fn host_failed(lua: &Lua, shared: &Shared, e: lockstep_core::Error) -> mlua::Error {
+    shared.set_fatal(Fatal::Host(located_host_error(lua, e)));
+    mlua::Error::RuntimeError("statement failed".into())
+}
+
+fn outside_body(lua: &Lua) -> mlua::Error {
+    located(
+        lua,
+        "statements run only inside the procedure body, not while the module loads",
+    )
+}
+
+impl UserData for Stmt {
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_method("query", |lua, this, args: MultiValue| {
+            lua.create_userdata(ResultObj::new(this.run(lua, &args)?))
+        });
+        methods.add_method("first", |lua, this, args: MultiValue| {
+            first_row(lua, &this.run(lua, &args)?)
+        });
+        methods.add_method("exec", |lua, this, args: MultiValue| {
+            Ok(modified_count(&this.run(lua, &args)?))
+        });
+        methods.add_method("bind", |lua, this, args: MultiValue| {
+            Ok(Bound {
+                id: this.id,
+                params: this.params(lua, &args)?,
+            })
+        });
+    }
+}
+
+impl UserData for Bound {}
+
+impl UserData for ResultObj {
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_meta_method(MetaMethod::Len, |_, this, ()| Ok(this.table.rows.len()));
+        methods.add_meta_method(MetaMethod::Index, |lua, this, key: LuaValue| match key {
+            LuaValue::Integer(i) if i >= 1 => this.row(lua, (i - 1) as usize),
+            _ => Ok(LuaValue::Nil),
+        });
+        methods.add_method("columns", |lua, this, ()| {
+            let keys = this.keys(lua)?;
+            let t = lua.create_table_with_capacity(keys.len(), 0)?;
+            for (i, k) in keys.iter().enumerate() {
+                t.raw_set(i + 1, k)?;
+            }
+            Ok(t)
+        });
+        methods.add_function("rows", |lua, ud: AnyUserData| {
+            // The iterator holds the userdata, so the result lives as long as the loop.
+            let mut next = 0usize;
+            lua.create_function_mut(move |lua, ()| {
+                let this = ud.borrow::<ResultObj>()?;
+                let row = this.row(lua, next)?;
+                next += 1;
+                Ok(row)
+            })
+        });
+    }
+}
+
+/// Puts `sql`, `batch` and `result_table` into the sandbox's base table.
+pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Result<()> {
+    let s = shared.clone();
+    base.raw_set(
+        "sql",
+        lua.create_function(move |lua, text: LuaValue| {
+            let LuaValue::String(text) = text else {
+                return Err(located(lua, "sql() takes the statement text as a string"));
+            };
+            let text = text
+                .to_str()
+                .map_err(|_| located(lua, "sql() text is not valid UTF-8"))?
+                .to_string();
+            if text.len() > SQL_TEXT_MAX_BYTES {
+                return Err(located(
+                    lua,
+                    format_args!(
+                        "sql() text is {} bytes; the limit is {SQL_TEXT_MAX_BYTES}",
+                        text.len()
+                    ),
+                ));
+            }
+            match s.with_prepare(|prepare| prepare(&text)) {
+                Some(Ok(info)) => Ok(Stmt {
+                    id: info.id,
+                    param_types: info.param_types,
+                    text,
+                    shared: s.clone(),
+                }),
+                Some(Err(e)) => Err(host_failed(lua, &s, e)),
+                None => Err(located(
+                    lua,
+                    "sql() can only be called while the module loads (at module level, outside \
+                     the body function)",
+                )),
+            }
+        })?,
+    )?;
+    let s = shared.clone();
+    base.raw_set(
+        "batch",
+        lua.create_function(move |lua, args: MultiValue| batch(lua, &s, args))?,
+    )?;
+    base.raw_set("result_table", lua.create_function(result_table)?)?;
+    Ok(())
+}
+
+/// `batch(b1, b2, ...)` returns the results in order; `batch({b1, b2, ...})` returns an array.
+fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValue> {
+    let (items, as_array): (Vec<LuaValue>, bool) = match args.front() {
+        Some(LuaValue::Table(t)) if args.len() == 1 => {
+            let len = t.raw_len();
+            if len > BATCH_LEN_MAX {
+                return Err(batch_too_long(lua, len));
+            }
+            let mut items = Vec::with_capacity(len);
+            for i in 1..=len {
+                items.push(t.raw_get(i)?);
+            }
+            (items, true)
+        }
+        _ => (args.into_iter().collect(), false),
+    };
+    if items.len() > BATCH_LEN_MAX {
+        return Err(batch_too_long(lua, items.len()));
+    }
+    let mut calls = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let bound = match item {
+            LuaValue::UserData(ud) => ud.borrow::<Bound>().ok(),
+            _ => None,
+        };
+        let Some(bound) = bound else {
+            return Err(located(
+                lua,
+                format_args!(
+                    "batch() item {} is a {}; pass statements bound with stmt:bind(...)",
+                    i + 1,
+                    item.type_name()
+                ),
+            ));
+        };
+        calls.push((bound.id, bound.params.clone()));
+    }
+    let tables = match shared.with_host(|h| h.execute_batch(calls)) {
+        Some(Ok(tables)) => tables,
+        Some(Err(e)) => return Err(host_failed(lua, shared, e)),
+        None => return Err(outside_body(lua)),
+    };
+    if tables.len() != items.len() {
+        let e = lockstep_core::Error::unexpected(format!(
+            "the engine returned {} results for a batch of {} statements",
+            tables.len(),
+            items.len()
+        ));
+        return Err(host_failed(lua, shared, e));
+    }
+    let mut out = MultiValue::with_capacity(tables.len());
+    for t in tables {
+        out.push_back(LuaValue::UserData(lua.create_userdata(ResultObj::new(t))?));
+    }
+    if as_array {
+        let t = lua.create_sequence_from(out)?;
+        return Ok(MultiValue::from_vec(vec![LuaValue::Table(t)]));
+    }
+    Ok(out)
+}
+
+fn batch_too_long(lua: &Lua, len: usize) -> mlua::Error {
+    located(
+        lua,
+        format_args!("batch() of {len} statements; the limit is {BATCH_LEN_MAX}"),
+    )
+}
+
+/// `result_table({"name", "count"}, {{"a", 1}, {"b", 2}})`: a result built in Lua. Column
+/// types come from the first non-nil value of each column (VARCHAR when all are nil).
+fn result_table(lua: &Lua, (names, rows): (LuaValue, LuaValue)) -> mlua::Result<AnyUserData> {
+    let (LuaValue::Table(names), LuaValue::Table(rows)) = (names, rows) else {
+        return Err(located(
+            lua,
+            "result_table(names, rows) takes an array of column names and an array of rows",
+        ));
+    };
+    let ncols = names.raw_len();
+    if ncols == 0 || ncols > RESULT_COLUMNS_MAX {
+        return Err(located(
+            lua,
+            format_args!("result_table() needs 1 to {RESULT_COLUMNS_MAX} column names"),
+        ));
+    }
+    let mut columns = Vec::with_capacity(ncols);
+    for i in 1..=ncols {
+        let LuaValue::String(name) = names.raw_get::<LuaValue>(i)? else {
+            return Err(located(
+                lua,
+                format_args!("result_table() column name {i} is not a string"),
+            ));
+        };
+        let name = name
+            .to_str()
+            .map_err(|_| located(lua, "result_table() column names must be UTF-8"))?;
+        columns.push(ResultColumn {
+            name: name.to_string(),
+            ty: DataType::Varchar,
+        });
+    }
+    let nrows = rows.raw_len();
+    let mut cells: Vec<Vec<Value>> = Vec::with_capacity(nrows);
+    let mut types: Vec<Option<DataType>> = vec![None; ncols];
+    for r in 1..=nrows {
+        let LuaValue::Table(row) = rows.raw_get::<LuaValue>(r)? else {
+            return Err(located(
+                lua,
+                format_args!("result_table() row {r} is not an array"),
+            ));
+        };
+        let mut out = Vec::with_capacity(ncols);
+        for c in 1..=ncols {
+            let (v, ty) = convert::to_cell(&row.raw_get::<LuaValue>(c)?).map_err(|what| {
+                located(
+                    lua,
+                    format_args!("result_table() row {r} column {c} is {what}"),
+                )
+            })?;
+            if types[c - 1].is_none() {
+                types[c - 1] = ty;
+            }
+            out.push(v);
+        }
+        cells.push(out);
+    }
+    for (col, ty) in columns.iter_mut().zip(&types) {
+        col.ty = ty.unwrap_or(DataType::Varchar);
+    }
+    let mut table = ResultTable::new(columns);
+    for (r, row) in cells.into_iter().enumerate() {
+        let mut out = Vec::with_capacity(ncols);
+        for (c, v) in row.into_iter().enumerate() {
+            let ty = table.columns[c].ty;
+            let v = v.coerce_to(ty).map_err(|e| {
+                located(
+                    lua,
+                    format_args!(
+                        "result_table() row {} column {}: {}",
+                        r + 1,
+                        c + 1,
+                        e.message
+                    ),
+                )
+            })?;
+            out.push(v);
+        }
+        table.push(out);
+    }
+    lua.create_userdata(ResultObj::new(table))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_counts_modified_tuples_or_rows() {
+        assert_eq!(modified_count(&ResultTable::modified(3)), 3);
+        let mut t = ResultTable::with_columns(&[("A", DataType::BigInt)]);
+        t.push(vec![Value::Int(10)]);
+        t.push(vec![Value::Int(11)]);
+        assert_eq!(modified_count(&t), 2);
+    }
+
+    #[test]
+    fn keys_are_lower_case_for_short_and_long_names() {
+        let lua = Lua::new();
+        assert_eq!(lower_key(&lua, "S_ID").unwrap().to_str().unwrap(), "s_id");
+        let long = "X".repeat(NAME_BUF_BYTES + 5);
+        assert_eq!(
+            lower_key(&lua, &long).unwrap().to_str().unwrap(),
+            "x".repeat(NAME_BUF_BYTES + 5)
+        );
+    }
+}

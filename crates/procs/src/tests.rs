@@ -1,0 +1,803 @@
+//! Behaviour tests of the runtime against a fake host that records every statement it runs.
+
+use lockstep_core::{decimal, DataType, Error, ErrorKind, Result, ResultTable, Value};
+
+use crate::{CallContext, LuaConfig, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
+
+type Responder = Box<dyn FnMut(usize, &[Value]) -> Result<ResultTable>>;
+
+/// Records calls; answers each statement with `respond`.
+struct FakeHost {
+    calls: Vec<(usize, Vec<Value>)>,
+    batches: Vec<usize>,
+    respond: Responder,
+}
+
+impl FakeHost {
+    fn new(respond: impl FnMut(usize, &[Value]) -> Result<ResultTable> + 'static) -> Self {
+        FakeHost {
+            calls: Vec::new(),
+            batches: Vec::new(),
+            respond: Box::new(respond),
+        }
+    }
+    fn modified() -> Self {
+        Self::new(|_, _| Ok(ResultTable::modified(1)))
+    }
+}
+
+impl TxnHost for FakeHost {
+    fn execute(&mut self, stmt: usize, params: Vec<Value>) -> Result<ResultTable> {
+        let out = (self.respond)(stmt, &params);
+        self.calls.push((stmt, params));
+        out
+    }
+    fn execute_batch(&mut self, calls: Vec<(usize, Vec<Value>)>) -> Result<Vec<ResultTable>> {
+        self.batches.push(calls.len());
+        calls.into_iter().map(|(s, p)| self.execute(s, p)).collect()
+    }
+}
+
+/// Plans statements by numbering them in order of `sql()` calls; a statement has one
+/// parameter per `?`, all VARBINARY when the text contains `/*bin*/`; text containing
+/// `bogus` fails to plan.
+fn prepare_into(texts: &mut Vec<String>) -> impl FnMut(&str) -> Result<StmtInfo> + '_ {
+    move |text: &str| {
+        if text.contains("bogus") {
+            return Err(Error::sql("unknown column BOGUS"));
+        }
+        let ty = text.contains("/*bin*/").then_some(DataType::Varbinary);
+        texts.push(text.to_string());
+        Ok(StmtInfo {
+            id: texts.len() - 1,
+            param_types: vec![ty; text.matches('?').count()],
+        })
+    }
+}
+
+fn runtime() -> LuaRuntime {
+    LuaRuntime::new(LuaConfig::default()).unwrap()
+}
+
+fn load(rt: &mut LuaRuntime, name: &str, src: &str) -> Result<Vec<String>> {
+    let mut texts = Vec::new();
+    rt.load(
+        name,
+        &format!("procedures/{}.lua", name.to_lowercase()),
+        src,
+        &mut prepare_into(&mut texts),
+    )?;
+    Ok(texts)
+}
+
+fn ctx(txn_id: i64) -> CallContext {
+    CallContext {
+        txn_id,
+        timestamp_micros: 1_700_000_000_000_000,
+        partition: Some(3),
+    }
+}
+
+fn call(
+    rt: &mut LuaRuntime,
+    name: &str,
+    params: &[Value],
+    host: &mut FakeHost,
+) -> Result<ProcOutput> {
+    rt.call(name, params, &ctx(100), host)
+}
+
+/// Runs a body (given as the text after `return function(...)`) with no statements.
+fn run(body: &str, params: &[Value]) -> Result<ProcOutput> {
+    let mut rt = runtime();
+    load(&mut rt, "P", &format!("return function(...)\n{body}\nend"))?;
+    call(&mut rt, "P", params, &mut FakeHost::modified())
+}
+
+fn one(ty: DataType, v: Value) -> ResultTable {
+    let mut t = ResultTable::with_columns(&[("", ty)]);
+    t.push(vec![v]);
+    t
+}
+
+const UPDATE_LOCATION: &str = r#"
+local find   = sql [[SELECT s_id FROM subscriber WHERE sub_nbr = ?]]
+local update = sql [[UPDATE subscriber SET vlr_location = ? WHERE s_id = ?]]
+return function(location, sub_nbr)
+  local row = find:first(sub_nbr)
+  if not row then abort("no such subscriber") end
+  return update:exec(location, row.s_id)
+end
+"#;
+
+fn subscriber_host(found: bool) -> FakeHost {
+    FakeHost::new(move |stmt, _| {
+        Ok(match stmt {
+            0 => {
+                let mut t = ResultTable::with_columns(&[("S_ID", DataType::BigInt)]);
+                if found {
+                    t.push(vec![Value::Int(42)]);
+                }
+                t
+            }
+            _ => ResultTable::modified(1),
+        })
+    })
+}
+
+#[test]
+fn first_and_exec_run_the_planned_statements_with_converted_parameters() {
+    let mut rt = runtime();
+    let texts = load(&mut rt, "UpdateLocation", UPDATE_LOCATION).unwrap();
+    assert_eq!(texts.len(), 2);
+    let mut host = subscriber_host(true);
+    let out = call(
+        &mut rt,
+        "updatelocation",
+        &[Value::from("LOC"), Value::Int(7)],
+        &mut host,
+    )
+    .unwrap();
+    assert_eq!(out.tables, vec![ResultTable::scalar("", 1)]);
+    assert_eq!(out.app_status, -128);
+    assert_eq!(out.app_status_string, None);
+    assert_eq!(
+        host.calls,
+        vec![
+            (0, vec![Value::Int(7)]),
+            (1, vec![Value::from("LOC"), Value::Int(42)])
+        ]
+    );
+}
+
+#[test]
+fn abort_is_a_user_abort_with_exactly_the_message() {
+    let mut rt = runtime();
+    load(&mut rt, "UpdateLocation", UPDATE_LOCATION).unwrap();
+    let mut host = subscriber_host(false);
+    let err = call(
+        &mut rt,
+        "UpdateLocation",
+        &[Value::from("LOC"), Value::Int(7)],
+        &mut host,
+    )
+    .unwrap_err();
+    assert_eq!(err, Error::user_abort("no such subscriber"));
+    assert_eq!(host.calls.len(), 1);
+    // pcall cannot swallow an abort.
+    let err = run("pcall(abort, 'stop'); return 1", &[]).unwrap_err();
+    assert_eq!(err, Error::user_abort("stop"));
+}
+
+fn people() -> ResultTable {
+    let mut t =
+        ResultTable::with_columns(&[("NAME", DataType::Varchar), ("AGE", DataType::Integer)]);
+    t.push(vec![Value::from("ann"), Value::Int(31)]);
+    t.push(vec![Value::from("bob"), Value::Null]);
+    t
+}
+
+#[test]
+fn query_results_index_iterate_and_return_unchanged() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Q",
+        r#"
+local q = sql "SELECT name, age FROM people"
+return function(mode)
+  local res = q:query()
+  if mode == "return" then return res end
+  local names = {}
+  for row in res:rows() do names[#names + 1] = row.name end
+  local cols = res:columns()
+  return #res, res[1].name, res[1].age, res[2].age == nil, res[3] == nil,
+         table.concat(names, ","), table.concat(cols, ",")
+end
+"#,
+    )
+    .unwrap();
+    let mut host = FakeHost::new(|_, _| Ok(people()));
+    let out = call(&mut rt, "Q", &[Value::from("return")], &mut host).unwrap();
+    assert_eq!(out.tables, vec![people()]);
+    let out = call(&mut rt, "Q", &[Value::from("inspect")], &mut host).unwrap();
+    assert_eq!(
+        out.tables,
+        vec![
+            ResultTable::scalar("", 2),
+            one(DataType::Varchar, Value::from("ann")),
+            ResultTable::scalar("", 31),
+            one(DataType::TinyInt, Value::Int(1)),
+            one(DataType::TinyInt, Value::Int(1)),
+            one(DataType::Varchar, Value::from("ann,bob")),
+            one(DataType::Varchar, Value::from("name,age")),
+        ]
+    );
+}
+
+#[test]
+fn bind_and_batch_run_in_one_round_trip_in_order() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "B",
+        r#"
+local a = sql "SELECT ? AS x"
+local b = sql "SELECT ?, ? AS y"
+return function(as_array)
+  if as_array then
+    local rs = batch({ a:bind(1), b:bind("two", 2) })
+    return rs
+  end
+  local r1, r2 = batch(a:bind(1), b:bind("two", 2))
+  return r2, r1
+end
+"#,
+    )
+    .unwrap();
+    let mut host = FakeHost::new(|stmt, _| {
+        Ok(ResultTable::scalar(
+            if stmt == 0 { "A" } else { "B" },
+            stmt as i64,
+        ))
+    });
+    let out = call(&mut rt, "B", &[], &mut host).unwrap();
+    assert_eq!(
+        out.tables,
+        vec![ResultTable::scalar("B", 1), ResultTable::scalar("A", 0)]
+    );
+    assert_eq!(host.batches, vec![2]);
+    assert_eq!(
+        host.calls,
+        vec![
+            (0, vec![Value::Int(1)]),
+            (1, vec![Value::from("two"), Value::Int(2)])
+        ]
+    );
+    let out = call(&mut rt, "B", &[Value::Bool(true)], &mut host).unwrap();
+    assert_eq!(
+        out.tables,
+        vec![ResultTable::scalar("A", 0), ResultTable::scalar("B", 1)]
+    );
+    let err = run("return batch(1)", &[]).unwrap_err();
+    assert!(
+        err.message.contains("batch() item 1 is a integer"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn every_return_shape_becomes_the_documented_tables() {
+    assert_eq!(run("return nil", &[]).unwrap().tables, vec![]);
+    assert_eq!(run("", &[]).unwrap().tables, vec![]);
+    assert_eq!(
+        run("return 5", &[]).unwrap().tables,
+        vec![ResultTable::scalar("", 5)]
+    );
+    assert_eq!(
+        run("return 2.5", &[]).unwrap().tables,
+        vec![one(DataType::Float, Value::Float(2.5))]
+    );
+    assert_eq!(
+        run("return 'hi'", &[]).unwrap().tables,
+        vec![one(DataType::Varchar, Value::from("hi"))]
+    );
+    assert_eq!(
+        run("return false", &[]).unwrap().tables,
+        vec![one(DataType::TinyInt, Value::Int(0))]
+    );
+    assert_eq!(
+        run("return {1, 'a'}", &[]).unwrap().tables,
+        vec![
+            ResultTable::scalar("", 1),
+            one(DataType::Varchar, Value::from("a"))
+        ]
+    );
+    assert_eq!(run("return {}", &[]).unwrap().tables, vec![]);
+
+    let out = run(
+        r#"return result_table({"name", "count", "ok", "f"}, {{"a", 1, true, nil}, {"b", 2.0, false, 1}})"#,
+        &[],
+    );
+    let mut expected = ResultTable::with_columns(&[
+        ("name", DataType::Varchar),
+        ("count", DataType::BigInt),
+        ("ok", DataType::TinyInt),
+        ("f", DataType::BigInt),
+    ]);
+    expected.push(vec![
+        Value::from("a"),
+        Value::Int(1),
+        Value::Int(1),
+        Value::Null,
+    ]);
+    expected.push(vec![
+        Value::from("b"),
+        Value::Int(2),
+        Value::Int(0),
+        Value::Int(1),
+    ]);
+    assert_eq!(out.unwrap().tables, vec![expected.clone()]);
+    // The same result twice in an array comes back twice.
+    let out = run(
+        r#"local r = result_table({"name", "count", "ok", "f"}, {{"a", 1, true, nil}, {"b", 2, false, 1}}) return {r, r}"#,
+        &[],
+    );
+    assert_eq!(out.unwrap().tables, vec![expected.clone(), expected]);
+
+    for (body, what) in [
+        ("return function() end", "returned a function"),
+        ("return {a = 1}", "returned a table that is not an array"),
+        ("return {{1}}", "returned an array containing a table"),
+        ("return sql", "returned a function"),
+    ] {
+        let err = run(body, &[]).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unexpected);
+        assert!(
+            err.message.starts_with(&format!("procedure P {what}")),
+            "{body}: {}",
+            err.message
+        );
+    }
+    let err = run(r#"return result_table({"n"}, {{1}, {"x"}})"#, &[]).unwrap_err();
+    assert!(err.message.contains("procedures/p.lua:2: result_table() row 2 column 1: cannot convert VARCHAR 'x' to BIGINT"), "{}", err.message);
+}
+
+#[test]
+fn app_status_is_reported_and_reset_between_calls() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "S",
+        "return function(set) if set then set_app_status(7, 'seven') end end",
+    )
+    .unwrap();
+    let mut host = FakeHost::modified();
+    let out = call(&mut rt, "S", &[Value::Bool(true)], &mut host).unwrap();
+    assert_eq!(
+        (out.app_status, out.app_status_string),
+        (7, Some("seven".to_string()))
+    );
+    let out = call(&mut rt, "S", &[], &mut host).unwrap();
+    assert_eq!((out.app_status, out.app_status_string), (-128, None));
+    let err = run("set_app_status(200)", &[]).unwrap_err();
+    assert!(err.message.contains("procedures/p.lua:2: set_app_status(code, [text]) takes an integer code from -128 to 127"), "{}", err.message);
+}
+
+#[test]
+fn ctx_fields_and_random_are_deterministic_per_txn_id() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "C",
+        "return function() return {ctx.txn_id, ctx.timestamp, ctx.partition or -1, ctx.random(1, 1000000), ctx.random(1, 1000000), ctx.random()} end",
+    )
+    .unwrap();
+    let mut host = FakeHost::modified();
+    let a = rt.call("C", &[], &ctx(100), &mut host).unwrap().tables;
+    let b = rt.call("C", &[], &ctx(100), &mut host).unwrap().tables;
+    let c = rt
+        .call(
+            "C",
+            &[],
+            &CallContext {
+                txn_id: 101,
+                timestamp_micros: 5,
+                partition: None,
+            },
+            &mut host,
+        )
+        .unwrap()
+        .tables;
+    assert_eq!(a, b);
+    assert_eq!(a[0], ResultTable::scalar("", 100));
+    assert_eq!(a[1], ResultTable::scalar("", 1_700_000_000_000_000));
+    assert_eq!(a[2], ResultTable::scalar("", 3));
+    assert_eq!(c[0], ResultTable::scalar("", 101));
+    assert_eq!(c[1], ResultTable::scalar("", 5));
+    assert_eq!(c[2], ResultTable::scalar("", -1));
+    assert_ne!(a[3..], c[3..]);
+    // The values are exactly splitmix64 seeded with the txn id.
+    let mut s = crate::rng::seed(100);
+    let r1 = crate::rng::next_in_range(&mut s, 1, 1_000_000);
+    let r2 = crate::rng::next_in_range(&mut s, 1, 1_000_000);
+    let f = crate::rng::next_f64(&mut s);
+    assert_eq!(
+        a[3..],
+        [
+            ResultTable::scalar("", r1),
+            ResultTable::scalar("", r2),
+            one(DataType::Float, Value::Float(f))
+        ]
+    );
+    let err = run("ctx.random(5, 1)", &[]).unwrap_err();
+    assert!(
+        err.message.contains("ctx.random() takes"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn the_sandbox_forbids_io_os_debug_loading_and_gc_control() {
+    for (code, needle) in [
+        ("io.write('x')", "global 'io'"),
+        ("os.time()", "global 'os'"),
+        ("debug.getinfo(1)", "global 'debug'"),
+        ("require('x')", "global 'require'"),
+        ("dofile('x')", "global 'dofile'"),
+        ("loadfile('x')", "global 'loadfile'"),
+        ("collectgarbage('stop')", "global 'collectgarbage'"),
+        ("string.dump(print)", "field 'dump'"),
+        ("('').dump(print)", "field 'dump'"),
+        ("rawset({}, 1, 1)", "global 'rawset'"),
+        ("coroutine.create(print)", "global 'coroutine'"),
+        ("package.loaded.x = 1", "global 'package'"),
+        (
+            "math.random(1, 2)",
+            "math.random is not available in procedures: use ctx.random()",
+        ),
+        ("math.randomseed(1)", "math.random is not available"),
+        ("assert(load('\\27Lua'))", "attempt to load a binary chunk"),
+        (
+            "return getmetatable('').__index",
+            "attempt to index a boolean value",
+        ),
+    ] {
+        let err = run(code, &[]).expect_err(code);
+        assert_eq!(err.kind, ErrorKind::Unexpected, "{code}");
+        assert!(err.message.contains(needle), "{code}: {}", err.message);
+    }
+    // What is allowed works, and print writes nothing anywhere.
+    let out = run("print('hello'); return load('return 1 + ...')(41) .. string.upper('x') .. math.floor(2.5) .. utf8.char(65) .. #table.pack(1, 2)", &[]);
+    assert_eq!(
+        out.unwrap().tables,
+        vec![one(DataType::Varchar, Value::from("42X2A2"))]
+    );
+    // Chunks made by load() cannot write globals either.
+    let err = run("load('y = 1')()", &[]).unwrap_err();
+    assert!(
+        err.message.contains("cannot set global 'y'"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn globals_and_libraries_cannot_be_changed() {
+    for (code, needle) in [
+        ("x = 1", "procedures/p.lua:2: cannot set global 'x': procedures cannot create or change global variables"),
+        ("abort = nil", "cannot set global 'abort'"),
+        ("_G.x = 1", "cannot change _G.x: it is read-only"),
+        ("string.upper = nil", "cannot change string.upper"),
+        ("math.pi = 3", "cannot change math.pi"),
+        ("ctx.txn_id = 3", "cannot change ctx.txn_id"),
+        ("setmetatable(_ENV, {})", "cannot change a protected metatable"),
+        ("setmetatable(string, {})", "cannot change a protected metatable"),
+    ] {
+        let err = run(code, &[]).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unexpected, "{code}");
+        assert!(err.message.contains(needle), "{code}: {}", err.message);
+    }
+    // Module level too: the load fails.
+    let mut rt = runtime();
+    let err = load(&mut rt, "G", "counter = 0\nreturn function() end").unwrap_err();
+    assert!(
+        err.message
+            .starts_with("procedure G: procedures/g.lua:1: cannot set global 'counter'"),
+        "{}",
+        err.message
+    );
+    assert!(!rt.has("G"));
+    // Reading through the read-only views still works, pairs() included.
+    let out = run("local n = 0 for k in pairs(math) do n = n + 1 end return n > 20 and #_G == 0 and _G.math == math", &[]);
+    assert_eq!(
+        out.unwrap().tables,
+        vec![one(DataType::TinyInt, Value::Int(1))]
+    );
+}
+
+#[test]
+fn the_instruction_budget_stops_runaway_loops_even_under_pcall() {
+    let config = LuaConfig {
+        instruction_budget: 1_000_000,
+        ..LuaConfig::default()
+    };
+    let mut rt = LuaRuntime::new(config).unwrap();
+    let mut texts = Vec::new();
+    rt.load("Spin", "spin.lua", "return function(mode)\n if mode == 1 then while true do end end\n while true do pcall(function() while true do end end) end\nend", &mut prepare_into(&mut texts)).unwrap();
+    let mut host = FakeHost::modified();
+    for mode in [1, 2] {
+        let err = rt
+            .call("Spin", &[Value::Int(mode)], &ctx(1), &mut host)
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Graceful);
+        assert!(
+            err.message.starts_with(
+                "procedure Spin exceeded its instruction budget of 1000000 instructions"
+            ),
+            "{}",
+            err.message
+        );
+    }
+    // A module chunk that never returns is stopped too, and the budget is per call.
+    let err = rt
+        .load(
+            "Hang",
+            "hang.lua",
+            "while true do end",
+            &mut prepare_into(&mut texts),
+        )
+        .unwrap_err();
+    assert!(
+        err.message
+            .starts_with("procedure Hang exceeded its instruction budget"),
+        "{}",
+        err.message
+    );
+    rt.load(
+        "Sum",
+        "sum.lua",
+        "return function() local s = 0 for i = 1, 10000 do s = s + i end return s end",
+        &mut prepare_into(&mut texts),
+    )
+    .unwrap();
+    for _ in 0..200 {
+        assert_eq!(
+            rt.call("Sum", &[], &ctx(1), &mut host).unwrap().tables,
+            vec![ResultTable::scalar("", 50_005_000)]
+        );
+    }
+}
+
+#[test]
+fn the_memory_limit_stops_a_procedure_that_grows_without_end() {
+    let config = LuaConfig {
+        memory_limit_bytes: 16 * 1024 * 1024,
+        ..LuaConfig::default()
+    };
+    let mut rt = LuaRuntime::new(config).unwrap();
+    let mut texts = Vec::new();
+    rt.load("Grow", "grow.lua", "return function(catch)\n local t = {}\n local function grow() for i = 1, 1e8 do t[i] = tostring(i) end end\n if catch then pcall(grow) return 1 end\n grow()\nend", &mut prepare_into(&mut texts)).unwrap();
+    let mut host = FakeHost::modified();
+    for catch in [false, true] {
+        let err = rt
+            .call("Grow", &[Value::Bool(catch)], &ctx(1), &mut host)
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Graceful);
+        assert!(
+            err.message
+                .starts_with("procedure Grow ran out of Lua memory (the limit is 16777216 bytes"),
+            "{}",
+            err.message
+        );
+    }
+    // The runtime keeps working afterwards.
+    rt.load(
+        "Ok",
+        "ok.lua",
+        "return function() return 1 end",
+        &mut prepare_into(&mut texts),
+    )
+    .unwrap();
+    assert_eq!(
+        rt.call("Ok", &[], &ctx(1), &mut host).unwrap().tables,
+        vec![ResultTable::scalar("", 1)]
+    );
+}
+
+#[test]
+fn errors_name_the_procedure_the_file_and_the_line() {
+    let mut rt = runtime();
+    load(&mut rt, "Vote", "local ins = sql 'INSERT INTO votes VALUES (?)'\nreturn function(t)\n  if t then return ins:exec(1) end\n  local x = nil\n  return x.field\nend").unwrap();
+    let mut host = FakeHost::new(|_, _| Err(Error::constraint("duplicate key in VOTES")));
+    let err = call(&mut rt, "Vote", &[], &mut host).unwrap_err();
+    assert_eq!(
+        err,
+        Error::unexpected(
+            "procedure Vote: procedures/vote.lua:5: attempt to index a nil value (local 'x')"
+        )
+    );
+    // A failed statement keeps its kind, gets the location, and pcall cannot hide it.
+    let err = call(&mut rt, "Vote", &[Value::Bool(true)], &mut host).unwrap_err();
+    assert_eq!(
+        err,
+        Error::constraint("procedure Vote: procedures/vote.lua:3: duplicate key in VOTES")
+    );
+    // Planning errors abort the load with the same prefix.
+    let err = load(
+        &mut rt,
+        "Bad",
+        "local ok = sql 'SELECT 1'\nlocal q = sql 'SELECT bogus FROM t'\nreturn function() end",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        Error::sql("procedure Bad: procedures/bad.lua:2: unknown column BOGUS")
+    );
+    // Syntax errors name the file and line.
+    let err = load(&mut rt, "Syn", "return function(\n  x +\nend").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Graceful);
+    assert_eq!(
+        err.message,
+        "procedure Syn: procedures/syn.lua:2: ')' expected near '+'"
+    );
+    // error() with a message keeps its location too.
+    let err = run("error('boom')", &[]).unwrap_err();
+    assert_eq!(
+        err,
+        Error::unexpected("procedure P: procedures/p.lua:2: boom")
+    );
+    // A chunk that does not return the body is refused.
+    let err = load(&mut rt, "NoBody", "local x = 1").unwrap_err();
+    assert!(
+        err.message
+            .contains("must end with `return function(...) ... end`"),
+        "{}",
+        err.message
+    );
+    let err = rt.call("Missing", &[], &ctx(1), &mut host).unwrap_err();
+    assert_eq!(err, Error::unexpected("procedure Missing is not loaded"));
+}
+
+#[test]
+fn sql_only_at_load_time_and_statements_only_in_the_body() {
+    let err = run("return sql('SELECT 1')", &[]).unwrap_err();
+    assert!(
+        err.message
+            .contains("procedures/p.lua:2: sql() can only be called while the module loads"),
+        "{}",
+        err.message
+    );
+    let mut rt = runtime();
+    let err = load(
+        &mut rt,
+        "Early",
+        "local q = sql 'SELECT 1'\nq:exec()\nreturn function() end",
+    )
+    .unwrap_err();
+    assert!(err.message.contains("procedure Early: procedures/early.lua:2: statements run only inside the procedure body"), "{}", err.message);
+}
+
+#[test]
+fn parameters_convert_both_ways() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Conv",
+        r#"
+local put = sql "INSERT INTO t VALUES (?, ?, ?, ?, ?)"
+local bin = sql "INSERT INTO b VALUES (?) /*bin*/"
+return function(d, b, ts, n, arr, missing)
+  put:exec(d, ts, n == nil, arr, 1.5)
+  bin:exec(b)
+  return {type(d), d, #b, math.type(ts), #arr, arr[2], missing == nil}
+end
+"#,
+    )
+    .unwrap();
+    let dec = decimal::parse("12.345").unwrap();
+    let mut host = FakeHost::modified();
+    let params = [
+        Value::Decimal(dec),
+        Value::Bytes(vec![0, 1, 255]),
+        Value::Timestamp(77),
+        Value::Null,
+        Value::Array(vec![Value::Int(5), Value::Int(6)]),
+    ];
+    let out = call(&mut rt, "Conv", &params, &mut host).unwrap();
+    assert_eq!(
+        out.tables,
+        vec![
+            one(DataType::Varchar, Value::from("string")),
+            one(DataType::Varchar, Value::Str(decimal::format(dec))),
+            ResultTable::scalar("", 3),
+            one(DataType::Varchar, Value::from("integer")),
+            ResultTable::scalar("", 2),
+            ResultTable::scalar("", 6),
+            one(DataType::TinyInt, Value::Int(1)),
+        ]
+    );
+    let put = vec![
+        Value::Str(decimal::format(dec)),
+        Value::Int(77),
+        Value::Bool(true),
+        Value::Array(vec![Value::Int(5), Value::Int(6)]),
+        Value::Float(1.5),
+    ];
+    assert_eq!(
+        host.calls,
+        vec![(0, put), (1, vec![Value::Bytes(vec![0, 1, 255])])]
+    );
+
+    // Raw bytes into a text parameter, a function, the wrong count: clear errors.
+    for (args, needle) in [
+        (
+            "'\\255'",
+            "parameter 1 is a string that is not valid UTF-8 text",
+        ),
+        ("print", "parameter 1 is a function"),
+        ("{{1}}", "parameter 1 is an array of arrays"),
+        ("1, 2", "takes 1 parameters but was given 2"),
+    ] {
+        let mut rt = runtime();
+        load(
+            &mut rt,
+            "E",
+            &format!("local q = sql 'SELECT ?'\nreturn function()\n  return q:exec({args})\nend"),
+        )
+        .unwrap();
+        let err = call(&mut rt, "E", &[], &mut FakeHost::modified()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unexpected);
+        assert!(
+            err.message.starts_with("procedure E: procedures/e.lua:3: "),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains(needle), "{args}: {}", err.message);
+    }
+}
+
+#[test]
+fn missing_and_extra_arguments_follow_lua_rules() {
+    let out = run(
+        "local a, b = ...; return {a, b == nil, select('#', ...)}",
+        &[Value::Int(1)],
+    )
+    .unwrap();
+    assert_eq!(
+        out.tables,
+        vec![
+            ResultTable::scalar("", 1),
+            one(DataType::TinyInt, Value::Int(1)),
+            ResultTable::scalar("", 1)
+        ]
+    );
+}
+
+#[test]
+fn reload_replaces_the_procedure_and_names_ignore_case() {
+    let mut rt = runtime();
+    load(&mut rt, "Version", "return function() return 1 end").unwrap();
+    let mut host = FakeHost::modified();
+    assert_eq!(
+        call(&mut rt, "VERSION", &[], &mut host).unwrap().tables,
+        vec![ResultTable::scalar("", 1)]
+    );
+    load(&mut rt, "version", "return function() return 2 end").unwrap();
+    assert_eq!(
+        call(&mut rt, "Version", &[], &mut host).unwrap().tables,
+        vec![ResultTable::scalar("", 2)]
+    );
+    // A failed reload keeps the old version.
+    assert!(load(&mut rt, "Version", "return function(").is_err());
+    assert_eq!(
+        call(&mut rt, "Version", &[], &mut host).unwrap().tables,
+        vec![ResultTable::scalar("", 2)]
+    );
+    assert!(rt.has("vErSiOn"));
+    rt.unload("VERSION");
+    assert!(!rt.has("Version"));
+}
+
+#[test]
+fn procedures_do_not_share_environments() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "A",
+        "local secret = 'a'\nreturn function() return rawget(_ENV, 'secret') == nil and secret end",
+    )
+    .unwrap();
+    load(&mut rt, "B", "return function() return secret == nil end").unwrap();
+    let mut host = FakeHost::modified();
+    assert_eq!(
+        call(&mut rt, "A", &[], &mut host).unwrap().tables,
+        vec![one(DataType::Varchar, Value::from("a"))]
+    );
+    assert_eq!(
+        call(&mut rt, "B", &[], &mut host).unwrap().tables,
+        vec![one(DataType::TinyInt, Value::Int(1))]
+    );
+}
