@@ -1,0 +1,211 @@
+//! One logged-in connection: a writer task that batches frames into few writes and a reader
+//! task that hands each response to the call waiting for its handle.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use lockstep_wire::{
+    decode_frame, decode_login_response, decode_response, encode_login_request, HashScheme,
+    LoginRequest, LoginResponse, LoginSuccess, Response,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::ClientError;
+use crate::sha256::sha256;
+
+/// How long connecting plus login may take.
+pub const LOGIN_TIMEOUT_MS: u64 = 30_000;
+/// Largest login response we read (it is 34 bytes plus a build string).
+const LOGIN_RESPONSE_MAX_BYTES: usize = 64 * 1024;
+/// Frames gathered into one socket write, at most this many bytes (one syscall, many calls).
+const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+type Reply = oneshot::Sender<Result<Response, ClientError>>;
+
+/// Calls waiting for an answer, by handle; once the connection dies, the reason.
+#[derive(Default)]
+struct Pending {
+    calls: HashMap<i64, Reply>,
+    closed: Option<ClientError>,
+}
+
+/// A live connection to one server.
+pub struct Connection {
+    /// The server's host id from the login answer (ties the connection to TOPO rows).
+    pub login: LoginSuccess,
+    frames: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Arc<Mutex<Pending>>,
+}
+
+impl Connection {
+    /// Connects and logs in with a SHA-256 digest of the password.
+    pub async fn open(
+        addr: &str,
+        username: &str,
+        password: &str,
+    ) -> Result<Connection, ClientError> {
+        let login = async {
+            let mut stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let login = login(&mut stream, username, password).await?;
+            Ok::<_, ClientError>((stream, login))
+        };
+        let (stream, login) = tokio::time::timeout(Duration::from_millis(LOGIN_TIMEOUT_MS), login)
+            .await
+            .map_err(|_| ClientError::Io(format!("connecting to {addr} timed out")))??;
+        let (read, write) = stream.into_split();
+        let pending = Arc::new(Mutex::new(Pending::default()));
+        let (frames, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_loop(write, rx, pending.clone()));
+        tokio::spawn(read_loop(read, pending.clone()));
+        Ok(Connection {
+            login,
+            frames,
+            pending,
+        })
+    }
+
+    /// Whether the connection is still usable.
+    pub fn is_open(&self) -> bool {
+        lock(&self.pending).closed.is_none()
+    }
+
+    /// Registers the call under `handle` and queues its encoded frame; the receiver gets the
+    /// response, or the error that closed the connection.
+    pub fn send(
+        &self,
+        handle: i64,
+        frame: Vec<u8>,
+    ) -> Result<oneshot::Receiver<Result<Response, ClientError>>, ClientError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = lock(&self.pending);
+            if let Some(e) = &p.closed {
+                return Err(e.clone());
+            }
+            p.calls.insert(handle, tx);
+        }
+        if self.frames.send(frame).is_err() {
+            lock(&self.pending).calls.remove(&handle);
+            return Err(ClientError::ConnectionLost(
+                "the connection's writer has stopped".into(),
+            ));
+        }
+        Ok(rx)
+    }
+}
+
+/// The pending map is only held for a few instructions and never across an await; a panic
+/// while holding it would be a bug in this file, so a poisoned lock is still usable.
+fn lock(p: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Fails every waiting call with `err` and refuses new ones.
+fn close(pending: &Mutex<Pending>, err: ClientError) {
+    let calls = {
+        let mut p = lock(pending);
+        if p.closed.is_none() {
+            p.closed = Some(err.clone());
+        }
+        std::mem::take(&mut p.calls)
+    };
+    for (_, reply) in calls {
+        let _ = reply.send(Err(err.clone()));
+    }
+}
+
+async fn login(
+    stream: &mut TcpStream,
+    username: &str,
+    password: &str,
+) -> Result<LoginSuccess, ClientError> {
+    let req = LoginRequest {
+        version: 1,
+        scheme: HashScheme::Sha256,
+        service: "database".into(),
+        username: username.into(),
+        digest: sha256(password.as_bytes()).to_vec(),
+    };
+    let mut out = Vec::new();
+    encode_login_request(&req, &mut out);
+    stream.write_all(&out).await?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await?;
+    let len = i32::from_be_bytes(len);
+    if len < 1 || len as usize > LOGIN_RESPONSE_MAX_BYTES {
+        return Err(ClientError::Protocol(format!(
+            "login response length {len} is out of range"
+        )));
+    }
+    let mut payload = vec![0u8; len as usize];
+    stream.read_exact(&mut payload).await?;
+    match decode_login_response(&payload).map_err(|e| ClientError::Protocol(e.message))? {
+        LoginResponse::Success(s) => Ok(s),
+        LoginResponse::Failure(code) => Err(ClientError::Login(code.describe().to_string())),
+    }
+}
+
+/// Writes queued frames, gathering whatever is already queued into one write.
+async fn write_loop(
+    mut write: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    pending: Arc<Mutex<Pending>>,
+) {
+    let mut batch = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
+    while let Some(first) = rx.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < WRITE_BATCH_MAX_BYTES {
+            match rx.try_recv() {
+                Ok(frame) => batch.extend_from_slice(&frame),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = write.write_all(&batch).await {
+            close(
+                &pending,
+                ClientError::ConnectionLost(format!("write failed: {e}")),
+            );
+            return;
+        }
+    }
+    // Every sender is gone: the client was dropped. Closing our half lets the server hang up.
+    let _ = write.shutdown().await;
+}
+
+/// Reads responses and completes the matching calls; on EOF or a bad frame fails them all.
+async fn read_loop(mut read: OwnedReadHalf, pending: Arc<Mutex<Pending>>) {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let err = loop {
+        match decode_frame(&mut buf) {
+            Ok(Some(frame)) => {
+                let resp = match decode_response(&frame) {
+                    Ok(r) => r,
+                    Err(e) => break ClientError::Protocol(e.message),
+                };
+                // Unknown handles (server pushes, answers to abandoned calls) are dropped.
+                if let Some(reply) = lock(&pending).calls.remove(&resp.handle) {
+                    let _ = reply.send(Ok(resp));
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => break ClientError::Protocol(e.message),
+        }
+        buf.reserve(READ_CHUNK_BYTES);
+        match read.read_buf(&mut buf).await {
+            Ok(0) => break ClientError::ConnectionLost("the server closed the connection".into()),
+            Ok(_) => {}
+            Err(e) => break ClientError::ConnectionLost(format!("read failed: {e}")),
+        }
+    };
+    close(&pending, err);
+}

@@ -1,0 +1,336 @@
+//! Client tests against the mock server: pipelining, the window, connection loss, routing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockstep_core::{DataType, HashRing, ResultTable, Value};
+use lockstep_wire::response::status;
+use lockstep_wire::{Invocation, Response};
+
+use crate::mock::{self, Auto, MockConn};
+use crate::{Client, ClientConfig, ClientError};
+
+async fn connect(auto: Auto, max_in_flight: usize) -> (Client, MockConn) {
+    let (addr, mut conns) = mock::start(auto).await;
+    let client = Client::connect(
+        &addr,
+        ClientConfig {
+            max_in_flight,
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let conn = conns.recv().await.unwrap();
+    (client, conn)
+}
+
+fn echo(inv: &Invocation) -> Response {
+    let mut t = ResultTable::with_columns(&[("V", DataType::BigInt)]);
+    t.push(vec![inv.params[0].clone()]);
+    Response::success(inv.handle, vec![t])
+}
+
+fn spawn_call(client: &Client, v: i64) -> tokio::task::JoinHandle<Result<Response, ClientError>> {
+    let c = client.clone();
+    tokio::spawn(async move { c.call("P", vec![Value::Int(v)]).await })
+}
+
+#[tokio::test]
+async fn pipelined_calls_match_out_of_order_answers_by_handle() {
+    let (client, mut conn) = connect(mock::no_system_procs(), 100).await;
+    let calls: Vec<_> = (0..5).map(|v| spawn_call(&client, v)).collect();
+    let mut received = Vec::new();
+    for _ in 0..5 {
+        received.push(conn.calls.recv().await.unwrap());
+    }
+    for inv in received.iter().rev() {
+        conn.replies.send(echo(inv)).unwrap();
+    }
+    for (v, call) in calls.into_iter().enumerate() {
+        let resp = call.await.unwrap().unwrap();
+        assert_eq!(resp.tables[0].rows, vec![vec![Value::Int(v as i64)]]);
+    }
+    assert_eq!(client.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn failure_status_is_still_a_response() {
+    let (client, _conn) = connect(mock::no_system_procs(), 10).await;
+    let resp = client.call("@Nope", vec![]).await.unwrap();
+    assert_eq!(resp.status, status::UNEXPECTED_FAILURE);
+    assert_eq!(
+        resp.status_string.as_deref(),
+        Some("Procedure @Nope was not found")
+    );
+}
+
+#[tokio::test]
+async fn the_window_bounds_calls_in_flight() {
+    let (client, mut conn) = connect(mock::no_system_procs(), 2).await;
+    let calls: Vec<_> = (0..3).map(|v| spawn_call(&client, v)).collect();
+    let first = conn.calls.recv().await.unwrap();
+    let second = conn.calls.recv().await.unwrap();
+    // Give a third call every chance to get out; it must not, while two are unanswered.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        conn.calls.try_recv().is_err(),
+        "a third call was sent past the window"
+    );
+    assert_eq!(client.in_flight(), 2);
+    conn.replies.send(echo(&first)).unwrap();
+    let third = conn.calls.recv().await.unwrap();
+    conn.replies.send(echo(&second)).unwrap();
+    conn.replies.send(echo(&third)).unwrap();
+    let mut got = Vec::new();
+    for call in calls {
+        got.push(call.await.unwrap().unwrap().tables[0].rows[0][0].clone());
+    }
+    got.sort();
+    assert_eq!(got, vec![Value::Int(0), Value::Int(1), Value::Int(2)]);
+}
+
+#[tokio::test]
+async fn an_unanswered_call_times_out_and_frees_its_slot() {
+    let (client, mut conn) = connect(mock::no_system_procs(), 1).await;
+    let err = client
+        .call_with_timeout("P", vec![Value::Int(1)], Duration::from_millis(20))
+        .await
+        .unwrap_err();
+    assert_eq!(err, ClientError::Timeout(20));
+    assert_eq!(client.in_flight(), 0);
+    let late = conn.calls.recv().await.unwrap();
+    conn.replies.send(echo(&late)).unwrap();
+    // The late answer is dropped; the next call gets its own.
+    let call = spawn_call(&client, 2);
+    let inv = conn.calls.recv().await.unwrap();
+    conn.replies.send(echo(&inv)).unwrap();
+    assert_eq!(
+        call.await.unwrap().unwrap().tables[0].rows[0][0],
+        Value::Int(2)
+    );
+}
+
+#[tokio::test]
+async fn losing_the_connection_fails_every_pending_call() {
+    let (client, mut conn) = connect(mock::no_system_procs(), 10).await;
+    let calls: Vec<_> = (0..2).map(|v| spawn_call(&client, v)).collect();
+    conn.calls.recv().await.unwrap();
+    conn.calls.recv().await.unwrap();
+    drop(conn);
+    for call in calls {
+        assert!(matches!(
+            call.await.unwrap(),
+            Err(ClientError::ConnectionLost(_))
+        ));
+    }
+    assert!(matches!(
+        client.call("P", vec![Value::Int(1)]).await,
+        Err(ClientError::ConnectionLost(_))
+    ));
+    assert_eq!(client.in_flight(), 0);
+}
+
+fn procedures_table() -> ResultTable {
+    let mut t = ResultTable::with_columns(&[
+        ("PROCEDURE_CAT", DataType::Varchar),
+        ("PROCEDURE_SCHEM", DataType::Varchar),
+        ("PROCEDURE_NAME", DataType::Varchar),
+        ("RESERVED1", DataType::Varchar),
+        ("RESERVED2", DataType::Varchar),
+        ("RESERVED3", DataType::Varchar),
+        ("REMARKS", DataType::Varchar),
+        ("PROCEDURE_TYPE", DataType::SmallInt),
+        ("SPECIFIC_NAME", DataType::Varchar),
+    ]);
+    let row = |name: &str, remarks: &str| {
+        vec![
+            Value::Null,
+            Value::Null,
+            Value::from(name),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::from(remarks),
+            Value::Int(1),
+            Value::from(name),
+        ]
+    };
+    t.push(row("Sp", r#"{"readOnly":false,"singlePartition":true,"partitionParameter":1,"partitionParameterType":6}"#));
+    t.push(row("ByName", r#"{"readOnly":true,"singlePartition":true,"partitionParameter":0,"partitionParameterType":9}"#));
+    t.push(row("Mp", r#"{"readOnly":false,"singlePartition":false}"#));
+    t
+}
+
+/// A one-host, four-partition server that answers the topology calls and @GetPartitionKeys,
+/// and echoes where an all-partition call ran.
+fn cluster_of_four() -> Auto {
+    let ring = HashRing::new(4);
+    Arc::new(move |inv: &Invocation| match inv.procedure.as_str() {
+        "@Statistics" => {
+            let mut topo = ResultTable::with_columns(&[
+                ("Partition", DataType::Integer),
+                ("Sites", DataType::Varchar),
+                ("Leader", DataType::Varchar),
+            ]);
+            for p in 0..4 {
+                topo.push(vec![
+                    Value::Int(p),
+                    Value::from(format!("0:{p}")),
+                    Value::from(format!("0:{p}")),
+                ]);
+            }
+            topo.push(vec![
+                Value::Int(16383),
+                Value::from("0:4"),
+                Value::from("0:4"),
+            ]);
+            let mut hash = ResultTable::with_columns(&[
+                ("HASHTYPE", DataType::Varchar),
+                ("HASHCONFIG", DataType::Varbinary),
+            ]);
+            hash.push(vec![
+                Value::from("ELASTIC"),
+                Value::Bytes(ring.config_bytes()),
+            ]);
+            Some(Response::success(0, vec![topo, hash]))
+        }
+        "@SystemCatalog" => Some(Response::success(0, vec![procedures_table()])),
+        "@GetPartitionKeys" => {
+            let mut t = ResultTable::with_columns(&[
+                ("PARTITION_ID", DataType::Integer),
+                ("PARTITION_KEY", DataType::Integer),
+            ]);
+            for (p, k) in ring.partition_keys() {
+                t.push(vec![Value::Int(p as i64), Value::Int(k)]);
+            }
+            Some(Response::success(0, vec![t]))
+        }
+        "Everywhere" => {
+            let mut t = ResultTable::with_columns(&[
+                ("PARTITION", DataType::Integer),
+                ("KEY", DataType::BigInt),
+                ("ARG", DataType::Varchar),
+            ]);
+            let dest = inv.partition_destination.map(|p| p as i64).unwrap_or(-1);
+            let all = if inv.all_partition { "all" } else { "one" };
+            t.push(vec![
+                Value::Int(dest),
+                inv.params[0].clone(),
+                Value::from(format!("{all} {}", inv.params[1])),
+            ]);
+            Some(Response::success(0, vec![t]))
+        }
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn routing_follows_the_topology_answer() {
+    let (client, _conn) = connect(cluster_of_four(), 10).await;
+    let ring = HashRing::new(4);
+    for k in [0i64, 1, 42, 1_000_000, -7] {
+        let expected = ring.partition_for(&Value::Int(k));
+        assert_eq!(
+            client.partition_for_call("Sp", &[Value::from("x"), Value::Int(k)]),
+            Some(expected)
+        );
+        // A string argument for a BIGINT column is parsed first, as the server does.
+        assert_eq!(
+            client.partition_for_call("Sp", &[Value::Null, Value::from(k.to_string())]),
+            Some(expected)
+        );
+    }
+    assert_eq!(
+        client.partition_for_call("ByName", &[Value::from("hello")]),
+        Some(ring.partition_for(&Value::from("hello")))
+    );
+    assert_eq!(
+        client.partition_for_call("Sp", &[Value::Int(1), Value::Null]),
+        Some(0)
+    );
+    assert_eq!(
+        client.partition_for_call("Sp", &[Value::Int(1)]),
+        None,
+        "too few arguments"
+    );
+    assert_eq!(client.partition_for_call("Mp", &[Value::Int(1)]), None);
+    assert_eq!(client.partition_for_call("Unknown", &[Value::Int(1)]), None);
+}
+
+#[tokio::test]
+async fn without_system_procedures_routing_is_off_but_calls_work() {
+    let (client, mut conn) = connect(mock::no_system_procs(), 10).await;
+    assert_eq!(
+        client.partition_for_call("Sp", &[Value::Int(1), Value::Int(2)]),
+        None
+    );
+    let call = spawn_call(&client, 9);
+    let inv = conn.calls.recv().await.unwrap();
+    conn.replies.send(echo(&inv)).unwrap();
+    assert_eq!(
+        call.await.unwrap().unwrap().tables[0].rows[0][0],
+        Value::Int(9)
+    );
+}
+
+#[tokio::test]
+async fn call_all_partitions_runs_once_per_partition() {
+    let (client, _conn) = connect(cluster_of_four(), 3).await;
+    let resps = client
+        .call_all_partitions("Everywhere", vec![Value::from("arg")])
+        .await
+        .unwrap();
+    let keys = HashRing::new(4).partition_keys();
+    assert_eq!(resps.len(), 4);
+    for (resp, (p, k)) in resps.iter().zip(keys) {
+        assert_eq!(
+            resp.tables[0].rows,
+            vec![vec![
+                Value::Int(p as i64),
+                Value::Int(k),
+                Value::from("all arg")
+            ]]
+        );
+    }
+}
+
+#[tokio::test]
+async fn call_all_partitions_reports_a_failed_key_lookup() {
+    let (client, _conn) = connect(mock::no_system_procs(), 3).await;
+    let err = client
+        .call_all_partitions("Everywhere", vec![])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ClientError::Failed(
+            "@GetPartitionKeys failed: Procedure @GetPartitionKeys was not found".into()
+        )
+    );
+}
+
+#[tokio::test]
+async fn unencodable_parameters_are_refused_before_sending() {
+    let (client, _conn) = connect(mock::no_system_procs(), 3).await;
+    let err = client
+        .call(
+            "P",
+            vec![Value::Array(vec![Value::Int(1), Value::from("a")])],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::InvalidCall(_)), "{err:?}");
+    assert_eq!(client.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn connecting_to_nothing_is_an_io_error() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    assert!(matches!(
+        Client::connect(&addr, ClientConfig::default()).await,
+        Err(ClientError::Io(_))
+    ));
+}

@@ -1,0 +1,293 @@
+//! Parameter sets (§1.4): int16 count, then type code + value per parameter, with arrays.
+
+use lockstep_core::{Error, Result, Value};
+
+use crate::codec::{malformed, put_i16, put_i32, put_i8, Reader};
+use crate::scalar;
+use crate::types::{self, WireType};
+
+/// Most parameters in one call (the int16 count's range).
+pub const PARAM_COUNT_MAX: usize = 32767;
+/// Most elements in one array parameter (int16 count) — byte arrays are bounded by the frame.
+pub const ARRAY_COUNT_MAX: usize = 32767;
+
+fn unsupported(code: WireType) -> Error {
+    Error::graceful(format!(
+        "{} parameters are not supported",
+        types::name(code)
+    ))
+}
+
+/// Reads a parameter set into values, with each parameter's wire type code (ARRAY for arrays).
+pub fn decode_params_typed(r: &mut Reader) -> Result<(Vec<Value>, Vec<WireType>)> {
+    let count = r.i16("parameter count")?;
+    if count < 0 {
+        return Err(malformed(format!("negative parameter count {count}")));
+    }
+    let count = count as usize;
+    // Every parameter takes at least its type byte, so the remaining bytes bound the count.
+    let mut values = Vec::with_capacity(count.min(r.remaining()));
+    let mut codes = Vec::with_capacity(count.min(r.remaining()));
+    for i in 0..count {
+        let code = r.i8("parameter type")?;
+        let v = decode_param(r, code, i)?;
+        values.push(v);
+        codes.push(code);
+    }
+    Ok((values, codes))
+}
+
+/// Reads a parameter set into values.
+pub fn decode_params(r: &mut Reader) -> Result<Vec<Value>> {
+    decode_params_typed(r).map(|(v, _)| v)
+}
+
+fn decode_param(r: &mut Reader, code: WireType, index: usize) -> Result<Value> {
+    let what = format!("parameter {}", index + 1);
+    match code {
+        types::NULL => Ok(Value::Null),
+        types::ARRAY => decode_array(r, &what),
+        types::VOLTTABLE | types::GEOGRAPHY | types::GEOGRAPHY_POINT => Err(unsupported(code)),
+        types::TINYINT
+        | types::SMALLINT
+        | types::INTEGER
+        | types::BIGINT
+        | types::FLOAT
+        | types::STRING
+        | types::TIMESTAMP
+        | types::DECIMAL
+        | types::BOOLEAN
+        | types::VARBINARY => scalar::read(r, code, &what),
+        other => Err(malformed(format!("{what} has unknown type code {other}"))),
+    }
+}
+
+fn decode_array(r: &mut Reader, what: &str) -> Result<Value> {
+    let elem = r.i8("array element type")?;
+    match elem {
+        // Byte arrays are a plain int32-length byte string.
+        types::TINYINT => {
+            let n = r.i32("byte array length")?;
+            if n < 0 {
+                return Err(malformed(format!("{what}: negative byte array length {n}")));
+            }
+            Ok(Value::Bytes(r.bytes(n as usize, what)?.to_vec()))
+        }
+        types::SMALLINT
+        | types::INTEGER
+        | types::BIGINT
+        | types::FLOAT
+        | types::STRING
+        | types::TIMESTAMP
+        | types::DECIMAL
+        | types::VARBINARY => {
+            let n = r.i16("array length")?;
+            if n < 0 {
+                return Err(malformed(format!("{what}: negative array length {n}")));
+            }
+            let n = n as usize;
+            let mut out = Vec::with_capacity(n.min(r.remaining()));
+            for _ in 0..n {
+                out.push(scalar::read(r, elem, what)?);
+            }
+            Ok(Value::Array(out))
+        }
+        types::VOLTTABLE | types::GEOGRAPHY | types::GEOGRAPHY_POINT => {
+            Err(Error::graceful(format!(
+                "arrays of {} parameters are not supported",
+                types::name(elem)
+            )))
+        }
+        other => Err(malformed(format!(
+            "{what}: arrays of {} are not allowed",
+            types::name(other)
+        ))),
+    }
+}
+
+/// The wire type a value is sent as (integers as BIGINT, the widest).
+fn natural_code(v: &Value) -> Option<WireType> {
+    Some(match v {
+        Value::Null => types::NULL,
+        Value::Int(_) => types::BIGINT,
+        Value::Float(_) => types::FLOAT,
+        Value::Decimal(_) => types::DECIMAL,
+        Value::Str(_) => types::STRING,
+        Value::Bytes(_) => types::VARBINARY,
+        Value::Timestamp(_) => types::TIMESTAMP,
+        Value::Bool(_) => types::BOOLEAN,
+        Value::Array(_) => return None,
+    })
+}
+
+/// Appends a parameter set. Fails for more than `PARAM_COUNT_MAX` parameters, arrays mixing
+/// element kinds or nesting, and values that cannot be sent (the integer NULL sentinel).
+pub fn encode_params(params: &[Value], out: &mut Vec<u8>) -> Result<()> {
+    encode_params_typed(params, &[], out)
+}
+
+/// `encode_params` where `hints[i]`, when it is a narrower integer type the value fits, is
+/// the wire type of integer parameter i (so a call can send INTEGER where a peer expects it).
+pub fn encode_params_typed(params: &[Value], hints: &[WireType], out: &mut Vec<u8>) -> Result<()> {
+    if params.len() > PARAM_COUNT_MAX {
+        return Err(Error::graceful(format!(
+            "{} parameters is more than the maximum of {PARAM_COUNT_MAX}",
+            params.len()
+        )));
+    }
+    put_i16(out, params.len() as i16);
+    for (i, p) in params.iter().enumerate() {
+        let bad = || {
+            Error::graceful(format!(
+                "parameter {} ({}) cannot be sent",
+                i + 1,
+                p.describe()
+            ))
+        };
+        match p {
+            Value::Null => put_i8(out, types::NULL),
+            Value::Array(items) => {
+                encode_array(items, out).map_err(|e| e.context(format!("parameter {}", i + 1)))?
+            }
+            v => {
+                let mut code = natural_code(v).ok_or_else(bad)?;
+                if let (Value::Int(n), Some(&hint)) = (v, hints.get(i)) {
+                    if fits_integer(hint, *n) {
+                        code = hint;
+                    }
+                }
+                put_i8(out, code);
+                if !scalar::write(out, code, v) {
+                    return Err(bad());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether integer `v` can be sent as the integer type `code` (its NULL sentinel excluded).
+fn fits_integer(code: WireType, v: i64) -> bool {
+    let (lo, hi) = match code {
+        types::TINYINT => (i8::MIN as i64, i8::MAX as i64),
+        types::SMALLINT => (i16::MIN as i64, i16::MAX as i64),
+        types::INTEGER => (i32::MIN as i64, i32::MAX as i64),
+        types::BIGINT => (i64::MIN, i64::MAX),
+        _ => return false,
+    };
+    v > lo && v <= hi
+}
+
+fn encode_array(items: &[Value], out: &mut Vec<u8>) -> Result<()> {
+    if items.len() > ARRAY_COUNT_MAX {
+        return Err(Error::graceful(format!(
+            "array of {} elements is over {ARRAY_COUNT_MAX}",
+            items.len()
+        )));
+    }
+    // The element type is that of the first non-NULL element; all-NULL arrays go as BIGINT.
+    let mut elem = types::BIGINT;
+    if let Some(first) = items.iter().find(|v| !v.is_null()) {
+        elem = match natural_code(first) {
+            Some(c) if c != types::BOOLEAN => c,
+            _ => {
+                return Err(Error::graceful(format!(
+                    "arrays of {} are not supported",
+                    first.describe()
+                )))
+            }
+        };
+    }
+    put_i8(out, types::ARRAY);
+    put_i8(out, elem);
+    put_i16(out, items.len() as i16);
+    for v in items {
+        if !v.is_null() && natural_code(v) != Some(elem) {
+            return Err(Error::graceful(
+                "an array's elements must all have the same type",
+            ));
+        }
+        if !scalar::write(out, elem, v) {
+            return Err(Error::graceful(format!(
+                "array element {} cannot be sent",
+                v.describe()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Appends a byte array the way non-Java clients send it (−99, TINYINT, int32 length, bytes).
+pub fn encode_byte_array(bytes: &[u8], out: &mut Vec<u8>) {
+    put_i8(out, types::ARRAY);
+    put_i8(out, types::TINYINT);
+    put_i32(out, bytes.len() as i32);
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(bytes: &[u8]) -> Result<Vec<Value>> {
+        let mut r = Reader::new(bytes);
+        let v = decode_params(&mut r)?;
+        r.expect_end("parameters")?;
+        Ok(v)
+    }
+
+    #[test]
+    fn byte_arrays_become_bytes() {
+        let mut out = vec![0, 1];
+        encode_byte_array(&[9, 8, 7], &mut out);
+        assert_eq!(decode(&out).unwrap(), vec![Value::Bytes(vec![9, 8, 7])]);
+    }
+
+    #[test]
+    fn unsupported_types_say_so() {
+        assert_eq!(
+            decode(&[0, 1, 21, 0, 0, 0, 0]).unwrap_err().message,
+            "VOLTTABLE parameters are not supported"
+        );
+        assert_eq!(
+            decode(&[0, 1, 26]).unwrap_err().message,
+            "GEOGRAPHY_POINT parameters are not supported"
+        );
+        assert!(decode(&[0, 1, 99])
+            .unwrap_err()
+            .message
+            .contains("unknown type code 99"));
+        assert!(decode(&[0xff, 0xff])
+            .unwrap_err()
+            .message
+            .contains("negative parameter count"));
+        assert!(
+            decode(&[0x7f, 0xff]).is_err(),
+            "count larger than the message"
+        );
+    }
+
+    #[test]
+    fn integer_widths_are_kept_and_sentinels_are_null() {
+        let bytes = [0, 4, 3, 5, 4, 0x80, 0, 5, 0, 0, 0, 9, 23, 1];
+        let mut r = Reader::new(&bytes);
+        let (values, codes) = decode_params_typed(&mut r).unwrap();
+        assert_eq!(
+            values,
+            vec![Value::Int(5), Value::Null, Value::Int(9), Value::Bool(true)]
+        );
+        assert_eq!(codes, vec![3, 4, 5, 23]);
+    }
+
+    #[test]
+    fn mixed_and_nested_arrays_are_refused() {
+        let mut out = Vec::new();
+        assert!(encode_params(
+            &[Value::Array(vec![Value::Int(1), Value::from("a")])],
+            &mut out
+        )
+        .is_err());
+        assert!(encode_params(&[Value::Array(vec![Value::Array(vec![])])], &mut out).is_err());
+        assert!(encode_params(&[Value::Int(i64::MIN)], &mut out).is_err());
+    }
+}
