@@ -1,1 +1,237 @@
-//! placeholder
+//! Lockstep's SQL layer: parse → bind → plan → execute for VoltDB's dialect, and DDL into
+//! the catalog.
+//!
+//! A statement's path: `script` (splitting, `?` numbering) → sqlparser → `bind` (names,
+//! types) → `plan` / `plan_dml` (+ `access` paths, `route`) → `exec` / `exec_dml` on one
+//! partition, or `mp` across all of them. DDL goes through `ddl`.
+
+mod access;
+mod bind;
+mod ddl;
+mod ddl_parse;
+mod ddl_proc;
+mod ddl_view;
+mod exec;
+mod exec_dml;
+mod explain;
+mod expr;
+mod func;
+mod lex;
+mod mp;
+mod plan;
+mod plan_dml;
+mod route;
+mod script;
+pub mod testing;
+
+#[cfg(test)]
+mod tests_ddl;
+#[cfg(test)]
+mod tests_mp;
+#[cfg(test)]
+mod tests_sql;
+
+use std::sync::Arc;
+
+use lockstep_core::{Catalog, DataType, Error, HashRing, Result, ResultColumn, ResultTable, Value};
+use lockstep_storage::Partition;
+use sqlparser::ast::Statement;
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::Parser;
+
+pub use ddl::{apply_ddl, DdlEnv, DdlOutcome};
+pub use explain::explain;
+pub use mp::execute_mp;
+pub use plan_dml::DEFAULT_NOW_SENTINEL;
+pub use script::{is_ddl, split_statements};
+
+/// What a statement may read besides its parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct ExecCtx {
+    pub txn_id: i64,
+    /// NOW / CURRENT_TIMESTAMP: the transaction's timestamp, never the clock.
+    pub timestamp_micros: i64,
+}
+
+/// Where a statement must run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Route {
+    /// Single-partition: the partition owning parameter `param`.
+    PartitionParam { param: usize, key_type: DataType },
+    /// Single-partition: the partition owning this key value.
+    PartitionConst(Value),
+    /// Reads only replicated tables: any one partition will do.
+    AnyPartition,
+    /// Multi-partition.
+    All,
+}
+
+/// The executable plan of a statement.
+#[derive(Clone, Debug)]
+pub(crate) enum Plan {
+    Select(plan::SelectPlan),
+    Insert(plan_dml::InsertPlan),
+    Update(plan_dml::UpdatePlan),
+    Delete(plan_dml::DeletePlan),
+}
+
+/// A statement planned once and executed many times.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub sql: String,
+    /// Inferred type of each `?` (None if unknown).
+    pub param_types: Vec<Option<DataType>>,
+    /// Output schema (DML: modified_tuples BIGINT).
+    pub columns: Vec<ResultColumn>,
+    pub read_only: bool,
+    pub route: Route,
+    /// DML on a replicated table (must run multi-partition).
+    pub writes_replicated: bool,
+    pub(crate) plan: Plan,
+}
+
+fn parse_one(sql: &str) -> Result<Statement> {
+    let mut stmts = Parser::parse_sql(&GenericDialect {}, sql)
+        .map_err(|e| Error::sql(format!("SQL syntax error: {e}")))?;
+    match stmts.len() {
+        1 => Ok(stmts.remove(0)),
+        0 => Err(Error::sql("no SQL statement given")),
+        n => Err(Error::sql(format!("expected one SQL statement, got {n}"))),
+    }
+}
+
+/// Parses, binds, types, plans and routes one DML or SELECT statement.
+pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
+    if is_ddl(sql) {
+        return Err(Error::sql(
+            "DDL cannot be prepared as a query; apply it as DDL",
+        ));
+    }
+    let rw = script::rewrite_for_parser(sql)?;
+    let stmt = parse_one(&rw.sql)?;
+    let mut b = bind::Binder::new(rw.param_count);
+    let plan = match &stmt {
+        Statement::Query(q) => Plan::Select(plan::plan_query(catalog, &mut b, q)?),
+        Statement::Insert(i) => Plan::Insert(plan_dml::plan_insert(catalog, &mut b, i, rw.upsert)?),
+        Statement::Update(u) => Plan::Update(plan_dml::plan_update(catalog, &mut b, u)?),
+        Statement::Delete(d) => Plan::Delete(plan_dml::plan_delete(catalog, &mut b, d)?),
+        other => {
+            let text = other.to_string();
+            let word = text
+                .split_whitespace()
+                .next()
+                .unwrap_or("this")
+                .to_ascii_uppercase();
+            return Err(Error::sql(format!("{word} statements are not supported")));
+        }
+    };
+    let columns = match &plan {
+        Plan::Select(s) => s.columns.clone(),
+        _ => vec![ResultColumn {
+            name: "modified_tuples".into(),
+            ty: DataType::BigInt,
+        }],
+    };
+    let (route, writes_replicated) = route::route(catalog, &plan);
+    Ok(Prepared {
+        sql: sql.to_string(),
+        param_types: b.param_types,
+        columns,
+        read_only: matches!(plan, Plan::Select(_)),
+        route,
+        writes_replicated,
+        plan,
+    })
+}
+
+/// Checks the parameter count and converts each parameter to its inferred type.
+pub(crate) fn coerce_params(p: &Prepared, params: &[Value]) -> Result<Vec<Value>> {
+    if params.len() != p.param_types.len() {
+        return Err(Error::sql(format!(
+            "statement expects {} parameters but {} were given",
+            p.param_types.len(),
+            params.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(params.len());
+    for (i, (v, t)) in params.iter().zip(&p.param_types).enumerate() {
+        let c = match (v, t) {
+            (Value::Array(items), Some(t)) => {
+                let mut conv = Vec::with_capacity(items.len());
+                for x in items {
+                    conv.push(
+                        x.coerce_to(*t)
+                            .map_err(|e| e.context(format!("parameter {}", i + 1)))?,
+                    );
+                }
+                Value::Array(conv)
+            }
+            (v, Some(t)) => v
+                .coerce_to(*t)
+                .map_err(|e| e.context(format!("parameter {}", i + 1)))?,
+            (v, None) => v.clone(),
+        };
+        out.push(c);
+    }
+    Ok(out)
+}
+
+/// Runs on one partition's data (a single-partition transaction, or a fragment).
+pub fn execute(
+    p: &Prepared,
+    params: &[Value],
+    ctx: &ExecCtx,
+    part: &mut Partition,
+) -> Result<ResultTable> {
+    let params = coerce_params(p, params)?;
+    execute_coerced(p, &params, ctx, part)
+}
+
+pub(crate) fn execute_coerced(
+    p: &Prepared,
+    params: &[Value],
+    ctx: &ExecCtx,
+    part: &mut Partition,
+) -> Result<ResultTable> {
+    let env = expr::Env {
+        params,
+        now_micros: ctx.timestamp_micros,
+    };
+    if let Plan::Select(s) = &p.plan {
+        let src = exec::PartitionSource::new(part, &s.levels)?;
+        return exec::run_select(s, &src, &env, false);
+    }
+    // A failed statement leaves no partial effect.
+    let sp = part.savepoint();
+    let r = match &p.plan {
+        Plan::Insert(i) => exec_dml::run_insert(i, part, &env),
+        Plan::Update(u) => exec_dml::run_update(u, part, &env),
+        Plan::Delete(d) => exec_dml::run_delete(d, part, &env),
+        Plan::Select(_) => Ok(0),
+    };
+    match r {
+        Ok(n) => Ok(ResultTable::modified(n)),
+        Err(e) => {
+            part.rollback_to(sp);
+            Err(e)
+        }
+    }
+}
+
+/// Which partitions a multi-partition step runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    All,
+    One(u32),
+}
+
+/// Work sent to partitions during a multi-partition transaction.
+pub type SiteFn = Arc<dyn Fn(&mut Partition) -> Result<ResultTable> + Send + Sync>;
+
+/// The coordinator's view of the sites parked in the current multi-partition transaction.
+pub trait SiteAccess {
+    fn partition_count(&self) -> u32;
+    fn ring(&self) -> &HashRing;
+    /// Runs `f` on the targeted partitions; one result per partition, in partition order.
+    fn run(&mut self, target: Target, f: SiteFn) -> Result<Vec<ResultTable>>;
+}

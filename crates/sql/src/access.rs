@@ -1,0 +1,271 @@
+//! Access paths: how one FROM source is read — full scan, index point/prefix lookup or
+//! index range — chosen from the filter terms, plus ORDER BY served by index order.
+
+use std::ops::Bound;
+
+use lockstep_core::{DataType, Result, TableDef, Value};
+
+use crate::expr::{CmpOp, Env, Expr};
+use crate::plan::{SelectPlan, SortKey};
+
+/// A filter term `column op key` on one source; `key` reads only earlier sources.
+#[derive(Clone, Debug)]
+pub struct KeyTerm {
+    pub column: usize,
+    pub op: CmpOp,
+    pub key: Expr,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Access {
+    Scan,
+    /// Equality on the index's leading columns (all of them on a unique index: a point lookup).
+    Lookup {
+        index: usize,
+        key: Vec<Expr>,
+    },
+    /// Equality on leading columns, then an optional range on the next one.
+    Range {
+        index: usize,
+        eq: Vec<Expr>,
+        lo: Option<(Expr, bool)>,
+        hi: Option<(Expr, bool)>,
+        reverse: bool,
+    },
+}
+
+/// Whether a key expression certainly yields values of the column's own kind, so that the
+/// index order (which orders kinds separately) agrees with SQL order for ranges.
+fn same_kind(col: DataType, key: &Expr) -> bool {
+    let kind = |t: DataType| if t.is_integer() { DataType::BigInt } else { t };
+    match key {
+        Expr::Const(v) => v.natural_type().is_some_and(|t| kind(t) == kind(col)),
+        // Parameters compared with a column take the column's type (see Binder::comparison).
+        Expr::Param(_) => true,
+        _ => false,
+    }
+}
+
+/// Picks the best index for `terms`: a unique point lookup, else the longest equality prefix
+/// (with a range on the next column), else a scan.
+pub fn choose_access(table: &TableDef, terms: &[KeyTerm]) -> Access {
+    let mut best: Option<(usize, Access)> = None;
+    for (ix, def) in table.indexes.iter().enumerate() {
+        let mut eq = Vec::new();
+        for &c in &def.columns {
+            match terms.iter().find(|t| t.column == c && t.op == CmpOp::Eq) {
+                Some(t) => eq.push(t.key.clone()),
+                None => break,
+            }
+        }
+        let unique = def.unique || def.primary || def.assume_unique;
+        let full = eq.len() == def.columns.len() && !def.columns.is_empty();
+        let (mut lo, mut hi) = (None, None);
+        if !full {
+            if let Some(&next) = def.columns.get(eq.len()) {
+                let ty = table.columns[next].ty;
+                for t in terms
+                    .iter()
+                    .filter(|t| t.column == next && same_kind(ty, &t.key) && t.key.is_fixed())
+                {
+                    match t.op {
+                        CmpOp::Gt | CmpOp::Ge if lo.is_none() => {
+                            lo = Some((t.key.clone(), t.op == CmpOp::Ge))
+                        }
+                        CmpOp::Lt | CmpOp::Le if hi.is_none() => {
+                            hi = Some((t.key.clone(), t.op == CmpOp::Le))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let score = if full && unique {
+            1_000_000
+        } else {
+            eq.len() * 100 + usize::from(lo.is_some() || hi.is_some()) * 50 + usize::from(full) * 10
+        };
+        if score == 0 || best.as_ref().is_some_and(|(s, _)| *s >= score) {
+            continue;
+        }
+        let access = if lo.is_none() && hi.is_none() {
+            Access::Lookup { index: ix, key: eq }
+        } else {
+            Access::Range {
+                index: ix,
+                eq,
+                lo,
+                hi,
+                reverse: false,
+            }
+        };
+        best = Some((score, access));
+    }
+    best.map(|(_, a)| a).unwrap_or(Access::Scan)
+}
+
+/// When the only source's index order is the ORDER BY order, reads it in that order and
+/// marks the plan so no sort is needed.
+pub fn order_by_index(plan: &mut SelectPlan) {
+    if plan.levels.len() != 1 || plan.agg.is_some() || plan.distinct || plan.order.is_empty() {
+        return;
+    }
+    let desc = plan.order[0].1;
+    let mut cols = Vec::new();
+    for (k, d) in &plan.order {
+        let e = match k {
+            SortKey::Output(i) => &plan.output[*i],
+            SortKey::Hidden(i) => &plan.hidden[*i],
+        };
+        match e {
+            Expr::Column(c) if *d == desc => cols.push(*c),
+            _ => return,
+        }
+    }
+    let level = &mut plan.levels[0];
+    let table = level.source.table.clone();
+    let matches = |ix: usize, eq_len: usize| -> bool {
+        let def = &table.indexes[ix];
+        let fixed = &def.columns[..eq_len.min(def.columns.len())];
+        let rest: Vec<usize> = cols
+            .iter()
+            .copied()
+            .filter(|c| !fixed.contains(c))
+            .collect();
+        def.columns.len() >= eq_len + rest.len()
+            && def.columns[eq_len..eq_len + rest.len()] == rest[..]
+    };
+    let new_access = match &level.access {
+        Access::Lookup { index, key } => {
+            let def = &table.indexes[*index];
+            let point =
+                key.len() == def.columns.len() && (def.unique || def.primary || def.assume_unique);
+            if point {
+                plan.sorted_by_index = true;
+                return;
+            }
+            if !matches(*index, key.len()) {
+                return;
+            }
+            if !desc {
+                plan.sorted_by_index = true;
+                return;
+            }
+            Access::Range {
+                index: *index,
+                eq: key.clone(),
+                lo: None,
+                hi: None,
+                reverse: true,
+            }
+        }
+        Access::Range {
+            index, eq, lo, hi, ..
+        } => {
+            if !matches(*index, eq.len()) {
+                return;
+            }
+            Access::Range {
+                index: *index,
+                eq: eq.clone(),
+                lo: lo.clone(),
+                hi: hi.clone(),
+                reverse: desc,
+            }
+        }
+        Access::Scan => match (0..table.indexes.len()).find(|&ix| matches(ix, 0)) {
+            Some(ix) => Access::Range {
+                index: ix,
+                eq: vec![],
+                lo: None,
+                hi: None,
+                reverse: desc,
+            },
+            None => return,
+        },
+    };
+    level.access = new_access;
+    plan.sorted_by_index = true;
+}
+
+/// Converts a key value for probing an index on a column of type `ty`. None when nothing
+/// can match (NULL never equals anything; a value of another kind cannot be in the index).
+pub fn key_value(v: Value, ty: DataType) -> Option<Value> {
+    if v.is_null() {
+        return None;
+    }
+    // Integers of every width are stored as Int: probe with Int without narrowing.
+    let target = if ty.is_integer() {
+        DataType::BigInt
+    } else {
+        ty
+    };
+    match v.coerce_to(target) {
+        Ok(k) if !k.is_null() => Some(k),
+        _ => None,
+    }
+}
+
+/// Evaluated key values for the index columns `cols`, or None when no row can match.
+pub fn eval_keys(
+    exprs: &[Expr],
+    table: &TableDef,
+    cols: &[usize],
+    row: &[Value],
+    env: &Env,
+) -> Result<Option<Vec<Value>>> {
+    let mut out = Vec::with_capacity(exprs.len() + 1);
+    for (e, &c) in exprs.iter().zip(cols) {
+        match key_value(e.eval(row, env)?, table.columns[c].ty) {
+            Some(k) => out.push(k),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Resolved bounds of a Range access: (lo, hi) key prefixes, or None when empty.
+pub struct RangeKeys {
+    pub lo: Bound<Vec<Value>>,
+    pub hi: Bound<Vec<Value>>,
+}
+
+pub fn eval_range(
+    eq: &[Expr],
+    lo: &Option<(Expr, bool)>,
+    hi: &Option<(Expr, bool)>,
+    table: &TableDef,
+    cols: &[usize],
+    row: &[Value],
+    env: &Env,
+) -> Result<Option<RangeKeys>> {
+    let prefix = match eval_keys(eq, table, cols, row, env)? {
+        Some(p) => p,
+        None => return Ok(None),
+    };
+    let next_ty = cols.get(eq.len()).map(|&c| table.columns[c].ty);
+    let bound = |b: &Option<(Expr, bool)>| -> Result<Option<Bound<Vec<Value>>>> {
+        Ok(Some(match (b, next_ty) {
+            (Some((e, incl)), Some(ty)) => {
+                let v = match key_value(e.eval(row, env)?, ty) {
+                    Some(v) => v,
+                    None => return Ok(None),
+                };
+                let mut k = prefix.clone();
+                k.push(v);
+                if *incl {
+                    Bound::Included(k)
+                } else {
+                    Bound::Excluded(k)
+                }
+            }
+            _ if prefix.is_empty() => Bound::Unbounded,
+            _ => Bound::Included(prefix.clone()),
+        }))
+    };
+    let (l, h) = match (bound(lo)?, bound(hi)?) {
+        (Some(l), Some(h)) => (l, h),
+        _ => return Ok(None),
+    };
+    Ok(Some(RangeKeys { lo: l, hi: h }))
+}

@@ -1,0 +1,586 @@
+//! DDL: VoltDB's CREATE / DROP / ALTER / PARTITION statements applied to the catalog.
+//!
+//! Parsed by hand over the lexer (VoltDB's dialect — ASSUMEUNIQUE, VARCHAR(n BYTES),
+//! LIMIT PARTITION ROWS, PARTITION … — is not sqlparser's), except view queries and SQL
+//! procedure bodies, which are ordinary SQL.
+
+use lockstep_core::{Catalog, ColumnDef, Error, IndexDef, Result, TableDef, TableKind};
+
+use crate::ddl_parse::{
+    column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX,
+};
+use crate::{ddl_proc, ddl_view};
+
+/// What DDL needs from its surroundings: Lua sources of procedures.
+pub trait DdlEnv {
+    /// (path for messages, Lua source) of `FROM FILE 'path'`.
+    fn read_file(&self, path: &str) -> Result<(String, String)>;
+    /// (path, source) of the Lua file bound to `FROM CLASS a.b.Name` (Name.lua on the procedure path).
+    fn find_class(&self, class_name: &str) -> Result<(String, String)>;
+}
+
+/// The result of one DDL statement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DdlOutcome {
+    /// e.g. "table VOTES created".
+    pub message: String,
+}
+
+fn done(message: impl Into<String>) -> Result<DdlOutcome> {
+    Ok(DdlOutcome {
+        message: message.into(),
+    })
+}
+
+/// Applies one DDL statement to the catalog (the caller keeps a copy to roll back).
+pub fn apply_ddl(catalog: &mut Catalog, sql: &str, env: &dyn DdlEnv) -> Result<DdlOutcome> {
+    let mut c = Cursor::new(sql)?;
+    let r = dispatch(catalog, &mut c, env);
+    r.map_err(|e| {
+        let head: String = sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+        e.context(format!("in DDL statement '{head} …'"))
+    })
+}
+
+fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<DdlOutcome> {
+    let first = c.ident("a DDL statement")?;
+    match first.as_str() {
+        "CREATE" => {
+            let or_replace = if c.eat_word("OR") {
+                c.expect_word("REPLACE")?;
+                true
+            } else {
+                false
+            };
+            let what = c.ident("what to create")?;
+            match what.as_str() {
+                "PROCEDURE" => ddl_proc::create_procedure(catalog, c, env, or_replace),
+                _ if or_replace => Err(Error::sql(format!(
+                    "CREATE OR REPLACE {what} is not supported"
+                ))),
+                "TABLE" => create_table(catalog, c),
+                "STREAM" => create_stream(catalog, c),
+                "VIEW" => ddl_view::create_view(catalog, c),
+                "INDEX" => create_index(catalog, c, false, false),
+                "UNIQUE" | "ASSUMEUNIQUE" => {
+                    c.expect_word("INDEX")?;
+                    create_index(catalog, c, true, what == "ASSUMEUNIQUE")
+                }
+                "ROLE" => done("CREATE ROLE ignored: Lockstep has no roles"),
+                "FUNCTION" | "AGGREGATE" => Err(Error::sql(format!(
+                    "CREATE {what} (Java user functions) is not supported"
+                ))),
+                other => Err(Error::sql(format!("CREATE {other} is not supported"))),
+            }
+        }
+        "DROP" => {
+            let what = c.ident("what to drop")?;
+            match what.as_str() {
+                "TABLE" | "VIEW" | "STREAM" => drop_table(catalog, c, &what),
+                "INDEX" => drop_index(catalog, c),
+                "PROCEDURE" => ddl_proc::drop_procedure(catalog, c),
+                "ROLE" => done("DROP ROLE ignored: Lockstep has no roles"),
+                other => Err(Error::sql(format!("DROP {other} is not supported"))),
+            }
+        }
+        "ALTER" => {
+            c.expect_word("TABLE")?;
+            alter_table(catalog, c)
+        }
+        "PARTITION" => {
+            if c.eat_word("PROCEDURE") {
+                return ddl_proc::partition_procedure(catalog, c);
+            }
+            c.expect_word("TABLE")?;
+            partition_table(catalog, c)
+        }
+        "LOAD" | "REMOVE" => done(format!(
+            "{first} CLASSES ignored: Lockstep procedures are Lua, not Java classes"
+        )),
+        "IMPORT" => done("IMPORT CLASS ignored: Lockstep procedures are Lua, not Java classes"),
+        "DR" => done("DR TABLE ignored: Lockstep has no cross-datacenter replication"),
+        "SET" => done("SET ignored: Lockstep has no cross-datacenter replication settings"),
+        other => Err(Error::sql(format!(
+            "{other} is not a DDL statement Lockstep knows"
+        ))),
+    }
+}
+
+/// `( column defs and constraints )`
+fn table_body(c: &mut Cursor, table: &str) -> Result<(Vec<ColumnDef>, Vec<KeySpec>)> {
+    c.expect_punct("(")?;
+    let mut cols: Vec<ColumnDef> = Vec::new();
+    let mut keys = Vec::new();
+    loop {
+        match table_constraint(c)? {
+            Some(Some(k)) => keys.push(k),
+            Some(None) => {}
+            None => {
+                let col = column_def(c, &mut keys)?;
+                if cols.iter().any(|x| x.name.eq_ignore_ascii_case(&col.name)) {
+                    return Err(Error::sql(format!(
+                        "column {} is defined twice in {table}",
+                        col.name
+                    )));
+                }
+                cols.push(col);
+                if cols.len() > TABLE_COLUMNS_MAX {
+                    return Err(Error::sql(format!(
+                        "{table} has more than {TABLE_COLUMNS_MAX} columns"
+                    )));
+                }
+            }
+        }
+        if c.eat_punct(")") {
+            break;
+        }
+        if !c.eat_punct(",") {
+            return Err(c.error("expected ',' or ')' in the column list"));
+        }
+    }
+    if cols.is_empty() {
+        return Err(Error::sql(format!("{table} needs at least one column")));
+    }
+    Ok((cols, keys))
+}
+
+/// Builds index definitions from key constraints (primary key first).
+fn key_indexes(
+    table: &str,
+    cols: &mut [ColumnDef],
+    keys: &[KeySpec],
+    existing: &[IndexDef],
+) -> Result<Vec<IndexDef>> {
+    let mut out: Vec<IndexDef> = Vec::new();
+    for k in keys {
+        let mut positions = Vec::new();
+        for n in &k.columns {
+            let p = cols
+                .iter()
+                .position(|c| c.name.eq_ignore_ascii_case(n))
+                .ok_or_else(|| Error::sql(format!("unknown column {n} in a key of {table}")))?;
+            if positions.contains(&p) {
+                return Err(Error::sql(format!(
+                    "column {n} appears twice in a key of {table}"
+                )));
+            }
+            positions.push(p);
+        }
+        if k.primary {
+            if out.iter().chain(existing).any(|i| i.primary) {
+                return Err(Error::sql(format!("{table} has more than one PRIMARY KEY")));
+            }
+            for &p in &positions {
+                cols[p].nullable = false;
+            }
+        }
+        let name = match &k.name {
+            Some(n) => n.clone(),
+            None if k.primary => format!("PK_{table}"),
+            None => {
+                let names: Vec<&str> = positions.iter().map(|&p| cols[p].name.as_str()).collect();
+                format!(
+                    "{}_{table}_{}",
+                    if k.assume_unique { "AK" } else { "UK" },
+                    names.join("_")
+                )
+            }
+        };
+        if out
+            .iter()
+            .chain(existing)
+            .any(|i| i.name.eq_ignore_ascii_case(&name))
+        {
+            return Err(Error::sql(format!(
+                "index name {name} is used twice in {table}"
+            )));
+        }
+        let def = IndexDef {
+            name,
+            columns: positions,
+            unique: !k.assume_unique,
+            assume_unique: k.assume_unique,
+            primary: k.primary,
+        };
+        if k.primary {
+            out.insert(0, def);
+        } else {
+            out.push(def);
+        }
+    }
+    Ok(out)
+}
+
+fn index_name_taken(catalog: &Catalog, name: &str) -> Option<String> {
+    catalog
+        .tables()
+        .find(|t| t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(name)))
+        .map(|t| t.name.clone())
+}
+
+fn create_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
+    let name = c.ident("a table name")?;
+    let (mut cols, keys) = table_body(c, &name)?;
+    if c.is_word("LIMIT") {
+        skip_limit_partition_rows(c)?;
+    }
+    c.expect_end()?;
+    let indexes = key_indexes(&name, &mut cols, &keys, &[])?;
+    for i in &indexes {
+        if let Some(t) = index_name_taken(catalog, &i.name) {
+            return Err(Error::sql(format!(
+                "index name {} is already used by table {t}",
+                i.name
+            )));
+        }
+    }
+    let def = TableDef {
+        id: 0,
+        name: name.clone(),
+        columns: cols,
+        indexes,
+        partition_column: None,
+        kind: TableKind::Table,
+    };
+    catalog.add_table(def)?;
+    done(format!("table {name} created"))
+}
+
+fn create_stream(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
+    let name = c.ident("a stream name")?;
+    let mut pcol = None;
+    let mut target = None;
+    loop {
+        if c.eat_word("PARTITION") {
+            c.expect_word("ON")?;
+            c.expect_word("COLUMN")?;
+            pcol = Some(c.ident("a column name")?);
+        } else if c.eat_word("EXPORT") {
+            c.expect_word("TO")?;
+            if !c.eat_word("TARGET") && !c.eat_word("TOPIC") {
+                return Err(c.error("expected TARGET"));
+            }
+            target = Some(c.ident("an export target name")?);
+        } else {
+            break;
+        }
+    }
+    let (cols, keys) = table_body(c, &name)?;
+    c.expect_end()?;
+    if !keys.is_empty() {
+        return Err(Error::sql(format!(
+            "stream {name} cannot have a PRIMARY KEY or UNIQUE constraint"
+        )));
+    }
+    let partition_column = match pcol {
+        Some(p) => {
+            let i = cols
+                .iter()
+                .position(|x| x.name.eq_ignore_ascii_case(&p))
+                .ok_or_else(|| {
+                    Error::sql(format!("stream {name} has no column {p} to partition on"))
+                })?;
+            if cols[i].nullable {
+                return Err(Error::sql(format!(
+                    "partition column {p} of stream {name} must be NOT NULL"
+                )));
+            }
+            Some(i)
+        }
+        None => None,
+    };
+    let def = TableDef {
+        id: 0,
+        name: name.clone(),
+        columns: cols,
+        indexes: vec![],
+        partition_column,
+        kind: TableKind::Stream { target },
+    };
+    catalog.add_table(def)?;
+    done(format!("stream {name} created"))
+}
+
+/// A unique index on a partitioned table must contain the partition column.
+fn check_unique_partitioning(t: &TableDef, ix: &IndexDef) -> Result<()> {
+    if let Some(pc) = t.partition_column {
+        if (ix.unique || ix.primary) && !ix.assume_unique && !ix.columns.contains(&pc) {
+            return Err(Error::sql(format!(
+                "unique index {} of {} must include the partition column {} (or be declared ASSUMEUNIQUE)",
+                ix.name, t.name, t.columns[pc].name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn create_index(
+    catalog: &mut Catalog,
+    c: &mut Cursor,
+    unique: bool,
+    assume_unique: bool,
+) -> Result<DdlOutcome> {
+    let name = c.ident("an index name")?;
+    c.expect_word("ON")?;
+    let tname = c.ident("a table name")?;
+    let cols = c.name_list("a column name (expression indexes are not supported)")?;
+    if c.is_word("WHERE") {
+        return Err(Error::sql(
+            "partial indexes (CREATE INDEX … WHERE) are not supported",
+        ));
+    }
+    c.expect_end()?;
+    let t = catalog
+        .table(&tname)
+        .cloned()
+        .ok_or_else(|| Error::sql(format!("object not found: {tname}")))?;
+    if t.is_stream() {
+        return Err(Error::sql(format!("cannot index stream {tname}")));
+    }
+    if let Some(other) = index_name_taken(catalog, &name) {
+        return Err(Error::sql(format!(
+            "index name {name} is already used by table {other}"
+        )));
+    }
+    let mut def = (*t).clone();
+    let mut positions = Vec::new();
+    for n in &cols {
+        let p = def
+            .column_index(n)
+            .ok_or_else(|| Error::sql(format!("unknown column {n} in {tname}")))?;
+        if positions.contains(&p) {
+            return Err(Error::sql(format!(
+                "column {n} appears twice in index {name}"
+            )));
+        }
+        positions.push(p);
+    }
+    let ix = IndexDef {
+        name: name.clone(),
+        columns: positions,
+        unique: unique && !assume_unique,
+        assume_unique,
+        primary: false,
+    };
+    check_unique_partitioning(&def, &ix)?;
+    def.indexes.push(ix);
+    catalog.replace_table(def)?;
+    done(format!("index {name} created on {}", t.name))
+}
+
+fn drop_index(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
+    let name = c.ident("an index name")?;
+    let if_exists = if c.eat_word("IF") {
+        c.expect_word("EXISTS")?;
+        true
+    } else {
+        false
+    };
+    c.expect_end()?;
+    let Some(t) = catalog
+        .tables()
+        .find(|t| t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&name)))
+        .cloned()
+    else {
+        if if_exists {
+            return done(format!("index {name} does not exist; nothing dropped"));
+        }
+        return Err(Error::sql(format!("index {name} does not exist")));
+    };
+    let mut def = (*t).clone();
+    let pos = def
+        .indexes
+        .iter()
+        .position(|i| i.name.eq_ignore_ascii_case(&name))
+        .unwrap_or(0);
+    if def.indexes[pos].primary {
+        return Err(Error::sql(format!(
+            "{name} is the primary key of {}; it cannot be dropped",
+            t.name
+        )));
+    }
+    def.indexes.remove(pos);
+    catalog.replace_table(def)?;
+    done(format!("index {name} dropped"))
+}
+
+fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOutcome> {
+    let mut if_exists = false;
+    if c.eat_word("IF") {
+        c.expect_word("EXISTS")?;
+        if_exists = true;
+    }
+    let name = c.ident("a name")?;
+    if c.eat_word("IF") {
+        c.expect_word("EXISTS")?;
+        if_exists = true;
+    }
+    let cascade = c.eat_word("CASCADE");
+    c.expect_end()?;
+    let Some(t) = catalog.table(&name).cloned() else {
+        if if_exists {
+            return done(format!(
+                "{} {name} does not exist; nothing dropped",
+                what.to_lowercase()
+            ));
+        }
+        return Err(Error::sql(format!("object not found: {name}")));
+    };
+    let kind = match t.kind {
+        TableKind::Table => "TABLE",
+        TableKind::View(_) => "VIEW",
+        TableKind::Stream { .. } => "STREAM",
+    };
+    if kind != what {
+        return Err(Error::sql(format!(
+            "{} is a {}; use DROP {kind}",
+            t.name,
+            kind.to_lowercase()
+        )));
+    }
+    let views: Vec<String> = catalog.views_of(t.id).map(|v| v.name.clone()).collect();
+    if !views.is_empty() && !cascade {
+        return Err(Error::sql(format!(
+            "{} has views ({}): drop them first or use DROP {what} {} CASCADE",
+            t.name,
+            views.join(", "),
+            t.name
+        )));
+    }
+    for v in &views {
+        catalog.drop_table(v)?;
+    }
+    catalog.drop_table(&t.name)?;
+    let extra = if views.is_empty() {
+        String::new()
+    } else {
+        format!(" (with views {})", views.join(", "))
+    };
+    done(format!("{} {} dropped{extra}", what.to_lowercase(), t.name))
+}
+
+fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
+    let name = c.ident("a table name")?;
+    let t = catalog
+        .table(&name)
+        .cloned()
+        .ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
+    if !matches!(t.kind, TableKind::Table) {
+        return Err(Error::sql(format!(
+            "ALTER TABLE works on tables; {name} is not one"
+        )));
+    }
+    let mut def = (*t).clone();
+    if c.eat_word("ADD") {
+        if let Some(k) = table_constraint(c)? {
+            c.expect_end()?;
+            let Some(k) = k else {
+                return done(format!("LIMIT PARTITION ROWS ignored for {}", t.name));
+            };
+            let mut cols = def.columns.clone();
+            let new = key_indexes(&t.name, &mut cols, &[k], &def.indexes)?;
+            for ix in &new {
+                if let Some(other) = index_name_taken(catalog, &ix.name) {
+                    return Err(Error::sql(format!(
+                        "index name {} is already used by table {other}",
+                        ix.name
+                    )));
+                }
+                check_unique_partitioning(&def, ix)?;
+            }
+            def.columns = cols;
+            let names: Vec<String> = new.iter().map(|i| i.name.clone()).collect();
+            for ix in new {
+                if ix.primary {
+                    def.indexes.insert(0, ix);
+                } else {
+                    def.indexes.push(ix);
+                }
+            }
+            catalog.replace_table(def)?;
+            return done(format!(
+                "constraint {} added to {}",
+                names.join(", "),
+                t.name
+            ));
+        }
+        c.eat_word("COLUMN");
+        let mut keys = Vec::new();
+        let col = column_def(c, &mut keys)?;
+        if c.is_word("BEFORE") {
+            return Err(Error::sql(
+                "ALTER TABLE … ADD COLUMN … BEFORE is not supported; new columns go last",
+            ));
+        }
+        c.expect_end()?;
+        if def.column_index(&col.name).is_some() {
+            return Err(Error::sql(format!(
+                "{} already has a column {}",
+                t.name, col.name
+            )));
+        }
+        if def.columns.len() >= TABLE_COLUMNS_MAX {
+            return Err(Error::sql(format!(
+                "{} already has {TABLE_COLUMNS_MAX} columns",
+                t.name
+            )));
+        }
+        let cname = col.name.clone();
+        def.columns.push(col);
+        let mut cols = def.columns.clone();
+        let new = key_indexes(&t.name, &mut cols, &keys, &def.indexes)?;
+        def.columns = cols;
+        for ix in new {
+            check_unique_partitioning(&def, &ix)?;
+            def.indexes.push(ix);
+        }
+        catalog.replace_table(def)?;
+        return done(format!("column {cname} added to {}", t.name));
+    }
+    Err(c.error("ALTER TABLE supports ADD [COLUMN] and ADD constraint; unexpected text"))
+}
+
+fn partition_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
+    let name = c.ident("a table name")?;
+    c.expect_word("ON")?;
+    c.expect_word("COLUMN")?;
+    let col = c.ident("a column name")?;
+    c.expect_end()?;
+    let t = catalog
+        .table(&name)
+        .cloned()
+        .ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
+    if !matches!(t.kind, TableKind::Table) {
+        return Err(Error::sql(format!(
+            "{name} is not a table; only tables are partitioned with PARTITION TABLE"
+        )));
+    }
+    let pc = t
+        .column_index(&col)
+        .ok_or_else(|| Error::sql(format!("table {} has no column {col}", t.name)))?;
+    if t.columns[pc].nullable {
+        return Err(Error::sql(format!(
+            "partition column {} of {} must be NOT NULL: declare it NOT NULL in CREATE TABLE",
+            t.columns[pc].name, t.name
+        )));
+    }
+    let mut def = (*t).clone();
+    def.partition_column = Some(pc);
+    for ix in &def.indexes {
+        check_unique_partitioning(&def, ix)?;
+    }
+    let views: Vec<_> = catalog.views_of(t.id).cloned().collect();
+    catalog.replace_table(def)?;
+    // Views follow their source: partitioned by the source column's place among their keys.
+    for v in views {
+        let mut vd = (*v).clone();
+        vd.partition_column = vd
+            .view()
+            .and_then(|vw| vw.group_by.iter().position(|&g| g == pc));
+        catalog.replace_table(vd)?;
+    }
+    done(format!(
+        "table {} partitioned on column {}",
+        t.name, t.columns[pc].name
+    ))
+}

@@ -1,0 +1,467 @@
+//! SELECT execution: nested-loop joins over access paths, then grouping, DISTINCT, sorting
+//! and LIMIT/OFFSET. Rows come from a `RowSource` — a partition's tables, or rows gathered
+//! from every partition at the multi-partition coordinator.
+
+use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
+use std::ops::Bound;
+
+use lockstep_core::{decimal, Error, Result, ResultTable, Value};
+use lockstep_storage::{Partition, Table as StoreTable};
+
+use crate::access::{eval_keys, eval_range, Access, RangeKeys};
+use crate::bind::{AggFunc, AggSpec};
+use crate::expr::{arith, sort_cmp, ArithOp, Env, Expr};
+use crate::plan::{Level, SelectPlan, SortKey};
+
+/// Where a level's candidate rows come from, with keys already evaluated.
+pub enum Probe {
+    /// Nothing can match (a NULL key, say).
+    Empty,
+    Scan,
+    Lookup(usize, Vec<Value>),
+    Range(usize, RangeKeys, bool),
+}
+
+/// Evaluates an access path's keys over the joined row so far.
+pub fn probe(level: &Level, access: &Access, outer: &[Value], env: &Env) -> Result<Probe> {
+    let table = &level.source.table;
+    Ok(match access {
+        Access::Scan => Probe::Scan,
+        Access::Lookup { index, key } => {
+            match eval_keys(key, table, &table.indexes[*index].columns, outer, env)? {
+                Some(k) => Probe::Lookup(*index, k),
+                None => Probe::Empty,
+            }
+        }
+        Access::Range {
+            index,
+            eq,
+            lo,
+            hi,
+            reverse,
+        } => {
+            match eval_range(
+                eq,
+                lo,
+                hi,
+                table,
+                &table.indexes[*index].columns,
+                outer,
+                env,
+            )? {
+                Some(r) => Probe::Range(*index, r, *reverse),
+                None => Probe::Empty,
+            }
+        }
+    })
+}
+
+/// Rows of the plan's levels.
+pub trait RowSource {
+    /// Calls `f(row id, row)` for the candidate rows of level `j`; `f` returns false to stop.
+    /// Returns false when stopped.
+    fn each(
+        &self,
+        j: usize,
+        probe: &Probe,
+        f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
+    ) -> Result<bool>;
+}
+
+/// One partition's tables, one per level.
+pub struct PartitionSource<'a> {
+    pub tables: Vec<&'a StoreTable>,
+}
+
+impl<'a> PartitionSource<'a> {
+    pub fn new(part: &'a Partition, levels: &[Level]) -> Result<Self> {
+        let mut tables = Vec::with_capacity(levels.len());
+        for l in levels {
+            tables.push(
+                part.table(l.source.table.id)
+                    .map_err(|e| e.context(format!("reading {}", l.source.table.name)))?,
+            );
+        }
+        Ok(PartitionSource { tables })
+    }
+}
+
+/// Visits the rows of one stored table selected by `probe`.
+pub fn each_in_table(
+    t: &StoreTable,
+    probe: &Probe,
+    f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
+) -> Result<bool> {
+    match probe {
+        Probe::Empty => {}
+        Probe::Scan => {
+            for (id, row) in t.scan() {
+                if !f(id, row)? {
+                    return Ok(false);
+                }
+            }
+        }
+        Probe::Lookup(ix, key) => {
+            for id in t.lookup(*ix, key) {
+                if let Some(row) = t.get(id) {
+                    if !f(id, row)? {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        Probe::Range(ix, keys, reverse) => {
+            let lo = bound_ref(&keys.lo);
+            let hi = bound_ref(&keys.hi);
+            for id in t.range(*ix, lo, hi, *reverse) {
+                if let Some(row) = t.get(id) {
+                    if !f(id, row)? {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn bound_ref(b: &Bound<Vec<Value>>) -> Bound<&[Value]> {
+    match b {
+        Bound::Included(v) => Bound::Included(v.as_slice()),
+        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl RowSource for PartitionSource<'_> {
+    fn each(
+        &self,
+        j: usize,
+        probe: &Probe,
+        f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
+    ) -> Result<bool> {
+        each_in_table(self.tables[j], probe, f)
+    }
+}
+
+/// Rows gathered at the coordinator, one list per level; access paths are not used
+/// (every filter is re-checked anyway).
+pub struct GatheredSource {
+    pub rows: Vec<Vec<Vec<Value>>>,
+}
+
+impl RowSource for GatheredSource {
+    fn each(
+        &self,
+        j: usize,
+        probe: &Probe,
+        f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
+    ) -> Result<bool> {
+        if matches!(probe, Probe::Empty) {
+            return Ok(true);
+        }
+        for (i, r) in self.rows[j].iter().enumerate() {
+            if !f(i as u32, r)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn all_hold(conds: &[Expr], row: &[Value], env: &Env) -> Result<bool> {
+    for c in conds {
+        if !c.holds(row, env)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Enumerates the joined rows that pass every filter, calling `emit` (false = stop).
+pub fn join_rows(
+    plan: &SelectPlan,
+    src: &dyn RowSource,
+    env: &Env,
+    emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
+) -> Result<()> {
+    match plan.levels.len() {
+        0 => {
+            emit(&[])?;
+        }
+        1 => {
+            let l = &plan.levels[0];
+            let p = probe(l, &l.access, &[], env)?;
+            src.each(0, &p, &mut |_, row| {
+                if !all_hold(&l.on, row, env)? || !all_hold(&l.post, row, env)? {
+                    return Ok(true);
+                }
+                emit(row)
+            })?;
+        }
+        _ => {
+            let mut buf = vec![Value::Null; plan.width];
+            join_level(plan, src, env, 0, &mut buf, emit)?;
+        }
+    }
+    Ok(())
+}
+
+/// One join level; depth is bounded by JOIN_SOURCES_MAX.
+fn join_level(
+    plan: &SelectPlan,
+    src: &dyn RowSource,
+    env: &Env,
+    j: usize,
+    buf: &mut Vec<Value>,
+    emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
+) -> Result<bool> {
+    if j == plan.levels.len() {
+        return emit(buf);
+    }
+    let l = &plan.levels[j];
+    let (off, w) = (l.source.offset, l.source.width());
+    let p = probe(l, &l.access, buf, env)?;
+    let mut matched = false;
+    let mut go_on = true;
+    src.each(j, &p, &mut |_, row| {
+        buf[off..off + w].clone_from_slice(row);
+        if !all_hold(&l.on, buf, env)? {
+            return Ok(true);
+        }
+        matched = true;
+        if !all_hold(&l.post, buf, env)? {
+            return Ok(true);
+        }
+        go_on = join_level(plan, src, env, j + 1, buf, emit)?;
+        Ok(go_on)
+    })?;
+    if l.left && !matched && go_on {
+        for v in &mut buf[off..off + w] {
+            *v = Value::Null;
+        }
+        if all_hold(&l.post, buf, env)? {
+            go_on = join_level(plan, src, env, j + 1, buf, emit)?;
+        }
+    }
+    Ok(go_on)
+}
+
+/// The value of a LIMIT or OFFSET expression.
+fn count_of(e: &Option<Expr>, env: &Env, what: &str) -> Result<Option<usize>> {
+    match e {
+        None => Ok(None),
+        Some(e) => match e.eval(&[], env)? {
+            Value::Int(n) if n >= 0 => Ok(Some(n as usize)),
+            Value::Null => Ok(None),
+            v => Err(Error::sql(format!(
+                "{what} must be a non-negative integer, not {}",
+                v.describe()
+            ))),
+        },
+    }
+}
+
+/// Running state of one aggregate in one group.
+#[derive(Clone)]
+struct Acc {
+    value: Value,
+    count: i64,
+    seen: Option<HashSet<Value>>,
+}
+
+impl Acc {
+    fn new(spec: &AggSpec) -> Acc {
+        Acc {
+            value: Value::Null,
+            count: 0,
+            seen: spec.distinct.then(HashSet::new),
+        }
+    }
+
+    fn add(&mut self, spec: &AggSpec, row: &[Value], env: &Env) -> Result<()> {
+        let v = match &spec.arg {
+            None => {
+                self.count += 1;
+                return Ok(());
+            }
+            Some(a) => a.eval(row, env)?,
+        };
+        if v.is_null() {
+            return Ok(());
+        }
+        if let Some(seen) = &mut self.seen {
+            if seen.contains(&v) {
+                return Ok(());
+            }
+            seen.insert(v.clone());
+        }
+        self.count += 1;
+        match spec.func {
+            AggFunc::CountStar | AggFunc::Count => {}
+            AggFunc::Sum | AggFunc::Avg => {
+                self.value = if self.value.is_null() {
+                    v
+                } else {
+                    arith(
+                        ArithOp::Add,
+                        std::mem::replace(&mut self.value, Value::Null),
+                        v,
+                    )?
+                };
+            }
+            AggFunc::Min => {
+                if self.value.is_null() || sort_cmp(&v, &self.value) == Ordering::Less {
+                    self.value = v;
+                }
+            }
+            AggFunc::Max => {
+                if self.value.is_null() || sort_cmp(&v, &self.value) == Ordering::Greater {
+                    self.value = v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn result(&self, spec: &AggSpec) -> Result<Value> {
+        Ok(match spec.func {
+            AggFunc::CountStar | AggFunc::Count => Value::Int(self.count),
+            AggFunc::Sum | AggFunc::Min | AggFunc::Max => self.value.clone(),
+            AggFunc::Avg => match &self.value {
+                Value::Null => Value::Null,
+                // VoltDB truncates the average of integers.
+                Value::Int(s) => Value::Int(s / self.count),
+                Value::Float(s) => Value::Float(s / self.count as f64),
+                Value::Decimal(s) => Value::Decimal(
+                    decimal::div(*s, decimal::from_i64(self.count))
+                        .ok_or_else(|| Error::sql("numeric overflow in AVG"))?,
+                ),
+                v => return Err(Error::sql(format!("AVG of {}", v.describe()))),
+            },
+        })
+    }
+}
+
+/// Output rows with their sort keys, before DISTINCT / ORDER BY / LIMIT.
+struct Collected {
+    rows: Vec<(Vec<Value>, Vec<Value>)>,
+}
+
+fn eval_all(exprs: &[Expr], row: &[Value], env: &Env) -> Result<Vec<Value>> {
+    let mut out = Vec::with_capacity(exprs.len());
+    for e in exprs {
+        out.push(e.eval(row, env)?);
+    }
+    Ok(out)
+}
+
+/// Runs a SELECT plan over `src`. `force_sort` re-sorts even when the access path was
+/// ordered (rows gathered from several partitions are not).
+pub fn run_select(
+    plan: &SelectPlan,
+    src: &dyn RowSource,
+    env: &Env,
+    force_sort: bool,
+) -> Result<ResultTable> {
+    let limit = count_of(&plan.limit, env, "LIMIT")?;
+    let offset = count_of(&plan.offset, env, "OFFSET")?.unwrap_or(0);
+    let need_sort = !plan.order.is_empty() && (!plan.sorted_by_index || force_sort);
+    let streaming = plan.agg.is_none() && !plan.distinct && !need_sort;
+    let stop_at = if streaming {
+        limit.map(|l| l.saturating_add(offset))
+    } else {
+        None
+    };
+    let mut out = Collected { rows: Vec::new() };
+    if stop_at == Some(0) {
+        return Ok(finish(plan, out, need_sort, offset, limit));
+    }
+    match &plan.agg {
+        None => {
+            join_rows(plan, src, env, &mut |row| {
+                let o = eval_all(&plan.output, row, env)?;
+                let h = eval_all(&plan.hidden, row, env)?;
+                out.rows.push((o, h));
+                Ok(stop_at.is_none_or(|s| out.rows.len() < s))
+            })?;
+        }
+        Some(agg) => {
+            let mut index: HashMap<Vec<Value>, usize> = HashMap::new();
+            let mut groups: Vec<(Vec<Value>, Vec<Acc>)> = Vec::new();
+            join_rows(plan, src, env, &mut |row| {
+                let key = eval_all(&agg.group, row, env)?;
+                let g = match index.get(&key) {
+                    Some(&g) => g,
+                    None => {
+                        index.insert(key.clone(), groups.len());
+                        groups.push((key, agg.aggs.iter().map(Acc::new).collect()));
+                        groups.len() - 1
+                    }
+                };
+                for (acc, spec) in groups[g].1.iter_mut().zip(&agg.aggs) {
+                    acc.add(spec, row, env)?;
+                }
+                Ok(true)
+            })?;
+            if groups.is_empty() && agg.group.is_empty() {
+                groups.push((Vec::new(), agg.aggs.iter().map(Acc::new).collect()));
+            }
+            for (key, accs) in groups {
+                let mut row = key;
+                for (acc, spec) in accs.iter().zip(&agg.aggs) {
+                    row.push(acc.result(spec)?);
+                }
+                if let Some(h) = &plan.having {
+                    if !h.holds(&row, env)? {
+                        continue;
+                    }
+                }
+                out.rows.push((
+                    eval_all(&plan.output, &row, env)?,
+                    eval_all(&plan.hidden, &row, env)?,
+                ));
+            }
+        }
+    }
+    Ok(finish(plan, out, need_sort, offset, limit))
+}
+
+fn finish(
+    plan: &SelectPlan,
+    mut c: Collected,
+    need_sort: bool,
+    offset: usize,
+    limit: Option<usize>,
+) -> ResultTable {
+    if plan.distinct {
+        let mut seen = HashSet::new();
+        c.rows.retain(|(o, _)| seen.insert(o.clone()));
+    }
+    if need_sort {
+        c.rows.sort_by(|a, b| {
+            for (k, desc) in &plan.order {
+                let (x, y) = match k {
+                    SortKey::Output(i) => (&a.0[*i], &b.0[*i]),
+                    SortKey::Hidden(i) => (&a.1[*i], &b.1[*i]),
+                };
+                let o = sort_cmp(x, y);
+                if o != Ordering::Equal {
+                    return if *desc { o.reverse() } else { o };
+                }
+            }
+            Ordering::Equal
+        });
+    }
+    let mut t = ResultTable::new(plan.columns.clone());
+    let take = limit.unwrap_or(usize::MAX);
+    t.rows = c
+        .rows
+        .into_iter()
+        .skip(offset)
+        .take(take)
+        .map(|(o, _)| o)
+        .collect();
+    t
+}

@@ -1,0 +1,180 @@
+//! Executing INSERT / UPSERT, UPDATE and DELETE on one partition.
+//!
+//! Rows to change are collected first and changed after, so a statement never sees its
+//! own writes (no Halloween problem).
+
+use lockstep_core::{Error, Result, Value};
+use lockstep_storage::Partition;
+
+use crate::access::key_value;
+use crate::exec::{each_in_table, probe, run_select, PartitionSource};
+use crate::expr::Env;
+use crate::plan::Level;
+use crate::plan_dml::{DeletePlan, InsertPlan, InsertSource, UpdatePlan};
+
+/// The provided values of each row to insert, evaluated here (VALUES, or the SELECT run
+/// on this partition).
+pub fn source_rows(p: &InsertPlan, part: &Partition, env: &Env) -> Result<Vec<Vec<Value>>> {
+    match &p.source {
+        InsertSource::Values(rows) => {
+            let mut out = Vec::with_capacity(rows.len());
+            for r in rows {
+                let mut vals = Vec::with_capacity(r.len());
+                for e in r {
+                    vals.push(e.eval(&[], env)?);
+                }
+                out.push(vals);
+            }
+            Ok(out)
+        }
+        InsertSource::Select(plan) => {
+            let src = PartitionSource::new(part, &plan.levels)?;
+            Ok(run_select(plan, &src, env, false)?.rows)
+        }
+    }
+}
+
+/// The full row for provided values: defaults first, then the given columns.
+pub fn full_row(p: &InsertPlan, vals: Vec<Value>, env: &Env) -> Result<Vec<Value>> {
+    let mut row = Vec::with_capacity(p.defaults.len());
+    for (c, d) in p.defaults.iter().enumerate() {
+        row.push(if p.columns.contains(&c) {
+            Value::Null
+        } else {
+            d.eval(&[], env)?
+        });
+    }
+    for (v, &c) in vals.into_iter().zip(&p.columns) {
+        row[c] = v;
+    }
+    Ok(row)
+}
+
+/// Inserts (or upserts) rows of provided values; returns how many rows changed.
+pub fn insert_rows(
+    p: &InsertPlan,
+    rows: Vec<Vec<Value>>,
+    part: &mut Partition,
+    env: &Env,
+) -> Result<u64> {
+    let tid = p.table.id;
+    let mut n = 0u64;
+    for vals in rows {
+        if p.upsert {
+            upsert_row(p, vals, part, env)?;
+        } else {
+            let row = full_row(p, vals, env)?;
+            part.insert(tid, row)?;
+        }
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// VoltDB's UPSERT: update the listed columns of the row with the same primary key, or
+/// insert a new row.
+fn upsert_row(p: &InsertPlan, vals: Vec<Value>, part: &mut Partition, env: &Env) -> Result<()> {
+    let t = &p.table;
+    let (pk_index, pk) = t
+        .indexes
+        .iter()
+        .enumerate()
+        .find(|(_, i)| i.primary)
+        .ok_or_else(|| {
+            Error::sql(format!(
+                "UPSERT needs a primary key, and {} has none",
+                t.name
+            ))
+        })?;
+    let mut key = Vec::with_capacity(pk.columns.len());
+    for &c in &pk.columns {
+        let at = p
+            .columns
+            .iter()
+            .position(|&x| x == c)
+            .ok_or_else(|| Error::sql("UPSERT must give every primary key column"))?;
+        match key_value(vals[at].clone(), t.columns[c].ty) {
+            Some(k) => key.push(k),
+            None => {
+                return Err(Error::constraint(format!(
+                    "primary key column {} of {} cannot be NULL",
+                    t.columns[c].name, t.name
+                )))
+            }
+        }
+    }
+    let existing = {
+        let table = part.table(t.id)?;
+        table
+            .lookup(pk_index, &key)
+            .first()
+            .and_then(|&id| table.get(id).map(|r| (id, r.to_vec())))
+    };
+    match existing {
+        Some((id, mut row)) => {
+            for (v, &c) in vals.into_iter().zip(&p.columns) {
+                row[c] = v;
+            }
+            part.update(t.id, id, row)
+        }
+        None => {
+            let row = full_row(p, vals, env)?;
+            part.insert(t.id, row).map(|_| ())
+        }
+    }
+}
+
+pub fn run_insert(p: &InsertPlan, part: &mut Partition, env: &Env) -> Result<u64> {
+    let rows = source_rows(p, part, env)?;
+    insert_rows(p, rows, part, env)
+}
+
+/// (row id, row) of the rows a single-table statement selects.
+fn matching_rows(
+    level: &Level,
+    part: &Partition,
+    env: &Env,
+    keep_rows: bool,
+) -> Result<Vec<(u32, Vec<Value>)>> {
+    let table = part.table(level.source.table.id)?;
+    let pr = probe(level, &level.access, &[], env)?;
+    let mut out = Vec::new();
+    each_in_table(table, &pr, &mut |id, row| {
+        for c in &level.on {
+            if !c.holds(row, env)? {
+                return Ok(true);
+            }
+        }
+        out.push((id, if keep_rows { row.to_vec() } else { Vec::new() }));
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64> {
+    let rows = matching_rows(&p.level, part, env, true)?;
+    let mut changes = Vec::with_capacity(rows.len());
+    for (id, old) in rows {
+        let mut new = old.clone();
+        for (c, e) in &p.sets {
+            new[*c] = e.eval(&old, env)?;
+        }
+        changes.push((id, new));
+    }
+    let tid = p.level.source.table.id;
+    let n = changes.len() as u64;
+    for (id, row) in changes {
+        part.update(tid, id, row)?;
+    }
+    Ok(n)
+}
+
+pub fn run_delete(p: &DeletePlan, part: &mut Partition, env: &Env) -> Result<u64> {
+    let rows = matching_rows(&p.level, part, env, false)?;
+    let tid = p.level.source.table.id;
+    let n = rows.len() as u64;
+    for (id, _) in rows {
+        part.delete(tid, id)?;
+    }
+    Ok(n)
+}

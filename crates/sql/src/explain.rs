@@ -1,0 +1,152 @@
+//! Human-readable plans for @Explain.
+
+use std::fmt::Write;
+
+use crate::access::Access;
+use crate::plan::{Level, SelectPlan};
+use crate::plan_dml::InsertSource;
+use crate::{Plan, Prepared, Route};
+
+fn access_text(l: &Level) -> String {
+    let t = &l.source.table;
+    let index_name = |i: usize| {
+        t.indexes
+            .get(i)
+            .map(|x| x.name.clone())
+            .unwrap_or_else(|| format!("#{i}"))
+    };
+    match &l.access {
+        Access::Scan => format!("SEQUENTIAL SCAN of {}", l.source.name),
+        Access::Lookup { index, key } => {
+            let def = &t.indexes[*index];
+            let point =
+                key.len() == def.columns.len() && (def.unique || def.primary || def.assume_unique);
+            let kind = if point {
+                "UNIQUE LOOKUP"
+            } else {
+                "INDEX PREFIX LOOKUP"
+            };
+            format!(
+                "{kind} of {} using {} ({} key columns)",
+                l.source.name,
+                index_name(*index),
+                key.len()
+            )
+        }
+        Access::Range {
+            index,
+            eq,
+            lo,
+            hi,
+            reverse,
+        } => format!(
+            "INDEX {}SCAN of {} using {} ({} equality columns{}{})",
+            if *reverse { "REVERSE " } else { "" },
+            l.source.name,
+            index_name(*index),
+            eq.len(),
+            if lo.is_some() { ", lower bound" } else { "" },
+            if hi.is_some() { ", upper bound" } else { "" },
+        ),
+    }
+}
+
+fn select_text(s: &SelectPlan, out: &mut String, indent: &str) {
+    for (j, l) in s.levels.iter().enumerate() {
+        let join = match (j, l.left) {
+            (0, _) => "",
+            (_, true) => "LEFT NESTED LOOP JOIN: ",
+            (_, false) => "NESTED LOOP JOIN: ",
+        };
+        let filt = l.on.len() + l.post.len();
+        let _ = writeln!(
+            out,
+            "{indent}{join}{}{}",
+            access_text(l),
+            if filt > 0 {
+                format!(" filtered by {filt} terms")
+            } else {
+                String::new()
+            }
+        );
+    }
+    if let Some(a) = &s.agg {
+        let _ = writeln!(
+            out,
+            "{indent}AGGREGATE: {} group keys, {} aggregates{}",
+            a.group.len(),
+            a.aggs.len(),
+            if s.having.is_some() { ", HAVING" } else { "" }
+        );
+    }
+    if s.distinct {
+        let _ = writeln!(out, "{indent}DISTINCT");
+    }
+    if !s.order.is_empty() {
+        let how = if s.sorted_by_index {
+            "ORDER BY (index order, no sort)"
+        } else {
+            "ORDER BY (sort)"
+        };
+        let _ = writeln!(out, "{indent}{how}");
+    }
+    if s.limit.is_some() || s.offset.is_some() {
+        let _ = writeln!(out, "{indent}LIMIT/OFFSET");
+    }
+    let _ = writeln!(out, "{indent}PROJECTION: {} columns", s.columns.len());
+}
+
+/// Human-readable plan (for @Explain).
+pub fn explain(p: &Prepared) -> String {
+    let mut out = String::new();
+    let route = match &p.route {
+        Route::PartitionParam { param, key_type } => {
+            format!("single partition, by parameter {} ({key_type})", param + 1)
+        }
+        Route::PartitionConst(v) => format!("single partition, by key {v}"),
+        Route::AnyPartition => "any one partition (replicated tables only)".to_string(),
+        Route::All => "all partitions".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "ROUTE: {route}{}",
+        if p.writes_replicated {
+            " (writes a replicated table)"
+        } else {
+            ""
+        }
+    );
+    match &p.plan {
+        Plan::Select(s) => select_text(s, &mut out, ""),
+        Plan::Insert(i) => {
+            let verb = if i.upsert { "UPSERT" } else { "INSERT" };
+            match &i.source {
+                InsertSource::Values(rows) => {
+                    let _ = writeln!(out, "{verb} {} row(s) INTO {}", rows.len(), i.table.name);
+                }
+                InsertSource::Select(s) => {
+                    let _ = writeln!(out, "{verb} INTO {} FROM SELECT:", i.table.name);
+                    select_text(s, &mut out, "  ");
+                }
+            }
+        }
+        Plan::Update(u) => {
+            let _ = writeln!(
+                out,
+                "UPDATE {} ({} columns) via {}",
+                u.level.source.name,
+                u.sets.len(),
+                access_text(&u.level)
+            );
+        }
+        Plan::Delete(d) => {
+            let _ = writeln!(
+                out,
+                "DELETE FROM {} via {}",
+                d.level.source.name,
+                access_text(&d.level)
+            );
+        }
+    }
+    out
+}

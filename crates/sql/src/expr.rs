@@ -1,0 +1,596 @@
+//! Bound scalar expressions and their evaluation, with SQL's three-valued logic.
+//!
+//! Columns are positions in the row the expression is evaluated on (a table row, a joined
+//! row, or an aggregated row), fixed by the binder. Depth is bounded by the binder
+//! (`EXPR_DEPTH_MAX`), so the recursive evaluator cannot be driven arbitrarily deep.
+
+use std::cmp::Ordering;
+
+use lockstep_core::{decimal, DataType, Error, Result, Value};
+
+use crate::func::{self, Func};
+
+/// Deepest expression tree the binder accepts.
+pub const EXPR_DEPTH_MAX: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArithOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    /// The operator with its operands swapped (`a < b` ⇔ `b > a`).
+    pub fn flip(self) -> CmpOp {
+        match self {
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+            o => o,
+        }
+    }
+    fn test(self, o: Ordering) -> bool {
+        match self {
+            CmpOp::Eq => o == Ordering::Equal,
+            CmpOp::Ne => o != Ordering::Equal,
+            CmpOp::Lt => o == Ordering::Less,
+            CmpOp::Le => o != Ordering::Greater,
+            CmpOp::Gt => o == Ordering::Greater,
+            CmpOp::Ge => o != Ordering::Less,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Const(Value),
+    /// Statement parameter, 0-based; already coerced to its inferred type.
+    Param(usize),
+    Column(usize),
+    Neg(Box<Expr>),
+    Not(Box<Expr>),
+    Arith(ArithOp, Box<Expr>, Box<Expr>),
+    Cmp(CmpOp, Box<Expr>, Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Concat(Box<Expr>, Box<Expr>),
+    IsNull(Box<Expr>, bool),
+    InList(Box<Expr>, Vec<Expr>, bool),
+    Like(Box<Expr>, Box<Expr>, bool),
+    Case {
+        operand: Option<Box<Expr>>,
+        whens: Vec<(Expr, Expr)>,
+        otherwise: Option<Box<Expr>>,
+    },
+    Func(Func, Vec<Expr>),
+    Cast(Box<Expr>, DataType),
+}
+
+/// What an expression may read besides the row: parameters and the transaction clock.
+pub struct Env<'a> {
+    pub params: &'a [Value],
+    pub now_micros: i64,
+}
+
+impl Expr {
+    /// Evaluates over `row`.
+    pub fn eval(&self, row: &[Value], env: &Env) -> Result<Value> {
+        Ok(match self {
+            Expr::Const(v) => v.clone(),
+            Expr::Param(i) => env.params.get(*i).cloned().unwrap_or(Value::Null),
+            Expr::Column(i) => row.get(*i).cloned().unwrap_or(Value::Null),
+            Expr::Neg(e) => negate(e.eval(row, env)?)?,
+            Expr::Not(e) => match e.eval(row, env)?.truth() {
+                None => Value::Null,
+                Some(b) => Value::Bool(!b),
+            },
+            Expr::Arith(op, a, b) => arith(*op, a.eval(row, env)?, b.eval(row, env)?)?,
+            Expr::Cmp(op, a, b) => {
+                let (x, y) = (a.eval(row, env)?, b.eval(row, env)?);
+                compare(*op, &x, &y)?
+            }
+            Expr::And(a, b) => {
+                let x = a.eval(row, env)?.truth();
+                if x == Some(false) {
+                    return Ok(Value::Bool(false));
+                }
+                match (x, b.eval(row, env)?.truth()) {
+                    (_, Some(false)) => Value::Bool(false),
+                    (Some(true), Some(true)) => Value::Bool(true),
+                    _ => Value::Null,
+                }
+            }
+            Expr::Or(a, b) => {
+                let x = a.eval(row, env)?.truth();
+                if x == Some(true) {
+                    return Ok(Value::Bool(true));
+                }
+                match (x, b.eval(row, env)?.truth()) {
+                    (_, Some(true)) => Value::Bool(true),
+                    (Some(false), Some(false)) => Value::Bool(false),
+                    _ => Value::Null,
+                }
+            }
+            Expr::Concat(a, b) => match (a.eval(row, env)?, b.eval(row, env)?) {
+                (Value::Null, _) | (_, Value::Null) => Value::Null,
+                (x, y) => Value::Str(format!("{}{}", text_of(&x), text_of(&y))),
+            },
+            Expr::IsNull(e, neg) => Value::Bool(e.eval(row, env)?.is_null() != *neg),
+            Expr::InList(e, list, neg) => {
+                let v = e.eval(row, env)?;
+                if v.is_null() {
+                    return Ok(Value::Null);
+                }
+                let mut saw_null = false;
+                for item in list {
+                    let w = item.eval(row, env)?;
+                    if let Value::Array(items) = &w {
+                        // `IN ?` with an array parameter.
+                        for x in items {
+                            match v.sql_cmp(x) {
+                                Some(Ordering::Equal) => return Ok(Value::Bool(!neg)),
+                                None => saw_null = true,
+                                _ => {}
+                            }
+                        }
+                        continue;
+                    }
+                    match v.sql_cmp(&w) {
+                        Some(Ordering::Equal) => return Ok(Value::Bool(!neg)),
+                        None => saw_null = true,
+                        _ => {}
+                    }
+                }
+                if saw_null {
+                    Value::Null
+                } else {
+                    Value::Bool(*neg)
+                }
+            }
+            Expr::Like(e, p, neg) => match (e.eval(row, env)?, p.eval(row, env)?) {
+                (Value::Null, _) | (_, Value::Null) => Value::Null,
+                (Value::Str(s), Value::Str(pat)) => Value::Bool(like(&s, &pat) != *neg),
+                (x, _) => {
+                    return Err(Error::sql(format!(
+                        "LIKE needs VARCHAR operands, not {}",
+                        x.describe()
+                    )))
+                }
+            },
+            Expr::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                let op = match operand {
+                    Some(o) => Some(o.eval(row, env)?),
+                    None => None,
+                };
+                for (w, then) in whens {
+                    let hit = match &op {
+                        Some(v) => v.sql_cmp(&w.eval(row, env)?) == Some(Ordering::Equal),
+                        None => w.eval(row, env)?.truth() == Some(true),
+                    };
+                    if hit {
+                        return then.eval(row, env);
+                    }
+                }
+                match otherwise {
+                    Some(e) => e.eval(row, env)?,
+                    None => Value::Null,
+                }
+            }
+            Expr::Func(f, args) => func::call(*f, args, row, env)?,
+            Expr::Cast(e, ty) => cast(e.eval(row, env)?, *ty)?,
+        })
+    }
+
+    /// True when the expression holds (NULL counts as false), for filters.
+    pub fn holds(&self, row: &[Value], env: &Env) -> Result<bool> {
+        Ok(self.eval(row, env)?.truth() == Some(true))
+    }
+
+    /// Calls `f` on every column position the expression reads.
+    pub fn visit_columns(&self, f: &mut dyn FnMut(usize)) {
+        match self {
+            Expr::Column(i) => f(*i),
+            Expr::Const(_) | Expr::Param(_) => {}
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => {
+                e.visit_columns(f)
+            }
+            Expr::Arith(_, a, b)
+            | Expr::Cmp(_, a, b)
+            | Expr::And(a, b)
+            | Expr::Or(a, b)
+            | Expr::Concat(a, b)
+            | Expr::Like(a, b, _) => {
+                a.visit_columns(f);
+                b.visit_columns(f);
+            }
+            Expr::InList(e, l, _) => {
+                e.visit_columns(f);
+                l.iter().for_each(|x| x.visit_columns(f));
+            }
+            Expr::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                if let Some(o) = operand {
+                    o.visit_columns(f);
+                }
+                for (w, t) in whens {
+                    w.visit_columns(f);
+                    t.visit_columns(f);
+                }
+                if let Some(o) = otherwise {
+                    o.visit_columns(f);
+                }
+            }
+            Expr::Func(_, args) => args.iter().for_each(|x| x.visit_columns(f)),
+        }
+    }
+
+    /// Rewrites every column position through `map`.
+    pub fn map_columns(&mut self, map: &dyn Fn(usize) -> usize) {
+        match self {
+            Expr::Column(i) => *i = map(*i),
+            Expr::Const(_) | Expr::Param(_) => {}
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => {
+                e.map_columns(map)
+            }
+            Expr::Arith(_, a, b)
+            | Expr::Cmp(_, a, b)
+            | Expr::And(a, b)
+            | Expr::Or(a, b)
+            | Expr::Concat(a, b)
+            | Expr::Like(a, b, _) => {
+                a.map_columns(map);
+                b.map_columns(map);
+            }
+            Expr::InList(e, l, _) => {
+                e.map_columns(map);
+                l.iter_mut().for_each(|x| x.map_columns(map));
+            }
+            Expr::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                if let Some(o) = operand {
+                    o.map_columns(map);
+                }
+                for (w, t) in whens {
+                    w.map_columns(map);
+                    t.map_columns(map);
+                }
+                if let Some(o) = otherwise {
+                    o.map_columns(map);
+                }
+            }
+            Expr::Func(_, args) => args.iter_mut().for_each(|x| x.map_columns(map)),
+        }
+    }
+
+    /// The highest column position read, if any.
+    pub fn max_column(&self) -> Option<usize> {
+        let mut m = None;
+        self.visit_columns(&mut |c| m = Some(m.map_or(c, |x: usize| x.max(c))));
+        m
+    }
+
+    /// The lowest column position read, if any.
+    pub fn min_column(&self) -> Option<usize> {
+        let mut m = None;
+        self.visit_columns(&mut |c| m = Some(m.map_or(c, |x: usize| x.min(c))));
+        m
+    }
+
+    /// Splits a conjunction into its terms.
+    pub fn conjuncts(self, out: &mut Vec<Expr>) {
+        let mut stack = vec![self];
+        while let Some(e) = stack.pop() {
+            match e {
+                Expr::And(a, b) => {
+                    stack.push(*b);
+                    stack.push(*a);
+                }
+                e => out.push(e),
+            }
+        }
+    }
+
+    /// True for a constant or a parameter: a value fixed for the whole statement.
+    pub fn is_fixed(&self) -> bool {
+        matches!(self, Expr::Const(_) | Expr::Param(_))
+    }
+}
+
+/// The text of a value in string contexts (`||`, CONCAT).
+pub fn text_of(v: &Value) -> String {
+    match v {
+        Value::Str(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn negate(v: Value) -> Result<Value> {
+    Ok(match v {
+        Value::Null => Value::Null,
+        Value::Int(i) => Value::Int(i.checked_neg().ok_or_else(overflow)?),
+        Value::Float(f) => Value::Float(-f),
+        Value::Decimal(d) => Value::Decimal(-d),
+        other => return Err(Error::sql(format!("cannot negate {}", other.describe()))),
+    })
+}
+
+fn overflow() -> Error {
+    Error::sql("numeric overflow in integer arithmetic")
+}
+
+fn div_zero() -> Error {
+    Error::sql("division by zero")
+}
+
+/// Arithmetic with VoltDB's promotion: integers stay integers (overflow is an error),
+/// any FLOAT makes FLOAT, otherwise any DECIMAL makes DECIMAL.
+pub fn arith(op: ArithOp, a: Value, b: Value) -> Result<Value> {
+    use Value::*;
+    Ok(match (a, b) {
+        (Null, _) | (_, Null) => Null,
+        (Int(x), Int(y)) => Int(match op {
+            ArithOp::Add => x.checked_add(y),
+            ArithOp::Sub => x.checked_sub(y),
+            ArithOp::Mul => x.checked_mul(y),
+            ArithOp::Div => {
+                if y == 0 {
+                    return Err(div_zero());
+                }
+                x.checked_div(y)
+            }
+            ArithOp::Mod => {
+                if y == 0 {
+                    return Err(div_zero());
+                }
+                x.checked_rem(y)
+            }
+        }
+        .ok_or_else(overflow)?),
+        (x @ (Int(_) | Float(_) | Decimal(_)), y @ (Int(_) | Float(_) | Decimal(_)))
+            if matches!(x, Float(_)) || matches!(y, Float(_)) =>
+        {
+            let (p, q) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+            if q == 0.0 && matches!(op, ArithOp::Div | ArithOp::Mod) {
+                return Err(div_zero());
+            }
+            Float(match op {
+                ArithOp::Add => p + q,
+                ArithOp::Sub => p - q,
+                ArithOp::Mul => p * q,
+                ArithOp::Div => p / q,
+                ArithOp::Mod => p % q,
+            })
+        }
+        (x @ (Int(_) | Decimal(_)), y @ (Int(_) | Decimal(_))) => {
+            let p = to_dec(&x);
+            let q = to_dec(&y);
+            let r = match op {
+                ArithOp::Add => decimal::checked(p.checked_add(q)),
+                ArithOp::Sub => decimal::checked(p.checked_sub(q)),
+                ArithOp::Mul => decimal::mul(p, q),
+                ArithOp::Div => {
+                    if q == 0 {
+                        return Err(div_zero());
+                    }
+                    decimal::div(p, q)
+                }
+                ArithOp::Mod => {
+                    if q == 0 {
+                        return Err(div_zero());
+                    }
+                    p.checked_rem(q)
+                }
+            };
+            Decimal(r.ok_or_else(|| Error::sql("numeric overflow in DECIMAL arithmetic"))?)
+        }
+        (x, y) => {
+            return Err(Error::sql(format!(
+                "arithmetic needs numbers, not {} and {}",
+                x.describe(),
+                y.describe()
+            )))
+        }
+    })
+}
+
+fn to_dec(v: &Value) -> i128 {
+    match v {
+        Value::Int(i) => decimal::from_i64(*i),
+        Value::Decimal(d) => *d,
+        _ => 0,
+    }
+}
+
+/// A comparison with NULL (or between values that cannot be compared) is unknown.
+pub fn compare(op: CmpOp, x: &Value, y: &Value) -> Result<Value> {
+    if x.is_null() || y.is_null() {
+        return Ok(Value::Null);
+    }
+    match x.sql_cmp(y) {
+        Some(o) => Ok(Value::Bool(op.test(o))),
+        None => Err(Error::sql(format!(
+            "cannot compare {} with {}",
+            x.describe(),
+            y.describe()
+        ))),
+    }
+}
+
+/// Total order for sorting: NULL first, then SQL order, then kind order as a tie-break.
+pub fn sort_cmp(a: &Value, b: &Value) -> Ordering {
+    match (a.is_null(), b.is_null()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        _ => a.sql_cmp(b).unwrap_or_else(|| a.cmp(b)),
+    }
+}
+
+/// LIKE with `%` (any run) and `_` (one character), matched without recursion.
+pub fn like(s: &str, pat: &str) -> bool {
+    let s: Vec<char> = s.chars().collect();
+    let p: Vec<char> = pat.chars().collect();
+    let (mut i, mut j) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None; // (pattern pos after %, text pos)
+    while i < s.len() {
+        if j < p.len() && (p[j] == '_' || (p[j] != '%' && p[j] == s[i])) {
+            i += 1;
+            j += 1;
+        } else if j < p.len() && p[j] == '%' {
+            star = Some((j + 1, i));
+            j += 1;
+        } else if let Some((pj, si)) = star {
+            j = pj;
+            i = si + 1;
+            star = Some((pj, si + 1));
+        } else {
+            return false;
+        }
+    }
+    while j < p.len() && p[j] == '%' {
+        j += 1;
+    }
+    j == p.len()
+}
+
+/// CAST: like column coercion, but FLOAT/DECIMAL to integer truncates toward zero
+/// and numbers to VARCHAR print plainly.
+pub fn cast(v: Value, ty: DataType) -> Result<Value> {
+    match (&v, ty) {
+        (Value::Float(f), t) if t.is_integer() && f.is_finite() => {
+            Value::Int(f.trunc() as i64).coerce_to(t)
+        }
+        (Value::Decimal(d), t) if t.is_integer() => {
+            Value::Int((*d / decimal::SCALE) as i64).coerce_to(t)
+        }
+        _ => v.coerce_to(ty),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env() -> Env<'static> {
+        Env {
+            params: &[],
+            now_micros: 0,
+        }
+    }
+
+    fn c(v: Value) -> Box<Expr> {
+        Box::new(Expr::Const(v))
+    }
+
+    #[test]
+    fn three_valued_logic() {
+        let t = Value::Bool(true);
+        let f = Value::Bool(false);
+        let n = Value::Null;
+        let and = |a: &Value, b: &Value| {
+            Expr::And(c(a.clone()), c(b.clone()))
+                .eval(&[], &env())
+                .unwrap()
+        };
+        let or = |a: &Value, b: &Value| {
+            Expr::Or(c(a.clone()), c(b.clone()))
+                .eval(&[], &env())
+                .unwrap()
+        };
+        assert_eq!(and(&n, &f), f);
+        assert!(and(&n, &t).is_null());
+        assert_eq!(or(&n, &t), t);
+        assert!(or(&n, &f).is_null());
+        assert!(Expr::Not(c(n.clone())).eval(&[], &env()).unwrap().is_null());
+        let in_null = Expr::InList(
+            c(Value::Int(1)),
+            vec![Expr::Const(Value::Int(2)), Expr::Const(Value::Null)],
+            false,
+        );
+        assert!(in_null.eval(&[], &env()).unwrap().is_null());
+        let in_hit = Expr::InList(
+            c(Value::Int(2)),
+            vec![Expr::Const(Value::Int(2)), Expr::Const(Value::Null)],
+            false,
+        );
+        assert_eq!(in_hit.eval(&[], &env()).unwrap(), t);
+    }
+
+    #[test]
+    fn integer_arithmetic_checks_overflow_and_zero() {
+        assert_eq!(
+            arith(ArithOp::Div, Value::Int(7), Value::Int(2)).unwrap(),
+            Value::Int(3)
+        );
+        assert_eq!(
+            arith(ArithOp::Div, Value::Int(-7), Value::Int(2)).unwrap(),
+            Value::Int(-3)
+        );
+        assert_eq!(
+            arith(ArithOp::Mod, Value::Int(-7), Value::Int(3)).unwrap(),
+            Value::Int(-1)
+        );
+        assert!(arith(ArithOp::Add, Value::Int(i64::MAX), Value::Int(1))
+            .unwrap_err()
+            .message
+            .contains("overflow"));
+        assert!(arith(ArithOp::Div, Value::Int(1), Value::Int(0))
+            .unwrap_err()
+            .message
+            .contains("division by zero"));
+        assert_eq!(
+            arith(ArithOp::Mul, Value::Int(3), Value::Float(0.5)).unwrap(),
+            Value::Float(1.5)
+        );
+        let d = arith(
+            ArithOp::Add,
+            Value::Int(1),
+            Value::Decimal(decimal::parse("0.25").unwrap()),
+        )
+        .unwrap();
+        assert_eq!(d, Value::Decimal(decimal::parse("1.25").unwrap()));
+    }
+
+    #[test]
+    fn like_patterns() {
+        assert!(like("hello", "h%o"));
+        assert!(like("hello", "_ello"));
+        assert!(like("hello", "%"));
+        assert!(like("", "%"));
+        assert!(!like("hello", "h_o"));
+        assert!(like("abcabc", "%abc"));
+        assert!(like("a%b", "a%b"));
+        assert!(!like("abd", "a%c"));
+    }
+
+    #[test]
+    fn sorting_puts_null_first() {
+        let mut v = vec![Value::Int(3), Value::Null, Value::Int(1)];
+        v.sort_by(sort_cmp);
+        assert_eq!(v, vec![Value::Null, Value::Int(1), Value::Int(3)]);
+    }
+}

@@ -1,0 +1,653 @@
+//! SELECT planning: FROM sources in join order, filters placed at the earliest level that
+//! can evaluate them, grouping, projection, ordering and limits.
+
+use std::sync::Arc;
+
+use lockstep_core::{Catalog, DataType, Error, Result, ResultColumn, TableDef, TableKind, Value};
+use sqlparser::ast::{self as ast, JoinConstraint, JoinOperator, SelectItem, SetExpr, TableFactor};
+
+use crate::access::{choose_access, Access, KeyTerm};
+use crate::bind::{ident_name, object_name, AggCtx, Binder, Source, Typed};
+use crate::expr::{CmpOp, Expr};
+
+/// Most FROM items one SELECT may join.
+pub const JOIN_SOURCES_MAX: usize = 16;
+/// Most output columns of one SELECT.
+pub const SELECT_COLUMNS_MAX: usize = 1024;
+
+/// One FROM item in join order.
+#[derive(Clone, Debug)]
+pub struct Level {
+    pub source: Source,
+    /// LEFT JOIN: a row of the earlier levels with no match is kept, padded with NULLs.
+    pub left: bool,
+    pub access: Access,
+    /// Conditions for a row of this level to match, over the joined row so far.
+    pub on: Vec<Expr>,
+    /// WHERE terms that must see the padded row of a LEFT JOIN level.
+    pub post: Vec<Expr>,
+    /// For multi-partition reads: how each partition reads this source alone
+    /// (columns numbered from 0 within the source).
+    pub gather_access: Access,
+    pub gather_filter: Vec<Expr>,
+    /// The source is a view of a partitioned table: gathered rows must be re-aggregated.
+    pub merge_view: bool,
+    pub partitioned: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SortKey {
+    Output(usize),
+    Hidden(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct SelectPlan {
+    pub levels: Vec<Level>,
+    /// Columns of the joined row (sum of the sources' widths).
+    pub width: usize,
+    pub agg: Option<AggCtx>,
+    pub having: Option<Expr>,
+    pub output: Vec<Expr>,
+    pub columns: Vec<ResultColumn>,
+    /// ORDER BY expressions that are not output columns.
+    pub hidden: Vec<Expr>,
+    pub order: Vec<(SortKey, bool)>,
+    /// The access path already yields rows in ORDER BY order.
+    pub sorted_by_index: bool,
+    pub distinct: bool,
+    pub limit: Option<Expr>,
+    pub offset: Option<Expr>,
+    /// Each partition may stop after `offset + limit` rows when gathering (MP).
+    pub gather_limit: bool,
+}
+
+/// Whether a table's rows live in partitions (not replicated on every site).
+pub fn is_partitioned(catalog: &Catalog, t: &TableDef) -> bool {
+    match &t.kind {
+        TableKind::Table | TableKind::Stream { .. } => t.partition_column.is_some(),
+        TableKind::View(v) => catalog
+            .table_by_id(v.source)
+            .is_some_and(|s| s.partition_column.is_some()),
+    }
+}
+
+fn unsupported(what: impl std::fmt::Display) -> Error {
+    Error::sql(format!("{what} is not supported"))
+}
+
+/// Looks a FROM table up, refusing streams.
+pub fn readable_table(catalog: &Catalog, name: &ast::ObjectName) -> Result<Arc<TableDef>> {
+    let n = object_name(name)?;
+    let t = catalog
+        .table(&n)
+        .ok_or_else(|| Error::sql(format!("object not found: {n}")))?;
+    if t.is_stream() {
+        return Err(Error::sql(format!("stream {} cannot be queried", t.name)));
+    }
+    Ok(t.clone())
+}
+
+struct FromItem<'q> {
+    source: Source,
+    left: bool,
+    on: Option<&'q ast::Expr>,
+}
+
+fn from_items<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<Vec<FromItem<'q>>> {
+    let mut items: Vec<FromItem> = Vec::new();
+    let mut offset = 0;
+    let mut add = |items: &mut Vec<FromItem<'q>>,
+                   f: &TableFactor,
+                   left: bool,
+                   on: Option<&'q ast::Expr>|
+     -> Result<()> {
+        let (name, alias) = match f {
+            TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } => (name, alias),
+            TableFactor::Derived { .. } => return Err(unsupported("a subquery in FROM")),
+            other => return Err(unsupported(format!("FROM item {other}"))),
+        };
+        let table = readable_table(catalog, name)?;
+        let sname = match alias {
+            Some(a) => {
+                if !a.columns.is_empty() {
+                    return Err(unsupported("column aliases in FROM"));
+                }
+                ident_name(&a.name)
+            }
+            None => table.name.clone(),
+        };
+        if items
+            .iter()
+            .any(|i| i.source.name.eq_ignore_ascii_case(&sname))
+        {
+            return Err(Error::sql(format!(
+                "{sname} appears twice in FROM; give one of them an alias"
+            )));
+        }
+        if items.len() >= JOIN_SOURCES_MAX {
+            return Err(Error::sql(format!(
+                "a SELECT may join at most {JOIN_SOURCES_MAX} tables"
+            )));
+        }
+        let width = table.columns.len();
+        items.push(FromItem {
+            source: Source {
+                name: sname,
+                table,
+                offset,
+            },
+            left,
+            on,
+        });
+        offset += width;
+        Ok(())
+    };
+    for twj in from {
+        add(&mut items, &twj.relation, false, None)?;
+        for j in &twj.joins {
+            let (left, c) = match &j.join_operator {
+                JoinOperator::Join(c) | JoinOperator::Inner(c) => (false, c),
+                JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (true, c),
+                JoinOperator::CrossJoin(c) => (false, c),
+                other => {
+                    return Err(unsupported(
+                        format!("join {other:?}")
+                            .split('(')
+                            .next()
+                            .unwrap_or("this join")
+                            .to_string(),
+                    ))
+                }
+            };
+            let on = match c {
+                JoinConstraint::On(e) => Some(e),
+                JoinConstraint::None if !left => None,
+                JoinConstraint::None => return Err(Error::sql("LEFT JOIN needs an ON condition")),
+                JoinConstraint::Using(_) | JoinConstraint::Natural => {
+                    return Err(unsupported("JOIN … USING / NATURAL JOIN"))
+                }
+            };
+            add(&mut items, &j.relation, left, on)?;
+        }
+    }
+    Ok(items)
+}
+
+/// The level holding column `c` of the joined row.
+pub fn level_of_column(levels: &[Source], c: usize) -> usize {
+    levels.iter().rposition(|s| s.offset <= c).unwrap_or(0)
+}
+
+fn level_of(sources: &[Source], e: &Expr) -> usize {
+    e.max_column()
+        .map(|c| level_of_column(sources, c))
+        .unwrap_or(0)
+}
+
+/// Plans a query (a SELECT with optional ORDER BY / LIMIT / OFFSET).
+pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<SelectPlan> {
+    if q.with.is_some() {
+        return Err(unsupported("WITH"));
+    }
+    if q.fetch.is_some() || !q.locks.is_empty() || q.for_clause.is_some() {
+        return Err(unsupported("FETCH / FOR UPDATE"));
+    }
+    let select = match q.body.as_ref() {
+        SetExpr::Select(s) => s,
+        SetExpr::SetOperation { op, .. } => return Err(unsupported(format!("{op}"))),
+        SetExpr::Query(_) => return Err(unsupported("a parenthesised query")),
+        _ => return Err(unsupported("this kind of query")),
+    };
+    let s = select.as_ref();
+    if s.top.is_some()
+        || s.into.is_some()
+        || !s.lateral_views.is_empty()
+        || s.prewhere.is_some()
+        || s.qualify.is_some()
+        || !s.named_window.is_empty()
+    {
+        return Err(unsupported("this SELECT clause"));
+    }
+    let distinct = match &s.distinct {
+        None | Some(ast::Distinct::All) => false,
+        Some(ast::Distinct::Distinct) => true,
+        Some(ast::Distinct::On(_)) => return Err(unsupported("DISTINCT ON")),
+    };
+    let items = from_items(catalog, &s.from)?;
+    let sources: Vec<Source> = items.iter().map(|i| i.source.clone()).collect();
+    let width: usize = sources.iter().map(Source::width).sum();
+
+    // Filters: ON conditions of each join, then WHERE.
+    let mut on: Vec<Vec<Expr>> = vec![Vec::new(); sources.len()];
+    let mut post: Vec<Vec<Expr>> = vec![Vec::new(); sources.len()];
+    let place = |e: Expr, on: &mut Vec<Vec<Expr>>, post: &mut Vec<Vec<Expr>>| {
+        if sources.is_empty() {
+            return;
+        }
+        let l = level_of(&sources, &e);
+        if items[l].left {
+            post[l].push(e);
+        } else {
+            on[l].push(e);
+        }
+    };
+    let mut no_from_filter: Vec<Expr> = Vec::new();
+    for (j, it) in items.iter().enumerate() {
+        if let Some(cond) = it.on {
+            let (t, had_agg) = b.bind_input(cond, &sources[..=j]);
+            if had_agg {
+                return Err(Error::sql("aggregate functions are not allowed in ON"));
+            }
+            let mut terms = Vec::new();
+            t?.expr.conjuncts(&mut terms);
+            for e in terms {
+                if it.left {
+                    on[j].push(e);
+                } else {
+                    place(e, &mut on, &mut post);
+                }
+            }
+        }
+    }
+    if let Some(w) = &s.selection {
+        let (t, had_agg) = b.bind_input(w, &sources);
+        if had_agg {
+            return Err(Error::sql(
+                "aggregate functions are not allowed in WHERE; use HAVING",
+            ));
+        }
+        let mut terms = Vec::new();
+        t?.expr.conjuncts(&mut terms);
+        for e in terms {
+            if sources.is_empty() {
+                no_from_filter.push(e);
+            } else {
+                place(e, &mut on, &mut post);
+            }
+        }
+    }
+
+    // Grouping.
+    let group_exprs: &[ast::Expr] = match &s.group_by {
+        ast::GroupByExpr::Expressions(v, mods) if mods.is_empty() => v,
+        _ => return Err(unsupported("GROUP BY ALL / ROLLUP / CUBE")),
+    };
+    let mut aggregated = !group_exprs.is_empty() || s.having.is_some();
+    if !aggregated {
+        for item in &s.projection {
+            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+                let (r, had) = b.bind_input(e, &sources);
+                r?;
+                aggregated |= had;
+            }
+        }
+    }
+    if aggregated {
+        let mut keys = Vec::new();
+        for g in group_exprs {
+            if let ast::Expr::Value(v) = g {
+                if let ast::Value::Number(..) = v.value {
+                    return Err(unsupported("GROUP BY a column position"));
+                }
+            }
+            let (t, had) = b.bind_input(g, &sources);
+            if had {
+                return Err(Error::sql(
+                    "aggregate functions are not allowed in GROUP BY",
+                ));
+            }
+            keys.push(t?);
+        }
+        b.start_grouping(keys);
+    }
+
+    // Projection.
+    let mut output = Vec::new();
+    let mut columns = Vec::new();
+    let mut aliases: Vec<Option<String>> = Vec::new();
+    for item in &s.projection {
+        match item {
+            SelectItem::Wildcard(opts) | SelectItem::QualifiedWildcard(_, opts) => {
+                if opts.opt_exclude.is_some()
+                    || opts.opt_except.is_some()
+                    || opts.opt_replace.is_some()
+                    || opts.opt_rename.is_some()
+                    || opts.opt_ilike.is_some()
+                {
+                    return Err(unsupported("wildcard options"));
+                }
+                let qual = match item {
+                    SelectItem::QualifiedWildcard(
+                        ast::SelectItemQualifiedWildcardKind::ObjectName(n),
+                        _,
+                    ) => Some(object_name(n)?),
+                    SelectItem::QualifiedWildcard(..) => return Err(unsupported("this wildcard")),
+                    _ => None,
+                };
+                let mut any = false;
+                for src in &sources {
+                    if qual
+                        .as_ref()
+                        .is_some_and(|q| !q.eq_ignore_ascii_case(&src.name))
+                    {
+                        continue;
+                    }
+                    any = true;
+                    for (i, c) in src.table.columns.iter().enumerate() {
+                        let e = Expr::Column(src.offset + i);
+                        let t = if aggregated {
+                            b.grouped_column(e, Some(c.ty), &c.name)?
+                        } else {
+                            Typed {
+                                expr: e,
+                                ty: Some(c.ty),
+                            }
+                        };
+                        output.push(t.expr);
+                        columns.push(ResultColumn {
+                            name: c.name.clone(),
+                            ty: c.ty,
+                        });
+                        aliases.push(None);
+                    }
+                }
+                if !any {
+                    return Err(match qual {
+                        Some(q) => Error::sql(format!("unknown table or alias {q} in {q}.*")),
+                        None => Error::sql("SELECT * needs a FROM clause"),
+                    });
+                }
+            }
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                let t = b.bind(e, &sources)?;
+                let (name, alias) = match item {
+                    SelectItem::ExprWithAlias { alias, .. } => {
+                        (ident_name(alias), Some(ident_name(alias)))
+                    }
+                    _ => match e {
+                        ast::Expr::Identifier(id) => (column_name(&sources, None, id), None),
+                        ast::Expr::CompoundIdentifier(p) if p.len() == 2 => {
+                            (column_name(&sources, Some(&p[0]), &p[1]), None)
+                        }
+                        _ => (format!("C{}", columns.len() + 1), None),
+                    },
+                };
+                let ty = t.ty.unwrap_or(DataType::Varchar);
+                output.push(t.expr);
+                columns.push(ResultColumn { name, ty });
+                aliases.push(alias);
+            }
+            SelectItem::ExprWithAliases { .. } => return Err(unsupported("multiple aliases")),
+        }
+        if output.len() > SELECT_COLUMNS_MAX {
+            return Err(Error::sql(format!(
+                "a SELECT may have at most {SELECT_COLUMNS_MAX} columns"
+            )));
+        }
+    }
+    let having = match &s.having {
+        Some(h) => Some(b.bind(h, &sources)?.expr),
+        None => None,
+    };
+
+    // ORDER BY.
+    let mut hidden = Vec::new();
+    let mut order = Vec::new();
+    if let Some(ob) = &q.order_by {
+        let exprs = match &ob.kind {
+            ast::OrderByKind::Expressions(v) => v,
+            ast::OrderByKind::All(_) => return Err(unsupported("ORDER BY ALL")),
+        };
+        for o in exprs {
+            if o.options.nulls_first.is_some() || o.with_fill.is_some() {
+                return Err(unsupported("NULLS FIRST/LAST in ORDER BY"));
+            }
+            let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+            let key = order_key(
+                b,
+                &sources,
+                &o.expr,
+                &output,
+                &columns,
+                &aliases,
+                &mut hidden,
+            )?;
+            order.push((key, desc));
+        }
+    }
+    if distinct && !hidden.is_empty() {
+        return Err(Error::sql(
+            "with SELECT DISTINCT, ORDER BY expressions must appear in the select list",
+        ));
+    }
+    let (limit, offset) = limits(b, q)?;
+    let agg = b.agg.take();
+
+    // Levels with access paths.
+    let mut levels = Vec::with_capacity(sources.len());
+    for (j, it) in items.iter().enumerate() {
+        let src = &sources[j];
+        let terms = key_terms(&on[j], src);
+        let access = choose_access(&src.table, &terms);
+        let partitioned = is_partitioned(catalog, &src.table);
+        let merge_view = partitioned && src.table.view().is_some();
+        let group_len = src
+            .table
+            .view()
+            .map(|v| v.group_by.len())
+            .unwrap_or(usize::MAX);
+        let mut gather_filter = Vec::new();
+        for e in &on[j] {
+            let local = e.min_column().is_some_and(|c| c >= src.offset) || e.max_column().is_none();
+            let ok_for_view =
+                !merge_view || e.max_column().is_none_or(|c| c < src.offset + group_len);
+            if local && ok_for_view && e.max_column().is_some() {
+                let mut l = e.clone();
+                let off = src.offset;
+                l.map_columns(&|c| c - off);
+                gather_filter.push(l);
+            }
+        }
+        let local_src = Source {
+            offset: 0,
+            ..src.clone()
+        };
+        let gather_access = choose_access(&src.table, &key_terms(&gather_filter, &local_src));
+        levels.push(Level {
+            source: src.clone(),
+            left: it.left,
+            access,
+            on: std::mem::take(&mut on[j]),
+            post: std::mem::take(&mut post[j]),
+            gather_access,
+            gather_filter,
+            merge_view,
+            partitioned,
+        });
+    }
+    if let Some(l0) = levels.first_mut() {
+        l0.on.append(&mut no_from_filter);
+    }
+    let mut plan = SelectPlan {
+        levels,
+        width,
+        agg,
+        having,
+        output,
+        columns,
+        hidden,
+        order,
+        sorted_by_index: false,
+        distinct,
+        limit,
+        offset,
+        gather_limit: false,
+    };
+    if !no_from_filter.is_empty() {
+        // SELECT … WHERE … without FROM: filter the single empty row via HAVING-like check.
+        let cond = no_from_filter
+            .into_iter()
+            .reduce(|a, b| Expr::And(Box::new(a), Box::new(b)));
+        plan.having = match (plan.having.take(), cond) {
+            (Some(h), Some(c)) => Some(Expr::And(Box::new(h), Box::new(c))),
+            (h, c) => h.or(c),
+        };
+        if plan.agg.is_none() {
+            plan.agg = Some(AggCtx::default());
+        }
+    }
+    crate::access::order_by_index(&mut plan);
+    plan.gather_limit = plan.limit.is_some()
+        && plan.levels.len() == 1
+        && plan.agg.is_none()
+        && !plan.distinct
+        && !plan.levels[0].merge_view
+        && (plan.order.is_empty() || plan.sorted_by_index);
+    if plan.gather_limit {
+        let l = &mut plan.levels[0];
+        l.gather_access = l.access.clone();
+        l.gather_filter = l.on.clone();
+    }
+    Ok(plan)
+}
+
+fn column_name(sources: &[Source], qual: Option<&ast::Ident>, id: &ast::Ident) -> String {
+    let name = ident_name(id);
+    let q = qual.map(ident_name);
+    for s in sources {
+        if q.as_ref().is_some_and(|q| !q.eq_ignore_ascii_case(&s.name)) {
+            continue;
+        }
+        if let Some(i) = s.table.column_index(&name) {
+            return s.table.columns[i].name.clone();
+        }
+    }
+    name
+}
+
+fn order_key(
+    b: &mut Binder,
+    sources: &[Source],
+    e: &ast::Expr,
+    output: &[Expr],
+    columns: &[ResultColumn],
+    aliases: &[Option<String>],
+    hidden: &mut Vec<Expr>,
+) -> Result<SortKey> {
+    if let ast::Expr::Identifier(id) = e {
+        let name = ident_name(id);
+        if let Some(i) = aliases
+            .iter()
+            .position(|a| a.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&name)))
+        {
+            return Ok(SortKey::Output(i));
+        }
+    }
+    if let ast::Expr::Value(v) = e {
+        if let ast::Value::Number(n, _) = &v.value {
+            let k: usize = n
+                .parse()
+                .map_err(|_| Error::sql(format!("bad ORDER BY position {n}")))?;
+            if k == 0 || k > columns.len() {
+                return Err(Error::sql(format!(
+                    "ORDER BY position {k} is not in the select list (1 to {})",
+                    columns.len()
+                )));
+            }
+            return Ok(SortKey::Output(k - 1));
+        }
+    }
+    let t = match b.bind(e, sources) {
+        Ok(t) => t,
+        Err(err) => {
+            // An output column name that is not an input column (e.g. a view's alias).
+            if let ast::Expr::Identifier(id) = e {
+                let name = ident_name(id);
+                if let Some(i) = columns
+                    .iter()
+                    .position(|c| c.name.eq_ignore_ascii_case(&name))
+                {
+                    return Ok(SortKey::Output(i));
+                }
+            }
+            return Err(err);
+        }
+    };
+    if let Some(i) = output.iter().position(|o| *o == t.expr) {
+        return Ok(SortKey::Output(i));
+    }
+    hidden.push(t.expr);
+    Ok(SortKey::Hidden(hidden.len() - 1))
+}
+
+fn limit_expr(b: &mut Binder, e: &ast::Expr, what: &str) -> Result<Expr> {
+    let t = b.bind(e, &[])?;
+    b.infer_param(&t, Some(DataType::BigInt));
+    match &t.expr {
+        Expr::Const(Value::Int(n)) if *n >= 0 => Ok(t.expr),
+        Expr::Param(_) => Ok(t.expr),
+        _ => Err(Error::sql(format!(
+            "{what} must be a non-negative integer or a parameter"
+        ))),
+    }
+}
+
+fn limits(b: &mut Binder, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>)> {
+    match &q.limit_clause {
+        None => Ok((None, None)),
+        Some(ast::LimitClause::LimitOffset {
+            limit,
+            offset,
+            limit_by,
+        }) => {
+            if !limit_by.is_empty() {
+                return Err(unsupported("LIMIT BY"));
+            }
+            let l = match limit {
+                Some(e) => Some(limit_expr(b, e, "LIMIT")?),
+                None => None,
+            };
+            let o = match offset {
+                Some(o) => Some(limit_expr(b, &o.value, "OFFSET")?),
+                None => None,
+            };
+            Ok((l, o))
+        }
+        Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => Ok((
+            Some(limit_expr(b, limit, "LIMIT")?),
+            Some(limit_expr(b, offset, "OFFSET")?),
+        )),
+    }
+}
+
+/// `col op key` terms usable by an index on `src`: the key reads only earlier levels.
+pub fn key_terms(on: &[Expr], src: &Source) -> Vec<KeyTerm> {
+    let range = src.offset..src.offset + src.width();
+    let mut out = Vec::new();
+    for e in on {
+        if let Expr::Cmp(op, a, b) = e {
+            if *op == CmpOp::Ne {
+                continue;
+            }
+            for (x, y, o) in [(a, b, *op), (b, a, op.flip())] {
+                if let Expr::Column(c) = x.as_ref() {
+                    if range.contains(c) && y.max_column().is_none_or(|m| m < src.offset) {
+                        out.push(KeyTerm {
+                            column: c - src.offset,
+                            op: o,
+                            key: (**y).clone(),
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
