@@ -1,1 +1,62 @@
-fn main() {}
+//! The `lockstep` command: `server` starts a node, `sql` is the shell, `bench` measures.
+
+mod server_cmd;
+mod shell;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(name = "lockstep", version, about = "Lockstep: an in-memory, partitioned, stored-procedure SQL database")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a database node (defaults: 127.0.0.1:21212, data in ./lockstep-data, one site per core).
+    Server(server_cmd::ServerArgs),
+    /// The SQL shell: run statements and procedures against a server.
+    Sql(SqlArgs),
+}
+
+#[derive(clap::Args)]
+struct SqlArgs {
+    /// Server address.
+    #[arg(long, default_value = "127.0.0.1:21212")]
+    server: String,
+    /// Run these statements (may be repeated) and exit.
+    #[arg(short = 'c', long = "command")]
+    commands: Vec<String>,
+    /// Run the statements in this file and exit.
+    #[arg(short = 'f', long = "file")]
+    file: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: shell::Format,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Server(args) => server_cmd::run(args),
+        Command::Sql(args) => {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let opts = shell::ShellOptions { server: args.server, commands: args.commands, file: args.file, format: args.format };
+            let code = runtime.block_on(shell::run(opts));
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+    }
+}

@@ -1,1 +1,19 @@
-//! placeholder
+//! The engine: partition sites (one thread each, serial execution, no locks), the
+//! multi-partition coordinator, routing of calls, system procedures, the catalog store and
+//! export of stream rows.
+
+pub mod config;
+pub mod ddl;
+pub mod engine;
+pub mod export;
+pub mod mp;
+pub mod outcome;
+pub mod registry;
+pub mod site;
+pub mod store;
+pub mod sysprocs;
+pub mod txn_id;
+
+pub use config::EngineConfig;
+pub use engine::{Call, Engine};
+pub use outcome::{Outcome, Reply};

@@ -1,1 +1,69 @@
-//! placeholder
+//! Network front ends. For now the VoltDB wire protocol on TCP: accept connections, log
+//! them in, decode invocations, hand them to the engine, and write the answers back.
+
+pub mod config;
+pub mod connection;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use lockstep_engine::Engine;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, Semaphore};
+
+pub use config::ServerConfig;
+
+/// Connections accepted at once; more wait in the listen backlog.
+pub const CONNECTIONS_MAX: usize = 1000;
+
+/// State every connection shares.
+pub struct Front {
+    pub engine: Arc<Engine>,
+    pub config: ServerConfig,
+    next_connection_id: AtomicI64,
+    /// Woken by `@Shutdown`.
+    pub shutdown: Notify,
+}
+
+impl Front {
+    pub fn new(engine: Arc<Engine>, config: ServerConfig) -> Arc<Front> {
+        Arc::new(Front { engine, config, next_connection_id: AtomicI64::new(1), shutdown: Notify::new() })
+    }
+
+    fn connection_id(&self) -> i64 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Accepts connections until `stop` completes or a client calls `@Shutdown`.
+pub async fn serve(listener: TcpListener, front: Arc<Front>, stop: impl Future<Output = ()>) {
+    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    tokio::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut stop => break,
+            _ = front.shutdown.notified() => break,
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        let accepted = tokio::select! {
+            _ = &mut stop => break,
+            _ = front.shutdown.notified() => break,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((socket, peer)) => {
+                let front = front.clone();
+                let id = front.connection_id();
+                tokio::spawn(async move {
+                    connection::run(socket, peer, id, front).await;
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

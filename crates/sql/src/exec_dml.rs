@@ -3,7 +3,7 @@
 //! Rows to change are collected first and changed after, so a statement never sees its
 //! own writes (no Halloween problem).
 
-use lockstep_core::{Error, Result, Value};
+use lockstep_core::{Error, Result, TableDef, Value};
 use lockstep_storage::Partition;
 
 use crate::access::key_value;
@@ -159,6 +159,7 @@ pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64
         for (c, e) in &p.sets {
             new[*c] = e.eval(&old, env)?;
         }
+        check_partition_column_kept(&p.level.source.table, &old, &new)?;
         changes.push((id, new));
     }
     let tid = p.level.source.table.id;
@@ -167,6 +168,19 @@ pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64
         part.update(tid, id, row)?;
     }
     Ok(n)
+}
+
+/// A row cannot move to another partition by an UPDATE.
+fn check_partition_column_kept(table: &TableDef, old: &[Value], new: &[Value]) -> Result<()> {
+    let Some(c) = table.partition_column else { return Ok(()) };
+    let col = &table.columns[c];
+    if new[c].coerce_to(col.ty)? != old[c] {
+        return Err(Error::sql(format!(
+            "cannot change the partition column {} of {}: delete the row and insert it again",
+            col.name, table.name
+        )));
+    }
+    Ok(())
 }
 
 pub fn run_delete(p: &DeletePlan, part: &mut Partition, env: &Env) -> Result<u64> {

@@ -140,12 +140,8 @@ pub fn plan_update(catalog: &Catalog, b: &mut Binder, u: &ast::Update) -> Result
         let c = table
             .column_index(&col_name)
             .ok_or_else(|| Error::sql(format!("unknown column {col_name} in {}", table.name)))?;
-        if table.partition_column == Some(c) {
-            return Err(Error::sql(format!(
-                "cannot update the partition column {} of {}: delete the row and insert it again",
-                table.columns[c].name, table.name
-            )));
-        }
+        // Assigning the partition column is allowed only to its current value (checked
+        // per row when it runs): VoltDB's default `T.update` sets every column.
         if sets.iter().any(|(x, _)| *x == c) {
             return Err(Error::sql(format!("column {col_name} is assigned twice")));
         }

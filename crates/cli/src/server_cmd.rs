@@ -1,0 +1,115 @@
+//! `lockstep server`: configuration from flags (and an optional TOML file), start-up,
+//! the `ready` line, and a clean stop on Ctrl-C or SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use lockstep_engine::{Engine, EngineConfig};
+use lockstep_server::config::FileConfig;
+use lockstep_server::{serve, Front, ServerConfig};
+
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    /// Address to listen on for VoltDB-protocol clients.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Data directory (catalog, export files).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Number of partition sites (default: one per core).
+    #[arg(long)]
+    sites: Option<u32>,
+    /// Directory holding Lua procedures for `FROM CLASS` (default: <data>/procedures).
+    #[arg(long)]
+    procedures: Option<PathBuf>,
+    /// TOML file with the same keys (listen, data, sites, procedures); flags win.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
+    let mut c = ServerConfig::default();
+    if let Some(path) = &args.config {
+        FileConfig::load(path)?.apply_to(&mut c);
+    }
+    if let Some(v) = args.listen {
+        c.listen = v;
+    }
+    if let Some(v) = args.data {
+        c.data_dir = v;
+    }
+    if args.sites.is_some() {
+        c.sites = args.sites;
+    }
+    if args.procedures.is_some() {
+        c.procedures = args.procedures;
+    }
+    Ok(c)
+}
+
+pub fn run(args: ServerArgs) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LOCKSTEP_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match start(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn start(args: ServerArgs) -> Result<(), String> {
+    let config = configure(args)?;
+    let mut engine_config = EngineConfig::new(&config.data_dir);
+    if let Some(s) = config.sites {
+        engine_config.sites = s;
+    }
+    if let Some(p) = &config.procedures {
+        engine_config.procedure_dir = p.clone();
+    }
+    let sites = engine_config.sites;
+    let engine = Engine::start(engine_config).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("front")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the network runtime: {e}"))?;
+    let result = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&config.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        println!(
+            "lockstep ready: listening on {addr}, {sites} sites, data in {}",
+            config.data_dir.display()
+        );
+        let front = Front::new(engine.clone(), config.clone());
+        serve(listener, front, stop_signal()).await;
+        Ok::<(), String>(())
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    engine.shutdown();
+    println!("lockstep stopped");
+    result
+}
+
+async fn stop_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,350 @@
+//! The engine handle front ends talk to: starts the sites and the coordinator, routes each
+//! call to the site that owns its partition or to the coordinator, and answers system
+//! procedures that need no transaction.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{unbounded, Sender};
+use lockstep_core::{Catalog, Error, HashRing, Result, Value};
+use lockstep_sql::Route;
+
+use crate::config::EngineConfig;
+use crate::ddl::FsDdlEnv;
+use crate::mp::{Coordinator, MpWork, SiteLink};
+use crate::outcome::{Outcome, Reply};
+use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
+use crate::site::{Site, SiteMsg, SpWork};
+use crate::store::CatalogStore;
+use crate::sysprocs;
+
+/// One call of a procedure, as a front end received it.
+#[derive(Clone, Debug, Default)]
+pub struct Call {
+    pub procedure: String,
+    pub params: Vec<Value>,
+    /// Set by every-partition calls (VoltDB's PARTITION_DESTINATION extension).
+    pub partition_destination: Option<i32>,
+    /// Set by every-partition calls (VoltDB's ALL_PARTITION extension).
+    pub all_partition: bool,
+}
+
+/// The catalog as the front ends see it, replaced whole on every schema change.
+pub struct CatalogView {
+    pub catalog: Arc<Catalog>,
+    pub procs: HashMap<String, ProcInfo>,
+}
+
+impl CatalogView {
+    fn new(catalog: Arc<Catalog>) -> Self {
+        let procs = procedure_infos(&catalog).into_iter().map(|p| (p.name.to_ascii_lowercase(), p)).collect();
+        CatalogView { catalog, procs }
+    }
+}
+
+/// State shared by the engine handle, the coordinator and the system procedures.
+pub struct Shared {
+    pub config: EngineConfig,
+    pub ring: HashRing,
+    view: RwLock<Arc<CatalogView>>,
+    pub(crate) sites: Vec<Sender<SiteMsg>>,
+    pub(crate) mp: Mutex<Option<Sender<MpWork>>>,
+    round_robin: AtomicU64,
+    /// Milliseconds since the Unix epoch when this engine started (the cluster instance id).
+    pub started_ms: i64,
+    shutting_down: AtomicBool,
+}
+
+impl Shared {
+    pub fn view(&self) -> Arc<CatalogView> {
+        self.view.read().map(|v| v.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    pub(crate) fn publish(&self, catalog: Arc<Catalog>) {
+        let v = Arc::new(CatalogView::new(catalog));
+        match self.view.write() {
+            Ok(mut g) => *g = v,
+            Err(p) => *p.into_inner() = v,
+        }
+    }
+
+    pub(crate) fn send_mp(&self, work: MpWork) {
+        let sender = self.mp.lock().ok().and_then(|g| g.clone());
+        match sender {
+            Some(tx) => {
+                if let Err(e) = tx.send(work) {
+                    fail_work(e.0);
+                }
+            }
+            None => fail_work(work),
+        }
+    }
+
+    pub(crate) fn send_site(&self, site: u32, msg: SiteMsg) {
+        let Some(tx) = self.sites.get(site as usize) else {
+            if let SiteMsg::Call { reply, .. } = msg {
+                reply(Outcome::error(Error::graceful(format!("invalid partition {site}"))));
+            }
+            return;
+        };
+        if let Err(e) = tx.send(msg) {
+            if let SiteMsg::Call { reply, .. } = e.0 {
+                reply(Outcome::error(Error::unavailable("the server is shutting down")));
+            }
+        }
+    }
+
+    fn any_site(&self) -> u32 {
+        (self.round_robin.fetch_add(1, Ordering::Relaxed) % self.sites.len() as u64) as u32
+    }
+}
+
+fn fail_work(work: MpWork) {
+    let e = || Outcome::error(Error::unavailable("the server is shutting down"));
+    match work {
+        MpWork::Proc { reply, .. } | MpWork::Statements { reply, .. } | MpWork::Ddl { reply, .. } => reply(e()),
+        MpWork::Shutdown => {}
+    }
+}
+
+/// A running engine.
+pub struct Engine {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Loads the catalog from the data directory and starts the sites and the coordinator.
+    pub fn start(config: EngineConfig) -> Result<Arc<Engine>> {
+        if config.sites == 0 || config.sites > 1024 {
+            return Err(Error::graceful(format!("--sites must be between 1 and 1024, not {}", config.sites)));
+        }
+        let store = CatalogStore::open(&config.data_dir)?;
+        let env = FsDdlEnv::new(config.procedure_dir.clone());
+        let mut catalog = Catalog::default();
+        for (i, sql) in store.load()?.iter().enumerate() {
+            lockstep_sql::apply_ddl(&mut catalog, sql, &env).map_err(|e| {
+                e.context(format!("cannot restore the catalog: statement {} of {}/catalog.sql", i + 1, config.data_dir.display()))
+            })?;
+        }
+        let catalog = Arc::new(catalog);
+        let ring = HashRing::new(config.sites);
+        let mut links = Vec::new();
+        let mut sites = Vec::new();
+        let mut threads = Vec::new();
+        for id in 0..config.sites {
+            let (queue_tx, queue_rx) = unbounded();
+            let (to_site_tx, to_site_rx) = unbounded();
+            let (from_site_tx, from_site_rx) = unbounded();
+            // A site's Lua state cannot move between threads: build the site on its own.
+            let (site_config, site_catalog, site_ring) = (config.clone(), catalog.clone(), ring.clone());
+            threads.push(spawn_built(format!("site-{id}"), move || {
+                Site::new(id, &site_config, site_catalog, site_ring, queue_rx, to_site_rx, from_site_tx)
+            }, Site::run)?);
+            links.push(SiteLink { queue: queue_tx.clone(), to_site: to_site_tx, from_site: from_site_rx });
+            sites.push(queue_tx);
+        }
+        let started_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let (mp_tx, mp_rx) = unbounded();
+        let shared = Arc::new(Shared {
+            config,
+            ring,
+            view: RwLock::new(Arc::new(CatalogView::new(catalog.clone()))),
+            sites,
+            mp: Mutex::new(Some(mp_tx)),
+            round_robin: AtomicU64::new(0),
+            started_ms,
+            shutting_down: AtomicBool::new(false),
+        });
+        let coordinator_shared = shared.clone();
+        threads.push(spawn_built(
+            "mp-coordinator".into(),
+            move || Coordinator::new(coordinator_shared, links, catalog, store, mp_rx),
+            Coordinator::run,
+        )?);
+        Ok(Arc::new(Engine { shared, threads: Mutex::new(threads) }))
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub fn partition_count(&self) -> u32 {
+        self.shared.sites.len() as u32
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.shared.view().catalog.clone()
+    }
+
+    /// Runs a call; `reply` gets its outcome exactly once, on some engine thread.
+    pub fn submit(&self, call: Call, reply: Reply) {
+        if self.shared.shutting_down.load(Ordering::Relaxed) {
+            return reply(Outcome::error(Error::unavailable("the server is shutting down")));
+        }
+        if call.procedure.starts_with('@') {
+            return sysprocs::submit(self, call, reply);
+        }
+        let view = self.shared.view();
+        let Some(info) = view.procs.get(&call.procedure.to_ascii_lowercase()) else {
+            return reply(Outcome::error(Error::unexpected(format!("Procedure {} was not found", call.procedure))));
+        };
+        match self.route(info, call) {
+            Ok(Routed::Site(site, params)) => {
+                self.shared.send_site(site, SiteMsg::Call { work: SpWork::Proc(info.name.clone()), params, reply })
+            }
+            Ok(Routed::Mp(params)) => self.shared.send_mp(MpWork::Proc { name: info.name.clone(), params, reply }),
+            Err(e) => reply(Outcome::error(e)),
+        }
+    }
+
+    fn route(&self, info: &ProcInfo, call: Call) -> Result<Routed> {
+        let count = self.partition_count();
+        let destination = match call.partition_destination {
+            Some(d) if d < 0 || d as u32 >= count => {
+                return Err(Error::graceful(format!("Invalid destination partition {d}: the server has partitions 0 to {}", count - 1)))
+            }
+            Some(d) => Some(d as u32),
+            None => None,
+        };
+        let mut params = call.params;
+        match &info.route {
+            ProcRoute::Single { param, key_type } => {
+                if let Some(d) = destination {
+                    if *param != 0 {
+                        return Err(Error::graceful(format!(
+                            "procedure {} cannot be called on every partition: it is partitioned on parameter {param}, not 0",
+                            info.name
+                        )));
+                    }
+                    return Ok(Routed::Site(d, params));
+                }
+                let key = params.get(*param).ok_or_else(|| {
+                    Error::graceful(format!("procedure {} is partitioned on parameter {} but received {} parameters", info.name, param + 1, params.len()))
+                })?;
+                let key = key.coerce_to(*key_type).map_err(|e| e.context(format!("partition parameter of {}", info.name)))?;
+                Ok(Routed::Site(self.shared.ring.partition_for(&key), params))
+            }
+            ProcRoute::Fixed(p) => Ok(Routed::Site(*p, params)),
+            ProcRoute::Any => Ok(Routed::Site(destination.unwrap_or_else(|| self.shared.any_site()), params)),
+            ProcRoute::Directed => {
+                let d = destination.ok_or_else(|| {
+                    Error::graceful(format!(
+                        "procedure {} runs on every partition: call it with callAllPartitionProcedure (or a partition destination)",
+                        info.name
+                    ))
+                })?;
+                if call.all_partition && !params.is_empty() {
+                    params.remove(0);
+                }
+                Ok(Routed::Site(d, params))
+            }
+            ProcRoute::Multi => {
+                if destination.is_some() {
+                    return Err(Error::graceful(format!("procedure {} is multi-partition and cannot be sent to one partition", info.name)));
+                }
+                Ok(Routed::Mp(params))
+            }
+        }
+    }
+
+    /// Runs `@AdHoc` SQL: DDL through the coordinator, a statement pinned to one partition on
+    /// that site, everything else as one multi-partition transaction.
+    pub fn adhoc(&self, sql: &str, params: Vec<Value>, reply: Reply) {
+        let statements = match lockstep_sql::split_statements(sql) {
+            Ok(s) if s.is_empty() => return reply(Outcome::error(Error::sql("no SQL statement given"))),
+            Ok(s) => s,
+            Err(e) => return reply(Outcome::error(e)),
+        };
+        let ddl = statements.iter().filter(|s| lockstep_sql::is_ddl(s)).count();
+        if ddl == statements.len() {
+            return self.shared.send_mp(MpWork::Ddl { statements, reply });
+        }
+        if ddl > 0 {
+            return reply(Outcome::error(Error::sql("DDL and other statements cannot be mixed in one @AdHoc call; send them separately")));
+        }
+        if statements.len() > 1 && !params.is_empty() {
+            return reply(Outcome::error(Error::sql("parameters can only be bound when @AdHoc has a single statement")));
+        }
+        let catalog = self.catalog();
+        let mut stmts = Vec::with_capacity(statements.len());
+        for s in &statements {
+            match lockstep_sql::prepare(&catalog, s) {
+                Ok(p) => stmts.push(Arc::new(p)),
+                Err(e) => return reply(Outcome::error(e)),
+            }
+        }
+        if stmts.len() == 1 {
+            let p = &stmts[0];
+            if p.param_types.len() != params.len() {
+                return reply(Outcome::error(Error::sql(format!(
+                    "the statement has {} parameter markers but {} values were given",
+                    p.param_types.len(),
+                    params.len()
+                ))));
+            }
+            let site = match &p.route {
+                Route::PartitionParam { param, key_type } => match params.get(*param).map(|v| v.coerce_to(*key_type)) {
+                    Some(Ok(k)) => Some(self.shared.ring.partition_for(&k)),
+                    Some(Err(e)) => return reply(Outcome::error(e)),
+                    None => None,
+                },
+                Route::PartitionConst(v) => Some(self.shared.ring.partition_for(v)),
+                Route::AnyPartition => Some(self.shared.any_site()),
+                Route::All => None,
+            };
+            if let Some(site) = site {
+                let p = stmts.pop().expect("one statement");
+                return self.shared.send_site(site, SiteMsg::Call { work: SpWork::Statement(p), params, reply });
+            }
+        }
+        self.shared.send_mp(MpWork::Statements { stmts, params, reply });
+    }
+
+    /// Stops accepting calls, lets queued work finish, and joins every thread.
+    pub fn shutdown(&self) {
+        self.shared.shutting_down.store(true, Ordering::Relaxed);
+        let mp = self.shared.mp.lock().ok().and_then(|mut g| g.take());
+        if let Some(tx) = mp {
+            let _ = tx.send(MpWork::Shutdown);
+        }
+        let threads = self.threads.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Routed {
+    Site(u32, Vec<Value>),
+    Mp(Vec<Value>),
+}
+
+/// Starts a thread that builds its state with `build` and then runs it with `run`; waits
+/// until `build` has finished and returns its error, if any.
+fn spawn_built<T, B, R>(name: String, build: B, run: R) -> Result<JoinHandle<()>>
+where
+    B: FnOnce() -> Result<T> + Send + 'static,
+    R: FnOnce(T) + Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || match build() {
+            Ok(state) => {
+                let _ = tx.send(Ok(()));
+                run(state);
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        })
+        .map_err(|e| Error::unexpected(format!("cannot start thread {name}: {e}")))?;
+    rx.recv().map_err(|_| Error::unexpected(format!("thread {name} died while starting")))??;
+    Ok(handle)
+}

@@ -1,0 +1,298 @@
+//! The procedures one executor can run: Lua modules, single-statement SQL procedures and
+//! the default CRUD procedures (`T.insert` …), each with its statements planned once when
+//! the catalog changes. Each site has a registry for single-partition work; the MP
+//! coordinator has one for multi-partition work.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lockstep_core::{Catalog, DataType, Error, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
+use lockstep_procs::{CallContext, LuaConfig, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
+use lockstep_sql::{Prepared, Route};
+
+/// Where the calls of a procedure run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ProcRoute {
+    /// On the partition owning parameter `param` (coerced to `key_type` for hashing).
+    Single { param: usize, key_type: DataType },
+    /// On the partition owning a fixed key (used for unpartitioned streams: partition 0's).
+    Fixed(u32),
+    /// Reads only replicated data: any one partition.
+    Any,
+    /// Under the multi-partition coordinator.
+    Multi,
+    /// On the partition the caller names (every-partition calls).
+    Directed,
+}
+
+impl ProcRoute {
+    pub fn is_multi(&self) -> bool {
+        matches!(self, ProcRoute::Multi)
+    }
+}
+
+enum ProcImpl {
+    Sql(Arc<Prepared>),
+    /// The body lives in the Lua runtime under the same (lower-case) name.
+    Lua { stmts: Vec<Arc<Prepared>> },
+}
+
+struct ProcEntry {
+    name: String,
+    imp: ProcImpl,
+}
+
+/// Runs one planned statement inside the current transaction.
+pub trait StatementRunner {
+    fn run(&mut self, p: &Arc<Prepared>, params: &[Value]) -> Result<ResultTable>;
+}
+
+/// Describes one callable procedure, for routing and for `@SystemCatalog PROCEDURES`.
+#[derive(Clone, Debug)]
+pub struct ProcInfo {
+    pub name: String,
+    pub route: ProcRoute,
+    pub read_only: bool,
+    /// Partition column type for single-partition procedures.
+    pub key_type: Option<DataType>,
+    pub param: Option<usize>,
+}
+
+/// Which procedures a registry holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Site,
+    Coordinator,
+}
+
+pub struct Registry {
+    scope: Scope,
+    procs: HashMap<String, ProcEntry>,
+    lua: LuaRuntime,
+}
+
+fn lua_config(budget: u64, memory: usize) -> LuaConfig {
+    LuaConfig { instruction_budget: budget, memory_limit_bytes: memory }
+}
+
+impl Registry {
+    pub fn new(scope: Scope, instruction_budget: u64, memory_limit_bytes: usize) -> Result<Self> {
+        Ok(Registry { scope, procs: HashMap::new(), lua: LuaRuntime::new(lua_config(instruction_budget, memory_limit_bytes))? })
+    }
+
+    /// Re-plans every procedure of this scope against `catalog`. On error the registry is
+    /// left as it was before the call for every procedure not yet rebuilt; the caller
+    /// treats an error as "this catalog is invalid" and restores the previous one.
+    pub fn rebuild(&mut self, catalog: &Catalog) -> Result<()> {
+        let mut procs = HashMap::new();
+        for info in procedure_infos(catalog) {
+            if (self.scope == Scope::Coordinator) != info.route.is_multi() {
+                continue;
+            }
+            let key = info.name.to_ascii_lowercase();
+            let entry = self.build_entry(catalog, &info)?;
+            procs.insert(key, entry);
+        }
+        for old in self.procs.keys() {
+            if !procs.contains_key(old) {
+                self.lua.unload(old);
+            }
+        }
+        self.procs = procs;
+        Ok(())
+    }
+
+    fn build_entry(&mut self, catalog: &Catalog, info: &ProcInfo) -> Result<ProcEntry> {
+        let scope = self.scope;
+        let name = info.name.clone();
+        let check = |p: Prepared| -> Result<Arc<Prepared>> {
+            if scope == Scope::Site && p.writes_replicated {
+                return Err(Error::sql(format!(
+                    "procedure {name} is single-partition but writes a replicated table: {}; declare it without PARTITION ON to run it multi-partition",
+                    p.sql
+                )));
+            }
+            Ok(Arc::new(p))
+        };
+        if let Some(sql) = crud_sql(catalog, &info.name) {
+            let p = lockstep_sql::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {}", info.name)))?;
+            return Ok(ProcEntry { name: info.name.clone(), imp: ProcImpl::Sql(check(p)?) });
+        }
+        let def = catalog
+            .procedure(&info.name)
+            .ok_or_else(|| Error::unexpected(format!("procedure {} vanished from the catalog", info.name)))?;
+        let imp = match &def.body {
+            ProcedureBody::Sql(sql) => {
+                let p = lockstep_sql::prepare(catalog, sql).map_err(|e| e.context(format!("procedure {}", def.name)))?;
+                ProcImpl::Sql(check(p)?)
+            }
+            ProcedureBody::Lua { path, source } => {
+                let mut stmts = Vec::new();
+                let mut prepare = |text: &str| -> Result<StmtInfo> {
+                    let p = check(lockstep_sql::prepare(catalog, text)?)?;
+                    let info = StmtInfo { id: stmts.len(), param_types: p.param_types.clone() };
+                    stmts.push(p);
+                    Ok(info)
+                };
+                self.lua.load(&def.name, path, source, &mut prepare)?;
+                ProcImpl::Lua { stmts }
+            }
+        };
+        Ok(ProcEntry { name: def.name.clone(), imp })
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.procs.contains_key(&name.to_ascii_lowercase())
+    }
+
+    /// Calls procedure `name` inside the caller's transaction.
+    pub fn call(&mut self, name: &str, params: &[Value], ctx: &CallContext, runner: &mut dyn StatementRunner) -> Result<ProcOutput> {
+        let key = name.to_ascii_lowercase();
+        let entry = self.procs.get(&key).ok_or_else(|| Error::unexpected(format!("Procedure {name} was not found")))?;
+        match &entry.imp {
+            ProcImpl::Sql(p) => {
+                if params.len() != p.param_types.len() {
+                    return Err(Error::graceful(format!(
+                        "procedure {} expects {} parameters but received {}",
+                        entry.name,
+                        p.param_types.len(),
+                        params.len()
+                    )));
+                }
+                let table = runner.run(p, params)?;
+                Ok(ProcOutput { tables: vec![table], app_status: -128, app_status_string: None })
+            }
+            ProcImpl::Lua { stmts } => {
+                let mut host = LuaHost { stmts, runner };
+                self.lua.call(&key, params, ctx, &mut host)
+            }
+        }
+    }
+}
+
+/// Gives a Lua procedure its planned statements.
+struct LuaHost<'a> {
+    stmts: &'a [Arc<Prepared>],
+    runner: &'a mut dyn StatementRunner,
+}
+
+impl TxnHost for LuaHost<'_> {
+    fn execute(&mut self, stmt: usize, params: Vec<Value>) -> Result<ResultTable> {
+        let p = self.stmts.get(stmt).ok_or_else(|| Error::unexpected(format!("no statement {stmt}")))?;
+        self.runner.run(p, &params)
+    }
+
+    fn execute_batch(&mut self, calls: Vec<(usize, Vec<Value>)>) -> Result<Vec<ResultTable>> {
+        calls.into_iter().map(|(s, p)| self.execute(s, p)).collect()
+    }
+}
+
+/// Every procedure the catalog defines, user procedures first, then default CRUD ones.
+pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
+    let mut out = Vec::new();
+    for def in catalog.procedures() {
+        let (route, read_only) = match &def.partitioning {
+            Partitioning::Single { parameter, key_type, .. } => {
+                (ProcRoute::Single { param: *parameter, key_type: *key_type }, false)
+            }
+            Partitioning::Directed => (ProcRoute::Directed, false),
+            Partitioning::Multi => match &def.body {
+                ProcedureBody::Sql(sql) => match lockstep_sql::prepare(catalog, sql) {
+                    Ok(p) if matches!(p.route, Route::AnyPartition) && p.read_only => (ProcRoute::Any, true),
+                    Ok(p) => (ProcRoute::Multi, p.read_only),
+                    Err(_) => (ProcRoute::Multi, false),
+                },
+                ProcedureBody::Lua { .. } => (ProcRoute::Multi, false),
+            },
+        };
+        let read_only = read_only
+            || match &def.body {
+                ProcedureBody::Sql(sql) => lockstep_sql::prepare(catalog, sql).map(|p| p.read_only).unwrap_or(false),
+                ProcedureBody::Lua { .. } => false,
+            };
+        let (param, key_type) = match &route {
+            ProcRoute::Single { param, key_type } => (Some(*param), Some(*key_type)),
+            _ => (None, None),
+        };
+        out.push(ProcInfo { name: def.name.clone(), route, read_only, key_type, param });
+    }
+    for table in catalog.tables() {
+        for (suffix, route) in crud_routes(table) {
+            let (param, key_type) = match &route {
+                ProcRoute::Single { param, key_type } => (Some(*param), Some(*key_type)),
+                _ => (None, None),
+            };
+            out.push(ProcInfo { name: format!("{}.{}", table.name, suffix), route, read_only: suffix == "select", key_type, param });
+        }
+    }
+    out
+}
+
+/// The default procedures of a table and how each is routed (VoltDB's conventions,
+/// benchmarks.md §0): insert (every table) and upsert take all columns, select/delete the
+/// primary key columns, update all columns then the primary key columns.
+fn crud_routes(t: &TableDef) -> Vec<(&'static str, ProcRoute)> {
+    match &t.kind {
+        TableKind::View(_) => Vec::new(),
+        TableKind::Stream { .. } => {
+            let route = match t.partition_column {
+                Some(c) => ProcRoute::Single { param: c, key_type: t.columns[c].ty },
+                None => ProcRoute::Fixed(0),
+            };
+            vec![("insert", route)]
+        }
+        TableKind::Table => {
+            let insert_route = match t.partition_column {
+                Some(c) => ProcRoute::Single { param: c, key_type: t.columns[c].ty },
+                None => ProcRoute::Multi,
+            };
+            let mut out = vec![("insert", insert_route.clone())];
+            // The other default procedures address rows by primary key.
+            let Some(pk) = t.primary_key() else { return out };
+            out.push(("upsert", insert_route.clone()));
+            match t.partition_column {
+                None => out.extend(["update", "delete"].iter().map(|s| (*s, ProcRoute::Multi))),
+                Some(c) => {
+                    let key_type = t.columns[c].ty;
+                    out.push(("update", insert_route));
+                    // A primary key without the partition column cannot route by key.
+                    if let Some(in_pk) = pk.columns.iter().position(|&k| k == c) {
+                        out.push(("select", ProcRoute::Single { param: in_pk, key_type }));
+                        out.push(("delete", ProcRoute::Single { param: in_pk, key_type }));
+                    }
+                }
+            }
+            out
+        }
+    }
+}
+
+/// The SQL text of default procedure `name` (`TABLE.op`), if it is one.
+fn crud_sql(catalog: &Catalog, name: &str) -> Option<String> {
+    let (table, op) = name.rsplit_once('.')?;
+    let t = catalog.table(table)?;
+    let op = op.to_ascii_lowercase();
+    if !crud_routes(t).iter().any(|(s, _)| *s == op) {
+        return None;
+    }
+    let cols: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+    let marks = vec!["?"; cols.len()].join(", ");
+    let pk_where = || {
+        t.primary_key()
+            .map(|pk| pk.columns.iter().map(|&i| format!("{} = ?", t.columns[i].name)).collect::<Vec<_>>().join(" AND "))
+            .unwrap_or_default()
+    };
+    Some(match op.as_str() {
+        "insert" => format!("INSERT INTO {} VALUES ({marks})", t.name),
+        "upsert" => format!("UPSERT INTO {} VALUES ({marks})", t.name),
+        "select" => format!("SELECT * FROM {} WHERE {}", t.name, pk_where()),
+        "delete" => format!("DELETE FROM {} WHERE {}", t.name, pk_where()),
+        "update" => format!(
+            "UPDATE {} SET {} WHERE {}",
+            t.name,
+            cols.iter().map(|c| format!("{c} = ?")).collect::<Vec<_>>().join(", "),
+            pk_where()
+        ),
+        _ => return None,
+    })
+}

@@ -1,0 +1,66 @@
+//! Server settings: command-line flags, optionally from a TOML file with the same keys.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Calls one connection may have in flight before the server stops reading it.
+pub const IN_FLIGHT_PER_CONNECTION_DEFAULT: usize = 5000;
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub data_dir: PathBuf,
+    pub sites: Option<u32>,
+    pub procedures: Option<PathBuf>,
+    pub in_flight_per_connection: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:21212".into(),
+            data_dir: PathBuf::from("lockstep-data"),
+            sites: None,
+            procedures: None,
+            in_flight_per_connection: IN_FLIGHT_PER_CONNECTION_DEFAULT,
+        }
+    }
+}
+
+/// The keys a `--config` TOML file may set.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub data: Option<PathBuf>,
+    pub sites: Option<u32>,
+    pub procedures: Option<PathBuf>,
+    pub in_flight_per_connection: Option<usize>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<FileConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("bad config {}: {e}", path.display()))
+    }
+
+    /// Applies the file's settings; the caller applies command-line flags afterwards, so they win.
+    pub fn apply_to(self, c: &mut ServerConfig) {
+        if let Some(v) = self.listen {
+            c.listen = v;
+        }
+        if let Some(v) = self.data {
+            c.data_dir = v;
+        }
+        if self.sites.is_some() {
+            c.sites = self.sites;
+        }
+        if self.procedures.is_some() {
+            c.procedures = self.procedures;
+        }
+        if let Some(v) = self.in_flight_per_connection {
+            c.in_flight_per_connection = v;
+        }
+    }
+}
