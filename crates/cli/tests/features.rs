@@ -1,0 +1,151 @@
+//! End-to-end tests of catalog features: streams and export files, procedure reloading,
+//! `FROM CLASS` binding, Lua error locations, the configuration file.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{adhoc, ok, scalar, Server, TempDir};
+use lockstep_core::Value;
+
+fn s(v: &str) -> Value {
+    Value::Str(v.into())
+}
+
+fn i(v: i64) -> Value {
+    Value::Int(v)
+}
+
+fn lua_proc(header: &str, source: &str) -> String {
+    format!("{header} FROM FILE 'inline.lua' SOURCE $lua${source}$lua$")
+}
+
+/// Reads every JSON line of the export files of `target`, waiting until `want` lines exist.
+fn export_lines(data: &std::path::Path, target: &str, want: usize) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut lines = Vec::new();
+        if let Ok(dir) = std::fs::read_dir(data.join("export").join(target)) {
+            let mut files: Vec<_> = dir.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            files.sort();
+            for f in files {
+                let text = std::fs::read_to_string(&f).unwrap_or_default();
+                lines.extend(text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).expect("valid JSON line")));
+            }
+        }
+        if lines.len() >= want || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_stream_rows_are_exported_and_rolled_back_ones_are_not() {
+    let dir = TempDir::new("export");
+    let server = Server::start(&dir.0, 2);
+    let client = server.client().await;
+    adhoc(
+        &client,
+        "CREATE STREAM events PARTITION ON COLUMN account EXPORT TO TARGET ledger (account BIGINT NOT NULL, amount BIGINT NOT NULL, note VARCHAR(20))",
+    )
+    .await;
+    adhoc(&client, "CREATE VIEW event_totals (account, n, total) AS SELECT account, COUNT(*), SUM(amount) FROM events GROUP BY account").await;
+    let proc = lua_proc(
+        "CREATE PROCEDURE Spend PARTITION ON TABLE events COLUMN account",
+        r#"local emit = sql [[INSERT INTO events VALUES (?, ?, ?)]]
+           return function(account, amount, note)
+             emit:exec(account, amount, note)
+             if amount < 0 then abort("negative amount") end
+             return 0
+           end"#,
+    );
+    adhoc(&client, &proc).await;
+    ok(&client, "Spend", vec![i(1), i(10), s("first")]).await;
+    ok(&client, "Spend", vec![i(1), i(5), s("second")]).await;
+    let r = client.call("Spend", vec![i(1), i(-3), s("refused")]).await.unwrap();
+    assert_eq!(r.status, -1);
+    ok(&client, "EVENTS.insert", vec![i(2), i(7), Value::Null]).await;
+
+    let view = adhoc(&client, "SELECT account, n, total FROM event_totals ORDER BY account").await;
+    assert_eq!(view.tables[0].rows, vec![vec![i(1), i(2), i(15)], vec![i(2), i(1), i(7)]]);
+    let r = client.call("@AdHoc", vec![s("SELECT * FROM events")]).await.unwrap();
+    assert_eq!(r.status, -2, "streams cannot be queried");
+
+    let lines = export_lines(&server.data, "LEDGER", 3);
+    assert_eq!(lines.len(), 3, "three committed rows, none from the aborted call: {lines:?}");
+    let mut account1: Vec<_> = lines.iter().filter(|l| l["row"]["ACCOUNT"] == 1).collect();
+    account1.sort_by_key(|l| l["seq"].as_u64());
+    assert_eq!(account1.len(), 2);
+    assert_eq!(account1[0]["row"]["NOTE"], "first");
+    assert_eq!(account1[1]["row"]["NOTE"], "second");
+    assert_eq!(account1[1]["seq"].as_u64().unwrap(), account1[0]["seq"].as_u64().unwrap() + 1);
+    let account2 = lines.iter().find(|l| l["row"]["ACCOUNT"] == 2).expect("account 2 exported");
+    assert_eq!(account2["row"]["NOTE"], serde_json::Value::Null);
+    assert_eq!(account2["stream"], "EVENTS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_a_procedure_takes_effect_for_new_calls() {
+    let dir = TempDir::new("replace");
+    let server = Server::start(&dir.0, 2);
+    let client = server.client().await;
+    adhoc(&client, &lua_proc("CREATE PROCEDURE Answer", "return function() return 1 end")).await;
+    assert_eq!(scalar(&ok(&client, "Answer", vec![]).await), i(1));
+    let r = client.call("@AdHoc", vec![s(&lua_proc("CREATE PROCEDURE Answer", "return function() return 2 end"))]).await.unwrap();
+    assert_eq!(r.status, -2, "CREATE without OR REPLACE must not overwrite");
+    adhoc(&client, &lua_proc("CREATE OR REPLACE PROCEDURE Answer", "return function() return 42 end")).await;
+    assert_eq!(scalar(&ok(&client, "Answer", vec![]).await), i(42));
+    adhoc(&client, "DROP PROCEDURE Answer").await;
+    assert_eq!(client.call("Answer", vec![]).await.unwrap().status, -3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_class_binds_the_lua_file_on_the_procedure_path() {
+    let dir = TempDir::new("class");
+    let procs = dir.0.join("procs");
+    std::fs::create_dir_all(&procs).unwrap();
+    std::fs::write(procs.join("Greet.lua"), "return function(name) return 'hello ' .. name end\n").unwrap();
+    std::fs::write(procs.join("Broken.lua"), "return function(x)\n  local t = nil\n  return t.field\nend\n").unwrap();
+    let procs_arg = procs.to_str().unwrap().to_string();
+    let server = Server::start_with(&dir.0.join("data"), &["--procedures", &procs_arg], "127.0.0.1:0");
+    let client = server.client().await;
+    adhoc(&client, "CREATE PROCEDURE FROM CLASS com.example.Greet").await;
+    assert_eq!(scalar(&ok(&client, "Greet", vec![s("ann")]).await), s("hello ann"));
+    adhoc(&client, "CREATE PROCEDURE FROM CLASS com.example.Broken").await;
+    let r = client.call("Broken", vec![i(1)]).await.unwrap();
+    assert_eq!(r.status, -3);
+    let msg = r.status_string.unwrap_or_default();
+    assert!(msg.contains("Broken") && msg.contains("Broken.lua:3"), "error should name procedure, file and line: {msg}");
+    let r = client.call("@AdHoc", vec![s("CREATE PROCEDURE FROM CLASS com.example.Missing")]).await.unwrap();
+    assert_eq!(r.status, -2);
+    assert!(r.status_string.unwrap_or_default().contains("Missing.lua"));
+    let r = client.call("@UpdateClasses", vec![Value::Bytes(vec![1, 2]), Value::Null]).await.unwrap();
+    assert_eq!(r.status, -2);
+    assert!(r.status_string.unwrap_or_default().contains("Lua"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_file_sets_sites_and_flags_override_it() {
+    let dir = TempDir::new("config");
+    let cfg = dir.0.join("lockstep.toml");
+    std::fs::write(&cfg, "sites = 3\nlisten = \"127.0.0.1:1\"\n").unwrap();
+    let cfg_arg = cfg.to_str().unwrap().to_string();
+    // The flag's listen address wins over the file's.
+    let server = Server::start_with(&dir.0.join("data"), &["--config", &cfg_arg], "127.0.0.1:0");
+    let client = server.client().await;
+    let r = ok(&client, "@Statistics", vec![s("PARTITIONCOUNT"), i(0)]).await;
+    assert_eq!(scalar(&r), i(3));
+    let topo = ok(&client, "@Statistics", vec![s("TOPO"), i(0)]).await;
+    assert_eq!(topo.tables.len(), 2);
+    assert_eq!(topo.tables[0].rows.len(), 4, "three partitions and the MP initiator");
+
+    std::fs::write(&cfg, "sites = 2\nno_such_key = 1\n").unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["server", "--config", &cfg_arg, "--data"])
+        .arg(dir.0.join("data2"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_key"));
+}
