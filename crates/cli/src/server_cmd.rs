@@ -83,6 +83,7 @@ fn start(args: ServerArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        engine.shared().set_client_address(addr);
         println!(
             "lockstep ready: listening on {addr}, {sites} sites, data in {}",
             config.data_dir.display()
@@ -91,7 +92,8 @@ fn start(args: ServerArgs) -> Result<(), String> {
         serve(listener, front, stop_signal()).await;
         Ok::<(), String>(())
     });
-    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    // Open connections are simply dropped: their calls have been answered or never will be.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     engine.shutdown();
     println!("lockstep stopped");
     result

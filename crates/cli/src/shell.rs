@@ -399,6 +399,11 @@ impl Shell {
     /// Prints a response's tables, or returns the server's message for a failure.
     fn print(&self, resp: &Response) -> Result<(), String> {
         check(resp)?;
+        // DDL answers with what it did in the status string (and a zero count per statement).
+        if let (Some(msg), Format::Table) = (&resp.status_string, self.format) {
+            println!("{msg}");
+            return Ok(());
+        }
         if resp.tables.is_empty() && self.format == Format::Table {
             println!("Command succeeded.");
         }

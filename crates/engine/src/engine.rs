@@ -55,9 +55,20 @@ pub struct Shared {
     /// Milliseconds since the Unix epoch when this engine started (the cluster instance id).
     pub started_ms: i64,
     shutting_down: AtomicBool,
+    /// The address clients connect to, once a front end is listening.
+    client_address: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 impl Shared {
+    /// Records where clients connect (reported by `@SystemInformation`).
+    pub fn set_client_address(&self, addr: std::net::SocketAddr) {
+        let _ = self.client_address.set(addr);
+    }
+
+    pub fn client_address(&self) -> Option<std::net::SocketAddr> {
+        self.client_address.get().copied()
+    }
+
     pub fn view(&self) -> Arc<CatalogView> {
         self.view.read().map(|v| v.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
@@ -160,6 +171,7 @@ impl Engine {
             round_robin: AtomicU64::new(0),
             started_ms,
             shutting_down: AtomicBool::new(false),
+            client_address: std::sync::OnceLock::new(),
         });
         let coordinator_shared = shared.clone();
         threads.push(spawn_built(

@@ -167,15 +167,19 @@ impl Coordinator {
     }
 
     /// Applies DDL statements one by one, each as its own schema change on every site.
+    /// Like VoltDB, each statement answers with a zero `modified_tuples` row (JDBC reads it);
+    /// what was done is said in the status string.
     fn apply_ddl(&mut self, statements: &[String]) -> Outcome {
-        let mut messages = ResultTable::with_columns(&[("STATUS", lockstep_core::DataType::Varchar)]);
+        let mut messages = Vec::with_capacity(statements.len());
         for sql in statements {
             match self.apply_one(sql, true) {
-                Ok(msg) => messages.push(vec![Value::Str(msg)]),
+                Ok(msg) => messages.push(msg),
                 Err(e) => return Outcome::error(e),
             }
         }
-        Outcome::tables(vec![messages])
+        let mut outcome = Outcome::tables(statements.iter().map(|_| ResultTable::modified(0)).collect());
+        outcome.status_string = Some(messages.join("\n"));
+        outcome
     }
 
     /// Applies one DDL statement: plan it against a copy of the catalog, check every

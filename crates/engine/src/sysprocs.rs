@@ -1,8 +1,6 @@
 //! System procedures (`@AdHoc`, `@Statistics`, `@SystemCatalog` …): the ones VoltDB's client
 //! calls on its own to learn the topology and route calls, and the ones tools use.
 
-use std::sync::Arc;
-
 use lockstep_core::{hash::MP_PARTITION_ID, DataType, Error, ResultTable, Result, TableKind, Value};
 
 use crate::engine::{Call, Engine};
@@ -192,8 +190,16 @@ fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> 
     match selector.as_str() {
         "OVERVIEW" => {
             let mut t = ResultTable::with_columns(&[("HOST_ID", DataType::Integer), ("KEY", DataType::Varchar), ("VALUE", DataType::Varchar)]);
+            let addr = shared.client_address();
+            let ip = addr.map(|a| a.ip().to_string()).unwrap_or_else(|| "127.0.0.1".into());
+            let port = addr.map(|a| a.port().to_string()).unwrap_or_default();
             let rows = [
-                ("IPADDRESS", "127.0.0.1".to_string()),
+                ("IPADDRESS", ip.clone()),
+                ("CLIENTINTERFACE", ip.clone()),
+                ("CLIENTPORT", port.clone()),
+                // Admin calls are accepted on the client port.
+                ("ADMININTERFACE", ip),
+                ("ADMINPORT", port),
                 ("HOSTNAME", "localhost".to_string()),
                 ("BUILDSTRING", BUILD_STRING.to_string()),
                 ("VERSION", env!("CARGO_PKG_VERSION").to_string()),
@@ -239,6 +245,5 @@ fn explain_proc(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
         let p = lockstep_sql::prepare(&catalog, sql)?;
         t.push(vec![Value::Str("sql".into()), Value::Str(sql.clone()), Value::Str(lockstep_sql::explain(&p))]);
     }
-    let _ = Arc::clone(&catalog);
     Ok(vec![t])
 }

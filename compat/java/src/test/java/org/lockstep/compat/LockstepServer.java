@@ -1,0 +1,151 @@
+// Starts and stops a real `lockstep server` process for one test class.
+package org.lockstep.compat;
+
+import java.io.BufferedReader;
+import java.io.File;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+
+/**
+ * One Lockstep server process on a private data directory. The port is chosen by the
+ * server (`--listen 127.0.0.1:0`) and read from its `lockstep ready` line; a restart reuses
+ * the same port and data directory.
+ */
+public final class LockstepServer implements AutoCloseable {
+    /** How long a server may take to print its ready line. */
+    private static final long START_TIMEOUT_SECONDS = 60;
+    /** How long SIGTERM may take to stop the server before it is killed. */
+    private static final long STOP_TIMEOUT_SECONDS = 20;
+    private static final Pattern READY =
+            Pattern.compile("lockstep ready: listening on ([0-9.]+):([0-9]+)");
+
+    public static final int SITES = 2;
+
+    private final Path dataDir;
+    private final Path logFile;
+    private Process process;
+    private int port;
+
+    private LockstepServer(Path dataDir) {
+        this.dataDir = dataDir;
+        this.logFile = dataDir.resolveSibling(dataDir.getFileName() + ".log");
+    }
+
+    /** Path of the lockstep binary: system property `lockstep.bin`. */
+    public static Path binary() {
+        String prop = System.getProperty("lockstep.bin", "../../target/debug/lockstep");
+        Path bin = Path.of(prop).toAbsolutePath().normalize();
+        if (!Files.isExecutable(bin)) {
+            throw new IllegalStateException("lockstep binary not found or not executable at " + bin
+                    + " (build it with `cargo build -p lockstep-cli`, or pass -Dlockstep.bin=PATH)");
+        }
+        return bin;
+    }
+
+    /** Starts a server with a fresh data directory; `procedures` are written first as NAME.lua files. */
+    public static LockstepServer start(String name, String... procedures) throws IOException {
+        Path root = Files.createTempDirectory("lockstep-compat-" + name + "-");
+        Path data = root.resolve("data");
+        Path procs = data.resolve("procedures");
+        Files.createDirectories(procs);
+        for (int i = 0; i + 1 < procedures.length; i += 2) {
+            Files.writeString(procs.resolve(procedures[i] + ".lua"), procedures[i + 1]);
+        }
+        LockstepServer server = new LockstepServer(data);
+        server.launch("127.0.0.1:0");
+        return server;
+    }
+
+    public int port() {
+        return port;
+    }
+
+    public Path dataDir() {
+        return dataDir;
+    }
+
+    /** Stops the server with SIGTERM and starts it again on the same port and data directory. */
+    public void restart() throws IOException {
+        stop();
+        launch("127.0.0.1:" + port);
+    }
+
+    private void launch(String listen) throws IOException {
+        ProcessBuilder pb = new ProcessBuilder(binary().toString(), "server", "--listen", listen,
+                "--data", dataDir.toString(), "--sites", Integer.toString(SITES));
+        pb.redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
+        process = pb.start();
+        BufferedReader out = new BufferedReader(
+                new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
+        CompletableFuture<Integer> ready = new CompletableFuture<>();
+        List<String> seen = new ArrayList<>();
+        Thread reader = new Thread(() -> {
+            try {
+                String line;
+                while ((line = out.readLine()) != null) {
+                    synchronized (seen) {
+                        seen.add(line);
+                    }
+                    Matcher m = READY.matcher(line);
+                    if (m.find()) {
+                        ready.complete(Integer.parseInt(m.group(2)));
+                    }
+                }
+            } catch (IOException e) {
+                // The process ended; the ready wait below reports it.
+            }
+            ready.completeExceptionally(new IOException("lockstep exited before its ready line"));
+        }, "lockstep-stdout");
+        reader.setDaemon(true);
+        reader.start();
+        try {
+            port = ready.get(START_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+        } catch (Exception e) {
+            process.destroyForcibly();
+            String log = Files.exists(logFile) ? Files.readString(logFile) : "";
+            throw new IOException("lockstep server did not start (" + e + "); stdout: " + seen
+                    + "; stderr: " + log, e);
+        }
+    }
+
+    /** Sends SIGTERM and waits for the process to exit. */
+    public void stop() {
+        if (process == null) {
+            return;
+        }
+        process.destroy();
+        try {
+            if (!process.waitFor(STOP_TIMEOUT_SECONDS, TimeUnit.SECONDS)) {
+                process.destroyForcibly().waitFor(STOP_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        process = null;
+    }
+
+    @Override
+    public void close() {
+        stop();
+        // Keep the directory when asked to, so a failing run can be inspected.
+        if (Boolean.getBoolean("lockstep.keep")) {
+            return;
+        }
+        try (Stream<Path> walk = Files.walk(dataDir.getParent())) {
+            walk.sorted(Comparator.reverseOrder()).map(Path::toFile).forEach(File::delete);
+        } catch (IOException e) {
+            // A leftover temporary directory is harmless.
+        }
+    }
+}
