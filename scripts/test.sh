@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Runs every test of Lockstep: unit, property and integration tests of the whole workspace.
-# The integration tests start the real `lockstep` binary on 127.0.0.1 and drive it over TCP.
+# Runs every test of Lockstep:
+#   1. the Rust workspace: unit, property and integration tests (the integration tests start
+#      the real `lockstep` binary on 127.0.0.1 and drive it over TCP);
+#   2. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
+#      Central) and its JDBC driver against the real server.
+# Installs what the tests need when it is missing (a JDK 17 and Maven, from Debian).
 # Set LOCKSTEP_LONG=1 to also run the long soak and crash loops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "cargo is required: install Rust from https://rustup.rs (the toolchain is pinned in rust-toolchain.toml)" >&2
+  echo "cargo is required: install Rust (the toolchain is pinned in rust-toolchain.toml)" >&2
   exit 1
+fi
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  echo "installing a JDK and Maven for the VoltDB client compatibility suite"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q openjdk-17-jdk-headless maven
 fi
 
 # Build once (tests and the server binary), then run the tests.
 cargo build --workspace --tests --bins
 cargo test --workspace --no-fail-fast
+bash compat/java/run.sh target/debug/lockstep

@@ -1,1 +1,255 @@
-//! placeholder
+//! `lockstep bench`: loads an application, populates it, drives load (flood, fixed rate or
+//! stepping to an SLA), measures latency per transaction type with HDR histograms, checks the
+//! data afterwards, and writes a JSON report and an SVG chart.
+
+pub mod apps;
+pub mod conn;
+pub mod report;
+pub mod rng;
+pub mod runner;
+pub mod stats;
+pub mod workload;
+pub mod workloads;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockstep_core::Error;
+use serde_json::json;
+
+use conn::Conn;
+use report::StepPoint;
+use runner::{run_phase, Phase};
+use workload::Workload;
+use workloads::tatp::FkMode;
+use workloads::ycsb::Mix;
+
+/// Longest run or step we accept (a day).
+pub const DURATION_MAX_S: u64 = 86_400;
+/// Most transactions in flight in flood mode.
+pub const WINDOW_MAX: usize = 100_000;
+/// Most steps a stepping run takes.
+pub const STEPS_MAX: usize = 1000;
+/// Share of the requested transactions a step must complete to count as good.
+pub const STEP_COMPLETION_MIN: f64 = 0.9;
+
+/// Arguments of `lockstep bench`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// voter, tatp, charging, ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-e or ycsb-f.
+    pub workload: String,
+    /// Server address.
+    #[arg(long, default_value = "127.0.0.1:21212", conflicts_with = "embedded")]
+    pub server: String,
+    /// Run an engine in this process instead (no network): the engine's own ceiling.
+    #[arg(long)]
+    pub embedded: bool,
+    /// Sites of the embedded engine (default: one per core).
+    #[arg(long)]
+    pub sites: Option<u32>,
+    /// Seconds of load (per step with --step).
+    #[arg(long, default_value_t = 30)]
+    pub duration: u64,
+    /// Hold this many transactions per second (open loop); the starting rate with --step.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Raise the rate in steps until p99 breaks --sla-ms or under 90% completes.
+    #[arg(long)]
+    pub step: bool,
+    /// Rate added per step (default: the starting rate).
+    #[arg(long)]
+    pub step_size: Option<f64>,
+    /// The p99 latency a step must stay under, in milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub sla_ms: f64,
+    /// Data size: TATP subscribers, charging users, YCSB records, Voter phones per area code.
+    #[arg(long)]
+    pub scale: Option<u64>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Write the SVG chart here.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
+    /// TATP: how sub_nbr is resolved to s_id.
+    #[arg(long, value_enum, default_value = "all-partitions-first")]
+    pub fk_mode: FkMode,
+    /// YCSB: scan with one multi-partition ScanAll instead of every-partition Scan calls.
+    #[arg(long)]
+    pub scan_all: bool,
+    /// Transactions in flight in flood mode.
+    #[arg(long, default_value_t = 512)]
+    pub window: usize,
+    /// Seed of the transaction generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Runs the benchmark; returns the process exit code (0 when the run and its check passed).
+pub fn run(args: BenchArgs) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return 2;
+        }
+    };
+    match runtime.block_on(run_async(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            2
+        }
+    }
+}
+
+fn validate(args: &BenchArgs) -> Result<(), Error> {
+    if args.duration == 0 || args.duration > DURATION_MAX_S {
+        return Err(Error::graceful(format!("--duration must be 1..={DURATION_MAX_S} seconds")));
+    }
+    if args.window == 0 || args.window > WINDOW_MAX {
+        return Err(Error::graceful(format!("--window must be 1..={WINDOW_MAX}")));
+    }
+    for (name, v) in [("--rate", args.rate), ("--step-size", args.step_size)] {
+        if let Some(v) = v {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::graceful(format!("{name} must be a positive number")));
+            }
+        }
+    }
+    if !(args.sla_ms.is_finite() && args.sla_ms > 0.0) {
+        return Err(Error::graceful("--sla-ms must be a positive number"));
+    }
+    Ok(())
+}
+
+async fn run_async(args: BenchArgs) -> Result<i32, Error> {
+    validate(&args)?;
+    let conn = if args.embedded {
+        Conn::embedded(args.sites)?
+    } else {
+        // Room for the window plus every-partition fan-out and periodic queries.
+        Conn::connect(&args.server, args.window.saturating_mul(4).max(1024)).await?
+    };
+    let name = args.workload.to_ascii_lowercase();
+    let ycsb = |m| Arc::new(workloads::ycsb::Ycsb::new(m, args.scale, args.scan_all));
+    match name.as_str() {
+        "voter" => drive(Arc::new(workloads::voter::Voter::new(args.scale)), &conn, &args, json!({})).await,
+        "tatp" => {
+            let fk = json!({ "fk_mode": args.fk_mode.name() });
+            drive(Arc::new(workloads::tatp::Tatp::new(args.scale, args.fk_mode)), &conn, &args, fk).await
+        }
+        "charging" => drive(Arc::new(workloads::charging::Charging::new(args.scale)), &conn, &args, json!({})).await,
+        "ycsb-a" => drive(ycsb(Mix::A), &conn, &args, json!({})).await,
+        "ycsb-b" => drive(ycsb(Mix::B), &conn, &args, json!({})).await,
+        "ycsb-c" => drive(ycsb(Mix::C), &conn, &args, json!({})).await,
+        "ycsb-d" => drive(ycsb(Mix::D), &conn, &args, json!({})).await,
+        "ycsb-e" => drive(ycsb(Mix::E), &conn, &args, json!({ "scan": if args.scan_all { "ScanAll" } else { "Scan" } })).await,
+        "ycsb-f" => drive(ycsb(Mix::F), &conn, &args, json!({})).await,
+        other => Err(Error::graceful(format!(
+            "unknown workload {other}: use voter, tatp, charging or ycsb-a … ycsb-f"
+        ))),
+    }
+}
+
+async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: serde_json::Value) -> Result<i32, Error> {
+    eprintln!("setting up {} …", args.workload);
+    w.setup(conn).await?;
+    let duration = Duration::from_secs(args.duration);
+    let mode = if args.step { "step" } else if args.rate.is_some() { "rate" } else { "flood" };
+    let (result, steps) = if args.step {
+        stepping(&w, conn, args, duration).await
+    } else {
+        let phase = Phase { duration, rate: args.rate, window: args.window, seed: args.seed, t_offset_s: 0.0, label: String::new() };
+        let r = run_phase(w.clone(), conn, &phase).await;
+        (r, Vec::new())
+    };
+    let by_type = result.stats.snapshot();
+    let secs = result.elapsed.as_secs_f64();
+    eprintln!("checking …");
+    let check = w.check(conn).await;
+    println!("{} ({mode}, {:.1} s{})", args.workload, secs, if args.embedded { ", embedded" } else { "" });
+    print!("{}", report::summary(&by_type, secs));
+    for d in &check.details {
+        println!("check {d}");
+    }
+    println!("check {}", if check.passed { "PASSED" } else { "FAILED" });
+    let mut config = json!({
+        "mode": mode,
+        "target": if args.embedded { "embedded".to_string() } else { args.server.clone() },
+        "duration_s_requested": args.duration,
+        "rate": args.rate,
+        "window": args.window,
+        "scale": args.scale,
+        "sla_ms": args.sla_ms,
+        "seed": args.seed,
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+    });
+    if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
+        c.extend(e.clone());
+        if !steps.is_empty() {
+            c.insert("steps".into(), json!(steps.iter().map(|s| json!({
+                "requested_tps": s.requested_tps, "achieved_tps": s.achieved_tps, "p99_us": s.p99_us, "good": s.good
+            })).collect::<Vec<_>>()));
+        }
+    }
+    let doc = report::json_report(&args.workload, secs, &by_type, &check, config);
+    if let Some(path) = &args.report {
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::unexpected(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| Error::unexpected(format!("cannot write {}: {e}", path.display())))?;
+        eprintln!("report written to {}", path.display());
+    }
+    if let Some(path) = &args.chart {
+        let title = format!("lockstep bench {} ({mode})", args.workload);
+        std::fs::write(path, report::svg_chart(&title, &result.timeline, &steps))
+            .map_err(|e| Error::unexpected(format!("cannot write {}: {e}", path.display())))?;
+        eprintln!("chart written to {}", path.display());
+    }
+    Ok(if check.passed { 0 } else { 1 })
+}
+
+/// Raises the rate step by step; returns the last good step's result (or the first step's
+/// when none was good) and every step's figures.
+async fn stepping<W: Workload>(w: &Arc<W>, conn: &Conn, args: &BenchArgs, duration: Duration) -> (runner::PhaseResult, Vec<StepPoint>) {
+    let start = args.rate.unwrap_or(10_000.0);
+    let inc = args.step_size.unwrap_or(start);
+    let mut steps = Vec::new();
+    let mut timeline = Vec::new();
+    let mut best: Option<runner::PhaseResult> = None;
+    let mut first: Option<runner::PhaseResult> = None;
+    for k in 0..STEPS_MAX {
+        let rate = start + inc * k as f64;
+        let phase = Phase {
+            duration,
+            rate: Some(rate),
+            window: args.window,
+            seed: args.seed.wrapping_add(k as u64),
+            t_offset_s: timeline.last().map(|p: &stats::TimePoint| p.t_s).unwrap_or(0.0),
+            label: format!("step {rate:.0}/s "),
+        };
+        let r = run_phase(w.clone(), conn, &phase).await;
+        let all = stats::total(&r.stats.snapshot());
+        let achieved = all.count as f64 / r.elapsed.as_secs_f64().max(1e-9);
+        let p99 = all.percentile_us(0.99);
+        let good = p99 as f64 <= args.sla_ms * 1000.0 && achieved >= STEP_COMPLETION_MIN * rate && all.errors == 0;
+        eprintln!("step {rate:.0}/s: achieved {achieved:.0}/s, p99 {:.3} ms: {}", p99 as f64 / 1000.0, if good { "good" } else { "stop" });
+        steps.push(StepPoint { requested_tps: rate, achieved_tps: achieved, p99_us: p99, good });
+        timeline.extend(r.timeline.iter().cloned());
+        if !good {
+            if best.is_none() && first.is_none() {
+                first = Some(r);
+            }
+            break;
+        }
+        best = Some(r);
+    }
+    let mut chosen = match (best, first) {
+        (Some(b), _) => b,
+        (None, Some(f)) => f,
+        // STEPS_MAX ≥ 1, so at least one step ran and set one of them.
+        (None, None) => unreachable!("stepping ran no step"),
+    };
+    chosen.timeline = timeline;
+    (chosen, steps)
+}

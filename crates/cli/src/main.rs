@@ -1,5 +1,6 @@
 //! The `lockstep` command: `server` starts a node, `sql` is the shell, `bench` measures.
 
+mod bench_cmd;
 mod server_cmd;
 mod shell;
 
@@ -24,6 +25,8 @@ enum Command {
     Server(server_cmd::ServerArgs),
     /// The SQL shell: run statements and procedures against a server.
     Sql(SqlArgs),
+    /// Measure a workload (voter, tatp, charging, ycsb-a … ycsb-f) and check its results.
+    Bench(bench_cmd::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => server_cmd::run(args),
+        Command::Bench(args) => ExitCode::from(bench_cmd::run(args).clamp(0, 255) as u8),
         Command::Sql(args) => {
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(r) => r,

@@ -1,0 +1,74 @@
+-- ReportQuotaUsage(userid, productid, units_used, units_wanted, session_id, txn_id): reports
+-- the units a session used and reserves more, in one transaction, in money.
+--  * Usage is charged against the session's reservation and never beyond it: a user cannot
+--    spend money that is not reserved for the session (so balances never go negative).
+--  * The session's reservation is then released, and units_wanted reserved out of the
+--    spendable credit (balance minus the other reservations): status 45 all granted, 44 some
+--    (as many as the credit pays for), 43 none (no money); 42 when nothing was wanted.
+--  * A txn_id already applied for this user changes nothing: status 46 and the original
+--    (status, amount) row.
+--  * session_id <= 0 starts a new session whose id is this transaction's id.
+-- Returns four tables: (amount_spent), the session's reservation (0 or 1 row), (userid,
+-- credit), and (balance, product_id, session_id, userid) - VoltDB's client reads the
+-- reservation at len-3 and the balance at len-1. Aborts for an unknown user or product.
+-- Single-partition on userid.
+local find_user = sql [[SELECT userid FROM user_table WHERE userid = ?]]
+local find_product = sql [[SELECT unit_cost FROM product_table WHERE productid = ?]]
+local find_txn = sql [[SELECT status, amount FROM user_recent_transactions WHERE userid = ? AND user_txn_id = ?]]
+local find_alloc = sql [[SELECT allocated_units FROM user_usage_table WHERE userid = ? AND productid = ? AND sessionid = ?]]
+local del_alloc = sql [[DELETE FROM user_usage_table WHERE userid = ? AND productid = ? AND sessionid = ?]]
+local add_alloc = sql [[INSERT INTO user_usage_table (userid, productid, allocated_units, sessionid, lastdate) VALUES (?, ?, ?, ?, NOW)]]
+local show_alloc = sql [[SELECT * FROM user_usage_table WHERE userid = ? AND productid = ? AND sessionid = ?]]
+local charge = sql [[UPDATE user_balances SET balance = balance + ?, tran_count = tran_count + 1 WHERE userid = ?]]
+local event = sql [[INSERT INTO user_financial_events (userid, amount, purpose) VALUES (?, ?, ?)]]
+local record = sql [[INSERT INTO user_recent_transactions (userid, user_txn_id, txn_time, productid, amount, status) VALUES (?, ?, NOW, ?, ?, ?)]]
+local balance = sql [[SELECT balance FROM user_balances WHERE userid = ?]]
+local reserved = sql [[SELECT SUM(u.allocated_units * p.unit_cost) AS reserved
+  FROM user_usage_table u, product_table p WHERE u.userid = ? AND p.productid = u.productid]]
+
+local STATUS_OK, NO_MONEY, SOME_UNITS, ALL_UNITS, TXN_ALREADY_HAPPENED = 42, 43, 44, 45, 46
+
+return function(userid, productid, units_used, units_wanted, session_id, txn_id)
+  local user, product, prev = batch(find_user:bind(userid), find_product:bind(productid),
+    find_txn:bind(userid, txn_id))
+  if #user == 0 then abort("ReportQuotaUsage: user " .. userid .. " does not exist") end
+  if #product == 0 then abort("ReportQuotaUsage: product " .. productid .. " does not exist") end
+  if #prev > 0 then
+    set_app_status(TXN_ALREADY_HAPPENED, "Event already happened")
+    return prev
+  end
+  local cost = product[1].unit_cost
+  if session_id <= 0 then session_id = ctx.txn_id end
+  local alloc = find_alloc:first(userid, productid, session_id)
+  local held = 0
+  if alloc then held = alloc.allocated_units end
+  local used = math.max(0, math.min(units_used, held))
+  local spent = used * cost
+  if alloc then del_alloc:exec(userid, productid, session_id) end
+  if spent > 0 then
+    charge:exec(-spent, userid)
+    event:exec(userid, -spent, used .. " units of product " .. productid)
+  end
+  local status = STATUS_OK
+  if units_wanted > 0 then
+    local b, r = batch(balance:bind(userid), reserved:bind(userid))
+    local credit = b[1].balance - ((#r > 0 and r[1].reserved) or 0)
+    local grant = units_wanted
+    if cost > 0 then grant = math.min(units_wanted, credit // cost) end
+    if grant <= 0 then
+      status = NO_MONEY
+    else
+      add_alloc:exec(userid, productid, grant, session_id)
+      if grant < units_wanted then status = SOME_UNITS else status = ALL_UNITS end
+    end
+  end
+  record:exec(userid, txn_id, productid, -spent, status)
+  local a, b, r = batch(show_alloc:bind(userid, productid, session_id), balance:bind(userid),
+    reserved:bind(userid))
+  local bal = b[1].balance
+  local credit = bal - ((#r > 0 and r[1].reserved) or 0)
+  set_app_status(status, "")
+  return result_table({ "amount_spent" }, { { spent } }), a,
+    result_table({ "userid", "credit" }, { { userid, credit } }),
+    result_table({ "balance", "product_id", "session_id", "userid" }, { { bal, productid, session_id, userid } })
+end

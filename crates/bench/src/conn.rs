@@ -1,0 +1,201 @@
+//! One way to call procedures, over the network (the Rust client) or in this process (an
+//! embedded engine, no network), so workloads are written once for both.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use lockstep_client::{Client, ClientConfig};
+use lockstep_core::{Error, ResultTable, Value};
+use lockstep_engine::{Call, Engine, EngineConfig, Outcome};
+
+/// VoltDB's SUCCESS status.
+pub const STATUS_SUCCESS: i8 = 1;
+/// VoltDB's USER_ABORT status (the procedure called `abort`).
+pub const STATUS_USER_ABORT: i8 = -1;
+
+/// The answer to one call, whichever way it travelled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub status: i8,
+    pub status_string: Option<String>,
+    pub app_status: i8,
+    pub tables: Vec<ResultTable>,
+}
+
+impl Answer {
+    pub fn is_success(&self) -> bool {
+        self.status == STATUS_SUCCESS
+    }
+
+    /// The value at (table, row, column), if present.
+    pub fn value(&self, table: usize, row: usize, col: usize) -> Option<&Value> {
+        self.tables.get(table)?.rows.get(row)?.get(col)
+    }
+
+    /// The integer at (table, row, column), if present and integral.
+    pub fn int(&self, table: usize, row: usize, col: usize) -> Option<i64> {
+        match self.value(table, row, col)? {
+            Value::Int(v) | Value::Timestamp(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// "status N: message", for reports.
+    pub fn describe(&self) -> String {
+        format!("status {}: {}", self.status, self.status_string.clone().unwrap_or_default())
+    }
+
+    fn from_outcome(o: Outcome) -> Answer {
+        Answer { status: o.status, status_string: o.status_string, app_status: o.app_status, tables: o.tables }
+    }
+}
+
+/// A connection to a server or an engine in this process. Cheap to clone.
+#[derive(Clone)]
+pub enum Conn {
+    Net(Client),
+    Embedded(Arc<EmbeddedEngine>),
+}
+
+/// An engine started by the benchmark, removed (with its data directory) on shutdown.
+pub struct EmbeddedEngine {
+    engine: Arc<Engine>,
+    data_dir: PathBuf,
+    /// (partition, key) pairs from @GetPartitionKeys, read once.
+    keys: OnceLock<Vec<(i32, i64)>>,
+}
+
+impl Drop for EmbeddedEngine {
+    fn drop(&mut self) {
+        self.engine.shutdown();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+fn err(message: impl Into<String>) -> Error {
+    Error::unexpected(message.into())
+}
+
+impl Conn {
+    /// Connects to a server with room for `window` calls in flight.
+    pub async fn connect(addr: &str, window: usize) -> Result<Conn, Error> {
+        let config = ClientConfig { max_in_flight: window.max(1), ..ClientConfig::default() };
+        let client = Client::connect(addr, config)
+            .await
+            .map_err(|e| err(format!("cannot connect to {addr}: {e} (is `lockstep server` running there?)")))?;
+        Ok(Conn::Net(client))
+    }
+
+    /// Starts an engine in this process on a fresh temporary data directory.
+    pub fn embedded(sites: Option<u32>) -> Result<Conn, Error> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let data_dir = std::env::temp_dir().join(format!("lockstep-bench-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|e| err(format!("cannot create {}: {e}", data_dir.display())))?;
+        let mut config = EngineConfig::new(&data_dir);
+        if let Some(s) = sites {
+            config.sites = s;
+        }
+        let engine = Engine::start(config)?;
+        Ok(Conn::Embedded(Arc::new(EmbeddedEngine { engine, data_dir, keys: OnceLock::new() })))
+    }
+
+    /// Calls a procedure. A failure status is an `Ok` answer; `Err` means the call was lost.
+    pub async fn call(&self, proc: &str, params: Vec<Value>) -> Result<Answer, Error> {
+        match self {
+            Conn::Net(c) => {
+                let r = c.call(proc, params).await.map_err(|e| err(e.to_string()))?;
+                Ok(Answer { status: r.status, status_string: r.status_string, app_status: r.app_status, tables: r.tables })
+            }
+            Conn::Embedded(e) => {
+                let call = Call { procedure: proc.to_string(), params, ..Call::default() };
+                e.submit(call).await
+            }
+        }
+    }
+
+    /// Runs a procedure on every partition; one answer per partition, in partition order.
+    pub async fn call_all_partitions(&self, proc: &str, params: Vec<Value>) -> Result<Vec<Answer>, Error> {
+        match self {
+            Conn::Net(c) => {
+                let rs = c.call_all_partitions(proc, params).await.map_err(|e| err(e.to_string()))?;
+                Ok(rs
+                    .into_iter()
+                    .map(|r| Answer { status: r.status, status_string: r.status_string, app_status: r.app_status, tables: r.tables })
+                    .collect())
+            }
+            Conn::Embedded(e) => {
+                let keys = e.partition_keys().await?;
+                let mut pending = Vec::with_capacity(keys.len());
+                for (partition, key) in keys {
+                    let mut p = Vec::with_capacity(params.len() + 1);
+                    p.push(Value::Int(key));
+                    p.extend(params.iter().cloned());
+                    let call = Call { procedure: proc.to_string(), params: p, partition_destination: Some(partition), all_partition: true };
+                    pending.push(e.start(call));
+                }
+                let mut out = Vec::with_capacity(pending.len());
+                for rx in pending {
+                    out.push(rx.await.map(Answer::from_outcome).map_err(|_| err("the engine dropped a call"))?);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// `@AdHoc` that must succeed; its failure message becomes the error.
+    pub async fn adhoc(&self, sql: &str) -> Result<Answer, Error> {
+        let a = self.call("@AdHoc", vec![Value::Str(sql.to_string())]).await?;
+        if !a.is_success() {
+            return Err(Error::sql(format!("{sql}: {}", a.status_string.unwrap_or_default())));
+        }
+        Ok(a)
+    }
+
+    /// The single integer an `@AdHoc` query returns (NULL reads as 0).
+    pub async fn scalar(&self, sql: &str) -> Result<i64, Error> {
+        let a = self.adhoc(sql).await?;
+        match a.value(0, 0, 0) {
+            Some(Value::Int(v)) => Ok(*v),
+            Some(Value::Null) => Ok(0),
+            other => Err(err(format!("{sql}: expected one integer, got {other:?}"))),
+        }
+    }
+}
+
+impl EmbeddedEngine {
+    fn start(&self, call: Call) -> tokio::sync::oneshot::Receiver<Outcome> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.engine.submit(call, Box::new(move |o| {
+            // The caller may have gone away; its answer is then not needed.
+            let _ = tx.send(o);
+        }));
+        rx
+    }
+
+    async fn submit(&self, call: Call) -> Result<Answer, Error> {
+        self.start(call).await.map(Answer::from_outcome).map_err(|_| err("the engine dropped a call"))
+    }
+
+    async fn partition_keys(&self) -> Result<Vec<(i32, i64)>, Error> {
+        if let Some(k) = self.keys.get() {
+            return Ok(k.clone());
+        }
+        let call = Call { procedure: "@GetPartitionKeys".into(), params: vec![Value::from("INTEGER")], ..Call::default() };
+        let a = self.submit(call).await?;
+        let mut keys = Vec::new();
+        for row in a.tables.first().map(|t| t.rows.as_slice()).unwrap_or(&[]) {
+            if let (Some(Value::Int(p)), Some(Value::Int(k))) = (row.first(), row.get(1)) {
+                keys.push((*p as i32, *k));
+            }
+        }
+        if keys.is_empty() {
+            return Err(err(format!("@GetPartitionKeys returned no partitions ({})", a.describe())));
+        }
+        keys.sort_unstable();
+        let _ = self.keys.set(keys.clone());
+        Ok(keys)
+    }
+}

@@ -1,0 +1,165 @@
+//! Drives a workload: flood (a fixed window of transactions always in flight), or open loop
+//! at a target rate (latency measured from each transaction's intended send time, so
+//! queueing shows instead of being hidden by a slowed-down client), with a live line on
+//! stderr once a second.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use crate::conn::Conn;
+use crate::rng::Rng;
+use crate::stats::{Collector, TimePoint};
+use crate::workload::Workload;
+
+/// Transactions an open-loop run lets be outstanding before the sender waits (the wait
+/// still counts in the latency of what it delays).
+pub const OPEN_LOOP_OUTSTANDING_MAX: usize = 200_000;
+/// How often the open-loop sender wakes to send what has come due.
+const SEND_TICK: Duration = Duration::from_micros(500);
+
+/// How to drive one phase.
+#[derive(Clone, Debug)]
+pub struct Phase {
+    pub duration: Duration,
+    /// Target rate in transactions per second; None floods.
+    pub rate: Option<f64>,
+    /// Transactions in flight in flood mode.
+    pub window: usize,
+    pub seed: u64,
+    /// Added to the timeline's seconds (for consecutive steps).
+    pub t_offset_s: f64,
+    /// Printed at the start of each live line.
+    pub label: String,
+}
+
+/// What a phase measured.
+pub struct PhaseResult {
+    pub stats: Arc<Collector>,
+    pub timeline: Vec<TimePoint>,
+    pub elapsed: Duration,
+    /// Transactions the phase meant to start (open loop) or started (flood).
+    pub requested: u64,
+}
+
+pub async fn run_phase<W: Workload>(w: Arc<W>, conn: &Conn, phase: &Phase) -> PhaseResult {
+    let stats = Arc::new(Collector::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let end = start + phase.duration;
+    let monitor = tokio::spawn(monitor(stats.clone(), stop.clone(), phase.t_offset_s, phase.label.clone()));
+    let periodic = w.periodic_every().map(|every| {
+        let (w, conn, stats, stop) = (w.clone(), conn.clone(), stats.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(every).await;
+                for (name, latency, done) in w.periodic(&conn).await {
+                    stats.record(name, latency, &done);
+                }
+            }
+        })
+    });
+    match phase.rate {
+        None => flood(&w, conn, phase, end, &stats, &started).await,
+        Some(rate) => open_loop(&w, conn, phase.seed, rate, start, end, &stats, &started).await,
+    }
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    if let Some(p) = periodic {
+        p.abort();
+    }
+    let timeline = monitor.await.unwrap_or_default();
+    PhaseResult { stats, timeline, elapsed, requested: started.load(Ordering::Relaxed) }
+}
+
+async fn flood<W: Workload>(w: &Arc<W>, conn: &Conn, phase: &Phase, end: Instant, stats: &Arc<Collector>, started: &Arc<AtomicU64>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..phase.window.max(1) {
+        let (w, conn, stats, started) = (w.clone(), conn.clone(), stats.clone(), started.clone());
+        let mut rng = Rng::new(phase.seed ^ (i as u64).wrapping_mul(0x9E37_79B9));
+        tasks.spawn(async move {
+            while Instant::now() < end {
+                started.fetch_add(1, Ordering::Relaxed);
+                let t = Instant::now();
+                let (name, done) = w.one(&conn, &mut rng).await;
+                stats.record(name, t.elapsed(), &done);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn open_loop<W: Workload>(
+    w: &Arc<W>,
+    conn: &Conn,
+    seed: u64,
+    rate: f64,
+    start: Instant,
+    end: Instant,
+    stats: &Arc<Collector>,
+    started: &Arc<AtomicU64>,
+) {
+    let slots = Arc::new(Semaphore::new(OPEN_LOOP_OUTSTANDING_MAX));
+    let mut sent: u64 = 0;
+    let mut rng = Rng::new(seed);
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let due = (now.duration_since(start).as_secs_f64() * rate) as u64;
+        while sent < due {
+            let intended = start + Duration::from_secs_f64(sent as f64 / rate);
+            sent += 1;
+            let Ok(permit) = slots.clone().acquire_owned().await else { return };
+            let (w, conn, stats) = (w.clone(), conn.clone(), stats.clone());
+            let mut task_rng = Rng::new(rng.next_u64());
+            started.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let (name, done) = w.one(&conn, &mut task_rng).await;
+                // From the intended send time: a late send is the system's delay too.
+                stats.record(name, intended.elapsed(), &done);
+                drop(permit);
+            });
+        }
+        tokio::time::sleep(SEND_TICK).await;
+    }
+    // Wait for the stragglers, so the phase's numbers include them.
+    let _ = slots.acquire_many(OPEN_LOOP_OUTSTANDING_MAX as u32).await;
+}
+
+/// Prints a line per second and returns the timeline when `stop` is set.
+async fn monitor(stats: Arc<Collector>, stop: Arc<AtomicBool>, t_offset_s: f64, label: String) -> Vec<TimePoint> {
+    let mut timeline = Vec::new();
+    let start = Instant::now();
+    let mut last = start;
+    let mut total: u64 = 0;
+    let mut interval = tokio::time::interval(Duration::from_secs(1));
+    interval.tick().await;
+    loop {
+        interval.tick().await;
+        let now = Instant::now();
+        let (n, p99, errors) = stats.take_interval();
+        total += n;
+        let secs = now.duration_since(last).as_secs_f64().max(1e-9);
+        last = now;
+        let t = t_offset_s + now.duration_since(start).as_secs_f64();
+        let point = TimePoint { t_s: t, tps: n as f64 / secs, p99_us: p99, errors };
+        eprintln!(
+            "{label}[{:>5.0}s] {:>10.0} txn/s  p99 {:>8.3} ms  errors {:>6}  total {}",
+            t,
+            point.tps,
+            p99 as f64 / 1000.0,
+            errors,
+            total
+        );
+        timeline.push(point);
+        if stop.load(Ordering::Relaxed) {
+            return timeline;
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! The benchmark workloads: Voter, TATP, telco charging and YCSB A–F.
+
+pub mod charging;
+pub mod tatp;
+pub mod voter;
+pub mod ycsb;
+
+use lockstep_core::Error;
+
+use crate::conn::Answer;
+use crate::stats::Done;
+
+/// Turns a call's result into an outcome: lost calls and failures are errors, user aborts
+/// are aborts (the workload expects some), success goes to `ok`.
+pub fn classify(r: Result<Answer, Error>, ok: impl FnOnce(&Answer) -> Done) -> Done {
+    match r {
+        Err(e) => Done::error(e.message),
+        Ok(a) if a.status == crate::conn::STATUS_USER_ABORT => Done::abort(a.status_string.unwrap_or_default()),
+        Ok(a) if !a.is_success() => Done::error(a.describe()),
+        Ok(a) => ok(&a),
+    }
+}

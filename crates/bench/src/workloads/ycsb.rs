@@ -1,0 +1,405 @@
+//! YCSB workloads A–F against the VoltDB binding's procedures: records of 10 fields × 100
+//! bytes packed as the binding packs them, zipfian / latest / uniform key choice, scans as
+//! every-partition `Scan` calls merged by the client (or one multi-partition `ScanAll`).
+//! Check: every record reads back with the values last written.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use lockstep_core::{Error, Value};
+use tokio::sync::Mutex;
+
+use crate::apps;
+use crate::conn::{Answer, Conn};
+use crate::rng::{fnv64, latest, scrambled, Rng, Zipfian};
+use crate::stats::Done;
+use crate::workload::{populate, Check, Workload};
+use crate::workloads::classify;
+
+pub const FIELDS: usize = 10;
+pub const FIELD_BYTES: usize = 100;
+pub const KEYSPACE: &str = "usertable";
+/// Records a run may insert beyond the loaded ones; later inserts become reads.
+pub const INSERTS_MAX: u64 = 1_000_000;
+/// Longest scan (YCSB E: uniform 1..100).
+pub const SCAN_LENGTH_MAX: i64 = 100;
+
+/// Which of YCSB's core workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mix {
+    A,
+    B,
+    C,
+    D,
+    E,
+    F,
+}
+
+impl Mix {
+    /// (read, update, insert, scan, read-modify-write) in percent.
+    fn shares(self) -> [u32; 5] {
+        match self {
+            Mix::A => [50, 50, 0, 0, 0],
+            Mix::B => [95, 5, 0, 0, 0],
+            Mix::C => [100, 0, 0, 0, 0],
+            Mix::D => [95, 0, 5, 0, 0],
+            Mix::E => [0, 0, 5, 95, 0],
+            Mix::F => [50, 0, 0, 0, 50],
+        }
+    }
+}
+
+pub struct Ycsb {
+    mix: Mix,
+    records: u64,
+    scan_all: bool,
+    zipf: Zipfian,
+    /// Records that exist (loaded + inserted so far).
+    count: AtomicU64,
+    /// Per record, the version last written of each field; the lock orders writes of a key.
+    versions: Vec<Mutex<[u32; FIELDS]>>,
+    /// The next record index an insert takes.
+    next_insert: AtomicU64,
+    /// Inserted records beyond `count` (finished ahead of an earlier insert).
+    finished: Mutex<std::collections::BTreeSet<u64>>,
+}
+
+/// The key of record `i` (YCSB's hashed insert order).
+pub fn key_of(i: u64) -> String {
+    format!("user{}", fnv64(i))
+}
+
+/// Field `f` of record `i` at `version`: self-describing text, then filler determined by them.
+pub fn field_value(i: u64, f: usize, version: u32) -> Vec<u8> {
+    let mut v = format!("{i}:{f}:{version}:").into_bytes();
+    let mut rng = Rng::new(fnv64(i) ^ ((f as u64) << 40) ^ version as u64);
+    while v.len() < FIELD_BYTES {
+        v.push(b'a' + rng.range(0, 25) as u8);
+    }
+    v
+}
+
+/// Packs (name, value) fields as the VoltDB binding does (big-endian int32 lengths).
+pub fn pack(fields: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + fields.len() * (FIELD_BYTES + 16));
+    out.extend_from_slice(&(fields.len() as i32).to_be_bytes());
+    for (name, value) in fields {
+        out.extend_from_slice(&(name.len() as i32).to_be_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&(value.len() as i32).to_be_bytes());
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+fn take_i32(b: &[u8], at: &mut usize) -> Option<usize> {
+    let v = i32::from_be_bytes(b.get(*at..*at + 4)?.try_into().ok()?);
+    *at += 4;
+    usize::try_from(v).ok()
+}
+
+/// Unpacks a packed record; None when malformed.
+pub fn unpack(b: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    let mut at = 0;
+    let n = take_i32(b, &mut at)?;
+    if n > 1024 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let l = take_i32(b, &mut at)?;
+        let name = String::from_utf8(b.get(at..at + l)?.to_vec()).ok()?;
+        at += l;
+        let l = take_i32(b, &mut at)?;
+        let value = b.get(at..at + l)?.to_vec();
+        at += l;
+        out.push((name, value));
+    }
+    (at == b.len()).then_some(out)
+}
+
+fn full_record(i: u64) -> Vec<u8> {
+    let fields: Vec<(String, Vec<u8>)> = (0..FIELDS).map(|f| (format!("field{f}"), field_value(i, f, 0))).collect();
+    pack(&fields)
+}
+
+fn ok_or_err(a: &Answer) -> Result<(), Error> {
+    if a.is_success() {
+        Ok(())
+    } else {
+        Err(Error::unexpected(a.describe()))
+    }
+}
+
+impl Ycsb {
+    pub fn new(mix: Mix, records: Option<u64>, scan_all: bool) -> Ycsb {
+        let records = records.unwrap_or(100_000).max(1);
+        let capacity = records + if matches!(mix, Mix::D | Mix::E) { INSERTS_MAX } else { 0 };
+        Ycsb {
+            mix,
+            records,
+            scan_all,
+            zipf: Zipfian::new(records),
+            count: AtomicU64::new(records),
+            versions: (0..capacity).map(|_| Mutex::new([0; FIELDS])).collect(),
+            next_insert: AtomicU64::new(records),
+            finished: Mutex::new(std::collections::BTreeSet::new()),
+        }
+    }
+
+    fn keyspace() -> Value {
+        Value::Bytes(KEYSPACE.as_bytes().to_vec())
+    }
+
+    fn pick_existing(&self, rng: &mut Rng) -> u64 {
+        let n = self.count.load(Ordering::Relaxed);
+        match self.mix {
+            Mix::D => latest(&self.zipf, rng, n),
+            _ => scrambled(&self.zipf, rng, n),
+        }
+    }
+
+    async fn read(&self, conn: &Conn, i: u64) -> Done {
+        let r = conn.call("Get", vec![Self::keyspace(), Value::from(key_of(i).as_str())]).await;
+        classify(r, |a| if a.tables.first().map(|t| t.rows.len()) == Some(1) { Done::ok("found") } else { Done::error(format!("record {i} not found")) })
+    }
+
+    /// Writes one field with the next version, holding the record's lock so the last write
+    /// the client made is the one the server applied last.
+    async fn update(&self, conn: &Conn, rng: &mut Rng, i: u64) -> Done {
+        let f = rng.range(0, FIELDS as i64 - 1) as usize;
+        let mut versions = self.versions[i as usize].lock().await;
+        let version = versions[f] + 1;
+        let data = pack(&[(format!("field{f}"), field_value(i, f, version))]);
+        let r = conn.call("Put", vec![Self::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(data)]).await;
+        let done = classify(r, |_| Done::ok("written"));
+        if matches!(done, Done::Ok { .. }) {
+            versions[f] = version;
+        }
+        done
+    }
+
+    async fn insert(&self, conn: &Conn) -> Option<Done> {
+        let i = self.next_insert.fetch_add(1, Ordering::Relaxed);
+        if i as usize >= self.versions.len() {
+            return None;
+        }
+        let r = conn.call("Put", vec![Self::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(full_record(i))]).await;
+        let done = classify(r, |_| Done::ok("inserted"));
+        if matches!(done, Done::Ok { .. }) {
+            // Inserts finish out of order: readers see only the unbroken run of finished ones.
+            let mut f = self.finished.lock().await;
+            f.insert(i);
+            let mut c = self.count.load(Ordering::Relaxed);
+            while f.remove(&c) {
+                c += 1;
+            }
+            self.count.store(c, Ordering::Relaxed);
+        }
+        Some(done)
+    }
+
+    async fn scan(&self, conn: &Conn, rng: &mut Rng) -> Done {
+        let start = key_of(self.pick_existing(rng));
+        let len = rng.range(1, SCAN_LENGTH_MAX);
+        let start_bytes = Value::Bytes(start.clone().into_bytes());
+        if self.scan_all {
+            let r = conn.call("ScanAll", vec![Self::keyspace(), start_bytes, Value::Int(len)]).await;
+            return classify(r, |a| {
+                let keys: Vec<String> = a.tables.first().map(|t| t.rows.iter().filter_map(|r| match r.get(1) {
+                    Some(Value::Str(k)) => Some(k.clone()),
+                    _ => None,
+                }).collect()).unwrap_or_default();
+                scan_outcome(&keys, &start, len)
+            });
+        }
+        match conn.call_all_partitions("Scan", vec![Self::keyspace(), start_bytes, Value::Int(len)]).await {
+            Err(e) => Done::error(e.message),
+            Ok(answers) => {
+                let mut runs = Vec::with_capacity(answers.len());
+                for a in &answers {
+                    if let Err(e) = ok_or_err(a) {
+                        return Done::error(e.message);
+                    }
+                    runs.push(a.tables.first().map(|t| t.rows.iter().filter_map(|r| match r.get(1) {
+                        Some(Value::Str(k)) => Some(k.clone()),
+                        _ => None,
+                    }).collect::<Vec<_>>()).unwrap_or_default());
+                }
+                match merge_sorted(runs, len as usize) {
+                    Some(keys) => scan_outcome(&keys, &start, len),
+                    None => Done::error("a partition's Scan result was not in key order"),
+                }
+            }
+        }
+    }
+}
+
+/// Merges per-partition sorted runs, keeping the first `limit`; None if a run is unsorted.
+pub fn merge_sorted(runs: Vec<Vec<String>>, limit: usize) -> Option<Vec<String>> {
+    if runs.iter().any(|r| r.windows(2).any(|w| w[0] > w[1])) {
+        return None;
+    }
+    let mut heads = vec![0usize; runs.len()];
+    let mut out = Vec::with_capacity(limit);
+    while out.len() < limit {
+        let mut best: Option<usize> = None;
+        for (r, run) in runs.iter().enumerate() {
+            if let Some(k) = run.get(heads[r]) {
+                if best.is_none_or(|b| k < &runs[b][heads[b]]) {
+                    best = Some(r);
+                }
+            }
+        }
+        let Some(b) = best else { break };
+        out.push(runs[b][heads[b]].clone());
+        heads[b] += 1;
+    }
+    Some(out)
+}
+
+fn scan_outcome(keys: &[String], start: &str, len: i64) -> Done {
+    if keys.len() > len as usize || keys.first().is_some_and(|k| k.as_str() < start) || keys.windows(2).any(|w| w[0] >= w[1]) {
+        return Done::error(format!("scan from {start} returned keys out of order or range: {keys:?}"));
+    }
+    Done::ok(if keys.first().is_some_and(|k| k == start) { "found" } else { "short" })
+}
+
+impl Workload for Ycsb {
+    async fn setup(&self, conn: &Conn) -> Result<(), Error> {
+        apps::ensure_loaded(conn, &apps::YCSB, "Store").await?;
+        let have = conn.scalar("SELECT COUNT(*) FROM Store").await?;
+        if have > 0 {
+            // Our check needs records as we wrote them: start from a clean table.
+            conn.adhoc("DELETE FROM Store").await?;
+        }
+        let conn2 = conn.clone();
+        populate("ycsb records", self.records, move |i| {
+            let conn = conn2.clone();
+            async move {
+                let params = vec![Ycsb::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(full_record(i))];
+                let a = conn.call("Put", params).await?;
+                ok_or_err(&a).map_err(|e| e.context(format!("Put(record {i})")))
+            }
+        })
+        .await
+    }
+
+    fn one<'a>(&'a self, conn: &'a Conn, rng: &'a mut Rng) -> impl std::future::Future<Output = (&'static str, Done)> + Send + 'a {
+        async move {
+            let shares = self.mix.shares();
+            let mut r = rng.range(0, 99) as u32;
+            let mut kind = 0;
+            while kind < 4 && r >= shares[kind] {
+                r -= shares[kind];
+                kind += 1;
+            }
+            match kind {
+                0 => {
+                    let i = self.pick_existing(rng);
+                    ("READ", self.read(conn, i).await)
+                }
+                1 => {
+                    let i = self.pick_existing(rng);
+                    ("UPDATE", self.update(conn, rng, i).await)
+                }
+                2 => match self.insert(conn).await {
+                    Some(d) => ("INSERT", d),
+                    None => {
+                        let i = self.pick_existing(rng);
+                        ("READ", self.read(conn, i).await)
+                    }
+                },
+                3 => ("SCAN", self.scan(conn, rng).await),
+                _ => {
+                    let i = self.pick_existing(rng);
+                    let read = self.read(conn, i).await;
+                    if !matches!(read, Done::Ok { .. }) {
+                        return ("READ-MODIFY-WRITE", read);
+                    }
+                    ("READ-MODIFY-WRITE", self.update(conn, rng, i).await)
+                }
+            }
+        }
+    }
+
+    async fn check(&self, conn: &Conn) -> Check {
+        let mut c = Check::new();
+        let n = self.count.load(Ordering::Relaxed);
+        let bad = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let versions: Arc<Vec<[u32; FIELDS]>> = {
+            let mut v = Vec::with_capacity(n as usize);
+            for i in 0..n as usize {
+                v.push(*self.versions[i].lock().await);
+            }
+            Arc::new(v)
+        };
+        let (conn2, bad2) = (conn.clone(), bad.clone());
+        let r = populate("ycsb check", n, move |i| {
+            let (conn, bad, versions) = (conn2.clone(), bad2.clone(), versions.clone());
+            async move {
+                let a = conn.call("Get", vec![Ycsb::keyspace(), Value::from(key_of(i).as_str())]).await?;
+                ok_or_err(&a)?;
+                let problem = match a.value(0, 0, 0) {
+                    Some(Value::Bytes(b)) => match unpack(b) {
+                        None => Some("malformed value".to_string()),
+                        Some(fields) => {
+                            let mut p = None;
+                            for f in 0..FIELDS {
+                                let want = field_value(i, f, versions[i as usize][f]);
+                                let name = format!("field{f}");
+                                match fields.iter().find(|(n, _)| *n == name) {
+                                    Some((_, v)) if *v == want => {}
+                                    _ => p = Some(format!("{name} is not version {}", versions[i as usize][f])),
+                                }
+                            }
+                            if fields.len() != FIELDS {
+                                p = Some(format!("{} fields", fields.len()));
+                            }
+                            p
+                        }
+                    },
+                    other => Some(format!("read back {other:?}")),
+                };
+                if let Some(p) = problem {
+                    let mut b = bad.lock().unwrap_or_else(|e| e.into_inner());
+                    b.push(format!("record {i}: {p}"));
+                }
+                Ok(())
+            }
+        })
+        .await;
+        if let Err(e) = r {
+            c.expect(false, format!("reading records back: {}", e.message));
+            return c;
+        }
+        let bad = bad.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        c.expect(bad.is_empty(), format!("{n} records read back with the values last written ({} wrong)", bad.len()));
+        for b in bad.iter().take(5) {
+            c.details.push(b.clone());
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_and_unpack_round_trip() {
+        let fields = vec![("field0".to_string(), b"abc".to_vec()), ("f".to_string(), Vec::new())];
+        let b = pack(&fields);
+        assert_eq!(b.len(), 4 + (4 + 6 + 4 + 3) + (4 + 1 + 4));
+        assert_eq!(unpack(&b), Some(fields));
+        assert_eq!(unpack(&b[..b.len() - 1]), None);
+        assert_eq!(full_record(7).len(), 4 + 10 * (4 + 6 + 4 + 100));
+    }
+
+    #[test]
+    fn merge_keeps_order_and_limit() {
+        let runs = vec![vec!["a".into(), "d".into()], vec!["b".into(), "c".into(), "e".into()]];
+        assert_eq!(merge_sorted(runs, 4), Some(vec!["a".into(), "b".into(), "c".into(), "d".into()]));
+        assert_eq!(merge_sorted(vec![vec!["b".into(), "a".into()]], 5), None);
+    }
+}

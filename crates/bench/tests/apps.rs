@@ -1,0 +1,238 @@
+//! The apps' procedures, checked for their semantics on an embedded engine, and each
+//! workload run briefly end to end from a fresh start with its correctness check.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockstep_bench::apps;
+use lockstep_bench::conn::{Answer, Conn};
+use lockstep_bench::runner::{run_phase, Phase};
+use lockstep_bench::workload::Workload;
+use lockstep_bench::workloads::{charging::Charging, tatp::FkMode, tatp::Tatp, voter::Voter, ycsb::Mix, ycsb::Ycsb};
+use lockstep_core::Value;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+async fn call(conn: &Conn, proc: &str, params: Vec<Value>) -> Answer {
+    let a = conn.call(proc, params).await.unwrap();
+    assert!(a.is_success(), "{proc}: {}", a.describe());
+    a
+}
+
+async fn loaded(app: &apps::App, probe: &str) -> Conn {
+    let conn = Conn::embedded(Some(2)).unwrap();
+    assert!(apps::ensure_loaded(&conn, app, probe).await.unwrap());
+    assert!(!apps::ensure_loaded(&conn, app, probe).await.unwrap(), "a second load is skipped");
+    conn
+}
+
+fn i(v: i64) -> Value {
+    Value::Int(v)
+}
+fn s(v: &str) -> Value {
+    Value::from(v)
+}
+
+#[test]
+fn voter_enforces_the_limit_and_contestants() {
+    rt().block_on(async {
+        let conn = loaded(&apps::VOTER, "votes").await;
+        assert_eq!(call(&conn, "Initialize", vec![i(3), s("A,B,C,D")]).await.int(0, 0, 0), Some(3));
+        let vote = |c: i64| vec![i(2015550123), i(c), i(2)];
+        assert_eq!(call(&conn, "Vote", vote(1)).await.int(0, 0, 0), Some(0));
+        assert_eq!(call(&conn, "Vote", vote(2)).await.int(0, 0, 0), Some(0));
+        assert_eq!(call(&conn, "Vote", vote(1)).await.int(0, 0, 0), Some(2), "third vote is over the limit");
+        assert_eq!(call(&conn, "Vote", vote(9)).await.int(0, 0, 0), Some(1), "unknown contestant");
+        assert_eq!(conn.scalar("SELECT COUNT(*) FROM votes").await.unwrap(), 2);
+        let r = call(&conn, "Results", vec![]).await;
+        let totals: Vec<i64> = r.tables[0].rows.iter().map(|row| match row[2] { Value::Int(v) => v, _ => -1 }).collect();
+        assert_eq!(totals, vec![1, 1]);
+    });
+}
+
+async fn load_subscriber(conn: &Conn, s_id: i64) {
+    let mut p = vec![i(s_id), s(&format!("{s_id:015}"))];
+    p.extend((0..30).map(|_| i(1)));
+    p.extend([i(7), i(8), i(s_id)]);
+    let a = call(conn, "LoadSubscriber", p).await;
+    // 1 subscriber + 1..4 access_info + 1..4 special_facility + 0..12 call_forwarding rows.
+    let n = a.int(0, 0, 0).unwrap();
+    assert!((3..=21).contains(&n), "{n}");
+}
+
+#[test]
+fn tatp_transactions_have_the_spec_outcomes() {
+    rt().block_on(async {
+        let conn = loaded(&apps::TATP, "subscriber").await;
+        for s_id in 1..=20 {
+            load_subscriber(&conn, s_id).await;
+        }
+        let r = call(&conn, "GetSubscriberData", vec![i(5)]).await;
+        assert_eq!(r.tables[0].rows.len(), 1);
+        assert_eq!(r.tables[0].columns.len(), 34);
+        assert_eq!(r.value(0, 0, 1), Some(&s("000000000000005")));
+        assert_eq!(call(&conn, "GetSubscriberData", vec![i(99)]).await.tables[0].rows.len(), 0);
+        assert_eq!(call(&conn, "UpdateLocation", vec![i(5), i(4242)]).await.int(0, 0, 0), Some(1));
+        assert_eq!(conn.scalar("SELECT vlr_location FROM subscriber WHERE s_id = 5").await.unwrap(), 4242);
+        // Access data: exactly the stored types answer.
+        let types = conn.adhoc("SELECT ai_type FROM access_info WHERE s_id = 5 ORDER BY ai_type").await.unwrap();
+        let have: Vec<i64> = types.tables[0].rows.iter().map(|r| match r[0] { Value::Int(v) => v, _ => 0 }).collect();
+        assert!(!have.is_empty() && have.len() <= 4);
+        for t in 1..=4 {
+            let n = call(&conn, "GetAccessData", vec![i(5), i(t)]).await.tables[0].rows.len();
+            assert_eq!(n, usize::from(have.contains(&t)), "ai_type {t}");
+        }
+        // Insert and delete call forwarding: FK and PK failures answer 0, the rest 1.
+        conn.adhoc("DELETE FROM call_forwarding WHERE s_id = 7").await.unwrap();
+        conn.adhoc("DELETE FROM special_facility WHERE s_id = 7").await.unwrap();
+        conn.adhoc("INSERT INTO special_facility VALUES (7, 2, 1, 0, 0, 'ABCDE')").await.unwrap();
+        assert_eq!(call(&conn, "InsertCallForwarding", vec![i(7), i(0), i(0), i(3)]).await.int(0, 0, 0), Some(0), "no facility 3");
+        let mut inserted = 0;
+        for _ in 0..20 {
+            inserted += call(&conn, "InsertCallForwarding", vec![i(7), i(0), i(0), i(2)]).await.int(0, 0, 0).unwrap();
+        }
+        assert_eq!(inserted, 3, "three start times, each inserted once");
+        assert_eq!(conn.scalar("SELECT COUNT(*) FROM call_forwarding WHERE s_id = 7").await.unwrap(), 3);
+        assert_eq!(call(&conn, "DeleteCallForwarding", vec![i(7), i(2), i(8)]).await.int(0, 0, 0), Some(1));
+        assert_eq!(call(&conn, "DeleteCallForwarding", vec![i(7), i(2), i(8)]).await.int(0, 0, 0), Some(0));
+        // Update subscriber data: the second count says whether the facility exists.
+        let r = call(&conn, "UpdateSubscriberData", vec![i(7), i(1), i(99), i(2)]).await;
+        assert_eq!((r.int(0, 0, 0), r.int(1, 0, 0)), (Some(1), Some(1)));
+        let r = call(&conn, "UpdateSubscriberData", vec![i(7), i(1), i(99), i(4)]).await;
+        assert_eq!((r.int(0, 0, 0), r.int(1, 0, 0)), (Some(1), Some(0)));
+        // New destination: active facility 2, a row starting at 0 or 16 ending after end_time.
+        conn.adhoc("DELETE FROM call_forwarding WHERE s_id = 7").await.unwrap();
+        conn.adhoc("INSERT INTO call_forwarding VALUES (7, 2, 8, 12, '123')").await.unwrap();
+        let dest = |st: i64, et: i64| vec![i(7), i(2), i(st), i(et)];
+        assert_eq!(call(&conn, "GetNewDestination", dest(8, 11)).await.tables[0].rows.len(), 1);
+        assert_eq!(call(&conn, "GetNewDestination", dest(8, 12)).await.tables[0].rows.len(), 0, "end_time must be < cf.end_time");
+        assert_eq!(call(&conn, "GetNewDestination", dest(0, 5)).await.tables[0].rows.len(), 0, "start_time must be >= cf.start_time");
+        // The alternate key, three ways.
+        assert_eq!(call(&conn, "MapSubStringToNumberNoView", vec![s("000000000000011")]).await.int(0, 0, 0), Some(11));
+        let all = conn.call_all_partitions("MapSubStringToNumberAllPartitions", vec![s("000000000000011")]).await.unwrap();
+        assert_eq!(all.len(), 2);
+        let found: Vec<i64> = all.iter().filter_map(|a| a.int(0, 0, 0)).collect();
+        assert_eq!(found, vec![11]);
+        let all = conn.call_all_partitions("UpdateLocationMultiPartition", vec![s("000000000000011"), i(77)]).await.unwrap();
+        assert_eq!(all.iter().map(|a| a.int(0, 0, 0).unwrap()).sum::<i64>(), 1);
+        assert_eq!(conn.scalar("SELECT vlr_location FROM subscriber WHERE s_id = 11").await.unwrap(), 77);
+    });
+}
+
+fn rqu(user: i64, product: i64, used: i64, wanted: i64, session: i64, txn: &str) -> Vec<Value> {
+    vec![i(user), i(product), i(used), i(wanted), i(session), s(txn)]
+}
+
+#[test]
+fn charging_conserves_money_and_answers_duplicates_once() {
+    rt().block_on(async {
+        let conn = loaded(&apps::CHARGING, "user_table").await;
+        conn.adhoc("INSERT INTO product_table VALUES (2, 'data', 20)").await.unwrap();
+        let user = |id: i64| vec![i(id), i(1000), s("Y"), s("{}"), s("Created"), Value::Timestamp(0), s(&format!("Create_{id}"))];
+        assert_eq!(call(&conn, "UpsertUser", user(1)).await.app_status, 42);
+        assert_eq!(call(&conn, "UpsertUser", user(2)).await.app_status, 42);
+        // Credit once; the repeat is answered 46 and changes nothing.
+        assert_eq!(call(&conn, "AddCredit", vec![i(1), i(500), s("c1")]).await.app_status, 55);
+        let again = call(&conn, "AddCredit", vec![i(1), i(500), s("c1")]).await;
+        assert_eq!(again.app_status, 46);
+        assert_eq!(again.int(0, 0, 1), Some(500), "the original amount comes back");
+        assert_eq!(conn.scalar("SELECT balance FROM user_balances WHERE userid = 1").await.unwrap(), 1500);
+        // Reserve 50 units (1000 money) of 1500, new session.
+        let r = call(&conn, "ReportQuotaUsage", rqu(1, 2, 0, 50, -1, "r1")).await;
+        assert_eq!(r.app_status, 45);
+        let session = r.int(3, 0, 2).unwrap();
+        assert!(session > 0);
+        assert_eq!(r.int(2, 0, 1), Some(500), "credit = balance - reserved");
+        // Want 50 more in another session: only 25 are paid for.
+        let r = call(&conn, "ReportQuotaUsage", rqu(1, 2, 0, 50, -1, "r2")).await;
+        assert_eq!(r.app_status, 44);
+        assert_eq!(r.int(1, 0, 2), Some(25));
+        // Use 60 of the first session's 50 units: only the 50 reserved are charged (1000).
+        let r = call(&conn, "ReportQuotaUsage", rqu(1, 2, 60, 0, session, "r3")).await;
+        assert_eq!(r.int(0, 0, 0), Some(1000));
+        assert_eq!(r.int(3, 0, 0), Some(500));
+        let dup = call(&conn, "ReportQuotaUsage", rqu(1, 2, 60, 0, session, "r3")).await;
+        assert_eq!(dup.app_status, 46);
+        // Nothing left to reserve: the other session holds 500.
+        assert_eq!(call(&conn, "ReportQuotaUsage", rqu(1, 2, 0, 10, -1, "r4")).await.app_status, 43);
+        let total = call(&conn, "getTotalBalance", vec![]).await;
+        assert_eq!(total.int(0, 0, 0), Some(1000 + 1000 + 500 - 1000));
+        let alloc = call(&conn, "showCurrentAllocations", vec![]).await;
+        assert_eq!(alloc.tables[0].rows, vec![vec![i(2), s("data"), i(25), i(500)]]);
+        assert_eq!(conn.scalar("SELECT COUNT(*) FROM user_recent_transactions").await.unwrap(), 2 + 1 + 4);
+        let unknown = conn.call("AddCredit", vec![i(9), i(1), s("x")]).await.unwrap();
+        assert_eq!(unknown.status, lockstep_bench::conn::STATUS_USER_ABORT);
+    });
+}
+
+#[test]
+fn ycsb_put_merges_fields_and_scans_in_key_order() {
+    use lockstep_bench::workloads::ycsb::{pack, unpack};
+    rt().block_on(async {
+        let conn = loaded(&apps::YCSB, "Store").await;
+        let ks = || Value::Bytes(b"usertable".to_vec());
+        let f = |n: &str, v: &str| (n.to_string(), v.as_bytes().to_vec());
+        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("a", "1"), f("b", "2"), f("c", "3")]))]).await;
+        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("b", "20"), f("d", "4")]))]).await;
+        let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
+        let Some(Value::Bytes(b)) = got.value(0, 0, 0) else { panic!("{got:?}") };
+        assert_eq!(unpack(b).unwrap(), vec![f("a", "1"), f("c", "3"), f("b", "20"), f("d", "4")]);
+        for k in ["k5", "k3", "k4", "k2", "k0"] {
+            call(&conn, "Put", vec![ks(), s(k), Value::Bytes(pack(&[f("a", k)]))]).await;
+        }
+        let scan = call(&conn, "ScanAll", vec![ks(), Value::Bytes(b"k2".to_vec()), i(3)]).await;
+        let keys: Vec<&Value> = scan.tables[0].rows.iter().map(|r| &r[1]).collect();
+        assert_eq!(keys, vec![&s("k2"), &s("k3"), &s("k4")]);
+        let parts = conn.call_all_partitions("Scan", vec![ks(), Value::Bytes(b"k2".to_vec()), i(3)]).await.unwrap();
+        let mut all = Vec::new();
+        for p in &parts {
+            assert!(p.is_success(), "{}", p.describe());
+            let run: Vec<String> = p.tables[0].rows.iter().map(|r| match &r[1] { Value::Str(k) => k.clone(), _ => String::new() }).collect();
+            let mut sorted = run.clone();
+            sorted.sort();
+            assert_eq!(run, sorted, "each partition's run is in key order");
+            all.extend(run);
+        }
+        all.sort();
+        assert_eq!(&all[..3], &["k2".to_string(), "k3".to_string(), "k4".to_string()]);
+    });
+}
+
+/// Sets up and runs a workload for a second on a fresh engine; its check must pass (or, with
+/// `must_pass` false, must at least run and report).
+async fn short_run<W: Workload>(w: W, must_pass: bool) {
+    let conn = Conn::embedded(Some(2)).unwrap();
+    let w = Arc::new(w);
+    w.setup(&conn).await.unwrap();
+    let phase = Phase { duration: Duration::from_secs(1), rate: None, window: 16, seed: 3, t_offset_s: 0.0, label: "test ".into() };
+    let r = run_phase(w.clone(), &conn, &phase).await;
+    let stats = r.stats.snapshot();
+    let all = lockstep_bench::stats::total(&stats);
+    assert!(all.count > 0);
+    assert_eq!(all.errors, 0, "{:?}", stats.values().flat_map(|s| s.error_samples.clone()).collect::<Vec<_>>());
+    let check = w.check(&conn).await;
+    if must_pass {
+        assert!(check.passed, "{:?}", check.details);
+    } else {
+        assert!(!check.details.is_empty());
+    }
+}
+
+#[test]
+fn every_workload_runs_and_passes_its_check() {
+    rt().block_on(async {
+        short_run(Voter::new(Some(5)), true).await;
+        // TATP's success rates match the spec only on a spec-sized population (100,000+
+        // subscribers); 200 vary by several points, so here the run must only be error-free.
+        short_run(Tatp::new(Some(200), FkMode::MultiQueryFirst), false).await;
+        short_run(Tatp::new(Some(200), FkMode::AllPartitionsFirst), false).await;
+        short_run(Tatp::new(Some(200), FkMode::AllPartitionsTasked), false).await;
+        short_run(Charging::new(Some(200)), true).await;
+        for m in [Mix::A, Mix::D, Mix::E, Mix::F] {
+            short_run(Ycsb::new(m, Some(300), false), true).await;
+        }
+        short_run(Ycsb::new(Mix::E, Some(300), true), true).await;
+    });
+}
