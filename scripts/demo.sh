@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -p lockstep-cli
-bin=target/release/lockstep
+# LOCKSTEP_BIN runs an already built binary instead (the tests use a debug build).
+bin=${LOCKSTEP_BIN:-target/release/lockstep}
+if [ -z "${LOCKSTEP_BIN:-}" ]; then
+  cargo build --release -p lockstep-cli
+fi
 
 "$bin" server &
 server=$!
