@@ -84,11 +84,14 @@ pub struct BenchArgs {
     /// Seed of the transaction generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Threads driving the load (on a small machine the server needs the other cores).
+    #[arg(long, default_value_t = 1)]
+    pub client_threads: usize,
 }
 
 /// Runs the benchmark; returns the process exit code (0 when the run and its check passed).
 pub fn run(args: BenchArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(args.client_threads.max(1)).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -2,6 +2,7 @@
 //! multi-partition coordinator, routing of calls, system procedures, the catalog store and
 //! export of stream rows.
 
+pub mod cmdlog;
 pub mod config;
 pub mod ddl;
 pub mod engine;
@@ -10,6 +11,7 @@ pub mod mp;
 pub mod outcome;
 pub mod registry;
 pub mod site;
+pub mod snapshot;
 pub mod store;
 pub mod sysprocs;
 pub mod txn_id;

@@ -7,11 +7,15 @@
 //! - `validate`: coercion, NOT NULL and length checks on written rows.
 //! - `view`: how a source row changes a materialized view.
 //! - `partition`: writes, transactions and the undo log; `schema`: `apply_schema`.
+//! - `snapshot`: copy-on-write scans for consistent snapshots; `state_hash`: a hash of
+//!   every row, to prove that replay is deterministic.
 
 mod index;
 mod key;
 mod partition;
 mod schema;
+mod snapshot;
+mod state_hash;
 mod table;
 mod validate;
 mod view;

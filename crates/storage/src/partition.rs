@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use lockstep_core::{Error, Result, TableId, TableKind, Value};
 
+use crate::snapshot::SnapshotScan;
 use crate::table::Table;
 use crate::validate::check_row;
 use crate::view::{self, ViewChange};
@@ -52,6 +53,8 @@ pub struct Partition {
     undo: Vec<Undo>,
     exports: Vec<ExportRow>,
     in_txn: bool,
+    /// A snapshot scan in progress (see `snapshot.rs`).
+    pub(crate) snapshot: Option<SnapshotScan>,
 }
 
 fn unknown(id: TableId) -> Error {

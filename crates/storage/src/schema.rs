@@ -72,9 +72,23 @@ impl Partition {
             built.insert(vid, vt);
         }
         // Everything built: now change the partition.
-        self.tables
-            .retain(|id, _| catalog.table_by_id(*id).is_some());
-        self.tables.extend(built);
+        // A snapshot in progress keeps the old storage of dropped and rebuilt tables.
+        let dropped: Vec<TableId> = self
+            .tables
+            .keys()
+            .filter(|id| catalog.table_by_id(**id).is_none())
+            .copied()
+            .collect();
+        for id in dropped {
+            if let Some(old) = self.tables.remove(&id) {
+                self.detach_for_snapshot(id, old);
+            }
+        }
+        for (id, table) in built {
+            if let Some(old) = self.tables.insert(id, table) {
+                self.detach_for_snapshot(id, old);
+            }
+        }
         for def in same {
             if let Some(t) = self.tables.get_mut(&def.id) {
                 t.set_def(def);

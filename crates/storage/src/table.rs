@@ -9,6 +9,7 @@ use std::sync::Arc;
 use lockstep_core::{Error, Result, TableDef, Value};
 
 use crate::index::Index;
+use crate::snapshot::CowScan;
 use crate::view::ViewLayout;
 use crate::RowId;
 
@@ -30,6 +31,8 @@ pub struct Table {
     pub(crate) view: Option<ViewLayout>,
     /// Heap bytes of the stored rows (value arrays and their strings), kept up to date.
     row_heap_bytes: usize,
+    /// Set while a snapshot scan of this table is in progress (see `snapshot.rs`).
+    pub(crate) cow: Option<CowScan>,
 }
 
 /// What the allocator adds to each heap block (glibc malloc: a 16-byte header/rounding).
@@ -82,6 +85,7 @@ impl Table {
             indexes,
             view,
             row_heap_bytes: 0,
+            cow: None,
         }
     }
 
@@ -218,6 +222,7 @@ impl Table {
 
     fn fill(&mut self, id: RowId, row: Box<[Value]>) {
         debug_assert_eq!(row.len(), self.stored_width());
+        self.preserve(id);
         self.row_heap_bytes += heap_bytes(&row);
         let slot = &mut self.slots[id as usize];
         debug_assert!(slot.is_none());
@@ -230,6 +235,10 @@ impl Table {
 
     /// Removes row `id` and frees its slot; None if there is no such row.
     pub(crate) fn take_row(&mut self, id: RowId) -> Option<Box<[Value]>> {
+        if self.slots.get(id as usize)?.is_none() {
+            return None;
+        }
+        self.preserve(id);
         let row = self.slots.get_mut(id as usize)?.take()?;
         for ix in &mut self.indexes {
             ix.remove(&row, id);
@@ -243,6 +252,7 @@ impl Table {
     /// Replaces row `id` (which must exist), returning the old values.
     pub(crate) fn replace_row(&mut self, id: RowId, row: Box<[Value]>) -> Box<[Value]> {
         debug_assert_eq!(row.len(), self.stored_width());
+        self.preserve(id);
         let slot = &mut self.slots[id as usize];
         let old = match slot.take() {
             Some(old) => old,
@@ -258,6 +268,22 @@ impl Table {
             ix.insert(&self.slots, id);
         }
         old
+    }
+
+    /// Before slot `id` changes, keeps its contents for a snapshot scan in progress that
+    /// has not reached it yet (copy-on-write: only changed slots are ever copied).
+    fn preserve(&mut self, id: RowId) {
+        if let Some(cow) = &mut self.cow {
+            if cow.wants(id) {
+                let before = self.slots.get(id as usize).cloned().flatten();
+                cow.keep(id, before);
+            }
+        }
+    }
+
+    /// The slots, for a snapshot scan.
+    pub(crate) fn slots(&self) -> &[Option<Box<[Value]>>] {
+        &self.slots
     }
 
     /// Values a stored row has: the columns plus a view's hidden counts.

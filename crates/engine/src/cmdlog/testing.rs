@@ -1,0 +1,158 @@
+//! Test helpers for the command log: a temporary directory and a file system whose
+//! writes and syncs can be made to fail, counted, or held at a gate.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::cmdlog::fs::{LogFile, LogFs, RealFs};
+use crate::cmdlog::reader::{LogEntry, LogReader};
+use crate::cmdlog::record::Record;
+
+/// A directory removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "lockstep-durability-{tag}-{}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What the faulty file system shares with the test.
+#[derive(Default)]
+pub struct Faults {
+    /// Writes fail (after writing half the buffer, like a disk filling up mid-write).
+    pub fail_writes: AtomicBool,
+    /// Syncs fail (the data was written but may not be on disk).
+    pub fail_syncs: AtomicBool,
+    pub syncs: AtomicU64,
+    pub written_bytes: AtomicU64,
+    /// Bytes written when the last successful sync began.
+    pub synced_bytes: AtomicU64,
+    /// While true, syncs wait (after announcing themselves in `sync_waiting`).
+    gate_closed: Mutex<bool>,
+    gate: Condvar,
+    pub sync_waiting: AtomicBool,
+}
+
+impl Faults {
+    pub fn close_gate(&self) {
+        *self.gate_closed.lock().unwrap() = true;
+    }
+
+    pub fn open_gate(&self) {
+        *self.gate_closed.lock().unwrap() = false;
+        self.gate.notify_all();
+    }
+
+    fn wait_gate(&self) {
+        let mut closed = self.gate_closed.lock().unwrap();
+        while *closed {
+            self.sync_waiting.store(true, Ordering::SeqCst);
+            closed = self.gate.wait(closed).unwrap();
+        }
+    }
+}
+
+/// Real files, with the faults and counters of `Faults`.
+pub struct FaultyFs(pub Arc<Faults>);
+
+struct FaultyFile {
+    inner: Box<dyn LogFile>,
+    faults: Arc<Faults>,
+}
+
+impl LogFile for FaultyFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        if self.faults.fail_writes.load(Ordering::SeqCst) {
+            self.inner.write_all(&buf[..buf.len() / 2])?;
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "injected: no space left",
+            ));
+        }
+        self.inner.write_all(buf)?;
+        self.faults
+            .written_bytes
+            .fetch_add(buf.len() as u64, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.faults.wait_gate();
+        if self.faults.fail_syncs.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected: sync failed"));
+        }
+        let written = self.faults.written_bytes.load(Ordering::SeqCst);
+        self.inner.sync_data()?;
+        self.faults.syncs.fetch_add(1, Ordering::SeqCst);
+        self.faults.synced_bytes.store(written, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+impl LogFs for FaultyFs {
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        let inner = RealFs.open_append(path)?;
+        Ok(Box::new(FaultyFile {
+            inner,
+            faults: self.0.clone(),
+        }))
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        RealFs.sync_dir(dir)
+    }
+}
+
+/// A small distinct record.
+pub fn rec(i: i64) -> Record {
+    Record::Sp {
+        txn_id: i,
+        partition: (i % 3) as u32,
+        procedure: "Vote".into(),
+        params: vec![
+            lockstep_core::Value::Int(i),
+            lockstep_core::Value::from("x"),
+        ],
+    }
+}
+
+/// Every record of the log in `dir`, failing the test on an error.
+pub fn read_all(dir: &Path) -> Vec<LogEntry> {
+    LogReader::open(dir).unwrap().map(|e| e.unwrap()).collect()
+}
+
+/// Waits (boundedly) for a condition another thread makes true.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..10_000 {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("gave up waiting for {what}");
+}

@@ -1,0 +1,771 @@
+//! `CommandLog`: the node's one logger thread, with group commit.
+//!
+//! Any thread appends a record body with an optional acknowledgement callback. The thread
+//! takes everything queued, writes it with one write, and then, by mode:
+//! - `Sync`: one fdatasync for the whole batch, then the acknowledgements: a client is
+//!   answered only once its record is on disk, and one sync serves many transactions.
+//! - `Async`: acknowledgements at once; a sync every `flush_ms` bounds what a crash loses.
+//! - `Off`: nothing is written; acknowledgements run at once on the caller's thread.
+//!
+//! When a write or sync fails (disk full, I/O error), the batch's acknowledgements get the
+//! error, the log becomes "failed" and refuses new appends at once, and the thread probes
+//! the disk every `retry_interval_ms`; once a probe succeeds it cuts any partly written
+//! batch off the segment and accepts appends again.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use lockstep_core::{Error, Result};
+
+use crate::cmdlog::frame::{framed_len, put_frame, RECORD_SIZE_MAX_BYTES};
+use crate::cmdlog::fs::{LogFile, LogFs, RealFs};
+use crate::cmdlog::reader::repair_last_segment;
+use crate::cmdlog::segment::{
+    list_segments, segment_path, truncate_before, SEGMENT_SIZE_MAX_BYTES,
+};
+
+/// Records that may wait for the logger; appends block beyond this (backpressure).
+pub const APPEND_QUEUE_MAX: usize = 16 * 1024;
+/// A batch stops taking records once it holds this many bytes, so one write stays bounded.
+pub const BATCH_BYTES_TARGET: usize = 4 * 1024 * 1024;
+/// Default wait between probes of a failed disk.
+pub const RETRY_INTERVAL_MS_DEFAULT: u64 = 1000;
+/// Bytes written (then deleted) to test that a failed disk accepts writes again.
+const PROBE_BYTES: usize = 64 * 1024;
+const PROBE_FILE: &str = "probe.tmp";
+
+/// How durable an acknowledged transaction is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    Off,
+    /// Acknowledge at once; sync every `flush_ms` milliseconds.
+    Async {
+        flush_ms: u64,
+    },
+    /// Acknowledge after the record is synced to disk.
+    Sync,
+}
+
+impl Durability {
+    fn name(self) -> &'static str {
+        match self {
+            Durability::Off => "off",
+            Durability::Async { .. } => "async",
+            Durability::Sync => "sync",
+        }
+    }
+}
+
+/// Called once with the record's sequence number when it is as durable as the mode
+/// promises (sequence numbers are 0 in `Off` mode), or with the error that prevented it.
+pub type Ack = Box<dyn FnOnce(Result<u64>) + Send>;
+
+/// Tuning and test hooks.
+pub struct LogOptions {
+    pub segment_size_max_bytes: u64,
+    pub queue_max: usize,
+    pub retry_interval_ms: u64,
+    pub fs: Arc<dyn LogFs>,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_size_max_bytes: SEGMENT_SIZE_MAX_BYTES,
+            queue_max: APPEND_QUEUE_MAX,
+            retry_interval_ms: RETRY_INTERVAL_MS_DEFAULT,
+            fs: Arc::new(RealFs),
+        }
+    }
+}
+
+/// Counters for `@Statistics COMMANDLOG`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogStats {
+    pub mode: &'static str,
+    /// Records written since open.
+    pub records: u64,
+    /// Bytes written since open, framing included.
+    pub bytes: u64,
+    pub syncs: u64,
+    pub last_sync_latency_us: u64,
+    /// Whether appends are refused because of a disk failure.
+    pub failed: bool,
+    /// Write or sync failures since open.
+    pub failures: u64,
+    /// Sequence number the next written record gets.
+    pub next_seq: u64,
+    /// Records queued and not yet written.
+    pub queued: usize,
+}
+
+/// State shared by the appending threads and the logger thread.
+#[derive(Default)]
+struct Shared {
+    failed: AtomicBool,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    syncs: AtomicU64,
+    last_sync_latency_us: AtomicU64,
+    failures: AtomicU64,
+    next_seq: AtomicU64,
+    /// Why the log failed, for the error appends get meanwhile.
+    last_error: Mutex<String>,
+}
+
+impl Shared {
+    fn failed_error(&self) -> Error {
+        let why = self
+            .last_error
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        Error::unavailable(format!(
+            "the command log cannot write to disk ({why}); writes are refused until it can, \
+             reads still work"
+        ))
+    }
+}
+
+enum Msg {
+    Append { body: Vec<u8>, ack: Option<Ack> },
+    Flush(Sender<Result<()>>),
+    Shutdown,
+}
+
+/// The node's command log. Share it (it is `Sync`) among sites and the MP coordinator.
+pub struct CommandLog {
+    mode: Durability,
+    dir: PathBuf,
+    tx: Option<Sender<Msg>>,
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+impl CommandLog {
+    /// Opens (creating if needed) the log in `dir` with default options.
+    pub fn open(dir: &Path, mode: Durability) -> Result<CommandLog> {
+        Self::open_with(dir, mode, LogOptions::default())
+    }
+
+    /// Opens the log in `dir`: a damaged tail of the newest segment is cut (and logged),
+    /// and new records are appended after the last intact one.
+    pub fn open_with(dir: &Path, mode: Durability, options: LogOptions) -> Result<CommandLog> {
+        let shared = Arc::new(Shared::default());
+        let mut log = CommandLog {
+            mode,
+            dir: dir.to_path_buf(),
+            tx: None,
+            thread: None,
+            shared,
+        };
+        if mode == Durability::Off {
+            return Ok(log);
+        }
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::unexpected(format!("command log: cannot create {}: {e}", dir.display()))
+        })?;
+        let (_, next_seq) = repair_last_segment(dir)?;
+        log.shared.next_seq.store(next_seq, Ordering::SeqCst);
+        let current_first_seq = list_segments(dir)?.last().map(|s| s.first_seq);
+        let (tx, rx) = bounded(options.queue_max.max(1));
+        let logger = Logger {
+            dir: dir.to_path_buf(),
+            mode,
+            rx,
+            shared: log.shared.clone(),
+            fs: options.fs,
+            segment_size_max_bytes: options.segment_size_max_bytes,
+            retry_interval: Duration::from_millis(options.retry_interval_ms.max(1)),
+            file: None,
+            existing: current_first_seq.map(|first| segment_path(dir, first)),
+            good_len: 0,
+            written_len: 0,
+            synced_len: 0,
+            next_seq,
+            sync_due: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name("command-log".into())
+            .spawn(move || logger.run())
+            .map_err(|e| Error::unexpected(format!("cannot start the command log thread: {e}")))?;
+        log.tx = Some(tx);
+        log.thread = Some(thread);
+        Ok(log)
+    }
+
+    pub fn mode(&self) -> Durability {
+        self.mode
+    }
+
+    /// Queues a record body (from `Record::encode`), blocking while the queue is full.
+    /// On Err (record too large, log failed or closed) the record is not logged and `ack`
+    /// is dropped without being called; otherwise `ack` is called exactly once.
+    pub fn append(&self, body: Vec<u8>, ack: Option<Ack>) -> Result<()> {
+        if body.is_empty() || body.len() > RECORD_SIZE_MAX_BYTES {
+            return Err(Error::graceful(format!(
+                "a command log record of {} bytes is outside 1..={RECORD_SIZE_MAX_BYTES}",
+                body.len()
+            )));
+        }
+        let Some(tx) = &self.tx else {
+            if let Some(ack) = ack {
+                ack(Ok(0));
+            }
+            return Ok(());
+        };
+        if self.shared.failed.load(Ordering::SeqCst) {
+            return Err(self.shared.failed_error());
+        }
+        tx.send(Msg::Append { body, ack }).map_err(|_| closed())
+    }
+
+    /// Writes and syncs everything appended so far (for shutdown and snapshots).
+    pub fn flush_and_sync(&self) -> Result<()> {
+        let Some(tx) = &self.tx else { return Ok(()) };
+        let (reply_tx, reply_rx) = bounded(1);
+        tx.send(Msg::Flush(reply_tx)).map_err(|_| closed())?;
+        reply_rx.recv().map_err(|_| closed())?
+    }
+
+    /// Deletes the segments whose records all precede `seq` (covered by a snapshot).
+    pub fn truncate_before(&self, seq: u64) -> Result<usize> {
+        if self.tx.is_none() {
+            return Ok(0);
+        }
+        truncate_before(&self.dir, seq)
+    }
+
+    pub fn stats(&self) -> LogStats {
+        let s = &self.shared;
+        LogStats {
+            mode: self.mode.name(),
+            records: s.records.load(Ordering::Relaxed),
+            bytes: s.bytes.load(Ordering::Relaxed),
+            syncs: s.syncs.load(Ordering::Relaxed),
+            last_sync_latency_us: s.last_sync_latency_us.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::SeqCst),
+            failures: s.failures.load(Ordering::Relaxed),
+            next_seq: s.next_seq.load(Ordering::SeqCst),
+            queued: self.tx.as_ref().map_or(0, |t| t.len()),
+        }
+    }
+}
+
+fn closed() -> Error {
+    Error::unavailable("the command log is shut down")
+}
+
+impl Drop for CommandLog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Msg::Shutdown);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The logger thread's state.
+struct Logger {
+    dir: PathBuf,
+    mode: Durability,
+    rx: Receiver<Msg>,
+    shared: Arc<Shared>,
+    fs: Arc<dyn LogFs>,
+    segment_size_max_bytes: u64,
+    retry_interval: Duration,
+    /// The open segment.
+    file: Option<Box<dyn LogFile>>,
+    /// The newest segment found at open, appended to until it is full.
+    existing: Option<PathBuf>,
+    /// Bytes of the open segment to keep after a failure: synced ones in Sync mode (the
+    /// rest were never acknowledged), written ones in Async mode (already acknowledged).
+    good_len: u64,
+    written_len: u64,
+    synced_len: u64,
+    next_seq: u64,
+    /// Async mode: when the written but unsynced data must be synced.
+    sync_due: Option<Instant>,
+}
+
+/// Records taken off the queue for one write.
+#[derive(Default)]
+struct Batch {
+    buf: Vec<u8>,
+    acks: Vec<Option<Ack>>,
+}
+
+impl Logger {
+    fn run(mut self) {
+        loop {
+            let msg = match self.wait_time() {
+                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(t) => self.rx.recv_timeout(t),
+            };
+            match msg {
+                Ok(Msg::Append { body, ack }) => {
+                    let control = self.take_batch(body, ack);
+                    match control {
+                        Some(Msg::Shutdown) => break,
+                        Some(Msg::Flush(reply)) => self.flush(reply),
+                        _ => {}
+                    }
+                }
+                Ok(Msg::Flush(reply)) => self.flush(reply),
+                Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => self.tick(),
+            }
+        }
+        // Shutdown: make everything written durable.
+        let _ = self.sync_if_dirty();
+    }
+
+    /// How long to wait for a message: until the next async sync or failure probe.
+    fn wait_time(&self) -> Option<Duration> {
+        if self.shared.failed.load(Ordering::SeqCst) {
+            return Some(self.retry_interval);
+        }
+        self.sync_due
+            .map(|due| due.saturating_duration_since(Instant::now()))
+    }
+
+    fn tick(&mut self) {
+        if self.shared.failed.load(Ordering::SeqCst) {
+            self.probe();
+        } else if self.sync_due.is_some_and(|due| due <= Instant::now()) {
+            if let Err(e) = self.sync_if_dirty() {
+                self.mark_failed(&e);
+            }
+        }
+    }
+
+    /// Takes the first append and everything queued behind it (up to the batch size),
+    /// writes them, and returns a control message met on the way.
+    fn take_batch(&mut self, body: Vec<u8>, ack: Option<Ack>) -> Option<Msg> {
+        let mut batch = Batch::default();
+        put_frame(&mut batch.buf, &body);
+        batch.acks.push(ack);
+        let mut control = None;
+        while batch.buf.len() < BATCH_BYTES_TARGET {
+            match self.rx.try_recv() {
+                Ok(Msg::Append { body, ack }) => {
+                    batch.buf.reserve(framed_len(&body));
+                    put_frame(&mut batch.buf, &body);
+                    batch.acks.push(ack);
+                }
+                Ok(other) => {
+                    control = Some(other);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        self.commit(batch);
+        control
+    }
+
+    /// Writes a batch and acknowledges it as the mode requires.
+    fn commit(&mut self, batch: Batch) {
+        if self.shared.failed.load(Ordering::SeqCst) {
+            // Queued before the failure was seen: refused like later appends.
+            let err = self.shared.failed_error();
+            return run_acks(batch.acks, |_| Err(err.clone()));
+        }
+        if let Err(e) = self.write(&batch.buf) {
+            return self.fail(e, batch.acks);
+        }
+        let first = self.next_seq;
+        let n = batch.acks.len() as u64;
+        self.next_seq += n;
+        self.shared.next_seq.store(self.next_seq, Ordering::SeqCst);
+        self.shared.records.fetch_add(n, Ordering::Relaxed);
+        self.shared
+            .bytes
+            .fetch_add(batch.buf.len() as u64, Ordering::Relaxed);
+        match self.mode {
+            Durability::Sync => {
+                if let Err(e) = self.sync_if_dirty() {
+                    // Not durable: the records are cut off again before writing resumes.
+                    self.next_seq = first;
+                    self.shared.next_seq.store(first, Ordering::SeqCst);
+                    return self.fail(e, batch.acks);
+                }
+            }
+            Durability::Async { flush_ms } => {
+                self.good_len = self.written_len;
+                if self.sync_due.is_none() {
+                    self.sync_due = Some(Instant::now() + Duration::from_millis(flush_ms));
+                }
+            }
+            Durability::Off => {}
+        }
+        let mut seq = first;
+        run_acks(batch.acks, |_| {
+            seq += 1;
+            Ok(seq - 1)
+        });
+    }
+
+    /// Writes to the open segment, first starting a new one if it is full.
+    fn write(&mut self, buf: &[u8]) -> Result<()> {
+        if self.file.is_some() && self.written_len >= self.segment_size_max_bytes {
+            // The old segment must be durable before records follow in a new one.
+            self.sync_if_dirty()?;
+            self.file = None;
+        }
+        if self.file.is_none() {
+            self.open_segment()?;
+        }
+        let Some(file) = self.file.as_mut() else {
+            return Err(Error::unexpected("command log: no open segment"));
+        };
+        if let Err(e) = file.write_all(buf) {
+            return Err(io_failure("write to", &self.dir, e));
+        }
+        self.written_len += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Opens the segment to append to: the newest existing one if not full, else a new
+    /// one named after the next record.
+    fn open_segment(&mut self) -> Result<()> {
+        let fresh = segment_path(&self.dir, self.next_seq);
+        let path = match self.existing.take() {
+            Some(p) => {
+                let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+                if len < self.segment_size_max_bytes {
+                    p
+                } else {
+                    fresh
+                }
+            }
+            None => fresh,
+        };
+        let file = self
+            .fs
+            .open_append(&path)
+            .map_err(|e| io_failure("open", &path, e))?;
+        self.fs
+            .sync_dir(&self.dir)
+            .map_err(|e| io_failure("sync directory", &self.dir, e))?;
+        let len = std::fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(|e| io_failure("stat", &path, e))?;
+        self.good_len = len;
+        self.written_len = len;
+        self.synced_len = len;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    /// fdatasync of the open segment if anything was written since the last one.
+    fn sync_if_dirty(&mut self) -> Result<()> {
+        self.sync_due = None;
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        if self.written_len == self.synced_len {
+            return Ok(());
+        }
+        let start = Instant::now();
+        file.sync_data()
+            .map_err(|e| io_failure("sync", &self.dir, e))?;
+        self.synced_len = self.written_len;
+        self.good_len = self.written_len;
+        self.shared.syncs.fetch_add(1, Ordering::Relaxed);
+        let us = start.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.shared
+            .last_sync_latency_us
+            .store(us, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn flush(&mut self, reply: Sender<Result<()>>) {
+        if self.shared.failed.load(Ordering::SeqCst) {
+            let _ = reply.send(Err(self.shared.failed_error()));
+            return;
+        }
+        let result = self.sync_if_dirty();
+        if let Err(e) = &result {
+            self.mark_failed(e);
+        }
+        let _ = reply.send(result.map_err(|_| self.shared.failed_error()));
+    }
+
+    fn mark_failed(&mut self, e: &Error) {
+        if let Ok(mut why) = self.shared.last_error.lock() {
+            *why = e.message.clone();
+        }
+        self.shared.failures.fetch_add(1, Ordering::Relaxed);
+        self.shared.failed.store(true, Ordering::SeqCst);
+        tracing::error!("{}", self.shared.failed_error());
+    }
+
+    /// Marks the log failed (before the acknowledgements run, so that a caller told of
+    /// the failure finds later appends refused) and fails the batch.
+    fn fail(&mut self, e: Error, acks: Vec<Option<Ack>>) {
+        self.mark_failed(&e);
+        let err = self.shared.failed_error();
+        run_acks(acks, |_| Err(err.clone()));
+    }
+
+    /// While failed: tests the disk with a probe file; if it takes writes again, cuts the
+    /// open segment back to its last good byte and resumes.
+    fn probe(&mut self) {
+        let path = self.dir.join(PROBE_FILE);
+        let probe = || -> std::io::Result<()> {
+            let mut f = self.fs.open_append(&path)?;
+            f.set_len(0)?;
+            f.write_all(&[0u8; PROBE_BYTES])?;
+            f.sync_data()
+        };
+        let ok = probe().is_ok();
+        let _ = std::fs::remove_file(&path);
+        if !ok {
+            return;
+        }
+        if let Some(file) = self.file.as_mut() {
+            if file
+                .set_len(self.good_len)
+                .and_then(|_| file.sync_data())
+                .is_err()
+            {
+                return;
+            }
+            self.written_len = self.good_len;
+            self.synced_len = self.good_len;
+        }
+        self.shared.failed.store(false, Ordering::SeqCst);
+        tracing::info!("the command log can write to disk again; writes are accepted");
+    }
+}
+
+fn io_failure(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::unavailable(format!("cannot {what} {}: {e}", path.display()))
+}
+
+fn run_acks(acks: Vec<Option<Ack>>, mut result: impl FnMut(usize) -> Result<u64>) {
+    for (i, ack) in acks.into_iter().enumerate() {
+        let r = result(i);
+        if let Some(ack) = ack {
+            ack(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::cmdlog::frame::framed_len;
+    use crate::cmdlog::testing::{read_all, rec, wait_until, Faults, FaultyFs, TempDir};
+
+    fn faulty(retry_interval_ms: u64) -> (Arc<Faults>, LogOptions) {
+        let faults = Arc::new(Faults::default());
+        let options = LogOptions {
+            fs: Arc::new(FaultyFs(faults.clone())),
+            retry_interval_ms,
+            ..LogOptions::default()
+        };
+        (faults, options)
+    }
+
+    /// Appends record `i` and waits for its acknowledgement.
+    fn append_wait(log: &CommandLog, i: i64) -> Result<u64> {
+        let (tx, rx) = bounded(1);
+        log.append(
+            rec(i).encode().unwrap(),
+            Some(Box::new(move |r| {
+                let _ = tx.send(r);
+            })),
+        )?;
+        rx.recv().unwrap()
+    }
+
+    #[test]
+    fn sync_mode_acks_after_the_sync_and_commits_many_records_per_sync() {
+        let dir = TempDir::new("group");
+        let (faults, options) = faulty(10);
+        let log = CommandLog::open_with(dir.path(), Durability::Sync, options).unwrap();
+        // (seq, whether the record's bytes were synced when its ack ran), in ack order.
+        let acks: Arc<Mutex<Vec<(u64, bool)>>> = Arc::default();
+        let mut end = 0u64;
+        let mut append = |i: i64| {
+            let body = rec(i).encode().unwrap();
+            end += framed_len(&body) as u64;
+            let (acks, faults, end) = (acks.clone(), faults.clone(), end);
+            log.append(
+                body,
+                Some(Box::new(move |r| {
+                    let synced = faults.synced_bytes.load(Ordering::SeqCst) >= end;
+                    acks.lock().unwrap().push((r.unwrap(), synced));
+                })),
+            )
+            .unwrap();
+        };
+        // The first record's sync is held at the gate while 999 more queue up behind it.
+        faults.close_gate();
+        append(0);
+        wait_until("the first sync", || {
+            faults.sync_waiting.load(Ordering::SeqCst)
+        });
+        for i in 1..1000 {
+            append(i);
+        }
+        assert!(
+            acks.lock().unwrap().is_empty(),
+            "acknowledged before the sync"
+        );
+        faults.open_gate();
+        log.flush_and_sync().unwrap();
+        let acks = acks.lock().unwrap().clone();
+        assert_eq!(acks, (0..1000).map(|s| (s, true)).collect::<Vec<_>>());
+        assert_eq!(faults.syncs.load(Ordering::SeqCst), 2, "one sync per batch");
+        let stats = log.stats();
+        assert_eq!(
+            (stats.records, stats.syncs, stats.next_seq, stats.failed),
+            (1000, 2, 1000, false)
+        );
+        assert_eq!(stats.bytes, end);
+        drop(log);
+        assert_eq!(read_all(dir.path()).len(), 1000);
+    }
+
+    #[test]
+    fn async_mode_acks_at_once_and_syncs_on_its_timer_or_on_flush() {
+        let dir = TempDir::new("async");
+        let (faults, options) = faulty(10);
+        let log = CommandLog::open_with(
+            dir.path(),
+            Durability::Async {
+                flush_ms: 3_600_000,
+            },
+            options,
+        )
+        .unwrap();
+        for i in 0..10 {
+            assert_eq!(append_wait(&log, i).unwrap(), i as u64);
+        }
+        assert_eq!(
+            faults.syncs.load(Ordering::SeqCst),
+            0,
+            "no sync before the window ends"
+        );
+        log.flush_and_sync().unwrap();
+        assert_eq!(faults.syncs.load(Ordering::SeqCst), 1);
+        log.flush_and_sync().unwrap();
+        assert_eq!(
+            faults.syncs.load(Ordering::SeqCst),
+            1,
+            "nothing new to sync"
+        );
+        drop(log);
+
+        let (faults, options) = faulty(10);
+        let log =
+            CommandLog::open_with(dir.path(), Durability::Async { flush_ms: 1 }, options).unwrap();
+        assert_eq!(append_wait(&log, 10).unwrap(), 10);
+        wait_until("the timed sync", || {
+            faults.syncs.load(Ordering::SeqCst) == 1
+        });
+        drop(log);
+        assert_eq!(read_all(dir.path()).len(), 11);
+    }
+
+    #[test]
+    fn off_mode_writes_nothing_and_acks_at_once() {
+        let dir = TempDir::new("off");
+        let log = CommandLog::open(&dir.path().join("cmdlog"), Durability::Off).unwrap();
+        let called = Arc::new(AtomicBool::new(false));
+        let c = called.clone();
+        log.append(
+            rec(1).encode().unwrap(),
+            Some(Box::new(move |r| {
+                assert_eq!(r, Ok(0));
+                c.store(true, Ordering::SeqCst);
+            })),
+        )
+        .unwrap();
+        assert!(called.load(Ordering::SeqCst));
+        log.flush_and_sync().unwrap();
+        assert!(!dir.path().join("cmdlog").exists());
+        assert_eq!(log.stats().mode, "off");
+    }
+
+    #[test]
+    fn a_failing_write_fails_acks_refuses_appends_and_resumes_when_the_disk_recovers() {
+        let dir = TempDir::new("fault");
+        let (faults, options) = faulty(2);
+        let log = CommandLog::open_with(dir.path(), Durability::Sync, options).unwrap();
+        assert_eq!(append_wait(&log, 0), Ok(0));
+
+        faults.fail_writes.store(true, Ordering::SeqCst);
+        let err = append_wait(&log, 1).unwrap_err();
+        assert!(err.message.contains("injected: no space left"), "{err}");
+        let refused = log.append(rec(2).encode().unwrap(), None).unwrap_err();
+        assert!(
+            refused.message.contains("writes are refused until it can"),
+            "{refused}"
+        );
+        assert_eq!(refused.kind, lockstep_core::ErrorKind::Unavailable);
+        assert!(log.stats().failed);
+        assert!(log.flush_and_sync().is_err());
+
+        faults.fail_writes.store(false, Ordering::SeqCst);
+        wait_until("recovery", || !log.stats().failed);
+        // The half-written record 1 was cut off: record 3 takes its place.
+        assert_eq!(append_wait(&log, 3), Ok(1));
+
+        faults.fail_syncs.store(true, Ordering::SeqCst);
+        assert!(
+            append_wait(&log, 4).is_err(),
+            "written but not synced: not acknowledged"
+        );
+        faults.fail_syncs.store(false, Ordering::SeqCst);
+        wait_until("recovery", || !log.stats().failed);
+        assert_eq!(append_wait(&log, 5), Ok(2));
+        assert_eq!(log.stats().failures, 2);
+        drop(log);
+
+        let records: Vec<(u64, Record)> = read_all(dir.path())
+            .into_iter()
+            .map(|e| (e.seq, e.record))
+            .collect();
+        assert_eq!(records, vec![(0, rec(0)), (1, rec(3)), (2, rec(5))]);
+    }
+
+    #[test]
+    fn reopening_continues_the_sequence_and_oversized_records_are_refused() {
+        let dir = TempDir::new("reopen");
+        let log = CommandLog::open(dir.path(), Durability::Sync).unwrap();
+        assert_eq!(append_wait(&log, 0), Ok(0));
+        assert_eq!(append_wait(&log, 1), Ok(1));
+        let big = vec![0u8; RECORD_SIZE_MAX_BYTES + 1];
+        assert!(log
+            .append(big, None)
+            .unwrap_err()
+            .message
+            .contains("outside 1..="));
+        drop(log);
+        let log = CommandLog::open(dir.path(), Durability::Sync).unwrap();
+        assert_eq!(log.stats().next_seq, 2);
+        assert_eq!(append_wait(&log, 2), Ok(2));
+        drop(log);
+        assert_eq!(
+            read_all(dir.path())
+                .iter()
+                .map(|e| e.seq)
+                .collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+    }
+
+    use crate::cmdlog::record::Record;
+}

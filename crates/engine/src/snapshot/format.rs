@@ -1,0 +1,167 @@
+//! The partition file format: a fixed header, then sections, each `u8 kind, u32 length,
+//! u32 CRC32C of the body, body`:
+//! - TABLE: table name, column count (u16), each column's VoltType code;
+//! - ROWS: row count (u32), then each value in the wire codec's encoding for its column
+//!   type (NULL as the type's sentinel);
+//! - END: the number of tables and rows, so a file cut after a whole section is detected.
+
+use lockstep_core::{DataType, Error, Result, Value};
+use lockstep_wire::codec::{put_i16, put_i32, put_i64, put_i8, put_string, Reader};
+use lockstep_wire::scalar;
+
+/// Identifies a partition snapshot file and its format version.
+pub const MAGIC: &[u8; 8] = b"LKSNAP\x00\x01";
+/// Magic, partition (u32), transaction id (i64).
+pub const HEADER_BYTES: usize = 8 + 4 + 8;
+/// Section kind, length, checksum.
+pub const SECTION_HEADER_BYTES: usize = 9;
+/// Largest section body a reader accepts.
+pub const SECTION_SIZE_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// Most columns a table can have (VoltDB's limit).
+pub const COLUMN_COUNT_MAX: usize = 1024;
+
+pub const KIND_TABLE: u8 = 1;
+pub const KIND_ROWS: u8 = 2;
+pub const KIND_END: u8 = 3;
+
+/// What a partition file yields, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SnapshotItem {
+    /// The rows that follow, until the next table, belong to this table.
+    Table {
+        name: String,
+        types: Vec<DataType>,
+    },
+    Rows(Vec<Vec<Value>>),
+}
+
+pub fn corrupt(what: impl std::fmt::Display) -> Error {
+    Error::unexpected(format!("snapshot is corrupt: {what}"))
+}
+
+pub fn encode_header(partition: u32, txn_id: i64) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    put_i32(&mut out, partition as i32);
+    put_i64(&mut out, txn_id);
+    out
+}
+
+/// (partition, transaction id) of a header.
+pub fn decode_header(b: &[u8]) -> Result<(u32, i64)> {
+    if b.len() != HEADER_BYTES || &b[..8] != MAGIC {
+        return Err(corrupt("not a partition snapshot file (bad header)"));
+    }
+    let mut r = Reader::new(&b[8..]);
+    Ok((r.i32("partition")? as u32, r.i64("transaction id")?))
+}
+
+/// Frames a section.
+pub fn section(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(SECTION_HEADER_BYTES + body.len());
+    out.push(kind);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&crc32c::crc32c(body).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// (kind, length, checksum) of a section header.
+pub fn decode_section_header(b: &[u8; SECTION_HEADER_BYTES]) -> Result<(u8, usize, u32)> {
+    let kind = b[0];
+    let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+    let crc = u32::from_be_bytes([b[5], b[6], b[7], b[8]]);
+    if !(KIND_TABLE..=KIND_END).contains(&kind) {
+        return Err(corrupt(format!("unknown section kind {kind}")));
+    }
+    if len > SECTION_SIZE_MAX_BYTES {
+        return Err(corrupt(format!(
+            "section of {len} bytes is over {SECTION_SIZE_MAX_BYTES}"
+        )));
+    }
+    Ok((kind, len, crc))
+}
+
+pub fn encode_table(name: &str, types: &[DataType]) -> Result<Vec<u8>> {
+    if types.len() > COLUMN_COUNT_MAX {
+        return Err(Error::unexpected(format!(
+            "table {name} has {} columns",
+            types.len()
+        )));
+    }
+    let mut out = Vec::new();
+    put_string(&mut out, name);
+    put_i16(&mut out, types.len() as i16);
+    for t in types {
+        put_i8(&mut out, t.wire_code());
+    }
+    Ok(out)
+}
+
+pub fn decode_table(body: &[u8]) -> Result<SnapshotItem> {
+    let mut r = Reader::new(body);
+    let name = r.required_string("table name")?;
+    let n = r.i16("column count")?;
+    if n < 0 || n as usize > COLUMN_COUNT_MAX {
+        return Err(corrupt(format!("table {name} has {n} columns")));
+    }
+    let mut types = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let code = r.i8("column type")?;
+        types.push(
+            DataType::from_wire_code(code)
+                .ok_or_else(|| corrupt(format!("column type code {code}")))?,
+        );
+    }
+    r.expect_end("table section")?;
+    Ok(SnapshotItem::Table { name, types })
+}
+
+/// Appends one row's values, encoded by column type.
+pub fn encode_row(out: &mut Vec<u8>, types: &[DataType], row: &[Value]) -> Result<()> {
+    if row.len() != types.len() {
+        return Err(Error::unexpected(format!(
+            "snapshot row has {} values for {} columns",
+            row.len(),
+            types.len()
+        )));
+    }
+    for (v, t) in row.iter().zip(types) {
+        if !scalar::write(out, t.wire_code(), v) {
+            return Err(Error::unexpected(format!(
+                "snapshot cannot store {} in a {t} column",
+                v.describe()
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub fn decode_rows(body: &[u8], types: &[DataType]) -> Result<Vec<Vec<Value>>> {
+    let mut r = Reader::new(body);
+    let n = r.i32("row count")? as u32 as usize;
+    // Every value takes at least one byte, so the body bounds the count.
+    let mut rows = Vec::with_capacity(n.min(body.len()));
+    for _ in 0..n {
+        let mut row = Vec::with_capacity(types.len());
+        for t in types {
+            row.push(scalar::read(&mut r, t.wire_code(), "value")?);
+        }
+        rows.push(row);
+    }
+    r.expect_end("row section")?;
+    Ok(rows)
+}
+
+pub fn encode_end(tables: u64, rows: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_i64(&mut out, tables as i64);
+    put_i64(&mut out, rows as i64);
+    out
+}
+
+pub fn decode_end(body: &[u8]) -> Result<(u64, u64)> {
+    let mut r = Reader::new(body);
+    let out = (r.i64("table count")? as u64, r.i64("row count")? as u64);
+    r.expect_end("end section")?;
+    Ok(out)
+}
