@@ -73,7 +73,7 @@ fn start(args: ServerArgs) -> Result<(), String> {
     let sites = engine_config.sites;
     let engine = Engine::start(engine_config).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .thread_name("front")
         .enable_all()
         .build()

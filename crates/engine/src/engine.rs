@@ -57,12 +57,24 @@ pub struct Shared {
     shutting_down: AtomicBool,
     /// The address clients connect to, once a front end is listening.
     client_address: std::sync::OnceLock<std::net::SocketAddr>,
+    /// Counters and latencies behind `@Statistics`.
+    pub stats: crate::stats::EngineStats,
+    /// Set by `@Pause`: calls that write are refused until `@Resume`.
+    paused: AtomicBool,
 }
 
 impl Shared {
     /// Records where clients connect (reported by `@SystemInformation`).
     pub fn set_client_address(&self, addr: std::net::SocketAddr) {
         let _ = self.client_address.set(addr);
+    }
+
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
     }
 
     pub fn client_address(&self) -> Option<std::net::SocketAddr> {
@@ -172,6 +184,8 @@ impl Engine {
             started_ms,
             shutting_down: AtomicBool::new(false),
             client_address: std::sync::OnceLock::new(),
+            stats: Default::default(),
+            paused: AtomicBool::new(false),
         });
         let coordinator_shared = shared.clone();
         threads.push(spawn_built(
@@ -206,6 +220,9 @@ impl Engine {
         let Some(info) = view.procs.get(&call.procedure.to_ascii_lowercase()) else {
             return reply(Outcome::error(Error::unexpected(format!("Procedure {} was not found", call.procedure))));
         };
+        if !info.read_only && self.shared.is_paused() {
+            return reply(Outcome::error(sysprocs::paused_error()));
+        }
         match self.route(info, call) {
             Ok(Routed::Site(site, params)) => {
                 self.shared.send_site(site, SiteMsg::Call { work: SpWork::Proc(info.name.clone()), params, reply })
@@ -274,6 +291,9 @@ impl Engine {
             Err(e) => return reply(Outcome::error(e)),
         };
         let ddl = statements.iter().filter(|s| lockstep_sql::is_ddl(s)).count();
+        if ddl > 0 && self.shared.is_paused() {
+            return reply(Outcome::error(sysprocs::paused_error()));
+        }
         if ddl == statements.len() {
             return self.shared.send_mp(MpWork::Ddl { statements, reply });
         }
@@ -290,6 +310,9 @@ impl Engine {
                 Ok(p) => stmts.push(Arc::new(p)),
                 Err(e) => return reply(Outcome::error(e)),
             }
+        }
+        if self.shared.is_paused() && stmts.iter().any(|p| !p.read_only) {
+            return reply(Outcome::error(sysprocs::paused_error()));
         }
         if stmts.len() == 1 {
             let p = &stmts[0];

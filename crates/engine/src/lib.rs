@@ -12,6 +12,7 @@ pub mod outcome;
 pub mod registry;
 pub mod site;
 pub mod snapshot;
+pub mod stats;
 pub mod store;
 pub mod sysprocs;
 pub mod txn_id;

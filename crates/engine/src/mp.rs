@@ -110,10 +110,13 @@ impl Coordinator {
         while let Ok(work) = self.queue.recv() {
             match work {
                 MpWork::Proc { name, params, reply } => {
+                    let started = std::time::Instant::now();
                     let outcome = self.transaction(|reg, runner, call| reg.call(&name, &params, call, runner));
+                    self.record(&name, started, &params, &outcome);
                     reply(outcome);
                 }
                 MpWork::Statements { stmts, params, reply } => {
+                    let started = std::time::Instant::now();
                     let outcome = self.transaction(|_, runner, _| {
                         let mut tables = Vec::with_capacity(stmts.len());
                         for p in &stmts {
@@ -122,6 +125,7 @@ impl Coordinator {
                         }
                         Ok(ProcOutput { tables, app_status: -128, app_status_string: None })
                     });
+                    self.record(crate::stats::ADHOC_PROCEDURE, started, &params, &outcome);
                     reply(outcome);
                 }
                 MpWork::Ddl { statements, reply } => {
@@ -134,6 +138,13 @@ impl Coordinator {
         for l in &self.links {
             let _ = l.queue.send(SiteMsg::Shutdown);
         }
+    }
+
+    /// Counts one multi-partition call for `@Statistics PROCEDURE`.
+    fn record(&self, name: &str, started: std::time::Instant, params: &[Value], outcome: &Outcome) {
+        let error = (!outcome.is_success()).then(|| crate::stats::error_kind_of(outcome.status));
+        let mut mp = self.shared.stats.mp.lock().unwrap_or_else(|p| p.into_inner());
+        mp.record(name, started.elapsed(), params, crate::stats::tables_bytes(&outcome.tables), error);
     }
 
     fn begin(&mut self) -> i64 {

@@ -16,7 +16,11 @@ use crate::config::EngineConfig;
 use crate::export::ExportWriter;
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope, StatementRunner};
+use crate::stats::{self, ProcStats};
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
+
+/// Times an idle site yields its core before it blocks on its queue.
+const IDLE_YIELDS_BEFORE_SLEEP: u32 = 200;
 
 /// What a single-partition call runs.
 pub enum SpWork {
@@ -33,8 +37,15 @@ pub enum SiteMsg {
     MpBegin { txn_id: i64 },
     /// Run a closure on the site's partition outside any transaction (statistics).
     Inspect(Box<dyn FnOnce(&Partition) + Send>),
+    /// Run a closure on the partition and the site's procedure counters (`@Statistics`).
+    Stats(StatsFn),
+    /// Flush exported rows to their files, then run the closure (`@Quiesce`).
+    Quiesce(Box<dyn FnOnce() + Send>),
     Shutdown,
 }
+
+/// Reads a site's partition and procedure counters for `@Statistics`.
+pub type StatsFn = Box<dyn FnOnce(&Partition, &ProcStats) + Send>;
 
 /// A message from the MP coordinator to a parked site.
 pub enum MpMsg {
@@ -68,6 +79,7 @@ pub struct Site {
     queue: Receiver<SiteMsg>,
     mp_in: Receiver<MpMsg>,
     mp_out: Sender<Result<ResultTable>>,
+    stats: ProcStats,
 }
 
 impl Site {
@@ -95,6 +107,7 @@ impl Site {
             queue,
             mp_in,
             mp_out,
+            stats: ProcStats::default(),
         })
     }
 
@@ -108,9 +121,9 @@ impl Site {
                     if let Err(e) = self.export.flush() {
                         tracing::error!(site = self.id, "export flush failed: {e}");
                     }
-                    match self.queue.recv() {
-                        Ok(m) => m,
-                        Err(_) => break,
+                    match self.wait_for_work() {
+                        Some(m) => m,
+                        None => break,
                     }
                 }
             };
@@ -121,6 +134,13 @@ impl Site {
                 }
                 SiteMsg::MpBegin { txn_id } => self.serve_mp(txn_id),
                 SiteMsg::Inspect(f) => f(&self.part),
+                SiteMsg::Stats(f) => f(&self.part, &self.stats),
+                SiteMsg::Quiesce(done) => {
+                    if let Err(e) = self.export.flush() {
+                        tracing::error!(site = self.id, "export flush failed: {e}");
+                    }
+                    done();
+                }
                 SiteMsg::Shutdown => break,
             }
         }
@@ -129,9 +149,24 @@ impl Site {
         }
     }
 
+    /// Waits for the next message. Work usually arrives within microseconds of the last
+    /// answer, so the site yields the core a few times before it sleeps: waking a sleeping
+    /// thread costs far more (futex and an inter-processor interrupt) than a yield.
+    fn wait_for_work(&self) -> Option<SiteMsg> {
+        for _ in 0..IDLE_YIELDS_BEFORE_SLEEP {
+            match self.queue.try_recv() {
+                Ok(m) => return Some(m),
+                Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            }
+        }
+        self.queue.recv().ok()
+    }
+
     fn run_single(&mut self, work: SpWork, params: &[Value]) -> Outcome {
         let txn_id = self.ids.next();
         let ctx = ExecCtx { txn_id, timestamp_micros: timestamp_micros(txn_id) };
+        let started = std::time::Instant::now();
         self.part.begin();
         let result = catch_unwind(AssertUnwindSafe(|| -> Result<ProcOutput> {
             let mut runner = LocalRunner { part: &mut self.part, ctx };
@@ -147,6 +182,12 @@ impl Site {
             }
         }))
         .unwrap_or_else(|panic| Err(Error::unexpected(format!("internal error: {}", panic_message(&panic)))));
+        let name = match &work {
+            SpWork::Proc(name) => name.as_str(),
+            SpWork::Statement(_) => stats::ADHOC_PROCEDURE,
+        };
+        let result_bytes = result.as_ref().map(|o| stats::tables_bytes(&o.tables)).unwrap_or(0);
+        self.stats.record(name, started.elapsed(), params, result_bytes, result.as_ref().err().map(|e| e.kind));
         match result {
             Ok(out) => {
                 self.commit(txn_id);

@@ -1,13 +1,14 @@
 //! One client connection: login, then a reader that decodes invocations and submits them,
 //! and a writer that batches answers into few socket writes. A connection with too many
-//! calls in flight is not read until answers drain (backpressure through TCP); a malformed
-//! frame closes only this connection.
+//! calls (or too many request bytes) in flight is not read until answers drain
+//! (backpressure through TCP, as VoltDB does); a malformed frame closes only this connection.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use lockstep_core::{Error, Value};
 use lockstep_engine::{sysprocs, Call, Outcome};
 use lockstep_wire::{
     decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginResponse,
@@ -27,13 +28,31 @@ const LOGIN_FRAME_MAX_BYTES: usize = 16 * 1024;
 /// Answers gathered into one write at most.
 const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
 const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Request bytes one connection may have in flight before the server stops reading it
+/// (VoltDB stops reading at 8 MiB of pending requests). Counted in KiB permits.
+const IN_FLIGHT_REQUEST_KIB_MAX: usize = 8 * 1024;
 
-/// An answer on its way to the writer; the permit frees an in-flight slot once written.
+/// Slots a call holds until its answer is encoded: one call and its size in KiB.
+struct Permits {
+    _call: OwnedSemaphorePermit,
+    _bytes: OwnedSemaphorePermit,
+}
+
+/// An answer on its way to the writer; the permits free in-flight slots once encoded.
 struct Answer {
     handle: i64,
     outcome: Outcome,
     started: Instant,
-    _permit: Option<OwnedSemaphorePermit>,
+    _permits: Option<Permits>,
+    /// `@Shutdown`: stop the server once this answer is on the wire.
+    then_shutdown: bool,
+}
+
+/// A push (no call behind it): see `push.rs`.
+impl From<(i64, Outcome)> for Answer {
+    fn from((handle, outcome): (i64, Outcome)) -> Self {
+        Answer { handle, outcome, started: Instant::now(), _permits: None, then_shutdown: false }
+    }
 }
 
 pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Front>) {
@@ -52,14 +71,30 @@ pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Fr
     }
     let (mut reader, writer) = socket.into_split();
     let (tx, rx) = mpsc::unbounded_channel::<Answer>();
-    let writer_task = tokio::spawn(write_answers(writer, rx));
-    let in_flight = Arc::new(Semaphore::new(front.config.in_flight_per_connection));
+    let writer_task = tokio::spawn(write_answers(writer, rx, front.clone()));
+    let in_flight = Arc::new(Semaphore::new(front.config.in_flight_per_connection.max(1)));
+    let in_flight_kib = Arc::new(Semaphore::new(IN_FLIGHT_REQUEST_KIB_MAX));
+    front.live.add(
+        id,
+        crate::clients::Window {
+            peer,
+            calls: in_flight.clone(),
+            calls_max: front.config.in_flight_per_connection.max(1),
+            kib: in_flight_kib.clone(),
+            kib_max: IN_FLIGHT_REQUEST_KIB_MAX,
+        },
+    );
     let reason = loop {
         match decode_frame(&mut buf) {
             Ok(Some(frame)) => {
-                // Backpressure: wait for a slot before taking on more work.
-                let Ok(permit) = in_flight.clone().acquire_owned().await else { break "shutting down".to_string() };
-                if let Err(reason) = dispatch(&frame, permit, &tx, &front) {
+                // Backpressure: wait for slots before taking on more work; meanwhile the
+                // socket is not read, so TCP slows the client down.
+                let kib = (frame.len() / 1024 + 1).min(IN_FLIGHT_REQUEST_KIB_MAX) as u32;
+                let (Ok(call), Ok(bytes)) = (in_flight.clone().acquire_owned().await, in_flight_kib.clone().acquire_many_owned(kib).await)
+                else {
+                    break "shutting down".to_string();
+                };
+                if let Err(reason) = dispatch(&frame, Permits { _call: call, _bytes: bytes }, id, &tx, &front) {
                     break reason;
                 }
                 continue;
@@ -76,6 +111,8 @@ pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Fr
     if !reason.is_empty() {
         tracing::warn!(%peer, connection = id, "closing connection: {reason}");
     }
+    front.subscribers.remove(id);
+    front.live.remove(id);
     drop(tx);
     let _ = writer_task.await;
 }
@@ -115,24 +152,32 @@ async fn login(socket: &mut TcpStream, buf: &mut BytesMut, id: i64, front: &Fron
 }
 
 /// Decodes one invocation and starts it. An Err closes the connection.
-fn dispatch(frame: &[u8], permit: OwnedSemaphorePermit, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
+fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
     let handle = inv.handle;
-    let answer = |outcome: Outcome, permit: Option<OwnedSemaphorePermit>| Answer { handle, outcome, started, _permit: permit };
-    match inv.procedure.to_ascii_lowercase().as_str() {
-        // Topology never changes on one node, so a subscription needs no pushes yet.
+    let lower = inv.procedure.to_ascii_lowercase();
+    match lower.as_str() {
         "@subscribe" => {
-            let _ = tx.send(answer(Outcome::tables(Vec::new()), Some(permit)));
+            let outcome = subscribe(&inv.params, id, tx, front);
+            let _ = tx.send(Answer { handle, outcome, started, _permits: Some(permits), then_shutdown: false });
+            return Ok(());
+        }
+        "@statistics" if matches!(inv.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
+            let outcome = Outcome::tables(vec![front.live.table()]);
+            let _ = tx.send(Answer { handle, outcome, started, _permits: Some(permits), then_shutdown: false });
             return Ok(());
         }
         "@shutdown" => {
-            let _ = tx.send(answer(Outcome::tables(Vec::new()), Some(permit)));
-            front.shutdown.notify_one();
+            tracing::info!(connection = id, "@Shutdown called: stopping");
+            let _ = tx.send(Answer { handle, outcome: Outcome::tables(Vec::new()), started, _permits: Some(permits), then_shutdown: true });
             return Ok(());
         }
         _ => {}
     }
+    // LATENCY counts the calls applications make: user procedures and ad-hoc SQL.
+    let user_call = !lower.starts_with('@') || lower == "@adhoc";
+    let adhoc = lower == "@adhoc";
     let tx = tx.clone();
     let call = Call {
         procedure: inv.procedure,
@@ -140,16 +185,40 @@ fn dispatch(frame: &[u8], permit: OwnedSemaphorePermit, tx: &mpsc::UnboundedSend
         partition_destination: inv.partition_destination,
         all_partition: inv.all_partition,
     };
+    let reply_front = front.clone();
     front.engine.submit(
         call,
         Box::new(move |outcome| {
-            let _ = tx.send(Answer { handle, outcome, started, _permit: Some(permit) });
+            if user_call {
+                reply_front.engine.shared().stats.latency.record(started.elapsed());
+            }
+            if adhoc {
+                reply_front.subscribers.catalog_may_have_changed(&reply_front.engine);
+            }
+            let _ = tx.send(Answer { handle, outcome, started, _permits: Some(permits), then_shutdown: false });
         }),
     );
     Ok(())
 }
 
-fn encode_answer(a: Answer, out: &mut Vec<u8>) {
+/// `@Subscribe("TOPOLOGY")`: this connection gets procedure pushes from now on.
+fn subscribe(params: &[Value], id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Front) -> Outcome {
+    let what = match params.first() {
+        Some(Value::Str(s)) => s.clone(),
+        _ => String::new(),
+    };
+    if !what.eq_ignore_ascii_case("TOPOLOGY") {
+        return Outcome::error(Error::graceful(format!("Parameter \"{what}\" is not recognized/supported")));
+    }
+    if !front.subscribers.add(id, Box::new(tx.clone())) {
+        return Outcome::error(Error::unavailable("too many subscribed connections"));
+    }
+    Outcome::tables(Vec::new())
+}
+
+/// Encodes an answer; returns whether it asks for the server to stop.
+fn encode_answer(a: Answer, out: &mut Vec<u8>) -> bool {
+    let then_shutdown = a.then_shutdown;
     let o = a.outcome;
     let r = Response {
         handle: a.handle,
@@ -161,20 +230,27 @@ fn encode_answer(a: Answer, out: &mut Vec<u8>) {
         tables: o.tables,
     };
     encode_response(&r, out);
+    then_shutdown
 }
 
 /// Writes answers as they come, gathering whatever is ready into one write.
-async fn write_answers(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Answer>) {
+async fn write_answers(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Answer>, front: Arc<Front>) {
     let mut out = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
     while let Some(first) = rx.recv().await {
-        encode_answer(first, &mut out);
+        let mut shutdown = encode_answer(first, &mut out);
         while out.len() < WRITE_BATCH_MAX_BYTES {
             match rx.try_recv() {
-                Ok(a) => encode_answer(a, &mut out),
+                Ok(a) => shutdown |= encode_answer(a, &mut out),
                 Err(_) => break,
             }
         }
-        if writer.write_all(&out).await.is_err() {
+        let written = writer.write_all(&out).await.is_ok();
+        if shutdown {
+            // The caller has its answer (if it is still there): now stop the server.
+            let _ = writer.flush().await;
+            front.shutdown.notify_one();
+        }
+        if !written {
             return;
         }
         out.clear();

@@ -1,8 +1,10 @@
 //! Network front ends. For now the VoltDB wire protocol on TCP: accept connections, log
 //! them in, decode invocations, hand them to the engine, and write the answers back.
 
+pub mod clients;
 pub mod config;
 pub mod connection;
+pub mod push;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -24,11 +26,16 @@ pub struct Front {
     next_connection_id: AtomicI64,
     /// Woken by `@Shutdown`.
     pub shutdown: Notify,
+    /// Connections that called `@Subscribe("TOPOLOGY")`, told when the catalog changes.
+    pub subscribers: push::Subscribers,
+    /// In-flight windows of the open connections (`@Statistics LIVECLIENTS`).
+    pub live: clients::LiveClients,
 }
 
 impl Front {
     pub fn new(engine: Arc<Engine>, config: ServerConfig) -> Arc<Front> {
-        Arc::new(Front { engine, config, next_connection_id: AtomicI64::new(1), shutdown: Notify::new() })
+        let subscribers = push::Subscribers::new(engine.catalog().version);
+        Arc::new(Front { engine, config, next_connection_id: AtomicI64::new(1), shutdown: Notify::new(), subscribers, live: Default::default() })
     }
 
     fn connection_id(&self) -> i64 {

@@ -70,6 +70,11 @@ impl Index {
         }
     }
 
+    /// Whether two versions of a row have different keys in this index.
+    pub(crate) fn key_differs(&self, a: &[Value], b: &[Value]) -> bool {
+        self.columns.iter().any(|&c| a[c] != b[c])
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.ordered.len()

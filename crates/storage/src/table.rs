@@ -258,14 +258,21 @@ impl Table {
             Some(old) => old,
             None => panic!("replace of empty row slot {id} of {}", self.def.name),
         };
+        // An index whose columns keep their values needs no change (view counters, most
+        // UPDATEs): its entries still describe the row.
         for ix in &mut self.indexes {
-            ix.remove(&old, id);
+            if ix.key_differs(&old, &row) {
+                ix.remove(&old, id);
+            }
         }
         self.row_heap_bytes -= heap_bytes(&old);
         self.row_heap_bytes += heap_bytes(&row);
         self.slots[id as usize] = Some(row);
         for ix in &mut self.indexes {
-            ix.insert(&self.slots, id);
+            let new = self.slots[id as usize].as_deref().unwrap_or(&[]);
+            if ix.key_differs(&old, new) {
+                ix.insert(&self.slots, id);
+            }
         }
         old
     }

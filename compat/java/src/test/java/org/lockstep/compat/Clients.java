@@ -44,6 +44,19 @@ public final class Clients {
         return t[0].asScalarLong();
     }
 
+    /** The client-side hashinator built from the server's @Statistics TOPO ring. */
+    public static org.voltdb.client.HashinatorLite hashinator(Client client) throws Exception {
+        VoltTable[] topo = client.callProcedure("@Statistics", "TOPO", 0).getResults();
+        VoltTable ring = topo[1];
+        ring.advanceRow();
+        return new org.voltdb.client.HashinatorLite(ring.getVarbinary("HASHCONFIG"), false);
+    }
+
+    /** The partition the client's hashinator sends a BIGINT key to. */
+    public static int partitionOf(org.voltdb.client.HashinatorLite h, long key) {
+        return h.getHashedPartitionForParameter(org.voltdb.VoltType.BIGINT.getValue(), key);
+    }
+
     public static void closeQuietly(Client c) {
         if (c == null) {
             return;

@@ -187,13 +187,19 @@ class JdbcTest {
         }
         assertEquals(List.of("ID:1"), pk);
 
+        // The 10.1.1 driver accepts only "%" (or null) as the procedure name pattern.
         List<String> procs = new ArrayList<>();
-        try (ResultSet rs = md.getProcedures(null, null, "ProductsAbove")) {
+        try (ResultSet rs = md.getProcedures(null, null, "%")) {
             while (rs.next()) {
-                procs.add(rs.getString("PROCEDURE_NAME"));
+                String name = rs.getString("PROCEDURE_NAME");
+                if (name.equalsIgnoreCase("ProductsAbove") || name.toUpperCase().startsWith("PRODUCTS.")) {
+                    procs.add(name.toUpperCase());
+                }
             }
         }
-        assertEquals(List.of("ProductsAbove"), procs);
+        assertEquals(List.of("PRODUCTS.delete", "PRODUCTS.insert", "PRODUCTS.select", "PRODUCTS.update",
+                "PRODUCTS.upsert", "ProductsAbove").stream().map(String::toUpperCase).sorted().toList(),
+                procs.stream().sorted().toList());
     }
 
     @Test
@@ -209,5 +215,101 @@ class JdbcTest {
                 assertEquals(7L, rs.getLong(1));
             }
         }
+    }
+
+    /** One metadata row as "COLUMN=value" pairs, in the result's column order. */
+    private static String describe(ResultSet rs, String... columns) throws Exception {
+        StringBuilder b = new StringBuilder();
+        for (String c : columns) {
+            Object v = rs.getObject(c);
+            // The driver hands out VoltDB's null sentinels from getObject; wasNull tells.
+            if (rs.wasNull()) {
+                v = null;
+            }
+            b.append(b.length() == 0 ? "" : " ").append(c).append('=').append(v);
+        }
+        return b.toString();
+    }
+
+    @Test
+    @Order(7)
+    void databaseMetadataHasTheFullJdbcLayouts() throws Exception {
+        DatabaseMetaData md = conn.getMetaData();
+        try (ResultSet rs = md.getColumns(null, null, "PRODUCTS", "%")) {
+            ResultSetMetaData layout = rs.getMetaData();
+            List<String> names = new ArrayList<>();
+            for (int i = 1; i <= layout.getColumnCount(); i++) {
+                names.add(layout.getColumnName(i));
+            }
+            assertEquals(List.of("TABLE_CAT", "TABLE_SCHEM", "TABLE_NAME", "COLUMN_NAME", "DATA_TYPE", "TYPE_NAME",
+                    "COLUMN_SIZE", "BUFFER_LENGTH", "DECIMAL_DIGITS", "NUM_PREC_RADIX", "NULLABLE", "REMARKS", "COLUMN_DEF",
+                    "SQL_DATA_TYPE", "SQL_DATETIME_SUB", "CHAR_OCTET_LENGTH", "ORDINAL_POSITION", "IS_NULLABLE",
+                    "SCOPE_CATALOG", "SCOPE_SCHEMA", "SCOPE_TABLE", "SOURCE_DATA_TYPE", "IS_AUTOINCREMENT"), names);
+            assertEquals(Types.INTEGER, layout.getColumnType(5));
+            List<String> rows = new ArrayList<>();
+            while (rs.next()) {
+                rows.add(describe(rs, "COLUMN_NAME", "COLUMN_SIZE", "DECIMAL_DIGITS", "NUM_PREC_RADIX", "NULLABLE",
+                        "REMARKS", "CHAR_OCTET_LENGTH", "IS_AUTOINCREMENT"));
+            }
+            assertEquals(List.of(
+                    "COLUMN_NAME=ID COLUMN_SIZE=31 DECIMAL_DIGITS=null NUM_PREC_RADIX=2 NULLABLE=0 REMARKS=PARTITION_COLUMN CHAR_OCTET_LENGTH=null IS_AUTOINCREMENT=NO",
+                    "COLUMN_NAME=NAME COLUMN_SIZE=40 DECIMAL_DIGITS=null NUM_PREC_RADIX=null NULLABLE=0 REMARKS=null CHAR_OCTET_LENGTH=40 IS_AUTOINCREMENT=NO",
+                    "COLUMN_NAME=PRICE COLUMN_SIZE=38 DECIMAL_DIGITS=12 NUM_PREC_RADIX=10 NULLABLE=1 REMARKS=null CHAR_OCTET_LENGTH=null IS_AUTOINCREMENT=NO",
+                    "COLUMN_NAME=ADDED COLUMN_SIZE=63 DECIMAL_DIGITS=null NUM_PREC_RADIX=2 NULLABLE=1 REMARKS=null CHAR_OCTET_LENGTH=null IS_AUTOINCREMENT=NO"),
+                    rows);
+        }
+
+        List<String> pkName = new ArrayList<>();
+        try (ResultSet rs = md.getPrimaryKeys(null, null, "PRODUCTS")) {
+            while (rs.next()) {
+                pkName.add(rs.getString("PK_NAME"));
+            }
+        }
+        assertEquals(1, pkName.size());
+        List<String> index = new ArrayList<>();
+        try (ResultSet rs = md.getIndexInfo(null, null, "PRODUCTS", false, false)) {
+            while (rs.next()) {
+                index.add(describe(rs, "TABLE_NAME", "NON_UNIQUE", "INDEX_NAME", "TYPE", "ORDINAL_POSITION", "COLUMN_NAME",
+                        "ASC_OR_DESC"));
+            }
+        }
+        assertEquals(List.of("TABLE_NAME=PRODUCTS NON_UNIQUE=0 INDEX_NAME=" + pkName.get(0)
+                + " TYPE=3 ORDINAL_POSITION=1 COLUMN_NAME=ID ASC_OR_DESC=A"), index);
+
+        // The driver matches procedure names exactly: ask with the name the catalog lists.
+        String above = null;
+        String insert = null;
+        try (ResultSet rs = md.getProcedures(null, null, "%")) {
+            while (rs.next()) {
+                String name = rs.getString("PROCEDURE_NAME");
+                above = name.equalsIgnoreCase("ProductsAbove") ? name : above;
+                insert = name.equalsIgnoreCase("PRODUCTS.insert") ? name : insert;
+            }
+        }
+        List<String> params = new ArrayList<>();
+        try (ResultSet rs = md.getProcedureColumns(null, null, above, "%")) {
+            while (rs.next()) {
+                params.add(describe(rs, "COLUMN_NAME", "COLUMN_TYPE", "DATA_TYPE", "TYPE_NAME",
+                        "PRECISION", "SCALE", "ORDINAL_POSITION"));
+            }
+        }
+        assertEquals(List.of("COLUMN_NAME=param0 COLUMN_TYPE=1 DATA_TYPE=" + Types.DECIMAL
+                + " TYPE_NAME=DECIMAL PRECISION=38 SCALE=12 ORDINAL_POSITION=1"), params);
+        List<String> insertParams = new ArrayList<>();
+        try (ResultSet rs = md.getProcedureColumns(null, null, insert, "%")) {
+            while (rs.next()) {
+                insertParams.add(rs.getString("TYPE_NAME"));
+            }
+        }
+        assertEquals(List.of("INTEGER", "VARCHAR", "DECIMAL", "TIMESTAMP"), insertParams);
+
+        List<String> tables = new ArrayList<>();
+        try (ResultSet rs = md.getTables(null, null, "%", new String[] {"TABLE"})) {
+            assertEquals(10, rs.getMetaData().getColumnCount());
+            while (rs.next()) {
+                tables.add(rs.getString("TABLE_NAME") + ":" + rs.getString("REMARKS"));
+            }
+        }
+        assertEquals(List.of("JDBC_DDL:{\"partitionColumn\":\"K\"}", "PRODUCTS:{\"partitionColumn\":\"ID\"}"), tables);
     }
 }

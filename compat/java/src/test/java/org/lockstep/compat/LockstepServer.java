@@ -36,6 +36,8 @@ public final class LockstepServer implements AutoCloseable {
     private final Path logFile;
     private Process process;
     private int port;
+    /** Lines the current process printed on stdout. */
+    private final List<String> stdout = new ArrayList<>();
 
     private LockstepServer(Path dataDir) {
         this.dataDir = dataDir;
@@ -89,7 +91,10 @@ public final class LockstepServer implements AutoCloseable {
         BufferedReader out = new BufferedReader(
                 new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
         CompletableFuture<Integer> ready = new CompletableFuture<>();
-        List<String> seen = new ArrayList<>();
+        List<String> seen = stdout;
+        synchronized (seen) {
+            seen.clear();
+        }
         Thread reader = new Thread(() -> {
             try {
                 String line;
@@ -116,6 +121,44 @@ public final class LockstepServer implements AutoCloseable {
             String log = Files.exists(logFile) ? Files.readString(logFile) : "";
             throw new IOException("lockstep server did not start (" + e + "); stdout: " + seen
                     + "; stderr: " + log, e);
+        }
+    }
+
+    /** Process id of the running server. */
+    public long pid() {
+        return process.pid();
+    }
+
+    /** Resident set size of the server process in KiB, from /proc. */
+    public long rssKb() throws IOException {
+        for (String line : Files.readAllLines(Path.of("/proc/" + pid() + "/status"))) {
+            if (line.startsWith("VmRSS:")) {
+                return Long.parseLong(line.replaceAll("[^0-9]", ""));
+            }
+        }
+        throw new IOException("no VmRSS line for process " + pid());
+    }
+
+    /** Waits for the server to exit on its own; returns its exit code. */
+    public int awaitExit(long seconds) throws Exception {
+        if (!process.waitFor(seconds, TimeUnit.SECONDS)) {
+            throw new IllegalStateException("lockstep did not exit within " + seconds + " s");
+        }
+        int code = process.exitValue();
+        process = null;
+        return code;
+    }
+
+    /** Kills the server at once (SIGKILL), as a crash would. */
+    public void kill() throws InterruptedException {
+        process.destroyForcibly().waitFor(STOP_TIMEOUT_SECONDS, TimeUnit.SECONDS);
+        process = null;
+    }
+
+    /** What the server printed on stdout so far. */
+    public List<String> stdoutLines() {
+        synchronized (stdout) {
+            return new ArrayList<>(stdout);
         }
     }
 

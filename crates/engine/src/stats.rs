@@ -1,0 +1,754 @@
+//! Runtime statistics behind `@Statistics`: per-procedure counters (owned by the thread that
+//! runs the procedure, so the transaction path takes no lock), a lock-free latency histogram
+//! fed by the front end, process memory figures, and a helper that gathers one answer from
+//! every site without blocking the caller.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lockstep_core::{hash::MP_PARTITION_ID, DataType, Error, ErrorKind, ResultTable, Value};
+use lockstep_storage::Partition;
+
+use crate::engine::{Call, Engine};
+use crate::outcome::{Outcome, Reply};
+use crate::site::SiteMsg;
+use crate::sysprocs;
+
+/// Name under which single-statement ad-hoc work is counted (VoltDB counts its ad-hoc
+/// executor procedures the same way).
+pub const ADHOC_PROCEDURE: &str = "@AdHoc";
+/// Procedures tracked per site at most; calls of further names are not counted, so a
+/// client cannot grow the map without bound (names come from the catalog, but stay safe).
+pub const PROCEDURES_TRACKED_MAX: usize = 100_000;
+
+/// Counters of one procedure on one site (VoltDB's ProcedureStatsCollector figures; every
+/// call is timed, not one in twenty, because a timer read is cheap here).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcCounters {
+    pub invocations: u64,
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub total_result_bytes: u64,
+    pub min_result_bytes: u64,
+    pub max_result_bytes: u64,
+    pub total_param_bytes: u64,
+    pub min_param_bytes: u64,
+    pub max_param_bytes: u64,
+    /// Rolled back by the procedure or by a constraint (VoltDB: aborts).
+    pub aborts: u64,
+    /// Ended by an unexpected error (VoltDB: failures).
+    pub failures: u64,
+}
+
+impl ProcCounters {
+    fn record(&mut self, elapsed_ns: u64, param_bytes: u64, result_bytes: u64, error: Option<ErrorKind>) {
+        let first = self.invocations == 0;
+        self.invocations += 1;
+        self.total_ns += elapsed_ns;
+        self.min_ns = if first { elapsed_ns } else { self.min_ns.min(elapsed_ns) };
+        self.max_ns = self.max_ns.max(elapsed_ns);
+        self.total_result_bytes += result_bytes;
+        self.min_result_bytes = if first { result_bytes } else { self.min_result_bytes.min(result_bytes) };
+        self.max_result_bytes = self.max_result_bytes.max(result_bytes);
+        self.total_param_bytes += param_bytes;
+        self.min_param_bytes = if first { param_bytes } else { self.min_param_bytes.min(param_bytes) };
+        self.max_param_bytes = self.max_param_bytes.max(param_bytes);
+        match error {
+            None => {}
+            Some(ErrorKind::Unexpected | ErrorKind::Unavailable) => self.failures += 1,
+            Some(_) => self.aborts += 1,
+        }
+    }
+
+    pub fn avg_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.invocations).unwrap_or(0)
+    }
+
+    pub fn avg_result_bytes(&self) -> u64 {
+        self.total_result_bytes.checked_div(self.invocations).unwrap_or(0)
+    }
+
+    pub fn avg_param_bytes(&self) -> u64 {
+        self.total_param_bytes.checked_div(self.invocations).unwrap_or(0)
+    }
+
+    /// Adds another site's counters (for PROCEDUREPROFILE, which sums over partitions).
+    pub fn merge(&mut self, o: &ProcCounters) {
+        if o.invocations == 0 {
+            return;
+        }
+        let first = self.invocations == 0;
+        self.invocations += o.invocations;
+        self.total_ns += o.total_ns;
+        self.min_ns = if first { o.min_ns } else { self.min_ns.min(o.min_ns) };
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.total_result_bytes += o.total_result_bytes;
+        self.min_result_bytes = if first { o.min_result_bytes } else { self.min_result_bytes.min(o.min_result_bytes) };
+        self.max_result_bytes = self.max_result_bytes.max(o.max_result_bytes);
+        self.total_param_bytes += o.total_param_bytes;
+        self.min_param_bytes = if first { o.min_param_bytes } else { self.min_param_bytes.min(o.min_param_bytes) };
+        self.max_param_bytes = self.max_param_bytes.max(o.max_param_bytes);
+        self.aborts += o.aborts;
+        self.failures += o.failures;
+    }
+}
+
+/// The procedure counters of one site (or of the multi-partition coordinator).
+#[derive(Clone, Debug, Default)]
+pub struct ProcStats {
+    procs: HashMap<String, ProcCounters>,
+}
+
+impl ProcStats {
+    /// Records one finished call. `params` and `result_bytes` give the size figures.
+    pub fn record(&mut self, name: &str, elapsed: Duration, params: &[Value], result_bytes: u64, error: Option<ErrorKind>) {
+        let elapsed_ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let param_bytes = params.iter().map(value_bytes).sum::<u64>();
+        // Look up by &str first so the common case allocates nothing.
+        if let Some(c) = self.procs.get_mut(name) {
+            return c.record(elapsed_ns, param_bytes, result_bytes, error);
+        }
+        if self.procs.len() >= PROCEDURES_TRACKED_MAX {
+            return;
+        }
+        self.procs.entry(name.to_string()).or_default().record(elapsed_ns, param_bytes, result_bytes, error);
+    }
+
+    /// Counters by procedure name, sorted by name.
+    pub fn snapshot(&self) -> Vec<(String, ProcCounters)> {
+        let mut v: Vec<_> = self.procs.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
+/// The error kind behind a failed outcome's status code (for counting aborts and failures).
+pub fn error_kind_of(status: i8) -> ErrorKind {
+    match status {
+        -1 => ErrorKind::UserAbort,
+        -2 => ErrorKind::Graceful,
+        -5 => ErrorKind::Unavailable,
+        _ => ErrorKind::Unexpected,
+    }
+}
+
+/// Approximate serialized size of a value (VoltDB's parameter/result size figures).
+pub fn value_bytes(v: &Value) -> u64 {
+    match v {
+        Value::Null | Value::Bool(_) => 1,
+        Value::Int(_) | Value::Float(_) | Value::Timestamp(_) => 8,
+        Value::Decimal(_) => 16,
+        Value::Str(s) => 4 + s.len() as u64,
+        Value::Bytes(b) => 4 + b.len() as u64,
+        Value::Array(a) => 2 + a.iter().map(value_bytes).sum::<u64>(),
+    }
+}
+
+/// Approximate serialized size of result tables.
+pub fn tables_bytes(tables: &[lockstep_core::ResultTable]) -> u64 {
+    tables.iter().map(|t| 8 + t.rows.iter().map(|r| 4 + r.iter().map(value_bytes).sum::<u64>()).sum::<u64>()).sum()
+}
+
+/// Sub-buckets per power of two: latencies are kept to within 1/16 (about 6 %).
+const LATENCY_SUB_BUCKETS: usize = 16;
+/// Powers of two covered: up to 2^40 µs (about 12 days); longer calls land in the last bucket.
+const LATENCY_OCTAVES: usize = 41;
+const LATENCY_BUCKETS: usize = LATENCY_OCTAVES * LATENCY_SUB_BUCKETS;
+
+/// Call latencies in microseconds, recorded with relaxed atomics by any thread.
+pub struct LatencyHistogram {
+    buckets: Box<[AtomicU64]>,
+    count: AtomicU64,
+    max_us: AtomicU64,
+    started: Instant,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: (0..LATENCY_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            max_us: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// Bucket of a value: below 16 one bucket per microsecond, then 16 per power of two.
+fn bucket_of(us: u64) -> usize {
+    if us < LATENCY_SUB_BUCKETS as u64 {
+        return us as usize;
+    }
+    let octave = 63 - us.leading_zeros() as usize; // >= 4
+    let sub = ((us >> (octave - 4)) & 0xF) as usize;
+    ((octave - 3) * LATENCY_SUB_BUCKETS + sub).min(LATENCY_BUCKETS - 1)
+}
+
+/// The largest value a bucket holds (what a percentile reports, like HdrHistogram).
+fn bucket_high(b: usize) -> u64 {
+    if b < LATENCY_SUB_BUCKETS {
+        return b as u64;
+    }
+    let octave = b / LATENCY_SUB_BUCKETS + 3;
+    let sub = (b % LATENCY_SUB_BUCKETS) as u64;
+    ((LATENCY_SUB_BUCKETS as u64 + sub + 1) << (octave - 4)) - 1
+}
+
+/// Percentiles of the calls recorded so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatencySummary {
+    pub interval_ms: u64,
+    pub count: u64,
+    /// Microseconds at 50, 95, 99, 99.9, 99.99 and 99.999 %.
+    pub percentiles_us: [u64; 6],
+    pub max_us: u64,
+}
+
+impl LatencyHistogram {
+    pub fn record(&self, elapsed: Duration) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    pub fn summary(&self) -> LatencySummary {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        let max_us = self.max_us.load(Ordering::Relaxed);
+        let at = |pct: f64| -> u64 {
+            if total == 0 {
+                return 0;
+            }
+            let rank = ((pct / 100.0) * total as f64).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (b, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    return bucket_high(b).min(max_us);
+                }
+            }
+            max_us
+        };
+        LatencySummary {
+            interval_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            count: total,
+            percentiles_us: [at(50.0), at(95.0), at(99.0), at(99.9), at(99.99), at(99.999)],
+            max_us,
+        }
+    }
+}
+
+/// Statistics shared by the whole engine.
+#[derive(Default)]
+pub struct EngineStats {
+    /// Multi-partition work, counted by the coordinator (one thread: the lock is uncontended).
+    pub mp: Mutex<ProcStats>,
+    /// Round trip of every call as the front end saw it.
+    pub latency: LatencyHistogram,
+}
+
+/// Gathers one value from each of `n` senders and hands them over once every sender has
+/// answered or been dropped (a site that stopped leaves `None`), without blocking anyone.
+pub struct Gather<T: Send + 'static> {
+    slots: Mutex<Vec<Option<T>>>,
+    finish: Mutex<Option<Finish<T>>>,
+}
+
+/// What a `Gather` does with the answers.
+type Finish<T> = Box<dyn FnOnce(Vec<Option<T>>) + Send>;
+
+impl<T: Send + 'static> Gather<T> {
+    pub fn new(n: usize, finish: impl FnOnce(Vec<Option<T>>) + Send + 'static) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Gather { slots: Mutex::new((0..n).map(|_| None).collect()), finish: Mutex::new(Some(Box::new(finish))) })
+    }
+
+    pub fn put(&self, i: usize, v: T) {
+        let mut g = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = g.get_mut(i) {
+            *slot = Some(v);
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Gather<T> {
+    fn drop(&mut self) {
+        let slots = std::mem::take(self.slots.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if let Some(f) = self.finish.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            f(slots);
+        }
+    }
+}
+
+/// Resident set size of this process in KiB (VmRSS), 0 where /proc is unavailable.
+pub fn rss_kb() -> u64 {
+    proc_kb("/proc/self/status", "VmRSS:")
+}
+
+/// Physical memory of the machine in KiB (MemTotal), 0 where /proc is unavailable.
+pub fn physical_memory_kb() -> u64 {
+    proc_kb("/proc/meminfo", "MemTotal:")
+}
+
+fn proc_kb(path: &str, key: &str) -> u64 {
+    let Ok(text) = std::fs::read_to_string(path) else { return 0 };
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+// ---- @Statistics selectors ---------------------------------------------------------------
+
+/// One table as one site holds it.
+struct TableFigures {
+    def: std::sync::Arc<lockstep_core::TableDef>,
+    tuples: u64,
+    memory_bytes: u64,
+}
+
+/// What `@Statistics` reads from each site.
+struct SiteFigures {
+    procs: Vec<(String, ProcCounters)>,
+    tables: Vec<TableFigures>,
+}
+
+fn site_figures(part: &Partition, procs: &ProcStats) -> SiteFigures {
+    let tables = part
+        .tables()
+        .map(|t| TableFigures { def: t.def().clone(), tuples: t.len() as u64, memory_bytes: t.memory_bytes() as u64 })
+        .collect();
+    SiteFigures { procs: procs.snapshot(), tables }
+}
+
+/// Estimated bytes of one index entry: its key values plus the tree's per-entry overhead.
+fn index_entry_bytes(key_columns: usize) -> u64 {
+    const TREE_ENTRY_OVERHEAD_BYTES: u64 = 32;
+    key_columns as u64 * std::mem::size_of::<Value>() as u64 + TREE_ENTRY_OVERHEAD_BYTES
+}
+
+/// Answers `@Statistics selector [interval]`. Selectors that need site data ask every site
+/// (behind the work already queued there) and answer when all have replied.
+pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
+    let selector = match sysprocs::str_param(call, 0, "a selector") {
+        Ok(s) => s.to_ascii_uppercase(),
+        Err(e) => return reply(Outcome::error(e)),
+    };
+    let shared = engine.shared().clone();
+    let header = Header { timestamp: sysprocs::now_millis(), hostname: sysprocs::hostname() };
+    let sync = |tables: Vec<ResultTable>| Outcome::tables(tables);
+    match selector.as_str() {
+        "TOPO" => return reply(sync(sysprocs::topology(engine))),
+        "PARTITIONCOUNT" => {
+            let mut t = ResultTable::with_columns(&[("PARTITION_COUNT", DataType::Integer)]);
+            t.push(vec![Value::Int(engine.partition_count() as i64)]);
+            return reply(sync(vec![t]));
+        }
+        "LATENCY" => return reply(sync(vec![latency_table(&header, &shared.stats.latency.summary())])),
+        "COMMANDLOG" => return reply(sync(vec![command_log_table(&header)])),
+        "PROCEDURE" | "PROCEDUREPROFILE" | "TABLE" | "INDEX" | "MEMORY" => {}
+        other => {
+            return reply(Outcome::error(Error::graceful(format!(
+                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS or TOPO"
+            ))))
+        }
+    }
+    let n = engine.partition_count() as usize;
+    let mp = shared.stats.mp.lock().map(|g| g.snapshot()).unwrap_or_else(|p| p.into_inner().snapshot());
+    let gather = Gather::new(n, move |sites: Vec<Option<SiteFigures>>| {
+        if sites.iter().any(Option::is_none) {
+            return reply(Outcome::error(Error::unavailable("a partition site has stopped; statistics are incomplete")));
+        }
+        let sites: Vec<SiteFigures> = sites.into_iter().flatten().collect();
+        let table = match selector.as_str() {
+            "PROCEDURE" => procedure_table(&header, &sites, &mp),
+            "PROCEDUREPROFILE" => procedure_profile_table(&header, &sites, &mp),
+            "TABLE" => table_table(&header, &sites),
+            "INDEX" => index_table(&header, &sites),
+            _ => memory_table(&header, &sites),
+        };
+        reply(Outcome::tables(vec![table]))
+    });
+    for site in 0..n {
+        let g = gather.clone();
+        shared.send_site(site as u32, SiteMsg::Stats(Box::new(move |part, procs| g.put(site, site_figures(part, procs)))));
+    }
+}
+
+/// The columns every VoltDB statistics row starts with.
+struct Header {
+    timestamp: i64,
+    hostname: String,
+}
+
+impl Header {
+    fn columns(site: bool) -> Vec<(&'static str, DataType)> {
+        let mut c = vec![("TIMESTAMP", DataType::BigInt), ("HOST_ID", DataType::Integer), ("HOSTNAME", DataType::Varchar)];
+        if site {
+            c.extend([("SITE_ID", DataType::Integer), ("PARTITION_ID", DataType::Integer)]);
+        }
+        c
+    }
+
+    fn row(&self, site: Option<(i64, i64)>) -> Vec<Value> {
+        let mut r = vec![Value::Int(self.timestamp), Value::Int(sysprocs::HOST_ID as i64), Value::Str(self.hostname.clone())];
+        if let Some((site, partition)) = site {
+            r.extend([Value::Int(site), Value::Int(partition)]);
+        }
+        r
+    }
+}
+
+fn table_with(mut cols: Vec<(&'static str, DataType)>, more: &[(&'static str, DataType)]) -> ResultTable {
+    cols.extend_from_slice(more);
+    ResultTable::with_columns(&cols)
+}
+
+fn kb(bytes: u64) -> Value {
+    Value::Int((bytes / 1024) as i64)
+}
+
+fn int(v: u64) -> Value {
+    Value::Int(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn procedure_table(h: &Header, sites: &[SiteFigures], mp: &[(String, ProcCounters)]) -> ResultTable {
+    use DataType::{BigInt as B, Integer as I, TinyInt as T, Varchar as V};
+    let mut t = table_with(
+        Header::columns(true),
+        &[
+            ("PROCEDURE", V),
+            ("INVOCATIONS", B),
+            ("TIMED_INVOCATIONS", B),
+            ("MIN_EXECUTION_TIME", B),
+            ("MAX_EXECUTION_TIME", B),
+            ("AVG_EXECUTION_TIME", B),
+            ("MIN_RESULT_SIZE", I),
+            ("MAX_RESULT_SIZE", I),
+            ("AVG_RESULT_SIZE", I),
+            ("MIN_PARAMETER_SET_SIZE", I),
+            ("MAX_PARAMETER_SET_SIZE", I),
+            ("AVG_PARAMETER_SET_SIZE", I),
+            ("ABORTS", B),
+            ("FAILURES", B),
+            ("TRANSACTIONAL", T),
+        ],
+    );
+    let mp_site = sites.len() as i64;
+    let rows = sites
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.procs.iter().map(move |p| ((i as i64, i as i64), p)))
+        .chain(mp.iter().map(|p| ((mp_site, MP_PARTITION_ID as i64), p)));
+    for (site, (name, c)) in rows {
+        let mut r = h.row(Some(site));
+        r.extend([
+            Value::Str(name.clone()),
+            int(c.invocations),
+            int(c.invocations),
+            int(c.min_ns),
+            int(c.max_ns),
+            int(c.avg_ns()),
+            int(c.min_result_bytes),
+            int(c.max_result_bytes),
+            int(c.avg_result_bytes()),
+            int(c.min_param_bytes),
+            int(c.max_param_bytes),
+            int(c.avg_param_bytes()),
+            int(c.aborts),
+            int(c.failures),
+            Value::Int(1),
+        ]);
+        t.push(r);
+    }
+    t
+}
+
+/// PROCEDUREPROFILE: each procedure summed over partitions, heaviest first; WEIGHTED_PERC is
+/// its share of all execution time, in percent.
+fn procedure_profile_table(h: &Header, sites: &[SiteFigures], mp: &[(String, ProcCounters)]) -> ResultTable {
+    use DataType::{BigInt as B, Varchar as V};
+    let mut t = ResultTable::with_columns(&[
+        ("TIMESTAMP", B),
+        ("PROCEDURE", V),
+        ("WEIGHTED_PERC", B),
+        ("INVOCATIONS", B),
+        ("AVG", B),
+        ("MIN", B),
+        ("MAX", B),
+        ("ABORTS", B),
+        ("FAILURES", B),
+    ]);
+    let mut by_name: HashMap<&str, ProcCounters> = HashMap::new();
+    for (name, c) in sites.iter().flat_map(|s| s.procs.iter()).chain(mp.iter()) {
+        by_name.entry(name.as_str()).or_default().merge(c);
+    }
+    let total_ns: u64 = by_name.values().map(|c| c.total_ns).sum();
+    let mut rows: Vec<_> = by_name.into_iter().collect();
+    rows.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(b.0)));
+    for (name, c) in rows {
+        let perc = if total_ns == 0 { 0 } else { (c.total_ns as u128 * 100 + total_ns as u128 / 2) / total_ns as u128 };
+        t.push(vec![
+            Value::Int(h.timestamp),
+            Value::Str(name.to_string()),
+            Value::Int(perc as i64),
+            int(c.invocations),
+            int(c.avg_ns()),
+            int(c.min_ns),
+            int(c.max_ns),
+            int(c.aborts),
+            int(c.failures),
+        ]);
+    }
+    t
+}
+
+fn table_type(def: &lockstep_core::TableDef) -> &'static str {
+    match def.kind {
+        lockstep_core::TableKind::Stream { .. } => "StreamedTable",
+        _ => "PersistentTable",
+    }
+}
+
+fn table_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
+    use DataType::{BigInt as B, Integer as I, Varchar as V};
+    let mut t = table_with(
+        Header::columns(true),
+        &[
+            ("TABLE_NAME", V),
+            ("TABLE_TYPE", V),
+            ("TUPLE_COUNT", B),
+            ("TUPLE_ALLOCATED_MEMORY", B),
+            ("TUPLE_DATA_MEMORY", B),
+            ("STRING_DATA_MEMORY", B),
+            ("TUPLE_LIMIT", I),
+            ("PERCENT_FULL", I),
+            ("DR", V),
+            ("EXPORT", V),
+        ],
+    );
+    for (i, s) in sites.iter().enumerate() {
+        for f in &s.tables {
+            let mut r = h.row(Some((i as i64, i as i64)));
+            let exported = matches!(f.def.kind, lockstep_core::TableKind::Stream { target: Some(_) });
+            r.extend([
+                Value::Str(f.def.name.clone()),
+                Value::Str(table_type(&f.def).into()),
+                int(f.tuples),
+                kb(f.memory_bytes),
+                kb(f.memory_bytes),
+                // Strings are counted with their rows (Table::memory_bytes does not split them).
+                Value::Int(0),
+                Value::Null,
+                Value::Int(0),
+                Value::Str("false".into()),
+                Value::Str(exported.to_string()),
+            ]);
+            t.push(r);
+        }
+    }
+    t
+}
+
+fn index_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
+    use DataType::{BigInt as B, TinyInt as T, Varchar as V};
+    let mut t = table_with(
+        Header::columns(true),
+        &[
+            ("INDEX_NAME", V),
+            ("TABLE_NAME", V),
+            ("INDEX_TYPE", V),
+            ("IS_UNIQUE", T),
+            ("IS_COUNTABLE", T),
+            ("ENTRY_COUNT", B),
+            ("MEMORY_ESTIMATE", B),
+        ],
+    );
+    for (i, s) in sites.iter().enumerate() {
+        for f in &s.tables {
+            for ix in &f.def.indexes {
+                let unique = ix.unique || ix.assume_unique || ix.primary;
+                let kind = if unique { "CompactingTreeUniqueIndex" } else { "CompactingTreeMultiMapIndex" };
+                let mut r = h.row(Some((i as i64, i as i64)));
+                r.extend([
+                    Value::Str(ix.name.clone()),
+                    Value::Str(f.def.name.clone()),
+                    Value::Str(kind.into()),
+                    Value::Int(unique as i64),
+                    Value::Int(0),
+                    int(f.tuples),
+                    kb(f.tuples * index_entry_bytes(ix.columns.len())),
+                ]);
+                t.push(r);
+            }
+        }
+    }
+    t
+}
+
+/// MEMORY: one row for this host, in KiB like VoltDB; the JAVA* columns are 0 (no JVM).
+fn memory_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
+    use DataType::{BigInt as B, Integer as I};
+    let mut t = table_with(
+        Header::columns(false),
+        &[
+            ("RSS", I),
+            ("JAVAUSED", I),
+            ("JAVAUNUSED", I),
+            ("TUPLEDATA", B),
+            ("TUPLEALLOCATED", B),
+            ("INDEXMEMORY", B),
+            ("STRINGMEMORY", B),
+            ("TUPLECOUNT", B),
+            ("POOLEDMEMORY", B),
+            ("PHYSICALMEMORY", B),
+            ("JAVAMAXHEAP", I),
+        ],
+    );
+    let tables = sites.iter().flat_map(|s| s.tables.iter());
+    let (mut bytes, mut tuples, mut index_bytes) = (0u64, 0u64, 0u64);
+    for f in tables {
+        bytes += f.memory_bytes;
+        tuples += f.tuples;
+        index_bytes += f.def.indexes.iter().map(|ix| f.tuples * index_entry_bytes(ix.columns.len())).sum::<u64>();
+    }
+    let mut r = h.row(None);
+    r.extend([
+        int(rss_kb()),
+        Value::Int(0),
+        Value::Int(0),
+        kb(bytes),
+        kb(bytes),
+        kb(index_bytes),
+        Value::Int(0),
+        int(tuples),
+        Value::Int(0),
+        int(physical_memory_kb()),
+        Value::Int(0),
+    ]);
+    t.push(r);
+    t
+}
+
+/// LATENCY: round trips of user procedure and @AdHoc calls since the server started, in
+/// microseconds; INTERVAL is that time span in milliseconds.
+fn latency_table(h: &Header, s: &LatencySummary) -> ResultTable {
+    use DataType::{BigInt as B, Integer as I};
+    let mut t = table_with(
+        Header::columns(false),
+        &[
+            ("INTERVAL", I),
+            ("COUNT", I),
+            ("TPS", I),
+            ("P50", B),
+            ("P95", B),
+            ("P99", B),
+            ("P99.9", B),
+            ("P99.99", B),
+            ("P99.999", B),
+            ("MAX", B),
+        ],
+    );
+    let tps = (s.count * 1000).checked_div(s.interval_ms).unwrap_or(0);
+    let mut r = h.row(None);
+    r.extend([int(s.interval_ms.min(i32::MAX as u64)), int(s.count.min(i32::MAX as u64)), int(tps.min(i32::MAX as u64))]);
+    r.extend(s.percentiles_us.iter().map(|p| int(*p)));
+    r.push(int(s.max_us));
+    t.push(r);
+    t
+}
+
+/// COMMANDLOG: zeros until the command log (issue 5) exists, with VoltDB's columns.
+fn command_log_table(h: &Header) -> ResultTable {
+    use DataType::{BigInt as B, Integer as I};
+    let mut t = table_with(
+        Header::columns(false),
+        &[("OUTSTANDING_BYTES", B), ("OUTSTANDING_TXNS", B), ("IN_USE_SEGMENT_COUNT", I), ("SEGMENT_COUNT", I), ("FSYNC_INTERVAL", I)],
+    );
+    let mut r = h.row(None);
+    r.extend((0..5).map(|_| Value::Int(0)));
+    t.push(r);
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_track_min_max_avg_and_outcomes() {
+        let mut s = ProcStats::default();
+        s.record("P", Duration::from_nanos(300), &[Value::Int(1)], 10, None);
+        s.record("P", Duration::from_nanos(100), &[Value::Str("abc".into())], 30, Some(ErrorKind::UserAbort));
+        s.record("P", Duration::from_nanos(200), &[], 20, Some(ErrorKind::Unexpected));
+        let snap = s.snapshot();
+        assert_eq!(snap.len(), 1);
+        let c = &snap[0].1;
+        assert_eq!((c.invocations, c.min_ns, c.max_ns, c.avg_ns()), (3, 100, 300, 200));
+        assert_eq!((c.min_param_bytes, c.max_param_bytes, c.avg_param_bytes()), (0, 8, 5));
+        assert_eq!((c.min_result_bytes, c.max_result_bytes, c.avg_result_bytes()), (10, 30, 20));
+        assert_eq!((c.aborts, c.failures), (1, 1));
+    }
+
+    #[test]
+    fn merge_sums_counts_and_keeps_extremes() {
+        let mut a = ProcStats::default();
+        a.record("P", Duration::from_nanos(50), &[], 0, None);
+        let mut b = ProcStats::default();
+        b.record("P", Duration::from_nanos(500), &[], 0, Some(ErrorKind::Constraint));
+        let mut m = ProcCounters::default();
+        m.merge(&a.snapshot()[0].1);
+        m.merge(&b.snapshot()[0].1);
+        assert_eq!((m.invocations, m.min_ns, m.max_ns, m.avg_ns(), m.aborts), (2, 50, 500, 275, 1));
+    }
+
+    #[test]
+    fn buckets_bound_their_values() {
+        for us in [0u64, 1, 15, 16, 17, 31, 32, 100, 1000, 123_456, 1 << 39] {
+            let b = bucket_of(us);
+            assert!(bucket_high(b) >= us, "{us} in bucket {b} high {}", bucket_high(b));
+            if b > 0 {
+                assert!(bucket_high(b - 1) < us, "{us} belongs above bucket {}", b - 1);
+            }
+        }
+        assert_eq!(bucket_high(bucket_of(16)), 16);
+        assert_eq!(bucket_high(bucket_of(100)), 103);
+    }
+
+    #[test]
+    fn latency_percentiles() {
+        let h = LatencyHistogram::default();
+        for us in 1..=100u64 {
+            h.record(Duration::from_micros(us));
+        }
+        let s = h.summary();
+        assert_eq!(s.count, 100);
+        assert_eq!(s.max_us, 100);
+        // 50th value is 50 (bucket 48..=51), 95th 95 (92..=95), 99th 99 (96..=99), then capped at max.
+        assert_eq!(s.percentiles_us, [51, 95, 99, 100, 100, 100]);
+    }
+
+    #[test]
+    fn gather_finishes_when_every_part_is_dropped() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let g = Gather::new(3, move |v: Vec<Option<u32>>| tx.send(v).unwrap());
+        let (a, b) = (g.clone(), g.clone());
+        drop(g);
+        a.put(0, 7);
+        drop(a);
+        assert!(rx.try_recv().is_err());
+        drop(b); // a part that never answered
+        assert_eq!(rx.recv().unwrap(), vec![Some(7), None, None]);
+    }
+
+    #[test]
+    fn rss_is_read_from_proc() {
+        if std::path::Path::new("/proc/self/status").exists() {
+            assert!(rss_kb() > 0);
+        }
+    }
+}
