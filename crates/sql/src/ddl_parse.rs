@@ -122,6 +122,18 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// A name kept as written (VoltDB keeps a procedure's case; clients look it up exactly).
+    pub fn name_as_written(&mut self, what: &str) -> Result<String> {
+        match self.peek() {
+            Some(t) if matches!(t.kind, TokKind::Word | TokKind::QuotedIdent) => {
+                let n = t.text.clone();
+                self.pos += 1;
+                Ok(n)
+            }
+            _ => Err(self.error(&format!("expected {what}"))),
+        }
+    }
+
     /// A dotted name such as `com.example.Vote`, as written.
     pub fn dotted(&mut self, what: &str) -> Result<String> {
         let mut s = match self.peek() {

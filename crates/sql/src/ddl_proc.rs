@@ -93,7 +93,7 @@ pub fn create_procedure(
     let mut name = if unnamed {
         String::new()
     } else {
-        c.ident("a procedure name")?
+        c.name_as_written("a procedure name")?
     };
     let mut partitioning = Partitioning::Multi;
     loop {
@@ -133,11 +133,7 @@ pub fn create_procedure(
             let class = c.dotted("a class name")?;
             c.expect_end()?;
             if name.is_empty() {
-                name = class
-                    .rsplit('.')
-                    .next()
-                    .unwrap_or(&class)
-                    .to_ascii_uppercase();
+                name = class.rsplit('.').next().unwrap_or(&class).to_string();
             }
             let (path, source) = env
                 .find_class(&class)

@@ -240,9 +240,9 @@ fn procedure_forms_and_errors() {
     assert_eq!(
         msgs,
         vec![
-            "procedure GETT created",
-            "procedure INLINE created",
-            "procedure EACH created"
+            "procedure GetT created",
+            "procedure Inline created",
+            "procedure Each created"
         ]
     );
     assert_eq!(
@@ -266,7 +266,7 @@ fn procedure_forms_and_errors() {
             &mut cat,
             "CREATE OR REPLACE PROCEDURE GetT AS SELECT v FROM t"
         ),
-        vec!["procedure GETT replaced"]
+        vec!["procedure GetT replaced"]
     );
     assert!(
         fails(&mut cat, "CREATE PROCEDURE Bad AS SELECT nope FROM t")
