@@ -27,6 +27,14 @@ enum Command {
     Sql(SqlArgs),
     /// Measure a workload (voter, tatp, charging, ycsb-a … ycsb-f) and check its results.
     Bench(bench_cmd::BenchArgs),
+    /// Snapshots of a running server: `save` takes one now, `scan` lists them.
+    Snapshot {
+        #[arg(value_parser = ["save", "scan"])]
+        action: String,
+        /// Server address.
+        #[arg(long, default_value = "127.0.0.1:21212")]
+        server: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -50,17 +58,25 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Server(args) => server_cmd::run(args),
         Command::Bench(args) => ExitCode::from(bench_cmd::run(args).clamp(0, 255) as u8),
+        Command::Snapshot { action, server } => {
+            let proc = if action == "save" { "@SnapshotSave" } else { "@SnapshotScan" };
+            let opts = shell::ShellOptions { server, commands: vec![format!("exec {proc}")], file: None, format: shell::Format::Table };
+            run_shell(opts)
+        }
         Command::Sql(args) => {
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let opts = shell::ShellOptions { server: args.server, commands: args.commands, file: args.file, format: args.format };
-            let code = runtime.block_on(shell::run(opts));
-            ExitCode::from(code.clamp(0, 255) as u8)
+            run_shell(shell::ShellOptions { server: args.server, commands: args.commands, file: args.file, format: args.format })
         }
     }
+}
+
+fn run_shell(opts: shell::ShellOptions) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(shell::run(opts));
+    ExitCode::from(code.clamp(0, 255) as u8)
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use lockstep_engine::cmdlog::Durability;
 use lockstep_engine::{Engine, EngineConfig};
 use lockstep_server::config::FileConfig;
 use lockstep_server::{serve, Front, ServerConfig};
@@ -22,7 +23,21 @@ pub struct ServerArgs {
     /// Directory holding Lua procedures for `FROM CLASS` (default: <data>/procedures).
     #[arg(long)]
     procedures: Option<PathBuf>,
-    /// TOML file with the same keys (listen, data, sites, procedures); flags win.
+    /// Command log: off, async (acknowledge at once, sync every --flush-ms) or sync
+    /// (acknowledge after fdatasync; group commit).
+    #[arg(long, value_parser = ["off", "async", "sync"])]
+    command_log: Option<String>,
+    /// Async mode: how often the command log is synced to disk (milliseconds).
+    #[arg(long)]
+    flush_ms: Option<u64>,
+    /// Take a snapshot every this many seconds (0: only on demand).
+    #[arg(long)]
+    snapshot_interval: Option<u64>,
+    /// Complete snapshots to keep on disk.
+    #[arg(long)]
+    snapshots_keep: Option<usize>,
+    /// TOML file with the same keys (listen, data, sites, procedures, command_log,
+    /// flush_ms, snapshot_interval, snapshots_keep); flags win.
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -43,6 +58,18 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
     }
     if args.procedures.is_some() {
         c.procedures = args.procedures;
+    }
+    if args.command_log.is_some() {
+        c.command_log = args.command_log;
+    }
+    if args.flush_ms.is_some() {
+        c.flush_ms = args.flush_ms;
+    }
+    if args.snapshot_interval.is_some() {
+        c.snapshot_interval = args.snapshot_interval;
+    }
+    if args.snapshots_keep.is_some() {
+        c.snapshots_keep = args.snapshots_keep;
     }
     Ok(c)
 }
@@ -70,6 +97,17 @@ fn start(args: ServerArgs) -> Result<(), String> {
     if let Some(p) = &config.procedures {
         engine_config.procedure_dir = p.clone();
     }
+    let flush_ms = config.flush_ms.unwrap_or(lockstep_engine::config::FLUSH_MS_DEFAULT).max(1);
+    engine_config.durability = match config.command_log.as_deref() {
+        None | Some("sync") => Durability::Sync,
+        Some("async") => Durability::Async { flush_ms },
+        Some("off") => Durability::Off,
+        Some(other) => return Err(format!("--command-log must be off, async or sync, not {other}")),
+    };
+    engine_config.snapshot_interval_s = config.snapshot_interval.filter(|s| *s > 0);
+    if let Some(k) = config.snapshots_keep {
+        engine_config.snapshots_keep = k.max(1);
+    }
     let sites = engine_config.sites;
     let engine = Engine::start(engine_config).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -85,7 +123,8 @@ fn start(args: ServerArgs) -> Result<(), String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         engine.shared().set_client_address(addr);
         println!(
-            "lockstep ready: listening on {addr}, {sites} sites, data in {}",
+            "lockstep ready: listening on {addr}, {sites} sites, command log {}, data in {}",
+            engine.shared().durable.log.mode_name(),
             config.data_dir.display()
         );
         let front = Front::new(engine.clone(), config.clone());

@@ -1,9 +1,16 @@
-//! Engine configuration: how many sites, where data lives, procedure limits.
+//! Engine configuration: how many sites, where data lives, procedure limits, durability.
 
 use std::path::PathBuf;
 
+use crate::cmdlog::Durability;
+
 /// Default instructions a Lua procedure may run per call before it is stopped.
 pub const LUA_INSTRUCTION_BUDGET_DEFAULT: u64 = 100_000_000;
+/// VoltDB's default command log flush interval in asynchronous mode.
+pub const FLUSH_MS_DEFAULT: u64 = 200;
+/// Complete snapshots kept on disk by default.
+pub const SNAPSHOTS_KEEP_DEFAULT: usize = 2;
+
 /// Default memory a Lua state may use.
 pub const LUA_MEMORY_LIMIT_BYTES_DEFAULT: usize = 256 * 1024 * 1024;
 
@@ -17,6 +24,12 @@ pub struct EngineConfig {
     pub procedure_dir: PathBuf,
     pub lua_instruction_budget: u64,
     pub lua_memory_limit_bytes: usize,
+    /// The command log: off, async (flush every N ms) or sync (answer after fdatasync).
+    pub durability: Durability,
+    /// Take a snapshot this often (seconds); None for only on demand.
+    pub snapshot_interval_s: Option<u64>,
+    /// Complete snapshots to keep; older ones are deleted.
+    pub snapshots_keep: usize,
 }
 
 impl EngineConfig {
@@ -30,6 +43,9 @@ impl EngineConfig {
             data_dir,
             lua_instruction_budget: LUA_INSTRUCTION_BUDGET_DEFAULT,
             lua_memory_limit_bytes: LUA_MEMORY_LIMIT_BYTES_DEFAULT,
+            durability: Durability::Sync,
+            snapshot_interval_s: None,
+            snapshots_keep: SNAPSHOTS_KEEP_DEFAULT,
         }
     }
 }

@@ -16,7 +16,11 @@ use crate::ddl::FsDdlEnv;
 use crate::mp::{Coordinator, MpWork, SiteLink};
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
-use crate::site::{Site, SiteMsg, SpWork};
+use crate::cmdlog::{self, CommandLog, Durability};
+use crate::durable::Durable;
+use crate::recovery;
+use crate::site::{Site, SiteLinks, SiteMsg, SpWork};
+use crate::snapshot::SnapshotReader;
 use crate::store::CatalogStore;
 use crate::sysprocs;
 
@@ -51,6 +55,8 @@ pub struct Shared {
     view: RwLock<Arc<CatalogView>>,
     pub(crate) sites: Vec<Sender<SiteMsg>>,
     pub(crate) mp: Mutex<Option<Sender<MpWork>>>,
+    /// The command log and the write fence.
+    pub durable: Arc<Durable>,
     round_robin: AtomicU64,
     /// Milliseconds since the Unix epoch when this engine started (the cluster instance id).
     pub started_ms: i64,
@@ -128,7 +134,8 @@ fn fail_work(work: MpWork) {
     let e = || Outcome::error(Error::unavailable("the server is shutting down"));
     match work {
         MpWork::Proc { reply, .. } | MpWork::Statements { reply, .. } | MpWork::Ddl { reply, .. } => reply(e()),
-        MpWork::Shutdown => {}
+        MpWork::Snapshot { reply: Some(reply) } => reply(e()),
+        _ => {}
     }
 }
 
@@ -139,21 +146,38 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Loads the catalog from the data directory and starts the sites and the coordinator.
+    /// Recovers the database from the data directory and starts the sites and the
+    /// coordinator. With the command log on: the newest complete snapshot, then the log
+    /// after it. With it off: the catalog file only (data is not kept).
     pub fn start(config: EngineConfig) -> Result<Arc<Engine>> {
         if config.sites == 0 || config.sites > 1024 {
             return Err(Error::graceful(format!("--sites must be between 1 and 1024, not {}", config.sites)));
         }
         let store = CatalogStore::open(&config.data_dir)?;
         let env = FsDdlEnv::new(config.procedure_dir.clone());
+        let log_dir = cmdlog::log_dir(&config.data_dir);
+        let logging = config.durability != Durability::Off;
+        let base = if logging { recovery::newest_snapshot(&config.data_dir)? } else { None };
+        let log_reader = if logging { Some(recovery::open_log(&log_dir)?) } else { None };
+        let mut log_reader = log_reader;
+        let log_is_empty = log_reader.as_mut().is_none_or(|r| r.peek().is_none());
+        // The catalog to start from: the snapshot's; or, with nothing logged yet, the catalog
+        // file (a first start with the log on); or empty when the log holds every change.
+        let records: Vec<String> = match &base {
+            Some(info) => lockstep_sql::split_statements(&SnapshotReader::open(&info.dir)?.catalog_text()?)?,
+            None if log_is_empty => store.load()?,
+            None => Vec::new(),
+        };
         let mut catalog = Catalog::default();
-        for (i, sql) in store.load()?.iter().enumerate() {
-            lockstep_sql::apply_ddl(&mut catalog, sql, &env).map_err(|e| {
-                e.context(format!("cannot restore the catalog: statement {} of {}/catalog.sql", i + 1, config.data_dir.display()))
-            })?;
+        for (i, sql) in records.iter().enumerate() {
+            lockstep_sql::apply_ddl(&mut catalog, sql, &env)
+                .map_err(|e| e.context(format!("cannot restore the catalog: statement {} of {}", i + 1, config.data_dir.display())))?;
         }
         let catalog = Arc::new(catalog);
         let ring = HashRing::new(config.sites);
+        let log = CommandLog::open(&log_dir, config.durability)?;
+        let durable = Arc::new(Durable::new(log));
+        let (mp_tx, mp_rx) = unbounded();
         let mut links = Vec::new();
         let mut sites = Vec::new();
         let mut threads = Vec::new();
@@ -161,11 +185,15 @@ impl Engine {
             let (queue_tx, queue_rx) = unbounded();
             let (to_site_tx, to_site_rx) = unbounded();
             let (from_site_tx, from_site_rx) = unbounded();
+            let site_links = SiteLinks { queue: queue_rx, mp_in: to_site_rx, mp_out: from_site_tx, coordinator: mp_tx.clone(), durable: durable.clone() };
             // A site's Lua state cannot move between threads: build the site on its own.
             let (site_config, site_catalog, site_ring) = (config.clone(), catalog.clone(), ring.clone());
-            threads.push(spawn_built(format!("site-{id}"), move || {
-                Site::new(id, &site_config, site_catalog, site_ring, queue_rx, to_site_rx, from_site_tx)
-            }, Site::run)?);
+            let restore = base.as_ref().map(|b| b.dir.clone());
+            threads.push(spawn_built(
+                format!("site-{id}"),
+                move || Site::new(id, &site_config, site_catalog, site_ring, site_links, restore.as_deref()),
+                Site::run,
+            )?);
             links.push(SiteLink { queue: queue_tx.clone(), to_site: to_site_tx, from_site: from_site_rx });
             sites.push(queue_tx);
         }
@@ -173,7 +201,6 @@ impl Engine {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        let (mp_tx, mp_rx) = unbounded();
         let shared = Arc::new(Shared {
             config,
             ring,
@@ -186,14 +213,39 @@ impl Engine {
             client_address: std::sync::OnceLock::new(),
             stats: Default::default(),
             paused: AtomicBool::new(false),
+            durable,
         });
         let coordinator_shared = shared.clone();
+        let replaying = log_reader.is_some();
         threads.push(spawn_built(
             "mp-coordinator".into(),
-            move || Coordinator::new(coordinator_shared, links, catalog, store, mp_rx),
+            move || Coordinator::new(coordinator_shared, links, catalog, records, store, mp_rx, replaying),
             Coordinator::run,
         )?);
-        Ok(Arc::new(Engine { shared, threads: Mutex::new(threads) }))
+        let engine = Arc::new(Engine { shared, threads: Mutex::new(threads) });
+        if let Some(reader) = log_reader {
+            let replayed = recovery::replay(&engine, reader, base.as_ref().map(|b| b.id))?;
+            // A fresh snapshot makes the next recovery short and gives a catalog that came
+            // from the catalog file a base in the log's world; wait for it, so a crash soon
+            // after start cannot lose that base.
+            if replayed > 0 || (base.is_none() && engine.catalog().tables().next().is_some()) {
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                engine.snapshot(Box::new(move |o| {
+                    let _ = tx.send(o);
+                }));
+                match rx.recv() {
+                    Ok(o) if o.is_success() => {}
+                    Ok(o) => tracing::warn!("the snapshot after recovery failed: {}", o.status_string.unwrap_or_default()),
+                    Err(_) => return Err(Error::unexpected("the coordinator stopped during recovery")),
+                }
+            }
+        }
+        Ok(engine)
+    }
+
+    /// Takes a snapshot now; `reply` is answered when it is complete on disk.
+    pub fn snapshot(&self, reply: Reply) {
+        self.shared.send_mp(MpWork::Snapshot { reply: Some(reply) });
     }
 
     pub fn shared(&self) -> &Arc<Shared> {

@@ -5,10 +5,12 @@
 pub mod cmdlog;
 pub mod config;
 pub mod ddl;
+pub mod durable;
 pub mod engine;
 pub mod export;
 pub mod mp;
 pub mod outcome;
+pub mod recovery;
 pub mod registry;
 pub mod site;
 pub mod snapshot;

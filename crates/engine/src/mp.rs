@@ -11,9 +11,12 @@ use lockstep_core::{Catalog, Error, HashRing, ResultTable, Result, Value};
 use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{ExecCtx, Prepared, SiteAccess, SiteFn, Target};
 
+use crate::cmdlog::Record;
 use crate::ddl::{self, FsDdlEnv};
+use crate::durable::Durable;
 use crate::engine::Shared;
 use crate::outcome::{Outcome, Reply};
+use crate::snapshot::{self, FileEntry, SnapshotBuilder};
 use crate::registry::{Registry, Scope, StatementRunner};
 use crate::site::{panic_message, MpMsg, SiteMsg};
 use crate::store::CatalogStore;
@@ -29,6 +32,18 @@ pub enum MpWork {
     Statements { stmts: Vec<Arc<Prepared>>, params: Vec<Value>, reply: Reply },
     /// DDL statements, applied in order; stops at the first failure.
     Ddl { statements: Vec<String>, reply: Reply },
+    /// A logged multi-partition transaction run again during recovery. Its sites already
+    /// have its MpBegin in their queues, placed where their markers were in the log.
+    Replay { txn_id: i64, procedure: String, params: Vec<Value> },
+    /// Recovery has fed every logged transaction: rewrite the catalog file, then answer.
+    ReplayDone(Sender<()>),
+    /// Sites parked at markers of a transaction the log does not hold (it was never
+    /// acknowledged): let them go.
+    ReleaseParked(Vec<u32>),
+    /// Take a snapshot; `reply` (if any) is answered when it is complete on disk.
+    Snapshot { reply: Option<Reply> },
+    /// A site finished writing its file of snapshot `id`.
+    SnapshotPart { id: u64, partition: u32, result: Result<FileEntry> },
     Shutdown,
 }
 
@@ -46,11 +61,16 @@ struct ParkedSites<'a> {
 }
 
 impl ParkedSites<'_> {
+    /// Sends a message to every site and gathers every answer (all of them, even after a
+    /// failure, so no stale answer is left for the next transaction).
     fn send_all(&self, make: impl Fn() -> MpMsg) -> Result<Vec<ResultTable>> {
+        let stopped = || Error::unavailable("a partition site has stopped");
         for l in self.links {
-            l.to_site.send(make()).map_err(|_| Error::unavailable("a partition site has stopped"))?;
+            l.to_site.send(make()).map_err(|_| stopped())?;
         }
-        self.links.iter().map(|l| l.from_site.recv().map_err(|_| Error::unavailable("a partition site has stopped"))?).collect()
+        let answers: Vec<Result<ResultTable>> =
+            self.links.iter().map(|l| l.from_site.recv().map_err(|_| stopped()).and_then(|r| r)).collect();
+        answers.into_iter().collect()
     }
 }
 
@@ -95,36 +115,95 @@ pub struct Coordinator {
     store: CatalogStore,
     env: FsDdlEnv,
     queue: Receiver<MpWork>,
+    durable: Arc<Durable>,
+    /// The DDL that builds the current catalog, in order (a snapshot's catalog text).
+    ddl_records: Vec<String>,
+    /// Recovering: sites get their MpBegin from the log, and nothing is logged again.
+    replaying: bool,
+    snapshot: Option<PendingSnapshot>,
+    next_snapshot_id: u64,
+    /// Log positions of the snapshots completed since start, oldest first. The log is cut
+    /// only behind the oldest one kept on disk, so recovery can fall back to it.
+    snapshot_log_seqs: std::collections::VecDeque<u64>,
 }
 
+/// A snapshot whose files the sites are still writing.
+struct PendingSnapshot {
+    id: u64,
+    builder: SnapshotBuilder,
+    files: Vec<Option<FileEntry>>,
+    failed: Option<Error>,
+    /// Sequence number of its `SnapshotTaken` record: the log before it can go.
+    log_seq: Option<u64>,
+    /// Taken after a log failure cleared: once complete, writes are accepted again.
+    lifts_fence: bool,
+    started: std::time::Instant,
+    reply: Option<Reply>,
+}
+
+/// How long the coordinator waits for work before checking periodic duties.
+const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl Coordinator {
-    pub fn new(shared: Arc<Shared>, links: Vec<SiteLink>, catalog: Arc<Catalog>, store: CatalogStore, queue: Receiver<MpWork>) -> Result<Self> {
+    pub fn new(
+        shared: Arc<Shared>,
+        links: Vec<SiteLink>,
+        catalog: Arc<Catalog>,
+        ddl_records: Vec<String>,
+        store: CatalogStore,
+        queue: Receiver<MpWork>,
+        replaying: bool,
+    ) -> Result<Self> {
         let config = &shared.config;
         let mut registry = Registry::new(Scope::Coordinator, config.lua_instruction_budget, config.lua_memory_limit_bytes)?;
         registry.rebuild(&catalog)?;
         let env = FsDdlEnv::new(config.procedure_dir.clone());
-        Ok(Coordinator { shared, links, registry, catalog, ids: TxnIdGenerator::new(MP_PARTITION), store, env, queue })
+        let durable = shared.durable.clone();
+        let next_snapshot_id = snapshot::scan_snapshots(&snapshot::snapshots_dir(&config.data_dir))
+            .map(|s| s.complete.iter().map(|i| i.id).max().unwrap_or(0) + 1)
+            .unwrap_or(1);
+        Ok(Coordinator {
+            shared,
+            links,
+            registry,
+            catalog,
+            ids: TxnIdGenerator::new(MP_PARTITION),
+            store,
+            env,
+            queue,
+            durable,
+            ddl_records,
+            replaying,
+            snapshot: None,
+            next_snapshot_id,
+            snapshot_log_seqs: std::collections::VecDeque::new(),
+        })
     }
 
     pub fn run(mut self) {
-        while let Ok(work) = self.queue.recv() {
+        let mut last_snapshot = std::time::Instant::now();
+        loop {
+            let work = match self.queue.recv_timeout(IDLE_TICK) {
+                Ok(w) => w,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    self.periodic(&mut last_snapshot);
+                    continue;
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            };
             match work {
                 MpWork::Proc { name, params, reply } => {
                     let started = std::time::Instant::now();
-                    let outcome = self.transaction(|reg, runner, call| reg.call(&name, &params, call, runner));
+                    let record = Record::Mp { txn_id: 0, procedure: name.clone(), params: params.clone() };
+                    let outcome = self.logged_transaction(None, Some(record), |reg, runner, call| reg.call(&name, &params, call, runner));
                     self.record(&name, started, &params, &outcome);
                     reply(outcome);
                 }
                 MpWork::Statements { stmts, params, reply } => {
                     let started = std::time::Instant::now();
-                    let outcome = self.transaction(|_, runner, _| {
-                        let mut tables = Vec::with_capacity(stmts.len());
-                        for p in &stmts {
-                            let ps: &[Value] = if stmts.len() == 1 { &params } else { &[] };
-                            tables.push(runner.run(p, ps)?);
-                        }
-                        Ok(ProcOutput { tables, app_status: -128, app_status_string: None })
-                    });
+                    let writes = stmts.iter().any(|p| !p.read_only);
+                    let record = writes.then(|| adhoc_record(&stmts, &params));
+                    let outcome = self.logged_transaction(None, record, |_, runner, _| run_statements(runner, &stmts, &params));
                     self.record(crate::stats::ADHOC_PROCEDURE, started, &params, &outcome);
                     reply(outcome);
                 }
@@ -132,11 +211,44 @@ impl Coordinator {
                     let outcome = self.apply_ddl(&statements);
                     reply(outcome);
                 }
+                MpWork::Replay { txn_id, procedure, params } => self.replay(txn_id, procedure, params),
+                MpWork::ReplayDone(done) => {
+                    self.replaying = false;
+                    if let Err(e) = self.store.rewrite(&self.ddl_records) {
+                        tracing::error!("cannot rewrite the catalog file after recovery: {e}");
+                    }
+                    let _ = done.send(());
+                }
+                MpWork::ReleaseParked(partitions) => {
+                    for p in partitions {
+                        if let Some(l) = self.links.get(p as usize) {
+                            let _ = l.to_site.send(MpMsg::Rollback);
+                        }
+                    }
+                }
+                MpWork::Snapshot { reply } => self.start_snapshot(reply),
+                MpWork::SnapshotPart { id, partition, result } => self.snapshot_part(id, partition, result),
                 MpWork::Shutdown => break,
             }
         }
+        if let Err(e) = self.durable.log.flush_and_sync() {
+            tracing::error!("command log flush at shutdown failed: {e}");
+        }
         for l in &self.links {
             let _ = l.queue.send(SiteMsg::Shutdown);
+        }
+    }
+
+    /// Periodic snapshots, and the snapshot that lifts the write fence once the log works.
+    fn periodic(&mut self, last_snapshot: &mut std::time::Instant) {
+        if self.snapshot.is_some() || self.replaying {
+            return;
+        }
+        let fence_can_lift = self.durable.fenced() && !self.durable.log.is_failed();
+        let due = self.shared.config.snapshot_interval_s.is_some_and(|s| last_snapshot.elapsed().as_secs() >= s);
+        if fence_can_lift || due {
+            *last_snapshot = std::time::Instant::now();
+            self.start_snapshot(None);
         }
     }
 
@@ -147,10 +259,23 @@ impl Coordinator {
         mp.record(name, started.elapsed(), params, crate::stats::tables_bytes(&outcome.tables), error);
     }
 
-    fn begin(&mut self) -> i64 {
+    /// Parks every site: live, by queueing MpBegin (with a log marker when `log_markers`);
+    /// in replay, the log already queued it. Returns the transaction id.
+    fn begin(&mut self, replay_id: Option<i64>, log_markers: bool) -> i64 {
+        if let Some(id) = replay_id {
+            self.ids.advance_past(id);
+            return id;
+        }
         let txn_id = self.ids.next();
+        let log_marker = log_markers && self.durable.logging();
         for l in &self.links {
-            let _ = l.queue.send(SiteMsg::MpBegin { txn_id });
+            let _ = l.queue.send(SiteMsg::MpBegin { txn_id, log_marker });
+        }
+        if log_marker {
+            // Every site has logged its marker before the transaction's own record goes in.
+            for l in &self.links {
+                let _ = l.from_site.recv();
+            }
         }
         txn_id
     }
@@ -161,12 +286,21 @@ impl Coordinator {
         }
     }
 
-    /// Runs `body` as one multi-partition transaction.
-    fn transaction(
+    /// Runs `body` as one multi-partition transaction. A live transaction with a `record`
+    /// logs it before the body runs (the sites are parked, so nothing after their markers
+    /// can reach the log first) and is answered once the record is durable.
+    fn logged_transaction(
         &mut self,
+        replay_id: Option<i64>,
+        record: Option<Record>,
         body: impl FnOnce(&mut Registry, &mut MpRunner, &CallContext) -> Result<ProcOutput>,
     ) -> Outcome {
-        let txn_id = self.begin();
+        let logged = record.is_some() && replay_id.is_none() && self.durable.logging();
+        if logged && self.durable.fenced() {
+            return Outcome::error(self.durable.fence_error());
+        }
+        let txn_id = self.begin(replay_id, logged);
+        let durable = logged.then(|| self.log_record(record.map(|r| with_txn_id(r, txn_id))));
         let ts = timestamp_micros(txn_id);
         let mut runner = MpRunner { sites: ParkedSites { links: &self.links, ring: &self.shared.ring }, ctx: ExecCtx { txn_id, timestamp_micros: ts } };
         let call = CallContext { txn_id, timestamp_micros: ts, partition: None };
@@ -174,7 +308,72 @@ impl Coordinator {
         let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call)))
             .unwrap_or_else(|p| Err(Error::unexpected(format!("internal error: {}", panic_message(&p)))));
         self.end(result.is_ok());
-        Outcome::from_result(result)
+        let outcome = Outcome::from_result(result);
+        match durable.map(|rx| rx.recv().unwrap_or_else(|_| Err(Error::unavailable("the command log is shut down")))) {
+            Some(Err(e)) => {
+                self.durable.raise_fence();
+                crate::durable::unknown(e)
+            }
+            _ => outcome,
+        }
+    }
+
+    /// Appends a record; the returned channel says when it is durable (or why not).
+    fn log_record(&self, record: Option<Record>) -> Receiver<Result<u64>> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let Some(record) = record else {
+            let _ = tx.send(Ok(0));
+            return rx;
+        };
+        let ack_tx = tx.clone();
+        match record.encode() {
+            Ok(body) => {
+                let _ = self.durable.log.append(body, Some(Box::new(move |r| {
+                    let _ = ack_tx.send(r);
+                })));
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+        rx
+    }
+
+    /// Runs a multi-partition transaction from the log again, with its original id.
+    fn replay(&mut self, txn_id: i64, procedure: String, params: Vec<Value>) {
+        let result = match procedure.as_str() {
+            // Replaying the "@DDL" before it already put the old catalog back.
+            "@DDLRevert" => Ok(()),
+            "@DDL" => {
+                let records: Vec<String> = params.iter().map(|v| v.to_string()).collect();
+                self.install_records(&records, Some(txn_id))
+            }
+            "@AdHoc" => {
+                let sql = params.first().map(|v| v.to_string()).unwrap_or_default();
+                let params = params.get(1..).unwrap_or(&[]).to_vec();
+                let prepared: Result<Vec<Arc<Prepared>>> = lockstep_sql::split_statements(&sql)
+                    .and_then(|ss| ss.iter().map(|s| lockstep_sql::prepare(&self.catalog, s).map(Arc::new)).collect());
+                match prepared {
+                    Ok(stmts) => {
+                        let o = self.logged_transaction(Some(txn_id), None, |_, runner, _| run_statements(runner, &stmts, &params));
+                        outcome_result(o)
+                    }
+                    Err(e) => {
+                        // The sites are parked at this transaction's place: release them.
+                        self.begin(Some(txn_id), false);
+                        self.end(false);
+                        Err(e)
+                    }
+                }
+            }
+            name => {
+                let o = self.logged_transaction(Some(txn_id), None, |reg, runner, call| reg.call(name, &params, call, runner));
+                outcome_result(o)
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(txn_id, "a replayed multi-partition transaction failed: {e}");
+        }
     }
 
     /// Applies DDL statements one by one, each as its own schema change on every site.
@@ -183,7 +382,7 @@ impl Coordinator {
     fn apply_ddl(&mut self, statements: &[String]) -> Outcome {
         let mut messages = Vec::with_capacity(statements.len());
         for sql in statements {
-            match self.apply_one(sql, true) {
+            match self.apply_one(sql) {
                 Ok(msg) => messages.push(msg),
                 Err(e) => return Outcome::error(e),
             }
@@ -194,40 +393,261 @@ impl Coordinator {
     }
 
     /// Applies one DDL statement: plan it against a copy of the catalog, check every
-    /// procedure still plans, install it on every site, then record it on disk.
-    pub fn apply_one(&mut self, sql: &str, persist: bool) -> Result<String> {
-        let old = self.catalog.clone();
-        let mut next = (*old).clone();
+    /// procedure still plans, install it on every site, log it, and record it on disk.
+    pub fn apply_one(&mut self, sql: &str) -> Result<String> {
+        if self.durable.logging() && self.durable.fenced() {
+            return Err(self.durable.fence_error());
+        }
+        let mut next = (*self.catalog).clone();
         let outcome = lockstep_sql::apply_ddl(&mut next, sql, &self.env)?;
-        let next = Arc::new(next);
-        // Validate single-partition procedures on a scratch registry before any site sees them.
-        let config = &self.shared.config;
-        Registry::new(Scope::Site, config.lua_instruction_budget, config.lua_memory_limit_bytes)?.rebuild(&next)?;
-        self.registry.rebuild(&next)?;
-        if let Err(e) = self.install(next.clone()) {
-            let _ = self.install(old.clone());
-            let _ = self.registry.rebuild(&old);
-            return Err(e);
-        }
-        if persist {
-            let records = ddl::records_for(sql, &old, &next);
-            if let Err(e) = self.store.append(&records) {
-                let _ = self.install(old.clone());
-                let _ = self.registry.rebuild(&old);
-                return Err(e);
-            }
-        }
-        self.catalog = next.clone();
-        self.shared.publish(next);
+        let records = ddl::records_for(sql, &self.catalog, &next);
+        self.install(next, records, None)?;
         Ok(outcome.message)
     }
 
-    /// Sends a catalog to every site inside one MP transaction.
-    fn install(&mut self, catalog: Arc<Catalog>) -> Result<()> {
-        self.begin();
+    /// Applies logged DDL records (replay) as one schema change.
+    fn install_records(&mut self, records: &[String], replay_id: Option<i64>) -> Result<()> {
+        let mut next = (*self.catalog).clone();
+        let planned = records.iter().try_for_each(|r| lockstep_sql::apply_ddl(&mut next, r, &self.env).map(|_| ()));
+        if let Err(e) = planned {
+            // The sites are parked at this change's place in their logs: release them.
+            self.begin(replay_id, false);
+            self.end(false);
+            return Err(e);
+        }
+        self.install(next, records.to_vec(), replay_id)
+    }
+
+    /// Installs a new catalog: every procedure must still plan; every site adopts it in one
+    /// MP transaction (logged as "@DDL" with `records`); on failure the old one comes back.
+    fn install(&mut self, next: Catalog, records: Vec<String>, replay_id: Option<i64>) -> Result<()> {
+        let old = self.catalog.clone();
+        let next = Arc::new(next);
+        // Validate single-partition procedures on a scratch registry before any site sees them.
+        let config = &self.shared.config;
+        let valid = Registry::new(Scope::Site, config.lua_instruction_budget, config.lua_memory_limit_bytes)
+            .and_then(|mut scratch| scratch.rebuild(&next))
+            .and_then(|_| self.registry.rebuild(&next));
+        if let Err(e) = valid {
+            let _ = self.registry.rebuild(&old);
+            if replay_id.is_some() {
+                // The sites are parked at this change's place in their logs: release them.
+                self.begin(replay_id, false);
+                self.end(false);
+            }
+            return Err(e);
+        }
+        let params: Vec<Value> = records.iter().map(|r| Value::Str(r.clone())).collect();
+        let record = Record::Mp { txn_id: 0, procedure: "@DDL".into(), params };
+        if let Err(e) = self.install_on_sites(next.clone(), Some(record), replay_id) {
+            // Put the old catalog back, in a second MP transaction that is in the log too, so
+            // a replay parks the sites for it as well (replaying "@DDL" does this step itself;
+            // its "@DDLRevert" record only accounts for the markers).
+            let revert = Record::Mp { txn_id: 0, procedure: "@DDLRevert".into(), params: Vec::new() };
+            let _ = self.install_on_sites(old.clone(), Some(revert), replay_id);
+            let _ = self.registry.rebuild(&old);
+            return Err(e);
+        }
+        if !self.replaying {
+            if let Err(e) = self.store.append(&records) {
+                tracing::error!("the catalog file could not be written: {e}");
+            }
+        }
+        self.ddl_records.extend(records);
+        self.catalog = next.clone();
+        self.shared.publish(next);
+        Ok(())
+    }
+
+    /// Sends a catalog to every site inside one MP transaction, logged with `record` (its
+    /// markers are logged in any case, so a replay parks the sites for it too).
+    fn install_on_sites(&mut self, catalog: Arc<Catalog>, record: Option<Record>, replay_id: Option<i64>) -> Result<()> {
+        let live = replay_id.is_none() && self.durable.logging();
+        let txn_id = self.begin(replay_id, live);
+        let durable = (live && record.is_some()).then(|| self.log_record(record.map(|r| with_txn_id(r, txn_id))));
         let sites = ParkedSites { links: &self.links, ring: &self.shared.ring };
         let result = sites.send_all(|| MpMsg::Schema(catalog.clone())).map(|_| ());
         self.end(true);
-        result
+        match durable.map(|rx| rx.recv().unwrap_or_else(|_| Err(Error::unavailable("the command log is shut down")))) {
+            Some(Err(e)) => {
+                self.durable.raise_fence();
+                Err(e)
+            }
+            _ => result,
+        }
+    }
+
+    /// Parks every site, marks their state for a snapshot and logs where it was taken;
+    /// the sites then write their files between transactions.
+    fn start_snapshot(&mut self, reply: Option<Reply>) {
+        if self.snapshot.is_some() {
+            if let Some(reply) = reply {
+                reply(Outcome::error(Error::graceful("a snapshot is already being written; try again when it completes")));
+            }
+            return;
+        }
+        let id = self.next_snapshot_id;
+        self.next_snapshot_id += 1;
+        let root = snapshot::snapshots_dir(&self.shared.config.data_dir);
+        let partitions = self.links.len() as u32;
+        let lifts_fence = self.durable.fenced() && !self.durable.log.is_failed();
+        let txn_id = self.begin(None, false);
+        let catalog_text: String = self.ddl_records.iter().map(|r| format!("{};\n", r.trim().trim_end_matches(';'))).collect();
+        let marked = SnapshotBuilder::create(&root, id, txn_id, partitions, &catalog_text).and_then(|builder| {
+            let writers = (0..partitions).map(|p| builder.partition_writer(p)).collect::<Result<Vec<_>>>()?;
+            for (l, writer) in self.links.iter().zip(writers) {
+                l.to_site.send(MpMsg::SnapshotBegin { id, writer }).map_err(|_| Error::unavailable("a partition site has stopped"))?;
+            }
+            let answers: Vec<Result<ResultTable>> = self
+                .links
+                .iter()
+                .map(|l| l.from_site.recv().map_err(|_| Error::unavailable("a partition site has stopped")).and_then(|r| r))
+                .collect();
+            answers.into_iter().collect::<Result<Vec<_>>>()?;
+            Ok(builder)
+        });
+        let builder = match marked {
+            Ok(b) => b,
+            Err(e) => {
+                self.end(false);
+                if let Some(reply) = reply {
+                    reply(Outcome::error(e));
+                }
+                return;
+            }
+        };
+        // Where the snapshot falls in the log, written while every site is parked there.
+        let log_seq = if self.durable.logging() {
+            match self.log_record(Some(Record::SnapshotTaken { txn_id, snapshot_id: id })).recv() {
+                Ok(Ok(seq)) => Some(seq),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        self.end(true);
+        self.snapshot = Some(PendingSnapshot {
+            id,
+            builder,
+            files: vec![None; partitions as usize],
+            failed: None,
+            log_seq,
+            lifts_fence,
+            started: std::time::Instant::now(),
+            reply,
+        });
+    }
+
+    /// A site's file of a snapshot is written; the last one completes the snapshot.
+    fn snapshot_part(&mut self, id: u64, partition: u32, result: Result<FileEntry>) {
+        let Some(pending) = self.snapshot.as_mut().filter(|p| p.id == id) else { return };
+        match result {
+            Ok(f) => {
+                if let Some(slot) = pending.files.get_mut(partition as usize) {
+                    *slot = Some(f);
+                }
+            }
+            Err(e) => {
+                pending.failed = Some(e);
+                if let Some(slot) = pending.files.get_mut(partition as usize) {
+                    *slot = Some(FileEntry { name: String::new(), size: 0, crc32c: 0 });
+                }
+            }
+        }
+        if pending.files.iter().any(Option::is_none) {
+            return;
+        }
+        let Some(pending) = self.snapshot.take() else { return };
+        let root = snapshot::snapshots_dir(&self.shared.config.data_dir);
+        let completed = match pending.failed {
+            Some(e) => Err(e),
+            None => pending.builder.complete(pending.files.into_iter().flatten().collect()),
+        };
+        let outcome = match completed {
+            Ok(info) => {
+                if let Err(e) = snapshot::prune(&root, self.shared.config.snapshots_keep.max(1)) {
+                    tracing::warn!("pruning old snapshots failed: {e}");
+                }
+                if let Some(seq) = pending.log_seq {
+                    let keep = self.shared.config.snapshots_keep.max(1);
+                    self.snapshot_log_seqs.push_back(seq);
+                    while self.snapshot_log_seqs.len() > keep {
+                        self.snapshot_log_seqs.pop_front();
+                    }
+                    let oldest_kept = self.snapshot_log_seqs.front().copied().filter(|_| self.snapshot_log_seqs.len() == keep);
+                    if let Some(oldest) = oldest_kept {
+                        match self.durable.log.truncate_before(oldest) {
+                            Ok(n) if n > 0 => tracing::info!(segments = n, "command log truncated behind the oldest kept snapshot"),
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!("command log truncation failed: {e}"),
+                        }
+                    }
+                }
+                if pending.lifts_fence {
+                    self.durable.lower_fence();
+                }
+                let ms = pending.started.elapsed().as_millis() as i64;
+                tracing::info!(id = info.id, bytes = info.total_bytes, ms, "snapshot complete: {}", info.dir.display());
+                let mut t = ResultTable::with_columns(&[
+                    ("PATH", lockstep_core::DataType::Varchar),
+                    ("NONCE", lockstep_core::DataType::Varchar),
+                    ("TXNID", lockstep_core::DataType::BigInt),
+                    ("PARTITIONS", lockstep_core::DataType::Integer),
+                    ("BYTES", lockstep_core::DataType::BigInt),
+                    ("DURATION_MS", lockstep_core::DataType::BigInt),
+                    ("RESULT", lockstep_core::DataType::Varchar),
+                ]);
+                t.push(vec![
+                    Value::Str(info.dir.display().to_string()),
+                    Value::Str(info.id.to_string()),
+                    Value::Int(info.txn_id),
+                    Value::Int(info.partitions as i64),
+                    Value::Int(info.total_bytes as i64),
+                    Value::Int(ms),
+                    Value::Str("SUCCESS".into()),
+                ]);
+                Outcome::tables(vec![t])
+            }
+            Err(e) => {
+                tracing::error!("snapshot {id} failed: {e}");
+                Outcome::error(e)
+            }
+        };
+        if let Some(reply) = pending.reply {
+            reply(outcome);
+        }
+    }
+}
+
+/// The record of ad-hoc statements: "@AdHoc" with the SQL text and the parameters.
+fn adhoc_record(stmts: &[Arc<Prepared>], params: &[Value]) -> Record {
+    let sql: String = stmts.iter().map(|p| format!("{};\n", p.sql.trim().trim_end_matches(';'))).collect();
+    let mut all = Vec::with_capacity(params.len() + 1);
+    all.push(Value::Str(sql));
+    all.extend(params.iter().cloned());
+    Record::Mp { txn_id: 0, procedure: "@AdHoc".into(), params: all }
+}
+
+fn with_txn_id(r: Record, id: i64) -> Record {
+    match r {
+        Record::Mp { procedure, params, .. } => Record::Mp { txn_id: id, procedure, params },
+        other => other,
+    }
+}
+
+fn run_statements(runner: &mut MpRunner, stmts: &[Arc<Prepared>], params: &[Value]) -> Result<ProcOutput> {
+    let mut tables = Vec::with_capacity(stmts.len());
+    for p in stmts {
+        let ps: &[Value] = if stmts.len() == 1 { params } else { &[] };
+        tables.push(runner.run(p, ps)?);
+    }
+    Ok(ProcOutput { tables, app_status: -128, app_status_string: None })
+}
+
+fn outcome_result(o: Outcome) -> Result<()> {
+    if o.is_success() {
+        Ok(())
+    } else {
+        Err(Error::unexpected(o.status_string.unwrap_or_default()))
     }
 }

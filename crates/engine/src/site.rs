@@ -7,20 +7,26 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
-use lockstep_core::{Catalog, Error, HashRing, ResultTable, Result, Value};
+use lockstep_core::{Catalog, DataType, Error, HashRing, ResultTable, Result, TableId, Value};
 use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{ExecCtx, Prepared, SiteFn};
 use lockstep_storage::Partition;
 
+use crate::cmdlog::Record;
 use crate::config::EngineConfig;
+use crate::durable::Durable;
 use crate::export::ExportWriter;
+use crate::mp::MpWork;
 use crate::outcome::{Outcome, Reply};
+use crate::snapshot::{SnapshotItem, SnapshotReader, SnapshotWriter};
 use crate::registry::{Registry, Scope, StatementRunner};
 use crate::stats::{self, ProcStats};
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
 
 /// Times an idle site yields its core before it blocks on its queue.
 const IDLE_YIELDS_BEFORE_SLEEP: u32 = 200;
+/// Rows a site writes to a snapshot between two transactions.
+const SNAPSHOT_CHUNK_ROWS: usize = 2_000;
 
 /// What a single-partition call runs.
 pub enum SpWork {
@@ -28,13 +34,20 @@ pub enum SpWork {
     Proc(String),
     /// One planned ad-hoc statement.
     Statement(Arc<Prepared>),
+    /// Ad-hoc SQL from the command log, planned by the site against its own catalog (which
+    /// at that point of a replay is the one the statement first ran against).
+    Sql(String),
 }
 
 /// A message on a site's queue.
 pub enum SiteMsg {
     Call { work: SpWork, params: Vec<Value>, reply: Reply },
+    /// A logged transaction run again during recovery, with its original id.
+    Replay { work: SpWork, params: Vec<Value>, txn_id: i64 },
     /// Enter the multi-partition transaction `txn_id`: serve the MP link until it ends.
-    MpBegin { txn_id: i64 },
+    /// `log_marker` records where it fell in this site's order (not during replay, nor for
+    /// transactions that are not logged).
+    MpBegin { txn_id: i64, log_marker: bool },
     /// Run a closure on the site's partition outside any transaction (statistics).
     Inspect(Box<dyn FnOnce(&Partition) + Send>),
     /// Run a closure on the partition and the site's procedure counters (`@Statistics`).
@@ -52,6 +65,9 @@ pub enum MpMsg {
     Fragment(SiteFn),
     /// Adopt a new catalog (DDL); replies Ok or the reason the site cannot.
     Schema(Arc<Catalog>),
+    /// Mark the partition's state for snapshot `id` and write it out between later
+    /// transactions (copy-on-write); replies Ok once marked.
+    SnapshotBegin { id: u64, writer: SnapshotWriter },
     Commit,
     Rollback,
 }
@@ -80,23 +96,45 @@ pub struct Site {
     mp_in: Receiver<MpMsg>,
     mp_out: Sender<Result<ResultTable>>,
     stats: ProcStats,
+    durable: Arc<Durable>,
+    /// Where finished snapshot files are reported.
+    coordinator: Sender<MpWork>,
+    snapshot: Option<SiteSnapshot>,
+}
+
+/// A snapshot this site is writing between transactions.
+struct SiteSnapshot {
+    id: u64,
+    writer: SnapshotWriter,
+    /// The catalog when the snapshot began (tables may change while it is written).
+    catalog: Arc<Catalog>,
+    table: Option<TableId>,
+}
+
+/// The links a site needs besides its queue.
+pub struct SiteLinks {
+    pub queue: Receiver<SiteMsg>,
+    pub mp_in: Receiver<MpMsg>,
+    pub mp_out: Sender<Result<ResultTable>>,
+    pub coordinator: Sender<MpWork>,
+    pub durable: Arc<Durable>,
 }
 
 impl Site {
+    /// Builds the site; with `restore`, loads this partition's rows from that snapshot.
     pub fn new(
         id: u32,
         config: &EngineConfig,
         catalog: Arc<Catalog>,
         ring: HashRing,
-        queue: Receiver<SiteMsg>,
-        mp_in: Receiver<MpMsg>,
-        mp_out: Sender<Result<ResultTable>>,
+        links: SiteLinks,
+        restore: Option<&std::path::Path>,
     ) -> Result<Site> {
         let mut part = Partition::new(id);
         part.apply_schema(&catalog, &ring)?;
         let mut registry = Registry::new(Scope::Site, config.lua_instruction_budget, config.lua_memory_limit_bytes)?;
         registry.rebuild(&catalog)?;
-        Ok(Site {
+        let mut site = Site {
             id,
             part,
             registry,
@@ -104,11 +142,59 @@ impl Site {
             ring,
             ids: TxnIdGenerator::new(id),
             export: ExportWriter::new(&config.data_dir, id),
-            queue,
-            mp_in,
-            mp_out,
+            queue: links.queue,
+            mp_in: links.mp_in,
+            mp_out: links.mp_out,
             stats: ProcStats::default(),
-        })
+            durable: links.durable,
+            coordinator: links.coordinator,
+            snapshot: None,
+        };
+        if let Some(dir) = restore {
+            let rows = site.load_snapshot(dir).map_err(|e| e.context(format!("partition {id}: cannot load snapshot {}", dir.display())))?;
+            tracing::info!(site = id, rows, "loaded snapshot {}", dir.display());
+        }
+        Ok(site)
+    }
+
+    /// Loads the rows of a snapshot that belong to this partition: a partitioned table's
+    /// rows by the hash of their partition column (so the partition count may change), a
+    /// replicated table's from partition 0's file.
+    fn load_snapshot(&mut self, dir: &std::path::Path) -> Result<u64> {
+        let reader = SnapshotReader::open(dir)?;
+        let mut loaded = 0u64;
+        for p in 0..reader.manifest().partitions {
+            let mut file = reader.partition(p)?;
+            let mut table: Option<Arc<lockstep_core::TableDef>> = None;
+            while let Some(item) = file.next_item()? {
+                match item {
+                    SnapshotItem::Table { name, types } => {
+                        let def = self.catalog.table(&name).ok_or_else(|| Error::unexpected(format!("table {name} is not in the snapshot's catalog")))?;
+                        let expected: Vec<DataType> = def.columns.iter().map(|c| c.ty).collect();
+                        if expected != types {
+                            return Err(Error::unexpected(format!("table {name}: the snapshot's column types differ from the catalog's")));
+                        }
+                        table = Some(def.clone());
+                    }
+                    SnapshotItem::Rows(rows) => {
+                        let def = table.as_ref().ok_or_else(|| Error::unexpected("rows before any table in a snapshot file"))?;
+                        self.part.begin();
+                        for row in rows {
+                            let mine = match def.partition_column {
+                                Some(c) => self.ring.partition_for(&row[c]) == self.id,
+                                None => p == 0,
+                            };
+                            if mine {
+                                self.part.insert(def.id, row)?;
+                                loaded += 1;
+                            }
+                        }
+                        self.part.commit();
+                    }
+                }
+            }
+        }
+        Ok(loaded)
     }
 
     /// The site's loop: runs until Shutdown or until every sender is gone.
@@ -116,6 +202,11 @@ impl Site {
         loop {
             let msg = match self.queue.try_recv() {
                 Ok(m) => m,
+                Err(_) if self.snapshot.is_some() => {
+                    // Idle while writing a snapshot: write more of it.
+                    self.snapshot_step();
+                    continue;
+                }
                 Err(_) => {
                     // Idle: push exported rows out before sleeping.
                     if let Err(e) = self.export.flush() {
@@ -128,11 +219,20 @@ impl Site {
                 }
             };
             match msg {
-                SiteMsg::Call { work, params, reply } => {
-                    let outcome = self.run_single(work, &params);
-                    reply(outcome);
+                SiteMsg::Call { work, params, reply } => self.run_single(work, params, Some(reply), None),
+                SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, None, Some(txn_id)),
+                SiteMsg::MpBegin { txn_id, log_marker } => {
+                    if log_marker {
+                        // Mark this site's place in the log, then tell the coordinator, which
+                        // logs the transaction itself only after every site's marker: the
+                        // log then never holds the transaction without all its markers.
+                        self.durable.append(&Record::MpMarker { partition: self.id, mp_txn_id: txn_id });
+                        if self.mp_out.send(Ok(ResultTable::default())).is_err() {
+                            continue;
+                        }
+                    }
+                    self.serve_mp(txn_id)
                 }
-                SiteMsg::MpBegin { txn_id } => self.serve_mp(txn_id),
                 SiteMsg::Inspect(f) => f(&self.part),
                 SiteMsg::Stats(f) => f(&self.part, &self.stats),
                 SiteMsg::Quiesce(done) => {
@@ -143,10 +243,38 @@ impl Site {
                 }
                 SiteMsg::Shutdown => break,
             }
+            if self.snapshot.is_some() {
+                self.snapshot_step();
+            }
         }
         if let Err(e) = self.export.flush() {
             tracing::error!(site = self.id, "export flush failed: {e}");
         }
+    }
+
+    /// Writes the next chunk of the snapshot in progress; reports the file when done.
+    fn snapshot_step(&mut self) {
+        let Some(snap) = &mut self.snapshot else { return };
+        let result = match self.part.snapshot_chunk(SNAPSHOT_CHUNK_ROWS) {
+            Some(chunks) => {
+                let mut r = Ok(());
+                for (table, rows) in chunks {
+                    r = write_snapshot_rows(snap, table, &rows);
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                match r {
+                    Ok(()) => return,
+                    Err(e) => Err(e),
+                }
+            }
+            None => Ok(()),
+        };
+        self.part.end_snapshot();
+        let Some(snap) = self.snapshot.take() else { return };
+        let result = result.and_then(|()| snap.writer.finish());
+        let _ = self.coordinator.send(MpWork::SnapshotPart { id: snap.id, partition: self.id, result });
     }
 
     /// Waits for the next message. Work usually arrives within microseconds of the last
@@ -163,39 +291,71 @@ impl Site {
         self.queue.recv().ok()
     }
 
-    fn run_single(&mut self, work: SpWork, params: &[Value]) -> Outcome {
-        let txn_id = self.ids.next();
+    /// Runs one single-partition transaction. A live call (`reply`) that changed data is
+    /// logged before it is answered; a replayed one (`replay_id`) runs with its logged id.
+    fn run_single(&mut self, work: SpWork, params: Vec<Value>, reply: Option<Reply>, replay_id: Option<i64>) {
+        let txn_id = match replay_id {
+            Some(id) => {
+                self.ids.advance_past(id);
+                id
+            }
+            None => self.ids.next(),
+        };
         let ctx = ExecCtx { txn_id, timestamp_micros: timestamp_micros(txn_id) };
         let started = std::time::Instant::now();
         self.part.begin();
         let result = catch_unwind(AssertUnwindSafe(|| -> Result<ProcOutput> {
             let mut runner = LocalRunner { part: &mut self.part, ctx };
+            let tables = |t| Ok(ProcOutput { tables: vec![t], app_status: -128, app_status_string: None });
             match &work {
                 SpWork::Proc(name) => {
                     let call = CallContext { txn_id, timestamp_micros: ctx.timestamp_micros, partition: Some(self.id) };
-                    self.registry.call(name, params, &call, &mut runner)
+                    self.registry.call(name, &params, &call, &mut runner)
                 }
-                SpWork::Statement(p) => {
-                    let t = runner.run(p, params)?;
-                    Ok(ProcOutput { tables: vec![t], app_status: -128, app_status_string: None })
+                SpWork::Statement(p) => tables(runner.run(p, &params)?),
+                SpWork::Sql(sql) => {
+                    let p = Arc::new(lockstep_sql::prepare(&self.catalog, sql)?);
+                    tables(runner.run(&p, &params)?)
                 }
             }
         }))
         .unwrap_or_else(|panic| Err(Error::unexpected(format!("internal error: {}", panic_message(&panic)))));
         let name = match &work {
             SpWork::Proc(name) => name.as_str(),
-            SpWork::Statement(_) => stats::ADHOC_PROCEDURE,
+            SpWork::Statement(_) | SpWork::Sql(_) => stats::ADHOC_PROCEDURE,
         };
         let result_bytes = result.as_ref().map(|o| stats::tables_bytes(&o.tables)).unwrap_or(0);
-        self.stats.record(name, started.elapsed(), params, result_bytes, result.as_ref().err().map(|e| e.kind));
+        self.stats.record(name, started.elapsed(), &params, result_bytes, result.as_ref().err().map(|e| e.kind));
+        let changed = self.part.savepoint() > 0 || !self.part.pending_exports().is_empty();
+        let result = match result {
+            Ok(_) if changed && replay_id.is_none() && self.durable.fenced() => Err(self.durable.fence_error()),
+            r => r,
+        };
         match result {
             Ok(out) => {
                 self.commit(txn_id);
-                Outcome::from_output(out)
+                if replay_id.is_some() {
+                    return;
+                }
+                let outcome = Outcome::from_output(out);
+                let Some(reply) = reply else { return };
+                if !(changed && self.durable.logging()) {
+                    return reply(outcome);
+                }
+                let record = match work {
+                    SpWork::Proc(procedure) => Record::Sp { txn_id, partition: self.id, procedure, params },
+                    SpWork::Statement(p) => Record::AdHocSp { txn_id, partition: self.id, sql: p.sql.clone(), params },
+                    SpWork::Sql(sql) => Record::AdHocSp { txn_id, partition: self.id, sql, params },
+                };
+                self.durable.append_then_reply(&record, outcome, reply);
             }
             Err(e) => {
                 self.part.rollback();
-                Outcome::error(e)
+                if let Some(reply) = reply {
+                    reply(Outcome::error(e));
+                } else {
+                    tracing::warn!(site = self.id, txn_id, "a replayed transaction failed: {e}");
+                }
             }
         }
     }
@@ -233,6 +393,13 @@ impl Site {
                         return;
                     }
                 }
+                MpMsg::SnapshotBegin { id, writer } => {
+                    let r = self.begin_snapshot(id, writer).map(|_| ResultTable::default());
+                    if self.mp_out.send(r).is_err() {
+                        self.part.rollback();
+                        return;
+                    }
+                }
                 MpMsg::Commit => {
                     self.commit(txn_id);
                     return;
@@ -245,12 +412,43 @@ impl Site {
         }
     }
 
+    /// Marks the state to snapshot. The MP transaction that carries this has changed
+    /// nothing, so its (empty) undo scope is closed around the mark.
+    fn begin_snapshot(&mut self, id: u64, writer: SnapshotWriter) -> Result<()> {
+        if self.snapshot.is_some() {
+            return Err(Error::graceful("a snapshot is already being written"));
+        }
+        self.part.commit();
+        let marked = self.part.begin_snapshot();
+        self.part.begin();
+        marked?;
+        self.snapshot = Some(SiteSnapshot { id, writer, catalog: self.catalog.clone(), table: None });
+        Ok(())
+    }
+
     fn adopt(&mut self, catalog: Arc<Catalog>) -> Result<()> {
         self.part.apply_schema(&catalog, &self.ring)?;
         self.registry.rebuild(&catalog)?;
         self.catalog = catalog;
         Ok(())
     }
+}
+
+/// Appends rows of `table` to a snapshot file, starting the table's section if needed.
+fn write_snapshot_rows(snap: &mut SiteSnapshot, table: TableId, rows: &[Vec<Value>]) -> Result<()> {
+    if snap.table != Some(table) {
+        let def = snap
+            .catalog
+            .table_by_id(table)
+            .ok_or_else(|| Error::unexpected(format!("snapshot: table {table} is not in the catalog it began with")))?;
+        let types: Vec<DataType> = def.columns.iter().map(|c| c.ty).collect();
+        snap.writer.begin_table(&def.name, &types)?;
+        snap.table = Some(table);
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    snap.writer.write_rows(rows)
 }
 
 pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {

@@ -349,7 +349,7 @@ pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
             return reply(sync(vec![t]));
         }
         "LATENCY" => return reply(sync(vec![latency_table(&header, &shared.stats.latency.summary())])),
-        "COMMANDLOG" => return reply(sync(vec![command_log_table(&header)])),
+        "COMMANDLOG" => return reply(sync(vec![command_log_table(&header, engine)])),
         "PROCEDURE" | "PROCEDUREPROFILE" | "TABLE" | "INDEX" | "MEMORY" => {}
         other => {
             return reply(Outcome::error(Error::graceful(format!(
@@ -662,15 +662,48 @@ fn latency_table(h: &Header, s: &LatencySummary) -> ResultTable {
     t
 }
 
-/// COMMANDLOG: zeros until the command log (issue 5) exists, with VoltDB's columns.
-fn command_log_table(h: &Header) -> ResultTable {
-    use DataType::{BigInt as B, Integer as I};
+/// COMMANDLOG: VoltDB's columns, then Lockstep's own figures of the log.
+fn command_log_table(h: &Header, engine: &Engine) -> ResultTable {
+    use DataType::{BigInt as B, Integer as I, Varchar as V};
+    let log = &engine.shared().durable.log;
+    let st = log.stats();
+    let segments = crate::cmdlog::segment::list_segments(&crate::cmdlog::log_dir(&engine.shared().config.data_dir))
+        .map(|s| s.len())
+        .unwrap_or(0) as i64;
+    let fsync_interval = match log.mode() {
+        crate::cmdlog::Durability::Async { flush_ms } => flush_ms as i64,
+        _ => 0,
+    };
     let mut t = table_with(
         Header::columns(false),
-        &[("OUTSTANDING_BYTES", B), ("OUTSTANDING_TXNS", B), ("IN_USE_SEGMENT_COUNT", I), ("SEGMENT_COUNT", I), ("FSYNC_INTERVAL", I)],
+        &[
+            ("OUTSTANDING_BYTES", B),
+            ("OUTSTANDING_TXNS", B),
+            ("IN_USE_SEGMENT_COUNT", I),
+            ("SEGMENT_COUNT", I),
+            ("FSYNC_INTERVAL", I),
+            ("MODE", V),
+            ("RECORDS", B),
+            ("BYTES", B),
+            ("SYNCS", B),
+            ("LAST_SYNC_LATENCY_US", B),
+            ("FAILED", I),
+        ],
     );
     let mut r = h.row(None);
-    r.extend((0..5).map(|_| Value::Int(0)));
+    r.extend([
+        Value::Int(0),
+        Value::Int(st.queued as i64),
+        Value::Int(segments.min(1)),
+        Value::Int(segments),
+        Value::Int(fsync_interval),
+        Value::Str(st.mode.to_string()),
+        Value::Int(st.records as i64),
+        Value::Int(st.bytes as i64),
+        Value::Int(st.syncs as i64),
+        Value::Int(st.last_sync_latency_us as i64),
+        Value::Int(st.failed as i64),
+    ]);
     t.push(r);
     t
 }

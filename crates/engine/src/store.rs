@@ -42,6 +42,23 @@ impl CatalogStore {
     }
 }
 
+impl CatalogStore {
+    /// Replaces the file with `statements`, atomically (write aside, sync, rename).
+    pub fn rewrite(&self, statements: &[String]) -> Result<()> {
+        let io = |e: std::io::Error| Error::unexpected(format!("cannot write {}: {e}", self.path.display()));
+        let tmp = self.path.with_extension("sql.tmp");
+        let mut text = String::new();
+        for s in statements {
+            text.push_str(s.trim().trim_end_matches(';'));
+            text.push_str(";\n");
+        }
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)
+    }
+}
+
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }

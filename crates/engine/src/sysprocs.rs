@@ -35,6 +35,9 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
         }
         "@statistics" => return stats::statistics(engine, &call, reply),
         "@quiesce" => return quiesce(engine, reply),
+        // Snapshots live in the data directory; VoltDB's path and nonce arguments are ignored.
+        "@snapshotsave" => return engine.snapshot(reply),
+        "@statehash" => return state_hash(engine, reply),
         _ => {}
     }
     let result = match name.as_str() {
@@ -48,6 +51,7 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
         "@systeminformation" => system_information(engine, &call),
         "@explain" => explain(engine, &call),
         "@explainproc" => explain_proc(engine, &call),
+        "@snapshotscan" => snapshot_scan(engine),
         "@pause" => {
             engine.shared().set_paused(true);
             tracing::info!("paused: calls that write are refused until @Resume");
@@ -67,6 +71,56 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
         Ok(tables) => Outcome::tables(tables),
         Err(e) => Outcome::error(e),
     });
+}
+
+/// `@StateHash`: a hash of every partition's rows (tests compare states with it).
+fn state_hash(engine: &Engine, reply: Reply) {
+    let n = engine.partition_count() as usize;
+    let gather = stats::Gather::new(n, move |hashes: Vec<Option<u64>>| {
+        let mut t = ResultTable::with_columns(&[("PARTITION_ID", DataType::Integer), ("STATE_HASH", DataType::BigInt)]);
+        for (p, h) in hashes.into_iter().enumerate() {
+            t.push(vec![Value::Int(p as i64), h.map(|h| Value::Int(h as i64)).unwrap_or(Value::Null)]);
+        }
+        reply(Outcome::tables(vec![t]))
+    });
+    for p in 0..n {
+        let g = gather.clone();
+        engine.shared().send_site(p as u32, crate::site::SiteMsg::Inspect(Box::new(move |part| g.put(p, part.state_hash()))));
+    }
+}
+
+/// `@SnapshotScan`: the snapshots in the data directory, complete ones and rejected ones.
+fn snapshot_scan(engine: &Engine) -> Result<Vec<ResultTable>> {
+    let root = crate::snapshot::snapshots_dir(&engine.shared().config.data_dir);
+    let scan = crate::snapshot::scan_snapshots(&root)?;
+    let mut t = ResultTable::with_columns(&[
+        ("PATH", DataType::Varchar),
+        ("NONCE", DataType::Varchar),
+        ("TXNID", DataType::BigInt),
+        ("CREATED", DataType::BigInt),
+        ("SIZE", DataType::BigInt),
+        ("PARTITIONS", DataType::Integer),
+        ("RESULT", DataType::Varchar),
+        ("ERR_MSG", DataType::Varchar),
+    ]);
+    for s in &scan.complete {
+        t.push(vec![
+            Value::Str(s.dir.display().to_string()),
+            Value::Str(s.id.to_string()),
+            Value::Int(s.txn_id),
+            Value::Int(s.created_unix_ms as i64),
+            Value::Int(s.total_bytes as i64),
+            Value::Int(s.partitions as i64),
+            Value::Str("SUCCESS".into()),
+            Value::Null,
+        ]);
+    }
+    for (dir, why) in &scan.rejected {
+        let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let row = vec![Value::Str(dir.display().to_string()), Value::Str(name), Value::Null, Value::Null, Value::Null, Value::Null];
+        t.push(row.into_iter().chain([Value::Str("FAILURE".into()), Value::Str(why.clone())]).collect());
+    }
+    Ok(vec![t])
 }
 
 /// The answer to a call that writes while the database is paused (VoltDB's wording).
@@ -259,11 +313,14 @@ fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> 
                 ("export", "true".to_string()),
                 ("exportoverflowpath", shared.config.data_dir.join("export").display().to_string()),
                 // The command log (issue 5) is not built yet: reported off until it is.
-                ("commandlogenabled", "false".to_string()),
-                ("commandlogmode", "async".to_string()),
-                ("commandlogfreqtime", "200".to_string()),
+                ("commandlogenabled", engine.shared().durable.logging().to_string()),
+                ("commandlogmode", engine.shared().durable.log.mode_name().to_string()),
+                ("commandlogfreqtime", match shared.config.durability {
+                    crate::cmdlog::Durability::Async { flush_ms } => flush_ms.to_string(),
+                    _ => "0".to_string(),
+                }),
                 ("commandlogfreqtxns", "2147483647".to_string()),
-                ("commandlogpath", shared.config.data_dir.join("command_log").display().to_string()),
+                ("commandlogpath", crate::cmdlog::log_dir(&shared.config.data_dir).display().to_string()),
                 ("commandlogsnapshotpath", shared.config.data_dir.join("command_log_snapshot").display().to_string()),
                 ("snapshotenabled", "false".to_string()),
                 ("snapshotpath", shared.config.data_dir.join("snapshots").display().to_string()),

@@ -47,6 +47,18 @@ impl TxnIdGenerator {
     }
 }
 
+impl TxnIdGenerator {
+    /// Makes every later id greater than `txn_id` (after replaying logged transactions).
+    pub fn advance_past(&mut self, txn_id: i64) {
+        let ms = txn_id >> (COUNTER_BITS + PARTITION_BITS);
+        let counter = (txn_id >> PARTITION_BITS) & COUNTER_MAX;
+        if (ms, counter) > (self.last_ms, self.counter) {
+            self.last_ms = ms;
+            self.counter = counter;
+        }
+    }
+}
+
 /// The timestamp (µs since the Unix epoch) a transaction id carries.
 pub fn timestamp_micros(txn_id: i64) -> i64 {
     ((txn_id >> (COUNTER_BITS + PARTITION_BITS)) + EPOCH_MS) * 1000

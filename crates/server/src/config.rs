@@ -14,6 +14,11 @@ pub struct ServerConfig {
     pub sites: Option<u32>,
     pub procedures: Option<PathBuf>,
     pub in_flight_per_connection: usize,
+    /// "off", "async" or "sync" (default sync).
+    pub command_log: Option<String>,
+    pub flush_ms: Option<u64>,
+    pub snapshot_interval: Option<u64>,
+    pub snapshots_keep: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -24,6 +29,10 @@ impl Default for ServerConfig {
             sites: None,
             procedures: None,
             in_flight_per_connection: IN_FLIGHT_PER_CONNECTION_DEFAULT,
+            command_log: None,
+            flush_ms: None,
+            snapshot_interval: None,
+            snapshots_keep: None,
         }
     }
 }
@@ -37,6 +46,10 @@ pub struct FileConfig {
     pub sites: Option<u32>,
     pub procedures: Option<PathBuf>,
     pub in_flight_per_connection: Option<usize>,
+    pub command_log: Option<String>,
+    pub flush_ms: Option<u64>,
+    pub snapshot_interval: Option<u64>,
+    pub snapshots_keep: Option<usize>,
 }
 
 impl FileConfig {
@@ -61,6 +74,18 @@ impl FileConfig {
         }
         if let Some(v) = self.in_flight_per_connection {
             c.in_flight_per_connection = v;
+        }
+        if self.command_log.is_some() {
+            c.command_log = self.command_log;
+        }
+        if self.flush_ms.is_some() {
+            c.flush_ms = self.flush_ms;
+        }
+        if self.snapshot_interval.is_some() {
+            c.snapshot_interval = self.snapshot_interval;
+        }
+        if self.snapshots_keep.is_some() {
+            c.snapshots_keep = self.snapshots_keep;
         }
     }
 }

@@ -47,7 +47,7 @@ impl Server {
     }
 
     pub fn start_with(data: &Path, extra: &[&str], listen: &str) -> Server {
-        let mut child = Command::new(BIN)
+        let child = Command::new(BIN)
             .arg("server")
             .args(["--listen", listen, "--data"])
             .arg(data)
@@ -56,6 +56,11 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start lockstep server");
+        Self::from_child(child, data)
+    }
+
+    /// Waits for the ready line of a server started by the caller (stdout piped).
+    pub fn from_child(mut child: Child, data: &Path) -> Server {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let addr = loop {
@@ -68,6 +73,25 @@ impl Server {
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         Server { child, addr, data: data.to_path_buf() }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the server (SIGTERM) and returns what it wrote on stderr (which the caller
+    /// piped when starting it).
+    pub fn stop_and_read_stderr(mut self) -> String {
+        let mut err = self.child.stderr.take();
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        if let Some(e) = err.as_mut() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut text);
+        }
+        text
     }
 
     pub async fn client(&self) -> Client {

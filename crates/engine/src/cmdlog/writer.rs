@@ -202,15 +202,29 @@ impl CommandLog {
         self.mode
     }
 
+    /// "off", "async" or "sync".
+    pub fn mode_name(&self) -> &'static str {
+        self.mode.name()
+    }
+
     /// Queues a record body (from `Record::encode`), blocking while the queue is full.
-    /// On Err (record too large, log failed or closed) the record is not logged and `ack`
-    /// is dropped without being called; otherwise `ack` is called exactly once.
+    /// `ack` is called exactly once: with the record's sequence number once it is as
+    /// durable as the mode promises, or with the error that kept it from being logged
+    /// (record too large, log failed or closed), in which case `append` returns that error
+    /// too.
     pub fn append(&self, body: Vec<u8>, ack: Option<Ack>) -> Result<()> {
+        let refuse = |e: Error, ack: Option<Ack>| {
+            if let Some(ack) = ack {
+                ack(Err(e.clone()));
+            }
+            Err(e)
+        };
         if body.is_empty() || body.len() > RECORD_SIZE_MAX_BYTES {
-            return Err(Error::graceful(format!(
+            let e = Error::graceful(format!(
                 "a command log record of {} bytes is outside 1..={RECORD_SIZE_MAX_BYTES}",
                 body.len()
-            )));
+            ));
+            return refuse(e, ack);
         }
         let Some(tx) = &self.tx else {
             if let Some(ack) = ack {
@@ -219,9 +233,20 @@ impl CommandLog {
             return Ok(());
         };
         if self.shared.failed.load(Ordering::SeqCst) {
-            return Err(self.shared.failed_error());
+            return refuse(self.shared.failed_error(), ack);
         }
-        tx.send(Msg::Append { body, ack }).map_err(|_| closed())
+        match tx.send(Msg::Append { body, ack }) {
+            Ok(()) => Ok(()),
+            Err(e) => match e.0 {
+                Msg::Append { ack, .. } => refuse(closed(), ack),
+                _ => Err(closed()),
+            },
+        }
+    }
+
+    /// Whether appends are refused because the disk failed.
+    pub fn is_failed(&self) -> bool {
+        self.shared.failed.load(Ordering::SeqCst)
     }
 
     /// Writes and syncs everything appended so far (for shutdown and snapshots).
