@@ -253,3 +253,77 @@ async fn async_mode_keeps_what_was_acknowledged_before_the_flush_window() {
     let client = server.client().await;
     assert_eq!(scalar(&adhoc(&client, "SELECT COUNT(*) FROM kv").await), i(200));
 }
+
+/// A small filesystem for the data directory, so the disk can really fill up.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(tag: &str, size: &str) -> SmallDisk {
+        let dir = std::env::temp_dir().join(format!("lockstep-disk-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(&dir).output().unwrap();
+        assert!(out.status.success(), "this test mounts a small tmpfs (it needs root): {}", String::from_utf8_lossy(&out.stderr));
+        SmallDisk(dir)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_stops_writes_keeps_reads_and_recovers_when_space_returns() {
+    let disk = SmallDisk::mount("full", "6m");
+    let filler = disk.0.join("filler");
+    std::fs::write(&filler, vec![7u8; 3 * 1024 * 1024]).unwrap();
+    let data = disk.0.join("data");
+    let server = Server::start_with(&data, &["--sites", "2", "--command-log", "sync"], "127.0.0.1:0");
+    let client = server.client().await;
+    adhoc(&client, "CREATE TABLE blob (k BIGINT NOT NULL PRIMARY KEY, v VARCHAR(20000 BYTES) NOT NULL)").await;
+    adhoc(&client, "PARTITION TABLE blob ON COLUMN k").await;
+    let big = "x".repeat(16_000);
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for k in 0..2000i64 {
+        let r = client.call("BLOB.insert", vec![i(k), s(&big)]).await.unwrap();
+        if r.status == 1 {
+            acked.push(k);
+        } else {
+            refused = Some((r.status, r.status_string.unwrap_or_default()));
+            break;
+        }
+    }
+    let (status, msg) = refused.expect("the disk should fill up");
+    assert!(status == -7 || status == -5, "a write that cannot be logged is not acknowledged: {status} {msg}");
+    // While the disk is full, writes are refused with a clear error and reads still work.
+    let r = client.call("BLOB.insert", vec![i(1_000_000), s("y")]).await.unwrap();
+    assert_eq!(r.status, -5, "{:?}", r.status_string);
+    assert!(r.status_string.unwrap_or_default().contains("command log"));
+    let n = scalar(&adhoc(&client, "SELECT COUNT(*) FROM blob WHERE k < 1000000").await).as_i64().unwrap();
+    assert!(n >= acked.len() as i64);
+    // Space returns: writes resume once the log works and a snapshot has captured memory.
+    std::fs::remove_file(&filler).unwrap();
+    let mut resumed = false;
+    for _ in 0..100 {
+        let r = client.call("BLOB.insert", vec![i(2_000_000), s("z")]).await.unwrap();
+        if r.status == 1 {
+            resumed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(resumed, "writes should resume after the disk has space again");
+    acked.push(2_000_000);
+    sigkill(server);
+    let server = Server::start_with(&data, &["--sites", "2"], "127.0.0.1:0");
+    let client = server.client().await;
+    for k in &acked {
+        let r = adhoc(&client, &format!("SELECT COUNT(*) FROM blob WHERE k = {k}")).await;
+        assert_eq!(scalar(&r), i(1), "acknowledged key {k} lost");
+    }
+    drop(server);
+    drop(disk);
+}
