@@ -148,7 +148,9 @@ class AdminTest {
         assertEquals("0", props.get("kfactor"));
         assertEquals("1", props.get("hostcount"));
         assertEquals(Integer.toString(LockstepServer.SITES), props.get("sitesperhost"));
-        assertEquals("false", props.get("commandlogenabled"));
+        // The command log is on, in synchronous mode, by default.
+        assertEquals("true", props.get("commandlogenabled"));
+        assertEquals("sync", props.get("commandlogmode"));
     }
 
     @Test

@@ -64,9 +64,12 @@ class RestartTest {
             assertEquals("two", note.getString(0));
             VoltTable cols = Clients.adHoc(after, "SELECT id, note FROM kept WHERE id = 2").getResults()[0];
             assertEquals(2, cols.getColumnCount());
-            // The SQL procedure came back too. (That the row committed before the restart
-            // survives is the command log's to prove: issue 5.)
-            assertEquals(ClientResponse.SUCCESS, after.callProcedure("KeptCount").getStatus());
+            // The SQL procedure came back too, and so did the row committed before the
+            // restart (the command log is on, in sync mode, by default).
+            assertEquals(2L, after.callProcedure("KeptCount").getResults()[0].asScalarLong());
+            VoltTable one = Clients.adHoc(after, "SELECT note FROM kept WHERE id = 1").getResults()[0];
+            assertTrue(one.advanceRow());
+            assertEquals("one", one.getString(0));
         } finally {
             Clients.closeQuietly(after);
         }
