@@ -327,3 +327,33 @@ async fn a_full_disk_stops_writes_keeps_reads_and_recovers_when_space_returns() 
     drop(server);
     drop(disk);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_restore_brings_back_the_data_of_a_snapshot() {
+    let dir = TempDir::new("restore");
+    let server = Server::start_with(&dir.0, &["--sites", "2"], "127.0.0.1:0");
+    let client = server.client().await;
+    load_schema(&client).await;
+    for k in 0..100 {
+        ok(&client, "KV.insert", vec![i(k), i(k % 3)]).await;
+    }
+    let saved = ok(&client, "@SnapshotSave", vec![]).await;
+    let nonce = saved.tables[0].rows[0][1].to_string();
+    let at_snapshot = ok(&client, "@StateHash", vec![]).await.tables[0].rows.clone();
+    adhoc(&client, "DELETE FROM kv WHERE k < 50").await;
+    for k in 100..120 {
+        ok(&client, "KV.insert", vec![i(k), i(9)]).await;
+    }
+    let r = client.call("@SnapshotRestore", vec![s("no-such")]).await.unwrap();
+    assert_eq!(r.status, -2);
+    let restored = ok(&client, "@SnapshotRestore", vec![s(&nonce)]).await;
+    assert_eq!(restored.tables[0].rows[0][1], i(100));
+    assert_eq!(ok(&client, "@StateHash", vec![]).await.tables[0].rows, at_snapshot);
+    let view = adhoc(&client, "SELECT v, n FROM kv_total ORDER BY v").await;
+    assert_eq!(view.tables[0].rows, vec![vec![i(0), i(34)], vec![i(1), i(33)], vec![i(2), i(33)]]);
+    // The restore is durable like any transaction.
+    sigkill(server);
+    let server = Server::start_with(&dir.0, &["--sites", "2"], "127.0.0.1:0");
+    let client = server.client().await;
+    assert_eq!(ok(&client, "@StateHash", vec![]).await.tables[0].rows, at_snapshot);
+}

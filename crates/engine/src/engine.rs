@@ -134,7 +134,7 @@ fn fail_work(work: MpWork) {
     let e = || Outcome::error(Error::unavailable("the server is shutting down"));
     match work {
         MpWork::Proc { reply, .. } | MpWork::Statements { reply, .. } | MpWork::Ddl { reply, .. } => reply(e()),
-        MpWork::Snapshot { reply: Some(reply) } => reply(e()),
+        MpWork::Snapshot { reply: Some(reply) } | MpWork::Restore { reply, .. } => reply(e()),
         _ => {}
     }
 }

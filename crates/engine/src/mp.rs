@@ -42,6 +42,8 @@ pub enum MpWork {
     ReleaseParked(Vec<u32>),
     /// Take a snapshot; `reply` (if any) is answered when it is complete on disk.
     Snapshot { reply: Option<Reply> },
+    /// Replace the data of every table with snapshot `id`'s, in one transaction.
+    Restore { id: String, reply: Reply },
     /// A site finished writing its file of snapshot `id`.
     SnapshotPart { id: u64, partition: u32, result: Result<FileEntry> },
     Shutdown,
@@ -227,6 +229,19 @@ impl Coordinator {
                     }
                 }
                 MpWork::Snapshot { reply } => self.start_snapshot(reply),
+                MpWork::Restore { id, reply } => {
+                    let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::Str(id.clone())] };
+                    let outcome = match self.restore_fn(&id) {
+                        Ok(f) => self.logged_transaction(None, Some(record), |_, runner, _| restore(runner, f)),
+                        Err(e) => Outcome::error(e),
+                    };
+                    if outcome.is_success() {
+                        // The restored state gets its own snapshot, so recovery does not
+                        // depend on the restored-from files staying on disk.
+                        self.start_snapshot(None);
+                    }
+                    reply(outcome);
+                }
                 MpWork::SnapshotPart { id, partition, result } => self.snapshot_part(id, partition, result),
                 MpWork::Shutdown => break,
             }
@@ -366,6 +381,17 @@ impl Coordinator {
                     }
                 }
             }
+            "@SnapshotRestore" => {
+                let id = params.first().map(|v| v.to_string()).unwrap_or_default();
+                match self.restore_fn(&id) {
+                    Ok(f) => outcome_result(self.logged_transaction(Some(txn_id), None, |_, runner, _| restore(runner, f))),
+                    Err(e) => {
+                        self.begin(Some(txn_id), false);
+                        self.end(false);
+                        Err(e)
+                    }
+                }
+            }
             name => {
                 let o = self.logged_transaction(Some(txn_id), None, |reg, runner, call| reg.call(name, &params, call, runner));
                 outcome_result(o)
@@ -475,6 +501,30 @@ impl Coordinator {
             }
             _ => result,
         }
+    }
+
+    /// The fragment that restores snapshot `id` on a partition: every table emptied, then
+    /// loaded with the snapshot's rows that belong to the partition.
+    fn restore_fn(&self, id: &str) -> Result<SiteFn> {
+        let root = snapshot::snapshots_dir(&self.shared.config.data_dir);
+        let info = snapshot::list_snapshots(&root)?
+            .into_iter()
+            .find(|s| s.id.to_string() == id.trim())
+            .ok_or_else(|| Error::graceful(format!("no complete snapshot {id} in {} (@SnapshotScan lists them)", root.display())))?;
+        let catalog = self.catalog.clone();
+        let ring = self.shared.ring.clone();
+        let dir = info.dir;
+        Ok(Arc::new(move |part: &mut lockstep_storage::Partition| {
+            for def in catalog.tables().filter(|t| matches!(t.kind, lockstep_core::TableKind::Table)) {
+                let rows: Vec<_> = part.table(def.id)?.scan().map(|(id, _)| id).collect();
+                for row in rows {
+                    part.delete(def.id, row)?;
+                }
+            }
+            let mut loaded = 0;
+            crate::site::load_snapshot_rows(part, &catalog, &ring, &dir, &mut |_| {}, &mut loaded)?;
+            Ok(ResultTable::scalar("ROWS", loaded as i64))
+        }))
     }
 
     /// Parks every site, marks their state for a snapshot and logs where it was taken;
@@ -642,6 +692,14 @@ fn run_statements(runner: &mut MpRunner, stmts: &[Arc<Prepared>], params: &[Valu
         tables.push(runner.run(p, ps)?);
     }
     Ok(ProcOutput { tables, app_status: -128, app_status_string: None })
+}
+
+/// Runs a restore fragment everywhere; answers with the rows loaded.
+fn restore(runner: &mut MpRunner, f: SiteFn) -> Result<ProcOutput> {
+    let loaded: i64 = runner.sites.run(Target::All, f)?.iter().filter_map(|t| t.first_value().and_then(Value::as_i64)).sum();
+    let mut t = ResultTable::with_columns(&[("RESULT", lockstep_core::DataType::Varchar), ("ROWS", lockstep_core::DataType::BigInt)]);
+    t.push(vec![Value::Str("SUCCESS".into()), Value::Int(loaded)]);
+    Ok(ProcOutput { tables: vec![t], app_status: -128, app_status_string: None })
 }
 
 fn outcome_result(o: Outcome) -> Result<()> {

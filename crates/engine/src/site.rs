@@ -157,43 +157,13 @@ impl Site {
         Ok(site)
     }
 
-    /// Loads the rows of a snapshot that belong to this partition: a partitioned table's
-    /// rows by the hash of their partition column (so the partition count may change), a
-    /// replicated table's from partition 0's file.
     fn load_snapshot(&mut self, dir: &std::path::Path) -> Result<u64> {
-        let reader = SnapshotReader::open(dir)?;
-        let mut loaded = 0u64;
-        for p in 0..reader.manifest().partitions {
-            let mut file = reader.partition(p)?;
-            let mut table: Option<Arc<lockstep_core::TableDef>> = None;
-            while let Some(item) = file.next_item()? {
-                match item {
-                    SnapshotItem::Table { name, types } => {
-                        let def = self.catalog.table(&name).ok_or_else(|| Error::unexpected(format!("table {name} is not in the snapshot's catalog")))?;
-                        let expected: Vec<DataType> = def.columns.iter().map(|c| c.ty).collect();
-                        if expected != types {
-                            return Err(Error::unexpected(format!("table {name}: the snapshot's column types differ from the catalog's")));
-                        }
-                        table = Some(def.clone());
-                    }
-                    SnapshotItem::Rows(rows) => {
-                        let def = table.as_ref().ok_or_else(|| Error::unexpected("rows before any table in a snapshot file"))?;
-                        self.part.begin();
-                        for row in rows {
-                            let mine = match def.partition_column {
-                                Some(c) => self.ring.partition_for(&row[c]) == self.id,
-                                None => p == 0,
-                            };
-                            if mine {
-                                self.part.insert(def.id, row)?;
-                                loaded += 1;
-                            }
-                        }
-                        self.part.commit();
-                    }
-                }
-            }
-        }
+        let mut loaded = 0;
+        load_snapshot_rows(&mut self.part, &self.catalog, &self.ring, dir, &mut |part| {
+            part.commit();
+            part.begin();
+        }, &mut loaded)?;
+        self.part.commit();
         Ok(loaded)
     }
 
@@ -432,6 +402,51 @@ impl Site {
         self.catalog = catalog;
         Ok(())
     }
+}
+
+/// Loads the rows of a snapshot that belong to partition `part`: a partitioned table's rows
+/// by the hash of their partition column (so the partition count may change), a replicated
+/// table's from partition 0's file. `between_chunks` runs after each chunk of rows.
+pub(crate) fn load_snapshot_rows(
+    part: &mut Partition,
+    catalog: &Catalog,
+    ring: &HashRing,
+    dir: &std::path::Path,
+    between_chunks: &mut dyn FnMut(&mut Partition),
+    loaded: &mut u64,
+) -> Result<()> {
+    let reader = SnapshotReader::open(dir)?;
+    for p in 0..reader.manifest().partitions {
+        let mut file = reader.partition(p)?;
+        let mut table: Option<Arc<lockstep_core::TableDef>> = None;
+        while let Some(item) = file.next_item()? {
+            match item {
+                SnapshotItem::Table { name, types } => {
+                    let def = catalog.table(&name).ok_or_else(|| Error::graceful(format!("table {name} of the snapshot is not in the catalog")))?;
+                    let expected: Vec<DataType> = def.columns.iter().map(|c| c.ty).collect();
+                    if expected != types {
+                        return Err(Error::graceful(format!("table {name}: the snapshot's column types differ from the catalog's")));
+                    }
+                    table = Some(def.clone());
+                }
+                SnapshotItem::Rows(rows) => {
+                    let def = table.as_ref().ok_or_else(|| Error::unexpected("rows before any table in a snapshot file"))?;
+                    for row in rows {
+                        let mine = match def.partition_column {
+                            Some(c) => ring.partition_for(&row[c]) == part.id(),
+                            None => p == 0,
+                        };
+                        if mine {
+                            part.insert(def.id, row)?;
+                            *loaded += 1;
+                        }
+                    }
+                    between_chunks(part);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Appends rows of `table` to a snapshot file, starting the table's section if needed.

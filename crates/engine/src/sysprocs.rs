@@ -38,6 +38,14 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
         // Snapshots live in the data directory; VoltDB's path and nonce arguments are ignored.
         "@snapshotsave" => return engine.snapshot(reply),
         "@statehash" => return state_hash(engine, reply),
+        // `@SnapshotRestore(id)`, or VoltDB's (path, nonce): the nonce names the snapshot.
+        "@snapshotrestore" => {
+            let id = match str_param(&call, call.params.len().saturating_sub(1).min(1), "the snapshot id (its NONCE in @SnapshotScan)") {
+                Ok(id) => id,
+                Err(e) => return reply(Outcome::error(e)),
+            };
+            return engine.shared().send_mp(crate::mp::MpWork::Restore { id, reply });
+        }
         _ => {}
     }
     let result = match name.as_str() {
