@@ -67,6 +67,16 @@ pub(crate) fn to_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result
     }
 }
 
+/// Checks what [`to_param`] would check of a non-table value, without converting it.
+pub(crate) fn check_scalar_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result<(), String> {
+    match v {
+        LuaValue::Nil | LuaValue::Integer(_) | LuaValue::Number(_) | LuaValue::Boolean(_) => Ok(()),
+        LuaValue::String(_) if ty == Some(DataType::Varbinary) => Ok(()),
+        LuaValue::String(s) if s.to_str().is_ok() => Ok(()),
+        other => scalar_to_param(other, ty, pos).map(|_| ()),
+    }
+}
+
 fn scalar_to_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result<Value, String> {
     Ok(match v {
         LuaValue::Nil => Value::Null,

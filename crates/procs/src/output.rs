@@ -6,6 +6,7 @@
 use lockstep_core::{DataType, Error, ResultTable, Value};
 use mlua::{AnyUserData, MultiValue, Value as LuaValue};
 
+use crate::shared::Shared;
 use crate::stmt::ResultObj;
 
 /// Most result tables one call may return.
@@ -13,7 +14,11 @@ pub(crate) const RETURN_TABLES_MAX: usize = 10_000;
 
 /// Collects the tables, moving result objects out of Lua (no copy) unless one is returned
 /// twice.
-pub(crate) fn tables(procedure: &str, returned: MultiValue) -> Result<Vec<ResultTable>, Error> {
+pub(crate) fn tables(
+    procedure: &str,
+    shared: &Shared,
+    returned: MultiValue,
+) -> Result<Vec<ResultTable>, Error> {
     let mut out = Collector {
         procedure,
         tables: Vec::new(),
@@ -21,6 +26,9 @@ pub(crate) fn tables(procedure: &str, returned: MultiValue) -> Result<Vec<Result
     };
     for v in returned {
         match v {
+            LuaValue::Table(t) if crate::stmt::is_bound(shared, &t) => {
+                return Err(out.bad("a bound statement (run it with batch)"));
+            }
             LuaValue::Table(t) => {
                 let len = t.raw_len();
                 if len == 0 && t.clone().pairs::<LuaValue, LuaValue>().next().is_some() {
@@ -31,7 +39,10 @@ pub(crate) fn tables(procedure: &str, returned: MultiValue) -> Result<Vec<Result
                 }
                 for i in 1..=len {
                     let item: LuaValue = t.raw_get(i).map_err(|e| out.bad(&e.to_string()))?;
-                    if matches!(item, LuaValue::Table(_)) {
+                    if let LuaValue::Table(inner) = &item {
+                        if crate::stmt::is_bound(shared, inner) {
+                            return Err(out.bad("a bound statement (run it with batch)"));
+                        }
                         return Err(out.bad("an array containing a table (arrays of arrays are not results; use result_table)"));
                     }
                     out.add(item)?;

@@ -208,7 +208,7 @@ impl LuaRuntime {
         let fatal = self.shared.take_fatal();
         match (returned, fatal) {
             (Ok(values), None) => Ok(ProcOutput {
-                tables: output::tables(&proc.name, values)?,
+                tables: output::tables(&proc.name, &self.shared, values)?,
                 app_status: self.shared.app_status.get(),
                 app_status_string: self.shared.app_status_string.take(),
             }),

@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     pub(crate) app_status_string: RefCell<Option<String>>,
     /// splitmix64 state of `ctx.random`, seeded from the txn id.
     pub(crate) rng_state: Cell<u64>,
+    /// The metatable marking bound statements (set once by `stmt::register`).
+    pub(crate) bound_meta: std::cell::OnceCell<mlua::Table>,
 }
 
 impl Shared {
@@ -53,6 +55,7 @@ impl Shared {
             app_status: Cell::new(APP_STATUS_UNSET),
             app_status_string: RefCell::new(None),
             rng_state: Cell::new(0),
+            bound_meta: std::cell::OnceCell::new(),
         }
     }
 

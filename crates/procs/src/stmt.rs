@@ -33,11 +33,18 @@ pub(crate) struct Stmt {
     shared: Rc<Shared>,
 }
 
-/// A statement with its parameters, waiting for `batch`.
+/// A statement with its parameters, waiting for `batch`, when a parameter is an array (the
+/// array is converted at bind time, so later changes to the Lua table do not leak in).
+/// Scalar-only bindings are plain Lua tables instead (see [`BOUND_NAME`]): a userdata costs
+/// a Rust allocation and a finalizer run by the collector, on every call of a procedure.
 pub(crate) struct Bound {
     id: usize,
     params: Vec<Value>,
 }
+
+/// `__name` (and `__metatable`) of the metatable of scalar-only bound statements: a table
+/// `{stmt, arg1, arg2, ...}` whose arguments `batch` converts and checks again.
+pub(crate) const BOUND_NAME: &str = "bound statement";
 
 /// What `stmt:query` and `batch` return: a result table seen from Lua.
 pub(crate) struct ResultObj {
@@ -130,19 +137,35 @@ impl Stmt {
 
     /// The call's arguments as statement parameters, checked against the plan.
     fn params(&self, lua: &Lua, args: &MultiValue) -> mlua::Result<Vec<Value>> {
-        if args.len() != self.param_types.len() {
-            return Err(located(
-                lua,
-                format_args!(
-                    "statement \"{}\" takes {} parameters but was given {}",
-                    self.quoted(),
-                    self.param_types.len(),
-                    args.len()
-                ),
-            ));
+        self.params_from(lua, args.len(), args.iter())
+    }
+
+    /// Fails unless `given` arguments is this statement's parameter count.
+    fn check_count(&self, lua: &Lua, given: usize) -> mlua::Result<()> {
+        if given == self.param_types.len() {
+            return Ok(());
         }
-        let mut params = Vec::with_capacity(args.len());
-        for (i, (arg, ty)) in args.iter().zip(&self.param_types).enumerate() {
+        Err(located(
+            lua,
+            format_args!(
+                "statement \"{}\" takes {} parameters but was given {}",
+                self.quoted(),
+                self.param_types.len(),
+                given
+            ),
+        ))
+    }
+
+    /// `len` arguments as statement parameters, checked against the plan.
+    fn params_from<'a>(
+        &self,
+        lua: &Lua,
+        len: usize,
+        args: impl Iterator<Item = &'a LuaValue>,
+    ) -> mlua::Result<Vec<Value>> {
+        self.check_count(lua, len)?;
+        let mut params = Vec::with_capacity(len);
+        for (i, (arg, ty)) in args.zip(&self.param_types).enumerate() {
             match convert::to_param(arg, *ty, i + 1) {
                 Ok(v) => params.push(v),
                 Err(msg) => {
@@ -154,6 +177,34 @@ impl Stmt {
             }
         }
         Ok(params)
+    }
+
+    /// `stmt:bind(...)`: checks the arguments now (errors point at the bind), then keeps
+    /// them in a plain table, or converted in a [`Bound`] when one is an array.
+    fn bind(&self, lua: &Lua, ud: AnyUserData, args: MultiValue) -> mlua::Result<LuaValue> {
+        if args.iter().any(|a| matches!(a, LuaValue::Table(_))) {
+            let params = self.params(lua, &args)?;
+            return Ok(LuaValue::UserData(lua.create_userdata(Bound {
+                id: self.id,
+                params,
+            })?));
+        }
+        self.check_count(lua, args.len())?;
+        for (i, (arg, ty)) in args.iter().zip(&self.param_types).enumerate() {
+            if let Err(msg) = convert::check_scalar_param(arg, *ty, i + 1) {
+                return Err(located(
+                    lua,
+                    format_args!("{msg} (statement \"{}\")", self.quoted()),
+                ));
+            }
+        }
+        let t = lua.create_table_with_capacity(args.len() + 1, 0)?;
+        t.raw_set(1, ud)?;
+        for (i, arg) in args.into_iter().enumerate() {
+            t.raw_set(i + 2, arg)?;
+        }
+        t.set_metatable(self.shared.bound_meta.get().cloned())?;
+        Ok(LuaValue::Table(t))
     }
 
     fn run(&self, lua: &Lua, args: &MultiValue) -> mlua::Result<ResultTable> {
@@ -190,11 +241,9 @@ impl UserData for Stmt {
         methods.add_method("exec", |lua, this, args: MultiValue| {
             Ok(modified_count(&this.run(lua, &args)?))
         });
-        methods.add_method("bind", |lua, this, args: MultiValue| {
-            Ok(Bound {
-                id: this.id,
-                params: this.params(lua, &args)?,
-            })
+        methods.add_function("bind", |lua, (ud, args): (AnyUserData, MultiValue)| {
+            let this = ud.borrow::<Stmt>()?;
+            this.bind(lua, ud.clone(), args)
         });
     }
 }
@@ -231,6 +280,12 @@ impl UserData for ResultObj {
 
 /// Puts `sql`, `batch` and `result_table` into the sandbox's base table.
 pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Result<()> {
+    // `__metatable` hides the metatable from getmetatable/setmetatable, so procedures can
+    // neither forge a bound statement from a table nor change this one.
+    let bound_meta = lua.create_table()?;
+    bound_meta.raw_set("__name", BOUND_NAME)?;
+    bound_meta.raw_set("__metatable", BOUND_NAME)?;
+    let _ = shared.bound_meta.set(bound_meta);
     let s = shared.clone();
     base.raw_set(
         "sql",
@@ -297,11 +352,12 @@ fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValu
     }
     let mut calls = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let bound = match item {
-            LuaValue::UserData(ud) => ud.borrow::<Bound>().ok(),
+        let call = match item {
+            LuaValue::Table(t) => bound_call(lua, shared, t)?,
+            LuaValue::UserData(ud) => ud.borrow::<Bound>().ok().map(|b| (b.id, b.params.clone())),
             _ => None,
         };
-        let Some(bound) = bound else {
+        let Some(call) = call else {
             return Err(located(
                 lua,
                 format_args!(
@@ -311,7 +367,7 @@ fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValu
                 ),
             ));
         };
-        calls.push((bound.id, bound.params.clone()));
+        calls.push(call);
     }
     let tables = match shared.with_host(|h| h.execute_batch(calls)) {
         Some(Ok(tables)) => tables,
@@ -335,6 +391,36 @@ fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValu
         return Ok(MultiValue::from_vec(vec![LuaValue::Table(t)]));
     }
     Ok(out)
+}
+
+/// Whether `t` is a scalar-only bound statement made by `stmt:bind`.
+pub(crate) fn is_bound(shared: &Shared, t: &Table) -> bool {
+    match (t.metatable(), shared.bound_meta.get()) {
+        (Some(mt), Some(bound)) => mt == *bound,
+        _ => false,
+    }
+}
+
+/// The statement and converted parameters of a bound-statement table; None when `t` is not
+/// one. The arguments are converted (and so checked) again here: the table is plain Lua.
+fn bound_call(lua: &Lua, shared: &Shared, t: &Table) -> mlua::Result<Option<(usize, Vec<Value>)>> {
+    if !is_bound(shared, t) {
+        return Ok(None);
+    }
+    let LuaValue::UserData(ud) = t.raw_get::<LuaValue>(1)? else {
+        return Ok(None);
+    };
+    let Ok(stmt) = ud.borrow::<Stmt>() else {
+        return Ok(None);
+    };
+    // raw_len is at least 1 here (slot 1 holds the statement); trailing nil arguments
+    // shorten a Lua sequence, so count the slots the statement expects when they are nil.
+    let len = t.raw_len().saturating_sub(1).max(stmt.param_types.len());
+    let mut args = Vec::with_capacity(len);
+    for i in 0..len {
+        args.push(t.raw_get::<LuaValue>(i + 2)?);
+    }
+    Ok(Some((stmt.id, stmt.params_from(lua, len, args.iter())?)))
 }
 
 fn batch_too_long(lua: &Lua, len: usize) -> mlua::Error {

@@ -268,6 +268,51 @@ end
 }
 
 #[test]
+fn bound_statements_check_at_bind_convert_at_batch_and_cannot_be_forged() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "K",
+        r#"
+local a = sql "SELECT ? AS x, ? AS y"
+local b = sql "SELECT ? AS z"
+return function(mode)
+  if mode == "nil" then batch(a:bind(nil, 7), b:bind({1, 2})) return nil end
+  if mode == "meta" then return getmetatable(a:bind(1, 2)) end
+  if mode == "forge" then return batch(setmetatable({a, 1, 2}, {}), b:bind(1)) end
+  if mode == "edit" then local t = a:bind(1, 2); t[2] = function() end; return batch(t, t) end
+  if mode == "few" then return a:bind(1) end
+  if mode == "ret" then return a:bind(1, 2) end
+  return { b:bind(1) }
+end
+"#,
+    )
+    .unwrap();
+    let mut host = FakeHost::new(|_, _| Ok(ResultTable::scalar("X", 1)));
+    call(&mut rt, "K", &[Value::from("nil")], &mut host).unwrap();
+    assert_eq!(
+        host.calls,
+        vec![
+            (0, vec![Value::Null, Value::Int(7)]),
+            (1, vec![Value::Array(vec![Value::Int(1), Value::Int(2)])])
+        ]
+    );
+    let meta = call(&mut rt, "K", &[Value::from("meta")], &mut host).unwrap();
+    assert_eq!(meta.tables, vec![one(DataType::Varchar, Value::from("bound statement"))]);
+    let forged = call(&mut rt, "K", &[Value::from("forge")], &mut host).unwrap_err();
+    assert!(forged.message.contains("batch() item 1 is a table"), "{}", forged.message);
+    let edited = call(&mut rt, "K", &[Value::from("edit")], &mut host).unwrap_err();
+    assert!(edited.message.contains("parameter 1 is a function"), "{}", edited.message);
+    let few = call(&mut rt, "K", &[Value::from("few")], &mut host).unwrap_err();
+    assert!(few.message.contains("takes 2 parameters but was given 1"), "{}", few.message);
+    for mode in ["ret", "array"] {
+        let e = call(&mut rt, "K", &[Value::from(mode)], &mut host).unwrap_err();
+        assert!(e.message.contains("returned a bound statement"), "{mode}: {}", e.message);
+    }
+    assert_eq!(host.batches, vec![2]);
+}
+
+#[test]
 fn every_return_shape_becomes_the_documented_tables() {
     assert_eq!(run("return nil", &[]).unwrap().tables, vec![]);
     assert_eq!(run("", &[]).unwrap().tables, vec![]);

@@ -103,7 +103,7 @@ pub fn each_in_table(
             }
         }
         Probe::Lookup(ix, key) => {
-            for id in t.lookup(*ix, key) {
+            for id in t.lookup_iter(*ix, key) {
                 if let Some(row) = t.get(id) {
                     if !f(id, row)? {
                         return Ok(false);

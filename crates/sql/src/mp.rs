@@ -47,7 +47,7 @@ pub fn execute_mp(
     ctx: &ExecCtx,
     sites: &mut dyn SiteAccess,
 ) -> Result<ResultTable> {
-    let params = coerce_params(p, params)?;
+    let params = coerce_params(p, params)?.into_owned();
     let one = |pid: u32| -> (Target, SiteFn) {
         let (p, params, ctx) = (p.clone(), params.clone(), *ctx);
         (

@@ -42,6 +42,23 @@ fn slot(slots: &Slots, id: RowId) -> &[Value] {
     }
 }
 
+/// The rows an index lookup found: at most one from a unique hash probe, else a range.
+pub enum Lookup<'a> {
+    One(Option<RowId>),
+    Many(Box<dyn Iterator<Item = RowId> + 'a>),
+}
+
+impl Iterator for Lookup<'_> {
+    type Item = RowId;
+
+    fn next(&mut self) -> Option<RowId> {
+        match self {
+            Lookup::One(id) => id.take(),
+            Lookup::Many(iter) => iter.next(),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Index {
     pub(crate) columns: Box<[usize]>,
@@ -142,8 +159,9 @@ impl Index {
         }
     }
 
-    /// Rows whose key starts with `key`, in index order.
-    pub(crate) fn lookup(&self, slots: &Slots, key: &[Value]) -> Vec<RowId> {
+    /// Rows whose key starts with `key`, in index order. A full key of a unique index is
+    /// one hash probe and allocates nothing.
+    pub(crate) fn lookup<'a>(&'a self, slots: &Slots, key: &[Value]) -> Lookup<'a> {
         if key.len() == self.columns.len()
             && (!self.nulls_distinct || !key.iter().any(Value::is_null))
         {
@@ -154,11 +172,10 @@ impl Index {
                     let row = slot(slots, id);
                     cols.iter().zip(key).all(|(&c, k)| row[c] == *k)
                 });
-                return found.map(|&id| vec![id]).unwrap_or_default();
+                return Lookup::One(found.copied());
             }
         }
-        self.range(Bound::Included(key), Bound::Included(key), false)
-            .collect()
+        Lookup::Many(self.range(Bound::Included(key), Bound::Included(key), false))
     }
 
     /// Rows between two key prefixes, ascending or descending.

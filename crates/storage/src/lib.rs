@@ -21,6 +21,7 @@ mod validate;
 mod view;
 
 pub use partition::{ExportRow, Partition};
+pub use index::Lookup;
 pub use table::{Table, TABLE_ROWS_MAX};
 
 /// A row's slot number within one table of one partition.

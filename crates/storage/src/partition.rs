@@ -141,7 +141,8 @@ impl Partition {
                 .iter()
                 .map(|&c| row[c].clone())
                 .collect();
-            match t.lookup(pk, &key).first().copied() {
+            let found = t.lookup_iter(pk, &key).next();
+            match found {
                 Some(id) => p.update_checked(table, id, row),
                 None => p.insert_checked(table, row).map(|_| ()),
             }

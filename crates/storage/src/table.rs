@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use lockstep_core::{Error, Result, TableDef, Value};
 
-use crate::index::Index;
+use crate::index::{Index, Lookup};
 use crate::snapshot::CowScan;
 use crate::view::ViewLayout;
 use crate::RowId;
@@ -136,9 +136,15 @@ impl Table {
     /// total order, so a NULL in `key` matches NULL: callers wanting SQL's `= NULL` (never
     /// true) must not look NULL up. Unknown index numbers give no rows.
     pub fn lookup(&self, index: usize, key: &[Value]) -> Vec<RowId> {
+        self.lookup_iter(index, key).collect()
+    }
+
+    /// As [`Table::lookup`], without collecting: the transaction path's point lookups then
+    /// allocate nothing.
+    pub fn lookup_iter(&self, index: usize, key: &[Value]) -> Lookup<'_> {
         match self.indexes.get(index) {
             Some(ix) if key.len() <= ix.columns.len() => ix.lookup(&self.slots, key),
-            _ => Vec::new(),
+            _ => Lookup::One(None),
         }
     }
 

@@ -145,7 +145,7 @@ fn group_key(vdef: &ViewDef, src: &[Value]) -> Vec<Value> {
 }
 
 fn find_group(view_table: &Table, layout: &ViewLayout, key: &[Value]) -> Option<RowId> {
-    view_table.lookup(layout.group_index, key).first().copied()
+    view_table.lookup_iter(layout.group_index, key).next()
 }
 
 fn layout(view_table: &Table) -> Result<&ViewLayout> {
