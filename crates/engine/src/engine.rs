@@ -181,6 +181,7 @@ impl Engine {
         let mut links = Vec::new();
         let mut sites = Vec::new();
         let mut threads = Vec::new();
+        let mut starting = Vec::new();
         for id in 0..config.sites {
             let (queue_tx, queue_rx) = unbounded();
             let (to_site_tx, to_site_rx) = unbounded();
@@ -189,13 +190,17 @@ impl Engine {
             // A site's Lua state cannot move between threads: build the site on its own.
             let (site_config, site_catalog, site_ring) = (config.clone(), catalog.clone(), ring.clone());
             let restore = base.as_ref().map(|b| b.dir.clone());
-            threads.push(spawn_built(
+            starting.push(spawn_building(
                 format!("site-{id}"),
                 move || Site::new(id, &site_config, site_catalog, site_ring, site_links, restore.as_deref()),
                 Site::run,
             )?);
             links.push(SiteLink { queue: queue_tx.clone(), to_site: to_site_tx, from_site: from_site_rx });
             sites.push(queue_tx);
+        }
+        // The sites build (and load their share of a snapshot) in parallel.
+        for site in starting {
+            threads.push(site.wait()?);
         }
         let started_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -224,7 +229,7 @@ impl Engine {
         )?);
         let engine = Arc::new(Engine { shared, threads: Mutex::new(threads) });
         if let Some(reader) = log_reader {
-            let replayed = recovery::replay(&engine, reader, base.as_ref().map(|b| b.id))?;
+            let replayed = recovery::replay(&engine, reader, base.as_ref())?;
             // A fresh snapshot makes the next recovery short and gives a catalog that came
             // from the catalog file a base in the log's world; wait for it, so a crash soon
             // after start cannot lose that base.
@@ -419,6 +424,32 @@ where
     B: FnOnce() -> Result<T> + Send + 'static,
     R: FnOnce(T) + Send + 'static,
 {
+    let started = spawn_building(name, build, run)?;
+    started.wait()
+}
+
+/// A thread still building its state.
+struct Starting {
+    name: String,
+    handle: JoinHandle<()>,
+    built: std::sync::mpsc::Receiver<Result<()>>,
+}
+
+impl Starting {
+    /// Waits until the thread's state is built; its error if building failed.
+    fn wait(self) -> Result<JoinHandle<()>> {
+        self.built.recv().map_err(|_| Error::unexpected(format!("thread {} died while starting", self.name)))??;
+        Ok(self.handle)
+    }
+}
+
+/// Starts a thread that builds its state with `build`, then runs it with `run`; does not
+/// wait, so several can build at once (sites loading a snapshot).
+fn spawn_building<T, B, R>(name: String, build: B, run: R) -> Result<Starting>
+where
+    B: FnOnce() -> Result<T> + Send + 'static,
+    R: FnOnce(T) + Send + 'static,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     let handle = std::thread::Builder::new()
         .name(name.clone())
@@ -432,6 +463,5 @@ where
             }
         })
         .map_err(|e| Error::unexpected(format!("cannot start thread {name}: {e}")))?;
-    rx.recv().map_err(|_| Error::unexpected(format!("thread {name} died while starting")))??;
-    Ok(handle)
+    Ok(Starting { name, handle, built: rx })
 }

@@ -60,11 +60,11 @@ pub fn open_log(dir: &Path) -> Result<Peekable<LogReader>> {
 
 /// Replays the log after snapshot `base` (the whole log without one). Returns how many
 /// transactions were replayed, once every site and the coordinator have run them.
-pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<u64>) -> Result<u64> {
+pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<&SnapshotInfo>) -> Result<u64> {
     let shared = engine.shared().clone();
     let started = Instant::now();
     // Records up to the snapshot's are already in it.
-    if let Some(id) = base {
+    if let Some(id) = base.map(|b| b.id) {
         let mut found = false;
         for entry in log.by_ref() {
             if matches!(entry?.record, Record::SnapshotTaken { snapshot_id, .. } if snapshot_id == id) {
@@ -77,6 +77,17 @@ pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<u
         }
     }
     let sites = engine.partition_count();
+    let changed_sites = |written: u32| {
+        Error::graceful(format!(
+            "the command log was written with --sites {written} but the server now has {sites}: restart with --sites {written}, take a snapshot (lockstep snapshot save), then change --sites"
+        ))
+    };
+    // Logged transactions only replay on the partitioning they ran on.
+    if let Some(b) = base.filter(|b| b.partitions != sites) {
+        if log.peek().is_some() {
+            return Err(changed_sites(b.partitions));
+        }
+    }
     let check = |p: u32| -> Result<u32> {
         if p >= sites {
             return Err(Error::unexpected(format!(
@@ -102,7 +113,12 @@ pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<u
                 shared.send_site(partition, SiteMsg::MpBegin { txn_id: mp_txn_id, log_marker: false });
             }
             Record::Mp { txn_id, procedure, params } => {
-                open_markers.remove(&txn_id);
+                // Every site marked a logged multi-partition transaction.
+                if let Some(marked) = open_markers.remove(&txn_id) {
+                    if marked.len() as u32 != sites {
+                        return Err(changed_sites(marked.len() as u32));
+                    }
+                }
                 shared.send_mp(MpWork::Replay { txn_id, procedure, params })
             }
             Record::SnapshotTaken { .. } => continue,

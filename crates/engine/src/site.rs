@@ -416,7 +416,11 @@ pub(crate) fn load_snapshot_rows(
     loaded: &mut u64,
 ) -> Result<()> {
     let reader = SnapshotReader::open(dir)?;
-    for p in 0..reader.manifest().partitions {
+    // With the same number of partitions (so the same ring), partition p's rows are all in
+    // file p: read only that one.
+    let files = reader.manifest().partitions;
+    let own = (files == ring.partitions()).then_some(part.id());
+    for p in (0..files).filter(|p| own.is_none_or(|o| o == *p)) {
         let mut file = reader.partition(p)?;
         let mut table: Option<Arc<lockstep_core::TableDef>> = None;
         while let Some(item) = file.next_item()? {
@@ -433,8 +437,9 @@ pub(crate) fn load_snapshot_rows(
                     let def = table.as_ref().ok_or_else(|| Error::unexpected("rows before any table in a snapshot file"))?;
                     for row in rows {
                         let mine = match def.partition_column {
+                            Some(_) if own.is_some() => true,
                             Some(c) => ring.partition_for(&row[c]) == part.id(),
-                            None => p == 0,
+                            None => own.is_some() || p == 0,
                         };
                         if mine {
                             part.insert(def.id, row)?;
