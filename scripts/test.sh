@@ -4,7 +4,8 @@
 #      the real `lockstep` binary on 127.0.0.1 and drive it over TCP);
 #   2. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
 #      Central) and its JDBC driver against the real server.
-# Installs what the tests need when it is missing (a JDK 17 and Maven, from Debian).
+# Installs what the tests need when it is missing (a JDK 17 and Maven; PostgreSQL 15, Redis
+# and Tarantool for the side-by-side adapters' tests; all from Debian).
 # Set LOCKSTEP_LONG=1 to also run the long soak and crash loops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,9 @@ if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   $sudo apt-get update -q
   $sudo apt-get install -y -q openjdk-17-jdk-headless maven
 fi
+
+# The peers the side-by-side adapters are tested against (PostgreSQL, Redis, Tarantool).
+bash scripts/peers.sh install
 
 # Build once (tests and the server binary), then run the tests.
 cargo build --workspace --tests --bins

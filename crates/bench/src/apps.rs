@@ -97,6 +97,9 @@ fn inline_source(app: &App, stmt: &str) -> Result<String, Error> {
 
 /// Loads the app unless `probe_table` already exists; returns whether it loaded.
 pub async fn ensure_loaded(conn: &Conn, app: &App, probe_table: &str) -> Result<bool, Error> {
+    if let Conn::Peer(peer) = conn {
+        return peer.ensure_loaded(app, probe_table).await;
+    }
     let probe = conn.call("@AdHoc", vec![format!("SELECT COUNT(*) FROM {probe_table}").into()]).await?;
     if probe.is_success() {
         return Ok(false);

@@ -55,6 +55,8 @@ impl Answer {
 pub enum Conn {
     Net(Client),
     Embedded(Arc<EmbeddedEngine>),
+    /// PostgreSQL, Tarantool or Redis running the same apps (crate::peers).
+    Peer(Arc<crate::peers::Peer>),
 }
 
 /// An engine started by the benchmark, removed (with its data directory) on shutdown.
@@ -113,6 +115,7 @@ impl Conn {
                 let call = Call { procedure: proc.to_string(), params, ..Call::default() };
                 e.submit(call).await
             }
+            Conn::Peer(p) => p.call(proc, params).await,
         }
     }
 
@@ -142,6 +145,7 @@ impl Conn {
                 }
                 Ok(out)
             }
+            Conn::Peer(p) => p.call_all_partitions(proc, params).await,
         }
     }
 

@@ -4,6 +4,7 @@
 
 pub mod apps;
 pub mod conn;
+pub mod peers;
 pub mod report;
 pub mod rng;
 pub mod runner;
@@ -42,6 +43,13 @@ pub struct BenchArgs {
     /// Server address.
     #[arg(long, default_value = "127.0.0.1:21212", conflicts_with = "embedded")]
     pub server: String,
+    /// System under load: lockstep://HOST:PORT (default: --server), postgres://USER@HOST:PORT/DB,
+    /// tarantool://USER:PASSWORD@HOST:PORT or redis://HOST:PORT. Same workloads and checks.
+    #[arg(long, conflicts_with = "embedded")]
+    pub target: Option<String>,
+    /// Connections to a peer (default: 4 per core for PostgreSQL, 2 for Tarantool and Redis).
+    #[arg(long)]
+    pub peer_connections: Option<usize>,
     /// Run an engine in this process instead (no network): the engine's own ceiling.
     #[arg(long)]
     pub embedded: bool,
@@ -129,11 +137,20 @@ fn validate(args: &BenchArgs) -> Result<(), Error> {
 
 async fn run_async(args: BenchArgs) -> Result<i32, Error> {
     validate(&args)?;
+    let target = match &args.target {
+        Some(t) => peers::parse_target(t)?,
+        None => peers::Target::Lockstep(args.server.clone()),
+    };
     let conn = if args.embedded {
         Conn::embedded(args.sites)?
+    } else if let Some(peer) = peers::Peer::connect(&target, args.peer_connections).await? {
+        Conn::Peer(Arc::new(peer))
     } else {
+        let peers::Target::Lockstep(server) = &target else {
+            return Err(Error::unexpected("a peer target did not connect to a peer"));
+        };
         // Room for the window plus every-partition fan-out and periodic queries.
-        Conn::connect(&args.server, args.window.saturating_mul(4).max(1024)).await?
+        Conn::connect(server, args.window.saturating_mul(4).max(1024)).await?
     };
     let name = args.workload.to_ascii_lowercase();
     let ycsb = |m| Arc::new(workloads::ycsb::Ycsb::new(m, args.scale, args.scan_all));
@@ -180,7 +197,8 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
     println!("check {}", if check.passed { "PASSED" } else { "FAILED" });
     let mut config = json!({
         "mode": mode,
-        "target": if args.embedded { "embedded".to_string() } else { args.server.clone() },
+        "target": if args.embedded { "embedded".to_string() } else { args.target.clone().unwrap_or_else(|| format!("lockstep://{}", args.server)) },
+        "system": if args.embedded { "lockstep" } else { match &args.target { Some(t) => t.split("://").next().unwrap_or("lockstep"), None => "lockstep" } },
         "duration_s_requested": args.duration,
         "rate": args.rate,
         "window": args.window,

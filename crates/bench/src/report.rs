@@ -38,6 +38,8 @@ pub fn json_report(
         "txns": all.count,
         "tps": if duration_s > 0.0 { all.count as f64 / duration_s } else { 0.0 },
         "transactions": txns,
+        // Every type together, for side-by-side tables (scripts/compare.sh).
+        "all": { "count": all.count, "errors": all.errors, "p50_us": all.percentile_us(0.5), "p99_us": all.percentile_us(0.99) },
         "check": { "passed": check.passed, "details": check.details },
         "config": config,
     })
@@ -196,7 +198,8 @@ mod tests {
         check.expect(true, "fine");
         let r = json_report("voter", 2.0, &by_type, &check, json!({"mode": "flood"}));
         let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["check", "config", "duration_s", "tps", "transactions", "txns", "workload"]);
+        assert_eq!(keys, ["all", "check", "config", "duration_s", "tps", "transactions", "txns", "workload"]);
+        assert_eq!(r["all"], json!({"count": 5, "errors": 1, "p50_us": 300, "p99_us": 500}));
         assert_eq!(r["txns"], 5);
         assert_eq!(r["tps"], 2.5);
         assert_eq!(r["transactions"]["Vote"], json!({"count": 5, "errors": 1, "p50_us": 300, "p99_us": 500, "p999_us": 500}));

@@ -1,0 +1,175 @@
+//! Turns a peer's answer (rows, or a server error) into the `Answer` Lockstep gives for the
+//! same procedure: the peers' functions return one row where Lockstep returns several tables
+//! (charging's app statuses, TATP's counts), and this is where they are split again.
+
+use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
+
+use crate::conn::{Answer, STATUS_SUCCESS, STATUS_USER_ABORT};
+
+/// VoltDB's GRACEFUL_FAILURE status: the call ran and failed (not a user abort).
+pub const STATUS_GRACEFUL_FAILURE: i8 = -2;
+/// VoltDB's app status when the procedure set none.
+pub const APP_STATUS_UNSET: i8 = i8::MIN;
+/// What a peer function's error message carries when the procedure aborted on purpose.
+pub const ABORT_MARK: &str = "abort:";
+
+/// A peer's reply: rows, or the message of an error the server raised.
+pub type Raw = Result<Vec<Vec<Value>>, String>;
+
+/// Procedures whose first result column is a VARBINARY (Lua peers cannot tell bytes from text).
+fn bytes_in_first_column(proc: &str) -> bool {
+    matches!(proc, "Get" | "Scan" | "ScanAll")
+}
+
+fn column_type(v: &Value) -> DataType {
+    match v {
+        Value::Str(_) => DataType::Varchar,
+        Value::Bytes(_) => DataType::Varbinary,
+        Value::Float(_) => DataType::Float,
+        Value::Timestamp(_) => DataType::Timestamp,
+        _ => DataType::BigInt,
+    }
+}
+
+/// A table of `rows` whose column names are `names` (or c0, c1 … when shorter).
+pub fn table(names: &[&str], rows: Vec<Vec<Value>>) -> ResultTable {
+    let width = rows.first().map(|r| r.len()).unwrap_or(names.len());
+    let columns = (0..width)
+        .map(|i| ResultColumn {
+            name: names.get(i).map(|s| s.to_string()).unwrap_or_else(|| format!("c{i}")),
+            ty: rows.first().and_then(|r| r.get(i)).map(column_type).unwrap_or(DataType::BigInt),
+        })
+        .collect();
+    ResultTable { columns, rows }
+}
+
+/// Text where Lockstep answers text, bytes where it answers bytes.
+fn fix_types(proc: &str, rows: &mut [Vec<Value>]) {
+    let first_bytes = bytes_in_first_column(proc);
+    for row in rows.iter_mut() {
+        for (i, v) in row.iter_mut().enumerate() {
+            let want_bytes = first_bytes && i == 0;
+            let new = match std::mem::replace(v, Value::Null) {
+                Value::Str(s) if want_bytes => Value::Bytes(s.into_bytes()),
+                Value::Bytes(b) if !want_bytes => match String::from_utf8(b) {
+                    Ok(s) => Value::Str(s),
+                    Err(e) => Value::Bytes(e.into_bytes()),
+                },
+                other => other,
+            };
+            *v = new;
+        }
+    }
+}
+
+fn cell(row: &[Value], i: usize) -> Value {
+    row.get(i).cloned().unwrap_or(Value::Null)
+}
+
+fn int(row: &[Value], i: usize) -> Option<i64> {
+    match row.get(i) {
+        Some(Value::Int(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+fn success(app_status: i8, tables: Vec<ResultTable>) -> Answer {
+    Answer { status: STATUS_SUCCESS, status_string: None, app_status, tables }
+}
+
+/// The answer for `proc` from a peer's reply.
+pub fn answer(proc: &str, raw: Raw) -> Answer {
+    let mut rows = match raw {
+        Ok(rows) => rows,
+        Err(message) => {
+            return match message.find(ABORT_MARK) {
+                Some(at) => Answer {
+                    status: STATUS_USER_ABORT,
+                    status_string: Some(message[at + ABORT_MARK.len()..].trim().to_string()),
+                    app_status: APP_STATUS_UNSET,
+                    tables: Vec::new(),
+                },
+                None => Answer { status: STATUS_GRACEFUL_FAILURE, status_string: Some(message), app_status: APP_STATUS_UNSET, tables: Vec::new() },
+            };
+        }
+    };
+    fix_types(proc, &mut rows);
+    let first = rows.first().cloned().unwrap_or_default();
+    match proc {
+        // One count per statement, one 1x1 table each.
+        "UpdateSubscriberData" | "Reset" => {
+            success(APP_STATUS_UNSET, first.into_iter().map(|v| table(&["modified_tuples"], vec![vec![v]])).collect())
+        }
+        "UpsertUser" | "AddCredit" | "ReportQuotaUsage" => charging(proc, &first),
+        _ => success(APP_STATUS_UNSET, vec![table(&[], rows)]),
+    }
+}
+
+/// Charging's answers: (app status, …) split into the tables Lockstep's procedures return.
+fn charging(proc: &str, r: &[Value]) -> Answer {
+    let Some(status) = int(r, 0) else {
+        return Answer { status: STATUS_GRACEFUL_FAILURE, status_string: Some(format!("{proc}: the peer answered {r:?}")), app_status: APP_STATUS_UNSET, tables: Vec::new() };
+    };
+    let app = status.clamp(i8::MIN as i64, i8::MAX as i64) as i8;
+    if status == 46 {
+        return success(app, vec![table(&["status", "amount"], vec![vec![cell(r, 1), cell(r, 2)]])]);
+    }
+    match proc {
+        "UpsertUser" => success(app, vec![table(&["c0"], vec![vec![Value::Int(status)]])]),
+        "AddCredit" => success(
+            app,
+            vec![
+                table(&["userid", "balance"], vec![vec![cell(r, 1), cell(r, 2)]]),
+                table(&["userid", "credit"], vec![vec![cell(r, 1), cell(r, 3)]]),
+            ],
+        ),
+        _ => {
+            // (status, spent, allocated or NULL, session, userid, credit, balance, productid)
+            let (session, user, product) = (cell(r, 3), cell(r, 4), cell(r, 7));
+            let alloc = match cell(r, 2) {
+                Value::Null => Vec::new(),
+                units => vec![vec![user.clone(), product.clone(), units, session.clone(), Value::Null]],
+            };
+            success(
+                app,
+                vec![
+                    table(&["amount_spent"], vec![vec![cell(r, 1)]]),
+                    table(&["userid", "productid", "allocated_units", "sessionid", "lastdate"], alloc),
+                    table(&["userid", "credit"], vec![vec![user.clone(), cell(r, 5)]]),
+                    table(&["balance", "product_id", "session_id", "userid"], vec![vec![cell(r, 6), product, session, user]]),
+                ],
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aborts_and_failures_are_told_apart() {
+        let a = answer("Vote", Err("ER_PROC_LUA: abort: no such user".into()));
+        assert_eq!((a.status, a.status_string.as_deref()), (STATUS_USER_ABORT, Some("no such user")));
+        let a = answer("Vote", Err("function not found".into()));
+        assert_eq!(a.status, STATUS_GRACEFUL_FAILURE);
+    }
+
+    #[test]
+    fn report_quota_usage_is_split_into_four_tables() {
+        let row = vec![Value::Int(45), Value::Int(10), Value::Int(50), Value::Int(7), Value::Int(3), Value::Int(900), Value::Int(1000), Value::Int(2)];
+        let a = answer("ReportQuotaUsage", Ok(vec![row]));
+        assert_eq!(a.app_status, 45);
+        assert_eq!(a.tables.len(), 4);
+        assert_eq!(a.int(0, 0, 0), Some(10));
+        assert_eq!(a.int(1, 0, 2), Some(50));
+        assert_eq!(a.int(2, 0, 1), Some(900));
+        assert_eq!(a.int(3, 0, 2), Some(7));
+    }
+
+    #[test]
+    fn ycsb_values_are_bytes_and_keys_text() {
+        let a = answer("Scan", Ok(vec![vec![Value::Str("v".into()), Value::Bytes(b"k".to_vec())]]));
+        assert_eq!(a.tables[0].rows[0], vec![Value::Bytes(b"v".to_vec()), Value::Str("k".into())]);
+    }
+}
