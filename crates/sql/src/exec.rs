@@ -145,10 +145,35 @@ impl RowSource for PartitionSource<'_> {
     }
 }
 
-/// Rows gathered at the coordinator, one list per level; access paths are not used
-/// (every filter is re-checked anyway).
+/// Rows gathered at the coordinator, one list per level. A level probed by index key (a
+/// join on an indexed column, say) gets a hash of its rows on that key's columns, built the
+/// first time it is probed, so joins stay linear; other probes scan (every filter is
+/// re-checked anyway).
 pub struct GatheredSource {
     pub rows: Vec<Vec<Vec<Value>>>,
+    /// For each level, each index's columns (positions within that level's rows).
+    pub index_columns: Vec<Vec<Vec<usize>>>,
+    hashed: std::cell::RefCell<std::collections::HashMap<(usize, usize, usize), std::collections::HashMap<Vec<Value>, Vec<u32>>>>,
+}
+
+impl GatheredSource {
+    pub fn new(rows: Vec<Vec<Vec<Value>>>, index_columns: Vec<Vec<Vec<usize>>>) -> Self {
+        GatheredSource { rows, index_columns, hashed: Default::default() }
+    }
+
+    /// The rows of level `j` whose first `key.len()` columns of index `ix` equal `key`.
+    fn matching(&self, j: usize, ix: usize, key: &[Value]) -> Option<Vec<u32>> {
+        let cols = self.index_columns.get(j)?.get(ix)?.get(..key.len())?;
+        let mut hashed = self.hashed.borrow_mut();
+        let map = hashed.entry((j, ix, key.len())).or_insert_with(|| {
+            let mut m: std::collections::HashMap<Vec<Value>, Vec<u32>> = std::collections::HashMap::new();
+            for (i, r) in self.rows[j].iter().enumerate() {
+                m.entry(cols.iter().map(|&c| r[c].clone()).collect()).or_default().push(i as u32);
+            }
+            m
+        });
+        Some(map.get(key).cloned().unwrap_or_default())
+    }
 }
 
 impl RowSource for GatheredSource {
@@ -160,6 +185,16 @@ impl RowSource for GatheredSource {
     ) -> Result<bool> {
         if matches!(probe, Probe::Empty) {
             return Ok(true);
+        }
+        if let Probe::Lookup(ix, key) = probe {
+            if let Some(ids) = self.matching(j, *ix, key) {
+                for i in ids {
+                    if !f(i, &self.rows[j][i as usize])? {
+                        return Ok(false);
+                    }
+                }
+                return Ok(true);
+            }
         }
         for (i, r) in self.rows[j].iter().enumerate() {
             if !f(i as u32, r)? {

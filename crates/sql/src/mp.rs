@@ -229,7 +229,8 @@ fn gather(
         }
         rows.push(level_rows);
     }
-    Ok(GatheredSource { rows })
+    let index_columns = s.levels.iter().map(|l| l.source.table.indexes.iter().map(|i| i.columns.clone()).collect()).collect();
+    Ok(GatheredSource::new(rows, index_columns))
 }
 
 /// One partition's rows of level `j`, filtered by the terms that are safe to apply early.
