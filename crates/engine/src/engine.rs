@@ -390,9 +390,9 @@ impl Engine {
                 Route::AnyPartition => Some(self.shared.any_site()),
                 Route::All => None,
             };
-            if let Some(site) = site {
-                let p = stmts.pop().expect("one statement");
-                return self.shared.send_site(site, SiteMsg::Call { work: SpWork::Statement(p), params, reply });
+            if let (Some(site), Some(p)) = (site, stmts.first()) {
+                let work = SpWork::Statement(p.clone());
+                return self.shared.send_site(site, SiteMsg::Call { work, params, reply });
             }
         }
         self.shared.send_mp(MpWork::Statements { stmts, params, reply });

@@ -55,15 +55,17 @@ impl ExportWriter {
     }
 
     fn file(&mut self, target: &str) -> std::io::Result<&mut TargetFile> {
-        if !self.files.contains_key(target) {
-            let dir = self.dir.join(target);
-            fs::create_dir_all(&dir)?;
-            let path = dir.join(format!("partition-{}.jsonl", self.partition));
-            let next_seq = last_seq(&path) + 1;
-            let f = OpenOptions::new().create(true).append(true).open(&path)?;
-            self.files.insert(target.to_string(), TargetFile { out: BufWriter::new(f), next_seq });
+        match self.files.entry(target.to_string()) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let dir = self.dir.join(target);
+                fs::create_dir_all(&dir)?;
+                let path = dir.join(format!("partition-{}.jsonl", self.partition));
+                let next_seq = last_seq(&path) + 1;
+                let f = OpenOptions::new().create(true).append(true).open(&path)?;
+                Ok(e.insert(TargetFile { out: BufWriter::new(f), next_seq }))
+            }
         }
-        Ok(self.files.get_mut(target).expect("inserted above"))
     }
 
     /// Appends the committed rows of one transaction.
