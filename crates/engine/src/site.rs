@@ -25,8 +25,9 @@ use crate::txn_id::{timestamp_micros, TxnIdGenerator};
 
 /// Times an idle site yields its core before it blocks on its queue.
 const IDLE_YIELDS_BEFORE_SLEEP: u32 = 200;
-/// Rows a site writes to a snapshot between two transactions.
-const SNAPSHOT_CHUNK_ROWS: usize = 2_000;
+/// Rows a site writes to a snapshot between two transactions: small, so a transaction
+/// never waits long behind snapshot work.
+const SNAPSHOT_CHUNK_ROWS: usize = 256;
 
 /// What a single-partition call runs.
 pub enum SpWork {
@@ -243,8 +244,16 @@ impl Site {
         };
         self.part.end_snapshot();
         let Some(snap) = self.snapshot.take() else { return };
-        let result = result.and_then(|()| snap.writer.finish());
-        let _ = self.coordinator.send(MpWork::SnapshotPart { id: snap.id, partition: self.id, result });
+        // Flushing and syncing the file takes milliseconds: not on the transaction thread.
+        let (coordinator, partition, id) = (self.coordinator.clone(), self.id, snap.id);
+        let finished = std::thread::Builder::new().name(format!("snapshot-{partition}")).spawn(move || {
+            let result = result.and_then(|()| snap.writer.finish());
+            let _ = coordinator.send(MpWork::SnapshotPart { id, partition, result });
+        });
+        if let Err(e) = finished {
+            let result = Err(Error::unexpected(format!("cannot start the snapshot writer thread: {e}")));
+            let _ = self.coordinator.send(MpWork::SnapshotPart { id, partition, result });
+        }
     }
 
     /// Waits for the next message. Work usually arrives within microseconds of the last
