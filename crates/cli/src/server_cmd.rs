@@ -42,35 +42,25 @@ pub struct ServerArgs {
     config: Option<PathBuf>,
 }
 
+/// Defaults, then the TOML file, then the flags: flags take the same keys as the file and
+/// are applied the same way, last, so they win.
 fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
     let mut c = ServerConfig::default();
     if let Some(path) = &args.config {
         FileConfig::load(path)?.apply_to(&mut c);
     }
-    if let Some(v) = args.listen {
-        c.listen = v;
+    FileConfig {
+        listen: args.listen,
+        data: args.data,
+        sites: args.sites,
+        procedures: args.procedures,
+        in_flight_per_connection: None,
+        command_log: args.command_log,
+        flush_ms: args.flush_ms,
+        snapshot_interval: args.snapshot_interval,
+        snapshots_keep: args.snapshots_keep,
     }
-    if let Some(v) = args.data {
-        c.data_dir = v;
-    }
-    if args.sites.is_some() {
-        c.sites = args.sites;
-    }
-    if args.procedures.is_some() {
-        c.procedures = args.procedures;
-    }
-    if args.command_log.is_some() {
-        c.command_log = args.command_log;
-    }
-    if args.flush_ms.is_some() {
-        c.flush_ms = args.flush_ms;
-    }
-    if args.snapshot_interval.is_some() {
-        c.snapshot_interval = args.snapshot_interval;
-    }
-    if args.snapshots_keep.is_some() {
-        c.snapshots_keep = args.snapshots_keep;
-    }
+    .apply_to(&mut c);
     Ok(c)
 }
 
