@@ -161,6 +161,10 @@ async fn write_loop(
 ) {
     let mut batch = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
     while let Some(first) = rx.recv().await {
+        // Let the other ready tasks run first: a call wakes this task at once (tokio runs a
+        // woken task next), so without the yield every call would cost its own write, and on
+        // loopback a write also wakes the server. After it, one write carries many calls.
+        tokio::task::yield_now().await;
         batch.clear();
         batch.extend_from_slice(&first);
         while batch.len() < WRITE_BATCH_MAX_BYTES {
