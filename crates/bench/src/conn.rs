@@ -119,6 +119,31 @@ impl Conn {
         }
     }
 
+    /// Calls a procedure, dropping `order_guard` as soon as the call's place in the
+    /// server's order is fixed: once it is queued, for Lockstep (one ordered connection per
+    /// partition, one queue per site); only after the answer for peers, whose connection
+    /// pools give no order. Writers of one key hold the key's lock as the guard.
+    pub async fn call_in_order<G>(&self, proc: &str, params: Vec<Value>, order_guard: G) -> Result<Answer, Error> {
+        match self {
+            Conn::Net(c) => {
+                let sent = c.start_call(proc, params).await.map_err(|e| err(e.to_string()))?;
+                drop(order_guard);
+                let r = sent.wait().await.map_err(|e| err(e.to_string()))?;
+                Ok(Answer { status: r.status, status_string: r.status_string, app_status: r.app_status, tables: r.tables })
+            }
+            Conn::Embedded(e) => {
+                let answer = e.start(Call { procedure: proc.to_string(), params, ..Call::default() });
+                drop(order_guard);
+                answer.await.map(Answer::from_outcome).map_err(|_| err("the engine dropped a call"))
+            }
+            Conn::Peer(p) => {
+                let r = p.call(proc, params).await;
+                drop(order_guard);
+                r
+            }
+        }
+    }
+
     /// Runs a procedure on every partition; one answer per partition, in partition order.
     pub async fn call_all_partitions(&self, proc: &str, params: Vec<Value>) -> Result<Vec<Answer>, Error> {
         match self {

@@ -54,13 +54,14 @@ pub struct Client {
 }
 
 /// A call that has been sent and not yet answered; holds its slot of the window.
-struct Sent {
+pub struct Sent {
     _permit: OwnedSemaphorePermit,
     reply: oneshot::Receiver<Result<Response, ClientError>>,
 }
 
 impl Sent {
-    async fn wait(self) -> Result<Response, ClientError> {
+    /// The answer (a failure status is still `Ok`).
+    pub async fn wait(self) -> Result<Response, ClientError> {
         self.reply
             .await
             .unwrap_or_else(|_| Err(ClientError::ConnectionLost("the connection closed".into())))
@@ -122,6 +123,12 @@ impl Client {
             .await?
             .wait()
             .await
+    }
+
+    /// Queues a call on its connection and returns before the answer. Calls started one
+    /// after another for the same partition reach the server, and run there, in that order.
+    pub async fn start_call(&self, proc: &str, params: Vec<Value>) -> Result<Sent, ClientError> {
+        self.send(Invocation::new(proc, 0, params), &[]).await
     }
 
     /// `call` that gives up after `timeout`; the window slot is freed then, and a late
