@@ -55,7 +55,7 @@ impl LuaRuntime {
         // Procedures make short-lived garbage (rows, bound calls, results) on every call:
         // the generational collector handles that far more cheaply than the incremental one.
         lua.gc_set_mode(mlua::state::GcMode::Generational(mlua::state::GcGenParams::default()));
-        let shared = Rc::new(Shared::new(config.instruction_budget));
+        let shared = Rc::new(Shared::new(config.instruction_budget, config.memory_limit_bytes));
         let sandbox = Sandbox::build(&lua, &shared).map_err(internal)?;
         let interval = HOOK_INTERVAL_INSTRUCTIONS
             .min(config.instruction_budget)
@@ -76,10 +76,7 @@ impl LuaRuntime {
             },
         )
         .map_err(internal)?;
-        if config.memory_limit_bytes > 0 {
-            lua.set_memory_limit(config.memory_limit_bytes)
-                .map_err(internal)?;
-        }
+        shared.apply_heap_limit(&lua).map_err(internal)?;
         let ctx_keys = [
             lua.create_string("txn_id").map_err(internal)?,
             lua.create_string("timestamp").map_err(internal)?,
@@ -188,6 +185,7 @@ impl LuaRuntime {
             )));
         }
         self.shared.reset(rng::seed(ctx.txn_id));
+        let lift = self.shared.lift_heap_limit(&self.lua);
         let [txn_key, ts_key, part_key] = &self.ctx_keys;
         let ctx_table = &self.sandbox.ctx;
         ctx_table.raw_set(txn_key, ctx.txn_id).map_err(internal)?;
@@ -202,9 +200,11 @@ impl LuaRuntime {
         for p in params {
             args.push_back(convert::to_lua(&self.lua, p).map_err(internal)?);
         }
+        drop(lift);
         let slot = HostSlot::set(&self.shared, host);
         let returned = proc.body.call::<MultiValue>(args);
         drop(slot);
+        let _lift = self.shared.lift_heap_limit(&self.lua);
         let fatal = self.shared.take_fatal();
         match (returned, fatal) {
             (Ok(values), None) => Ok(ProcOutput {

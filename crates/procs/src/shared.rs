@@ -7,8 +7,33 @@ use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 
 use lockstep_core::{Error, Result};
+use mlua::Lua;
 
 use crate::{StmtInfo, TxnHost, APP_STATUS_UNSET};
+
+/// Restores the heap limit lifted by [`Shared::lift_heap_limit`] when dropped.
+pub(crate) struct HeapLimitLift<'a> {
+    lua: &'a Lua,
+    limit: usize,
+}
+
+impl<'a> HeapLimitLift<'a> {
+    /// Lifts `limit` (the limit in force; 0 for none) until the guard drops.
+    pub(crate) fn new(lua: &'a Lua, limit: usize) -> Self {
+        if limit > 0 {
+            let _ = lua.set_memory_limit(0);
+        }
+        HeapLimitLift { lua, limit }
+    }
+}
+
+impl Drop for HeapLimitLift<'_> {
+    fn drop(&mut self) {
+        if self.limit > 0 {
+            let _ = self.lua.set_memory_limit(self.limit);
+        }
+    }
+}
 
 /// The statement planner handed to `load`, borrowed for `'a`.
 pub(crate) type PrepareRef<'a> = dyn FnMut(&str) -> Result<StmtInfo> + 'a;
@@ -42,11 +67,14 @@ pub(crate) struct Shared {
     pub(crate) rng_state: Cell<u64>,
     /// The metatable marking bound statements (set once by `stmt::register`).
     pub(crate) bound_meta: std::cell::OnceCell<mlua::Table>,
+    /// The Lua heap limit (0: none), lifted while Rust callbacks run (see [`Shared::lift_heap_limit`]).
+    memory_limit_bytes: usize,
 }
 
 impl Shared {
-    pub(crate) fn new(instruction_budget: u64) -> Self {
+    pub(crate) fn new(instruction_budget: u64, memory_limit_bytes: usize) -> Self {
         Shared {
+            memory_limit_bytes,
             host: Cell::new(None),
             prepare: Cell::new(None),
             fatal: RefCell::new(None),
@@ -57,6 +85,27 @@ impl Shared {
             rng_state: Cell::new(0),
             bound_meta: std::cell::OnceCell::new(),
         }
+    }
+
+    /// Sets the Lua heap limit (at start-up, and again whenever a lift ends).
+    pub(crate) fn apply_heap_limit(&self, lua: &Lua) -> mlua::Result<()> {
+        if self.memory_limit_bytes > 0 {
+            lua.set_memory_limit(self.memory_limit_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Lifts the Lua heap limit until the guard drops. Rust code that builds Lua values holds
+    /// it: while a limit is set, mlua wraps every table, string and userdata it creates in a
+    /// protected call, which costs more than the work itself. What such code allocates is
+    /// bounded by the rows it converts, and the limit is back before Lua code runs again, so
+    /// a procedure over it still fails at its next allocation.
+    pub(crate) fn lift_heap_limit<'a>(&self, lua: &'a Lua) -> HeapLimitLift<'a> {
+        HeapLimitLift::new(lua, self.memory_limit_bytes)
+    }
+
+    pub(crate) fn heap_limit(&self) -> usize {
+        self.memory_limit_bytes
     }
 
     /// Resets everything a call or a load may have left behind.

@@ -12,7 +12,7 @@ use mlua::{
 
 use crate::convert;
 use crate::errors::{located, located_host_error};
-use crate::shared::{Fatal, Shared};
+use crate::shared::{Fatal, HeapLimitLift, Shared};
 
 /// Longest SQL text `sql()` accepts.
 pub(crate) const SQL_TEXT_MAX_BYTES: usize = 64 * 1024;
@@ -51,13 +51,16 @@ pub(crate) struct ResultObj {
     pub(crate) table: ResultTable,
     /// Lower-case column names as Lua strings, made on first row access.
     keys: OnceCell<Vec<LuaString>>,
+    /// The Lua heap limit, lifted while rows are built (see `Shared::lift_heap_limit`).
+    heap_limit: usize,
 }
 
 impl ResultObj {
-    pub(crate) fn new(table: ResultTable) -> Self {
+    pub(crate) fn new(table: ResultTable, heap_limit: usize) -> Self {
         ResultObj {
             table,
             keys: OnceCell::new(),
+            heap_limit,
         }
     }
 
@@ -233,16 +236,20 @@ fn outside_body(lua: &Lua) -> mlua::Error {
 impl UserData for Stmt {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
         methods.add_method("query", |lua, this, args: MultiValue| {
-            lua.create_userdata(ResultObj::new(this.run(lua, &args)?))
+            let _lift = this.shared.lift_heap_limit(lua);
+            lua.create_userdata(ResultObj::new(this.run(lua, &args)?, this.shared.heap_limit()))
         });
         methods.add_method("first", |lua, this, args: MultiValue| {
+            let _lift = this.shared.lift_heap_limit(lua);
             first_row(lua, &this.run(lua, &args)?)
         });
         methods.add_method("exec", |lua, this, args: MultiValue| {
+            let _lift = this.shared.lift_heap_limit(lua);
             Ok(modified_count(&this.run(lua, &args)?))
         });
         methods.add_function("bind", |lua, (ud, args): (AnyUserData, MultiValue)| {
             let this = ud.borrow::<Stmt>()?;
+            let _lift = this.shared.lift_heap_limit(lua);
             this.bind(lua, ud.clone(), args)
         });
     }
@@ -254,7 +261,10 @@ impl UserData for ResultObj {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
         methods.add_meta_method(MetaMethod::Len, |_, this, ()| Ok(this.table.rows.len()));
         methods.add_meta_method(MetaMethod::Index, |lua, this, key: LuaValue| match key {
-            LuaValue::Integer(i) if i >= 1 => this.row(lua, (i - 1) as usize),
+            LuaValue::Integer(i) if i >= 1 => {
+                let _lift = HeapLimitLift::new(lua, this.heap_limit);
+                this.row(lua, (i - 1) as usize)
+            }
             _ => Ok(LuaValue::Nil),
         });
         methods.add_method("columns", |lua, this, ()| {
@@ -327,12 +337,17 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
         "batch",
         lua.create_function(move |lua, args: MultiValue| batch(lua, &s, args))?,
     )?;
-    base.raw_set("result_table", lua.create_function(result_table)?)?;
+    let s = shared.clone();
+    base.raw_set(
+        "result_table",
+        lua.create_function(move |lua, args| result_table(lua, &s, args))?,
+    )?;
     Ok(())
 }
 
 /// `batch(b1, b2, ...)` returns the results in order; `batch({b1, b2, ...})` returns an array.
 fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValue> {
+    let _lift = shared.lift_heap_limit(lua);
     let (items, as_array): (Vec<LuaValue>, bool) = match args.front() {
         Some(LuaValue::Table(t)) if args.len() == 1 => {
             let len = t.raw_len();
@@ -384,7 +399,7 @@ fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValu
     }
     let mut out = MultiValue::with_capacity(tables.len());
     for t in tables {
-        out.push_back(LuaValue::UserData(lua.create_userdata(ResultObj::new(t))?));
+        out.push_back(LuaValue::UserData(lua.create_userdata(ResultObj::new(t, shared.heap_limit()))?));
     }
     if as_array {
         let t = lua.create_sequence_from(out)?;
@@ -432,7 +447,11 @@ fn batch_too_long(lua: &Lua, len: usize) -> mlua::Error {
 
 /// `result_table({"name", "count"}, {{"a", 1}, {"b", 2}})`: a result built in Lua. Column
 /// types come from the first non-nil value of each column (VARCHAR when all are nil).
-fn result_table(lua: &Lua, (names, rows): (LuaValue, LuaValue)) -> mlua::Result<AnyUserData> {
+fn result_table(
+    lua: &Lua,
+    shared: &Shared,
+    (names, rows): (LuaValue, LuaValue),
+) -> mlua::Result<AnyUserData> {
     let (LuaValue::Table(names), LuaValue::Table(rows)) = (names, rows) else {
         return Err(located(
             lua,
@@ -510,7 +529,7 @@ fn result_table(lua: &Lua, (names, rows): (LuaValue, LuaValue)) -> mlua::Result<
         }
         table.push(out);
     }
-    lua.create_userdata(ResultObj::new(table))
+    lua.create_userdata(ResultObj::new(table, shared.heap_limit()))
 }
 
 #[cfg(test)]

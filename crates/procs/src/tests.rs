@@ -632,6 +632,35 @@ fn the_memory_limit_stops_a_procedure_that_grows_without_end() {
     );
 }
 
+/// Rows are built in Rust with the heap limit lifted (see `Shared::lift_heap_limit`): a
+/// procedure that keeps them still stops at the limit, and the limit is back afterwards.
+#[test]
+fn the_memory_limit_holds_for_results_kept_by_the_procedure() {
+    let config = LuaConfig {
+        memory_limit_bytes: 16 * 1024 * 1024,
+        ..LuaConfig::default()
+    };
+    let mut rt = LuaRuntime::new(config).unwrap();
+    let mut texts = Vec::new();
+    let src = "local q = sql [[SELECT name FROM people]]\n\
+               return function()\n local kept = {}\n\
+               for i = 1, 1e7 do kept[i] = q:first() end\nend";
+    rt.load("Keep", "keep.lua", src, &mut prepare_into(&mut texts)).unwrap();
+    let wide = ResultTable {
+        columns: vec![lockstep_core::ResultColumn { name: "NAME".into(), ty: DataType::Varchar }],
+        rows: vec![vec![Value::from("x".repeat(1000).as_str())]],
+    };
+    let mut host = FakeHost::new(move |_, _| Ok(wide.clone()));
+    for _ in 0..2 {
+        let err = rt.call("Keep", &[], &ctx(1), &mut host).unwrap_err();
+        assert!(
+            err.message.starts_with("procedure Keep ran out of Lua memory (the limit is 16777216 bytes"),
+            "{}",
+            err.message
+        );
+    }
+}
+
 #[test]
 fn errors_name_the_procedure_the_file_and_the_line() {
     let mut rt = runtime();
