@@ -20,6 +20,16 @@ PARTITION TABLE subscriber ON COLUMN s_id;
 -- (VoltDB's ASSUMEUNIQUE), which the loader guarantees globally.
 CREATE ASSUMEUNIQUE INDEX sub_idx ON subscriber (sub_nbr);
 
+-- sub_nbr → s_id as a table partitioned on sub_nbr: VoltDB's kit fills it while loading
+-- (SUBSCRIBER_NBR_MAP.insert) and reads it in its cached-answer and compound modes.
+CREATE TABLE subscriber_nbr_map (
+  sub_nbr VARCHAR(15) NOT NULL,
+  s_id BIGINT NOT NULL,
+  PRIMARY KEY (sub_nbr)
+);
+PARTITION TABLE subscriber_nbr_map ON COLUMN sub_nbr;
+CREATE ASSUMEUNIQUE INDEX subscriber_nbr_map_ix1 ON subscriber_nbr_map (s_id);
+
 CREATE TABLE access_info (
   s_id BIGINT NOT NULL,
   ai_type TINYINT NOT NULL,

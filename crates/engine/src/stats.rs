@@ -158,12 +158,33 @@ const LATENCY_SUB_BUCKETS: usize = 16;
 const LATENCY_OCTAVES: usize = 41;
 const LATENCY_BUCKETS: usize = LATENCY_OCTAVES * LATENCY_SUB_BUCKETS;
 
-/// Call latencies in microseconds, recorded with relaxed atomics by any thread.
+/// Length of the window `@Statistics LATENCY` reports, as VoltDB's: the last complete one.
+pub const LATENCY_WINDOW: Duration = Duration::from_secs(5);
+
+/// Call latencies in microseconds, recorded with relaxed atomics by any thread, in
+/// consecutive 5-second windows counted from the engine's start. The current window fills
+/// `buckets`; the first call (or read) after it ends moves its counts to `last`, so a read
+/// reports the last complete window, like VoltDB's LATENCY statistics.
 pub struct LatencyHistogram {
     buckets: Box<[AtomicU64]>,
     count: AtomicU64,
     max_us: AtomicU64,
     started: Instant,
+    /// Wall-clock time of `started`, in ms since the epoch (for the windows' end times).
+    started_unix_ms: i64,
+    /// Index of the window `buckets` holds (windows since `started`).
+    window: AtomicU64,
+    /// The window before, once it has ended; only taken when a window ends (every 5 s).
+    last: Mutex<LastWindow>,
+}
+
+/// Counts of a finished window.
+#[derive(Default)]
+struct LastWindow {
+    /// Which window these counts belong to; None before the first has ended.
+    window: Option<u64>,
+    counts: Vec<u64>,
+    max_us: u64,
 }
 
 impl Default for LatencyHistogram {
@@ -173,6 +194,9 @@ impl Default for LatencyHistogram {
             count: AtomicU64::new(0),
             max_us: AtomicU64::new(0),
             started: Instant::now(),
+            started_unix_ms: sysprocs::now_millis(),
+            window: AtomicU64::new(0),
+            last: Mutex::new(LastWindow::default()),
         }
     }
 }
@@ -197,9 +221,11 @@ fn bucket_high(b: usize) -> u64 {
     ((LATENCY_SUB_BUCKETS as u64 + sub + 1) << (octave - 4)) - 1
 }
 
-/// Percentiles of the calls recorded so far.
+/// Percentiles of the calls of one window.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LatencySummary {
+    /// When the window ended, in ms since the epoch (None when no window has ended yet).
+    pub ended_unix_ms: Option<i64>,
     pub interval_ms: u64,
     pub count: u64,
     /// Microseconds at 50, 95, 99, 99.9, 99.99 and 99.999 %.
@@ -207,18 +233,10 @@ pub struct LatencySummary {
     pub max_us: u64,
 }
 
-impl LatencyHistogram {
-    pub fn record(&self, elapsed: Duration) {
-        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.max_us.fetch_max(us, Ordering::Relaxed);
-    }
-
-    pub fn summary(&self) -> LatencySummary {
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+impl LatencySummary {
+    /// Percentiles of bucket counts (VoltDB's columns: 0 when nothing was recorded).
+    fn of(counts: &[u64], max_us: u64, interval_ms: u64) -> Self {
         let total: u64 = counts.iter().sum();
-        let max_us = self.max_us.load(Ordering::Relaxed);
         let at = |pct: f64| -> u64 {
             if total == 0 {
                 return 0;
@@ -234,11 +252,70 @@ impl LatencyHistogram {
             max_us
         };
         LatencySummary {
-            interval_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ended_unix_ms: None,
+            interval_ms,
             count: total,
             percentiles_us: [at(50.0), at(95.0), at(99.0), at(99.9), at(99.99), at(99.999)],
             max_us,
         }
+    }
+}
+
+impl LatencyHistogram {
+    fn window_at(&self, now: Instant) -> u64 {
+        let since = now.saturating_duration_since(self.started).as_millis();
+        u64::try_from(since / LATENCY_WINDOW.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Moves the counts of an ended window to `last`. Only the thread that advances
+    /// `window` does it; a call recorded by another thread during the move may land in the
+    /// newer window, which is harmless for statistics.
+    fn roll(&self, now_window: u64) {
+        let current = self.window.load(Ordering::Acquire);
+        if now_window <= current {
+            return;
+        }
+        if self.window.compare_exchange(current, now_window, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return;
+        }
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.swap(0, Ordering::Relaxed)).collect();
+        self.count.swap(0, Ordering::Relaxed);
+        let max_us = self.max_us.swap(0, Ordering::Relaxed);
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        *last = LastWindow { window: Some(current), counts, max_us };
+    }
+
+    pub fn record(&self, elapsed: Duration) {
+        self.record_at(Instant::now(), elapsed);
+    }
+
+    fn record_at(&self, now: Instant, elapsed: Duration) {
+        self.roll(self.window_at(now));
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// The last complete 5-second window (all zeros when no call ended in it).
+    pub fn summary(&self) -> LatencySummary {
+        self.summary_at(Instant::now())
+    }
+
+    fn summary_at(&self, now: Instant) -> LatencySummary {
+        let now_window = self.window_at(now);
+        self.roll(now_window);
+        let interval_ms = u64::try_from(LATENCY_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = match last.window {
+            Some(w) if w + 1 == now_window => LatencySummary::of(&last.counts, last.max_us, interval_ms),
+            _ => LatencySummary::of(&[], 0, interval_ms),
+        };
+        if now_window > 0 {
+            let ended_ms = now_window.saturating_mul(interval_ms);
+            s.ended_unix_ms = Some(self.started_unix_ms.saturating_add(i64::try_from(ended_ms).unwrap_or(i64::MAX)));
+        }
+        s
     }
 }
 
@@ -634,8 +711,8 @@ fn memory_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
     t
 }
 
-/// LATENCY: round trips of user procedure and @AdHoc calls since the server started, in
-/// microseconds; INTERVAL is that time span in milliseconds.
+/// LATENCY: round trips of user procedure and @AdHoc calls in the last complete 5-second
+/// window, in microseconds; INTERVAL is the window in milliseconds, TPS its calls per second.
 fn latency_table(h: &Header, s: &LatencySummary) -> ResultTable {
     use DataType::{BigInt as B, Integer as I};
     let mut t = table_with(
@@ -654,6 +731,8 @@ fn latency_table(h: &Header, s: &LatencySummary) -> ResultTable {
         ],
     );
     let tps = (s.count * 1000).checked_div(s.interval_ms).unwrap_or(0);
+    // TIMESTAMP is the end of the window reported, so consecutive reads tell windows apart.
+    let h = Header { timestamp: s.ended_unix_ms.unwrap_or(h.timestamp), hostname: h.hostname.clone() };
     let mut r = h.row(None);
     r.extend([int(s.interval_ms.min(i32::MAX as u64)), int(s.count.min(i32::MAX as u64)), int(tps.min(i32::MAX as u64))]);
     r.extend(s.percentiles_us.iter().map(|p| int(*p)));
@@ -729,16 +808,27 @@ mod tests {
     }
 
     #[test]
-    fn latency_percentiles() {
+    fn latency_percentiles_of_the_last_complete_window() {
         let h = LatencyHistogram::default();
+        let t0 = h.started;
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
         for us in 1..=100u64 {
-            h.record(Duration::from_micros(us));
+            h.record_at(at(1_000), Duration::from_micros(us));
         }
-        let s = h.summary();
-        assert_eq!(s.count, 100);
-        assert_eq!(s.max_us, 100);
+        // The first window has not ended: nothing complete to report yet.
+        assert_eq!(h.summary_at(at(4_999)).count, 0);
+        h.record_at(at(6_000), Duration::from_micros(7_000));
+        let s = h.summary_at(at(9_999));
+        assert_eq!((s.interval_ms, s.count, s.max_us), (5_000, 100, 100));
+        assert_eq!(s.ended_unix_ms, Some(h.started_unix_ms + 5_000));
         // 50th value is 50 (bucket 48..=51), 95th 95 (92..=95), 99th 99 (96..=99), then capped at max.
         assert_eq!(s.percentiles_us, [51, 95, 99, 100, 100, 100]);
+        // Next window: only the one slow call.
+        let s = h.summary_at(at(10_000));
+        assert_eq!((s.count, s.max_us, s.percentiles_us[0]), (1, 7_000, 7_000));
+        // A window with no calls reports zeros, not the older figures.
+        let s = h.summary_at(at(20_000));
+        assert_eq!((s.count, s.max_us, s.percentiles_us), (0, 0, [0; 6]));
     }
 
     #[test]

@@ -70,7 +70,8 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
             tracing::info!("resumed");
             Ok(vec![ResultTable::scalar("STATUS", 0)])
         }
-        "@updateclasses" | "@updateapplicationcatalog" => Err(Error::graceful(
+        "@updateclasses" => update_classes(engine, &call),
+        "@updateapplicationcatalog" => Err(Error::graceful(
             "Lockstep procedures are Lua, not Java classes: put Name.lua in the procedure directory and declare it with CREATE PROCEDURE … FROM CLASS a.b.Name (or FROM FILE 'path.lua')",
         )),
         _ => Err(Error::unexpected(format!("Procedure {} was not found", call.procedure))),
@@ -79,6 +80,45 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
         Ok(tables) => Outcome::tables(tables),
         Err(e) => Outcome::error(e),
     });
+}
+
+/// `@UpdateClasses(jar, classes_to_delete)`: Lockstep cannot run Java, but VoltDB kits
+/// send their procedure classes this way before `CREATE PROCEDURE … FROM CLASS`. Nothing is
+/// stored: the Lua files are the procedures. A jar is accepted when its classes have
+/// `Name.lua` on the procedure path; classes without one are taken for helpers (logged) as
+/// long as some class of the jar is bound, since a procedure among them still gets a clear
+/// error from its `FROM CLASS`; a jar none of whose classes has a Lua file is refused with
+/// their names. Deleting classes is a no-op.
+fn update_classes(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
+    let dir = &engine.shared().config.procedure_dir;
+    let check = match call.params.first() {
+        Some(Value::Bytes(jar)) => crate::ddl::check_jar(dir, jar)?,
+        Some(Value::Null) | None => crate::ddl::JarCheck::default(),
+        Some(_) => return Err(Error::graceful("@UpdateClasses needs the jar as a VARBINARY (byte[]) first parameter")),
+    };
+    if check.bound.is_empty() && !check.missing.is_empty() {
+        return Err(Error::graceful(missing_lua_message(dir, &check.missing)));
+    }
+    for (class, file) in &check.bound {
+        tracing::info!("@UpdateClasses: class {class} is bound to {file}");
+    }
+    if !check.missing.is_empty() {
+        tracing::info!("@UpdateClasses: {} (taken for helper classes)", missing_lua_message(dir, &check.missing));
+    }
+    if !check.ignored.is_empty() {
+        tracing::info!("@UpdateClasses: ignored jar entries that are not procedure classes: {}", check.ignored.join(", "));
+    }
+    Ok(vec![ResultTable::scalar("STATUS", 0)])
+}
+
+fn missing_lua_message(dir: &std::path::Path, missing: &[String]) -> String {
+    let files: Vec<String> = missing.iter().map(|c| format!("{}.lua", c.rsplit('.').next().unwrap_or(c))).collect();
+    format!(
+        "@UpdateClasses: Lockstep runs procedures written in Lua, and these classes have no Lua file in the procedure directory {}: {} (add {}; CREATE PROCEDURE … FROM CLASS a.b.Name binds Name.lua)",
+        dir.display(),
+        missing.join(", "),
+        files.join(", ")
+    )
 }
 
 /// `@StateHash`: a hash of every partition's rows (tests compare states with it).

@@ -220,6 +220,11 @@ fn index_name_taken(catalog: &Catalog, name: &str) -> Option<String> {
 
 fn create_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     let name = c.ident("a table name")?;
+    if catalog.table(&name).is_some() {
+        // VoltDB's wording: kits that create their schema match on it to tell that another
+        // client created the table first.
+        return Err(Error::sql(format!("object name already exists: {}", name.to_ascii_uppercase())));
+    }
     let (mut cols, keys) = table_body(c, &name)?;
     if c.is_word("LIMIT") {
         skip_limit_partition_rows(c)?;

@@ -385,8 +385,18 @@ pub fn table_constraint(c: &mut Cursor) -> Result<Option<Option<KeySpec>>> {
     } else if c.is_word("LIMIT") {
         skip_limit_partition_rows(c)?;
         return Ok(Some(None));
+    } else if c.is_word("FOREIGN") && c.peek_at(1).is_some_and(|t| t.is_word("KEY")) {
+        // VoltDB accepts FOREIGN KEY and does not enforce it (the TATP kit's schema has them).
+        c.pos += 2;
+        c.skip_parens()?;
+        c.expect_word("REFERENCES")?;
+        c.ident("a table name")?;
+        if c.peek_at(0).is_some_and(|t| t.is_punct("(")) {
+            c.skip_parens()?;
+        }
+        return Ok(Some(None));
     } else if name.is_some() {
-        return Err(c.error("expected PRIMARY KEY, UNIQUE, ASSUMEUNIQUE or LIMIT PARTITION ROWS"));
+        return Err(c.error("expected PRIMARY KEY, UNIQUE, ASSUMEUNIQUE, FOREIGN KEY or LIMIT PARTITION ROWS"));
     } else {
         c.pos = save;
         return Ok(None);

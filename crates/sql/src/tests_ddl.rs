@@ -149,7 +149,17 @@ fn keys_and_partitioning_are_checked() {
     assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER, a BIGINT)").contains("defined twice"));
     assert!(fails(&mut cat, "CREATE TABLE x (a BLOB)").contains("unknown column type BLOB"));
     assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER,)").contains("expected a column name"));
-    assert!(fails(&mut cat, "CREATE TABLE u (a INTEGER)").contains("already exists"));
+    assert!(fails(&mut cat, "CREATE TABLE u (a INTEGER)").ends_with("object name already exists: U"));
+    // FOREIGN KEY is accepted and not enforced, as VoltDB does.
+    apply(
+        &mut cat,
+        "CREATE TABLE fk (a INTEGER NOT NULL, b INTEGER, PRIMARY KEY (a), \
+         CONSTRAINT fk_u FOREIGN KEY (a, b) REFERENCES u (n, m), FOREIGN KEY (b) REFERENCES u)",
+    );
+    let fk = cat.table("fk").unwrap();
+    assert_eq!(fk.columns.len(), 2);
+    assert_eq!(fk.indexes.len(), 1);
+    assert!(fails(&mut cat, "CREATE TABLE fk2 (a INTEGER, FOREIGN KEY (a) u)").contains("REFERENCES"));
     assert_eq!(
         apply(&mut cat, "DROP INDEX u_n; DROP INDEX u_n IF EXISTS").len(),
         2
