@@ -75,7 +75,7 @@ async fn voter_app_loads_from_ddl_file_and_counts_votes() {
     let got: Vec<(String, i64, i64)> =
         t.rows.iter().map(|r| (r[0].to_string(), r[1].as_i64().unwrap(), r[2].as_i64().unwrap())).collect();
     assert_eq!(got, vec![("Edwina Burnam".into(), 1, 2), ("Kelly Clauss".into(), 3, 2)]);
-    assert_eq!(t.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["CONTESTANT_NAME", "CONTESTANT_NUMBER", "TOTAL_VOTES"]);
+    assert_eq!(t.columns.iter().map(|c| c.name.as_ref()).collect::<Vec<_>>(), ["CONTESTANT_NAME", "CONTESTANT_NUMBER", "TOTAL_VOTES"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

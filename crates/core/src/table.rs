@@ -5,7 +5,9 @@ use crate::value::{DataType, Value};
 /// A named, typed result column.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResultColumn {
-    pub name: String,
+    /// Shared, not owned: every execution of a statement hands out its columns, and cloning
+    /// an `Arc` costs no allocation.
+    pub name: std::sync::Arc<str>,
     pub ty: DataType,
 }
 
@@ -23,7 +25,7 @@ impl ResultTable {
 
     /// A table from `(name, type)` pairs.
     pub fn with_columns(columns: &[(&str, DataType)]) -> Self {
-        Self::new(columns.iter().map(|(n, t)| ResultColumn { name: n.to_string(), ty: *t }).collect())
+        Self::new(columns.iter().map(|(n, t)| ResultColumn { name: (*n).into(), ty: *t }).collect())
     }
 
     /// The one-row, one-column BIGINT table VoltDB returns for a scalar (and for DML counts).

@@ -477,7 +477,7 @@ fn result_table(
             .to_str()
             .map_err(|_| located(lua, "result_table() column names must be UTF-8"))?;
         columns.push(ResultColumn {
-            name: name.to_string(),
+            name: (&*name).into(),
             ty: DataType::Varchar,
         });
     }

@@ -262,7 +262,7 @@ fn gather_level(
             .columns
             .iter()
             .map(|c| ResultColumn {
-                name: c.name.clone(),
+                name: c.name.as_str().into(),
                 ty: c.ty,
             })
             .collect(),

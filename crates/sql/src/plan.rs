@@ -351,7 +351,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
                         };
                         output.push(t.expr);
                         columns.push(ResultColumn {
-                            name: c.name.clone(),
+                            name: c.name.as_str().into(),
                             ty: c.ty,
                         });
                         aliases.push(None);
@@ -380,7 +380,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
                 };
                 let ty = t.ty.unwrap_or(DataType::Varchar);
                 output.push(t.expr);
-                columns.push(ResultColumn { name, ty });
+                columns.push(ResultColumn { name: name.into(), ty });
                 aliases.push(alias);
             }
             SelectItem::ExprWithAliases { .. } => return Err(unsupported("multiple aliases")),

@@ -187,8 +187,8 @@ fn aggregates_ignore_nulls_and_group() {
     );
     assert_eq!(db.rows("SELECT dept + 1, MAX(salary) - MIN(salary) FROM emp WHERE dept IS NOT NULL GROUP BY dept + 1 ORDER BY 1"), vec![vec![i(11), i(100)], vec![i(21), i(0)]]);
     let t = db.run("SELECT dept, COUNT(*) AS n FROM emp GROUP BY dept");
-    assert_eq!(t.columns[0].name, "DEPT");
-    assert_eq!(t.columns[1].name, "N");
+    assert_eq!(t.columns[0].name, "DEPT".into());
+    assert_eq!(t.columns[1].name, "N".into());
     assert!(db
         .err("SELECT name, COUNT(*) FROM emp GROUP BY dept")
         .contains("GROUP BY"));
@@ -228,7 +228,7 @@ fn joins_inner_left_and_comma() {
     assert_eq!(
         t.columns
             .iter()
-            .map(|c| c.name.as_str())
+            .map(|c| c.name.as_ref())
             .collect::<Vec<_>>(),
         vec!["ID", "TITLE", "ID", "NAME", "DEPT", "SALARY", "BONUS"]
     );
@@ -352,8 +352,8 @@ fn expressions_and_types() {
     let types: Vec<_> = t.columns.iter().map(|c| c.ty).collect();
     use lockstep_core::DataType::*;
     assert_eq!(types, vec![BigInt, Decimal, Decimal, Integer, BigInt]);
-    assert_eq!(t.columns[0].name, "C1");
-    assert_eq!(t.columns[3].name, "ID");
+    assert_eq!(t.columns[0].name, "C1".into());
+    assert_eq!(t.columns[3].name, "ID".into());
     assert!(db.err("SELECT name + 1 FROM emp").contains("arithmetic"));
     assert!(db.err("SELECT SUBSTRING(name) FROM emp").contains("takes"));
 }
@@ -472,7 +472,7 @@ fn dml_counts_defaults_and_constraints() {
         db.run("INSERT INTO kv VALUES ('b', 1, 1), ('c', 2, 2)")
             .columns[0]
             .name,
-        "modified_tuples"
+        "modified_tuples".into()
     );
     assert_eq!(
         db.rows("SELECT k, v, w FROM kv WHERE k = 'a'"),

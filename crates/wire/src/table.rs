@@ -91,7 +91,7 @@ pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
         if name.len() > COLUMN_NAME_MAX_BYTES {
             return Err(malformed("column name too long"));
         }
-        columns.push(ResultColumn { name, ty });
+        columns.push(ResultColumn { name: name.into(), ty });
     }
     if header_len < 0 || r.position() - header_start != header_len as usize {
         return Err(malformed(format!(

@@ -243,7 +243,7 @@ fn any_table() -> impl Strategy<Value = ResultTable> {
         let row = cols.iter().map(|(t, _)| scalar_of(*t)).collect::<Vec<_>>();
         let columns: Vec<ResultColumn> = cols
             .into_iter()
-            .map(|(ty, name)| ResultColumn { name, ty })
+            .map(|(ty, name)| ResultColumn { name: name.into(), ty })
             .collect();
         proptest::collection::vec(row, 0..5).prop_map(move |rows| ResultTable {
             columns: columns.clone(),

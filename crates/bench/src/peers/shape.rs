@@ -36,7 +36,7 @@ pub fn table(names: &[&str], rows: Vec<Vec<Value>>) -> ResultTable {
     let width = rows.first().map(|r| r.len()).unwrap_or(names.len());
     let columns = (0..width)
         .map(|i| ResultColumn {
-            name: names.get(i).map(|s| s.to_string()).unwrap_or_else(|| format!("c{i}")),
+            name: names.get(i).map(|s| s.to_string()).unwrap_or_else(|| format!("c{i}")).into(),
             ty: rows.first().and_then(|r| r.get(i)).map(column_type).unwrap_or(DataType::BigInt),
         })
         .collect();

@@ -83,7 +83,7 @@ fn render_csv(t: &ResultTable) -> String {
     let header: Vec<String> = t
         .columns
         .iter()
-        .map(|c| csv_field(&Value::Str(c.name.clone())))
+        .map(|c| csv_field(&Value::Str(c.name.to_string())))
         .collect();
     out.push_str(&header.join(","));
     out.push_str("\r\n");
@@ -111,7 +111,7 @@ fn json_value(v: &Value) -> serde_json::Value {
 }
 
 fn render_json(t: &ResultTable) -> String {
-    let columns: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+    let columns: Vec<&str> = t.columns.iter().map(|c| c.name.as_ref()).collect();
     let rows: Vec<Vec<serde_json::Value>> = t
         .rows
         .iter()
