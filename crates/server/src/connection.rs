@@ -156,7 +156,8 @@ fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
     let handle = inv.handle;
-    let lower = inv.procedure.to_ascii_lowercase();
+    // Only system procedures need their name lower-cased (user procedure names keep case).
+    let lower = if inv.procedure.starts_with('@') { inv.procedure.to_ascii_lowercase() } else { String::new() };
     match lower.as_str() {
         "@subscribe" => {
             let outcome = subscribe(&inv.params, id, tx, front);
@@ -176,7 +177,7 @@ fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<
         _ => {}
     }
     // LATENCY counts the calls applications make: user procedures and ad-hoc SQL.
-    let user_call = !lower.starts_with('@') || lower == "@adhoc";
+    let user_call = lower.is_empty() || lower == "@adhoc";
     let adhoc = lower == "@adhoc";
     let tx = tx.clone();
     let call = Call {
