@@ -2,9 +2,15 @@
 //! indexes, a hash table of RowIds for O(1) point lookups and uniqueness checks.
 //!
 //! The hash table stores only RowIds (4 bytes an entry): the hash of an entry is computed
-//! from the row itself, which the caller passes in as the table's slots. So the key is
-//! stored once per index (in the ordered set), not twice.
+//! from the row itself, which the caller passes in as the table's slots.
+//!
+//! A unique index answers point lookups and uniqueness checks from its hash alone, so its
+//! ordered set is built only when a range (or a key with NULLs) first needs it, from the
+//! table's rows, and kept up to date from then on. Indexes that are only ever probed by
+//! their whole key (most primary keys, view groups) never pay a B-tree insert per row nor
+//! the memory of a second copy of the key.
 
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::Bound;
@@ -65,7 +71,8 @@ pub(crate) struct Index {
     /// SQL semantics for user tables: a key with a NULL never conflicts, so it is kept out
     /// of the hash. Views group NULLs together, so their group index turns this off.
     nulls_distinct: bool,
-    ordered: BTreeSet<Entry>,
+    /// Always present without a hash; with one, built on first use (see the module doc).
+    ordered: OnceCell<BTreeSet<Entry>>,
     hash: Option<HashTable<RowId>>,
 }
 
@@ -82,7 +89,7 @@ impl Index {
         Index {
             columns,
             nulls_distinct,
-            ordered: BTreeSet::new(),
+            ordered: if unique { OnceCell::new() } else { OnceCell::from(BTreeSet::new()) },
             hash: unique.then(HashTable::new),
         }
     }
@@ -92,9 +99,24 @@ impl Index {
         self.columns.iter().any(|&c| a[c] != b[c])
     }
 
+    /// The ordered set, built from the table's rows if it is not there yet.
+    fn ordered(&self, slots: &Slots) -> &BTreeSet<Entry> {
+        self.ordered.get_or_init(|| {
+            slots
+                .iter()
+                .enumerate()
+                .filter_map(|(id, row)| {
+                    let row = row.as_deref()?;
+                    Some(Entry { key: Key::from_row(row, &self.columns), row: id as RowId })
+                })
+                .collect()
+        })
+    }
+
+    /// Whether the ordered set exists (tests check that point lookups never build it).
     #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.ordered.len()
+    pub(crate) fn has_ordered(&self) -> bool {
+        self.ordered.get().is_some()
     }
 
     /// Whether `row`'s key goes into (and is checked against) the hash.
@@ -124,11 +146,13 @@ impl Index {
     /// Adds row `id`; the row must already be in `slots[id]` (rehashing reads it there).
     pub(crate) fn insert(&mut self, slots: &Slots, id: RowId) {
         let row = slot(slots, id);
-        let fresh = self.ordered.insert(Entry {
-            key: Key::from_row(row, &self.columns),
-            row: id,
-        });
-        debug_assert!(fresh, "row {id} was already indexed");
+        if let Some(ordered) = self.ordered.get_mut() {
+            let fresh = ordered.insert(Entry {
+                key: Key::from_row(row, &self.columns),
+                row: id,
+            });
+            debug_assert!(fresh, "row {id} was already indexed");
+        }
         if self.hashed(row) {
             let cols = &self.columns;
             if let Some(hash) = &mut self.hash {
@@ -142,13 +166,15 @@ impl Index {
 
     /// Removes row `id`, whose values are `row` (still in its slot or just taken out).
     pub(crate) fn remove(&mut self, row: &[Value], id: RowId) {
-        let probe = RowProbe {
-            values: row,
-            columns: &self.columns,
-            row: id,
-        };
-        let removed = self.ordered.remove(&probe as &dyn Probe);
-        debug_assert!(removed, "row {id} was not indexed");
+        if let Some(ordered) = self.ordered.get_mut() {
+            let probe = RowProbe {
+                values: row,
+                columns: &self.columns,
+                row: id,
+            };
+            let removed = ordered.remove(&probe as &dyn Probe);
+            debug_assert!(removed, "row {id} was not indexed");
+        }
         if self.hashed(row) {
             let h = hash_values(row_values(row, &self.columns));
             if let Some(hash) = &mut self.hash {
@@ -175,12 +201,13 @@ impl Index {
                 return Lookup::One(found.copied());
             }
         }
-        Lookup::Many(self.range(Bound::Included(key), Bound::Included(key), false))
+        Lookup::Many(self.range(slots, Bound::Included(key), Bound::Included(key), false))
     }
 
     /// Rows between two key prefixes, ascending or descending.
     pub(crate) fn range<'a>(
         &'a self,
+        slots: &Slots,
         lo: Bound<&[Value]>,
         hi: Bound<&[Value]>,
         reverse: bool,
@@ -224,7 +251,7 @@ impl Index {
             None => Bound::Unbounded,
         };
         let iter = self
-            .ordered
+            .ordered(slots)
             .range::<dyn Probe, _>((lo_bound, hi_bound))
             .map(|e| e.row);
         if reverse {
@@ -234,10 +261,10 @@ impl Index {
         }
     }
 
-    /// All entries in index order (used by tests and consistency checks).
+    /// All entries in index order, if the ordered set exists (tests and consistency checks).
     #[cfg(test)]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[Value], RowId)> + '_ {
-        self.ordered.iter().map(|e| (e.key.as_slice(), e.row))
+    pub(crate) fn entries(&self) -> Option<Vec<(&[Value], RowId)>> {
+        Some(self.ordered.get()?.iter().map(|e| (e.key.as_slice(), e.row)).collect())
     }
 
     /// Number of rows in the hash part (unique indexes only).
@@ -255,7 +282,7 @@ impl Index {
         } else {
             self.columns.len() * std::mem::size_of::<Value>()
         };
-        let ordered = self.ordered.len() * (entry * 9 / 5 + per_entry_heap);
+        let ordered = self.ordered.get().map_or(0, BTreeSet::len) * (entry * 9 / 5 + per_entry_heap);
         ordered + self.hash.as_ref().map_or(0, HashTable::allocation_size)
     }
 }

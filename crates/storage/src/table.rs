@@ -157,7 +157,7 @@ impl Table {
         reverse: bool,
     ) -> Box<dyn Iterator<Item = RowId> + '_> {
         match self.indexes.get(index) {
-            Some(ix) => ix.range(lo, hi, reverse),
+            Some(ix) => ix.range(&self.slots, lo, hi, reverse),
             None => Box::new(std::iter::empty()),
         }
     }
