@@ -4,11 +4,13 @@
 //! The hash table stores only RowIds (4 bytes an entry): the hash of an entry is computed
 //! from the row itself, which the caller passes in as the table's slots.
 //!
-//! A unique index answers point lookups and uniqueness checks from its hash alone, so its
-//! ordered set is built only when a range (or a key with NULLs) first needs it, from the
-//! table's rows, and kept up to date from then on. Indexes that are only ever probed by
-//! their whole key (most primary keys, view groups) never pay a B-tree insert per row nor
-//! the memory of a second copy of the key.
+//! A single-column unique index answers point lookups and uniqueness checks from its hash
+//! alone, so its ordered set is built only when a range (or a NULL key) first needs it, from
+//! the table's rows, and kept up to date from then on: keys that are only ever probed whole
+//! (most single-column primary keys, view groups) never pay a B-tree insert per row nor the
+//! memory of a second copy of the key. Multi-column indexes are searched by key prefix in
+//! the usual plans (a subscriber's rows, a user's sessions), so theirs is kept from the
+//! start: building it on first use would stall that transaction for the whole table.
 
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
@@ -71,7 +73,7 @@ pub(crate) struct Index {
     /// SQL semantics for user tables: a key with a NULL never conflicts, so it is kept out
     /// of the hash. Views group NULLs together, so their group index turns this off.
     nulls_distinct: bool,
-    /// Always present without a hash; with one, built on first use (see the module doc).
+    /// Built on first use for a single-column unique index, else always there (module doc).
     ordered: OnceCell<BTreeSet<Entry>>,
     hash: Option<HashTable<RowId>>,
 }
@@ -86,10 +88,11 @@ impl Index {
     }
 
     pub(crate) fn with_columns(columns: Box<[usize]>, unique: bool, nulls_distinct: bool) -> Index {
+        let order_on_first_use = unique && columns.len() == 1;
         Index {
             columns,
             nulls_distinct,
-            ordered: if unique { OnceCell::new() } else { OnceCell::from(BTreeSet::new()) },
+            ordered: if order_on_first_use { OnceCell::new() } else { OnceCell::from(BTreeSet::new()) },
             hash: unique.then(HashTable::new),
         }
     }
