@@ -220,13 +220,14 @@ fn system_catalog(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
         "COLUMNS" => Ok(vec![meta::columns(catalog)]),
         "INDEXINFO" => Ok(vec![meta::index_info(catalog)]),
         "PRIMARYKEYS" => Ok(vec![meta::primary_keys(catalog)]),
+        "TYPEINFO" => Ok(vec![meta::type_info()]),
         "PROCEDURECOLUMNS" => {
             let mut infos: Vec<_> = view.procs.values().collect();
             infos.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(vec![meta::procedure_columns(catalog, infos.iter().map(|p| p.name.as_str()))])
         }
         other => Err(Error::graceful(format!(
-            "@SystemCatalog selector {other} is not supported: use TABLES, COLUMNS, INDEXINFO, PRIMARYKEYS, PROCEDURES or PROCEDURECOLUMNS"
+            "@SystemCatalog selector {other} is not supported: use TABLES, COLUMNS, INDEXINFO, PRIMARYKEYS, PROCEDURES, PROCEDURECOLUMNS or TYPEINFO"
         ))),
     }
 }
@@ -508,6 +509,56 @@ mod meta {
 
     fn s(v: &str) -> Value {
         Value::Str(v.to_string())
+    }
+
+    /// TYPEINFO: the column types DDL accepts, in JDBC `getTypeInfo` layout, by DATA_TYPE.
+    pub fn type_info() -> ResultTable {
+        use DataType::{Integer as I, SmallInt as S, TinyInt as T, Varchar as V};
+        let mut t = ResultTable::with_columns(&[
+            ("TYPE_NAME", V), ("DATA_TYPE", I), ("PRECISION", I), ("LITERAL_PREFIX", V), ("LITERAL_SUFFIX", V),
+            ("CREATE_PARAMS", V), ("NULLABLE", S), ("CASE_SENSITIVE", T), ("SEARCHABLE", S),
+            ("UNSIGNED_ATTRIBUTE", T), ("FIXED_PREC_SCALE", T), ("AUTO_INCREMENT", T), ("LOCAL_TYPE_NAME", V),
+            ("MINIMUM_SCALE", S), ("MAXIMUM_SCALE", S), ("SQL_DATA_TYPE", I), ("SQL_DATETIME_SUB", I),
+            ("NUM_PREC_RADIX", I),
+        ]);
+        let mut types = [
+            DataType::TinyInt, DataType::SmallInt, DataType::Integer, DataType::BigInt, DataType::Float,
+            DataType::Decimal, DataType::Varchar, DataType::Varbinary, DataType::Timestamp,
+        ];
+        types.sort_by_key(|ty| jdbc_type(*ty));
+        for ty in types {
+            let (precision, radix) = precision_radix(ty, None);
+            let text = matches!(ty, DataType::Varchar | DataType::Varbinary | DataType::Timestamp);
+            let (prefix, suffix) = match ty {
+                DataType::Varbinary => (s("X'"), s("'")),
+                _ if text => (s("'"), s("'")),
+                _ => (Value::Null, Value::Null),
+            };
+            let sized = matches!(ty, DataType::Varchar | DataType::Varbinary);
+            let scale = |v: i64| if text { Value::Null } else { Value::Int(v) };
+            let scale_max = if ty == DataType::Decimal { DECIMAL_SCALE } else { 0 };
+            t.push(vec![
+                s(ty.sql_name()),
+                Value::Int(jdbc_type(ty)),
+                precision,
+                prefix,
+                suffix,
+                if sized { s("max_length") } else { Value::Null },
+                Value::Int(1), // typeNullable
+                Value::Int(i64::from(ty == DataType::Varchar)),
+                Value::Int(if ty == DataType::Varchar { 3 } else { 2 }), // LIKE only on text
+                if text { Value::Null } else { Value::Int(0) },
+                Value::Int(i64::from(ty == DataType::Decimal)),
+                Value::Int(0),
+                s(ty.sql_name()),
+                scale(scale_max),
+                scale(scale_max),
+                Value::Null,
+                Value::Null,
+                radix,
+            ]);
+        }
+        t
     }
 
     fn table_type(def: &TableDef) -> &'static str {

@@ -200,6 +200,25 @@ class JdbcTest {
         assertEquals(List.of("PRODUCTS.delete", "PRODUCTS.insert", "PRODUCTS.select", "PRODUCTS.update",
                 "PRODUCTS.upsert", "ProductsAbove").stream().map(String::toUpperCase).sorted().toList(),
                 procs.stream().sorted().toList());
+
+        // getTypeInfo (@SystemCatalog TYPEINFO): the DDL types, ordered by java.sql.Types code.
+        List<String> types = new ArrayList<>();
+        try (ResultSet rs = md.getTypeInfo()) {
+            while (rs.next()) {
+                types.add(rs.getString("TYPE_NAME") + ":" + rs.getInt("DATA_TYPE") + ":" + rs.getInt("PRECISION")
+                        + ":" + rs.getString("LITERAL_PREFIX") + ":" + rs.getInt("MAXIMUM_SCALE"));
+            }
+        }
+        assertEquals(List.of(
+                "TINYINT:" + Types.TINYINT + ":7:null:0",
+                "BIGINT:" + Types.BIGINT + ":63:null:0",
+                "VARBINARY:" + Types.VARBINARY + ":1048576:X':0",
+                "DECIMAL:" + Types.DECIMAL + ":38:null:12",
+                "INTEGER:" + Types.INTEGER + ":31:null:0",
+                "SMALLINT:" + Types.SMALLINT + ":15:null:0",
+                "FLOAT:" + Types.DOUBLE + ":53:null:0",
+                "VARCHAR:" + Types.VARCHAR + ":1048576:':0",
+                "TIMESTAMP:" + Types.TIMESTAMP + ":63:':0"), types);
     }
 
     @Test
