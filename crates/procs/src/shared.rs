@@ -87,7 +87,7 @@ impl Shared {
         }
     }
 
-    /// Sets the Lua heap limit (at start-up, and again whenever a lift ends).
+    /// Sets the Lua heap limit (at start-up; a lift restores it by itself).
     pub(crate) fn apply_heap_limit(&self, lua: &Lua) -> mlua::Result<()> {
         if self.memory_limit_bytes > 0 {
             lua.set_memory_limit(self.memory_limit_bytes)?;
