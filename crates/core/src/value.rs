@@ -261,6 +261,7 @@ impl Value {
         }
     }
 
+    #[inline]
     fn rank(&self) -> u8 {
         match self {
             Value::Null => 0,
@@ -307,6 +308,7 @@ pub fn to_hex(b: &[u8]) -> String {
 /// kind, floats by `total_cmp`. Keys are coerced to their column type before use, so two
 /// equal SQL values always have the same kind here.
 impl PartialEq for Value {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
@@ -315,12 +317,14 @@ impl PartialEq for Value {
 impl Eq for Value {}
 
 impl PartialOrd for Value {
+    #[inline]
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
 impl Ord for Value {
+    #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
         use Value::*;
         match (self, other) {
@@ -338,6 +342,7 @@ impl Ord for Value {
 }
 
 impl Hash for Value {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_u8(self.rank());
         match self {

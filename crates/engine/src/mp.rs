@@ -521,8 +521,16 @@ impl Coordinator {
                     part.delete(def.id, row)?;
                 }
             }
+            // Row by row, inside the transaction: a failure rolls the restore back.
             let mut loaded = 0;
-            crate::site::load_snapshot_rows(part, &catalog, &ring, &dir, &mut |_| {}, &mut loaded)?;
+            let id = part.id();
+            crate::site::read_snapshot_rows(id, &catalog, &ring, &dir, &mut |table, rows| {
+                for row in rows {
+                    part.insert(table, row)?;
+                    loaded += 1;
+                }
+                Ok(())
+            })?;
             Ok(ResultTable::scalar("ROWS", loaded as i64))
         }))
     }

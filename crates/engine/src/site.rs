@@ -158,13 +158,17 @@ impl Site {
         Ok(site)
     }
 
+    /// Loads this partition's rows of a snapshot in bulk: tables are filled, then their
+    /// indexes built and views populated once (start-up, so no transaction to undo).
     fn load_snapshot(&mut self, dir: &std::path::Path) -> Result<u64> {
+        let mut staged: std::collections::BTreeMap<TableId, Vec<Vec<Value>>> = Default::default();
         let mut loaded = 0;
-        load_snapshot_rows(&mut self.part, &self.catalog, &self.ring, dir, &mut |part| {
-            part.commit();
-            part.begin();
-        }, &mut loaded)?;
-        self.part.commit();
+        read_snapshot_rows(self.part.id(), &self.catalog, &self.ring, dir, &mut |table, rows| {
+            loaded += rows.len() as u64;
+            staged.entry(table).or_default().extend(rows);
+            Ok(())
+        })?;
+        self.part.load_rows(staged)?;
         Ok(loaded)
     }
 
@@ -416,19 +420,18 @@ impl Site {
 /// Loads the rows of a snapshot that belong to partition `part`: a partitioned table's rows
 /// by the hash of their partition column (so the partition count may change), a replicated
 /// table's from partition 0's file. `between_chunks` runs after each chunk of rows.
-pub(crate) fn load_snapshot_rows(
-    part: &mut Partition,
+pub(crate) fn read_snapshot_rows(
+    partition: u32,
     catalog: &Catalog,
     ring: &HashRing,
     dir: &std::path::Path,
-    between_chunks: &mut dyn FnMut(&mut Partition),
-    loaded: &mut u64,
+    on_rows: &mut dyn FnMut(TableId, Vec<Vec<Value>>) -> Result<()>,
 ) -> Result<()> {
     let reader = SnapshotReader::open(dir)?;
     // With the same number of partitions (so the same ring), partition p's rows are all in
     // file p: read only that one.
     let files = reader.manifest().partitions;
-    let own = (files == ring.partitions()).then_some(part.id());
+    let own = (files == ring.partitions()).then_some(partition);
     for p in (0..files).filter(|p| own.is_none_or(|o| o == *p)) {
         let mut file = reader.partition(p)?;
         let mut table: Option<Arc<lockstep_core::TableDef>> = None;
@@ -444,18 +447,13 @@ pub(crate) fn load_snapshot_rows(
                 }
                 SnapshotItem::Rows(rows) => {
                     let def = table.as_ref().ok_or_else(|| Error::unexpected("rows before any table in a snapshot file"))?;
-                    for row in rows {
-                        let mine = match def.partition_column {
-                            Some(_) if own.is_some() => true,
-                            Some(c) => ring.partition_for(&row[c]) == part.id(),
-                            None => own.is_some() || p == 0,
-                        };
-                        if mine {
-                            part.insert(def.id, row)?;
-                            *loaded += 1;
-                        }
-                    }
-                    between_chunks(part);
+                    let mine: Vec<Vec<Value>> = match def.partition_column {
+                        _ if own.is_some() => rows,
+                        Some(c) => rows.into_iter().filter(|row| ring.partition_for(&row[c]) == partition).collect(),
+                        None if p == 0 => rows,
+                        None => Vec::new(),
+                    };
+                    on_rows(def.id, mine)?;
                 }
             }
         }

@@ -167,6 +167,37 @@ impl Index {
         }
     }
 
+    /// Indexes every row of `slots` at once (a table built in bulk): the hash is sized once
+    /// and the ordered set, if kept, is built from sorted entries. Err names a row whose key
+    /// a unique index already holds for an earlier row.
+    pub(crate) fn build(&mut self, slots: &Slots) -> Result<(), RowId> {
+        let cols = &self.columns;
+        let rows = || slots.iter().enumerate().filter_map(|(id, r)| Some((id as RowId, r.as_deref()?)));
+        if let Some(hash) = &mut self.hash {
+            let rehash = |&other: &RowId| hash_values(row_values(slot(slots, other), cols));
+            hash.reserve(rows().count(), rehash);
+            for (id, row) in rows() {
+                if self.nulls_distinct && cols.iter().any(|&c| row[c].is_null()) {
+                    continue;
+                }
+                let h = hash_values(row_values(row, cols));
+                let same = |&other: &RowId| cols.iter().all(|&c| slot(slots, other)[c] == row[c]);
+                match hash.entry(h, same, rehash) {
+                    hashbrown::hash_table::Entry::Occupied(_) => return Err(id),
+                    hashbrown::hash_table::Entry::Vacant(v) => {
+                        v.insert(id);
+                    }
+                }
+            }
+        }
+        if let Some(ordered) = self.ordered.get_mut() {
+            let mut entries: Vec<Entry> = rows().map(|(id, row)| Entry { key: Key::from_row(row, cols), row: id }).collect();
+            entries.sort_unstable();
+            *ordered = entries.into_iter().collect();
+        }
+        Ok(())
+    }
+
     /// Removes row `id`, whose values are `row` (still in its slot or just taken out).
     pub(crate) fn remove(&mut self, row: &[Value], id: RowId) {
         if let Some(ordered) = self.ordered.get_mut() {

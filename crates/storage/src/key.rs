@@ -123,7 +123,7 @@ impl<'a> Borrow<dyn Probe + 'a> for Entry {
 
 impl PartialEq for Entry {
     fn eq(&self, other: &Self) -> bool {
-        compare(self, other) == Ordering::Equal
+        self.cmp(other) == Ordering::Equal
     }
 }
 
@@ -136,8 +136,10 @@ impl PartialOrd for Entry {
 }
 
 impl Ord for Entry {
+    /// [`compare`] for two entries (same width, same flag), without its dynamic dispatch:
+    /// inserts and bulk builds compare entries with each other most of the time.
     fn cmp(&self, other: &Self) -> Ordering {
-        compare(self, other)
+        self.key.as_slice().cmp(other.key.as_slice()).then_with(|| self.row.cmp(&other.row))
     }
 }
 

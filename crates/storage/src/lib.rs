@@ -10,6 +10,7 @@
 //! - `snapshot`: copy-on-write scans for consistent snapshots; `state_hash`: a hash of
 //!   every row, to prove that replay is deterministic.
 
+mod bulk;
 mod index;
 mod key;
 mod partition;

@@ -98,7 +98,7 @@ impl Partition {
 
     /// Fails unless `table` is a plain table: views change only through their source, and
     /// stream rows, once written, cannot be changed.
-    fn check_writable(&self, table: TableId, verb: &str) -> Result<&Table> {
+    pub(crate) fn check_writable(&self, table: TableId, verb: &str) -> Result<&Table> {
         let t = self.table(table)?;
         match t.def().kind {
             TableKind::Table => Ok(t),

@@ -322,18 +322,11 @@ impl Table {
         table.row_heap_bytes = slots.iter().flatten().map(|r| heap_bytes(r)).sum();
         table.slots = slots;
         for i in 0..table.indexes.len() {
-            for id in 0..table.slots.len() as RowId {
-                let Some(row) = table.slots[id as usize].as_deref() else {
-                    continue;
-                };
-                if table.indexes[i]
-                    .conflict(&table.slots, row, Some(id))
-                    .is_some()
-                {
-                    // Reuse the insert-time message, which names the index and the key.
-                    table.check_unique(row, Some(id))?;
-                }
-                table.indexes[i].insert(&table.slots, id);
+            if let Err(id) = table.indexes[i].build(&table.slots) {
+                // Reuse the insert-time message, which names the index and the key.
+                let row = table.slots[id as usize].as_deref().unwrap_or(&[]);
+                table.check_unique(row, Some(id))?;
+                return Err(Error::unexpected(format!("duplicate key in row {id} of {}", table.def.name)));
             }
         }
         Ok(table)

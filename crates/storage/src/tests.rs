@@ -498,6 +498,40 @@ fn group(p: &Partition, view: TableId, key: &str) -> Option<Vec<Value>> {
         .map(|&id| t.get(id).unwrap().to_vec())
 }
 
+/// A bulk load gives the same partition as inserting the rows one by one: rows, indexes
+/// and views (same state hash), and it refuses a duplicate key naming the constraint.
+#[test]
+fn a_bulk_load_equals_row_by_row_inserts() {
+    let rows: Vec<Vec<Value>> = (0..500)
+        .map(|n| vote(n * 7 % 501, ["MA", "NY", "CA"][n as usize % 3], (n % 4 != 0).then_some(n)))
+        .collect();
+    let (_, mut by_insert, t, v) = votes_with_view();
+    by_insert.begin();
+    for r in &rows {
+        by_insert.insert(t, r.clone()).unwrap();
+    }
+    by_insert.commit();
+    let (_, mut bulk, t2, v2) = votes_with_view();
+    bulk.load_rows([(t2, rows.clone())].into_iter().collect()).unwrap();
+    assert_eq!(bulk.state_hash(), by_insert.state_hash());
+    assert_eq!(group(&bulk, v2, "NY"), group(&by_insert, v, "NY"));
+    assert_consistent(&bulk);
+    // The loaded table then takes writes like any other.
+    bulk.begin();
+    bulk.insert(t2, vote(9_999, "MA", Some(1))).unwrap();
+    bulk.rollback();
+    assert_eq!(bulk.state_hash(), by_insert.state_hash());
+
+    let (_, mut dup, t3, _) = votes_with_view();
+    let twice = vec![vote(1, "MA", None), vote(2, "NY", None), vote(1, "CA", None)];
+    let err = dup.load_rows([(t3, twice)].into_iter().collect()).unwrap_err();
+    assert!(err.message.contains("PK_VOTES"), "{}", err.message);
+    let (_, mut full, t4, _) = votes_with_view();
+    full.load_rows([(t4, vec![vote(1, "MA", None)])].into_iter().collect()).unwrap();
+    let again = full.load_rows([(t4, vec![vote(2, "MA", None)])].into_iter().collect()).unwrap_err();
+    assert!(again.message.contains("not empty"), "{}", again.message);
+}
+
 #[test]
 fn views_follow_inserts_updates_and_deletes() {
     let (_, mut p, votes, v) = votes_with_view();

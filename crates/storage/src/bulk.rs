@@ -1,0 +1,50 @@
+//! Bulk loading of committed rows into empty tables (a snapshot read at start-up): each row
+//! is checked as an insert would check it, but indexes are built once for the whole table
+//! and views populated once from it, instead of row by row with undo records.
+
+use std::collections::BTreeMap;
+
+use lockstep_core::{Error, Result, TableId, Value};
+
+use crate::partition::Partition;
+use crate::table::Table;
+use crate::validate::check_row;
+use crate::view;
+
+impl Partition {
+    /// Loads `rows` into their tables, which must be empty, then repopulates the views of
+    /// those tables. Runs outside transactions. On an error (a bad value, a duplicate key)
+    /// nothing of the failing table is kept; the caller gives up on the whole load.
+    pub fn load_rows(&mut self, rows: BTreeMap<TableId, Vec<Vec<Value>>>) -> Result<()> {
+        if self.snapshot.is_some() {
+            return Err(Error::unexpected("bulk load while a snapshot is being written"));
+        }
+        for (id, rows) in rows {
+            let t = self.check_writable(id, "load into")?;
+            if !t.is_empty() {
+                return Err(Error::unexpected(format!("bulk load into {}, which is not empty", t.name())));
+            }
+            let def = t.def().clone();
+            let slots = rows.into_iter().map(|r| check_row(&def, r).map(Some)).collect::<Result<Vec<_>>>()?;
+            let table = Table::from_slots(def, slots)?;
+            self.tables.insert(id, table);
+            self.repopulate_views_of(id)?;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds every view of `source` from the source's rows.
+    fn repopulate_views_of(&mut self, source: TableId) -> Result<()> {
+        for vid in self.views_of.get(&source).cloned().unwrap_or_default() {
+            let old = self.table(vid)?;
+            let Some(vdef) = old.def().view().cloned() else { continue };
+            let mut vt = Table::new(old.def().clone());
+            for (_, row) in self.table(source)?.scan() {
+                let change = view::on_insert(&vt, &vdef, row)?;
+                view::apply_unrecorded(&mut vt, change)?;
+            }
+            self.tables.insert(vid, vt);
+        }
+        Ok(())
+    }
+}
