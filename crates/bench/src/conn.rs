@@ -48,6 +48,10 @@ impl Answer {
     fn from_outcome(o: Outcome) -> Answer {
         Answer { status: o.status, status_string: o.status_string, app_status: o.app_status, tables: o.tables }
     }
+
+    fn from_response(r: lockstep_client::Response) -> Answer {
+        Answer { status: r.status, status_string: r.status_string, app_status: r.app_status, tables: r.tables }
+    }
 }
 
 /// A connection to a server or an engine in this process. Cheap to clone.
@@ -106,17 +110,7 @@ impl Conn {
 
     /// Calls a procedure. A failure status is an `Ok` answer; `Err` means the call was lost.
     pub async fn call(&self, proc: &str, params: Vec<Value>) -> Result<Answer, Error> {
-        match self {
-            Conn::Net(c) => {
-                let r = c.call(proc, params).await.map_err(|e| err(e.to_string()))?;
-                Ok(Answer { status: r.status, status_string: r.status_string, app_status: r.app_status, tables: r.tables })
-            }
-            Conn::Embedded(e) => {
-                let call = Call { procedure: proc.to_string(), params, ..Call::default() };
-                e.submit(call).await
-            }
-            Conn::Peer(p) => p.call(proc, params).await,
-        }
+        self.call_in_order(proc, params, ()).await
     }
 
     /// Calls a procedure, dropping `order_guard` as soon as the call's place in the
@@ -128,8 +122,7 @@ impl Conn {
             Conn::Net(c) => {
                 let sent = c.start_call(proc, params).await.map_err(|e| err(e.to_string()))?;
                 drop(order_guard);
-                let r = sent.wait().await.map_err(|e| err(e.to_string()))?;
-                Ok(Answer { status: r.status, status_string: r.status_string, app_status: r.app_status, tables: r.tables })
+                sent.wait().await.map(Answer::from_response).map_err(|e| err(e.to_string()))
             }
             Conn::Embedded(e) => {
                 let answer = e.start(Call { procedure: proc.to_string(), params, ..Call::default() });
@@ -149,10 +142,7 @@ impl Conn {
         match self {
             Conn::Net(c) => {
                 let rs = c.call_all_partitions(proc, params).await.map_err(|e| err(e.to_string()))?;
-                Ok(rs
-                    .into_iter()
-                    .map(|r| Answer { status: r.status, status_string: r.status_string, app_status: r.app_status, tables: r.tables })
-                    .collect())
+                Ok(rs.into_iter().map(Answer::from_response).collect())
             }
             Conn::Embedded(e) => {
                 let keys = e.partition_keys().await?;

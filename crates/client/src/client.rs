@@ -119,10 +119,7 @@ impl Client {
 
     /// Calls a procedure. A failure status is still `Ok`: check `Response::status`.
     pub async fn call(&self, proc: &str, params: Vec<Value>) -> Result<Response, ClientError> {
-        self.send(Invocation::new(proc, 0, params), &[])
-            .await?
-            .wait()
-            .await
+        self.start_call(proc, params).await?.wait().await
     }
 
     /// Queues a call on its connection and returns before the answer. Calls started one

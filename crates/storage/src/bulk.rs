@@ -39,10 +39,7 @@ impl Partition {
             let old = self.table(vid)?;
             let Some(vdef) = old.def().view().cloned() else { continue };
             let mut vt = Table::new(old.def().clone());
-            for (_, row) in self.table(source)?.scan() {
-                let change = view::on_insert(&vt, &vdef, row)?;
-                view::apply_unrecorded(&mut vt, change)?;
-            }
+            view::populate(&mut vt, &vdef, self.table(source)?)?;
             self.tables.insert(vid, vt);
         }
         Ok(())

@@ -42,6 +42,12 @@ fn row_values<'a>(row: &'a [Value], columns: &'a [usize]) -> impl Iterator<Item 
     columns.iter().map(move |&c| &row[c])
 }
 
+/// Whether a row's key over `columns` is in a unique index's hash: keys with a NULL are
+/// not when NULLs are distinct (see `Index::nulls_distinct`).
+fn key_is_hashed(nulls_distinct: bool, columns: &[usize], row: &[Value]) -> bool {
+    !nulls_distinct || !columns.iter().any(|&c| row[c].is_null())
+}
+
 /// The row in slot `id`; every id an index holds must have a row (an internal invariant).
 fn slot(slots: &Slots, id: RowId) -> &[Value] {
     match slots.get(id as usize) {
@@ -124,7 +130,7 @@ impl Index {
 
     /// Whether `row`'s key goes into (and is checked against) the hash.
     fn hashed(&self, row: &[Value]) -> bool {
-        !self.nulls_distinct || !self.columns.iter().any(|&c| row[c].is_null())
+        key_is_hashed(self.nulls_distinct, &self.columns, row)
     }
 
     /// The row other than `except` whose key equals `row`'s, for a unique index.
@@ -177,7 +183,7 @@ impl Index {
             let rehash = |&other: &RowId| hash_values(row_values(slot(slots, other), cols));
             hash.reserve(rows().count(), rehash);
             for (id, row) in rows() {
-                if self.nulls_distinct && cols.iter().any(|&c| row[c].is_null()) {
+                if !key_is_hashed(self.nulls_distinct, cols, row) {
                     continue;
                 }
                 let h = hash_values(row_values(row, cols));

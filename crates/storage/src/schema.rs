@@ -64,10 +64,7 @@ impl Partition {
                 .get(&vdef.source)
                 .or_else(|| self.tables.get(&vdef.source));
             if let Some(source) = source {
-                for (_, row) in source.scan() {
-                    let change = view::on_insert(&vt, &vdef, row)?;
-                    view::apply_unrecorded(&mut vt, change)?;
-                }
+                view::populate(&mut vt, &vdef, source)?;
             }
             built.insert(vid, vt);
         }

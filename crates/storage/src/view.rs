@@ -323,8 +323,18 @@ fn recompute_extremes(
     Ok(())
 }
 
+/// Adds every row of `source` to the view table `vt`, outside transactions (a view built
+/// or rebuilt from its source's rows).
+pub(crate) fn populate(vt: &mut Table, vdef: &ViewDef, source: &Table) -> Result<()> {
+    for (_, row) in source.scan() {
+        let change = on_insert(vt, vdef, row)?;
+        apply_unrecorded(vt, change)?;
+    }
+    Ok(())
+}
+
 /// Applies a change directly, without undo (populating a view outside transactions).
-pub(crate) fn apply_unrecorded(view_table: &mut Table, change: ViewChange) -> Result<()> {
+fn apply_unrecorded(view_table: &mut Table, change: ViewChange) -> Result<()> {
     match change {
         ViewChange::Insert(row) => view_table.push_row(row).map(|_| ()),
         ViewChange::Update(id, row) => {
