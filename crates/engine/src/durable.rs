@@ -2,13 +2,17 @@
 //! fence. When the log cannot write, transactions already run in memory may be missing
 //! from it, so writes are refused (the fence) until a snapshot taken after the disk
 //! recovered has captured the memory state again.
+//!
+//! In sync mode a client must never see data a crash could still lose: an answer that
+//! logs nothing (a read, an abort) waits behind the writes logged before it, unless none
+//! is still waiting for its sync.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use lockstep_core::{Error, ResultTable};
 
-use crate::cmdlog::{CommandLog, Durability, Record};
+use crate::cmdlog::{Ack, CommandLog, Durability, Record};
 use crate::outcome::{Outcome, Reply, APP_STATUS_UNSET};
 
 /// VoltDB's RESPONSE_UNKNOWN: the transaction ran but could not be made durable.
@@ -17,11 +21,13 @@ pub const STATUS_RESPONSE_UNKNOWN: i8 = -7;
 pub struct Durable {
     pub log: CommandLog,
     write_fence: AtomicBool,
+    /// Records appended with an acknowledgement that has not run yet.
+    unacknowledged: AtomicU64,
 }
 
 impl Durable {
     pub fn new(log: CommandLog) -> Self {
-        Durable { log, write_fence: AtomicBool::new(false) }
+        Durable { log, write_fence: AtomicBool::new(false), unacknowledged: AtomicU64::new(0) }
     }
 
     /// Whether transactions are logged at all.
@@ -61,6 +67,21 @@ impl Durable {
         }
     }
 
+    /// Appends a record whose changes are already visible in memory; `ack` runs once it is
+    /// durable (or with the error that kept it from being so). Until then, answers that
+    /// log nothing wait behind it.
+    pub fn append_acked(self: &Arc<Self>, body: Vec<u8>, ack: Ack) {
+        self.unacknowledged.fetch_add(1, Ordering::SeqCst);
+        let me = self.clone();
+        let _ = self.log.append(
+            body,
+            Some(Box::new(move |r| {
+                me.unacknowledged.fetch_sub(1, Ordering::SeqCst);
+                ack(r)
+            })),
+        );
+    }
+
     /// Appends the record of a committed transaction and answers the client once it is as
     /// durable as the mode promises. If it cannot be logged, the answer says the outcome is
     /// unknown (it ran in memory) and writes are fenced off.
@@ -70,14 +91,26 @@ impl Durable {
             Err(e) => return reply(unknown(e)),
         };
         let me = self.clone();
-        let ack = Box::new(move |r: lockstep_core::Result<u64>| match r {
-            Ok(_) => reply(outcome),
-            Err(e) => {
-                me.raise_fence();
-                reply(unknown(e))
-            }
-        });
-        let _ = self.log.append(body, Some(ack));
+        self.append_acked(
+            body,
+            Box::new(move |r| match r {
+                Ok(_) => reply(outcome),
+                Err(e) => {
+                    me.raise_fence();
+                    reply(unknown(e))
+                }
+            }),
+        );
+    }
+
+    /// Answers a call that logged nothing. In sync mode, while writes it may have seen are
+    /// not yet on disk, the answer waits for them (a failed log has already answered those
+    /// writes "unknown", so the answer then goes out as it is).
+    pub fn reply_after_earlier_writes(&self, outcome: Outcome, reply: Reply) {
+        if self.log.mode() != Durability::Sync || self.unacknowledged.load(Ordering::SeqCst) == 0 {
+            return reply(outcome);
+        }
+        self.log.barrier(Box::new(move |_| reply(outcome)));
     }
 }
 
@@ -89,5 +122,84 @@ pub fn unknown(e: Error) -> Outcome {
         app_status: APP_STATUS_UNSET,
         app_status_string: None,
         tables: Vec::<ResultTable>::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use crossbeam_channel::{unbounded, Receiver};
+
+    use super::*;
+    use crate::cmdlog::testing::{rec, wait_until, Faults, FaultyFs, TempDir};
+    use crate::cmdlog::LogOptions;
+
+    fn sync_log(dir: &TempDir) -> (Arc<Faults>, Arc<Durable>) {
+        let faults = Arc::new(Faults::default());
+        let options = LogOptions { fs: Arc::new(FaultyFs(faults.clone())), ..LogOptions::default() };
+        let log = CommandLog::open_with(dir.path(), Durability::Sync, options).unwrap();
+        (faults, Arc::new(Durable::new(log)))
+    }
+
+    /// A reply that sends its call's name down `answers`.
+    fn reply_as(name: &'static str, answers: &crossbeam_channel::Sender<&'static str>) -> Reply {
+        let tx = answers.clone();
+        Box::new(move |_| {
+            let _ = tx.send(name);
+        })
+    }
+
+    fn answered(rx: &Receiver<&'static str>) -> Vec<&'static str> {
+        rx.try_iter().collect()
+    }
+
+    #[test]
+    fn in_sync_mode_a_read_is_answered_only_after_the_writes_before_it_are_on_disk() {
+        let dir = TempDir::new("read-barrier");
+        let (faults, durable) = sync_log(&dir);
+        let (tx, rx) = unbounded();
+        // The write's sync is held at the gate: the write ran in memory, not yet on disk.
+        faults.close_gate();
+        durable.append_then_reply(&rec(1), Outcome::tables(vec![]), reply_as("write", &tx));
+        wait_until("the write's sync", || faults.sync_waiting.load(Ordering::SeqCst));
+        durable.reply_after_earlier_writes(Outcome::tables(vec![]), reply_as("read", &tx));
+        // Neither may be answered while the write could still be lost.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(answered(&rx), Vec::<&str>::new());
+        faults.open_gate();
+        let mut got = Vec::new();
+        wait_until("both answers", || {
+            got.extend(answered(&rx));
+            got.len() == 2
+        });
+        assert_eq!(got, ["write", "read"]);
+
+        // With nothing waiting for a sync, a read is answered at once, gate or no gate.
+        faults.close_gate();
+        durable.reply_after_earlier_writes(Outcome::tables(vec![]), reply_as("read", &tx));
+        assert_eq!(answered(&rx), ["read"]);
+        faults.open_gate();
+    }
+
+    #[test]
+    fn when_the_log_fails_a_waiting_read_is_still_answered() {
+        let dir = TempDir::new("read-barrier-fail");
+        let (faults, durable) = sync_log(&dir);
+        let (tx, rx) = unbounded();
+        faults.close_gate();
+        faults.fail_syncs.store(true, Ordering::SeqCst);
+        durable.append_then_reply(&rec(1), Outcome::tables(vec![]), reply_as("write", &tx));
+        wait_until("the write's sync", || faults.sync_waiting.load(Ordering::SeqCst));
+        durable.reply_after_earlier_writes(Outcome::tables(vec![]), reply_as("read", &tx));
+        faults.open_gate();
+        let mut got = Vec::new();
+        wait_until("both answers", || {
+            got.extend(answered(&rx));
+            got.len() == 2
+        });
+        assert_eq!(got, ["write", "read"]);
+        assert!(durable.fenced(), "a failed sync fences writes");
     }
 }

@@ -205,9 +205,14 @@ impl Coordinator {
                     let started = std::time::Instant::now();
                     let writes = stmts.iter().any(|p| !p.read_only);
                     let record = writes.then(|| adhoc_record(&stmts, &params));
+                    let logged = record.is_some();
                     let outcome = self.logged_transaction(None, record, |_, runner, _| run_statements(runner, &stmts, &params));
                     self.record(crate::stats::ADHOC_PROCEDURE, started, &params, &outcome);
-                    reply(outcome);
+                    if logged {
+                        reply(outcome);
+                    } else {
+                        self.durable.reply_after_earlier_writes(outcome, reply);
+                    }
                 }
                 MpWork::Ddl { statements, reply } => {
                     let outcome = self.apply_ddl(&statements);
@@ -343,9 +348,9 @@ impl Coordinator {
         let ack_tx = tx.clone();
         match record.encode() {
             Ok(body) => {
-                let _ = self.durable.log.append(body, Some(Box::new(move |r| {
+                self.durable.append_acked(body, Box::new(move |r| {
                     let _ = ack_tx.send(r);
-                })));
+                }));
             }
             Err(e) => {
                 let _ = tx.send(Err(e));

@@ -323,7 +323,7 @@ impl Site {
                 let outcome = Outcome::from_output(out);
                 let Some(reply) = reply else { return };
                 if !(changed && self.durable.logging()) {
-                    return reply(outcome);
+                    return self.durable.reply_after_earlier_writes(outcome, reply);
                 }
                 let record = match work {
                     SpWork::Proc(procedure) => Record::Sp { txn_id, partition: self.id, procedure, params },
@@ -335,7 +335,7 @@ impl Site {
             Err(e) => {
                 self.part.rollback();
                 if let Some(reply) = reply {
-                    reply(Outcome::error(e));
+                    self.durable.reply_after_earlier_writes(Outcome::error(e), reply);
                 } else {
                     tracing::warn!(site = self.id, txn_id, "a replayed transaction failed: {e}");
                 }

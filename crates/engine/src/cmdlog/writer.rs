@@ -133,6 +133,8 @@ impl Shared {
 
 enum Msg {
     Append { body: Vec<u8>, ack: Option<Ack> },
+    /// No record: acknowledged once everything appended before it is durable.
+    Barrier(Ack),
     Flush(Sender<Result<()>>),
     Shutdown,
 }
@@ -244,6 +246,20 @@ impl CommandLog {
         }
     }
 
+    /// Calls `ack` once every record appended before this call is as durable as the
+    /// mode promises (at once in `Off` mode), or with the error that prevented it.
+    pub fn barrier(&self, ack: Ack) {
+        let Some(tx) = &self.tx else { return ack(Ok(0)) };
+        if self.shared.failed.load(Ordering::SeqCst) {
+            return ack(Err(self.shared.failed_error()));
+        }
+        if let Err(e) = tx.send(Msg::Barrier(ack)) {
+            if let Msg::Barrier(ack) = e.0 {
+                ack(Err(closed()));
+            }
+        }
+    }
+
     /// Whether appends are refused because the disk failed.
     pub fn is_failed(&self) -> bool {
         self.shared.failed.load(Ordering::SeqCst)
@@ -324,6 +340,23 @@ struct Logger {
 struct Batch {
     buf: Vec<u8>,
     acks: Vec<Option<Ack>>,
+    /// Barriers met in the queue: acknowledged after the batch's records.
+    barriers: Vec<Ack>,
+}
+
+impl Batch {
+    /// Runs every acknowledgement: record `i` gets `result(i)`, barriers `barrier`.
+    fn acknowledge(self, mut result: impl FnMut(usize) -> Result<u64>, barrier: Result<u64>) {
+        for (i, ack) in self.acks.into_iter().enumerate() {
+            let r = result(i);
+            if let Some(ack) = ack {
+                ack(r);
+            }
+        }
+        for ack in self.barriers {
+            ack(barrier.clone());
+        }
+    }
 }
 
 impl Logger {
@@ -334,8 +367,8 @@ impl Logger {
                 Some(t) => self.rx.recv_timeout(t),
             };
             match msg {
-                Ok(Msg::Append { body, ack }) => {
-                    let control = self.take_batch(body, ack);
+                Ok(first @ (Msg::Append { .. } | Msg::Barrier(_))) => {
+                    let control = self.take_batch(first);
                     match control {
                         Some(Msg::Shutdown) => break,
                         Some(Msg::Flush(reply)) => self.flush(reply),
@@ -370,25 +403,27 @@ impl Logger {
         }
     }
 
-    /// Takes the first append and everything queued behind it (up to the batch size),
-    /// writes them, and returns a control message met on the way.
-    fn take_batch(&mut self, body: Vec<u8>, ack: Option<Ack>) -> Option<Msg> {
+    /// Takes the first append (or barrier) and everything queued behind it (up to the
+    /// batch size), writes them, and returns a control message met on the way.
+    fn take_batch(&mut self, first: Msg) -> Option<Msg> {
         let mut batch = Batch::default();
-        put_frame(&mut batch.buf, &body);
-        batch.acks.push(ack);
+        let mut next = Some(first);
         let mut control = None;
-        while batch.buf.len() < BATCH_BYTES_TARGET {
-            match self.rx.try_recv() {
-                Ok(Msg::Append { body, ack }) => {
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Append { body, ack } => {
                     batch.buf.reserve(framed_len(&body));
                     put_frame(&mut batch.buf, &body);
                     batch.acks.push(ack);
                 }
-                Ok(other) => {
+                Msg::Barrier(ack) => batch.barriers.push(ack),
+                other => {
                     control = Some(other);
                     break;
                 }
-                Err(_) => break,
+            }
+            if batch.buf.len() < BATCH_BYTES_TARGET {
+                next = self.rx.try_recv().ok();
             }
         }
         self.commit(batch);
@@ -400,10 +435,14 @@ impl Logger {
         if self.shared.failed.load(Ordering::SeqCst) {
             // Queued before the failure was seen: refused like later appends.
             let err = self.shared.failed_error();
-            return run_acks(batch.acks, |_| Err(err.clone()));
+            return batch.acknowledge(|_| Err(err.clone()), Err(err.clone()));
+        }
+        if batch.buf.is_empty() {
+            // Only barriers: everything before them was synced with its own batch.
+            return batch.acknowledge(|_| Ok(0), Ok(self.next_seq));
         }
         if let Err(e) = self.write(&batch.buf) {
-            return self.fail(e, batch.acks);
+            return self.fail(e, batch);
         }
         let first = self.next_seq;
         let n = batch.acks.len() as u64;
@@ -419,7 +458,7 @@ impl Logger {
                     // Not durable: the records are cut off again before writing resumes.
                     self.next_seq = first;
                     self.shared.next_seq.store(first, Ordering::SeqCst);
-                    return self.fail(e, batch.acks);
+                    return self.fail(e, batch);
                 }
             }
             Durability::Async { flush_ms } => {
@@ -430,11 +469,7 @@ impl Logger {
             }
             Durability::Off => {}
         }
-        let mut seq = first;
-        run_acks(batch.acks, |_| {
-            seq += 1;
-            Ok(seq - 1)
-        });
+        batch.acknowledge(|i| Ok(first + i as u64), Ok(self.next_seq));
     }
 
     /// Writes to the open segment, first starting a new one if it is full.
@@ -534,10 +569,10 @@ impl Logger {
 
     /// Marks the log failed (before the acknowledgements run, so that a caller told of
     /// the failure finds later appends refused) and fails the batch.
-    fn fail(&mut self, e: Error, acks: Vec<Option<Ack>>) {
+    fn fail(&mut self, e: Error, batch: Batch) {
         self.mark_failed(&e);
         let err = self.shared.failed_error();
-        run_acks(acks, |_| Err(err.clone()));
+        batch.acknowledge(|_| Err(err.clone()), Err(err.clone()));
     }
 
     /// While failed: tests the disk with a probe file; if it takes writes again, cuts the
@@ -573,15 +608,6 @@ impl Logger {
 
 fn io_failure(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::unavailable(format!("cannot {what} {}: {e}", path.display()))
-}
-
-fn run_acks(acks: Vec<Option<Ack>>, mut result: impl FnMut(usize) -> Result<u64>) {
-    for (i, ack) in acks.into_iter().enumerate() {
-        let r = result(i);
-        if let Some(ack) = ack {
-            ack(r);
-        }
-    }
 }
 
 #[cfg(test)]
