@@ -107,10 +107,19 @@ impl Durable {
     /// not yet on disk, the answer waits for them (a failed log has already answered those
     /// writes "unknown", so the answer then goes out as it is).
     pub fn reply_after_earlier_writes(&self, outcome: Outcome, reply: Reply) {
+        if let Some((outcome, reply)) = self.hold_behind_earlier_writes(outcome, reply) {
+            reply(outcome)
+        }
+    }
+
+    /// Like `reply_after_earlier_writes`, but an answer that may go out at once is given
+    /// back, for the caller to send when it likes.
+    pub fn hold_behind_earlier_writes(&self, outcome: Outcome, reply: Reply) -> Option<(Outcome, Reply)> {
         if self.log.mode() != Durability::Sync || self.unacknowledged.load(Ordering::SeqCst) == 0 {
-            return reply(outcome);
+            return Some((outcome, reply));
         }
         self.log.barrier(Box::new(move |_| reply(outcome)));
+        None
     }
 }
 

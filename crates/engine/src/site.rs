@@ -25,6 +25,9 @@ use crate::txn_id::{timestamp_micros, TxnIdGenerator};
 
 /// Times an idle site yields its core before it blocks on its queue.
 const IDLE_YIELDS_BEFORE_SLEEP: u32 = 200;
+/// Answers a busy site holds before sending them together: each send may wake the front
+/// end's thread, and one wake-up for many answers costs far less than one each.
+const ANSWERS_HELD_MAX: usize = 16;
 /// Rows a site writes to a snapshot between two transactions: small, so a transaction
 /// never waits long behind snapshot work.
 const SNAPSHOT_CHUNK_ROWS: usize = 256;
@@ -101,6 +104,8 @@ pub struct Site {
     /// Where finished snapshot files are reported.
     coordinator: Sender<MpWork>,
     snapshot: Option<SiteSnapshot>,
+    /// Answers ready to go out, sent when the queue runs dry or `ANSWERS_HELD_MAX` wait.
+    answers: Vec<(Outcome, Reply)>,
 }
 
 /// A snapshot this site is writing between transactions.
@@ -150,6 +155,7 @@ impl Site {
             durable: links.durable,
             coordinator: links.coordinator,
             snapshot: None,
+            answers: Vec::with_capacity(ANSWERS_HELD_MAX),
         };
         if let Some(dir) = restore {
             let rows = site.load_snapshot(dir).map_err(|e| e.context(format!("partition {id}: cannot load snapshot {}", dir.display())))?;
@@ -175,8 +181,15 @@ impl Site {
     /// The site's loop: runs until Shutdown or until every sender is gone.
     pub fn run(mut self) {
         loop {
+            if self.answers.len() >= ANSWERS_HELD_MAX {
+                self.send_answers();
+            }
             let msg = match self.queue.try_recv() {
                 Ok(m) => m,
+                Err(_) if !self.answers.is_empty() => {
+                    self.send_answers();
+                    continue;
+                }
                 Err(_) if self.snapshot.is_some() => {
                     // Idle while writing a snapshot: write more of it.
                     self.snapshot_step();
@@ -197,6 +210,8 @@ impl Site {
                 SiteMsg::Call { work, params, reply } => self.run_single(work, params, Some(reply), None),
                 SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, None, Some(txn_id)),
                 SiteMsg::MpBegin { txn_id, log_marker } => {
+                    // The transaction may hold the site for a while: answer the callers first.
+                    self.send_answers();
                     if log_marker {
                         // Mark this site's place in the log, then tell the coordinator, which
                         // logs the transaction itself only after every site's marker: the
@@ -222,8 +237,23 @@ impl Site {
                 self.snapshot_step();
             }
         }
+        self.send_answers();
         if let Err(e) = self.export.flush() {
             tracing::error!(site = self.id, "export flush failed: {e}");
+        }
+    }
+
+    fn send_answers(&mut self) {
+        for (outcome, reply) in self.answers.drain(..) {
+            reply(outcome);
+        }
+    }
+
+    /// Sends an answer that logs nothing once the writes before it are durable (at once if
+    /// they are, held briefly with others).
+    fn answer(&mut self, outcome: Outcome, reply: Reply) {
+        if let Some(ready) = self.durable.hold_behind_earlier_writes(outcome, reply) {
+            self.answers.push(ready);
         }
     }
 
@@ -323,7 +353,7 @@ impl Site {
                 let outcome = Outcome::from_output(out);
                 let Some(reply) = reply else { return };
                 if !(changed && self.durable.logging()) {
-                    return self.durable.reply_after_earlier_writes(outcome, reply);
+                    return self.answer(outcome, reply);
                 }
                 let record = match work {
                     SpWork::Proc(procedure) => Record::Sp { txn_id, partition: self.id, procedure, params },
@@ -335,7 +365,7 @@ impl Site {
             Err(e) => {
                 self.part.rollback();
                 if let Some(reply) = reply {
-                    self.durable.reply_after_earlier_writes(Outcome::error(e), reply);
+                    self.answer(Outcome::error(e), reply);
                 } else {
                     tracing::warn!(site = self.id, txn_id, "a replayed transaction failed: {e}");
                 }
