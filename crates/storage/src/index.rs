@@ -1,8 +1,8 @@
 //! One index of one table: an ordered set for ranges and prefixes, plus, for unique
 //! indexes, a hash table of RowIds for O(1) point lookups and uniqueness checks.
 //!
-//! The hash table stores only RowIds (4 bytes an entry): the hash of an entry is computed
-//! from the row itself, which the caller passes in as the table's slots.
+//! The hash part (`RowHash`) stores RowIds with a 32-bit hash; equality is checked against
+//! the row itself, which the caller passes in as the table's slots.
 //!
 //! A single-column unique index answers point lookups and uniqueness checks from its hash
 //! alone, so its ordered set is built only when a range (or a NULL key) first needs it, from
@@ -18,9 +18,9 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::Bound;
 
 use foldhash::fast::FixedState;
-use hashbrown::HashTable;
 use lockstep_core::{IndexDef, Value};
 
+use crate::row_hash::RowHash;
 use crate::key::{Entry, Key, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
 use crate::RowId;
 
@@ -81,7 +81,7 @@ pub(crate) struct Index {
     nulls_distinct: bool,
     /// Built on first use for a single-column unique index, else always there (module doc).
     ordered: OnceCell<BTreeSet<Entry>>,
-    hash: Option<HashTable<RowId>>,
+    hash: Option<RowHash>,
 }
 
 impl Index {
@@ -99,7 +99,7 @@ impl Index {
             columns,
             nulls_distinct,
             ordered: if order_on_first_use { OnceCell::new() } else { OnceCell::from(BTreeSet::new()) },
-            hash: unique.then(HashTable::new),
+            hash: unique.then(RowHash::default),
         }
     }
 
@@ -146,10 +146,7 @@ impl Index {
         }
         let h = hash_values(row_values(row, &self.columns));
         let cols = &self.columns;
-        hash.find(h, |&id| {
-            Some(id) != except && cols.iter().all(|&c| slot(slots, id)[c] == row[c])
-        })
-        .copied()
+        hash.find(h, |id| Some(id) != except && cols.iter().all(|&c| slot(slots, id)[c] == row[c]))
     }
 
     /// Adds row `id`; the row must already be in `slots[id]` (rehashing reads it there).
@@ -165,10 +162,7 @@ impl Index {
         if self.hashed(row) {
             let cols = &self.columns;
             if let Some(hash) = &mut self.hash {
-                let h = hash_values(row_values(row, cols));
-                hash.insert_unique(h, id, |&other| {
-                    hash_values(row_values(slot(slots, other), cols))
-                });
+                hash.insert(hash_values(row_values(row, cols)), id);
             }
         }
     }
@@ -180,20 +174,13 @@ impl Index {
         let cols = &self.columns;
         let rows = || slots.iter().enumerate().filter_map(|(id, r)| Some((id as RowId, r.as_deref()?)));
         if let Some(hash) = &mut self.hash {
-            let rehash = |&other: &RowId| hash_values(row_values(slot(slots, other), cols));
-            hash.reserve(rows().count(), rehash);
+            hash.reserve(rows().count());
             for (id, row) in rows() {
                 if !key_is_hashed(self.nulls_distinct, cols, row) {
                     continue;
                 }
-                let h = hash_values(row_values(row, cols));
-                let same = |&other: &RowId| cols.iter().all(|&c| slot(slots, other)[c] == row[c]);
-                match hash.entry(h, same, rehash) {
-                    hashbrown::hash_table::Entry::Occupied(_) => return Err(id),
-                    hashbrown::hash_table::Entry::Vacant(v) => {
-                        v.insert(id);
-                    }
-                }
+                let same = |other: RowId| cols.iter().all(|&c| slot(slots, other)[c] == row[c]);
+                hash.insert_new(hash_values(row_values(row, cols)), id, same).map_err(|_| id)?;
             }
         }
         if let Some(ordered) = self.ordered.get_mut() {
@@ -218,9 +205,7 @@ impl Index {
         if self.hashed(row) {
             let h = hash_values(row_values(row, &self.columns));
             if let Some(hash) = &mut self.hash {
-                if let Ok(entry) = hash.find_entry(h, |&other| other == id) {
-                    entry.remove();
-                }
+                hash.remove(h, id);
             }
         }
     }
@@ -234,11 +219,11 @@ impl Index {
             if let Some(hash) = &self.hash {
                 let h = hash_values(key.iter());
                 let cols = &self.columns;
-                let found = hash.find(h, |&id| {
+                let found = hash.find(h, |id| {
                     let row = slot(slots, id);
                     cols.iter().zip(key).all(|(&c, k)| row[c] == *k)
                 });
-                return Lookup::One(found.copied());
+                return Lookup::One(found);
             }
         }
         Lookup::Many(self.range(slots, Bound::Included(key), Bound::Included(key), false))
@@ -310,7 +295,7 @@ impl Index {
     /// Number of rows in the hash part (unique indexes only).
     #[cfg(test)]
     pub(crate) fn hashed_len(&self) -> usize {
-        self.hash.as_ref().map_or(0, HashTable::len)
+        self.hash.as_ref().map_or(0, RowHash::len)
     }
 
     /// Estimated bytes: B-tree entries at the ~55% node fill that ascending keys leave
@@ -323,6 +308,6 @@ impl Index {
             self.columns.len() * std::mem::size_of::<Value>()
         };
         let ordered = self.ordered.get().map_or(0, BTreeSet::len) * (entry * 9 / 5 + per_entry_heap);
-        ordered + self.hash.as_ref().map_or(0, HashTable::allocation_size)
+        ordered + self.hash.as_ref().map_or(0, RowHash::allocation_size)
     }
 }

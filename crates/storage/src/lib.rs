@@ -14,6 +14,7 @@ mod bulk;
 mod index;
 mod key;
 mod partition;
+mod row_hash;
 mod schema;
 mod snapshot;
 mod state_hash;
