@@ -17,8 +17,8 @@ use crate::workload::Workload;
 /// Transactions an open-loop run lets be outstanding before the sender waits (the wait
 /// still counts in the latency of what it delays).
 pub const OPEN_LOOP_OUTSTANDING_MAX: usize = 200_000;
-/// How often the open-loop sender wakes to send what has come due.
-const SEND_TICK: Duration = Duration::from_micros(500);
+/// Longest the open-loop sender sleeps at once (it rechecks the end of the phase).
+const PACER_SLEEP_MAX: Duration = Duration::from_millis(10);
 
 /// How to drive one phase.
 #[derive(Clone, Debug)]
@@ -92,6 +92,16 @@ async fn flood<W: Workload>(w: &Arc<W>, conn: &Conn, phase: &Phase, end: Instant
     while tasks.join_next().await.is_some() {}
 }
 
+/// Calls an open loop at `rate` per second has due `elapsed` after its start: call k (from
+/// 0) is due at k / rate, so the first is due at once.
+fn calls_due(elapsed: Duration, rate: f64) -> u64 {
+    (elapsed.as_secs_f64() * rate) as u64 + 1
+}
+
+/// Sends each call at its intended time from a thread of its own: the runtime's timers
+/// tick in whole milliseconds, which would send in bursts and add up to a tick of the
+/// client's own delay to every latency; a thread sleeping until the next call is due
+/// wakes within tens of microseconds of it.
 #[allow(clippy::too_many_arguments)]
 async fn open_loop<W: Workload>(
     w: &Arc<W>,
@@ -104,30 +114,36 @@ async fn open_loop<W: Workload>(
     started: &Arc<AtomicU64>,
 ) {
     let slots = Arc::new(Semaphore::new(OPEN_LOOP_OUTSTANDING_MAX));
-    let mut sent: u64 = 0;
-    let mut rng = Rng::new(seed);
-    loop {
-        let now = Instant::now();
-        if now >= end {
-            break;
+    let runtime = tokio::runtime::Handle::current();
+    let (w, conn, stats, started, pacer_slots) = (w.clone(), conn.clone(), stats.clone(), started.clone(), slots.clone());
+    let pacer = tokio::task::spawn_blocking(move || {
+        let mut sent: u64 = 0;
+        let mut rng = Rng::new(seed);
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            let due = calls_due(now.duration_since(start), rate);
+            while sent < due {
+                let intended = start + Duration::from_secs_f64(sent as f64 / rate);
+                sent += 1;
+                let Ok(permit) = runtime.block_on(pacer_slots.clone().acquire_owned()) else { return };
+                let (w, conn, stats) = (w.clone(), conn.clone(), stats.clone());
+                let mut task_rng = Rng::new(rng.next_u64());
+                started.fetch_add(1, Ordering::Relaxed);
+                runtime.spawn(async move {
+                    let (name, done) = w.one(&conn, &mut task_rng).await;
+                    // From the intended send time: a late send is the system's delay too.
+                    stats.record(name, intended.elapsed(), &done);
+                    drop(permit);
+                });
+            }
+            let next = start + Duration::from_secs_f64(sent as f64 / rate);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()).min(PACER_SLEEP_MAX));
         }
-        let due = (now.duration_since(start).as_secs_f64() * rate) as u64;
-        while sent < due {
-            let intended = start + Duration::from_secs_f64(sent as f64 / rate);
-            sent += 1;
-            let Ok(permit) = slots.clone().acquire_owned().await else { return };
-            let (w, conn, stats) = (w.clone(), conn.clone(), stats.clone());
-            let mut task_rng = Rng::new(rng.next_u64());
-            started.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                let (name, done) = w.one(&conn, &mut task_rng).await;
-                // From the intended send time: a late send is the system's delay too.
-                stats.record(name, intended.elapsed(), &done);
-                drop(permit);
-            });
-        }
-        tokio::time::sleep(SEND_TICK).await;
-    }
+    });
+    let _ = pacer.await;
     // Wait for the stragglers, so the phase's numbers include them.
     let _ = slots.acquire_many(OPEN_LOOP_OUTSTANDING_MAX as u32).await;
 }
@@ -161,5 +177,21 @@ async fn monitor(stats: Arc<Collector>, stop: Arc<AtomicBool>, t_offset_s: f64, 
         if stop.load(Ordering::Relaxed) {
             return timeline;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_loop_sends_each_call_when_it_is_due_not_one_interval_later() {
+        let ms = Duration::from_millis;
+        // 10 calls per second: call 0 at 0 ms, call 1 at 100 ms, call 2 at 200 ms.
+        assert_eq!(calls_due(ms(0), 10.0), 1);
+        assert_eq!(calls_due(ms(99), 10.0), 1);
+        assert_eq!(calls_due(ms(100), 10.0), 2);
+        assert_eq!(calls_due(ms(250), 10.0), 3);
+        assert_eq!(calls_due(Duration::from_secs(1), 50_000.0), 50_001);
     }
 }

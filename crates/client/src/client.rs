@@ -45,6 +45,8 @@ struct Inner {
     next_handle: AtomicI64,
     round_robin: AtomicUsize,
     routing: RwLock<Routing>,
+    /// `@GetPartitionKeys`, kept until the routing is refreshed (the topology may change).
+    partition_keys: std::sync::Mutex<Option<Arc<Vec<(i32, i64)>>>>,
 }
 
 /// A connected client. Cheap to clone; clones share connections and the in-flight window.
@@ -111,6 +113,7 @@ impl Client {
                 next_handle: AtomicI64::new(0),
                 round_robin: AtomicUsize::new(0),
                 routing: RwLock::new(Routing::default()),
+                partition_keys: std::sync::Mutex::new(None),
             }),
         };
         client.refresh_routing().await;
@@ -152,9 +155,10 @@ impl Client {
     ) -> Result<Vec<Response>, ClientError> {
         let keys = self.partition_keys().await?;
         let mut out = Vec::with_capacity(keys.len());
-        // Send a window's worth at a time, so a ring with more partitions than the window
-        // cannot wait on itself.
+        // A window's worth at a time, its slots taken all at once: a caller holding some
+        // slots while it waits for more could wait forever on another doing the same.
         for chunk in keys.chunks(self.inner.max_in_flight) {
+            let mut permits = self.permits(chunk.len()).await?;
             let mut sent = Vec::with_capacity(chunk.len());
             for &(partition, key) in chunk {
                 let mut call_params = Vec::with_capacity(params.len() + 1);
@@ -163,7 +167,8 @@ impl Client {
                 let mut inv = Invocation::new(proc, 0, call_params);
                 inv.all_partition = true;
                 inv.partition_destination = Some(partition);
-                sent.push(self.send(inv, &[INTEGER]).await?);
+                let permit = permits.split(1).ok_or_else(|| ClientError::Protocol("window slots miscounted".into()))?;
+                sent.push(self.send_with(permit, inv, &[INTEGER])?);
             }
             for s in sent {
                 out.push(s.wait().await?);
@@ -210,6 +215,7 @@ impl Client {
             }
         }
         let ok = ok && !routing.procedures.is_empty();
+        *lock_keys(&self.inner.partition_keys) = None;
         *self
             .inner
             .routing
@@ -226,7 +232,17 @@ impl Client {
             .filter(|r| r.status == status::SUCCESS)
     }
 
-    async fn partition_keys(&self) -> Result<Vec<(i32, i64)>, ClientError> {
+    /// One key per partition, asked once and kept until the routing is refreshed.
+    async fn partition_keys(&self) -> Result<Arc<Vec<(i32, i64)>>, ClientError> {
+        if let Some(keys) = lock_keys(&self.inner.partition_keys).clone() {
+            return Ok(keys);
+        }
+        let keys = Arc::new(self.fetch_partition_keys().await?);
+        *lock_keys(&self.inner.partition_keys) = Some(keys.clone());
+        Ok(keys)
+    }
+
+    async fn fetch_partition_keys(&self) -> Result<Vec<(i32, i64)>, ClientError> {
         let inv = Invocation::new("@GetPartitionKeys", 0, vec![Value::from("INTEGER")]);
         let resp = self.send(inv, &[]).await?.wait().await?;
         if resp.status != status::SUCCESS {
@@ -269,15 +285,25 @@ impl Client {
         self.inner.routing.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a window slot, encodes the call and queues it on the right connection.
-    async fn send(&self, mut inv: Invocation, hints: &[i8]) -> Result<Sent, ClientError> {
-        let permit = self
-            .inner
+    /// Takes `n` slots of the window at once.
+    async fn permits(&self, n: usize) -> Result<OwnedSemaphorePermit, ClientError> {
+        let n = u32::try_from(n).map_err(|_| ClientError::InvalidCall(format!("{n} window slots")))?;
+        self.inner
             .window
             .clone()
-            .acquire_owned()
+            .acquire_many_owned(n)
             .await
-            .map_err(|_| ClientError::ConnectionLost("the client is closed".into()))?;
+            .map_err(|_| ClientError::ConnectionLost("the client is closed".into()))
+    }
+
+    /// Takes a window slot, encodes the call and queues it on the right connection.
+    async fn send(&self, inv: Invocation, hints: &[i8]) -> Result<Sent, ClientError> {
+        let permit = self.permits(1).await?;
+        self.send_with(permit, inv, hints)
+    }
+
+    /// Encodes the call and queues it on the right connection, in the window slot `permit`.
+    fn send_with(&self, permit: OwnedSemaphorePermit, mut inv: Invocation, hints: &[i8]) -> Result<Sent, ClientError> {
         inv.handle = self.inner.next_handle.fetch_add(1, Ordering::Relaxed);
         let mut frame = Vec::new();
         encode_invocation_typed(&inv, hints, &mut frame)
@@ -320,4 +346,10 @@ impl Client {
             .or_else(|| conns.first())
             .ok_or_else(|| ClientError::ConnectionLost("no connection".into()))
     }
+}
+
+/// The partition-key cache is only swapped under the lock; a poisoned lock still holds a
+/// valid value.
+fn lock_keys(m: &std::sync::Mutex<Option<Arc<Vec<(i32, i64)>>>>) -> std::sync::MutexGuard<'_, Option<Arc<Vec<(i32, i64)>>>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -334,3 +334,40 @@ async fn connecting_to_nothing_is_an_io_error() {
         Err(ClientError::Io(_))
     ));
 }
+
+/// Two callers of `call_all_partitions` each holding part of the window while waiting for
+/// the rest would wait on each other forever: the slots of a chunk are taken all at once.
+#[tokio::test]
+async fn concurrent_all_partition_calls_cannot_deadlock_on_the_window() {
+    let (client, mut conn) = connect(cluster_of_four(), 2).await;
+    // The first call learns the partition keys, so the calls below ask only "Everywhere".
+    client.call_all_partitions("Everywhere", vec![Value::from("x")]).await.unwrap();
+    // Two unanswered calls fill the window.
+    let held: Vec<_> = (0..2).map(|v| spawn_call(&client, v)).collect();
+    let (p1, p2) = (conn.calls.recv().await.unwrap(), conn.calls.recv().await.unwrap());
+    let spawn_all = || {
+        let c = client.clone();
+        tokio::spawn(async move { c.call_all_partitions("Everywhere", vec![Value::from("y")]).await })
+    };
+    // Both wait for the window, first one then the other; then slots free one at a time,
+    // which (with a slot taken per call) would give each of them one slot of the two.
+    let first = spawn_all();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = spawn_all();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    conn.replies.send(echo(&p1)).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    conn.replies.send(echo(&p2)).unwrap();
+    for call in [first, second] {
+        let resps = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("all-partition calls deadlocked on the window")
+            .unwrap()
+            .unwrap();
+        assert_eq!(resps.len(), 4);
+    }
+    for h in held {
+        h.await.unwrap().unwrap();
+    }
+    assert_eq!(client.in_flight(), 0);
+}
