@@ -50,25 +50,34 @@ return function(userid, productid, units_used, units_wanted, session_id, txn_id)
     event:exec(userid, -spent, used .. " units of product " .. productid)
   end
   local status = STATUS_OK
+  -- The balance and the value reserved, once read: nothing below changes the balance, and
+  -- a grant adds exactly its units' cost to the reservations.
+  local bal, held_value
   if units_wanted > 0 then
     local b, r = batch(balance:bind(userid), reserved:bind(userid))
-    local credit = b[1].balance - ((#r > 0 and r[1].reserved) or 0)
+    bal, held_value = b[1].balance, (#r > 0 and r[1].reserved) or 0
+    local credit = bal - held_value
     local grant = units_wanted
     if cost > 0 then grant = math.min(units_wanted, credit // cost) end
     if grant <= 0 then
       status = NO_MONEY
     else
       add_alloc:exec(userid, productid, grant, session_id)
+      held_value = held_value + grant * cost
       if grant < units_wanted then status = SOME_UNITS else status = ALL_UNITS end
     end
   end
   record:exec(userid, txn_id, productid, -spent, status)
-  local a, b, r = batch(show_alloc:bind(userid, productid, session_id), balance:bind(userid),
-    reserved:bind(userid))
-  local bal = b[1].balance
-  local credit = bal - ((#r > 0 and r[1].reserved) or 0)
+  local a
+  if bal then
+    a = show_alloc:query(userid, productid, session_id)
+  else
+    local b, r
+    a, b, r = batch(show_alloc:bind(userid, productid, session_id), balance:bind(userid), reserved:bind(userid))
+    bal, held_value = b[1].balance, (#r > 0 and r[1].reserved) or 0
+  end
   set_app_status(status, "")
   return result_table({ "amount_spent" }, { { spent } }), a,
-    result_table({ "userid", "credit" }, { { userid, credit } }),
+    result_table({ "userid", "credit" }, { { userid, bal - held_value } }),
     result_table({ "balance", "product_id", "session_id", "userid" }, { { bal, productid, session_id, userid } })
 end
