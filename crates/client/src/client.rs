@@ -46,7 +46,7 @@ struct Inner {
     round_robin: AtomicUsize,
     routing: RwLock<Routing>,
     /// `@GetPartitionKeys`, kept until the routing is refreshed (the topology may change).
-    partition_keys: std::sync::Mutex<Option<Arc<Vec<(i32, i64)>>>>,
+    partition_keys: std::sync::Mutex<Option<PartitionKeys>>,
 }
 
 /// A connected client. Cheap to clone; clones share connections and the in-flight window.
@@ -233,7 +233,7 @@ impl Client {
     }
 
     /// One key per partition, asked once and kept until the routing is refreshed.
-    async fn partition_keys(&self) -> Result<Arc<Vec<(i32, i64)>>, ClientError> {
+    async fn partition_keys(&self) -> Result<PartitionKeys, ClientError> {
         if let Some(keys) = lock_keys(&self.inner.partition_keys).clone() {
             return Ok(keys);
         }
@@ -348,8 +348,11 @@ impl Client {
     }
 }
 
+/// One (partition, key) pair per partition: a call with that key runs on that partition.
+type PartitionKeys = Arc<Vec<(i32, i64)>>;
+
 /// The partition-key cache is only swapped under the lock; a poisoned lock still holds a
 /// valid value.
-fn lock_keys(m: &std::sync::Mutex<Option<Arc<Vec<(i32, i64)>>>>) -> std::sync::MutexGuard<'_, Option<Arc<Vec<(i32, i64)>>>> {
+fn lock_keys(m: &std::sync::Mutex<Option<PartitionKeys>>) -> std::sync::MutexGuard<'_, Option<PartitionKeys>> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -221,7 +221,6 @@ mod tests {
         out
     }
 
-
     #[test]
     fn jar_names_come_from_the_central_directory() {
         let names = ["META-INF/MANIFEST.MF", "voltdbtatp/db/Reset.class"];

@@ -164,26 +164,36 @@ mod tests {
         rx.try_iter().collect()
     }
 
+    /// A write whose sync is held at the gate (it ran in memory, not yet on disk), then a
+    /// read behind it.
+    fn write_then_read_with_the_sync_held(faults: &Faults, durable: &Arc<Durable>, tx: &crossbeam_channel::Sender<&'static str>) {
+        faults.close_gate();
+        durable.append_then_reply(&rec(1), Outcome::tables(vec![]), reply_as("write", tx));
+        wait_until("the write's sync", || faults.sync_waiting.load(Ordering::SeqCst));
+        durable.reply_after_earlier_writes(Outcome::tables(vec![]), reply_as("read", tx));
+    }
+
+    /// The next two answers, in the order they came.
+    fn two_answers(rx: &Receiver<&'static str>) -> Vec<&'static str> {
+        let mut got = Vec::new();
+        wait_until("both answers", || {
+            got.extend(answered(rx));
+            got.len() == 2
+        });
+        got
+    }
+
     #[test]
     fn in_sync_mode_a_read_is_answered_only_after_the_writes_before_it_are_on_disk() {
         let dir = TempDir::new("read-barrier");
         let (faults, durable) = sync_log(&dir);
         let (tx, rx) = unbounded();
-        // The write's sync is held at the gate: the write ran in memory, not yet on disk.
-        faults.close_gate();
-        durable.append_then_reply(&rec(1), Outcome::tables(vec![]), reply_as("write", &tx));
-        wait_until("the write's sync", || faults.sync_waiting.load(Ordering::SeqCst));
-        durable.reply_after_earlier_writes(Outcome::tables(vec![]), reply_as("read", &tx));
+        write_then_read_with_the_sync_held(&faults, &durable, &tx);
         // Neither may be answered while the write could still be lost.
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(answered(&rx), Vec::<&str>::new());
         faults.open_gate();
-        let mut got = Vec::new();
-        wait_until("both answers", || {
-            got.extend(answered(&rx));
-            got.len() == 2
-        });
-        assert_eq!(got, ["write", "read"]);
+        assert_eq!(two_answers(&rx), ["write", "read"]);
 
         // With nothing waiting for a sync, a read is answered at once, gate or no gate.
         faults.close_gate();
@@ -197,18 +207,10 @@ mod tests {
         let dir = TempDir::new("read-barrier-fail");
         let (faults, durable) = sync_log(&dir);
         let (tx, rx) = unbounded();
-        faults.close_gate();
         faults.fail_syncs.store(true, Ordering::SeqCst);
-        durable.append_then_reply(&rec(1), Outcome::tables(vec![]), reply_as("write", &tx));
-        wait_until("the write's sync", || faults.sync_waiting.load(Ordering::SeqCst));
-        durable.reply_after_earlier_writes(Outcome::tables(vec![]), reply_as("read", &tx));
+        write_then_read_with_the_sync_held(&faults, &durable, &tx);
         faults.open_gate();
-        let mut got = Vec::new();
-        wait_until("both answers", || {
-            got.extend(answered(&rx));
-            got.len() == 2
-        });
-        assert_eq!(got, ["write", "read"]);
+        assert_eq!(two_answers(&rx), ["write", "read"]);
         assert!(durable.fenced(), "a failed sync fences writes");
     }
 }

@@ -447,9 +447,9 @@ impl Site {
     }
 }
 
-/// Loads the rows of a snapshot that belong to partition `part`: a partitioned table's rows
-/// by the hash of their partition column (so the partition count may change), a replicated
-/// table's from partition 0's file. `between_chunks` runs after each chunk of rows.
+/// Reads the rows of a snapshot that belong to `partition`: a partitioned table's rows by
+/// the hash of their partition column (so the partition count may change), a replicated
+/// table's from partition 0's file. `on_rows` gets them a chunk at a time, with their table.
 pub(crate) fn read_snapshot_rows(
     partition: u32,
     catalog: &Catalog,

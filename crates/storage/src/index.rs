@@ -48,6 +48,18 @@ fn key_is_hashed(nulls_distinct: bool, columns: &[usize], row: &[Value]) -> bool
     !nulls_distinct || !columns.iter().any(|&c| row[c].is_null())
 }
 
+/// Every row of `slots` as an entry of the ordered set over `columns`, sorted first (the
+/// set is then built from sorted input in one pass).
+fn ordered_entries(slots: &Slots, columns: &[usize]) -> BTreeSet<Entry> {
+    let mut entries: Vec<Entry> = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(id, row)| Some(Entry { key: Key::from_row(row.as_deref()?, columns), row: id as RowId }))
+        .collect();
+    entries.sort_unstable();
+    entries.into_iter().collect()
+}
+
 /// The row in slot `id`; every id an index holds must have a row (an internal invariant).
 fn slot(slots: &Slots, id: RowId) -> &[Value] {
     match slots.get(id as usize) {
@@ -110,16 +122,7 @@ impl Index {
 
     /// The ordered set, built from the table's rows if it is not there yet.
     fn ordered(&self, slots: &Slots) -> &BTreeSet<Entry> {
-        self.ordered.get_or_init(|| {
-            slots
-                .iter()
-                .enumerate()
-                .filter_map(|(id, row)| {
-                    let row = row.as_deref()?;
-                    Some(Entry { key: Key::from_row(row, &self.columns), row: id as RowId })
-                })
-                .collect()
-        })
+        self.ordered.get_or_init(|| ordered_entries(slots, &self.columns))
     }
 
     /// Whether the ordered set exists (tests check that point lookups never build it).
@@ -149,7 +152,7 @@ impl Index {
         hash.find(h, |id| Some(id) != except && cols.iter().all(|&c| slot(slots, id)[c] == row[c]))
     }
 
-    /// Adds row `id`; the row must already be in `slots[id]` (rehashing reads it there).
+    /// Adds row `id`; the row must already be in `slots[id]`.
     pub(crate) fn insert(&mut self, slots: &Slots, id: RowId) {
         let row = slot(slots, id);
         if let Some(ordered) = self.ordered.get_mut() {
@@ -184,9 +187,7 @@ impl Index {
             }
         }
         if let Some(ordered) = self.ordered.get_mut() {
-            let mut entries: Vec<Entry> = rows().map(|(id, row)| Entry { key: Key::from_row(row, cols), row: id }).collect();
-            entries.sort_unstable();
-            *ordered = entries.into_iter().collect();
+            *ordered = ordered_entries(slots, cols);
         }
         Ok(())
     }
