@@ -10,29 +10,24 @@ local update = sql [[UPDATE Store SET value = ? WHERE keyspace = ? AND key = ?]]
 -- Fields in a packed map; a bounded count keeps a corrupt header from looping for long.
 local FIELDS_MAX = 1024
 
--- Parses a packed map into an array of {name, value}; aborts on malformed input.
-local function unpack_fields(blob)
+-- The field count of a packed map and the position of its first field.
+local function header(blob)
   if #blob < 4 then abort("Put: packed value shorter than its 4-byte header") end
   local count, pos = string.unpack(">i4", blob)
   if count < 0 or count > FIELDS_MAX then abort("Put: packed value has " .. count .. " fields") end
-  local fields = {}
-  for i = 1, count do
-    if pos + 3 > #blob then abort("Put: packed value truncated in field " .. i) end
-    local name, value
-    name, pos = string.unpack(">s4", blob, pos)
-    if pos + 3 > #blob then abort("Put: packed value truncated in field " .. i) end
-    value, pos = string.unpack(">s4", blob, pos)
-    fields[i] = { name, value }
-  end
-  return fields
+  return count, pos
 end
 
-local function pack_fields(fields)
-  local parts = { string.pack(">i4", #fields) }
-  for _, f in ipairs(fields) do
-    parts[#parts + 1] = string.pack(">s4>s4", f[1], f[2])
-  end
-  return table.concat(parts)
+-- The name of field i, which starts at pos, and the position after it. The value is
+-- skipped, not copied: a merge moves whole runs of encoded fields.
+local function next_field(blob, pos, i)
+  if pos + 3 > #blob then abort("Put: packed value truncated in field " .. i) end
+  local name
+  name, pos = string.unpack(">s4", blob, pos)
+  if pos + 3 > #blob then abort("Put: packed value truncated in field " .. i) end
+  local after = pos + 4 + string.unpack(">I4", blob, pos)
+  if after - 1 > #blob then abort("Put: packed value truncated in field " .. i) end
+  return name, after
 end
 
 return function(keyspace, key, data)
@@ -41,14 +36,31 @@ return function(keyspace, key, data)
     insert:exec(keyspace, key, data)
     return 0
   end
-  local new_fields = unpack_fields(data)
+  local new_count, new_end = header(data)
   local replaced = {}
-  for _, f in ipairs(new_fields) do replaced[f[1]] = true end
-  local merged = {}
-  for _, f in ipairs(unpack_fields(old.value)) do
-    if not replaced[f[1]] then merged[#merged + 1] = f end
+  for i = 1, new_count do
+    local name
+    name, new_end = next_field(data, new_end, i)
+    replaced[name] = true
   end
-  for _, f in ipairs(new_fields) do merged[#merged + 1] = f end
-  update:exec(pack_fields(merged), keyspace, key)
+  -- Old fields not replaced, as runs of their encoding; then every field of data.
+  local value = old.value
+  local count, pos = header(value)
+  local parts, kept, run = { "" }, 0, nil
+  for i = 1, count do
+    local name, after = next_field(value, pos, i)
+    if replaced[name] then
+      if run then parts[#parts + 1] = value:sub(run, pos - 1) end
+      run = nil
+    else
+      kept = kept + 1
+      run = run or pos
+    end
+    pos = after
+  end
+  if run then parts[#parts + 1] = value:sub(run, pos - 1) end
+  parts[1] = string.pack(">i4", kept + new_count)
+  parts[#parts + 1] = data:sub(5, new_end - 1)
+  update:exec(table.concat(parts), keyspace, key)
   return 0
 end

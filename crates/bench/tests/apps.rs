@@ -179,6 +179,19 @@ fn ycsb_put_merges_fields_and_scans_in_key_order() {
         let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
         let Some(Value::Bytes(b)) = got.value(0, 0, 0) else { panic!("{got:?}") };
         assert_eq!(unpack(b).unwrap(), vec![f("a", "1"), f("c", "3"), f("b", "20"), f("d", "4")]);
+        // Replacing the first and the last field keeps the run between them.
+        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("a", "10"), f("d", "40")]))]).await;
+        let merged = vec![f("c", "3"), f("b", "20"), f("a", "10"), f("d", "40")];
+        let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
+        assert_eq!(got.value(0, 0, 0), Some(&Value::Bytes(pack(&merged))));
+        // A map whose last value is cut short aborts and changes nothing.
+        let mut cut = pack(&[f("c", "30")]);
+        cut.pop();
+        let bad = conn.call("Put", vec![ks(), s("k1"), Value::Bytes(cut)]).await.unwrap();
+        assert_eq!(bad.status, lockstep_bench::conn::STATUS_USER_ABORT);
+        assert!(bad.describe().contains("truncated in field 1"), "{}", bad.describe());
+        let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
+        assert_eq!(got.value(0, 0, 0), Some(&Value::Bytes(pack(&merged))));
         for k in ["k5", "k3", "k4", "k2", "k0"] {
             call(&conn, "Put", vec![ks(), s(k), Value::Bytes(pack(&[f("a", k)]))]).await;
         }
