@@ -27,7 +27,8 @@ const MP_PARTITION: u32 = 16383;
 
 /// Work for the coordinator.
 pub enum MpWork {
-    Proc { name: String, params: Vec<Value>, reply: Reply },
+    /// A procedure; a `read_only` one (a single SELECT) is not logged.
+    Proc { name: String, params: Vec<Value>, read_only: bool, reply: Reply },
     /// Planned ad-hoc statements run as one transaction; `params` bind the single statement.
     Statements { stmts: Vec<Arc<Prepared>>, params: Vec<Value>, reply: Reply },
     /// DDL statements, applied in order; stops at the first failure.
@@ -194,25 +195,20 @@ impl Coordinator {
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
             match work {
-                MpWork::Proc { name, params, reply } => {
+                MpWork::Proc { name, params, read_only, reply } => {
                     let started = std::time::Instant::now();
-                    let record = Record::Mp { txn_id: 0, procedure: name.clone(), params: params.clone() };
-                    let outcome = self.logged_transaction(None, Some(record), |reg, runner, call| reg.call(&name, &params, call, runner));
+                    let record = (!read_only).then(|| Record::Mp { txn_id: 0, procedure: name.clone(), params: params.clone() });
+                    let outcome = self.logged_transaction(None, record, |reg, runner, call| reg.call(&name, &params, call, runner));
                     self.record(&name, started, &params, &outcome);
-                    reply(outcome);
+                    self.answer(read_only, outcome, reply);
                 }
                 MpWork::Statements { stmts, params, reply } => {
                     let started = std::time::Instant::now();
-                    let writes = stmts.iter().any(|p| !p.read_only);
-                    let record = writes.then(|| adhoc_record(&stmts, &params));
-                    let logged = record.is_some();
+                    let read_only = stmts.iter().all(|p| p.read_only);
+                    let record = (!read_only).then(|| adhoc_record(&stmts, &params));
                     let outcome = self.logged_transaction(None, record, |_, runner, _| run_statements(runner, &stmts, &params));
                     self.record(crate::stats::ADHOC_PROCEDURE, started, &params, &outcome);
-                    if logged {
-                        reply(outcome);
-                    } else {
-                        self.durable.reply_after_earlier_writes(outcome, reply);
-                    }
+                    self.answer(read_only, outcome, reply);
                 }
                 MpWork::Ddl { statements, reply } => {
                     let outcome = self.apply_ddl(&statements);
@@ -269,6 +265,16 @@ impl Coordinator {
         if fence_can_lift || due {
             *last_snapshot = std::time::Instant::now();
             self.start_snapshot(None);
+        }
+    }
+
+    /// Answers a transaction. A read was not logged: its answer waits behind the writes
+    /// logged before it (see `Durable::reply_after_earlier_writes`).
+    fn answer(&self, read_only: bool, outcome: Outcome, reply: Reply) {
+        if read_only {
+            self.durable.reply_after_earlier_writes(outcome, reply);
+        } else {
+            reply(outcome);
         }
     }
 
@@ -720,5 +726,68 @@ fn outcome_result(o: Outcome) -> Result<()> {
         Ok(())
     } else {
         Err(Error::unexpected(o.status_string.unwrap_or_default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cmdlog::{self, LogReader, Record};
+    use crate::{Call, Engine, EngineConfig, Outcome};
+    use lockstep_core::Value;
+
+    fn run(engine: &Engine, procedure: &str, params: Vec<Value>) -> Outcome {
+        let (tx, rx) = std::sync::mpsc::channel();
+        engine.submit(Call { procedure: procedure.into(), params, ..Default::default() }, Box::new(move |o| tx.send(o).unwrap()));
+        rx.recv().unwrap()
+    }
+
+    /// The multi-partition records in the log: (procedure, markers so far).
+    fn logged_mp(dir: &std::path::Path) -> (Vec<String>, usize) {
+        let mut procs = Vec::new();
+        let mut markers = 0;
+        for entry in LogReader::open(&cmdlog::log_dir(dir)).unwrap() {
+            match entry.unwrap().record {
+                Record::Mp { procedure, .. } => procs.push(procedure),
+                Record::MpMarker { .. } => markers += 1,
+                _ => {}
+            }
+        }
+        (procs, markers)
+    }
+
+    #[test]
+    fn multi_partition_reads_are_answered_without_being_logged() {
+        let dir = std::env::temp_dir().join(format!("lockstep-mp-reads-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut config = EngineConfig::new(&dir);
+        config.sites = 2;
+        let e = Engine::start(config).unwrap();
+        for sql in [
+            "CREATE TABLE t (id INTEGER NOT NULL, name VARCHAR(8) NOT NULL, PRIMARY KEY (id))",
+            "PARTITION TABLE t ON COLUMN id",
+            "CREATE PROCEDURE ByName AS SELECT id FROM t WHERE name = ? ORDER BY id",
+            "CREATE PROCEDURE Rename AS UPDATE t SET name = ? WHERE name = ?",
+        ] {
+            assert!(run(&e, "@AdHoc", vec![Value::Str(sql.into())]).is_success(), "{sql}");
+        }
+        for id in 0..10 {
+            assert!(run(&e, "T.insert", vec![Value::Int(id), Value::Str(format!("n{}", id % 2))]).is_success());
+        }
+        let before = logged_mp(&dir);
+
+        let found = run(&e, "ByName", vec![Value::Str("n1".into())]);
+        let ids: Vec<Value> = found.tables[0].rows.iter().map(|r| r[0].clone()).collect();
+        assert_eq!(ids, [1, 3, 5, 7, 9].map(Value::Int));
+        assert!(run(&e, "@AdHoc", vec![Value::Str("SELECT COUNT(*) FROM t".into())]).is_success());
+        assert_eq!(logged_mp(&dir), before, "a read logs neither a record nor markers");
+
+        // A multi-partition write is still logged, with one marker per site.
+        assert!(run(&e, "Rename", vec![Value::Str("n2".into()), Value::Str("n1".into())]).is_success());
+        let (procs, markers) = logged_mp(&dir);
+        assert_eq!(procs.last().map(String::as_str), Some("Rename"));
+        assert_eq!(markers, before.1 + 2);
+        assert_eq!(run(&e, "ByName", vec![Value::Str("n2".into())]).tables[0].rows.len(), 5);
+        e.shutdown();
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
