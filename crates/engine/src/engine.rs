@@ -284,7 +284,7 @@ impl Engine {
             Ok(Routed::Site(site, params)) => {
                 self.shared.send_site(site, SiteMsg::Call { work: SpWork::Proc(info.name.clone()), params, reply })
             }
-            Ok(Routed::Mp(params)) => self.shared.send_mp(MpWork::Proc { name: info.name.clone(), params, read_only: info.read_only, reply }),
+            Ok(Routed::Mp(params)) => self.shared.send_mp(MpWork::Proc { name: info.name.clone(), params, reply }),
             Err(e) => reply(Outcome::error(e)),
         }
     }

@@ -27,8 +27,8 @@ const MP_PARTITION: u32 = 16383;
 
 /// Work for the coordinator.
 pub enum MpWork {
-    /// A procedure; a `read_only` one (a single SELECT) is not logged.
-    Proc { name: String, params: Vec<Value>, read_only: bool, reply: Reply },
+    /// A procedure; one whose statements all only read is not logged.
+    Proc { name: String, params: Vec<Value>, reply: Reply },
     /// Planned ad-hoc statements run as one transaction; `params` bind the single statement.
     Statements { stmts: Vec<Arc<Prepared>>, params: Vec<Value>, reply: Reply },
     /// DDL statements, applied in order; stops at the first failure.
@@ -195,8 +195,9 @@ impl Coordinator {
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
             match work {
-                MpWork::Proc { name, params, read_only, reply } => {
+                MpWork::Proc { name, params, reply } => {
                     let started = std::time::Instant::now();
+                    let read_only = self.registry.reads_only(&name);
                     let record = (!read_only).then(|| Record::Mp { txn_id: 0, procedure: name.clone(), params: params.clone() });
                     let outcome = self.logged_transaction(None, record, |reg, runner, call| reg.call(&name, &params, call, runner));
                     self.record(&name, started, &params, &outcome);
@@ -755,9 +756,9 @@ mod tests {
         (procs, markers)
     }
 
-    #[test]
-    fn multi_partition_reads_are_answered_without_being_logged() {
-        let dir = std::env::temp_dir().join(format!("lockstep-mp-reads-{}", std::process::id()));
+    /// An engine of 2 sites with table t (10 rows, names n0 and n1) and its procedures.
+    fn start(name: &str) -> (std::sync::Arc<Engine>, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("lockstep-mp-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut config = EngineConfig::new(&dir);
         config.sites = 2;
@@ -767,26 +768,79 @@ mod tests {
             "PARTITION TABLE t ON COLUMN id",
             "CREATE PROCEDURE ByName AS SELECT id FROM t WHERE name = ? ORDER BY id",
             "CREATE PROCEDURE Rename AS UPDATE t SET name = ? WHERE name = ?",
+            "CREATE PROCEDURE CountLua FROM FILE 'c.lua' SOURCE $lua$local c = sql [[SELECT COUNT(*) AS n FROM t]]
+             return function() return c:query() end$lua$",
+            "CREATE PROCEDURE TouchLua FROM FILE 't.lua' SOURCE $lua$local c = sql [[SELECT COUNT(*) AS n FROM t]]
+             local u = sql [[UPDATE t SET name = name WHERE id < 0]]
+             return function() return c:query() end$lua$",
         ] {
             assert!(run(&e, "@AdHoc", vec![Value::Str(sql.into())]).is_success(), "{sql}");
         }
         for id in 0..10 {
             assert!(run(&e, "T.insert", vec![Value::Int(id), Value::Str(format!("n{}", id % 2))]).is_success());
         }
+        (e, dir)
+    }
+
+    #[test]
+    fn multi_partition_reads_are_answered_without_being_logged() {
+        let (e, dir) = start("reads");
         let before = logged_mp(&dir);
 
         let found = run(&e, "ByName", vec![Value::Str("n1".into())]);
         let ids: Vec<Value> = found.tables[0].rows.iter().map(|r| r[0].clone()).collect();
         assert_eq!(ids, [1, 3, 5, 7, 9].map(Value::Int));
         assert!(run(&e, "@AdHoc", vec![Value::Str("SELECT COUNT(*) FROM t".into())]).is_success());
+        assert_eq!(run(&e, "CountLua", vec![]).tables[0].rows, vec![vec![Value::Int(10)]]);
         assert_eq!(logged_mp(&dir), before, "a read logs neither a record nor markers");
 
-        // A multi-partition write is still logged, with one marker per site.
+        // A procedure that can write is logged, even when a call writes nothing; so is a
+        // multi-partition write, each with one marker per site.
+        assert!(run(&e, "TouchLua", vec![]).is_success());
         assert!(run(&e, "Rename", vec![Value::Str("n2".into()), Value::Str("n1".into())]).is_success());
         let (procs, markers) = logged_mp(&dir);
-        assert_eq!(procs.last().map(String::as_str), Some("Rename"));
-        assert_eq!(markers, before.1 + 2);
+        assert_eq!(procs[procs.len() - 2..], ["TouchLua".to_string(), "Rename".to_string()]);
+        assert_eq!(markers, before.1 + 4);
         assert_eq!(run(&e, "ByName", vec![Value::Str("n2".into())]).tables[0].rows.len(), 5);
+        e.shutdown();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Reads and a write queued back to back: each read sees the state at its own place in
+    /// the queue, and one read's failure touches no other.
+    #[test]
+    fn multi_partition_reads_see_the_state_at_their_place_in_the_queue() {
+        let (e, dir) = start("order");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let submit = |tag: usize, procedure: &str, param: &str| {
+            let tx = tx.clone();
+            let call = Call { procedure: procedure.into(), params: vec![Value::Str(param.into())], ..Default::default() };
+            e.submit(call, Box::new(move |o| tx.send((tag, o)).unwrap()));
+        };
+        for tag in 0..10 {
+            if tag == 5 {
+                submit(tag, "@AdHoc", "SELECT id / (id - id) FROM t");
+            } else {
+                submit(tag, "ByName", "n1");
+            }
+        }
+        let tx2 = tx.clone();
+        let rename = Call { procedure: "Rename".into(), params: vec![Value::Str("n3".into()), Value::Str("n1".into())], ..Default::default() };
+        e.submit(rename, Box::new(move |o| tx2.send((10, o)).unwrap()));
+        for tag in 11..20 {
+            submit(tag, "ByName", "n1");
+        }
+        let mut answers: Vec<(usize, Outcome)> = (0..20).map(|_| rx.recv().unwrap()).collect();
+        answers.sort_by_key(|(tag, _)| *tag);
+        for (tag, o) in &answers {
+            let rows = o.tables.first().map_or(0, |t| t.rows.len());
+            match tag {
+                5 => assert!(!o.is_success(), "a division by zero fails"),
+                10 => assert!(o.is_success(), "{:?}", o.status_string),
+                0..10 => assert_eq!(rows, 5, "read {tag} is before the rename"),
+                _ => assert_eq!(rows, 0, "read {tag} is after the rename"),
+            }
+        }
         e.shutdown();
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -80,6 +80,16 @@ impl Registry {
         Ok(Registry { scope, procs: HashMap::new(), lua: LuaRuntime::new(lua_config(instruction_budget, memory_limit_bytes))? })
     }
 
+    /// Whether procedure `name` only reads: every statement it can run is read-only (a Lua
+    /// procedure plans all of its statements while its module loads). False if unknown.
+    pub fn reads_only(&self, name: &str) -> bool {
+        match self.procs.get(&name.to_ascii_lowercase()).map(|e| &e.imp) {
+            Some(ProcImpl::Sql(p)) => p.read_only,
+            Some(ProcImpl::Lua { stmts }) => stmts.iter().all(|p| p.read_only),
+            None => false,
+        }
+    }
+
     /// Re-plans every procedure of this scope against `catalog`. On error the registry is
     /// left as it was before the call for every procedure not yet rebuilt; the caller
     /// treats an error as "this catalog is invalid" and restores the previous one.
