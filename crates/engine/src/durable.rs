@@ -5,7 +5,8 @@
 //!
 //! In sync mode a client must never see data a crash could still lose: an answer that
 //! logs nothing (a read, an abort) waits behind the writes logged before it, unless none
-//! is still waiting for its sync.
+//! it could have seen is still waiting for its sync. A single-partition call sees only its
+//! partition's writes and the multi-partition ones, so writes are counted by partition.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,13 +22,32 @@ pub const STATUS_RESPONSE_UNKNOWN: i8 = -7;
 pub struct Durable {
     pub log: CommandLog,
     write_fence: AtomicBool,
-    /// Records appended with an acknowledgement that has not run yet.
-    unacknowledged: AtomicU64,
+    /// Records appended with an acknowledgement that has not run yet, by the partition whose
+    /// data they changed; the last slot counts multi-partition records.
+    unacknowledged: Box<[AtomicU64]>,
 }
 
 impl Durable {
-    pub fn new(log: CommandLog) -> Self {
-        Durable { log, write_fence: AtomicBool::new(false), unacknowledged: AtomicU64::new(0) }
+    pub fn new(log: CommandLog, partitions: u32) -> Self {
+        let unacknowledged = (0..=partitions).map(|_| AtomicU64::new(0)).collect();
+        Durable { log, write_fence: AtomicBool::new(false), unacknowledged }
+    }
+
+    /// The counter of `partition`'s records; None (or an unknown partition) is the
+    /// multi-partition one, which every answer checks.
+    fn unacknowledged_of(&self, partition: Option<u32>) -> &AtomicU64 {
+        let multi = self.unacknowledged.len() - 1;
+        &self.unacknowledged[partition.map_or(multi, |p| (p as usize).min(multi))]
+    }
+
+    /// Whether a write an answer for `partition` (None: every partition) could have seen
+    /// is still waiting for its sync.
+    fn may_see_unsynced(&self, partition: Option<u32>) -> bool {
+        let pending = |c: &AtomicU64| c.load(Ordering::SeqCst) > 0;
+        match partition {
+            Some(_) => pending(self.unacknowledged_of(partition)) || pending(self.unacknowledged_of(None)),
+            None => self.unacknowledged.iter().any(pending),
+        }
     }
 
     /// Whether transactions are logged at all.
@@ -67,16 +87,16 @@ impl Durable {
         }
     }
 
-    /// Appends a record whose changes are already visible in memory; `ack` runs once it is
-    /// durable (or with the error that kept it from being so). Until then, answers that
-    /// log nothing wait behind it.
-    pub fn append_acked(self: &Arc<Self>, body: Vec<u8>, ack: Ack) {
-        self.unacknowledged.fetch_add(1, Ordering::SeqCst);
+    /// Appends a record whose changes to `partition` (None: any) are already visible in
+    /// memory; `ack` runs once it is durable (or with the error that kept it from being
+    /// so). Until then, answers that log nothing and may see it wait behind it.
+    pub fn append_acked(self: &Arc<Self>, body: Vec<u8>, partition: Option<u32>, ack: Ack) {
+        self.unacknowledged_of(partition).fetch_add(1, Ordering::SeqCst);
         let me = self.clone();
         let _ = self.log.append(
             body,
             Some(Box::new(move |r| {
-                me.unacknowledged.fetch_sub(1, Ordering::SeqCst);
+                me.unacknowledged_of(partition).fetch_sub(1, Ordering::SeqCst);
                 ack(r)
             })),
         );
@@ -93,6 +113,7 @@ impl Durable {
         let me = self.clone();
         self.append_acked(
             body,
+            record.partition(),
             Box::new(move |r| match r {
                 Ok(_) => reply(outcome),
                 Err(e) => {
@@ -103,19 +124,20 @@ impl Durable {
         );
     }
 
-    /// Answers a call that logged nothing. In sync mode, while writes it may have seen are
-    /// not yet on disk, the answer waits for them (a failed log has already answered those
-    /// writes "unknown", so the answer then goes out as it is).
-    pub fn reply_after_earlier_writes(&self, outcome: Outcome, reply: Reply) {
-        if let Some((outcome, reply)) = self.hold_behind_earlier_writes(outcome, reply) {
+    /// Answers a call on `partition` (None: multi-partition) that logged nothing. In sync
+    /// mode, while writes it may have seen are not yet on disk, the answer waits for them
+    /// (a failed log has already answered those writes "unknown", so the answer then goes
+    /// out as it is).
+    pub fn reply_after_earlier_writes(&self, partition: Option<u32>, outcome: Outcome, reply: Reply) {
+        if let Some((outcome, reply)) = self.hold_behind_earlier_writes(partition, outcome, reply) {
             reply(outcome)
         }
     }
 
     /// Like `reply_after_earlier_writes`, but an answer that may go out at once is given
     /// back, for the caller to send when it likes.
-    pub fn hold_behind_earlier_writes(&self, outcome: Outcome, reply: Reply) -> Option<(Outcome, Reply)> {
-        if self.log.mode() != Durability::Sync || self.unacknowledged.load(Ordering::SeqCst) == 0 {
+    pub fn hold_behind_earlier_writes(&self, partition: Option<u32>, outcome: Outcome, reply: Reply) -> Option<(Outcome, Reply)> {
+        if self.log.mode() != Durability::Sync || !self.may_see_unsynced(partition) {
             return Some((outcome, reply));
         }
         self.log.barrier(Box::new(move |_| reply(outcome)));
@@ -149,7 +171,7 @@ mod tests {
         let faults = Arc::new(Faults::default());
         let options = LogOptions { fs: Arc::new(FaultyFs(faults.clone())), ..LogOptions::default() };
         let log = CommandLog::open_with(dir.path(), Durability::Sync, options).unwrap();
-        (faults, Arc::new(Durable::new(log)))
+        (faults, Arc::new(Durable::new(log, 3)))
     }
 
     /// A reply that sends its call's name down `answers`.
@@ -170,7 +192,7 @@ mod tests {
         faults.close_gate();
         durable.append_then_reply(&rec(1), Outcome::tables(vec![]), reply_as("write", tx));
         wait_until("the write's sync", || faults.sync_waiting.load(Ordering::SeqCst));
-        durable.reply_after_earlier_writes(Outcome::tables(vec![]), reply_as("read", tx));
+        durable.reply_after_earlier_writes(rec(1).partition(), Outcome::tables(vec![]), reply_as("read", tx));
     }
 
     /// The next two answers, in the order they came.
@@ -197,9 +219,41 @@ mod tests {
 
         // With nothing waiting for a sync, a read is answered at once, gate or no gate.
         faults.close_gate();
-        durable.reply_after_earlier_writes(Outcome::tables(vec![]), reply_as("read", &tx));
+        durable.reply_after_earlier_writes(Some(1), Outcome::tables(vec![]), reply_as("read", &tx));
         assert_eq!(answered(&rx), ["read"]);
         faults.open_gate();
+    }
+
+    #[test]
+    fn a_read_waits_only_for_writes_it_could_have_seen() {
+        let dir = TempDir::new("read-barrier-partitions");
+        let (faults, durable) = sync_log(&dir);
+        let (tx, rx) = unbounded();
+        let read = |partition: Option<u32>, name: &'static str| {
+            durable.reply_after_earlier_writes(partition, Outcome::tables(vec![]), reply_as(name, &tx));
+        };
+        // A write on partition 1, its sync held: partition 0 has nothing to wait for, but a
+        // read of partition 1 and a multi-partition read do.
+        write_then_read_with_the_sync_held(&faults, &durable, &tx);
+        read(Some(0), "read 0");
+        read(None, "read all");
+        assert_eq!(answered(&rx), ["read 0"]);
+        faults.open_gate();
+        wait_until("the held answers", || rx.len() == 3);
+        assert_eq!(answered(&rx), ["write", "read", "read all"]);
+
+        // A multi-partition write, its sync held, holds reads of every partition.
+        faults.close_gate();
+        let mp = Record::Mp { txn_id: 9, procedure: "Move".into(), params: vec![] };
+        durable.append_then_reply(&mp, Outcome::tables(vec![]), reply_as("mp write", &tx));
+        wait_until("the write's sync", || faults.sync_waiting.load(Ordering::SeqCst));
+        read(Some(0), "read 0");
+        read(Some(2), "read 2");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(answered(&rx), Vec::<&str>::new());
+        faults.open_gate();
+        wait_until("the held answers", || rx.len() == 3);
+        assert_eq!(answered(&rx), ["mp write", "read 0", "read 2"]);
     }
 
     #[test]

@@ -176,7 +176,7 @@ impl Engine {
         let catalog = Arc::new(catalog);
         let ring = HashRing::new(config.sites);
         let log = CommandLog::open(&log_dir, config.durability)?;
-        let durable = Arc::new(Durable::new(log));
+        let durable = Arc::new(Durable::new(log, config.sites));
         let (mp_tx, mp_rx) = unbounded();
         let mut links = Vec::new();
         let mut sites = Vec::new();

@@ -273,7 +273,7 @@ impl Coordinator {
     /// logged before it (see `Durable::reply_after_earlier_writes`).
     fn answer(&self, read_only: bool, outcome: Outcome, reply: Reply) {
         if read_only {
-            self.durable.reply_after_earlier_writes(outcome, reply);
+            self.durable.reply_after_earlier_writes(None, outcome, reply);
         } else {
             reply(outcome);
         }
@@ -355,7 +355,7 @@ impl Coordinator {
         let ack_tx = tx.clone();
         match record.encode() {
             Ok(body) => {
-                self.durable.append_acked(body, Box::new(move |r| {
+                self.durable.append_acked(body, None, Box::new(move |r| {
                     let _ = ack_tx.send(r);
                 }));
             }

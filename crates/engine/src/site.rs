@@ -252,7 +252,7 @@ impl Site {
     /// Sends an answer that logs nothing once the writes before it are durable (at once if
     /// they are, held briefly with others).
     fn answer(&mut self, outcome: Outcome, reply: Reply) {
-        if let Some(ready) = self.durable.hold_behind_earlier_writes(outcome, reply) {
+        if let Some(ready) = self.durable.hold_behind_earlier_writes(Some(self.id), outcome, reply) {
             self.answers.push(ready);
         }
     }

@@ -47,6 +47,14 @@ fn put_u32(out: &mut Vec<u8>, v: u32) {
 }
 
 impl Record {
+    /// The one partition whose data the record changes; None when it may change any.
+    pub fn partition(&self) -> Option<u32> {
+        match self {
+            Record::Sp { partition, .. } | Record::AdHocSp { partition, .. } => Some(*partition),
+            Record::MpMarker { .. } | Record::Mp { .. } | Record::SnapshotTaken { .. } => None,
+        }
+    }
+
     /// The record's body bytes.
     pub fn encode(&self) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(64);
