@@ -14,18 +14,20 @@ local reserved    = sql [[SELECT SUM(u.allocated_units * p.unit_cost) AS reserve
 
 local CREDIT_ADDED, TXN_ALREADY_HAPPENED = 55, 46
 
+-- Single-row reads use :first(), which builds one row table and nothing else: cheaper than
+-- batch(), whose results are objects the procedure could return (see crates/procs/README.md).
 return function(userid, extra_credit, txn_id)
-  local user, prev = batch(find_user:bind(userid), find_txn:bind(userid, txn_id))
-  if #user == 0 then abort("AddCredit: user " .. userid .. " does not exist") end
-  if #prev > 0 then
+  if not find_user:first(userid) then abort("AddCredit: user " .. userid .. " does not exist") end
+  if find_txn:first(userid, txn_id) then
     set_app_status(TXN_ALREADY_HAPPENED, "Event already happened")
-    return prev
+    return find_txn:query(userid, txn_id)
   end
   add_balance:exec(extra_credit, userid)
   event:exec(userid, extra_credit, extra_credit .. " added")
   record:exec(userid, txn_id, extra_credit, CREDIT_ADDED)
-  local b, r = batch(balance:bind(userid), reserved:bind(userid))
-  local credit = b[1].balance - ((#r > 0 and r[1].reserved) or 0)
+  local b = balance:query(userid)
+  local r = reserved:first(userid)
+  local credit = b[1].balance - ((r and r.reserved) or 0)
   set_app_status(CREDIT_ADDED, extra_credit .. " added")
   return b, result_table({ "userid", "credit" }, { { userid, credit } })
 end

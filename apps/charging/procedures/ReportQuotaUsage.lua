@@ -28,16 +28,17 @@ local reserved = sql [[SELECT SUM(u.allocated_units * p.unit_cost) AS reserved
 
 local STATUS_OK, NO_MONEY, SOME_UNITS, ALL_UNITS, TXN_ALREADY_HAPPENED = 42, 43, 44, 45, 46
 
+-- Single-row reads use :first(), which builds one row table and nothing else: cheaper than
+-- batch(), whose results are objects the procedure could return (see crates/procs/README.md).
 return function(userid, productid, units_used, units_wanted, session_id, txn_id)
-  local user, product, prev = batch(find_user:bind(userid), find_product:bind(productid),
-    find_txn:bind(userid, txn_id))
-  if #user == 0 then abort("ReportQuotaUsage: user " .. userid .. " does not exist") end
-  if #product == 0 then abort("ReportQuotaUsage: product " .. productid .. " does not exist") end
-  if #prev > 0 then
+  if not find_user:first(userid) then abort("ReportQuotaUsage: user " .. userid .. " does not exist") end
+  local product = find_product:first(productid)
+  if not product then abort("ReportQuotaUsage: product " .. productid .. " does not exist") end
+  if find_txn:first(userid, txn_id) then
     set_app_status(TXN_ALREADY_HAPPENED, "Event already happened")
-    return prev
+    return find_txn:query(userid, txn_id)
   end
-  local cost = product[1].unit_cost
+  local cost = product.unit_cost
   if session_id <= 0 then session_id = ctx.txn_id end
   local alloc = find_alloc:first(userid, productid, session_id)
   local held = 0
@@ -49,13 +50,13 @@ return function(userid, productid, units_used, units_wanted, session_id, txn_id)
     charge:exec(-spent, userid)
     event:exec(userid, -spent, used .. " units of product " .. productid)
   end
-  local status = STATUS_OK
-  -- The balance and the value reserved, once read: nothing below changes the balance, and
+  -- The balance and the value reserved, read once: nothing below changes the balance, and
   -- a grant adds exactly its units' cost to the reservations.
-  local bal, held_value
+  local bal = balance:first(userid).balance
+  local r = reserved:first(userid)
+  local held_value = (r and r.reserved) or 0
+  local status = STATUS_OK
   if units_wanted > 0 then
-    local b, r = batch(balance:bind(userid), reserved:bind(userid))
-    bal, held_value = b[1].balance, (#r > 0 and r[1].reserved) or 0
     local credit = bal - held_value
     local grant = units_wanted
     if cost > 0 then grant = math.min(units_wanted, credit // cost) end
@@ -68,16 +69,8 @@ return function(userid, productid, units_used, units_wanted, session_id, txn_id)
     end
   end
   record:exec(userid, txn_id, productid, -spent, status)
-  local a
-  if bal then
-    a = show_alloc:query(userid, productid, session_id)
-  else
-    local b, r
-    a, b, r = batch(show_alloc:bind(userid, productid, session_id), balance:bind(userid), reserved:bind(userid))
-    bal, held_value = b[1].balance, (#r > 0 and r[1].reserved) or 0
-  end
   set_app_status(status, "")
-  return result_table({ "amount_spent" }, { { spent } }), a,
+  return result_table({ "amount_spent" }, { { spent } }), show_alloc:query(userid, productid, session_id),
     result_table({ "userid", "credit" }, { { userid, bal - held_value } }),
     result_table({ "balance", "product_id", "session_id", "userid" }, { { bal, productid, session_id, userid } })
 end

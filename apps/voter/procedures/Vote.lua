@@ -8,20 +8,17 @@ local insert_vote     = sql [[INSERT INTO votes (phone_number, state, contestant
 
 local VOTE_SUCCESSFUL, ERR_INVALID_CONTESTANT, ERR_VOTER_OVER_VOTE_LIMIT = 0, 1, 2
 
+-- Single-row reads use :first(), which builds one row table and nothing else: cheaper than
+-- batch(), whose results are objects the procedure could return (see crates/procs/README.md).
 return function(phone_number, contestant_number, max_votes)
-  local area_code = phone_number // 10000000
-  local contestant, votes, state = batch(
-    find_contestant:bind(contestant_number),
-    count_votes:bind(phone_number),
-    find_state:bind(area_code))
-  if #contestant == 0 then
+  if not find_contestant:first(contestant_number) then
     return ERR_INVALID_CONTESTANT
   end
-  if #votes > 0 and votes[1].num_votes >= max_votes then
+  local votes = count_votes:first(phone_number)
+  if votes and votes.num_votes >= max_votes then
     return ERR_VOTER_OVER_VOTE_LIMIT
   end
-  local st = "XX"
-  if #state > 0 then st = state[1].state end
-  insert_vote:exec(phone_number, st, contestant_number)
+  local state = find_state:first(phone_number // 10000000)
+  insert_vote:exec(phone_number, state and state.state or "XX", contestant_number)
   return VOTE_SUCCESSFUL
 end
