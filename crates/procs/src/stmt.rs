@@ -349,7 +349,8 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
 fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValue> {
     let _lift = shared.lift_heap_limit(lua);
     let (items, as_array): (Vec<LuaValue>, bool) = match args.front() {
-        Some(LuaValue::Table(t)) if args.len() == 1 => {
+        // One table is the array form, unless it is itself a bound statement.
+        Some(LuaValue::Table(t)) if args.len() == 1 && !is_bound(shared, t) => {
             let len = t.raw_len();
             if len > BATCH_LEN_MAX {
                 return Err(batch_too_long(lua, len));

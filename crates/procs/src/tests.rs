@@ -229,6 +229,9 @@ return function(as_array)
     local rs = batch({ a:bind(1), b:bind("two", 2) })
     return rs
   end
+  if as_array == false then
+    return batch(a:bind(1))
+  end
   local r1, r2 = batch(a:bind(1), b:bind("two", 2))
   return r2, r1
 end
@@ -259,6 +262,9 @@ end
         out.tables,
         vec![ResultTable::scalar("A", 0), ResultTable::scalar("B", 1)]
     );
+    // One bound statement is a batch of one, not an array of its own parts.
+    let out = call(&mut rt, "B", &[Value::Bool(false)], &mut host).unwrap();
+    assert_eq!(out.tables, vec![ResultTable::scalar("A", 0)]);
     let err = run("return batch(1)", &[]).unwrap_err();
     assert!(
         err.message.contains("batch() item 1 is a integer"),
