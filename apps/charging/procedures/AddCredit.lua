@@ -14,8 +14,8 @@ local reserved    = sql [[SELECT SUM(u.allocated_units * p.unit_cost) AS reserve
 
 local CREDIT_ADDED, TXN_ALREADY_HAPPENED = 55, 46
 
--- Single-row reads use :first(), which builds one row table and nothing else: cheaper than
--- batch(), whose results are objects the procedure could return (see crates/procs/README.md).
+-- Single-row reads use :first(): cheaper than bind() and batch(), which build and unpack
+-- a table of arguments per statement and save no round trip here (crates/procs/README.md).
 return function(userid, extra_credit, txn_id)
   if not find_user:first(userid) then abort("AddCredit: user " .. userid .. " does not exist") end
   if find_txn:first(userid, txn_id) then

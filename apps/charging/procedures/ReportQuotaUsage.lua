@@ -28,8 +28,8 @@ local reserved = sql [[SELECT SUM(u.allocated_units * p.unit_cost) AS reserved
 
 local STATUS_OK, NO_MONEY, SOME_UNITS, ALL_UNITS, TXN_ALREADY_HAPPENED = 42, 43, 44, 45, 46
 
--- Single-row reads use :first(), which builds one row table and nothing else: cheaper than
--- batch(), whose results are objects the procedure could return (see crates/procs/README.md).
+-- Single-row reads use :first(): cheaper than bind() and batch(), which build and unpack
+-- a table of arguments per statement and save no round trip here (crates/procs/README.md).
 return function(userid, productid, units_used, units_wanted, session_id, txn_id)
   if not find_user:first(userid) then abort("ReportQuotaUsage: user " .. userid .. " does not exist") end
   local product = find_product:first(productid)

@@ -8,8 +8,8 @@ local insert_vote     = sql [[INSERT INTO votes (phone_number, state, contestant
 
 local VOTE_SUCCESSFUL, ERR_INVALID_CONTESTANT, ERR_VOTER_OVER_VOTE_LIMIT = 0, 1, 2
 
--- Single-row reads use :first(), which builds one row table and nothing else: cheaper than
--- batch(), whose results are objects the procedure could return (see crates/procs/README.md).
+-- Single-row reads use :first(): cheaper than bind() and batch(), which build and unpack
+-- a table of arguments per statement and save no round trip here (crates/procs/README.md).
 return function(phone_number, contestant_number, max_votes)
   if not find_contestant:first(contestant_number) then
     return ERR_INVALID_CONTESTANT
