@@ -288,3 +288,32 @@ fn shell_prints_csv_and_fails_with_the_servers_message() {
     let out = server.sql(&["-c", "exec P.select 3"]);
     assert!(!out.status.success(), "P has no primary key, so no P.select procedure");
 }
+
+/// `THP_enabled` of a running process, from /proc (Linux).
+fn thp_enabled(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:")).expect("THP_enabled line in /proc status");
+    line["THP_enabled:".len()..].trim().to_string()
+}
+
+/// The server turns transparent huge pages off (their first-touch zeroing stalls a growing
+/// table's transactions for milliseconds) unless MIMALLOC_ALLOW_THP asks for them.
+#[test]
+fn the_server_runs_without_transparent_huge_pages_unless_asked() {
+    let dir = TempDir::new("thp-off");
+    let server = Server::start(&dir.0, 1);
+    assert_eq!(thp_enabled(server.pid()), "0");
+    server.stop();
+
+    let dir = TempDir::new("thp-on");
+    let child = std::process::Command::new(common::BIN)
+        .args(["server", "--sites", "1", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&dir.0)
+        .env("MIMALLOC_ALLOW_THP", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lockstep server");
+    let server = Server::from_child(child, &dir.0);
+    assert_eq!(thp_enabled(server.pid()), "1");
+    server.stop();
+}

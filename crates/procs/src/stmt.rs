@@ -1,7 +1,8 @@
 //! The statement API procedures see: `sql [[...]]` at load time, then `stmt:query/first/
 //! exec/bind`, `batch(...)` and the result objects they return, plus `result_table`.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::sync::Arc;
 use std::rc::Rc;
 
 use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
@@ -31,6 +32,9 @@ pub(crate) struct Stmt {
     param_types: Vec<Option<lockstep_core::DataType>>,
     text: String,
     shared: Rc<Shared>,
+    /// The lower-case Lua keys of the result's columns, by the plan's column name, kept
+    /// between calls: `first` would otherwise make a Lua string per column per call.
+    keys: RefCell<Vec<(Arc<str>, LuaString)>>,
 }
 
 /// A statement with its parameters, waiting for `batch`, when a parameter is an array (the
@@ -104,14 +108,24 @@ fn lower_key(lua: &Lua, name: &str) -> mlua::Result<LuaString> {
     lua.create_string(name.to_ascii_lowercase())
 }
 
-/// The first row of a result as a row table, without keeping the result.
-fn first_row(lua: &Lua, table: &ResultTable) -> mlua::Result<LuaValue> {
+/// The first row of a result as a row table, without keeping the result. `keys` caches
+/// the column keys: a statement's columns are the same on every call (the plan's names).
+fn first_row(lua: &Lua, table: &ResultTable, keys: &RefCell<Vec<(Arc<str>, LuaString)>>) -> mlua::Result<LuaValue> {
     let Some(row) = table.rows.first() else {
         return Ok(LuaValue::Nil);
     };
-    let t = lua.create_table_with_capacity(0, table.columns.len())?;
-    for (c, v) in table.columns.iter().zip(row) {
-        t.raw_set(lower_key(lua, &c.name)?, convert::to_lua(lua, v)?)?;
+    let mut keys = keys.borrow_mut();
+    let cached = keys.len() == table.columns.len()
+        && keys.iter().zip(&table.columns).all(|((name, _), c)| *name == c.name);
+    if !cached {
+        keys.clear();
+        for c in &table.columns {
+            keys.push((c.name.clone(), lower_key(lua, &c.name)?));
+        }
+    }
+    let t = lua.create_table_with_capacity(0, keys.len())?;
+    for ((_, k), v) in keys.iter().zip(row) {
+        t.raw_set(k, convert::to_lua(lua, v)?)?;
     }
     Ok(LuaValue::Table(t))
 }
@@ -241,7 +255,7 @@ impl UserData for Stmt {
         });
         methods.add_method("first", |lua, this, args: MultiValue| {
             let _lift = this.shared.lift_heap_limit(lua);
-            first_row(lua, &this.run(lua, &args)?)
+            first_row(lua, &this.run(lua, &args)?, &this.keys)
         });
         methods.add_method("exec", |lua, this, args: MultiValue| {
             let _lift = this.shared.lift_heap_limit(lua);
@@ -322,6 +336,7 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
                     param_types: info.param_types,
                     text,
                     shared: s.clone(),
+                    keys: RefCell::default(),
                 }),
                 Some(Err(e)) => Err(host_failed(lua, &s, e)),
                 None => Err(located(

@@ -11,6 +11,7 @@ pub fn malformed(reason: impl std::fmt::Display) -> Error {
 }
 
 /// A cursor over one message's bytes.
+#[derive(Clone)]
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -87,17 +88,27 @@ impl<'a> Reader<'a> {
 
     /// A nullable UTF-8 string (int32 length + bytes).
     pub fn string(&mut self, what: &str) -> Result<Option<String>> {
+        Ok(self.str(what)?.map(str::to_string))
+    }
+
+    /// `string`, borrowed from the message.
+    pub fn str(&mut self, what: &str) -> Result<Option<&'a str>> {
         match self.varbinary(what)? {
             None => Ok(None),
             Some(b) => std::str::from_utf8(b)
-                .map(|s| Some(s.to_string()))
+                .map(Some)
                 .map_err(|_| malformed(format!("{what} is not valid UTF-8"))),
         }
     }
 
     /// A string that must not be NULL.
     pub fn required_string(&mut self, what: &str) -> Result<String> {
-        self.string(what)?
+        self.required_str(what).map(str::to_string)
+    }
+
+    /// `required_string`, borrowed from the message.
+    pub fn required_str(&mut self, what: &str) -> Result<&'a str> {
+        self.str(what)?
             .ok_or_else(|| malformed(format!("{what} is NULL")))
     }
 

@@ -43,10 +43,19 @@ pub fn decode_params(r: &mut Reader) -> Result<Vec<Value>> {
 }
 
 fn decode_param(r: &mut Reader, code: WireType, index: usize) -> Result<Value> {
-    let what = format!("parameter {}", index + 1);
+    // Naming the parameter costs a format! per value, so it is done only to report an
+    // error: a failed read is repeated from the same place with the name.
+    let start = r.clone();
+    decode_param_named(r, code, "parameter").or_else(|_| {
+        *r = start;
+        decode_param_named(r, code, &format!("parameter {}", index + 1))
+    })
+}
+
+fn decode_param_named(r: &mut Reader, code: WireType, what: &str) -> Result<Value> {
     match code {
         types::NULL => Ok(Value::Null),
-        types::ARRAY => decode_array(r, &what),
+        types::ARRAY => decode_array(r, what),
         types::VOLTTABLE | types::GEOGRAPHY | types::GEOGRAPHY_POINT => Err(unsupported(code)),
         types::TINYINT
         | types::SMALLINT
@@ -57,7 +66,7 @@ fn decode_param(r: &mut Reader, code: WireType, index: usize) -> Result<Value> {
         | types::TIMESTAMP
         | types::DECIMAL
         | types::BOOLEAN
-        | types::VARBINARY => scalar::read(r, code, &what),
+        | types::VARBINARY => scalar::read(r, code, what),
         other => Err(malformed(format!("{what} has unknown type code {other}"))),
     }
 }
@@ -277,6 +286,16 @@ mod tests {
             vec![Value::Int(5), Value::Null, Value::Int(9), Value::Bool(true)]
         );
         assert_eq!(codes, vec![3, 4, 5, 23]);
+    }
+
+    #[test]
+    fn a_bad_parameter_is_named_by_its_position() {
+        // Parameter 1 is INTEGER 5; parameter 2 is a BIGINT cut short, then a string that is
+        // not UTF-8 as parameter 2 of another set.
+        let e = decode(&[0, 2, 5, 0, 0, 0, 5, 6, 0, 0]).unwrap_err().message;
+        assert!(e.contains("parameter 2"), "{e}");
+        let e = decode(&[0, 2, 5, 0, 0, 0, 5, 9, 0, 0, 0, 1, 0xff]).unwrap_err().message;
+        assert!(e.contains("parameter 2 is not valid UTF-8"), "{e}");
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
                 types::name(code as i8)
             ))
         })?;
-        let name = r.required_string("column name")?;
+        let name = r.required_str("column name")?;
         if name.len() > COLUMN_NAME_MAX_BYTES {
             return Err(malformed("column name too long"));
         }
