@@ -21,11 +21,9 @@ use foldhash::fast::FixedState;
 use lockstep_core::{IndexDef, Value};
 
 use crate::row_hash::RowHash;
+use crate::slots::Slots;
 use crate::key::{Entry, Key, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
 use crate::RowId;
-
-/// Row storage as indexes see it: slot `id` holds row `id`, or None when free.
-pub(crate) type Slots = [Option<Box<[Value]>>];
 
 /// A fixed seed: hashes (and so any order derived from them) are the same on every run.
 const HASH_STATE: FixedState = FixedState::with_seed(0x6c6f_636b_7374_6570);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use lockstep_core::{Error, Result, TableDef, Value};
 
 use crate::index::{Index, Lookup};
+use crate::slots::{Slot, Slots};
 use crate::snapshot::CowScan;
 use crate::view::ViewLayout;
 use crate::RowId;
@@ -21,7 +22,7 @@ pub const TABLE_ROWS_MAX: usize = (RowId::MAX - 1) as usize;
 pub struct Table {
     def: Arc<TableDef>,
     /// Slot `id` holds row `id`. A row may carry hidden trailing values (a view's counts).
-    slots: Vec<Option<Box<[Value]>>>,
+    slots: Slots,
     /// Free slots, reused last-freed first, so undo can put a deleted row back in its slot.
     free: Vec<RowId>,
     len: usize,
@@ -79,7 +80,7 @@ impl Table {
         }
         Table {
             def,
-            slots: Vec::new(),
+            slots: Slots::default(),
             free: Vec::new(),
             len: 0,
             indexes,
@@ -164,7 +165,7 @@ impl Table {
 
     /// Estimated bytes used by rows and indexes.
     pub fn memory_bytes(&self) -> usize {
-        let slots = self.slots.capacity() * std::mem::size_of::<Option<Box<[Value]>>>();
+        let slots = self.slots.capacity() * std::mem::size_of::<Slot>();
         let free = self.free.capacity() * std::mem::size_of::<RowId>();
         let indexes: usize = self.indexes.iter().map(Index::memory_bytes).sum();
         slots + free + self.row_heap_bytes + indexes
@@ -295,7 +296,7 @@ impl Table {
     }
 
     /// The slots, for a snapshot scan.
-    pub(crate) fn slots(&self) -> &[Option<Box<[Value]>>] {
+    pub(crate) fn slots(&self) -> &Slots {
         &self.slots
     }
 
@@ -308,7 +309,7 @@ impl Table {
     /// Rows must already have the stored width of `def`.
     pub(crate) fn from_slots(
         def: Arc<TableDef>,
-        slots: Vec<Option<Box<[Value]>>>,
+        slots: Vec<Slot>,
     ) -> Result<Table> {
         let mut table = Table::new(def);
         table.free = slots
@@ -320,7 +321,7 @@ impl Table {
             .collect();
         table.len = slots.len() - table.free.len();
         table.row_heap_bytes = slots.iter().flatten().map(|r| heap_bytes(r)).sum();
-        table.slots = slots;
+        table.slots = Slots::from(slots);
         for i in 0..table.indexes.len() {
             if let Err(id) = table.indexes[i].build(&table.slots) {
                 // Reuse the insert-time message, which names the index and the key.

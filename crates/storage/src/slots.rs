@@ -1,0 +1,139 @@
+//! A table's row slots, in chunks of fixed size.
+//!
+//! A `Vec` of slots doubles as a table grows, and the insert that triggers the doubling
+//! waits while every slot is copied to fresh memory: at 10 million rows that is 160 MB
+//! copied and 320 MB faulted in, hundreds of milliseconds for one transaction. Chunks are
+//! added one at a time instead, so an insert allocates at most one chunk (64 KiB) and
+//! nothing already stored moves. Only the small array of chunk pointers still doubles.
+
+use std::ops::{Index, IndexMut};
+
+use lockstep_core::Value;
+
+/// What a slot holds: a row, or None when the slot is free.
+pub(crate) type Slot = Option<Box<[Value]>>;
+
+const CHUNK_BITS: u32 = 12;
+/// Slots per chunk.
+const CHUNK_LEN: usize = 1 << CHUNK_BITS;
+
+#[derive(Debug, Default)]
+pub(crate) struct Slots {
+    chunks: Vec<Box<[Slot]>>,
+    len: usize,
+}
+
+fn empty_chunk() -> Box<[Slot]> {
+    (0..CHUNK_LEN).map(|_| None).collect()
+}
+
+impl Slots {
+    /// Slots in use (free ones included): valid ids are `0..len`.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Slots allocated, for memory accounting.
+    pub(crate) fn capacity(&self) -> usize {
+        self.chunks.len() * CHUNK_LEN
+    }
+
+    pub(crate) fn get(&self, id: usize) -> Option<&Slot> {
+        if id >= self.len {
+            return None;
+        }
+        Some(&self.chunks[id >> CHUNK_BITS][id & (CHUNK_LEN - 1)])
+    }
+
+    pub(crate) fn get_mut(&mut self, id: usize) -> Option<&mut Slot> {
+        if id >= self.len {
+            return None;
+        }
+        Some(&mut self.chunks[id >> CHUNK_BITS][id & (CHUNK_LEN - 1)])
+    }
+
+    /// Adds slot number `len`.
+    pub(crate) fn push(&mut self, slot: Slot) {
+        if self.len == self.capacity() {
+            self.chunks.push(empty_chunk());
+        }
+        self.len += 1;
+        let id = self.len - 1;
+        self.chunks[id >> CHUNK_BITS][id & (CHUNK_LEN - 1)] = slot;
+    }
+
+    /// Every slot in id order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Slot> + '_ {
+        self.chunks.iter().flat_map(|c| c.iter()).take(self.len)
+    }
+}
+
+impl From<Vec<Slot>> for Slots {
+    fn from(rows: Vec<Slot>) -> Slots {
+        let mut slots = Slots::default();
+        for r in rows {
+            slots.push(r);
+        }
+        slots
+    }
+}
+
+impl Index<usize> for Slots {
+    type Output = Slot;
+
+    fn index(&self, id: usize) -> &Slot {
+        match self.get(id) {
+            Some(s) => s,
+            None => panic!("row slot {id} is past the table's {} slots", self.len),
+        }
+    }
+}
+
+impl IndexMut<usize> for Slots {
+    fn index_mut(&mut self, id: usize) -> &mut Slot {
+        let len = self.len;
+        match self.get_mut(id) {
+            Some(s) => s,
+            None => panic!("row slot {id} is past the table's {len} slots"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(i: i64) -> Slot {
+        Some(vec![Value::Int(i)].into_boxed_slice())
+    }
+
+    #[test]
+    fn slots_across_chunk_boundaries_keep_their_rows() {
+        let n = CHUNK_LEN * 2 + 3;
+        let mut s = Slots::default();
+        for i in 0..n {
+            s.push(if i % 5 == 0 { None } else { row(i as i64) });
+        }
+        assert_eq!(s.len(), n);
+        assert_eq!(s.capacity(), CHUNK_LEN * 3);
+        for id in [0, 1, CHUNK_LEN - 1, CHUNK_LEN, CHUNK_LEN + 1, n - 1] {
+            let expected = if id % 5 == 0 { None } else { row(id as i64) };
+            assert_eq!(s.get(id), Some(&expected), "slot {id}");
+        }
+        assert_eq!(s.get(n), None, "past the end, though the chunk has room");
+        assert_eq!(s.iter().count(), n);
+        assert_eq!(s.iter().flatten().count(), n - n.div_ceil(5));
+
+        // A row stored before more chunks were added stays where it was.
+        let before = s[CHUNK_LEN + 1].as_deref().map(|r| r.as_ptr());
+        for i in 0..CHUNK_LEN {
+            s.push(row(i as i64));
+        }
+        assert_eq!(s[CHUNK_LEN + 1].as_deref().map(|r| r.as_ptr()), before);
+
+        s[7] = None;
+        assert_eq!(s.get(7), Some(&None));
+        let rebuilt = Slots::from(s.iter().cloned().collect::<Vec<_>>());
+        assert!(rebuilt.iter().eq(s.iter()));
+    }
+}
