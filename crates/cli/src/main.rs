@@ -57,8 +57,8 @@ struct SqlArgs {
 /// otherwise. Memory that grows under load (votes, charging records) is faulted in 2 MiB at a
 /// time, and the kernel zeroes each huge page inside the transaction that first touches it:
 /// measured here, stalls of 3-13 ms that put charging's p99 at 10,000 TPS at 4-5 ms instead
-/// of 1 ms. Huge pages do save TLB misses on large static data (TATP flood ran about 5%
-/// faster with them), so `MIMALLOC_ALLOW_THP=1` brings them back.
+/// of 1 ms. Huge pages do save TLB misses on large data read at random (flood runs of
+/// YCSB-A were about 7% faster with them), so `MIMALLOC_ALLOW_THP=1` brings them back.
 fn disable_transparent_huge_pages() {
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
         return;

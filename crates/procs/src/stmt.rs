@@ -2,8 +2,8 @@
 //! exec/bind`, `batch(...)` and the result objects they return, plus `result_table`.
 
 use std::cell::{OnceCell, RefCell};
-use std::sync::Arc;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
 use mlua::{
