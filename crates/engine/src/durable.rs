@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use lockstep_core::{Error, ResultTable};
+use lockstep_core::{Error, Result, ResultTable};
 
-use crate::cmdlog::{Ack, CommandLog, Durability, Record};
+use crate::cmdlog::{CommandLog, Durability, Record};
 use crate::outcome::{Outcome, Reply, APP_STATUS_UNSET};
 
 /// VoltDB's RESPONSE_UNKNOWN: the transaction ran but could not be made durable.
@@ -89,15 +89,22 @@ impl Durable {
 
     /// Appends a record whose changes to `partition` (None: any) are already visible in
     /// memory; `ack` runs once it is durable (or with the error that kept it from being
-    /// so). Until then, answers that log nothing and may see it wait behind it.
-    pub fn append_acked(self: &Arc<Self>, body: Vec<u8>, partition: Option<u32>, ack: Ack) {
+    /// so). Until then, answers that log nothing and may see it wait behind it. `ack` is
+    /// boxed once, here, with this `Durable` lent to it: a logged transaction allocates on
+    /// its site and frees on the logger's thread, so each allocation saved counts twice.
+    pub fn append_acked(
+        self: &Arc<Self>,
+        body: Vec<u8>,
+        partition: Option<u32>,
+        ack: impl FnOnce(&Durable, Result<u64>) + Send + 'static,
+    ) {
         self.unacknowledged_of(partition).fetch_add(1, Ordering::SeqCst);
         let me = self.clone();
         let _ = self.log.append(
             body,
             Some(Box::new(move |r| {
                 me.unacknowledged_of(partition).fetch_sub(1, Ordering::SeqCst);
-                ack(r)
+                ack(&me, r)
             })),
         );
     }
@@ -110,18 +117,13 @@ impl Durable {
             Ok(b) => b,
             Err(e) => return reply(unknown(e)),
         };
-        let me = self.clone();
-        self.append_acked(
-            body,
-            record.partition(),
-            Box::new(move |r| match r {
-                Ok(_) => reply(outcome),
-                Err(e) => {
-                    me.raise_fence();
-                    reply(unknown(e))
-                }
-            }),
-        );
+        self.append_acked(body, record.partition(), move |me, r| match r {
+            Ok(_) => reply(outcome),
+            Err(e) => {
+                me.raise_fence();
+                reply(unknown(e))
+            }
+        });
     }
 
     /// Answers a call on `partition` (None: multi-partition) that logged nothing. In sync

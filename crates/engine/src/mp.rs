@@ -355,9 +355,9 @@ impl Coordinator {
         let ack_tx = tx.clone();
         match record.encode() {
             Ok(body) => {
-                self.durable.append_acked(body, None, Box::new(move |r| {
+                self.durable.append_acked(body, None, move |_, r| {
                     let _ = ack_tx.send(r);
-                }));
+                });
             }
             Err(e) => {
                 let _ = tx.send(Err(e));
