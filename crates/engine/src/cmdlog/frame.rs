@@ -26,7 +26,8 @@ pub fn framed_len(body: &[u8]) -> usize {
 pub enum Frame<'a> {
     /// A whole, intact record: its body and the offset just after it.
     Record { body: &'a [u8], end: usize },
-    /// The buffer ends exactly here.
+    /// The records end here: the buffer does, or only zeros follow (a segment is written
+    /// into zeros laid down ahead of its records).
     End,
     /// Not an intact record; the reason, and where the frame claims to end if its length
     /// field was plausible and the bytes are all there (so later frames can be examined).
@@ -45,7 +46,9 @@ fn u32_at(buf: &[u8], at: usize) -> u32 {
 /// Reads the frame starting at `at`.
 pub fn read_frame(buf: &[u8], at: usize) -> Frame<'_> {
     let left = buf.len().saturating_sub(at);
-    if left == 0 {
+    // No record has a zero length, so a zero tail cannot hide one (a torn write leaves
+    // nonzero bytes of its frame, which is damage as before).
+    if buf[at.min(buf.len())..].iter().all(|&b| b == 0) {
         return Frame::End;
     }
     if left < FRAME_HEADER_BYTES {
@@ -129,9 +132,15 @@ mod tests {
         let mut flipped = buf.clone();
         flipped[10] ^= 1;
         assert_eq!(bad(&flipped, 0), ("checksum mismatch".into(), Some(13)));
-        let zeros = [0u8; 16];
+        // Zeros after the records are the end (written ahead); zeros before more bytes are
+        // damage.
+        let mut ahead = buf.clone();
+        ahead.extend_from_slice(&[0u8; 100]);
+        assert_eq!(read_frame(&ahead, 27), Frame::End);
+        assert_eq!(read_frame(&[0u8; 5], 0), Frame::End);
+        ahead.push(1);
         assert_eq!(
-            bad(&zeros, 0).0,
+            bad(&ahead, 27).0,
             format!("bad record length 0 (limit {RECORD_SIZE_MAX_BYTES} bytes)")
         );
     }

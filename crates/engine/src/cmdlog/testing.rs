@@ -82,19 +82,27 @@ struct FaultyFile {
 }
 
 impl LogFile for FaultyFile {
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+    fn write_all_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
         if self.faults.fail_writes.load(Ordering::SeqCst) {
-            self.inner.write_all(&buf[..buf.len() / 2])?;
+            self.inner.write_all_at(&buf[..buf.len() / 2], offset)?;
             return Err(io::Error::new(
                 io::ErrorKind::StorageFull,
                 "injected: no space left",
             ));
         }
-        self.inner.write_all(buf)?;
+        self.inner.write_all_at(buf, offset)?;
         self.faults
             .written_bytes
             .fetch_add(buf.len() as u64, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Fails like a write; the zeros are not counted as written record bytes.
+    fn extend_with_zeros(&mut self, from: u64, to: u64) -> io::Result<()> {
+        if self.faults.fail_writes.load(Ordering::SeqCst) {
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "injected: no space left"));
+        }
+        self.inner.extend_with_zeros(from, to)
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
@@ -115,8 +123,8 @@ impl LogFile for FaultyFile {
 }
 
 impl LogFs for FaultyFs {
-    fn open_append(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
-        let inner = RealFs.open_append(path)?;
+    fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        let inner = RealFs.open(path)?;
         Ok(Box::new(FaultyFile {
             inner,
             faults: self.0.clone(),

@@ -36,6 +36,9 @@ pub const BATCH_BYTES_TARGET: usize = 4 * 1024 * 1024;
 pub const RETRY_INTERVAL_MS_DEFAULT: u64 = 1000;
 /// Bytes written (then deleted) to test that a failed disk accepts writes again.
 const PROBE_BYTES: usize = 64 * 1024;
+/// Zeros written ahead of the records in a segment. A sync that also carries new zeros
+/// commits the file's new length (and writes these bytes): one in this many bytes of log.
+const ZEROS_AHEAD_BYTES: u64 = 256 * 1024;
 const PROBE_FILE: &str = "probe.tmp";
 
 /// How durable an acknowledged transaction is.
@@ -188,6 +191,7 @@ impl CommandLog {
             good_len: 0,
             written_len: 0,
             synced_len: 0,
+            allocated_len: 0,
             next_seq,
             sync_due: None,
         };
@@ -330,6 +334,8 @@ struct Logger {
     good_len: u64,
     written_len: u64,
     synced_len: u64,
+    /// Length of the open segment file: `written_len` plus zeros written ahead.
+    allocated_len: u64,
     next_seq: u64,
     /// Async mode: when the written but unsynced data must be synced.
     sync_due: Option<Instant>,
@@ -472,11 +478,16 @@ impl Logger {
         batch.acknowledge(|i| Ok(first + i as u64), Ok(self.next_seq));
     }
 
-    /// Writes to the open segment, first starting a new one if it is full.
+    /// Writes to the open segment, first starting a new one if it is full, into zeros
+    /// written ahead (`ZEROS_AHEAD_BYTES`), so that most syncs change no file metadata.
     fn write(&mut self, buf: &[u8]) -> Result<()> {
         if self.file.is_some() && self.written_len >= self.segment_size_max_bytes {
-            // The old segment must be durable before records follow in a new one.
+            // The old segment must be durable before records follow in a new one. Its zeros
+            // are cut off; if a crash undoes the cut, they read as the end of the segment.
             self.sync_if_dirty()?;
+            if let Some(file) = self.file.as_mut() {
+                let _ = file.set_len(self.written_len);
+            }
             self.file = None;
         }
         if self.file.is_none() {
@@ -485,10 +496,18 @@ impl Logger {
         let Some(file) = self.file.as_mut() else {
             return Err(Error::unexpected("command log: no open segment"));
         };
-        if let Err(e) = file.write_all(buf) {
+        let end = self.written_len + buf.len() as u64;
+        if end > self.allocated_len {
+            let to = end + ZEROS_AHEAD_BYTES;
+            if let Err(e) = file.extend_with_zeros(self.allocated_len, to) {
+                return Err(io_failure("extend", &self.dir, e));
+            }
+            self.allocated_len = to;
+        }
+        if let Err(e) = file.write_all_at(buf, self.written_len) {
             return Err(io_failure("write to", &self.dir, e));
         }
-        self.written_len += buf.len() as u64;
+        self.written_len = end;
         Ok(())
     }
 
@@ -509,7 +528,7 @@ impl Logger {
         };
         let file = self
             .fs
-            .open_append(&path)
+            .open(&path)
             .map_err(|e| io_failure("open", &path, e))?;
         self.fs
             .sync_dir(&self.dir)
@@ -517,9 +536,11 @@ impl Logger {
         let len = std::fs::metadata(&path)
             .map(|m| m.len())
             .map_err(|e| io_failure("stat", &path, e))?;
+        // The newest segment's zeros were cut when the log was opened (`repair_last_segment`).
         self.good_len = len;
         self.written_len = len;
         self.synced_len = len;
+        self.allocated_len = len;
         self.file = Some(file);
         Ok(())
     }
@@ -580,9 +601,9 @@ impl Logger {
     fn probe(&mut self) {
         let path = self.dir.join(PROBE_FILE);
         let probe = || -> std::io::Result<()> {
-            let mut f = self.fs.open_append(&path)?;
+            let mut f = self.fs.open(&path)?;
             f.set_len(0)?;
-            f.write_all(&[0u8; PROBE_BYTES])?;
+            f.write_all_at(&[0u8; PROBE_BYTES], 0)?;
             f.sync_data()
         };
         let ok = probe().is_ok();
@@ -600,6 +621,7 @@ impl Logger {
             }
             self.written_len = self.good_len;
             self.synced_len = self.good_len;
+            self.allocated_len = self.good_len;
         }
         self.shared.failed.store(false, Ordering::SeqCst);
         tracing::info!("the command log can write to disk again; writes are accepted");
@@ -816,6 +838,55 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![0, 1, 2]
         );
+    }
+
+    #[test]
+    fn records_are_written_into_zeros_laid_ahead_which_read_as_the_end_and_are_cut() {
+        let dir = TempDir::new("ahead");
+        let options = LogOptions { segment_size_max_bytes: 2 * ZEROS_AHEAD_BYTES, ..LogOptions::default() };
+        let log = CommandLog::open_with(dir.path(), Durability::Sync, options).unwrap();
+        let mut records_bytes = 0u64;
+        for i in 0..3 {
+            records_bytes += framed_len(&rec(i).encode().unwrap()) as u64;
+            assert_eq!(append_wait(&log, i), Ok(i as u64));
+        }
+        drop(log);
+        // As a crash leaves it: the records, then zeros.
+        let first = segment_path(dir.path(), 0);
+        let bytes = std::fs::read(&first).unwrap();
+        assert!(bytes.len() as u64 > records_bytes + ZEROS_AHEAD_BYTES / 2, "{} bytes", bytes.len());
+        assert!(bytes[records_bytes as usize..].iter().all(|&b| b == 0));
+        assert_eq!(read_all(dir.path()).len(), 3, "zeros after the records are not records");
+
+        // Reopening cuts the zeros without reporting damage, and appends after the records.
+        assert_eq!(repair_last_segment(dir.path()).unwrap(), (None, 3));
+        assert_eq!(std::fs::metadata(&first).unwrap().len(), records_bytes);
+        let options = LogOptions { segment_size_max_bytes: 2 * ZEROS_AHEAD_BYTES, ..LogOptions::default() };
+        let log = CommandLog::open_with(dir.path(), Durability::Sync, options).unwrap();
+        // Enough records to fill the segment past its size: the next one starts a new
+        // segment, and the full one is cut back to its records.
+        let big = |i: i64| Record::Sp {
+            txn_id: i,
+            partition: 0,
+            procedure: "Vote".into(),
+            params: vec![lockstep_core::Value::Bytes(vec![7; 100_000])],
+        };
+        let mut i = 3;
+        while list_segments(dir.path()).unwrap().len() < 2 {
+            let (tx, rx) = bounded(1);
+            log.append(big(i).encode().unwrap(), Some(Box::new(move |r| {
+                let _ = tx.send(r);
+            })))
+            .unwrap();
+            assert_eq!(rx.recv().unwrap(), Ok(i as u64));
+            i += 1;
+        }
+        drop(log);
+        let bytes = std::fs::read(&first).unwrap();
+        assert_ne!(bytes.last(), Some(&0), "the full segment ends with its last record");
+        let all = read_all(dir.path());
+        assert_eq!(all.len() as i64, i);
+        assert_eq!(all.last().map(|e| e.record.clone()), Some(big(i - 1)));
     }
 
     use crate::cmdlog::record::Record;
