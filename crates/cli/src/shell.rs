@@ -379,7 +379,7 @@ impl Shell {
             return Err(format!("@SystemCatalog {selector} returned no table"));
         };
         let idx: Vec<usize> = columns.iter().filter_map(|c| t.column_index(c)).collect();
-        let mut out = ResultTable::new(idx.iter().map(|&i| t.columns[i].clone()).collect());
+        let mut out = ResultTable::new(idx.iter().map(|&i| t.columns[i].clone()).collect::<Vec<_>>());
         for row in &t.rows {
             out.push(idx.iter().map(|&i| row[i].clone()).collect());
         }

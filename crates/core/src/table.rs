@@ -1,5 +1,7 @@
 //! Result tables: what a statement or a procedure returns (VoltDB's VoltTable).
 
+use std::sync::Arc;
+
 use crate::value::{DataType, Value};
 
 /// A named, typed result column.
@@ -7,25 +9,27 @@ use crate::value::{DataType, Value};
 pub struct ResultColumn {
     /// Shared, not owned: every execution of a statement hands out its columns, and cloning
     /// an `Arc` costs no allocation.
-    pub name: std::sync::Arc<str>,
+    pub name: Arc<str>,
     pub ty: DataType,
 }
 
 /// Rows with a schema. Every row has one value per column.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ResultTable {
-    pub columns: Vec<ResultColumn>,
+    /// Shared, like the names: a statement's plan holds its columns once, and each result
+    /// takes a reference to them instead of a copy.
+    pub columns: Arc<[ResultColumn]>,
     pub rows: Vec<Vec<Value>>,
 }
 
 impl ResultTable {
-    pub fn new(columns: Vec<ResultColumn>) -> Self {
-        ResultTable { columns, rows: Vec::new() }
+    pub fn new(columns: impl Into<Arc<[ResultColumn]>>) -> Self {
+        ResultTable { columns: columns.into(), rows: Vec::new() }
     }
 
     /// A table from `(name, type)` pairs.
     pub fn with_columns(columns: &[(&str, DataType)]) -> Self {
-        Self::new(columns.iter().map(|(n, t)| ResultColumn { name: (*n).into(), ty: *t }).collect())
+        Self::new(columns.iter().map(|(n, t)| ResultColumn { name: (*n).into(), ty: *t }).collect::<Arc<[ResultColumn]>>())
     }
 
     /// The one-row, one-column BIGINT table VoltDB returns for a scalar (and for DML counts).
@@ -35,9 +39,14 @@ impl ResultTable {
         t
     }
 
-    /// The `modified_tuples` table a DML statement returns.
+    /// The `modified_tuples` table a DML statement returns (every write makes one, so its
+    /// column is made once per thread).
     pub fn modified(count: u64) -> Self {
-        Self::scalar("modified_tuples", count as i64)
+        thread_local! {
+            static COLUMNS: Arc<[ResultColumn]> =
+                Arc::new([ResultColumn { name: "modified_tuples".into(), ty: DataType::BigInt }]);
+        }
+        ResultTable { columns: COLUMNS.with(Arc::clone), rows: vec![vec![Value::Int(count as i64)]] }
     }
 
     pub fn push(&mut self, row: Vec<Value>) {

@@ -71,7 +71,7 @@ impl ResultObj {
     fn keys(&self, lua: &Lua) -> mlua::Result<&[LuaString]> {
         if self.keys.get().is_none() {
             let mut keys = Vec::with_capacity(self.table.columns.len());
-            for c in &self.table.columns {
+            for c in self.table.columns.iter() {
                 keys.push(lower_key(lua, &c.name)?);
             }
             let _ = self.keys.set(keys);
@@ -116,10 +116,10 @@ fn first_row(lua: &Lua, table: &ResultTable, keys: &RefCell<Vec<(Arc<str>, LuaSt
     };
     let mut keys = keys.borrow_mut();
     let cached = keys.len() == table.columns.len()
-        && keys.iter().zip(&table.columns).all(|((name, _), c)| *name == c.name);
+        && keys.iter().zip(table.columns.iter()).all(|((name, _), c)| *name == c.name);
     if !cached {
         keys.clear();
-        for c in &table.columns {
+        for c in table.columns.iter() {
             keys.push((c.name.clone(), lower_key(lua, &c.name)?));
         }
     }

@@ -653,7 +653,7 @@ fn the_memory_limit_holds_for_results_kept_by_the_procedure() {
                for i = 1, 1e7 do kept[i] = q:first() end\nend";
     rt.load("Keep", "keep.lua", src, &mut prepare_into(&mut texts)).unwrap();
     let wide = ResultTable {
-        columns: vec![lockstep_core::ResultColumn { name: "NAME".into(), ty: DataType::Varchar }],
+        columns: vec![lockstep_core::ResultColumn { name: "NAME".into(), ty: DataType::Varchar }].into(),
         rows: vec![vec![Value::from("x".repeat(1000).as_str())]],
     };
     let mut host = FakeHost::new(move |_, _| Ok(wide.clone()));

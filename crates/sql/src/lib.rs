@@ -127,7 +127,7 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
         }
     };
     let columns = match &plan {
-        Plan::Select(s) => s.columns.clone(),
+        Plan::Select(s) => s.columns.to_vec(),
         _ => vec![ResultColumn {
             name: "modified_tuples".into(),
             ty: DataType::BigInt,

@@ -265,7 +265,7 @@ fn gather_level(
                 name: c.name.as_str().into(),
                 ty: c.ty,
             })
-            .collect(),
+            .collect::<Vec<_>>(),
     );
     if stop_at == Some(0) {
         return Ok(out);

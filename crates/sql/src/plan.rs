@@ -49,7 +49,7 @@ pub struct SelectPlan {
     pub agg: Option<AggCtx>,
     pub having: Option<Expr>,
     pub output: Vec<Expr>,
-    pub columns: Vec<ResultColumn>,
+    pub columns: std::sync::Arc<[ResultColumn]>,
     /// ORDER BY expressions that are not output columns.
     pub hidden: Vec<Expr>,
     pub order: Vec<(SortKey, bool)>,
@@ -480,7 +480,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
         agg,
         having,
         output,
-        columns,
+        columns: columns.into(),
         hidden,
         order,
         sorted_by_index: false,

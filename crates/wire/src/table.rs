@@ -31,10 +31,10 @@ pub fn encode_table(t: &ResultTable, out: &mut Vec<u8>) {
     let header_at = begin_len(out);
     put_i8(out, TABLE_STATUS);
     put_i16(out, t.columns.len() as i16);
-    for c in &t.columns {
+    for c in t.columns.iter() {
         put_i8(out, column_code(c.ty));
     }
-    for c in &t.columns {
+    for c in t.columns.iter() {
         put_string(out, &c.name);
     }
     patch_len(out, header_at);
@@ -121,7 +121,7 @@ pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
     if r.position() != end {
         return Err(malformed("table length does not match its content"));
     }
-    Ok(ResultTable { columns, rows })
+    Ok(ResultTable { columns: columns.into(), rows })
 }
 
 #[cfg(test)]

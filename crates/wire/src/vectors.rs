@@ -246,7 +246,7 @@ fn any_table() -> impl Strategy<Value = ResultTable> {
             .map(|(ty, name)| ResultColumn { name: name.into(), ty })
             .collect();
         proptest::collection::vec(row, 0..5).prop_map(move |rows| ResultTable {
-            columns: columns.clone(),
+            columns: columns.clone().into(),
             rows,
         })
     })
