@@ -1,5 +1,9 @@
 //! VoltTable serialization (§1.6), byte-exact: header, column types and names, rows.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
 use lockstep_core::{DataType, Result, ResultColumn, ResultTable};
 
 use crate::codec::{begin_len, malformed, patch_len, put_i16, put_i32, put_i8, put_string, Reader};
@@ -69,35 +73,15 @@ pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
     }
     let end = r.position() + total as usize;
     let header_len = r.i32("table header length")?;
-    let header_start = r.position();
-    let _status = r.i8("table status")?;
-    let ncols = r.i16("column count")?;
-    if ncols < 0 || ncols as usize > COLUMN_COUNT_MAX {
+    if header_len < 0 || header_len as usize > end - r.position() {
         return Err(malformed(format!(
-            "column count {ncols} is outside 0..={COLUMN_COUNT_MAX}"
+            "table header length {header_len} does not fit its table"
         )));
     }
-    let ncols = ncols as usize;
-    let codes = r.bytes(ncols, "column types")?.to_vec();
-    let mut columns = Vec::with_capacity(ncols);
-    for &code in &codes {
-        let ty = DataType::from_wire_code(code as i8).ok_or_else(|| {
-            malformed(format!(
-                "column type {} is not supported",
-                types::name(code as i8)
-            ))
-        })?;
-        let name = r.required_str("column name")?;
-        if name.len() > COLUMN_NAME_MAX_BYTES {
-            return Err(malformed("column name too long"));
-        }
-        columns.push(ResultColumn { name: name.into(), ty });
-    }
-    if header_len < 0 || r.position() - header_start != header_len as usize {
-        return Err(malformed(format!(
-            "table header length {header_len} does not match its content"
-        )));
-    }
+    let header = r.bytes(header_len as usize, "table header")?;
+    let columns = header_columns(header)?;
+    // Status byte, column count, then one type code per column (checked by the parse).
+    let codes = &header[3..3 + columns.len()];
     let nrows = r.i32("row count")?;
     if nrows < 0 {
         return Err(malformed(format!("negative row count {nrows}")));
@@ -107,8 +91,8 @@ pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
     for _ in 0..nrows {
         let row_len = r.i32("row length")?;
         let row_start = r.position();
-        let mut row = Vec::with_capacity(ncols);
-        for (col, &code) in columns.iter().zip(&codes) {
+        let mut row = Vec::with_capacity(columns.len());
+        for (col, &code) in columns.iter().zip(codes) {
             row.push(scalar::read(r, code as i8, &col.name)?);
         }
         if row_len < 0 || r.position() - row_start != row_len as usize {
@@ -121,7 +105,73 @@ pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
     if r.position() != end {
         return Err(malformed("table length does not match its content"));
     }
-    Ok(ResultTable { columns: columns.into(), rows })
+    Ok(ResultTable { columns, rows })
+}
+
+/// Table headers decoded recently on this thread, newest last. A client gets the same few
+/// headers over and over (one per statement it runs), so their columns are made once and
+/// shared, instead of a name allocated per column per response. Keyed by the exact bytes.
+const HEADER_CACHE_ENTRIES: usize = 32;
+/// Longer headers are parsed every time, so the cache stays small.
+const HEADER_CACHED_BYTES_MAX: usize = 4096;
+
+thread_local! {
+    static HEADERS: RefCell<VecDeque<(Box<[u8]>, Arc<[ResultColumn]>)>> =
+        RefCell::new(VecDeque::with_capacity(HEADER_CACHE_ENTRIES));
+}
+
+/// The columns a table header describes.
+fn header_columns(header: &[u8]) -> Result<Arc<[ResultColumn]>> {
+    HEADERS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((_, columns)) = cache.iter().find(|(h, _)| **h == *header) {
+            return Ok(columns.clone());
+        }
+        let columns = parse_header(header)?;
+        if header.len() > HEADER_CACHED_BYTES_MAX {
+            return Ok(columns);
+        }
+        if cache.len() == HEADER_CACHE_ENTRIES {
+            cache.pop_front();
+        }
+        cache.push_back((header.into(), columns.clone()));
+        Ok(columns)
+    })
+}
+
+/// Status byte, column count, column type codes, then column names: all of `header`.
+fn parse_header(header: &[u8]) -> Result<Arc<[ResultColumn]>> {
+    let mut r = Reader::new(header);
+    let _status = r.i8("table status")?;
+    let ncols = r.i16("column count")?;
+    if ncols < 0 || ncols as usize > COLUMN_COUNT_MAX {
+        return Err(malformed(format!(
+            "column count {ncols} is outside 0..={COLUMN_COUNT_MAX}"
+        )));
+    }
+    let ncols = ncols as usize;
+    let codes = r.bytes(ncols, "column types")?;
+    let mut columns = Vec::with_capacity(ncols);
+    for &code in codes {
+        let ty = DataType::from_wire_code(code as i8).ok_or_else(|| {
+            malformed(format!(
+                "column type {} is not supported",
+                types::name(code as i8)
+            ))
+        })?;
+        let name = r.required_str("column name")?;
+        if name.len() > COLUMN_NAME_MAX_BYTES {
+            return Err(malformed("column name too long"));
+        }
+        columns.push(ResultColumn { name: name.into(), ty });
+    }
+    if r.remaining() != 0 {
+        return Err(malformed(format!(
+            "table header length {} does not match its content",
+            header.len()
+        )));
+    }
+    Ok(columns.into())
 }
 
 #[cfg(test)]
@@ -155,5 +205,32 @@ mod tests {
             .contains("row length 5"));
         out[3] += 1;
         assert!(decode_table(&mut Reader::new(&out)).is_err());
+
+        // A header length that takes in the row count, or stops inside a name.
+        for delta in [4i32, -1] {
+            let mut out = Vec::new();
+            encode_table(&t, &mut out);
+            let header_len = i32::from_be_bytes([out[4], out[5], out[6], out[7]]) + delta;
+            out[4..8].copy_from_slice(&header_len.to_be_bytes());
+            let e = decode_table(&mut Reader::new(&out)).unwrap_err().message;
+            assert!(e.contains("table header length") || e.contains("column name"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_repeated_header_shares_its_columns_and_another_gets_its_own() {
+        let table = |second: &str, v: i64| {
+            let mut t = ResultTable::with_columns(&[("ID", DataType::BigInt), (second, DataType::Varchar)]);
+            t.push(vec![Value::Int(v), Value::from(second)]);
+            let mut out = Vec::new();
+            encode_table(&t, &mut out);
+            decode_table(&mut Reader::new(&out)).unwrap()
+        };
+        let (a1, a2, b) = (table("NAME", 1), table("NAME", 2), table("NOTE", 3));
+        assert!(Arc::ptr_eq(&a1.columns, &a2.columns), "the second decode reuses the first's columns");
+        assert_eq!(a2.rows, vec![vec![Value::Int(2), Value::from("NAME")]]);
+        assert!(!Arc::ptr_eq(&a1.columns, &b.columns));
+        assert_eq!((&*b.columns[1].name, b.columns[1].ty), ("NOTE", DataType::Varchar));
+        assert_eq!(b.rows, vec![vec![Value::Int(3), Value::from("NOTE")]]);
     }
 }
