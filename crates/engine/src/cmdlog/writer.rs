@@ -36,10 +36,10 @@ pub const BATCH_BYTES_TARGET: usize = 4 * 1024 * 1024;
 pub const RETRY_INTERVAL_MS_DEFAULT: u64 = 1000;
 /// Bytes written (then deleted) to test that a failed disk accepts writes again.
 const PROBE_BYTES: usize = 64 * 1024;
+const PROBE_FILE: &str = "probe.tmp";
 /// Zeros written ahead of the records in a segment. A sync that also carries new zeros
 /// commits the file's new length (and writes these bytes): one in this many bytes of log.
 const ZEROS_AHEAD_BYTES: u64 = 256 * 1024;
-const PROBE_FILE: &str = "probe.tmp";
 
 /// How durable an acknowledged transaction is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
