@@ -69,6 +69,9 @@ pub(crate) struct Shared {
     pub(crate) bound_meta: std::cell::OnceCell<mlua::Table>,
     /// The Lua heap limit (0: none), lifted while Rust callbacks run (see [`Shared::lift_heap_limit`]).
     memory_limit_bytes: usize,
+    /// Columns `result_table` built recently, newest last: a procedure builds the same
+    /// few shapes on every call, and a hit shares them instead of making every name again.
+    pub(crate) built_columns: RefCell<std::collections::VecDeque<std::sync::Arc<[lockstep_core::ResultColumn]>>>,
 }
 
 impl Shared {
@@ -84,6 +87,7 @@ impl Shared {
             app_status_string: RefCell::new(None),
             rng_state: Cell::new(0),
             bound_meta: std::cell::OnceCell::new(),
+            built_columns: RefCell::default(),
         }
     }
 

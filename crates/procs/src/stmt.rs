@@ -468,34 +468,28 @@ fn result_table(
     shared: &Shared,
     (names, rows): (LuaValue, LuaValue),
 ) -> mlua::Result<AnyUserData> {
-    let (LuaValue::Table(names), LuaValue::Table(rows)) = (names, rows) else {
+    let (LuaValue::Table(names_table), LuaValue::Table(rows)) = (names, rows) else {
         return Err(located(
             lua,
             "result_table(names, rows) takes an array of column names and an array of rows",
         ));
     };
-    let ncols = names.raw_len();
+    let ncols = names_table.raw_len();
     if ncols == 0 || ncols > RESULT_COLUMNS_MAX {
         return Err(located(
             lua,
             format_args!("result_table() needs 1 to {RESULT_COLUMNS_MAX} column names"),
         ));
     }
-    let mut columns = Vec::with_capacity(ncols);
+    let mut names = Vec::with_capacity(ncols);
     for i in 1..=ncols {
-        let LuaValue::String(name) = names.raw_get::<LuaValue>(i)? else {
+        let LuaValue::String(name) = names_table.raw_get::<LuaValue>(i)? else {
             return Err(located(
                 lua,
                 format_args!("result_table() column name {i} is not a string"),
             ));
         };
-        let name = name
-            .to_str()
-            .map_err(|_| located(lua, "result_table() column names must be UTF-8"))?;
-        columns.push(ResultColumn {
-            name: (&*name).into(),
-            ty: DataType::Varchar,
-        });
+        names.push(name);
     }
     let nrows = rows.raw_len();
     let mut cells: Vec<Vec<Value>> = Vec::with_capacity(nrows);
@@ -522,30 +516,66 @@ fn result_table(
         }
         cells.push(out);
     }
-    for (col, ty) in columns.iter_mut().zip(&types) {
-        col.ty = ty.unwrap_or(DataType::Varchar);
-    }
-    let mut table = ResultTable::new(columns);
+    let types: Vec<DataType> = types.into_iter().map(|t| t.unwrap_or(DataType::Varchar)).collect();
+    let mut table = ResultTable::new(built_columns(lua, shared, &names, &types)?);
     for (r, row) in cells.into_iter().enumerate() {
         let mut out = Vec::with_capacity(ncols);
-        for (c, v) in row.into_iter().enumerate() {
-            let ty = table.columns[c].ty;
-            let v = v.coerce_to(ty).map_err(|e| {
-                located(
-                    lua,
-                    format_args!(
-                        "result_table() row {} column {}: {}",
-                        r + 1,
-                        c + 1,
-                        e.message
-                    ),
-                )
-            })?;
+        for (c, (v, &ty)) in row.into_iter().zip(&types).enumerate() {
+            // Most cells already have their column's type (the first non-nil value of the
+            // column set it): only the others are converted.
+            let fits = matches!(
+                (&v, ty),
+                (Value::Null, _) | (Value::Int(_), DataType::BigInt) | (Value::Float(_), DataType::Float) | (Value::Str(_), DataType::Varchar)
+            );
+            let v = if fits {
+                v
+            } else {
+                v.coerce_to(ty).map_err(|e| {
+                    located(
+                        lua,
+                        format_args!(
+                            "result_table() row {} column {}: {}",
+                            r + 1,
+                            c + 1,
+                            e.message
+                        ),
+                    )
+                })?
+            };
             out.push(v);
         }
         table.push(out);
     }
     lua.create_userdata(ResultObj::new(table, shared.heap_limit()))
+}
+
+/// Most column sets `result_table` keeps for reuse (see `Shared::built_columns`).
+const BUILT_COLUMNS_KEPT: usize = 16;
+
+/// The columns named `names` with types `types`: a set built recently if one matches
+/// exactly, else a new one (kept for next time).
+fn built_columns(lua: &Lua, shared: &Shared, names: &[LuaString], types: &[DataType]) -> mlua::Result<Arc<[ResultColumn]>> {
+    let mut kept = shared.built_columns.borrow_mut();
+    let same = |cols: &Arc<[ResultColumn]>| {
+        cols.len() == names.len()
+            && cols.iter().zip(names).zip(types).all(|((c, n), &t)| c.ty == t && c.name.as_bytes() == &*n.as_bytes())
+    };
+    if let Some(cols) = kept.iter().find(|c| same(c)) {
+        return Ok(cols.clone());
+    }
+    let mut columns = Vec::with_capacity(names.len());
+    for (name, &ty) in names.iter().zip(types) {
+        let name = name
+            .to_str()
+            .map_err(|_| located(lua, "result_table() column names must be UTF-8"))?;
+        columns.push(ResultColumn { name: (&*name).into(), ty });
+    }
+    let columns: Arc<[ResultColumn]> = columns.into();
+    if kept.len() == BUILT_COLUMNS_KEPT {
+        kept.pop_front();
+    }
+    kept.push_back(columns.clone());
+    Ok(columns)
 }
 
 #[cfg(test)]

@@ -391,6 +391,25 @@ fn every_return_shape_becomes_the_documented_tables() {
             err.message
         );
     }
+    // Column sets are reused only when names and types both match.
+    let tables = run(
+        r#"return result_table({"a"}, {{1}}), result_table({"a"}, {{"x"}}), result_table({"b"}, {{2}}), result_table({"a"}, {{3}})"#,
+        &[],
+    )
+    .unwrap()
+    .tables;
+    let shape = |t: &ResultTable| (t.columns[0].name.to_string(), t.columns[0].ty, t.rows[0][0].clone());
+    assert_eq!(
+        tables.iter().map(shape).collect::<Vec<_>>(),
+        vec![
+            ("a".to_string(), DataType::BigInt, Value::Int(1)),
+            ("a".to_string(), DataType::Varchar, Value::from("x")),
+            ("b".to_string(), DataType::BigInt, Value::Int(2)),
+            ("a".to_string(), DataType::BigInt, Value::Int(3)),
+        ]
+    );
+    assert!(std::sync::Arc::ptr_eq(&tables[0].columns, &tables[3].columns), "the same shape shares its columns");
+
     let err = run(r#"return result_table({"n"}, {{1}, {"x"}})"#, &[]).unwrap_err();
     assert!(err.message.contains("procedures/p.lua:2: result_table() row 2 column 1: cannot convert VARCHAR 'x' to BIGINT"), "{}", err.message);
 }
