@@ -4,7 +4,9 @@
 //! waits while every slot is copied to fresh memory: at 10 million rows that is 160 MB
 //! copied and 320 MB faulted in, hundreds of milliseconds for one transaction. Chunks are
 //! added one at a time instead, so an insert allocates at most one chunk (64 KiB) and
-//! nothing already stored moves. Only the small array of chunk pointers still doubles.
+//! nothing already stored moves. Only the small array of chunk pointers still doubles, and
+//! the first chunk, which grows like a `Vec` up to its full size, so that a small table
+//! (there may be hundreds, on every site) does not take a whole chunk.
 
 use std::ops::{Index, IndexMut};
 
@@ -19,12 +21,9 @@ const CHUNK_LEN: usize = 1 << CHUNK_BITS;
 
 #[derive(Debug, Default)]
 pub(crate) struct Slots {
-    chunks: Vec<Box<[Slot]>>,
+    /// Every chunk but the last holds exactly `CHUNK_LEN` slots.
+    chunks: Vec<Vec<Slot>>,
     len: usize,
-}
-
-fn empty_chunk() -> Box<[Slot]> {
-    (0..CHUNK_LEN).map(|_| None).collect()
 }
 
 impl Slots {
@@ -35,36 +34,34 @@ impl Slots {
 
     /// Slots allocated, for memory accounting.
     pub(crate) fn capacity(&self) -> usize {
-        self.chunks.len() * CHUNK_LEN
+        self.chunks.iter().map(Vec::capacity).sum()
     }
 
     pub(crate) fn get(&self, id: usize) -> Option<&Slot> {
-        if id >= self.len {
-            return None;
-        }
-        Some(&self.chunks[id >> CHUNK_BITS][id & (CHUNK_LEN - 1)])
+        self.chunks.get(id >> CHUNK_BITS)?.get(id & (CHUNK_LEN - 1))
     }
 
     pub(crate) fn get_mut(&mut self, id: usize) -> Option<&mut Slot> {
-        if id >= self.len {
-            return None;
-        }
-        Some(&mut self.chunks[id >> CHUNK_BITS][id & (CHUNK_LEN - 1)])
+        self.chunks.get_mut(id >> CHUNK_BITS)?.get_mut(id & (CHUNK_LEN - 1))
     }
 
     /// Adds slot number `len`.
     pub(crate) fn push(&mut self, slot: Slot) {
-        if self.len == self.capacity() {
-            self.chunks.push(empty_chunk());
+        match self.chunks.last_mut() {
+            Some(last) if last.len() < CHUNK_LEN => last.push(slot),
+            _ => {
+                // Only the first chunk starts small; later ones are allocated whole, once.
+                let mut chunk = if self.chunks.is_empty() { Vec::new() } else { Vec::with_capacity(CHUNK_LEN) };
+                chunk.push(slot);
+                self.chunks.push(chunk);
+            }
         }
         self.len += 1;
-        let id = self.len - 1;
-        self.chunks[id >> CHUNK_BITS][id & (CHUNK_LEN - 1)] = slot;
     }
 
     /// Every slot in id order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Slot> + '_ {
-        self.chunks.iter().flat_map(|c| c.iter()).take(self.len)
+        self.chunks.iter().flatten()
     }
 }
 
@@ -116,6 +113,11 @@ mod tests {
         }
         assert_eq!(s.len(), n);
         assert_eq!(s.capacity(), CHUNK_LEN * 3);
+        let mut small = Slots::default();
+        for i in 0..10 {
+            small.push(row(i));
+        }
+        assert!(small.capacity() < 64, "a small table takes {} slots", small.capacity());
         for id in [0, 1, CHUNK_LEN - 1, CHUNK_LEN, CHUNK_LEN + 1, n - 1] {
             let expected = if id % 5 == 0 { None } else { row(id as i64) };
             assert_eq!(s.get(id), Some(&expected), "slot {id}");
