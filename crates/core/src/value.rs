@@ -195,6 +195,26 @@ impl Value {
         }
     }
 
+    /// Whether `coerce_to(ty)` would return the value unchanged, so the caller's value can
+    /// be used as it is (the common case: a procedure passes the declared types). Must stay
+    /// in step with `coerce_to`: anything not listed here simply takes the converting path.
+    pub fn coerces_to_itself(&self, ty: DataType) -> bool {
+        match (self, ty) {
+            (Value::Null, _) => true,
+            (Value::Int(i), t) if t.is_integer() => match t.int_range() {
+                Some((lo, hi)) => *i >= lo && *i <= hi,
+                None => true,
+            },
+            (Value::Str(s), DataType::Varchar) => s != "\\N",
+            (Value::Float(_), DataType::Float)
+            | (Value::Decimal(_), DataType::Decimal)
+            | (Value::Bytes(_), DataType::Varbinary)
+            | (Value::Timestamp(_), DataType::Timestamp)
+            | (Value::Bool(_), DataType::Boolean) => true,
+            _ => false,
+        }
+    }
+
     /// Converts the value to a column or parameter of type `ty`, with VoltDB's coercions
     /// (integers widen and narrow when in range, strings parse, hex strings become bytes).
     pub fn coerce_to(&self, ty: DataType) -> Result<Value> {

@@ -523,11 +523,7 @@ fn result_table(
         for (c, (v, &ty)) in row.into_iter().zip(&types).enumerate() {
             // Most cells already have their column's type (the first non-nil value of the
             // column set it): only the others are converted.
-            let fits = matches!(
-                (&v, ty),
-                (Value::Null, _) | (Value::Int(_), DataType::BigInt) | (Value::Float(_), DataType::Float) | (Value::Str(_), DataType::Varchar)
-            );
-            let v = if fits {
+            let v = if v.coerces_to_itself(ty) {
                 v
             } else {
                 v.coerce_to(ty).map_err(|e| {

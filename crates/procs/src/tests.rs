@@ -409,6 +409,9 @@ fn every_return_shape_becomes_the_documented_tables() {
         ]
     );
     assert!(std::sync::Arc::ptr_eq(&tables[0].columns, &tables[3].columns), "the same shape shares its columns");
+    // A cell is converted as before unless it is already its column's value: "\N" is NULL.
+    let t = run(r#"return result_table({"s"}, {{"x"}, {"\\N"}})"#, &[]).unwrap().tables;
+    assert_eq!(t[0].rows, vec![vec![Value::from("x")], vec![Value::Null]]);
 
     let err = run(r#"return result_table({"n"}, {{1}, {"x"}})"#, &[]).unwrap_err();
     assert!(err.message.contains("procedures/p.lua:2: result_table() row 2 column 1: cannot convert VARCHAR 'x' to BIGINT"), "{}", err.message);

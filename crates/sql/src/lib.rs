@@ -145,28 +145,9 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
     })
 }
 
-/// Checks the parameter count and converts each parameter to its inferred type.
-/// Whether `coerce_to(ty)` would return `v` unchanged, so the caller's value can be used
-/// as it is (the common case: the procedure passes the declared types). Must stay in step
-/// with `Value::coerce_to`: anything not listed here simply takes the converting path.
+/// Whether `coerce_to(ty)` would return `v` unchanged (an untyped parameter always does).
 fn coerces_to_itself(v: &Value, ty: Option<DataType>) -> bool {
-    let Some(ty) = ty else {
-        return true;
-    };
-    match (v, ty) {
-        (Value::Null, _) => true,
-        (Value::Int(i), t) if t.is_integer() => match t.int_range() {
-            Some((lo, hi)) => *i >= lo && *i <= hi,
-            None => true,
-        },
-        (Value::Str(s), DataType::Varchar) => s != "\\N",
-        (Value::Float(_), DataType::Float)
-        | (Value::Decimal(_), DataType::Decimal)
-        | (Value::Bytes(_), DataType::Varbinary)
-        | (Value::Timestamp(_), DataType::Timestamp)
-        | (Value::Bool(_), DataType::Boolean) => true,
-        _ => false,
-    }
+    ty.is_none_or(|t| v.coerces_to_itself(t))
 }
 
 /// The parameters converted to the statement's types; borrowed when none needs converting.

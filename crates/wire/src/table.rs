@@ -73,7 +73,8 @@ pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
     }
     let end = r.position() + total as usize;
     let header_len = r.i32("table header length")?;
-    if header_len < 0 || header_len as usize > end - r.position() {
+    // A table length under 4 leaves `end` behind the position here.
+    if header_len < 0 || header_len as usize > end.saturating_sub(r.position()) {
         return Err(malformed(format!(
             "table header length {header_len} does not fit its table"
         )));
@@ -205,6 +206,12 @@ mod tests {
             .contains("row length 5"));
         out[3] += 1;
         assert!(decode_table(&mut Reader::new(&out)).is_err());
+
+        // A table too short for its own header length.
+        let mut short = Vec::new();
+        short.extend_from_slice(&0i32.to_be_bytes());
+        short.extend_from_slice(&0i32.to_be_bytes());
+        assert!(decode_table(&mut Reader::new(&short)).is_err());
 
         // A header length that takes in the row count, or stops inside a name.
         for delta in [4i32, -1] {
