@@ -4,6 +4,7 @@
 //! row, or an aggregated row), fixed by the binder. Depth is bounded by the binder
 //! (`EXPR_DEPTH_MAX`), so the recursive evaluator cannot be driven arbitrarily deep.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use lockstep_core::{decimal, DataType, Error, Result, Value};
@@ -86,7 +87,21 @@ pub struct Env<'a> {
     pub now_micros: i64,
 }
 
+/// NULL, for a column or parameter position past the end.
+static NULL: Value = Value::Null;
+
 impl Expr {
+    /// Evaluates over `row`, borrowing a constant, parameter or column instead of copying it:
+    /// a filter comparing a 1 KB column must not copy it per row.
+    pub fn eval_ref<'a>(&'a self, row: &'a [Value], env: &'a Env) -> Result<Cow<'a, Value>> {
+        Ok(match self {
+            Expr::Const(v) => Cow::Borrowed(v),
+            Expr::Param(i) => Cow::Borrowed(env.params.get(*i).unwrap_or(&NULL)),
+            Expr::Column(i) => Cow::Borrowed(row.get(*i).unwrap_or(&NULL)),
+            e => Cow::Owned(e.eval(row, env)?),
+        })
+    }
+
     /// Evaluates over `row`.
     pub fn eval(&self, row: &[Value], env: &Env) -> Result<Value> {
         Ok(match self {
@@ -100,7 +115,7 @@ impl Expr {
             },
             Expr::Arith(op, a, b) => arith(*op, a.eval(row, env)?, b.eval(row, env)?)?,
             Expr::Cmp(op, a, b) => {
-                let (x, y) = (a.eval(row, env)?, b.eval(row, env)?);
+                let (x, y) = (a.eval_ref(row, env)?, b.eval_ref(row, env)?);
                 compare(*op, &x, &y)?
             }
             Expr::And(a, b) => {
@@ -129,16 +144,16 @@ impl Expr {
                 (Value::Null, _) | (_, Value::Null) => Value::Null,
                 (x, y) => Value::Str(format!("{}{}", text_of(&x), text_of(&y))),
             },
-            Expr::IsNull(e, neg) => Value::Bool(e.eval(row, env)?.is_null() != *neg),
+            Expr::IsNull(e, neg) => Value::Bool(e.eval_ref(row, env)?.is_null() != *neg),
             Expr::InList(e, list, neg) => {
-                let v = e.eval(row, env)?;
+                let v = e.eval_ref(row, env)?;
                 if v.is_null() {
                     return Ok(Value::Null);
                 }
                 let mut saw_null = false;
                 for item in list {
-                    let w = item.eval(row, env)?;
-                    if let Value::Array(items) = &w {
+                    let w = item.eval_ref(row, env)?;
+                    if let Value::Array(items) = &*w {
                         // `IN ?` with an array parameter.
                         for x in items {
                             match v.sql_cmp(x) {
@@ -161,9 +176,9 @@ impl Expr {
                     Value::Bool(*neg)
                 }
             }
-            Expr::Like(e, p, neg) => match (e.eval(row, env)?, p.eval(row, env)?) {
+            Expr::Like(e, p, neg) => match (&*e.eval_ref(row, env)?, &*p.eval_ref(row, env)?) {
                 (Value::Null, _) | (_, Value::Null) => Value::Null,
-                (Value::Str(s), Value::Str(pat)) => Value::Bool(like(&s, &pat) != *neg),
+                (Value::Str(s), Value::Str(pat)) => Value::Bool(like(s, pat) != *neg),
                 (x, _) => {
                     return Err(Error::sql(format!(
                         "LIKE needs VARCHAR operands, not {}",
@@ -177,13 +192,13 @@ impl Expr {
                 otherwise,
             } => {
                 let op = match operand {
-                    Some(o) => Some(o.eval(row, env)?),
+                    Some(o) => Some(o.eval_ref(row, env)?),
                     None => None,
                 };
                 for (w, then) in whens {
                     let hit = match &op {
-                        Some(v) => v.sql_cmp(&w.eval(row, env)?) == Some(Ordering::Equal),
-                        None => w.eval(row, env)?.truth() == Some(true),
+                        Some(v) => v.sql_cmp(&*w.eval_ref(row, env)?) == Some(Ordering::Equal),
+                        None => w.eval_ref(row, env)?.truth() == Some(true),
                     };
                     if hit {
                         return then.eval(row, env);
@@ -201,7 +216,7 @@ impl Expr {
 
     /// True when the expression holds (NULL counts as false), for filters.
     pub fn holds(&self, row: &[Value], env: &Env) -> Result<bool> {
-        Ok(self.eval(row, env)?.truth() == Some(true))
+        Ok(self.eval_ref(row, env)?.truth() == Some(true))
     }
 
     /// Calls `f` on every column position the expression reads.
