@@ -96,11 +96,7 @@ pub fn each_in_table(
     match probe {
         Probe::Empty => {}
         Probe::Scan => {
-            for (id, row) in t.scan() {
-                if !f(id, row)? {
-                    return Ok(false);
-                }
-            }
+            return each_prefetched(t, t.scan().map(|(id, _)| id), f);
         }
         Probe::Lookup(ix, key) => {
             for id in t.lookup_iter(*ix, key) {
@@ -114,16 +110,48 @@ pub fn each_in_table(
         Probe::Range(ix, keys, reverse) => {
             let lo = bound_ref(&keys.lo);
             let hi = bound_ref(&keys.hi);
-            for id in t.range(*ix, lo, hi, *reverse) {
-                if let Some(row) = t.get(id) {
-                    if !f(id, row)? {
-                        return Ok(false);
-                    }
+            return each_prefetched(t, t.range(*ix, lo, hi, *reverse), f);
+        }
+    }
+    Ok(true)
+}
+
+/// Rows visited per prefetch batch.
+const PREFETCH_BATCH: usize = 8;
+
+/// Visits the rows `ids` in batches, first asking the CPU for each batch's value arrays,
+/// then for their strings, so a scan over rows scattered in memory waits for their cache
+/// misses together rather than one after another. A batch may run past a LIMIT's last row:
+/// that costs a few index steps and prefetches, never a visit.
+fn each_prefetched(
+    t: &StoreTable,
+    mut ids: impl Iterator<Item = u32>,
+    f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
+) -> Result<bool> {
+    let mut batch = [0u32; PREFETCH_BATCH];
+    loop {
+        let mut n = 0;
+        for id in ids.by_ref().take(PREFETCH_BATCH) {
+            batch[n] = id;
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+        for &id in &batch[..n] {
+            t.prefetch_row(id);
+        }
+        for &id in &batch[..n] {
+            t.prefetch_data(id);
+        }
+        for &id in &batch[..n] {
+            if let Some(row) = t.get(id) {
+                if !f(id, row)? {
+                    return Ok(false);
                 }
             }
         }
     }
-    Ok(true)
 }
 
 fn bound_ref(b: &Bound<Vec<Value>>) -> Bound<&[Value]> {

@@ -728,3 +728,38 @@ fn select_without_from_and_unsupported_forms() {
     assert!(db.err("SELEC 1").contains("syntax error"));
     assert!(prepare(&db.cat, "CREATE TABLE x (a INT)").is_err());
 }
+
+/// Scans and index ranges visit rows in batches (see `each_prefetched`): every row must
+/// still come once, in order, with a filter applied and a LIMIT stopping inside a batch.
+#[test]
+fn scans_and_ranges_over_many_batches_keep_order_filters_and_limits() {
+    let mut db = Db::new(
+        "CREATE TABLE kv (k VARCHAR(8) NOT NULL, grp INTEGER NOT NULL, v VARBINARY(64), PRIMARY KEY (k, grp));",
+    );
+    // Keys inserted out of order, so row ids and key order differ; some rows deleted.
+    for n in (0..40).rev() {
+        db.run(&format!("INSERT INTO kv VALUES ('k{n:02}', {}, x'{n:02x}')", n % 3));
+    }
+    db.run("DELETE FROM kv WHERE k IN ('k05', 'k17')");
+    let keys = |rows: Vec<Vec<Value>>| -> Vec<String> {
+        rows.into_iter().map(|r| r[0].to_string()).collect()
+    };
+    let want = |ns: &mut dyn Iterator<Item = i32>| -> Vec<String> { ns.map(|n| format!("k{n:02}")).collect() };
+    assert_eq!(
+        keys(db.rows("SELECT k FROM kv WHERE k >= 'k03' AND grp = 1 ORDER BY k LIMIT 9")),
+        want(&mut (3..40).filter(|n| n % 3 == 1).take(9))
+    );
+    assert_eq!(
+        keys(db.rows("SELECT k FROM kv WHERE k >= 'k03' ORDER BY k LIMIT 13")),
+        want(&mut (3..40).filter(|&n| n != 5 && n != 17).take(13))
+    );
+    assert_eq!(
+        keys(db.rows("SELECT k FROM kv WHERE k < 'k30' ORDER BY k DESC LIMIT 10")),
+        want(&mut (0..30).rev().filter(|&n| n != 17).take(10))
+    );
+    let mut all = keys(db.rows("SELECT k FROM kv WHERE v <> x'07'"));
+    all.sort();
+    assert_eq!(all, want(&mut (0..40).filter(|&n| ![5, 7, 17].contains(&n))));
+    assert_eq!(db.rows("SELECT COUNT(*) FROM kv WHERE grp = 2").len(), 1);
+    assert_eq!(db.rows("SELECT k FROM kv LIMIT 11").len(), 11);
+}
