@@ -22,7 +22,7 @@ use lockstep_core::{IndexDef, Value};
 
 use crate::row_hash::RowHash;
 use crate::slots::Slots;
-use crate::key::{Entry, Key, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
+use crate::key::{Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
 use crate::RowId;
 
 /// A fixed seed: hashes (and so any order derived from them) are the same on every run.
@@ -52,7 +52,7 @@ fn ordered_entries(slots: &Slots, columns: &[usize]) -> BTreeSet<Entry> {
     let mut entries: Vec<Entry> = slots
         .iter()
         .enumerate()
-        .filter_map(|(id, row)| Some(Entry { key: Key::from_row(row.as_deref()?, columns), row: id as RowId }))
+        .filter_map(|(id, row)| Some(Entry::new(row.as_deref()?, columns, id as RowId)))
         .collect();
     entries.sort_unstable();
     entries.into_iter().collect()
@@ -154,10 +154,7 @@ impl Index {
     pub(crate) fn insert(&mut self, slots: &Slots, id: RowId) {
         let row = slot(slots, id);
         if let Some(ordered) = self.ordered.get_mut() {
-            let fresh = ordered.insert(Entry {
-                key: Key::from_row(row, &self.columns),
-                row: id,
-            });
+            let fresh = ordered.insert(Entry::new(row, &self.columns, id));
             debug_assert!(fresh, "row {id} was already indexed");
         }
         if self.hashed(row) {
@@ -287,8 +284,8 @@ impl Index {
 
     /// All entries in index order, if the ordered set exists (tests and consistency checks).
     #[cfg(test)]
-    pub(crate) fn entries(&self) -> Option<Vec<(&[Value], RowId)>> {
-        Some(self.ordered.get()?.iter().map(|e| (e.key.as_slice(), e.row)).collect())
+    pub(crate) fn entries(&self) -> Option<Vec<(Vec<Value>, RowId)>> {
+        Some(self.ordered.get()?.iter().map(|e| (e.key(), e.row)).collect())
     }
 
     /// Number of rows in the hash part (unique indexes only).
@@ -301,10 +298,10 @@ impl Index {
     /// (measured: 1M rows, 5 columns, one PK ≈ 330 MB RSS), key heap data, the hash table.
     pub(crate) fn memory_bytes(&self) -> usize {
         let entry = std::mem::size_of::<Entry>();
-        let per_entry_heap = if self.columns.len() == 1 {
-            0
-        } else {
-            self.columns.len() * std::mem::size_of::<Value>()
+        // The key's values after the first, with the thin vector's 16-byte header.
+        let per_entry_heap = match self.columns.len() {
+            0 | 1 => 0,
+            n => 16 + (n - 1) * std::mem::size_of::<Value>(),
         };
         let ordered = self.ordered.get().map_or(0, BTreeSet::len) * (entry * 9 / 5 + per_entry_heap);
         ordered + self.hash.as_ref().map_or(0, RowHash::allocation_size)

@@ -9,6 +9,7 @@ use std::borrow::Borrow;
 use std::cmp::Ordering;
 
 use lockstep_core::Value;
+use thin_vec::ThinVec;
 
 use crate::RowId;
 
@@ -68,44 +69,47 @@ impl Ord for dyn Probe + '_ {
     }
 }
 
-/// An index key. Single-column keys (the common case) are held inline, saving a heap
-/// allocation per entry.
-#[derive(Debug)]
-pub(crate) enum Key {
-    One(Value),
-    Many(Box<[Value]>),
-}
-
-impl Key {
-    /// The key of `row` over the index columns `columns`.
-    pub(crate) fn from_row(row: &[Value], columns: &[usize]) -> Key {
-        match columns {
-            [c] => Key::One(row[*c].clone()),
-            _ => Key::Many(columns.iter().map(|&c| row[c].clone()).collect()),
-        }
-    }
-
-    pub(crate) fn as_slice(&self) -> &[Value] {
-        match self {
-            Key::One(v) => std::slice::from_ref(v),
-            Key::Many(vs) => vs,
-        }
-    }
-}
-
-/// One row's entry in an ordered index.
+/// One row's entry in an ordered index: its key and its RowId.
+///
+/// The key's first value is held inline and the rest (none, for a single-column key) behind
+/// one thin pointer: a B-tree node's entries then sit together in memory, and a search,
+/// which compares several entries per node and is mostly decided by the first column, does
+/// not chase a pointer (a cache miss) for each of them. The thin pointer (8 bytes, nothing
+/// allocated when empty) keeps an entry at 48 bytes.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    pub(crate) key: Key,
+    first: Value,
+    rest: ThinVec<Value>,
     pub(crate) row: RowId,
+}
+
+impl Entry {
+    /// The entry of row `row` (stored as `values`) over the index columns `columns`.
+    pub(crate) fn new(values: &[Value], columns: &[usize], row: RowId) -> Entry {
+        let value = |c: &usize| values[*c].clone();
+        Entry {
+            first: columns.first().map_or(Value::Null, value),
+            rest: columns.iter().skip(1).map(value).collect(),
+            row,
+        }
+    }
+
+    /// The key's values in order.
+    #[cfg(test)]
+    pub(crate) fn key(&self) -> Vec<Value> {
+        std::iter::once(&self.first).chain(self.rest.iter()).cloned().collect()
+    }
 }
 
 impl Probe for Entry {
     fn key_len(&self) -> usize {
-        self.key.as_slice().len()
+        1 + self.rest.len()
     }
     fn key_at(&self, i: usize) -> &Value {
-        &self.key.as_slice()[i]
+        match i {
+            0 => &self.first,
+            _ => &self.rest[i - 1],
+        }
     }
     fn flag(&self) -> u8 {
         FLAG_ENTRY
@@ -139,7 +143,10 @@ impl Ord for Entry {
     /// [`compare`] for two entries (same width, same flag), without its dynamic dispatch:
     /// inserts and bulk builds compare entries with each other most of the time.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.key.as_slice().cmp(other.key.as_slice()).then_with(|| self.row.cmp(&other.row))
+        self.first
+            .cmp(&other.first)
+            .then_with(|| self.rest[..].cmp(&other.rest[..]))
+            .then_with(|| self.row.cmp(&other.row))
     }
 }
 
@@ -191,10 +198,7 @@ mod tests {
     use super::*;
 
     fn entry(key: &[i64], row: RowId) -> Entry {
-        Entry {
-            key: Key::Many(key.iter().map(|&v| Value::Int(v)).collect()),
-            row,
-        }
+        Entry::new(&key.iter().map(|&v| Value::Int(v)).collect::<Vec<_>>(), &[0, 1], row)
     }
 
     #[test]
