@@ -9,14 +9,21 @@ use crate::shared::Fatal;
 /// per Rust callback between the error and the caller, so a handful is plenty).
 const ERROR_CAUSE_DEPTH_MAX: usize = 16;
 
-/// "path:line" of the Lua code that called the running Rust callback, if it is Lua code.
+/// How many C functions `caller_location` looks past (`raw_stmt`'s `first` calling its slow
+/// path is one).
+const C_FRAMES_SKIPPED_MAX: usize = 2;
+
+/// "path:line" of the Lua code that called the running Rust callback, directly or through
+/// a C function (a statement's `first` hands unusual calls to its Rust method).
 pub(crate) fn caller_location(lua: &Lua) -> Option<String> {
-    lua.inspect_stack(1, |d| {
-        let line = d.current_line()?;
-        let src = d.source().short_src?.into_owned();
-        Some(format!("{src}:{line}"))
+    (1..=1 + C_FRAMES_SKIPPED_MAX).find_map(|level| {
+        lua.inspect_stack(level, |d| {
+            let line = d.current_line()?;
+            let src = d.source().short_src?.into_owned();
+            Some(format!("{src}:{line}"))
+        })
+        .flatten()
     })
-    .flatten()
 }
 
 /// A Lua error raised from a Rust callback, prefixed with the caller's location the way

@@ -135,7 +135,7 @@ fn single(ty: DataType, v: Value) -> ResultTable {
 
 fn describe(v: &LuaValue) -> String {
     match v {
-        LuaValue::UserData(ud) if ud.is::<crate::stmt::Stmt>() => {
+        LuaValue::UserData(ud) if ud.is::<crate::stmt::StmtRef>() => {
             "a statement (call :query, :first or :exec on it)".to_string()
         }
         LuaValue::UserData(ud) if ud.is::<crate::stmt::Bound>() => {

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
 use mlua::{
-    AnyUserData, Lua, LuaString, MetaMethod, MultiValue, Table, UserData, UserDataMethods,
-    Value as LuaValue,
+    AnyUserData, LightUserData, Lua, LuaString, MetaMethod, MultiValue, Table, UserData,
+    UserDataFields, UserDataMethods, Value as LuaValue,
 };
 
 use crate::convert;
 use crate::errors::{located, located_host_error};
+use crate::raw_stmt;
 use crate::shared::{Fatal, HeapLimitLift, Shared};
 
 /// Longest SQL text `sql()` accepts.
@@ -28,14 +29,23 @@ const SQL_QUOTE_MAX_CHARS: usize = 60;
 
 /// A statement planned at load time.
 pub(crate) struct Stmt {
-    id: usize,
-    param_types: Vec<Option<lockstep_core::DataType>>,
+    pub(crate) id: usize,
+    pub(crate) param_types: Vec<Option<lockstep_core::DataType>>,
     text: String,
-    shared: Rc<Shared>,
-    /// The lower-case Lua keys of the result's columns, by the plan's column name, kept
-    /// between calls: `first` would otherwise make a Lua string per column per call.
-    keys: RefCell<Vec<(Arc<str>, LuaString)>>,
+    pub(crate) shared: Rc<Shared>,
+    /// The lower-case keys of the result's columns, by the plan's column name, kept between
+    /// calls: `first` would otherwise lower-case every name on every call.
+    keys: RefCell<ColumnKeys>,
 }
+
+/// Column names with their lower-case keys. Shared, not borrowed, by a row being built: Lua
+/// may run a finalizer that calls the same statement meanwhile.
+pub(crate) type ColumnKeys = Rc<[(Arc<str>, Box<[u8]>)]>;
+
+/// What `sql [[...]]` gives Lua: a userdata holding the statement. Its user value holds a
+/// light pointer to the `Stmt`, which the `Rc` keeps in place, for the C functions behind
+/// `first` and `exec` (`raw_stmt.rs`).
+pub(crate) struct StmtRef(pub(crate) Rc<Stmt>);
 
 /// A statement with its parameters, waiting for `batch`, when a parameter is an array (the
 /// array is converted at bind time, so later changes to the Lua table do not leak in).
@@ -94,7 +104,7 @@ impl ResultObj {
 }
 
 /// A column name in lower case as a Lua string, without a heap allocation for short names.
-fn lower_key(lua: &Lua, name: &str) -> mlua::Result<LuaString> {
+pub(crate) fn lower_key(lua: &Lua, name: &str) -> mlua::Result<LuaString> {
     if !name.bytes().any(|b| b.is_ascii_uppercase()) {
         return lua.create_string(name);
     }
@@ -108,30 +118,22 @@ fn lower_key(lua: &Lua, name: &str) -> mlua::Result<LuaString> {
     lua.create_string(name.to_ascii_lowercase())
 }
 
-/// The first row of a result as a row table, without keeping the result. `keys` caches
-/// the column keys: a statement's columns are the same on every call (the plan's names).
-fn first_row(lua: &Lua, table: &ResultTable, keys: &RefCell<Vec<(Arc<str>, LuaString)>>) -> mlua::Result<LuaValue> {
+/// The first row of a result as a row table, without keeping the result (the slow path of
+/// `stmt:first`; the usual one is `raw_stmt::first`).
+fn first_row(lua: &Lua, stmt: &Stmt, table: &ResultTable) -> mlua::Result<LuaValue> {
     let Some(row) = table.rows.first() else {
         return Ok(LuaValue::Nil);
     };
-    let mut keys = keys.borrow_mut();
-    let cached = keys.len() == table.columns.len()
-        && keys.iter().zip(table.columns.iter()).all(|((name, _), c)| *name == c.name);
-    if !cached {
-        keys.clear();
-        for c in table.columns.iter() {
-            keys.push((c.name.clone(), lower_key(lua, &c.name)?));
-        }
-    }
+    let keys = stmt.keys_for(&table.columns);
     let t = lua.create_table_with_capacity(0, keys.len())?;
     for ((_, k), v) in keys.iter().zip(row) {
-        t.raw_set(k, convert::to_lua(lua, v)?)?;
+        t.raw_set(lua.create_string(k)?, convert::to_lua(lua, v)?)?;
     }
     Ok(LuaValue::Table(t))
 }
 
 /// What `exec` returns: the modified-tuples count of DML, the row count of anything else.
-fn modified_count(table: &ResultTable) -> i64 {
+pub(crate) fn modified_count(table: &ResultTable) -> i64 {
     let is_dml = table.columns.len() == 1
         && table.rows.len() == 1
         && table.columns[0]
@@ -144,6 +146,18 @@ fn modified_count(table: &ResultTable) -> i64 {
 }
 
 impl Stmt {
+    /// The lower-case keys of `columns`, made once and kept while the columns stay the same
+    /// (a statement's result columns are its plan's).
+    pub(crate) fn keys_for(&self, columns: &[ResultColumn]) -> ColumnKeys {
+        let mut keys = self.keys.borrow_mut();
+        let cached = keys.len() == columns.len()
+            && keys.iter().zip(columns).all(|((name, _), c)| *name == c.name);
+        if !cached {
+            *keys = columns.iter().map(|c| (c.name.clone(), c.name.to_ascii_lowercase().into_bytes().into())).collect();
+        }
+        keys.clone()
+    }
+
     fn quoted(&self) -> String {
         let mut q: String = self.text.trim().chars().take(SQL_QUOTE_MAX_CHARS).collect();
         if self.text.trim().chars().count() > SQL_QUOTE_MAX_CHARS {
@@ -247,26 +261,54 @@ fn outside_body(lua: &Lua) -> mlua::Error {
     )
 }
 
-impl UserData for Stmt {
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_method("query", |lua, this, args: MultiValue| {
+impl UserData for StmtRef {
+    fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
+        // The methods sit in a plain `__index` table, so that `first` and `exec` can be C
+        // functions that Lua calls directly (see `raw_stmt.rs`).
+        fields.add_meta_field_with("__index", stmt_methods);
+    }
+}
+
+/// The methods of statements: `first` and `exec` as C functions falling back to the Rust
+/// ones kept in the registry, `query` and `bind` as Rust functions.
+fn stmt_methods(lua: &Lua) -> mlua::Result<Table> {
+    let stmt = |ud: &AnyUserData| ud.borrow::<StmtRef>().map(|r| r.0.clone());
+    lua.set_named_registry_value(
+        raw_stmt::FIRST_SLOW,
+        lua.create_function(move |lua, (ud, args): (AnyUserData, MultiValue)| {
+            let this = stmt(&ud)?;
+            let _lift = this.shared.lift_heap_limit(lua);
+            first_row(lua, &this, &this.run(lua, &args)?)
+        })?,
+    )?;
+    lua.set_named_registry_value(
+        raw_stmt::EXEC_SLOW,
+        lua.create_function(move |lua, (ud, args): (AnyUserData, MultiValue)| {
+            let this = stmt(&ud)?;
+            Ok(modified_count(&this.run(lua, &args)?))
+        })?,
+    )?;
+    let methods = lua.create_table()?;
+    methods.raw_set(
+        "query",
+        lua.create_function(move |lua, (ud, args): (AnyUserData, MultiValue)| {
+            let this = stmt(&ud)?;
             let _lift = this.shared.lift_heap_limit(lua);
             lua.create_userdata(ResultObj::new(this.run(lua, &args)?, this.shared.heap_limit()))
-        });
-        methods.add_method("first", |lua, this, args: MultiValue| {
+        })?,
+    )?;
+    methods.raw_set(
+        "bind",
+        lua.create_function(move |lua, (ud, args): (AnyUserData, MultiValue)| {
+            let this = stmt(&ud)?;
             let _lift = this.shared.lift_heap_limit(lua);
-            first_row(lua, &this.run(lua, &args)?, &this.keys)
-        });
-        methods.add_method("exec", |lua, this, args: MultiValue| {
-            let _lift = this.shared.lift_heap_limit(lua);
-            Ok(modified_count(&this.run(lua, &args)?))
-        });
-        methods.add_function("bind", |lua, (ud, args): (AnyUserData, MultiValue)| {
-            let this = ud.borrow::<Stmt>()?;
-            let _lift = this.shared.lift_heap_limit(lua);
-            this.bind(lua, ud.clone(), args)
-        });
-    }
+            this.bind(lua, ud, args)
+        })?,
+    )?;
+    // SAFETY: both are C functions following the rules in raw_stmt.rs.
+    methods.raw_set("first", unsafe { lua.create_c_function(raw_stmt::first)? })?;
+    methods.raw_set("exec", unsafe { lua.create_c_function(raw_stmt::exec)? })?;
+    Ok(methods)
 }
 
 impl UserData for Bound {}
@@ -331,13 +373,19 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
                 ));
             }
             match s.with_prepare(|prepare| prepare(&text)) {
-                Some(Ok(info)) => Ok(Stmt {
-                    id: info.id,
-                    param_types: info.param_types,
-                    text,
-                    shared: s.clone(),
-                    keys: RefCell::default(),
-                }),
+                Some(Ok(info)) => {
+                    let stmt = Rc::new(Stmt {
+                        id: info.id,
+                        param_types: info.param_types,
+                        text,
+                        shared: s.clone(),
+                        keys: RefCell::new(Rc::new([])),
+                    });
+                    let at = Rc::as_ptr(&stmt).cast_mut().cast();
+                    let ud = lua.create_userdata(StmtRef(stmt))?;
+                    ud.set_user_value(LightUserData(at))?;
+                    Ok(ud)
+                }
                 Some(Err(e)) => Err(host_failed(lua, &s, e)),
                 None => Err(located(
                     lua,
@@ -441,9 +489,10 @@ fn bound_call(lua: &Lua, shared: &Shared, t: &Table) -> mlua::Result<Option<(usi
     let LuaValue::UserData(ud) = t.raw_get::<LuaValue>(1)? else {
         return Ok(None);
     };
-    let Ok(stmt) = ud.borrow::<Stmt>() else {
+    let Ok(stmt) = ud.borrow::<StmtRef>() else {
         return Ok(None);
     };
+    let stmt = &stmt.0;
     // raw_len is at least 1 here (slot 1 holds the statement); trailing nil arguments
     // shorten a Lua sequence, so count the slots the statement expects when they are nil.
     let len = t.raw_len().saturating_sub(1).max(stmt.param_types.len());

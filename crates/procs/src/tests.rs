@@ -660,8 +660,9 @@ fn the_memory_limit_stops_a_procedure_that_grows_without_end() {
     );
 }
 
-/// Rows are built in Rust with the heap limit lifted (see `Shared::lift_heap_limit`): a
-/// procedure that keeps them still stops at the limit, and the limit is back afterwards.
+/// Rows are built under the heap limit (`raw_stmt::first`) or with it lifted (the Rust
+/// paths, see `Shared::lift_heap_limit`): a procedure that keeps them still stops at the
+/// limit, and the limit is back afterwards.
 #[test]
 fn the_memory_limit_holds_for_results_kept_by_the_procedure() {
     let config = LuaConfig {
@@ -901,5 +902,78 @@ fn procedures_do_not_share_environments() {
     assert_eq!(
         call(&mut rt, "B", &[], &mut host).unwrap().tables,
         vec![one(DataType::TinyInt, Value::Int(1))]
+    );
+}
+
+/// `first` and `exec` are C functions for plain scalar arguments and hand anything else to
+/// their Rust methods (`raw_stmt.rs`): both paths must give the same rows and counts.
+#[test]
+fn first_and_exec_answer_the_same_on_their_fast_and_slow_paths() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Both",
+        r#"
+local q = sql "SELECT * FROM t WHERE k IN ?"
+return function()
+  local fast, slow = q:first(7), q:first({7})
+  local same = 0
+  for _, k in ipairs({"i", "f", "d", "s", "b", "t", "yes", "gone"}) do
+    if fast[k] == slow[k] then same = same + 1 end
+  end
+  local ok, err = pcall(q.first, 5, 7)
+  return {same, fast.d, math.type(fast.f), #fast.b, fast.gone == nil, q.exec(q, 7), q:exec({7}), ok, tostring(err):find("userdata") ~= nil}
+end
+"#,
+    )
+    .unwrap();
+    let dec = decimal::parse("-3.25").unwrap();
+    let mut host = FakeHost::new(move |_, _| {
+        let mut t = ResultTable::with_columns(&[
+            ("I", DataType::BigInt),
+            ("F", DataType::Float),
+            ("D", DataType::Decimal),
+            ("S", DataType::Varchar),
+            ("B", DataType::Varbinary),
+            ("T", DataType::Timestamp),
+            ("Yes", DataType::Boolean),
+            ("GONE", DataType::Varchar),
+        ]);
+        t.push(vec![
+            Value::Int(1),
+            Value::Float(0.5),
+            Value::Decimal(dec),
+            Value::from("text"),
+            Value::Bytes(vec![0, 255, 7]),
+            Value::Timestamp(99),
+            Value::Bool(true),
+            Value::Null,
+        ]);
+        t.push(vec![Value::Int(2); 8]);
+        Ok(t)
+    });
+    let fast_before = crate::raw_stmt::FAST_CALLS.with(|c| c.get());
+    let out = call(&mut rt, "Both", &[], &mut host).unwrap();
+    // `q:first(7)` and `q.exec(q, 7)` took the fast path; the array calls and the call on
+    // a number did not.
+    assert_eq!(crate::raw_stmt::FAST_CALLS.with(|c| c.get()) - fast_before, 2);
+    assert_eq!(
+        out.tables,
+        vec![
+            ResultTable::scalar("", 8),
+            one(DataType::Varchar, Value::Str(decimal::format(dec))),
+            one(DataType::Varchar, Value::from("float")),
+            ResultTable::scalar("", 3),
+            one(DataType::TinyInt, Value::Int(1)),
+            ResultTable::scalar("", 2),
+            ResultTable::scalar("", 2),
+            one(DataType::TinyInt, Value::Int(0)),
+            one(DataType::TinyInt, Value::Int(1)),
+        ]
+    );
+    let array = Value::Array(vec![Value::Int(7)]);
+    assert_eq!(
+        host.calls.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+        vec![vec![Value::Int(7)], vec![array.clone()], vec![Value::Int(7)], vec![array]]
     );
 }

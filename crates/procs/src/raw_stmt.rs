@@ -1,0 +1,275 @@
+//! `stmt:first(...)` and `stmt:exec(...)` as C functions that Lua calls directly.
+//!
+//! These two run several times in every call of most procedures, and an mlua callback costs
+//! more than the statement behind a point lookup: argument conversion into mlua values, a
+//! userdata type check, a protected section, and a table built through mlua references.
+//! Here the arguments are read straight off the Lua stack and the row is built with the
+//! Lua C API. Anything unusual (a table argument, a wrong count, a string that is not
+//! UTF-8, a call outside a procedure body) goes to the Rust methods kept in the registry,
+//! which give the usual errors; so does a call on something that is not a statement.
+//!
+//! The rule that keeps this sound: a Lua error unwinds with `longjmp`, which must not cross
+//! a Rust frame that owns anything. So `run` calls no Lua function that can raise (the row
+//! is built by `push_row` under `lua_pcall`), and the frames that do raise (`finish`) hold
+//! nothing that needs dropping.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use lockstep_core::{decimal, DataType, ResultTable, Value};
+use mlua::ffi;
+
+use crate::shared::Fatal;
+use crate::stmt::{modified_count, Stmt};
+
+/// Registry names of the Rust `first` and `exec`, the slow paths.
+pub(crate) const FIRST_SLOW: &str = "lockstep.stmt.first";
+pub(crate) const EXEC_SLOW: &str = "lockstep.stmt.exec";
+const FIRST_SLOW_C: &CStr = c"lockstep.stmt.first";
+const EXEC_SLOW_C: &CStr = c"lockstep.stmt.exec";
+
+/// What the C function does once `run` has returned (and dropped everything it owned).
+enum Next {
+    /// Return this many values, already pushed.
+    Return(c_int),
+    /// Hand the call to the Rust method.
+    Slow,
+    /// Raise a Lua error; the real error is recorded as the call's fatal error.
+    Raise,
+}
+
+#[derive(Clone, Copy)]
+enum Want {
+    FirstRow,
+    Count,
+}
+
+/// `stmt:first(...)`: the first row as a table keyed by lower-case column name, or nil.
+pub(crate) unsafe extern "C-unwind" fn first(l: *mut ffi::lua_State) -> c_int {
+    let next = run_caught(l, Want::FirstRow);
+    finish(l, next, FIRST_SLOW_C)
+}
+
+/// `stmt:exec(...)`: the modified-tuples count of DML, the row count of anything else.
+pub(crate) unsafe extern "C-unwind" fn exec(l: *mut ffi::lua_State) -> c_int {
+    let next = run_caught(l, Want::Count);
+    finish(l, next, EXEC_SLOW_C)
+}
+
+/// `run`, with a panic (a bug in the engine, say) turned into the call's error: unwinding
+/// must not pass through Lua's C frames.
+unsafe fn run_caught(l: *mut ffi::lua_State, want: Want) -> Next {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(l, want))) {
+        Ok(next) => next,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_string());
+            if let Some(stmt) = stmt_of(l) {
+                let e = lockstep_core::Error::unexpected(format!("internal error: {what}"));
+                stmt.shared.set_fatal(Fatal::Host(e));
+            }
+            Next::Raise
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Calls answered without the Rust methods (tests check the fast path is taken).
+    pub(crate) static FAST_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Acts on `next`. Owns nothing, since `lua_call` and `lua_error` may not return.
+unsafe fn finish(l: *mut ffi::lua_State, next: Next, slow: &CStr) -> c_int {
+    match next {
+        Next::Return(n) => {
+            #[cfg(test)]
+            FAST_CALLS.with(|c| c.set(c.get() + 1));
+            n
+        }
+        Next::Slow => {
+            let nargs = ffi::lua_gettop(l);
+            ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, slow.as_ptr());
+            ffi::lua_insert(l, 1);
+            ffi::lua_call(l, nargs, ffi::LUA_MULTRET);
+            ffi::lua_gettop(l)
+        }
+        Next::Raise => {
+            // The sandbox's pcall re-raises fatal errors, and the runtime reports the fatal
+            // error, so the error value itself carries nothing (and a nil needs no memory).
+            ffi::lua_pushnil(l);
+            ffi::lua_error(l)
+        }
+    }
+}
+
+/// Runs the statement for a C function; never raises a Lua error.
+unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
+    let Some(stmt) = stmt_of(l) else {
+        return Next::Slow;
+    };
+    let nargs = ffi::lua_gettop(l) - 1;
+    if nargs < 0 || nargs as usize != stmt.param_types.len() {
+        return Next::Slow;
+    }
+    let mut params = Vec::with_capacity(nargs as usize);
+    for (i, ty) in stmt.param_types.iter().enumerate() {
+        match arg(l, i as c_int + 2, *ty) {
+            Some(v) => params.push(v),
+            None => return Next::Slow,
+        }
+    }
+    let table = match stmt.shared.with_host(|h| h.execute(stmt.id, params)) {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            let e = match location(l) {
+                Some(at) => e.context(at),
+                None => e,
+            };
+            stmt.shared.set_fatal(Fatal::Host(e));
+            return Next::Raise;
+        }
+        // Outside a procedure body: the Rust method gives the error.
+        None => return Next::Slow,
+    };
+    match want {
+        Want::Count => {
+            ffi::lua_pushinteger(l, modified_count(&table));
+            Next::Return(1)
+        }
+        Want::FirstRow => push_first_row(l, stmt, &table),
+    }
+}
+
+/// The statement behind argument 1, if it is a statement userdata (`sql` sets its user
+/// value to a table holding a light pointer to the `Stmt`; nothing else has one). The
+/// userdata owns the `Stmt` through an `Rc` and stays alive on the stack during the call.
+unsafe fn stmt_of<'a>(l: *mut ffi::lua_State) -> Option<&'a Stmt> {
+    if ffi::lua_type(l, 1) != ffi::LUA_TUSERDATA {
+        return None;
+    }
+    let top = ffi::lua_gettop(l);
+    let mut found: *const Stmt = std::ptr::null();
+    if ffi::lua_getiuservalue(l, 1, 1) == ffi::LUA_TTABLE
+        && ffi::lua_rawgeti(l, -1, 1) == ffi::LUA_TLIGHTUSERDATA
+    {
+        found = ffi::lua_touserdata(l, -1).cast_const().cast();
+    }
+    ffi::lua_settop(l, top);
+    found.as_ref()
+}
+
+/// Argument `idx` as a parameter of type `ty`, when it is a plain scalar that converts
+/// without error (see `convert::to_param`, which the slow path uses).
+unsafe fn arg(l: *mut ffi::lua_State, idx: c_int, ty: Option<DataType>) -> Option<Value> {
+    Some(match ffi::lua_type(l, idx) {
+        ffi::LUA_TNIL => Value::Null,
+        ffi::LUA_TBOOLEAN => Value::Bool(ffi::lua_toboolean(l, idx) != 0),
+        ffi::LUA_TNUMBER if ffi::lua_isinteger(l, idx) != 0 => {
+            Value::Int(ffi::lua_tointegerx(l, idx, std::ptr::null_mut()))
+        }
+        ffi::LUA_TNUMBER => Value::Float(ffi::lua_tonumberx(l, idx, std::ptr::null_mut())),
+        ffi::LUA_TSTRING => {
+            let mut len = 0usize;
+            // On a string (not a number) this neither converts nor allocates.
+            let p = ffi::lua_tolstring(l, idx, &mut len);
+            if p.is_null() {
+                return None;
+            }
+            let bytes = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            if ty == Some(DataType::Varbinary) {
+                Value::Bytes(bytes.to_vec())
+            } else {
+                Value::Str(std::str::from_utf8(bytes).ok()?.to_string())
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// "path:line" of the Lua code calling the C function, as `errors::caller_location` gives
+/// it for Rust callbacks. Allocates nothing in Lua.
+unsafe fn location(l: *mut ffi::lua_State) -> Option<String> {
+    let mut ar: ffi::lua_Debug = std::mem::zeroed();
+    if ffi::lua_getstack(l, 1, &mut ar) == 0 || ffi::lua_getinfo(l, c"Sl".as_ptr(), &mut ar) == 0 {
+        return None;
+    }
+    if ar.currentline < 0 {
+        return None;
+    }
+    let src = CStr::from_ptr(ar.short_src.as_ptr()).to_string_lossy();
+    Some(format!("{src}:{}", ar.currentline))
+}
+
+/// What `push_row` reads, through a light pointer.
+struct RowJob<'a> {
+    keys: &'a [(std::sync::Arc<str>, Box<[u8]>)],
+    row: &'a [Value],
+    /// DECIMAL cells as text, by column (empty when the row has none).
+    decimals: &'a [Option<String>],
+}
+
+/// Pushes the first row of `table` (or nil), building it under `lua_pcall` so that running
+/// out of Lua memory comes back here as a status.
+unsafe fn push_first_row(l: *mut ffi::lua_State, stmt: &Stmt, table: &ResultTable) -> Next {
+    let Some(row) = table.rows.first() else {
+        ffi::lua_pushnil(l);
+        return Next::Return(1);
+    };
+    let keys = stmt.keys_for(&table.columns);
+    let decimals: Vec<Option<String>> = if row.iter().any(|v| matches!(v, Value::Decimal(_))) {
+        row.iter()
+            .map(|v| match v {
+                Value::Decimal(d) => Some(decimal::format(*d)),
+                _ => None,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let job = RowJob { keys: &keys, row, decimals: &decimals };
+    ffi::lua_pushcfunction(l, push_row);
+    ffi::lua_pushlightuserdata(l, (&job as *const RowJob).cast_mut().cast::<c_void>());
+    match ffi::lua_pcall(l, 1, 1, 0) {
+        ffi::LUA_OK => Next::Return(1),
+        status => {
+            ffi::lua_pop(l, 1);
+            stmt.shared.set_fatal(if status == ffi::LUA_ERRMEM {
+                Fatal::Memory
+            } else {
+                Fatal::Host(lockstep_core::Error::unexpected("building a row table failed"))
+            });
+            Next::Raise
+        }
+    }
+}
+
+/// Builds the row table of the `RowJob` its light-userdata argument points to. Runs under
+/// `lua_pcall` and owns nothing: an allocation failure may `longjmp` out of it.
+unsafe extern "C-unwind" fn push_row(l: *mut ffi::lua_State) -> c_int {
+    let job = &*ffi::lua_touserdata(l, 1).cast_const().cast::<RowJob>();
+    ffi::lua_createtable(l, 0, job.keys.len().min(c_int::MAX as usize) as c_int);
+    for (i, ((_, key), v)) in job.keys.iter().zip(job.row).enumerate() {
+        ffi::lua_pushlstring(l, key.as_ptr().cast::<c_char>(), key.len());
+        match v {
+            Value::Null | Value::Array(_) => ffi::lua_pushnil(l),
+            Value::Int(n) | Value::Timestamp(n) => ffi::lua_pushinteger(l, *n),
+            Value::Float(f) => ffi::lua_pushnumber(l, *f),
+            Value::Bool(b) => ffi::lua_pushboolean(l, *b as c_int),
+            Value::Str(s) => push_bytes(l, s.as_bytes()),
+            Value::Bytes(b) => push_bytes(l, b),
+            Value::Decimal(_) => match job.decimals.get(i) {
+                Some(Some(text)) => push_bytes(l, text.as_bytes()),
+                _ => ffi::lua_pushnil(l),
+            },
+        }
+        ffi::lua_rawset(l, -3);
+    }
+    1
+}
+
+unsafe fn push_bytes(l: *mut ffi::lua_State, b: &[u8]) {
+    ffi::lua_pushlstring(l, b.as_ptr().cast::<c_char>(), b.len());
+}
