@@ -104,7 +104,7 @@ impl ResultObj {
 }
 
 /// A column name in lower case as a Lua string, without a heap allocation for short names.
-pub(crate) fn lower_key(lua: &Lua, name: &str) -> mlua::Result<LuaString> {
+fn lower_key(lua: &Lua, name: &str) -> mlua::Result<LuaString> {
     if !name.bytes().any(|b| b.is_ascii_uppercase()) {
         return lua.create_string(name);
     }

@@ -71,14 +71,15 @@ impl Ord for dyn Probe + '_ {
 
 /// One row's entry in an ordered index: its key and its RowId.
 ///
-/// The key's first value is held inline and the rest (none, for a single-column key) behind
-/// one thin pointer: a B-tree node's entries then sit together in memory, and a search,
-/// which compares several entries per node and is mostly decided by the first column, does
-/// not chase a pointer (a cache miss) for each of them. The thin pointer (8 bytes, nothing
-/// allocated when empty) keeps an entry at 48 bytes.
+/// The key's first value is held inline and the rest behind one thin pointer: a B-tree
+/// node's entries then sit together in memory, and a search, which compares several entries
+/// per node and is mostly decided by the first column, does not chase a pointer (a cache
+/// miss) for each of them. The thin pointer (8 bytes, nothing allocated when empty) keeps an
+/// entry at 48 bytes. A key may have no column at all: the group index of a view without
+/// GROUP BY.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    first: Value,
+    first: Option<Value>,
     rest: ThinVec<Value>,
     pub(crate) row: RowId,
 }
@@ -88,7 +89,7 @@ impl Entry {
     pub(crate) fn new(values: &[Value], columns: &[usize], row: RowId) -> Entry {
         let value = |c: &usize| values[*c].clone();
         Entry {
-            first: columns.first().map_or(Value::Null, value),
+            first: columns.first().map(value),
             rest: columns.iter().skip(1).map(value).collect(),
             row,
         }
@@ -97,17 +98,17 @@ impl Entry {
     /// The key's values in order.
     #[cfg(test)]
     pub(crate) fn key(&self) -> Vec<Value> {
-        std::iter::once(&self.first).chain(self.rest.iter()).cloned().collect()
+        self.first.iter().chain(self.rest.iter()).cloned().collect()
     }
 }
 
 impl Probe for Entry {
     fn key_len(&self) -> usize {
-        1 + self.rest.len()
+        self.first.is_some() as usize + self.rest.len()
     }
     fn key_at(&self, i: usize) -> &Value {
-        match i {
-            0 => &self.first,
+        match (i, &self.first) {
+            (0, Some(v)) => v,
             _ => &self.rest[i - 1],
         }
     }

@@ -617,6 +617,35 @@ fn views_without_count_star_keep_a_hidden_count() {
     assert_consistent(&p);
 }
 
+/// A view without GROUP BY has one row, and its group index a key of no columns: that
+/// index must stay exact as the row changes and goes.
+#[test]
+fn a_view_without_group_by_keeps_one_exact_row() {
+    let (mut catalog, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    let view = view_def(
+        "TOTALS",
+        t,
+        vec![col("N", DataType::BigInt, false), col("TOTAL", DataType::BigInt, true)],
+        vec![],
+        vec![ViewAggregate::CountStar, ViewAggregate::Sum(2)],
+    );
+    let v = catalog.add_table(view).unwrap().id;
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    p.insert(t, vec![i(1), s("a"), i(10), i(7)]).unwrap();
+    p.insert(t, vec![i(2), s("b"), i(20), i(7)]).unwrap();
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![i(2), i(30)]]);
+    assert_consistent(&p);
+    p.update(t, 1, vec![i(2), s("b"), i(25), i(7)]).unwrap();
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![i(2), i(35)]]);
+    assert_consistent(&p);
+    p.delete(t, 0).unwrap();
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![i(1), i(25)]]);
+    assert_consistent(&p);
+    p.delete(t, 1).unwrap();
+    assert_consistent(&p);
+}
+
 #[test]
 fn a_new_view_is_populated_from_existing_rows() {
     let (mut catalog, mut p, ids) = setup(vec![contestants()]);
