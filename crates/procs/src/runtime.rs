@@ -42,6 +42,9 @@ pub struct LuaRuntime {
     config: LuaConfig,
     /// Interned keys of the ctx fields, so a call sets them without hashing new strings.
     ctx_keys: [LuaString; 3],
+    /// The body's arguments, kept between calls so a call allocates no list for them
+    /// (emptied after each call, so it holds no Lua value meanwhile).
+    args: MultiValue,
 }
 
 fn internal(e: mlua::Error) -> Error {
@@ -89,6 +92,7 @@ impl LuaRuntime {
             procs: HashMap::new(),
             config,
             ctx_keys,
+            args: MultiValue::new(),
         })
     }
 
@@ -196,14 +200,15 @@ impl LuaRuntime {
             .raw_set(part_key, ctx.partition)
             .map_err(internal)?;
 
-        let mut args = MultiValue::with_capacity(params.len());
+        self.args.clear();
         for p in params {
-            args.push_back(convert::to_lua(&self.lua, p).map_err(internal)?);
+            self.args.push_back(convert::to_lua(&self.lua, p).map_err(internal)?);
         }
         drop(lift);
         let slot = HostSlot::set(&self.shared, host);
-        let returned = proc.body.call::<MultiValue>(args);
+        let returned = proc.body.call::<MultiValue>(&self.args);
         drop(slot);
+        self.args.clear();
         let _lift = self.shared.lift_heap_limit(&self.lua);
         let fatal = self.shared.take_fatal();
         match (returned, fatal) {
