@@ -266,6 +266,8 @@ impl UserData for StmtRef {
         // The methods sit in a plain `__index` table, so that `first` and `exec` can be C
         // functions that Lua calls directly (see `raw_stmt.rs`).
         fields.add_meta_field_with("__index", stmt_methods);
+        // Lua's own errors name the type: "attempt to index a statement value".
+        fields.add_meta_field("__name", "statement");
     }
 }
 

@@ -976,4 +976,21 @@ end
         host.calls.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
         vec![vec![Value::Int(7)], vec![array.clone()], vec![Value::Int(7)], vec![array]]
     );
+    // The methods table is shared by every statement of the site: a procedure can neither
+    // reach it nor write through a statement.
+    load(
+        &mut rt,
+        "Tamper",
+        "local q = sql 'SELECT 1'\nreturn function()\n  return {getmetatable(q) == false, pcall(function() q.first = print end)}\nend",
+    )
+    .unwrap();
+    let out = call(&mut rt, "Tamper", &[], &mut FakeHost::modified()).unwrap();
+    assert_eq!(
+        out.tables,
+        vec![
+            one(DataType::TinyInt, Value::Int(1)),
+            one(DataType::TinyInt, Value::Int(0)),
+            one(DataType::Varchar, Value::from("procedures/tamper.lua:3: attempt to index a statement value (upvalue 'q')")),
+        ]
+    );
 }
