@@ -33,10 +33,17 @@ impl ResultTable {
     }
 
     /// The one-row, one-column BIGINT table VoltDB returns for a scalar (and for DML counts).
+    /// The unnamed column of a procedure's returned integer is made once per thread: Voter
+    /// returns one on every call.
     pub fn scalar(name: &str, v: i64) -> Self {
-        let mut t = Self::with_columns(&[(name, DataType::BigInt)]);
-        t.rows.push(vec![Value::Int(v)]);
-        t
+        thread_local! {
+            static UNNAMED: Arc<[ResultColumn]> = Arc::new([ResultColumn { name: "".into(), ty: DataType::BigInt }]);
+        }
+        let columns = match name {
+            "" => UNNAMED.with(Arc::clone),
+            _ => Arc::new([ResultColumn { name: name.into(), ty: DataType::BigInt }]),
+        };
+        ResultTable { columns, rows: vec![vec![Value::Int(v)]] }
     }
 
     /// The `modified_tuples` table a DML statement returns (every write makes one, so its
@@ -61,5 +68,23 @@ impl ResultTable {
     /// The value in the first column of the first row, if any.
     pub fn first_value(&self) -> Option<&Value> {
         self.rows.first().and_then(|r| r.first())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_share_the_unnamed_column_and_keep_a_given_name() {
+        let (a, b) = (ResultTable::scalar("", 1), ResultTable::scalar("", 2));
+        assert!(Arc::ptr_eq(&a.columns, &b.columns));
+        assert_eq!((a.columns[0].name.as_ref(), a.columns[0].ty), ("", DataType::BigInt));
+        assert_eq!((a.first_value(), b.first_value()), (Some(&Value::Int(1)), Some(&Value::Int(2))));
+        let named = ResultTable::scalar("N", 3);
+        assert_eq!(named.columns[0].name.as_ref(), "N");
+        let mut want = ResultTable::with_columns(&[("N", DataType::BigInt)]);
+        want.push(vec![Value::Int(3)]);
+        assert_eq!(named, want);
     }
 }
