@@ -64,6 +64,15 @@ impl Error {
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unavailable, message)
     }
+    /// The error for a caught panic (a bug): UNEXPECTED, with the panic's message.
+    pub fn from_panic(payload: &(dyn std::any::Any + Send)) -> Self {
+        let what = match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+            (Some(s), _) => s,
+            (_, Some(s)) => s.as_str(),
+            _ => "panic",
+        };
+        Self::unexpected(format!("internal error: {what}"))
+    }
 
     /// Prefixes the message with where it happened, keeping the kind.
     pub fn context(self, prefix: impl fmt::Display) -> Self {

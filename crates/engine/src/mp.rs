@@ -18,7 +18,7 @@ use crate::engine::Shared;
 use crate::outcome::{Outcome, Reply};
 use crate::snapshot::{self, FileEntry, SnapshotBuilder};
 use crate::registry::{Registry, Scope, StatementRunner};
-use crate::site::{panic_message, MpMsg, SiteMsg};
+use crate::site::{MpMsg, SiteMsg};
 use crate::store::CatalogStore;
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
 
@@ -333,7 +333,7 @@ impl Coordinator {
         let call = CallContext { txn_id, timestamp_micros: ts, partition: None };
         let registry = &mut self.registry;
         let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call)))
-            .unwrap_or_else(|p| Err(Error::unexpected(format!("internal error: {}", panic_message(&p)))));
+            .unwrap_or_else(|p| Err(Error::from_panic(&*p)));
         self.end(result.is_ok());
         let outcome = Outcome::from_result(result);
         match durable.map(|rx| rx.recv().unwrap_or_else(|_| Err(Error::unavailable("the command log is shut down")))) {

@@ -332,7 +332,7 @@ impl Site {
                 }
             }
         }))
-        .unwrap_or_else(|panic| Err(Error::unexpected(format!("internal error: {}", panic_message(&panic)))));
+        .unwrap_or_else(|panic| Err(Error::from_panic(&*panic)));
         let name = match &work {
             SpWork::Proc(name) => name.as_str(),
             SpWork::Statement(_) | SpWork::Sql(_) => stats::ADHOC_PROCEDURE,
@@ -393,7 +393,7 @@ impl Site {
             match msg {
                 MpMsg::Fragment(f) => {
                     let r = catch_unwind(AssertUnwindSafe(|| f(&mut self.part)))
-                        .unwrap_or_else(|p| Err(Error::unexpected(format!("internal error: {}", panic_message(&p)))));
+                        .unwrap_or_else(|p| Err(Error::from_panic(&*p)));
                     if self.mp_out.send(r).is_err() {
                         self.part.rollback();
                         return;
@@ -508,12 +508,3 @@ fn write_snapshot_rows(snap: &mut SiteSnapshot, table: TableId, rows: &[Vec<Valu
     snap.writer.write_rows(rows)
 }
 
-pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic".to_string()
-    }
-}

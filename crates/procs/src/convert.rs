@@ -83,18 +83,12 @@ fn scalar_to_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result<Val
         LuaValue::Integer(i) => Value::Int(*i),
         LuaValue::Number(f) => Value::Float(*f),
         LuaValue::Boolean(b) => Value::Bool(*b),
-        LuaValue::String(s) if ty == Some(DataType::Varbinary) => {
-            Value::Bytes(s.as_bytes().to_vec())
-        }
-        LuaValue::String(s) => match s.to_str() {
-            Ok(text) => Value::Str(text.to_string()),
-            Err(_) => {
-                return Err(format!(
-                    "parameter {pos} is a string that is not valid UTF-8 text (only VARBINARY \
-                     parameters take raw bytes)"
-                ))
-            }
-        },
+        LuaValue::String(s) => string_param(&s.as_bytes(), ty).ok_or_else(|| {
+            format!(
+                "parameter {pos} is a string that is not valid UTF-8 text (only VARBINARY \
+                 parameters take raw bytes)"
+            )
+        })?,
         other => {
             return Err(format!(
                 "parameter {pos} is a {}; statement parameters are integers, numbers, strings, \
@@ -103,6 +97,15 @@ fn scalar_to_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result<Val
             ))
         }
     })
+}
+
+/// A Lua string as a parameter of type `ty`: raw bytes for VARBINARY, else text (None when
+/// it is not UTF-8).
+pub(crate) fn string_param(bytes: &[u8], ty: Option<DataType>) -> Option<Value> {
+    if ty == Some(DataType::Varbinary) {
+        return Some(Value::Bytes(bytes.to_vec()));
+    }
+    std::str::from_utf8(bytes).ok().map(|text| Value::Str(text.to_string()))
 }
 
 /// A Lua value as a result-table cell, inferring its column type (None for nil).

@@ -18,6 +18,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use lockstep_core::{decimal, DataType, ResultTable, Value};
 use mlua::ffi;
 
+use crate::convert;
 use crate::shared::Fatal;
 use crate::stmt::{modified_count, Stmt};
 
@@ -61,14 +62,8 @@ unsafe fn run_caught(l: *mut ffi::lua_State, want: Want) -> Next {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(l, want))) {
         Ok(next) => next,
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".to_string());
             if let Some(stmt) = stmt_of(l) {
-                let e = lockstep_core::Error::unexpected(format!("internal error: {what}"));
-                stmt.shared.set_fatal(Fatal::Host(e));
+                stmt.shared.set_fatal(Fatal::Host(lockstep_core::Error::from_panic(&*panic)));
             }
             Next::Raise
         }
@@ -178,12 +173,7 @@ unsafe fn arg(l: *mut ffi::lua_State, idx: c_int, ty: Option<DataType>) -> Optio
             if p.is_null() {
                 return None;
             }
-            let bytes = std::slice::from_raw_parts(p.cast::<u8>(), len);
-            if ty == Some(DataType::Varbinary) {
-                Value::Bytes(bytes.to_vec())
-            } else {
-                Value::Str(std::str::from_utf8(bytes).ok()?.to_string())
-            }
+            convert::string_param(std::slice::from_raw_parts(p.cast::<u8>(), len), ty)?
         }
         _ => return None,
     })

@@ -1,28 +1,11 @@
 //! Row validation: coercion to column types, NOT NULL and length limits.
 
-use lockstep_core::{ColumnDef, DataType, Error, Result, TableDef, Value};
-
-/// Whether `v` already has the representation a `ty` column stores, so it needs no
-/// conversion (and no clone). Integers still need their range checked by `coerce_to`.
-fn already_fits(v: &Value, ty: DataType) -> bool {
-    match (v, ty) {
-        (Value::Null, _) => true,
-        (Value::Int(i), t) if t.is_integer() => {
-            t.int_range().is_some_and(|(lo, hi)| *i >= lo && *i <= hi)
-        }
-        (Value::Str(s), DataType::Varchar) => s != "\\N",
-        (Value::Float(_), DataType::Float)
-        | (Value::Decimal(_), DataType::Decimal)
-        | (Value::Bytes(_), DataType::Varbinary)
-        | (Value::Timestamp(_), DataType::Timestamp)
-        | (Value::Bool(_), DataType::Boolean) => true,
-        _ => false,
-    }
-}
+use lockstep_core::{ColumnDef, Error, Result, TableDef, Value};
 
 /// Converts one value for column `col` of table `table` and checks NOT NULL and length.
 pub(crate) fn check_value(table: &str, col: &ColumnDef, v: Value) -> Result<Value> {
-    let v = if already_fits(&v, col.ty) {
+    // Most values already have the column's representation: no conversion, no clone.
+    let v = if v.coerces_to_itself(col.ty) {
         v
     } else {
         v.coerce_to(col.ty)
@@ -82,7 +65,7 @@ pub(crate) fn check_row(def: &TableDef, row: Vec<Value>) -> Result<Box<[Value]>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockstep_core::TableKind;
+    use lockstep_core::{DataType, TableKind};
 
     fn col(name: &str, ty: DataType, size: u32, nullable: bool) -> ColumnDef {
         ColumnDef {
