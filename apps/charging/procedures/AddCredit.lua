@@ -14,10 +14,10 @@ local reserved    = sql [[SELECT SUM(u.allocated_units * p.unit_cost) AS reserve
 
 local CREDIT_ADDED, TXN_ALREADY_HAPPENED = 55, 46
 
--- Single-row reads use :first(): cheaper than bind() and batch(), which build and unpack
--- a table of arguments per statement and save no round trip here (crates/procs/README.md).
+-- Single-row reads use :values() (the row's columns, nothing when there is no row) or
+-- :first() (a row table, or nil): cheaper than bind() and batch() (crates/procs/README.md).
 return function(userid, extra_credit, txn_id)
-  if not find_user:first(userid) then abort("AddCredit: user " .. userid .. " does not exist") end
+  if not find_user:values(userid) then abort("AddCredit: user " .. userid .. " does not exist") end
   if find_txn:first(userid, txn_id) then
     set_app_status(TXN_ALREADY_HAPPENED, "Event already happened")
     return find_txn:query(userid, txn_id)
@@ -26,8 +26,7 @@ return function(userid, extra_credit, txn_id)
   event:exec(userid, extra_credit, extra_credit .. " added")
   record:exec(userid, txn_id, extra_credit, CREDIT_ADDED)
   local b = balance:query(userid)
-  local r = reserved:first(userid)
-  local credit = b[1].balance - ((r and r.reserved) or 0)
+  local credit = b[1].balance - (reserved:values(userid) or 0)
   set_app_status(CREDIT_ADDED, extra_credit .. " added")
   return b, result_table({ "userid", "credit" }, { { userid, credit } })
 end

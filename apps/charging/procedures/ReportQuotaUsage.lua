@@ -28,33 +28,29 @@ local reserved = sql [[SELECT SUM(u.allocated_units * p.unit_cost) AS reserved
 
 local STATUS_OK, NO_MONEY, SOME_UNITS, ALL_UNITS, TXN_ALREADY_HAPPENED = 42, 43, 44, 45, 46
 
--- Single-row reads use :first(): cheaper than bind() and batch(), which build and unpack
--- a table of arguments per statement and save no round trip here (crates/procs/README.md).
+-- Single-row reads use :values() (the row's columns, nothing when there is no row) or
+-- :first() (a row table, or nil): cheaper than bind() and batch() (crates/procs/README.md).
 return function(userid, productid, units_used, units_wanted, session_id, txn_id)
-  if not find_user:first(userid) then abort("ReportQuotaUsage: user " .. userid .. " does not exist") end
-  local product = find_product:first(productid)
-  if not product then abort("ReportQuotaUsage: product " .. productid .. " does not exist") end
+  if not find_user:values(userid) then abort("ReportQuotaUsage: user " .. userid .. " does not exist") end
+  local cost = find_product:values(productid)
+  if not cost then abort("ReportQuotaUsage: product " .. productid .. " does not exist") end
   if find_txn:first(userid, txn_id) then
     set_app_status(TXN_ALREADY_HAPPENED, "Event already happened")
     return find_txn:query(userid, txn_id)
   end
-  local cost = product.unit_cost
   if session_id <= 0 then session_id = ctx.txn_id end
-  local alloc = find_alloc:first(userid, productid, session_id)
-  local held = 0
-  if alloc then held = alloc.allocated_units end
-  local used = math.max(0, math.min(units_used, held))
+  local held = find_alloc:values(userid, productid, session_id)
+  local used = math.max(0, math.min(units_used, held or 0))
   local spent = used * cost
-  if alloc then del_alloc:exec(userid, productid, session_id) end
+  if held then del_alloc:exec(userid, productid, session_id) end
   if spent > 0 then
     charge:exec(-spent, userid)
     event:exec(userid, -spent, used .. " units of product " .. productid)
   end
   -- The balance and the value reserved, read once: nothing below changes the balance, and
   -- a grant adds exactly its units' cost to the reservations.
-  local bal = balance:first(userid).balance
-  local r = reserved:first(userid)
-  local held_value = (r and r.reserved) or 0
+  local bal = balance:values(userid)
+  local held_value = reserved:values(userid) or 0
   local status = STATUS_OK
   if units_wanted > 0 then
     local credit = bal - held_value

@@ -143,6 +143,23 @@ fn key(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
+/// The entry of `map` (keyed by lower-case names) for `name` in any ASCII case, without
+/// allocating for names of up to 128 bytes: a lookup made on every procedure call.
+pub fn get_ignoring_case<'a, V>(map: &'a std::collections::HashMap<String, V>, name: &str) -> Option<&'a V> {
+    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return map.get(name);
+    }
+    let mut buf = [0u8; 128];
+    let Some(dst) = buf.get_mut(..name.len()) else {
+        return map.get(&key(name));
+    };
+    for (d, s) in dst.iter_mut().zip(name.bytes()) {
+        *d = s.to_ascii_lowercase();
+    }
+    // ASCII lower-casing keeps UTF-8 valid, so this cannot fail.
+    map.get(std::str::from_utf8(dst).ok()?)
+}
+
 impl Catalog {
     pub fn table(&self, name: &str) -> Option<&Arc<TableDef>> {
         self.tables.get(&key(name))
@@ -226,5 +243,22 @@ impl Catalog {
             .ok_or_else(|| Error::sql(format!("procedure not found: {name}")))?;
         self.version += 1;
         Ok(def)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::get_ignoring_case;
+    use std::collections::HashMap;
+
+    #[test]
+    fn names_are_found_in_any_ascii_case_and_at_any_length() {
+        let long = "p".repeat(300);
+        let map: HashMap<String, i32> = [("vote".to_string(), 1), (long.clone(), 2)].into_iter().collect();
+        assert_eq!(get_ignoring_case(&map, "vote"), Some(&1));
+        assert_eq!(get_ignoring_case(&map, "VoTe"), Some(&1));
+        assert_eq!(get_ignoring_case(&map, "votes"), None);
+        assert_eq!(get_ignoring_case(&map, &long.to_uppercase()), Some(&2));
+        assert_eq!(get_ignoring_case(&map, "VÖTE"), None);
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use lockstep_core::{Catalog, DataType, Error, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
+use lockstep_core::{get_ignoring_case, Catalog, DataType, Error, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
 use lockstep_procs::{CallContext, LuaConfig, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
 use lockstep_sql::{Prepared, Route};
 
@@ -83,7 +83,7 @@ impl Registry {
     /// Whether procedure `name` only reads: every statement it can run is read-only (a Lua
     /// procedure plans all of its statements while its module loads). False if unknown.
     pub fn reads_only(&self, name: &str) -> bool {
-        match self.procs.get(&name.to_ascii_lowercase()).map(|e| &e.imp) {
+        match get_ignoring_case(&self.procs, name).map(|e| &e.imp) {
             Some(ProcImpl::Sql(p)) => p.read_only,
             Some(ProcImpl::Lua { stmts }) => stmts.iter().all(|p| p.read_only),
             None => false,
@@ -152,13 +152,12 @@ impl Registry {
     }
 
     pub fn has(&self, name: &str) -> bool {
-        self.procs.contains_key(&name.to_ascii_lowercase())
+        get_ignoring_case(&self.procs, name).is_some()
     }
 
     /// Calls procedure `name` inside the caller's transaction.
     pub fn call(&mut self, name: &str, params: &[Value], ctx: &CallContext, runner: &mut dyn StatementRunner) -> Result<ProcOutput> {
-        let key = name.to_ascii_lowercase();
-        let entry = self.procs.get(&key).ok_or_else(|| Error::unexpected(format!("Procedure {name} was not found")))?;
+        let entry = get_ignoring_case(&self.procs, name).ok_or_else(|| Error::unexpected(format!("Procedure {name} was not found")))?;
         match &entry.imp {
             ProcImpl::Sql(p) => {
                 if params.len() != p.param_types.len() {
@@ -174,7 +173,7 @@ impl Registry {
             }
             ProcImpl::Lua { stmts } => {
                 let mut host = LuaHost { stmts, runner };
-                self.lua.call(&key, params, ctx, &mut host)
+                self.lua.call(name, params, ctx, &mut host)
             }
         }
     }

@@ -7,6 +7,7 @@
 mod convert;
 mod errors;
 mod output;
+mod raw_result;
 mod raw_stmt;
 mod rng;
 mod runtime;

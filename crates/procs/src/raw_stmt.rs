@@ -1,6 +1,7 @@
-//! `stmt:first(...)` and `stmt:exec(...)` as C functions that Lua calls directly.
+//! `stmt:first(...)`, `stmt:values(...)` and `stmt:exec(...)` as C functions that Lua calls
+//! directly.
 //!
-//! These two run several times in every call of most procedures, and an mlua callback costs
+//! These run several times in every call of most procedures, and an mlua callback costs
 //! more than the statement behind a point lookup: argument conversion into mlua values, a
 //! userdata type check, a protected section, and a table built through mlua references.
 //! Here the arguments are read straight off the Lua stack and the row is built with the
@@ -10,7 +11,7 @@
 //!
 //! The rule that keeps this sound: a Lua error unwinds with `longjmp`, which must not cross
 //! a Rust frame that owns anything. So `run` calls no Lua function that can raise (the row
-//! is built by `push_row` under `lua_pcall`), and the frames that do raise (`finish`) hold
+//! is built by `push_row` or `push_values` under `lua_pcall`), and the frames that do raise (`finish`) hold
 //! nothing that needs dropping.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -22,10 +23,12 @@ use crate::convert;
 use crate::shared::Fatal;
 use crate::stmt::{modified_count, Stmt};
 
-/// Registry names of the Rust `first` and `exec`, the slow paths.
+/// Registry names of the Rust `first`, `values` and `exec`, the slow paths.
 pub(crate) const FIRST_SLOW: &str = "lockstep.stmt.first";
+pub(crate) const VALUES_SLOW: &str = "lockstep.stmt.values";
 pub(crate) const EXEC_SLOW: &str = "lockstep.stmt.exec";
 const FIRST_SLOW_C: &CStr = c"lockstep.stmt.first";
+const VALUES_SLOW_C: &CStr = c"lockstep.stmt.values";
 const EXEC_SLOW_C: &CStr = c"lockstep.stmt.exec";
 
 /// What the C function does once `run` has returned (and dropped everything it owned).
@@ -41,6 +44,7 @@ enum Next {
 #[derive(Clone, Copy)]
 enum Want {
     FirstRow,
+    FirstValues,
     Count,
 }
 
@@ -48,6 +52,12 @@ enum Want {
 pub(crate) unsafe extern "C-unwind" fn first(l: *mut ffi::lua_State) -> c_int {
     let next = run_caught(l, Want::FirstRow);
     finish(l, next, FIRST_SLOW_C)
+}
+
+/// `stmt:values(...)`: the first row's values, one per column, or nothing.
+pub(crate) unsafe extern "C-unwind" fn values(l: *mut ffi::lua_State) -> c_int {
+    let next = run_caught(l, Want::FirstValues);
+    finish(l, next, VALUES_SLOW_C)
 }
 
 /// `stmt:exec(...)`: the modified-tuples count of DML, the row count of anything else.
@@ -135,6 +145,10 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
             Next::Return(1)
         }
         Want::FirstRow => push_first_row(l, stmt, &table),
+        Want::FirstValues => match table.rows.first() {
+            Some(row) => build(l, stmt, push_values, row, &[], ffi::LUA_MULTRET),
+            None => Next::Return(0),
+        },
     }
 }
 
@@ -193,23 +207,36 @@ unsafe fn location(l: *mut ffi::lua_State) -> Option<String> {
     Some(format!("{src}:{}", ar.currentline))
 }
 
-/// What `push_row` reads, through a light pointer.
+/// What `push_row` and `push_values` read, through a light pointer.
 struct RowJob<'a> {
+    /// Lower-case column names (`push_row` only).
     keys: &'a [(std::sync::Arc<str>, Box<[u8]>)],
     row: &'a [Value],
     /// DECIMAL cells as text, by column (empty when the row has none).
-    decimals: &'a [Option<String>],
+    decimals: Vec<Option<String>>,
 }
 
-/// Pushes the first row of `table` (or nil), building it under `lua_pcall` so that running
-/// out of Lua memory comes back here as a status.
+/// Pushes the first row of `table` as a table (or nil).
 unsafe fn push_first_row(l: *mut ffi::lua_State, stmt: &Stmt, table: &ResultTable) -> Next {
     let Some(row) = table.rows.first() else {
         ffi::lua_pushnil(l);
         return Next::Return(1);
     };
     let keys = stmt.keys_for(&table.columns);
-    let decimals: Vec<Option<String>> = if row.iter().any(|v| matches!(v, Value::Decimal(_))) {
+    build(l, stmt, push_row, row, &keys, 1)
+}
+
+/// Runs `push` (`push_row` or `push_values`) on `row` under `lua_pcall`, so that running
+/// out of Lua memory comes back here as a status; `nresults` as `lua_pcall` takes it.
+unsafe fn build(
+    l: *mut ffi::lua_State,
+    stmt: &Stmt,
+    push: unsafe extern "C-unwind" fn(*mut ffi::lua_State) -> c_int,
+    row: &[Value],
+    keys: &[(std::sync::Arc<str>, Box<[u8]>)],
+    nresults: c_int,
+) -> Next {
+    let decimals = if row.iter().any(|v| matches!(v, Value::Decimal(_))) {
         row.iter()
             .map(|v| match v {
                 Value::Decimal(d) => Some(decimal::format(*d)),
@@ -219,17 +246,18 @@ unsafe fn push_first_row(l: *mut ffi::lua_State, stmt: &Stmt, table: &ResultTabl
     } else {
         Vec::new()
     };
-    let job = RowJob { keys: &keys, row, decimals: &decimals };
-    ffi::lua_pushcfunction(l, push_row);
+    let job = RowJob { keys, row, decimals };
+    let base = ffi::lua_gettop(l);
+    ffi::lua_pushcfunction(l, push);
     ffi::lua_pushlightuserdata(l, (&job as *const RowJob).cast_mut().cast::<c_void>());
-    match ffi::lua_pcall(l, 1, 1, 0) {
-        ffi::LUA_OK => Next::Return(1),
+    match ffi::lua_pcall(l, 1, nresults, 0) {
+        ffi::LUA_OK => Next::Return(ffi::lua_gettop(l) - base),
         status => {
-            ffi::lua_pop(l, 1);
+            ffi::lua_settop(l, base);
             stmt.shared.set_fatal(if status == ffi::LUA_ERRMEM {
                 Fatal::Memory
             } else {
-                Fatal::Host(lockstep_core::Error::unexpected("building a row table failed"))
+                Fatal::Host(lockstep_core::Error::unexpected("building a row failed"))
             });
             Next::Raise
         }
@@ -243,21 +271,39 @@ unsafe extern "C-unwind" fn push_row(l: *mut ffi::lua_State) -> c_int {
     ffi::lua_createtable(l, 0, job.keys.len().min(c_int::MAX as usize) as c_int);
     for (i, ((_, key), v)) in job.keys.iter().zip(job.row).enumerate() {
         ffi::lua_pushlstring(l, key.as_ptr().cast::<c_char>(), key.len());
-        match v {
-            Value::Null | Value::Array(_) => ffi::lua_pushnil(l),
-            Value::Int(n) | Value::Timestamp(n) => ffi::lua_pushinteger(l, *n),
-            Value::Float(f) => ffi::lua_pushnumber(l, *f),
-            Value::Bool(b) => ffi::lua_pushboolean(l, *b as c_int),
-            Value::Str(s) => push_bytes(l, s.as_bytes()),
-            Value::Bytes(b) => push_bytes(l, b),
-            Value::Decimal(_) => match job.decimals.get(i) {
-                Some(Some(text)) => push_bytes(l, text.as_bytes()),
-                _ => ffi::lua_pushnil(l),
-            },
-        }
+        push_value(l, job, i, v);
         ffi::lua_rawset(l, -3);
     }
     1
+}
+
+/// Pushes the values of the `RowJob` its light-userdata argument points to, as `push_row`
+/// does (and under the same rules).
+unsafe extern "C-unwind" fn push_values(l: *mut ffi::lua_State) -> c_int {
+    let job = &*ffi::lua_touserdata(l, 1).cast_const().cast::<RowJob>();
+    let n = job.row.len().min(c_int::MAX as usize - 1) as c_int;
+    // Raises a memory error (caught by the pcall) when the stack cannot grow.
+    ffi::luaL_checkstack(l, n + 1, std::ptr::null());
+    for (i, v) in job.row.iter().enumerate() {
+        push_value(l, job, i, v);
+    }
+    n
+}
+
+/// Pushes cell `i` of the job's row, converted as `convert::to_lua` does.
+unsafe fn push_value(l: *mut ffi::lua_State, job: &RowJob, i: usize, v: &Value) {
+    match v {
+        Value::Null | Value::Array(_) => ffi::lua_pushnil(l),
+        Value::Int(n) | Value::Timestamp(n) => ffi::lua_pushinteger(l, *n),
+        Value::Float(f) => ffi::lua_pushnumber(l, *f),
+        Value::Bool(b) => ffi::lua_pushboolean(l, *b as c_int),
+        Value::Str(s) => push_bytes(l, s.as_bytes()),
+        Value::Bytes(b) => push_bytes(l, b),
+        Value::Decimal(_) => match job.decimals.get(i) {
+            Some(Some(text)) => push_bytes(l, text.as_bytes()),
+            _ => ffi::lua_pushnil(l),
+        },
+    }
 }
 
 unsafe fn push_bytes(l: *mut ffi::lua_State, b: &[u8]) {

@@ -4,16 +4,16 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use lockstep_core::{Error, Result, Value};
+use lockstep_core::{get_ignoring_case, Error, Result, Value};
 use mlua::chunk::ChunkMode;
 use mlua::{
-    Function, HookTriggers, Lua, LuaOptions, LuaString, MultiValue, Value as LuaValue, VmState,
+    Function, HookTriggers, Lua, LuaOptions, MultiValue, Value as LuaValue, VmState,
 };
 
 use crate::errors::{call_error, lua_message};
 use crate::sandbox::{self, Sandbox};
 use crate::shared::{Fatal, HostSlot, PrepareSlot, Shared};
-use crate::{convert, output, rng, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
+use crate::{convert, output, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
 
 /// Longest procedure name.
 pub const PROC_NAME_MAX_BYTES: usize = 128;
@@ -40,8 +40,6 @@ pub struct LuaRuntime {
     /// Keyed by the ASCII-lower-cased name.
     procs: HashMap<String, Proc>,
     config: LuaConfig,
-    /// Interned keys of the ctx fields, so a call sets them without hashing new strings.
-    ctx_keys: [LuaString; 3],
     /// The body's arguments, kept between calls so a call allocates no list for them
     /// (emptied after each call, so it holds no Lua value meanwhile).
     args: MultiValue,
@@ -80,18 +78,12 @@ impl LuaRuntime {
         )
         .map_err(internal)?;
         shared.apply_heap_limit(&lua).map_err(internal)?;
-        let ctx_keys = [
-            lua.create_string("txn_id").map_err(internal)?,
-            lua.create_string("timestamp").map_err(internal)?,
-            lua.create_string("partition").map_err(internal)?,
-        ];
         Ok(LuaRuntime {
             lua,
             shared,
             sandbox,
             procs: HashMap::new(),
             config,
-            ctx_keys,
             args: MultiValue::new(),
         })
     }
@@ -127,7 +119,7 @@ impl LuaRuntime {
             .into_function()
             .map_err(|e| Error::graceful(format!("procedure {name}: {}", lua_message(&e))))?;
 
-        self.shared.reset(0);
+        self.shared.reset(CallContext::default());
         let slot = PrepareSlot::set(&self.shared, prepare);
         let returned = chunk.call::<LuaValue>(());
         drop(slot);
@@ -167,7 +159,7 @@ impl LuaRuntime {
 
     /// Whether procedure `name` is loaded (names are case-insensitive).
     pub fn has(&self, name: &str) -> bool {
-        lookup(&self.procs, name).is_some()
+        get_ignoring_case(&self.procs, name).is_some()
     }
 
     /// Calls the body of `name` with the parameters, inside the caller's transaction.
@@ -178,7 +170,7 @@ impl LuaRuntime {
         ctx: &CallContext,
         host: &mut dyn TxnHost,
     ) -> Result<ProcOutput> {
-        let Some(proc) = lookup(&self.procs, name) else {
+        let Some(proc) = get_ignoring_case(&self.procs, name) else {
             return Err(Error::unexpected(format!("procedure {name} is not loaded")));
         };
         if params.len() > CALL_PARAMS_MAX {
@@ -188,17 +180,8 @@ impl LuaRuntime {
                 params.len()
             )));
         }
-        self.shared.reset(rng::seed(ctx.txn_id));
+        self.shared.reset(*ctx);
         let lift = self.shared.lift_heap_limit(&self.lua);
-        let [txn_key, ts_key, part_key] = &self.ctx_keys;
-        let ctx_table = &self.sandbox.ctx;
-        ctx_table.raw_set(txn_key, ctx.txn_id).map_err(internal)?;
-        ctx_table
-            .raw_set(ts_key, ctx.timestamp_micros)
-            .map_err(internal)?;
-        ctx_table
-            .raw_set(part_key, ctx.partition)
-            .map_err(internal)?;
 
         self.args.clear();
         for p in params {
@@ -235,21 +218,4 @@ impl LuaRuntime {
             self.config.memory_limit_bytes,
         )
     }
-}
-
-/// Finds a procedure by name, ignoring ASCII case, without allocating for usual names.
-fn lookup<'a>(procs: &'a HashMap<String, Proc>, name: &str) -> Option<&'a Proc> {
-    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
-        return procs.get(name);
-    }
-    let mut buf = [0u8; PROC_NAME_MAX_BYTES];
-    if name.len() > PROC_NAME_MAX_BYTES {
-        return None; // longer than any loaded name
-    }
-    for (d, s) in buf.iter_mut().zip(name.bytes()) {
-        *d = s.to_ascii_lowercase();
-    }
-    // ASCII lower-casing keeps UTF-8 valid, so this cannot fail.
-    let key = std::str::from_utf8(&buf[..name.len()]).ok()?;
-    procs.get(key)
 }

@@ -1,8 +1,8 @@
 -- Builds the sandbox procedures run in. Runs once per runtime, in the real global table,
 -- which no procedure can reach afterwards. Receives Rust helpers; returns the shared base
--- table (read through by every procedure environment), the real ctx table (the runtime
--- writes its fields before each call) and a function making a fresh procedure environment.
-local is_fatal, ctx_random = ...
+-- table (read through by every procedure environment) and a function making a fresh
+-- procedure environment.
+local is_fatal, ctx_random, ctx_field = ...
 
 local G = _G
 local error, next, setmetatable, tostring, type = error, next, setmetatable, tostring, type
@@ -88,8 +88,25 @@ local string_meta = G.getmetatable("")
 string_meta.__index = string_safe
 string_meta.__metatable = false
 
-local ctx = { txn_id = 0, timestamp = 0, random = ctx_random }
-base.ctx = readonly("ctx", ctx)
+-- ctx.txn_id, ctx.timestamp and ctx.partition are the running call's, fetched when read: a
+-- call then sets nothing in Lua before it starts.
+local ctx_fields = { txn_id = true, timestamp = true, partition = true }
+base.ctx = setmetatable({}, {
+  __index = function(_, key)
+    if key == "random" then return ctx_random end
+    if ctx_fields[key] then return ctx_field(key) end
+  end,
+  __newindex = function(_, key)
+    error("cannot change ctx." .. tostring(key) .. ": it is read-only", 2)
+  end,
+  __metatable = false,
+  __len = function() return 0 end,
+  __pairs = function()
+    local now = { random = ctx_random }
+    for key in next, ctx_fields do now[key] = ctx_field(key) end
+    return next, now, nil
+  end,
+})
 base._G = readonly("_G", base)
 
-return base, ctx, new_env
+return base, new_env

@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use mlua::{Function, Lua, StdLib, Table, Value as LuaValue};
+use mlua::{Function, Lua, LuaString, StdLib, Table, Value as LuaValue};
 
 use crate::errors::located;
 use crate::rng;
@@ -23,8 +23,6 @@ pub(crate) fn libs() -> StdLib {
 
 /// What the runtime keeps of the sandbox.
 pub(crate) struct Sandbox {
-    /// The real table behind the read-only `ctx`; its fields are set before each call.
-    pub(crate) ctx: Table,
     /// Makes a fresh, empty procedure environment.
     new_env: Function,
 }
@@ -49,10 +47,20 @@ impl Sandbox {
         let random = lua.create_function(move |lua, (lo, hi): (LuaValue, LuaValue)| {
             ctx_random(lua, &s, lo, hi)
         })?;
-        let (base, ctx, new_env): (Table, Table, Function) = lua
+        let s = shared.clone();
+        let field = lua.create_function(move |_, key: LuaString| {
+            let call = s.call.get();
+            Ok(match key.as_bytes().as_ref() {
+                b"txn_id" => Some(call.txn_id),
+                b"timestamp" => Some(call.timestamp_micros),
+                b"partition" => call.partition.map(i64::from),
+                _ => None,
+            })
+        })?;
+        let (base, new_env): (Table, Function) = lua
             .load(include_str!("sandbox.lua"))
             .set_name("=sandbox")
-            .call((is_fatal, random))?;
+            .call((is_fatal, random, field))?;
 
         let s = shared.clone();
         base.raw_set(
@@ -77,7 +85,7 @@ impl Sandbox {
             })?,
         )?;
         crate::stmt::register(lua, &base, shared)?;
-        Ok(Sandbox { ctx, new_env })
+        Ok(Sandbox { new_env })
     }
 
     /// A fresh environment for one procedure: reads fall through to the base, writes fail.

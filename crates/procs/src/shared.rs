@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use lockstep_core::{Error, Result};
 use mlua::Lua;
 
-use crate::{StmtInfo, TxnHost, APP_STATUS_UNSET};
+use crate::{CallContext, StmtInfo, TxnHost, APP_STATUS_UNSET};
 
 /// Restores the heap limit lifted by [`Shared::lift_heap_limit`] when dropped.
 pub(crate) struct HeapLimitLift<'a> {
@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     pub(crate) app_status_string: RefCell<Option<String>>,
     /// splitmix64 state of `ctx.random`, seeded from the txn id.
     pub(crate) rng_state: Cell<u64>,
+    /// The running call's context, read by `ctx.txn_id`, `ctx.timestamp` and `ctx.partition`.
+    pub(crate) call: Cell<CallContext>,
     /// The metatable marking bound statements (set once by `stmt::register`).
     pub(crate) bound_meta: std::cell::OnceCell<mlua::Table>,
     /// The Lua heap limit (0: none), lifted while Rust callbacks run (see [`Shared::lift_heap_limit`]).
@@ -86,6 +88,7 @@ impl Shared {
             app_status: Cell::new(APP_STATUS_UNSET),
             app_status_string: RefCell::new(None),
             rng_state: Cell::new(0),
+            call: Cell::new(CallContext::default()),
             bound_meta: std::cell::OnceCell::new(),
             built_columns: RefCell::default(),
         }
@@ -112,13 +115,15 @@ impl Shared {
         self.memory_limit_bytes
     }
 
-    /// Resets everything a call or a load may have left behind.
-    pub(crate) fn reset(&self, rng_seed: u64) {
+    /// Resets everything a call or a load may have left behind, for a call in `call` (a
+    /// module load runs in the default context: txn id 0).
+    pub(crate) fn reset(&self, call: CallContext) {
         self.fatal.replace(None);
         self.instructions.set(0);
         self.app_status.set(APP_STATUS_UNSET);
         self.app_status_string.replace(None);
-        self.rng_state.set(rng_seed);
+        self.rng_state.set(crate::rng::seed(call.txn_id));
+        self.call.set(call);
     }
 
     /// Records the error that ends the call; the first one wins (later ones are its echoes).

@@ -1,5 +1,5 @@
 //! The statement API procedures see: `sql [[...]]` at load time, then `stmt:query/first/
-//! exec/bind`, `batch(...)` and the result objects they return, plus `result_table`.
+//! values/exec/bind`, `batch(...)` and the result objects they return, plus `result_table`.
 
 use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
@@ -13,7 +13,7 @@ use mlua::{
 
 use crate::convert;
 use crate::errors::{located, located_host_error};
-use crate::raw_stmt;
+use crate::{raw_result, raw_stmt};
 use crate::shared::{Fatal, HeapLimitLift, Shared};
 
 /// Longest SQL text `sql()` accepts.
@@ -44,7 +44,7 @@ pub(crate) type ColumnKeys = Rc<[(Arc<str>, Box<[u8]>)]>;
 
 /// What `sql [[...]]` gives Lua: a userdata holding the statement. Its user value holds a
 /// light pointer to the `Stmt`, which the `Rc` keeps in place, for the C functions behind
-/// `first` and `exec` (`raw_stmt.rs`).
+/// `first`, `values` and `exec` (`raw_stmt.rs`).
 pub(crate) struct StmtRef(pub(crate) Rc<Stmt>);
 
 /// A statement with its parameters, waiting for `batch`, when a parameter is an array (the
@@ -271,7 +271,7 @@ impl UserData for StmtRef {
     }
 }
 
-/// The methods of statements: `first` and `exec` as C functions falling back to the Rust
+/// The methods of statements: `first`, `values` and `exec` as C functions falling back to the Rust
 /// ones kept in the registry, `query` and `bind` as Rust functions.
 fn stmt_methods(lua: &Lua) -> mlua::Result<Table> {
     let stmt = |ud: &AnyUserData| ud.borrow::<StmtRef>().map(|r| r.0.clone());
@@ -281,6 +281,16 @@ fn stmt_methods(lua: &Lua) -> mlua::Result<Table> {
             let this = stmt(&ud)?;
             let _lift = this.shared.lift_heap_limit(lua);
             first_row(lua, &this, &this.run(lua, &args)?)
+        })?,
+    )?;
+    lua.set_named_registry_value(
+        raw_stmt::VALUES_SLOW,
+        lua.create_function(move |lua, (ud, args): (AnyUserData, MultiValue)| {
+            let this = stmt(&ud)?;
+            let _lift = this.shared.lift_heap_limit(lua);
+            let table = this.run(lua, &args)?;
+            let row = table.rows.first().map(Vec::as_slice).unwrap_or_default();
+            row.iter().map(|v| convert::to_lua(lua, v)).collect::<mlua::Result<MultiValue>>()
         })?,
     )?;
     lua.set_named_registry_value(
@@ -307,8 +317,9 @@ fn stmt_methods(lua: &Lua) -> mlua::Result<Table> {
             this.bind(lua, ud, args)
         })?,
     )?;
-    // SAFETY: both are C functions following the rules in raw_stmt.rs.
+    // SAFETY: these are C functions following the rules in raw_stmt.rs.
     methods.raw_set("first", unsafe { lua.create_c_function(raw_stmt::first)? })?;
+    methods.raw_set("values", unsafe { lua.create_c_function(raw_stmt::values)? })?;
     methods.raw_set("exec", unsafe { lua.create_c_function(raw_stmt::exec)? })?;
     Ok(methods)
 }
@@ -403,10 +414,27 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
         lua.create_function(move |lua, args: MultiValue| batch(lua, &s, args))?,
     )?;
     let s = shared.clone();
-    base.raw_set(
-        "result_table",
+    lua.set_named_registry_value(
+        raw_result::SLOW,
         lua.create_function(move |lua, args| result_table(lua, &s, args))?,
     )?;
+    let s = shared.clone();
+    lua.set_named_registry_value(
+        raw_result::WRAP,
+        lua.create_function(move |lua, parsed: LightUserData| {
+            // SAFETY: only `raw_result::result_table` calls this (procedures cannot reach
+            // the registry), with a pointer from `Box::into_raw` that it gives up.
+            let parsed = unsafe { Box::from_raw(parsed.0.cast::<raw_result::Parsed>()) };
+            let _lift = s.lift_heap_limit(lua);
+            // SAFETY: the names table is still on the stack of `result_table`, our caller.
+            let names = unsafe { parsed.names() };
+            let mut table = ResultTable::new(built_columns(lua, &s, &names, &parsed.types)?);
+            table.rows = parsed.rows;
+            lua.create_userdata(ResultObj::new(table, s.heap_limit()))
+        })?,
+    )?;
+    // SAFETY: a C function following the rules in raw_stmt.rs and raw_result.rs.
+    base.raw_set("result_table", unsafe { lua.create_c_function(raw_result::result_table)? })?;
     Ok(())
 }
 
@@ -568,6 +596,8 @@ fn result_table(
         cells.push(out);
     }
     let types: Vec<DataType> = types.into_iter().map(|t| t.unwrap_or(DataType::Varchar)).collect();
+    let names: Vec<_> = names.iter().map(LuaString::as_bytes).collect();
+    let names: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
     let mut table = ResultTable::new(built_columns(lua, shared, &names, &types)?);
     for (r, row) in cells.into_iter().enumerate() {
         let mut out = Vec::with_capacity(ncols);
@@ -601,21 +631,20 @@ const BUILT_COLUMNS_KEPT: usize = 16;
 
 /// The columns named `names` with types `types`: a set built recently if one matches
 /// exactly, else a new one (kept for next time).
-fn built_columns(lua: &Lua, shared: &Shared, names: &[LuaString], types: &[DataType]) -> mlua::Result<Arc<[ResultColumn]>> {
+fn built_columns(lua: &Lua, shared: &Shared, names: &[&[u8]], types: &[DataType]) -> mlua::Result<Arc<[ResultColumn]>> {
     let mut kept = shared.built_columns.borrow_mut();
     let same = |cols: &Arc<[ResultColumn]>| {
         cols.len() == names.len()
-            && cols.iter().zip(names).zip(types).all(|((c, n), &t)| c.ty == t && c.name.as_bytes() == &*n.as_bytes())
+            && cols.iter().zip(names).zip(types).all(|((c, n), &t)| c.ty == t && c.name.as_bytes() == *n)
     };
     if let Some(cols) = kept.iter().find(|c| same(c)) {
         return Ok(cols.clone());
     }
     let mut columns = Vec::with_capacity(names.len());
     for (name, &ty) in names.iter().zip(types) {
-        let name = name
-            .to_str()
+        let name = std::str::from_utf8(name)
             .map_err(|_| located(lua, "result_table() column names must be UTF-8"))?;
-        columns.push(ResultColumn { name: (&*name).into(), ty });
+        columns.push(ResultColumn { name: name.into(), ty });
     }
     let columns: Arc<[ResultColumn]> = columns.into();
     if kept.len() == BUILT_COLUMNS_KEPT {

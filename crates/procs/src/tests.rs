@@ -484,6 +484,19 @@ fn ctx_fields_and_random_are_deterministic_per_txn_id() {
             one(DataType::Float, Value::Float(f))
         ]
     );
+    // pairs() lists the running call's fields; the module itself loads with txn id 0.
+    load(
+        &mut rt,
+        "P",
+        "local at_load = ctx.txn_id\nreturn function()\n  local n, sum = 0, 0\n  for k, v in pairs(ctx) do\n    n = n + 1\n    if k ~= 'random' then sum = sum + v end\n  end\n  return {at_load, n, sum, ctx.nothing == nil}\nend",
+    )
+    .unwrap();
+    let ctx = CallContext { txn_id: 7, timestamp_micros: 30, partition: Some(2) };
+    let p = rt.call("P", &[], &ctx, &mut host).unwrap().tables;
+    assert_eq!(p[0], ResultTable::scalar("", 0));
+    assert_eq!(p[1], ResultTable::scalar("", 4));
+    assert_eq!(p[2], ResultTable::scalar("", 39));
+    assert_eq!(p[3], one(DataType::TinyInt, Value::Int(1)));
     let err = run("ctx.random(5, 1)", &[]).unwrap_err();
     assert!(
         err.message.contains("ctx.random() takes"),
@@ -993,4 +1006,116 @@ end
             one(DataType::Varchar, Value::from("procedures/tamper.lua:3: attempt to index a statement value (upvalue 'q')")),
         ]
     );
+}
+
+#[test]
+fn values_gives_the_first_rows_values_the_same_on_its_fast_and_slow_paths() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Values",
+        r##"
+local q = sql "SELECT * FROM t WHERE k IN ?"
+return function()
+  local fast, slow = table.pack(q:values(7)), table.pack(q:values({7}))
+  local same = 0
+  for i = 1, 8 do
+    if fast[i] == slow[i] then same = same + 1 end
+  end
+  local ok = pcall(q.values, 5, 7)
+  return {fast.n, slow.n, same, fast[3], math.type(fast[2]), fast[8] == nil, select("#", q:values(0)), select("#", q:values({0})), ok}
+end
+"##,
+    )
+    .unwrap();
+    let dec = decimal::parse("12.5").unwrap();
+    let mut host = FakeHost::new(move |_, params| {
+        let mut t = ResultTable::with_columns(&[
+            ("I", DataType::BigInt),
+            ("F", DataType::Float),
+            ("D", DataType::Decimal),
+            ("S", DataType::Varchar),
+            ("B", DataType::Varbinary),
+            ("T", DataType::Timestamp),
+            ("Yes", DataType::Boolean),
+            ("GONE", DataType::Varchar),
+        ]);
+        let zero = matches!(params.first(), Some(Value::Int(0)))
+            || matches!(params.first(), Some(Value::Array(a)) if a.first() == Some(&Value::Int(0)));
+        if !zero {
+            t.push(vec![
+                Value::Int(1),
+                Value::Float(0.5),
+                Value::Decimal(dec),
+                Value::from("text"),
+                Value::Bytes(vec![0, 255, 7]),
+                Value::Timestamp(99),
+                Value::Bool(true),
+                Value::Null,
+            ]);
+            t.push(vec![Value::Int(2); 8]);
+        }
+        Ok(t)
+    });
+    let fast_before = crate::raw_stmt::FAST_CALLS.with(|c| c.get());
+    let out = call(&mut rt, "Values", &[], &mut host).unwrap();
+    // `q:values(7)` and `q:values(0)` took the fast path; the array calls and the call on a
+    // number did not.
+    assert_eq!(crate::raw_stmt::FAST_CALLS.with(|c| c.get()) - fast_before, 2);
+    assert_eq!(
+        out.tables,
+        vec![
+            ResultTable::scalar("", 8),
+            ResultTable::scalar("", 8),
+            ResultTable::scalar("", 8),
+            one(DataType::Varchar, Value::Str(decimal::format(dec))),
+            one(DataType::Varchar, Value::from("float")),
+            one(DataType::TinyInt, Value::Int(1)),
+            ResultTable::scalar("", 0),
+            ResultTable::scalar("", 0),
+            one(DataType::TinyInt, Value::Int(0)),
+        ]
+    );
+}
+
+#[test]
+fn result_table_answers_the_same_on_its_fast_and_slow_paths() {
+    let mut rt = runtime();
+    // A third argument sends the call down the slow path, which ignores it.
+    load(
+        &mut rt,
+        "Built",
+        r#"
+local names = {"i", "f", "b", "s", "none"}
+local rows = {{1, 0.5, true, "text", nil}, {nil, 2.5, false, "é", nil}, {3, nil, nil, nil, nil}}
+return function()
+  return result_table(names, rows), result_table(names, rows, nil), result_table({"x"}, {}), result_table({"x"}, {}, nil)
+end
+"#,
+    )
+    .unwrap();
+    let fast_before = crate::raw_stmt::FAST_CALLS.with(|c| c.get());
+    let out = call(&mut rt, "Built", &[], &mut FakeHost::modified()).unwrap();
+    assert_eq!(crate::raw_stmt::FAST_CALLS.with(|c| c.get()) - fast_before, 2);
+    let t = &out.tables;
+    assert_eq!(t[0], t[1]);
+    assert_eq!(t[2], t[3]);
+    assert!(std::sync::Arc::ptr_eq(&t[0].columns, &t[1].columns), "both paths share the kept columns");
+    let types: Vec<DataType> = t[0].columns.iter().map(|c| c.ty).collect();
+    assert_eq!(types, [DataType::BigInt, DataType::Float, DataType::TinyInt, DataType::Varchar, DataType::Varchar]);
+    assert_eq!(
+        t[0].rows[1],
+        vec![Value::Null, Value::Float(2.5), Value::Int(0), Value::from("é"), Value::Null]
+    );
+    assert!(t[2].rows.is_empty());
+    // What the fast path leaves to the slow one still fails the same way, with the line.
+    for (code, needle) in [
+        (r#"result_table({"n"}, {{1}, {"x"}})"#, "procedures/p.lua:2: result_table() row 2 column 1: cannot convert VARCHAR 'x' to BIGINT"),
+        (r#"result_table({"n"}, {{{}}})"#, "procedures/p.lua:2: result_table() row 1 column 1 is a table"),
+        (r#"result_table({1}, {})"#, "procedures/p.lua:2: result_table() column name 1 is not a string"),
+        (r#"result_table("n", {})"#, "procedures/p.lua:2: result_table(names, rows) takes an array"),
+    ] {
+        let err = run(&format!("return {code}"), &[]).unwrap_err();
+        assert!(err.message.contains(needle), "{code}: {}", err.message);
+    }
 }

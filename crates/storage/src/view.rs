@@ -140,8 +140,11 @@ fn add(a: &Value, b: &Value, subtract: bool, view: &Table, col: usize) -> Result
     })
 }
 
-fn group_key(vdef: &ViewDef, src: &[Value]) -> Vec<Value> {
-    vdef.group_by.iter().map(|&c| src[c].clone()).collect()
+/// The group's key values, with room for the rest of a view row (`width` values).
+fn group_key(vdef: &ViewDef, src: &[Value], width: usize) -> Vec<Value> {
+    let mut key = Vec::with_capacity(width.max(vdef.group_by.len()));
+    key.extend(vdef.group_by.iter().map(|&c| src[c].clone()));
+    key
 }
 
 fn find_group(view_table: &Table, layout: &ViewLayout, key: &[Value]) -> Option<RowId> {
@@ -158,7 +161,7 @@ fn layout(view_table: &Table) -> Result<&ViewLayout> {
 /// The change to the view when `src` is added to its source.
 pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Result<ViewChange> {
     let layout = layout(view_table)?;
-    let key = group_key(vdef, src);
+    let key = group_key(vdef, src, view_table.stored_width());
     let k = layout.group_len;
     let Some(id) = find_group(view_table, layout, &key) else {
         let mut row = key;
@@ -216,7 +219,7 @@ pub(crate) fn on_delete(
     source: &Table,
 ) -> Result<ViewChange> {
     let layout = layout(view_table)?;
-    let key = group_key(vdef, src);
+    let key = group_key(vdef, src, 0);
     let k = layout.group_len;
     let Some(id) = find_group(view_table, layout, &key) else {
         return Err(Error::unexpected(format!(

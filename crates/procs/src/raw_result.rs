@@ -1,0 +1,148 @@
+//! `result_table(names, rows)` as a C function that Lua calls directly.
+//!
+//! Charging's `ReportQuotaUsage` builds three small result tables on every call, and the
+//! mlua callback spent about 7,000 instructions on each (callgrind): every name, row and cell
+//! read through `Table::raw_get` makes a reference to its Lua value. Here the two tables
+//! are read with the Lua C API, which makes none; a Rust function kept in the registry
+//! (`WRAP`) then makes the result object. Anything unusual (an argument that is not a
+//! table, a bad name or cell, a cell of another type than its column's) goes to the Rust
+//! `result_table`, which gives the usual errors.
+//!
+//! The rules of `raw_stmt.rs` hold here too: the parse calls no Lua function that can raise,
+//! and the frame that calls back into Lua owns nothing. The parsed table travels to `WRAP`
+//! as a raw pointer that `WRAP` takes back into a `Box` first thing; only running out of
+//! memory inside mlua's own callback prologue, before that, could leak it.
+
+use std::ffi::{c_int, CStr};
+
+use lockstep_core::{DataType, Value};
+use mlua::ffi;
+
+use crate::stmt::RESULT_COLUMNS_MAX;
+
+/// Registry names of the Rust `result_table` (the slow path) and of the function making the
+/// result object of a parsed table.
+pub(crate) const SLOW: &str = "lockstep.result_table";
+pub(crate) const WRAP: &str = "lockstep.result_table.wrap";
+const SLOW_C: &CStr = c"lockstep.result_table";
+const WRAP_C: &CStr = c"lockstep.result_table.wrap";
+
+/// A table read off the Lua stack. The names point into Lua strings held by the names
+/// table, which stays on the stack (argument 1) until `WRAP` has used them.
+pub(crate) struct Parsed {
+    names: Vec<(*const u8, usize)>,
+    pub(crate) types: Vec<DataType>,
+    pub(crate) rows: Vec<Vec<Value>>,
+}
+
+impl Parsed {
+    /// The column names (UTF-8: `parse` checked).
+    ///
+    /// # Safety
+    /// Only while the names table the parse read is still on the Lua stack.
+    pub(crate) unsafe fn names(&self) -> Vec<&[u8]> {
+        self.names.iter().map(|&(p, len)| std::slice::from_raw_parts(p, len)).collect()
+    }
+}
+
+/// `result_table(names, rows)`.
+pub(crate) unsafe extern "C-unwind" fn result_table(l: *mut ffi::lua_State) -> c_int {
+    let parsed = std::panic::catch_unwind(|| parse(l)).ok().flatten();
+    let Some(parsed) = parsed else {
+        let nargs = ffi::lua_gettop(l);
+        ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, SLOW_C.as_ptr());
+        ffi::lua_insert(l, 1);
+        ffi::lua_call(l, nargs, ffi::LUA_MULTRET);
+        return ffi::lua_gettop(l);
+    };
+    #[cfg(test)]
+    crate::raw_stmt::FAST_CALLS.with(|c| c.set(c.get() + 1));
+    let parsed = Box::into_raw(Box::new(parsed));
+    ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, WRAP_C.as_ptr());
+    ffi::lua_pushlightuserdata(l, parsed.cast());
+    ffi::lua_call(l, 1, 1);
+    1
+}
+
+/// Reads `names` and `rows` (arguments 1 and 2), or None for anything the slow path must
+/// look at. Never raises: it only reads, and pops what it pushes.
+unsafe fn parse(l: *mut ffi::lua_State) -> Option<Parsed> {
+    if ffi::lua_gettop(l) != 2 || ffi::lua_type(l, 1) != ffi::LUA_TTABLE || ffi::lua_type(l, 2) != ffi::LUA_TTABLE {
+        return None;
+    }
+    let ncols = ffi::lua_rawlen(l, 1);
+    if ncols == 0 || ncols > RESULT_COLUMNS_MAX {
+        return None;
+    }
+    let mut names = Vec::with_capacity(ncols);
+    for i in 1..=ncols {
+        let name = if ffi::lua_rawgeti(l, 1, i as ffi::lua_Integer) == ffi::LUA_TSTRING {
+            text(l, -1)
+        } else {
+            None
+        };
+        ffi::lua_pop(l, 1);
+        names.push(name.map(|s| (s.as_ptr(), s.len()))?);
+    }
+    let nrows = ffi::lua_rawlen(l, 2);
+    let mut rows = Vec::with_capacity(nrows);
+    let mut types: Vec<Option<DataType>> = vec![None; ncols];
+    for r in 1..=nrows {
+        if ffi::lua_rawgeti(l, 2, r as ffi::lua_Integer) != ffi::LUA_TTABLE {
+            ffi::lua_pop(l, 1);
+            return None;
+        }
+        let mut row = Vec::with_capacity(ncols);
+        for (c, ty) in types.iter_mut().enumerate() {
+            ffi::lua_rawgeti(l, -1, c as ffi::lua_Integer + 1);
+            let cell = cell(l);
+            ffi::lua_pop(l, 1);
+            let (v, cell_ty) = cell?;
+            // A cell of another type than its column's (the type of its first non-nil
+            // cell) needs a conversion, and so does text that converts ("\N" is NULL):
+            // the slow path does those.
+            let converts = match (*ty, cell_ty) {
+                (Some(t), Some(u)) => t != u || !v.coerces_to_itself(u),
+                (None, Some(u)) => !v.coerces_to_itself(u),
+                (_, None) => false,
+            };
+            if converts {
+                ffi::lua_pop(l, 1);
+                return None;
+            }
+            if ty.is_none() {
+                *ty = cell_ty;
+            }
+            row.push(v);
+        }
+        ffi::lua_pop(l, 1);
+        rows.push(row);
+    }
+    let types = types.into_iter().map(|t| t.unwrap_or(DataType::Varchar)).collect();
+    Some(Parsed { names, types, rows })
+}
+
+/// The value on top of the stack as a cell with its type, as `convert::to_cell` makes it.
+unsafe fn cell(l: *mut ffi::lua_State) -> Option<(Value, Option<DataType>)> {
+    Some(match ffi::lua_type(l, -1) {
+        ffi::LUA_TNIL => (Value::Null, None),
+        ffi::LUA_TNUMBER if ffi::lua_isinteger(l, -1) != 0 => {
+            (Value::Int(ffi::lua_tointegerx(l, -1, std::ptr::null_mut())), Some(DataType::BigInt))
+        }
+        ffi::LUA_TNUMBER => (Value::Float(ffi::lua_tonumberx(l, -1, std::ptr::null_mut())), Some(DataType::Float)),
+        ffi::LUA_TBOOLEAN => (Value::Int((ffi::lua_toboolean(l, -1) != 0) as i64), Some(DataType::TinyInt)),
+        ffi::LUA_TSTRING => (Value::Str(text(l, -1)?.to_string()), Some(DataType::Varchar)),
+        _ => return None,
+    })
+}
+
+/// The Lua string at `idx` as UTF-8 text. The slice lives as long as the string does.
+unsafe fn text<'a>(l: *mut ffi::lua_State, idx: c_int) -> Option<&'a str> {
+    let mut len = 0usize;
+    // On a string (not a number) this neither converts nor allocates.
+    let p = ffi::lua_tolstring(l, idx, &mut len);
+    if p.is_null() {
+        return None;
+    }
+    std::str::from_utf8(std::slice::from_raw_parts(p.cast::<u8>(), len)).ok()
+}
