@@ -2,7 +2,6 @@
 //! call to the site that owns its partition or to the coordinator, and answers system
 //! procedures that need no transaction.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -38,7 +37,7 @@ pub struct Call {
 /// The catalog as the front ends see it, replaced whole on every schema change.
 pub struct CatalogView {
     pub catalog: Arc<Catalog>,
-    pub procs: HashMap<String, ProcInfo>,
+    pub procs: lockstep_core::NameMap<ProcInfo>,
 }
 
 impl CatalogView {
@@ -274,7 +273,7 @@ impl Engine {
             return sysprocs::submit(self, call, reply);
         }
         let view = self.shared.view();
-        let Some(info) = view.procs.get(&call.procedure.to_ascii_lowercase()) else {
+        let Some(info) = lockstep_core::get_ignoring_case(&view.procs, &call.procedure) else {
             return reply(Outcome::error(Error::unexpected(format!("Procedure {} was not found", call.procedure))));
         };
         if !info.read_only && self.shared.is_paused() {

@@ -3,10 +3,9 @@
 //! the catalog changes. Each site has a registry for single-partition work; the MP
 //! coordinator has one for multi-partition work.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use lockstep_core::{get_ignoring_case, Catalog, DataType, Error, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
+use lockstep_core::{get_ignoring_case, NameMap, Catalog, DataType, Error, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
 use lockstep_procs::{CallContext, LuaConfig, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
 use lockstep_sql::{Prepared, Route};
 
@@ -67,7 +66,7 @@ pub enum Scope {
 
 pub struct Registry {
     scope: Scope,
-    procs: HashMap<String, ProcEntry>,
+    procs: NameMap<ProcEntry>,
     lua: LuaRuntime,
 }
 
@@ -77,7 +76,7 @@ fn lua_config(budget: u64, memory: usize) -> LuaConfig {
 
 impl Registry {
     pub fn new(scope: Scope, instruction_budget: u64, memory_limit_bytes: usize) -> Result<Self> {
-        Ok(Registry { scope, procs: HashMap::new(), lua: LuaRuntime::new(lua_config(instruction_budget, memory_limit_bytes))? })
+        Ok(Registry { scope, procs: NameMap::default(), lua: LuaRuntime::new(lua_config(instruction_budget, memory_limit_bytes))? })
     }
 
     /// Whether procedure `name` only reads: every statement it can run is read-only (a Lua
@@ -94,7 +93,7 @@ impl Registry {
     /// left as it was before the call for every procedure not yet rebuilt; the caller
     /// treats an error as "this catalog is invalid" and restores the previous one.
     pub fn rebuild(&mut self, catalog: &Catalog) -> Result<()> {
-        let mut procs = HashMap::new();
+        let mut procs = NameMap::default();
         for info in procedure_infos(catalog) {
             if (self.scope == Scope::Coordinator) != info.route.is_multi() {
                 continue;

@@ -99,7 +99,7 @@ impl ProcCounters {
 /// The procedure counters of one site (or of the multi-partition coordinator).
 #[derive(Clone, Debug, Default)]
 pub struct ProcStats {
-    procs: HashMap<String, ProcCounters>,
+    procs: lockstep_core::NameMap<ProcCounters>,
 }
 
 impl ProcStats {

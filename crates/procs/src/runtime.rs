@@ -1,10 +1,9 @@
 //! `LuaRuntime`: one Lua state per site thread, holding the loaded procedures and running
 //! one call at a time against the engine's `TxnHost`.
 
-use std::collections::HashMap;
 use std::rc::Rc;
 
-use lockstep_core::{get_ignoring_case, Error, Result, Value};
+use lockstep_core::{get_ignoring_case, NameMap, Error, Result, Value};
 use mlua::chunk::ChunkMode;
 use mlua::{
     Function, HookTriggers, Lua, LuaOptions, MultiValue, Value as LuaValue, VmState,
@@ -38,7 +37,7 @@ pub struct LuaRuntime {
     shared: Rc<Shared>,
     sandbox: Sandbox,
     /// Keyed by the ASCII-lower-cased name.
-    procs: HashMap<String, Proc>,
+    procs: NameMap<Proc>,
     config: LuaConfig,
     /// The body's arguments, kept between calls so a call allocates no list for them
     /// (emptied after each call, so it holds no Lua value meanwhile).
@@ -82,7 +81,7 @@ impl LuaRuntime {
             lua,
             shared,
             sandbox,
-            procs: HashMap::new(),
+            procs: NameMap::default(),
             config,
             args: MultiValue::new(),
         })
