@@ -154,13 +154,18 @@ fn matching_rows(
 pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64> {
     let rows = matching_rows(&p.level, part, env, true)?;
     let mut changes = Vec::with_capacity(rows.len());
-    for (id, old) in rows {
-        let mut new = old.clone();
+    let mut set = Vec::with_capacity(p.sets.len());
+    for (id, mut row) in rows {
+        // Every SET expression sees the old row; the copy of it becomes the new one.
+        set.clear();
         for (c, e) in &p.sets {
-            new[*c] = e.eval(&old, env)?;
+            set.push((*c, e.eval(&row, env)?));
         }
-        check_partition_column_kept(&p.level.source.table, &old, &new)?;
-        changes.push((id, new));
+        for (c, v) in set.drain(..) {
+            check_partition_column_kept(&p.level.source.table, c, &row[c], &v)?;
+            row[c] = v;
+        }
+        changes.push((id, row));
     }
     let tid = p.level.source.table.id;
     let n = changes.len() as u64;
@@ -170,11 +175,14 @@ pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64
     Ok(n)
 }
 
-/// A row cannot move to another partition by an UPDATE.
-fn check_partition_column_kept(table: &TableDef, old: &[Value], new: &[Value]) -> Result<()> {
-    let Some(c) = table.partition_column else { return Ok(()) };
+/// A row cannot move to another partition by an UPDATE: column `c` may not change from
+/// `old` to `new` if it is the partition column.
+fn check_partition_column_kept(table: &TableDef, c: usize, old: &Value, new: &Value) -> Result<()> {
+    if table.partition_column != Some(c) {
+        return Ok(());
+    }
     let col = &table.columns[c];
-    if new[c].coerce_to(col.ty)? != old[c] {
+    if new.coerce_to(col.ty)? != *old {
         return Err(Error::sql(format!(
             "cannot change the partition column {} of {}: delete the row and insert it again",
             col.name, table.name
