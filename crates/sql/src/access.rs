@@ -207,14 +207,18 @@ pub fn key_value(v: Value, ty: DataType) -> Option<Value> {
 }
 
 /// Evaluated key values for the index columns `cols`, or None when no row can match.
+/// The values of an index key, inline for keys of up to 4 columns: most lookups allocate
+/// nothing for their key.
+pub type KeyValues = smallvec::SmallVec<[Value; 4]>;
+
 pub fn eval_keys(
     exprs: &[Expr],
     table: &TableDef,
     cols: &[usize],
     row: &[Value],
     env: &Env,
-) -> Result<Option<Vec<Value>>> {
-    let mut out = Vec::with_capacity(exprs.len() + 1);
+) -> Result<Option<KeyValues>> {
+    let mut out = KeyValues::new();
     for (e, &c) in exprs.iter().zip(cols) {
         match key_value(e.eval(row, env)?, table.columns[c].ty) {
             Some(k) => out.push(k),
@@ -251,7 +255,7 @@ pub fn eval_range(
                     Some(v) => v,
                     None => return Ok(None),
                 };
-                let mut k = prefix.clone();
+                let mut k = prefix.to_vec();
                 k.push(v);
                 if *incl {
                     Bound::Included(k)
@@ -260,7 +264,7 @@ pub fn eval_range(
                 }
             }
             _ if prefix.is_empty() => Bound::Unbounded,
-            _ => Bound::Included(prefix.clone()),
+            _ => Bound::Included(prefix.to_vec()),
         }))
     };
     let (l, h) = match (bound(lo)?, bound(hi)?) {

@@ -9,7 +9,7 @@ use std::ops::Bound;
 use lockstep_core::{decimal, Error, Result, ResultTable, Value};
 use lockstep_storage::{Partition, Table as StoreTable};
 
-use crate::access::{eval_keys, eval_range, Access, RangeKeys};
+use crate::access::{eval_keys, eval_range, Access, KeyValues, RangeKeys};
 use crate::bind::{AggFunc, AggSpec};
 use crate::expr::{arith, sort_cmp, ArithOp, Env, Expr};
 use crate::plan::{Level, SelectPlan, SortKey};
@@ -19,7 +19,7 @@ pub enum Probe {
     /// Nothing can match (a NULL key, say).
     Empty,
     Scan,
-    Lookup(usize, Vec<Value>),
+    Lookup(usize, KeyValues),
     Range(usize, RangeKeys, bool),
 }
 
@@ -71,12 +71,12 @@ pub trait RowSource {
 
 /// One partition's tables, one per level.
 pub struct PartitionSource<'a> {
-    pub tables: Vec<&'a StoreTable>,
+    pub tables: smallvec::SmallVec<[&'a StoreTable; 4]>,
 }
 
 impl<'a> PartitionSource<'a> {
     pub fn new(part: &'a Partition, levels: &[Level]) -> Result<Self> {
-        let mut tables = Vec::with_capacity(levels.len());
+        let mut tables = smallvec::SmallVec::new();
         for l in levels {
             tables.push(
                 part.table(l.source.table.id)
