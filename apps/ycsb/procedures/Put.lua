@@ -7,13 +7,15 @@ local find   = sql [[SELECT value FROM Store WHERE keyspace = ? AND key = ?]]
 local insert = sql [[INSERT INTO Store (keyspace, key, value) VALUES (?, ?, ?)]]
 local update = sql [[UPDATE Store SET value = ? WHERE keyspace = ? AND key = ?]]
 
+local unpack, pack, sub, concat = string.unpack, string.pack, string.sub, table.concat
+
 -- Fields in a packed map; a bounded count keeps a corrupt header from looping for long.
 local FIELDS_MAX = 1024
 
 -- The field count of a packed map and the position of its first field.
 local function header(blob)
   if #blob < 4 then abort("Put: packed value shorter than its 4-byte header") end
-  local count, pos = string.unpack(">i4", blob)
+  local count, pos = unpack(">i4", blob)
   if count < 0 or count > FIELDS_MAX then abort("Put: packed value has " .. count .. " fields") end
   return count, pos
 end
@@ -23,16 +25,16 @@ end
 local function next_field(blob, pos, i)
   if pos + 3 > #blob then abort("Put: packed value truncated in field " .. i) end
   local name
-  name, pos = string.unpack(">s4", blob, pos)
+  name, pos = unpack(">s4", blob, pos)
   if pos + 3 > #blob then abort("Put: packed value truncated in field " .. i) end
-  local after = pos + 4 + string.unpack(">I4", blob, pos)
+  local after = pos + 4 + unpack(">I4", blob, pos)
   if after - 1 > #blob then abort("Put: packed value truncated in field " .. i) end
   return name, after
 end
 
 return function(keyspace, key, data)
-  local old = find:first(keyspace, key)
-  if not old then
+  local value = find:values(keyspace, key)
+  if not value then
     insert:exec(keyspace, key, data)
     return 0
   end
@@ -43,14 +45,17 @@ return function(keyspace, key, data)
     name, new_end = next_field(data, new_end, i)
     replaced[name] = true
   end
-  -- Old fields not replaced, as runs of their encoding; then every field of data.
-  local value = old.value
+  -- Old fields not replaced, as runs of their encoding; then every field of data. The
+  -- stored fields are read inline, without a call per field (a record has 10): the stored
+  -- value was checked when Put wrote it, and a damaged one still fails, in string.unpack
+  -- for a field that starts past the end, or in the check after the loop.
   local count, pos = header(value)
   local parts, kept, run = { "" }, 0, nil
-  for i = 1, count do
-    local name, after = next_field(value, pos, i)
+  for _ = 1, count do
+    local name, at = unpack(">s4", value, pos)
+    local after = at + 4 + unpack(">I4", value, at)
     if replaced[name] then
-      if run then parts[#parts + 1] = value:sub(run, pos - 1) end
+      if run then parts[#parts + 1] = sub(value, run, pos - 1) end
       run = nil
     else
       kept = kept + 1
@@ -58,9 +63,10 @@ return function(keyspace, key, data)
     end
     pos = after
   end
-  if run then parts[#parts + 1] = value:sub(run, pos - 1) end
-  parts[1] = string.pack(">i4", kept + new_count)
-  parts[#parts + 1] = data:sub(5, new_end - 1)
-  update:exec(table.concat(parts), keyspace, key)
+  if pos - 1 > #value then abort("Put: stored value truncated in field " .. count) end
+  if run then parts[#parts + 1] = sub(value, run, pos - 1) end
+  parts[1] = pack(">i4", kept + new_count)
+  parts[#parts + 1] = sub(data, 5, new_end - 1)
+  update:exec(concat(parts), keyspace, key)
   return 0
 end
