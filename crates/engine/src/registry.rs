@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use lockstep_core::{get_ignoring_case, NameMap, Catalog, DataType, Error, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
+use lockstep_core::{get_ignoring_case, Catalog, DataType, Error, NameMap, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
 use lockstep_procs::{CallContext, LuaConfig, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
 use lockstep_sql::{Prepared, Route};
 

@@ -10,9 +10,9 @@
 //! which give the usual errors; so does a call on something that is not a statement.
 //!
 //! The rule that keeps this sound: a Lua error unwinds with `longjmp`, which must not cross
-//! a Rust frame that owns anything. So `run` calls no Lua function that can raise (the row
-//! is built by `push_row` or `push_values` under `lua_pcall`), and the frames that do raise (`finish`) hold
-//! nothing that needs dropping.
+//! a Rust frame that owns anything. So `run` calls no Lua function that can raise (rows are
+//! built by `push_row` or `push_values` under `lua_pcall`), and the frames that do raise
+//! (`finish`) hold nothing that needs dropping.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 

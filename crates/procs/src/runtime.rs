@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use lockstep_core::{get_ignoring_case, NameMap, Error, Result, Value};
+use lockstep_core::{get_ignoring_case, Error, NameMap, Result, Value};
 use mlua::chunk::ChunkMode;
 use mlua::{
     Function, HookTriggers, Lua, LuaOptions, MultiValue, Value as LuaValue, VmState,

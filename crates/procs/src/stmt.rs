@@ -271,8 +271,8 @@ impl UserData for StmtRef {
     }
 }
 
-/// The methods of statements: `first`, `values` and `exec` as C functions falling back to the Rust
-/// ones kept in the registry, `query` and `bind` as Rust functions.
+/// The methods of statements: `first`, `values` and `exec` as C functions falling back to
+/// the Rust ones kept in the registry, `query` and `bind` as Rust functions.
 fn stmt_methods(lua: &Lua) -> mlua::Result<Table> {
     let stmt = |ud: &AnyUserData| ud.borrow::<StmtRef>().map(|r| r.0.clone());
     lua.set_named_registry_value(
