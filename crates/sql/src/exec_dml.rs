@@ -129,13 +129,13 @@ pub fn run_insert(p: &InsertPlan, part: &mut Partition, env: &Env) -> Result<u64
     insert_rows(p, rows, part, env)
 }
 
-/// (row id, row) of the rows a single-table statement selects.
-fn matching_rows(
+/// (row id, `keep(row)`) of the rows a single-table statement selects.
+fn matching_rows<T>(
     level: &Level,
     part: &Partition,
     env: &Env,
-    keep_rows: bool,
-) -> Result<Vec<(u32, Vec<Value>)>> {
+    mut keep: impl FnMut(&[Value]) -> Result<T>,
+) -> Result<Vec<(u32, T)>> {
     let table = part.table(level.source.table.id)?;
     let pr = probe(level, &level.access, &[], env)?;
     let mut out = Vec::new();
@@ -145,32 +145,31 @@ fn matching_rows(
                 return Ok(true);
             }
         }
-        out.push((id, if keep_rows { row.to_vec() } else { Vec::new() }));
+        out.push((id, keep(row)?));
         Ok(true)
     })?;
     Ok(out)
 }
 
 pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64> {
-    let rows = matching_rows(&p.level, part, env, true)?;
-    let mut changes = Vec::with_capacity(rows.len());
-    let mut set = Vec::with_capacity(p.sets.len());
-    for (id, mut row) in rows {
-        // Every SET expression sees the old row; the copy of it becomes the new one.
-        set.clear();
+    let table = &p.level.source.table;
+    let changes = matching_rows(&p.level, part, env, |old| {
+        // Every SET expression sees the old row. The new row copies the other columns from
+        // it, and not the old values of the SET columns (YCSB's 1 KB value, say).
+        let mut new = Vec::with_capacity(old.len());
+        for (c, v) in old.iter().enumerate() {
+            new.push(if p.sets.iter().any(|(s, _)| *s == c) { Value::Null } else { v.clone() });
+        }
         for (c, e) in &p.sets {
-            set.push((*c, e.eval(&row, env)?));
+            let v = e.eval(old, env)?;
+            check_partition_column_kept(table, *c, &old[*c], &v)?;
+            new[*c] = v;
         }
-        for (c, v) in set.drain(..) {
-            check_partition_column_kept(&p.level.source.table, c, &row[c], &v)?;
-            row[c] = v;
-        }
-        changes.push((id, row));
-    }
-    let tid = p.level.source.table.id;
+        Ok(new)
+    })?;
     let n = changes.len() as u64;
     for (id, row) in changes {
-        part.update(tid, id, row)?;
+        part.update(table.id, id, row)?;
     }
     Ok(n)
 }
@@ -192,7 +191,7 @@ fn check_partition_column_kept(table: &TableDef, c: usize, old: &Value, new: &Va
 }
 
 pub fn run_delete(p: &DeletePlan, part: &mut Partition, env: &Env) -> Result<u64> {
-    let rows = matching_rows(&p.level, part, env, false)?;
+    let rows = matching_rows(&p.level, part, env, |_| Ok(()))?;
     let tid = p.level.source.table.id;
     let n = rows.len() as u64;
     for (id, _) in rows {

@@ -680,6 +680,12 @@ fn routing_decisions() {
     assert_eq!(db.rows("UPDATE acct SET id = 1, bal = 11 WHERE id = 1"), vec![vec![i(1)]]);
     assert!(db.err("UPDATE acct SET id = 5 WHERE id = 1").contains("cannot change the partition column ID"));
     assert_eq!(db.rows("SELECT id, bal FROM acct"), vec![vec![i(1), i(11)]]);
+    // Every SET expression reads the row as it was: a swap swaps, and a column set from
+    // itself keeps its other columns.
+    db.run("INSERT INTO acct (id, owner, bal) VALUES (2, 7, 3)");
+    assert_eq!(db.rows("UPDATE acct SET owner = bal, bal = owner WHERE id = 2"), vec![vec![i(1)]]);
+    assert_eq!(db.rows("UPDATE acct SET bal = bal * 10 WHERE id = 2"), vec![vec![i(1)]]);
+    assert_eq!(db.rows("SELECT id, owner, bal FROM acct WHERE id = 2"), vec![vec![i(2), i(3), i(70)]]);
 }
 
 #[test]
