@@ -451,16 +451,24 @@ pub fn run_select(
             })?;
         }
         Some(agg) => {
-            let mut index: HashMap<Vec<Value>, usize> = HashMap::new();
+            // Groups by key; without GROUP BY there is one, and no index is needed.
+            let mut index: HashMap<Vec<Value>, usize, foldhash::fast::FixedState> = HashMap::default();
             let mut groups: Vec<(Vec<Value>, Vec<Acc>)> = Vec::new();
             join_rows(plan, src, env, &mut |row| {
-                let key = eval_all(&agg.group, row, env)?;
-                let g = match index.get(&key) {
-                    Some(&g) => g,
-                    None => {
-                        index.insert(key.clone(), groups.len());
-                        groups.push((key, agg.aggs.iter().map(Acc::new).collect()));
-                        groups.len() - 1
+                let g = if agg.group.is_empty() {
+                    if groups.is_empty() {
+                        groups.push((Vec::new(), agg.aggs.iter().map(Acc::new).collect()));
+                    }
+                    0
+                } else {
+                    let key = eval_all(&agg.group, row, env)?;
+                    match index.get(&key) {
+                        Some(&g) => g,
+                        None => {
+                            index.insert(key.clone(), groups.len());
+                            groups.push((key, agg.aggs.iter().map(Acc::new).collect()));
+                            groups.len() - 1
+                        }
                     }
                 };
                 for (acc, spec) in groups[g].1.iter_mut().zip(&agg.aggs) {
