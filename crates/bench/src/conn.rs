@@ -166,7 +166,7 @@ impl Conn {
 
     /// `@AdHoc` that must succeed; its failure message becomes the error.
     pub async fn adhoc(&self, sql: &str) -> Result<Answer, Error> {
-        let a = self.call("@AdHoc", vec![Value::Str(sql.to_string())]).await?;
+        let a = self.call("@AdHoc", vec![Value::Str(sql.to_string().into())]).await?;
         if !a.is_success() {
             return Err(Error::sql(format!("{sql}: {}", a.status_string.unwrap_or_default())));
         }

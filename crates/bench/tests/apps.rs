@@ -202,7 +202,7 @@ fn ycsb_put_merges_fields_and_scans_in_key_order() {
         let mut all = Vec::new();
         for p in &parts {
             assert!(p.is_success(), "{}", p.describe());
-            let run: Vec<String> = p.tables[0].rows.iter().map(|r| match &r[1] { Value::Str(k) => k.clone(), _ => String::new() }).collect();
+            let run: Vec<String> = p.tables[0].rows.iter().map(|r| match &r[1] { Value::Str(k) => k.to_string(), _ => String::new() }).collect();
             let mut sorted = run.clone();
             sorted.sort();
             assert_eq!(run, sorted, "each partition's run is in key order");

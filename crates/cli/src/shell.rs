@@ -311,12 +311,12 @@ impl Shell {
     async fn exec_sql(&mut self, sql: &str, ctx: &Ctx) -> Result<Flow, String> {
         if first_word(sql) == "explain" {
             let rest = sql.trim_start()[7..].trim().to_string();
-            let resp = self.call("@Explain", vec![Value::Str(rest)]).await?;
+            let resp = self.call("@Explain", vec![Value::Str(rest.into())]).await?;
             self.print(&resp)?;
             return Ok(Flow::Continue);
         }
         let sql = args::inline_procedure_source(sql, &ctx.base_dir)?;
-        let resp = self.call("@AdHoc", vec![Value::Str(sql)]).await?;
+        let resp = self.call("@AdHoc", vec![Value::Str(sql.into())]).await?;
         self.print(&resp)?;
         Ok(Flow::Continue)
     }

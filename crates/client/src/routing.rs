@@ -145,7 +145,7 @@ impl Routing {
         for row in &table.rows {
             if let (Some(Value::Str(name)), Some(Value::Str(remarks))) = (row.get(2), row.get(6)) {
                 if let Some(info) = ProcInfo::from_remarks(remarks) {
-                    procs.insert(name.clone(), info);
+                    procs.insert(name.to_string(), info);
                 }
             }
         }

@@ -7,6 +7,8 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
+pub use compact_str::CompactString;
+
 use crate::decimal;
 use crate::error::{Error, Result};
 use crate::time;
@@ -110,7 +112,8 @@ pub enum Value {
     Float(f64),
     /// Fixed point, scaled by 10^12 (VoltDB's DECIMAL(38,12)).
     Decimal(i128),
-    Str(String),
+    /// Text; up to 24 bytes are kept inline (no allocation to make, copy or free).
+    Str(CompactString),
     Bytes(Vec<u8>),
     /// Microseconds since the Unix epoch, UTC.
     Timestamp(i64),
@@ -246,10 +249,10 @@ impl Value {
             (Str(s), DataType::Decimal) => Decimal(decimal::parse(s).ok_or_else(fail)?),
             (Str(s), DataType::Varchar) => Str(s.clone()),
             (Bytes(b), DataType::Varchar) => {
-                Str(String::from_utf8(b.clone()).map_err(|_| fail())?)
+                Str(CompactString::from_utf8(b).map_err(|_| fail())?)
             }
             (Array(_), _) => return Err(fail()),
-            (v, DataType::Varchar) => Str(v.to_string()),
+            (v, DataType::Varchar) => Str(compact_str::ToCompactString::to_compact_string(v)),
             (Bytes(b), DataType::Varbinary) => Bytes(b.clone()),
             (Str(s), DataType::Varbinary) => Bytes(parse_hex(s).ok_or_else(fail)?),
             (Timestamp(v), DataType::Timestamp) | (Int(v), DataType::Timestamp) => Timestamp(*v),
@@ -370,7 +373,7 @@ impl Hash for Value {
             Value::Int(v) | Value::Timestamp(v) => v.hash(state),
             Value::Float(f) => f.to_bits().hash(state),
             Value::Decimal(d) => d.hash(state),
-            Value::Str(s) => s.hash(state),
+            Value::Str(s) => s.as_str().hash(state),
             Value::Bytes(b) => b.hash(state),
             Value::Bool(b) => b.hash(state),
             Value::Array(a) => a.hash(state),
@@ -411,13 +414,13 @@ impl From<i64> for Value {
 
 impl From<&str> for Value {
     fn from(v: &str) -> Self {
-        Value::Str(v.to_string())
+        Value::Str(v.into())
     }
 }
 
 impl From<String> for Value {
     fn from(v: String) -> Self {
-        Value::Str(v)
+        Value::Str(v.into())
     }
 }
 
@@ -430,6 +433,25 @@ impl From<f64> for Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_is_inline_up_to_24_bytes_and_hashes_as_before() {
+        use std::hash::BuildHasher;
+        // Rows are arrays of values: the size is what every stored cell costs.
+        assert_eq!(std::mem::size_of::<Value>(), 32);
+        let short = Value::from("CA");
+        let Value::Str(s) = &short else { unreachable!() };
+        assert!(!s.is_heap_allocated());
+        let long = Value::from("a string longer than 24 bytes");
+        let Value::Str(s) = &long else { unreachable!() };
+        assert!(s.is_heap_allocated());
+        // Index hashes (and so orders derived from them) are those of the text.
+        let state = std::hash::RandomState::new();
+        let mut h = state.build_hasher();
+        h.write_u8(short.rank());
+        "CA".hash(&mut h);
+        assert_eq!(state.hash_one(&short), h.finish());
+    }
 
     #[test]
     fn integers_widen_and_narrow_in_range() {

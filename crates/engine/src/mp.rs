@@ -232,7 +232,7 @@ impl Coordinator {
                 }
                 MpWork::Snapshot { reply } => self.start_snapshot(reply),
                 MpWork::Restore { id, reply } => {
-                    let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::Str(id.clone())] };
+                    let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::Str(id.clone().into())] };
                     let outcome = match self.restore_fn(&id) {
                         Ok(f) => self.logged_transaction(None, Some(record), |_, runner, _| restore(runner, f)),
                         Err(e) => Outcome::error(e),
@@ -475,7 +475,7 @@ impl Coordinator {
             }
             return Err(e);
         }
-        let params: Vec<Value> = records.iter().map(|r| Value::Str(r.clone())).collect();
+        let params: Vec<Value> = records.iter().map(|r| Value::Str(r.clone().into())).collect();
         let record = Record::Mp { txn_id: 0, procedure: "@DDL".into(), params };
         if let Err(e) = self.install_on_sites(next.clone(), Some(record), replay_id) {
             // Put the old catalog back, in a second MP transaction that is in the log too, so
@@ -668,8 +668,8 @@ impl Coordinator {
                     ("RESULT", lockstep_core::DataType::Varchar),
                 ]);
                 t.push(vec![
-                    Value::Str(info.dir.display().to_string()),
-                    Value::Str(info.id.to_string()),
+                    Value::Str(info.dir.display().to_string().into()),
+                    Value::Str(info.id.to_string().into()),
                     Value::Int(info.txn_id),
                     Value::Int(info.partitions as i64),
                     Value::Int(info.total_bytes as i64),
@@ -693,7 +693,7 @@ impl Coordinator {
 fn adhoc_record(stmts: &[Arc<Prepared>], params: &[Value]) -> Record {
     let sql: String = stmts.iter().map(|p| format!("{};\n", p.sql.trim().trim_end_matches(';'))).collect();
     let mut all = Vec::with_capacity(params.len() + 1);
-    all.push(Value::Str(sql));
+    all.push(Value::Str(sql.into()));
     all.extend(params.iter().cloned());
     Record::Mp { txn_id: 0, procedure: "@AdHoc".into(), params: all }
 }
@@ -777,7 +777,7 @@ mod tests {
             assert!(run(&e, "@AdHoc", vec![Value::Str(sql.into())]).is_success(), "{sql}");
         }
         for id in 0..10 {
-            assert!(run(&e, "T.insert", vec![Value::Int(id), Value::Str(format!("n{}", id % 2))]).is_success());
+            assert!(run(&e, "T.insert", vec![Value::Int(id), Value::Str(format!("n{}", id % 2).into())]).is_success());
         }
         (e, dir)
     }

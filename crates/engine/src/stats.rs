@@ -472,7 +472,7 @@ impl Header {
     }
 
     fn row(&self, site: Option<(i64, i64)>) -> Vec<Value> {
-        let mut r = vec![Value::Int(self.timestamp), Value::Int(sysprocs::HOST_ID as i64), Value::Str(self.hostname.clone())];
+        let mut r = vec![Value::Int(self.timestamp), Value::Int(sysprocs::HOST_ID as i64), Value::Str(self.hostname.clone().into())];
         if let Some((site, partition)) = site {
             r.extend([Value::Int(site), Value::Int(partition)]);
         }
@@ -524,7 +524,7 @@ fn procedure_table(h: &Header, sites: &[SiteFigures], mp: &[(String, ProcCounter
     for (site, (name, c)) in rows {
         let mut r = h.row(Some(site));
         r.extend([
-            Value::Str(name.clone()),
+            Value::Str(name.clone().into()),
             int(c.invocations),
             int(c.invocations),
             int(c.min_ns),
@@ -571,7 +571,7 @@ fn procedure_profile_table(h: &Header, sites: &[SiteFigures], mp: &[(String, Pro
         let perc = if total_ns == 0 { 0 } else { (c.total_ns as u128 * 100 + total_ns as u128 / 2) / total_ns as u128 };
         t.push(vec![
             Value::Int(h.timestamp),
-            Value::Str(name.to_string()),
+            Value::Str(name.to_string().into()),
             Value::Int(perc as i64),
             int(c.invocations),
             int(c.avg_ns()),
@@ -613,7 +613,7 @@ fn table_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
             let mut r = h.row(Some((i as i64, i as i64)));
             let exported = matches!(f.def.kind, lockstep_core::TableKind::Stream { target: Some(_) });
             r.extend([
-                Value::Str(f.def.name.clone()),
+                Value::Str(f.def.name.clone().into()),
                 Value::Str(table_type(&f.def).into()),
                 int(f.tuples),
                 kb(f.memory_bytes),
@@ -623,7 +623,7 @@ fn table_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
                 Value::Null,
                 Value::Int(0),
                 Value::Str("false".into()),
-                Value::Str(exported.to_string()),
+                Value::Str(exported.to_string().into()),
             ]);
             t.push(r);
         }
@@ -652,8 +652,8 @@ fn index_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
                 let kind = if unique { "CompactingTreeUniqueIndex" } else { "CompactingTreeMultiMapIndex" };
                 let mut r = h.row(Some((i as i64, i as i64)));
                 r.extend([
-                    Value::Str(ix.name.clone()),
-                    Value::Str(f.def.name.clone()),
+                    Value::Str(ix.name.clone().into()),
+                    Value::Str(f.def.name.clone().into()),
                     Value::Str(kind.into()),
                     Value::Int(unique as i64),
                     Value::Int(0),

@@ -16,7 +16,7 @@ pub const HOST_ID: i32 = 0;
 
 pub(crate) fn str_param(call: &Call, i: usize, what: &str) -> Result<String> {
     match call.params.get(i) {
-        Some(Value::Str(s)) => Ok(s.clone()),
+        Some(Value::Str(s)) => Ok(s.clone().into()),
         Some(Value::Bytes(b)) => String::from_utf8(b.clone()).map_err(|_| Error::graceful(format!("{what} must be text"))),
         _ => Err(Error::graceful(format!("{} needs {what} as parameter {}", call.procedure, i + 1))),
     }
@@ -153,8 +153,8 @@ fn snapshot_scan(engine: &Engine) -> Result<Vec<ResultTable>> {
     ]);
     for s in &scan.complete {
         t.push(vec![
-            Value::Str(s.dir.display().to_string()),
-            Value::Str(s.id.to_string()),
+            Value::Str(s.dir.display().to_string().into()),
+            Value::Str(s.id.to_string().into()),
             Value::Int(s.txn_id),
             Value::Int(s.created_unix_ms as i64),
             Value::Int(s.total_bytes as i64),
@@ -165,8 +165,8 @@ fn snapshot_scan(engine: &Engine) -> Result<Vec<ResultTable>> {
     }
     for (dir, why) in &scan.rejected {
         let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        let row = vec![Value::Str(dir.display().to_string()), Value::Str(name), Value::Null, Value::Null, Value::Null, Value::Null];
-        t.push(row.into_iter().chain([Value::Str("FAILURE".into()), Value::Str(why.clone())]).collect());
+        let row = vec![Value::Str(dir.display().to_string().into()), Value::Str(name.into()), Value::Null, Value::Null, Value::Null, Value::Null];
+        t.push(row.into_iter().chain([Value::Str("FAILURE".into()), Value::Str(why.clone().into())]).collect());
     }
     Ok(vec![t])
 }
@@ -201,10 +201,10 @@ pub fn topology(engine: &Engine) -> Vec<ResultTable> {
     let n = engine.partition_count();
     for p in 0..n {
         let site = format!("{HOST_ID}:{p}");
-        parts.push(vec![Value::Int(p as i64), Value::Str(site.clone()), Value::Str(site)]);
+        parts.push(vec![Value::Int(p as i64), Value::Str(site.clone().into()), Value::Str(site.into())]);
     }
     let mp = format!("{HOST_ID}:{n}");
-    parts.push(vec![Value::Int(MP_PARTITION_ID as i64), Value::Str(mp.clone()), Value::Str(mp)]);
+    parts.push(vec![Value::Int(MP_PARTITION_ID as i64), Value::Str(mp.clone().into()), Value::Str(mp.into())]);
     let mut hash = ResultTable::with_columns(&[("HASHTYPE", DataType::Varchar), ("HASHCONFIG", DataType::Varbinary)]);
     hash.push(vec![Value::Str("ELASTIC".into()), Value::Bytes(engine.shared().ring.config_bytes())]);
     vec![parts, hash]
@@ -256,7 +256,7 @@ pub fn procedures_table(engine: &Engine) -> ResultTable {
             }
             _ => format!(r#"{{"readOnly":{},"singlePartition":false}}"#, p.read_only),
         };
-        let s = |v: &str| Value::Str(v.to_string());
+        let s = |v: &str| Value::Str(v.to_string().into());
         // PROCEDURE_TYPE 0: java.sql.DatabaseMetaData.procedureResultUnknown, as VoltDB sends.
         t.push(vec![Value::Null, Value::Null, s(&p.name), Value::Null, Value::Null, Value::Null, s(&remarks), Value::Int(0), s(&p.name)]);
     }
@@ -276,7 +276,7 @@ fn partition_keys(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
     for (p, k) in keys {
         let key = match key_type {
             DataType::Integer => Value::Int(k),
-            DataType::Varchar => Value::Str(k.to_string()),
+            DataType::Varchar => Value::Str(k.to_string().into()),
             _ => Value::Bytes((k as i32).to_be_bytes().to_vec()),
         };
         t.push(vec![Value::Int(p as i64), key]);
@@ -343,7 +343,7 @@ fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> 
                 ("VOLTDBROOT", shared.config.data_dir.display().to_string()),
             ];
             for (k, v) in rows {
-                t.push(vec![Value::Int(HOST_ID as i64), Value::Str(k.into()), Value::Str(v)]);
+                t.push(vec![Value::Int(HOST_ID as i64), Value::Str(k.into()), Value::Str(v.into())]);
             }
             Ok(vec![t])
         }
@@ -378,7 +378,7 @@ fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> 
                 ("users", String::new()),
             ];
             for (k, v) in rows {
-                t.push(vec![Value::Str(k.into()), Value::Str(v)]);
+                t.push(vec![Value::Str(k.into()), Value::Str(v.into())]);
             }
             Ok(vec![t])
         }
@@ -402,7 +402,7 @@ fn explain(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
     let mut t = ResultTable::with_columns(&[("EXECUTION_PLAN", DataType::Varchar)]);
     for s in lockstep_sql::split_statements(&sql)? {
         let p = lockstep_sql::prepare(&catalog, &s)?;
-        t.push(vec![Value::Str(lockstep_sql::explain(&p))]);
+        t.push(vec![Value::Str(lockstep_sql::explain(&p).into())]);
     }
     Ok(vec![t])
 }
@@ -429,7 +429,7 @@ fn explain_proc(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
             Ok(p) => lockstep_sql::explain(&p),
             Err(e) => format!("cannot plan: {}", e.message),
         };
-        t.push(vec![Value::Str(format!("sql{i}")), Value::Str(sql.clone()), Value::Str(plan)]);
+        t.push(vec![Value::Str(format!("sql{i}").into()), Value::Str(sql.clone().into()), Value::Str(plan.into())]);
     }
     Ok(vec![t])
 }
@@ -508,7 +508,7 @@ mod meta {
     }
 
     fn s(v: &str) -> Value {
-        Value::Str(v.to_string())
+        Value::Str(v.to_string().into())
     }
 
     /// TYPEINFO: the column types DDL accepts, in JDBC `getTypeInfo` layout, by DATA_TYPE.
@@ -579,7 +579,7 @@ mod meta {
         for def in catalog.tables() {
             // REMARKS carries the partitioning as JSON, like VoltDB's.
             let remarks = match def.partition_column {
-                Some(c) => Value::Str(format!(r#"{{"partitionColumn":"{}"}}"#, def.columns[c].name)),
+                Some(c) => Value::Str(format!(r#"{{"partitionColumn":"{}"}}"#, def.columns[c].name).into()),
                 None => Value::Null,
             };
             let mut row = vec![Value::Null, Value::Null, s(&def.name), s(table_type(def)), remarks];
@@ -625,8 +625,8 @@ mod meta {
                 };
                 let default = match &c.default {
                     None | Some(Value::Null) => Value::Null,
-                    Some(Value::Str(v)) => Value::Str(format!("'{}'", v.replace('\'', "''"))),
-                    Some(v) => Value::Str(v.to_string()),
+                    Some(Value::Str(v)) => Value::Str(format!("'{}'", v.replace('\'', "''")).into()),
+                    Some(v) => Value::Str(v.to_string().into()),
                 };
                 let remarks = if def.partition_column == Some(i) { s("PARTITION_COLUMN") } else { Value::Null };
                 t.push(vec![

@@ -105,7 +105,7 @@ pub(crate) fn string_param(bytes: &[u8], ty: Option<DataType>) -> Option<Value> 
     if ty == Some(DataType::Varbinary) {
         return Some(Value::Bytes(bytes.to_vec()));
     }
-    std::str::from_utf8(bytes).ok().map(|text| Value::Str(text.to_string()))
+    std::str::from_utf8(bytes).ok().map(|text| Value::Str(text.into()))
 }
 
 /// A Lua value as a result-table cell, inferring its column type (None for nil).
@@ -116,7 +116,7 @@ pub(crate) fn to_cell(v: &LuaValue) -> Result<(Value, Option<DataType>), String>
         LuaValue::Number(f) => (Value::Float(*f), Some(DataType::Float)),
         LuaValue::Boolean(b) => (Value::Int(*b as i64), Some(DataType::TinyInt)),
         LuaValue::String(s) => match s.to_str() {
-            Ok(text) => (Value::Str(text.to_string()), Some(DataType::Varchar)),
+            Ok(text) => (Value::Str((&*text).into()), Some(DataType::Varchar)),
             Err(_) => return Err("a string that is not valid UTF-8 text".into()),
         },
         other => return Err(format!("a {}", other.type_name())),

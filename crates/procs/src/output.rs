@@ -84,7 +84,7 @@ impl Collector<'_> {
             LuaValue::String(s) => match s.to_str() {
                 Ok(text) => self
                     .tables
-                    .push(single(DataType::Varchar, Value::Str(text.to_string()))),
+                    .push(single(DataType::Varchar, Value::Str((&*text).into()))),
                 Err(_) => return Err(self.bad("a string that is not valid UTF-8 text")),
             },
             LuaValue::UserData(ud) if self.was_taken(&ud) || ud.is::<ResultObj>() => {

@@ -131,7 +131,7 @@ unsafe fn cell(l: *mut ffi::lua_State) -> Option<(Value, Option<DataType>)> {
         }
         ffi::LUA_TNUMBER => (Value::Float(ffi::lua_tonumberx(l, -1, std::ptr::null_mut())), Some(DataType::Float)),
         ffi::LUA_TBOOLEAN => (Value::Int((ffi::lua_toboolean(l, -1) != 0) as i64), Some(DataType::TinyInt)),
-        ffi::LUA_TSTRING => (Value::Str(text(l, -1)?.to_string()), Some(DataType::Varchar)),
+        ffi::LUA_TSTRING => (Value::Str(text(l, -1)?.into()), Some(DataType::Varchar)),
         _ => return None,
     })
 }

@@ -807,7 +807,7 @@ end
         out.tables,
         vec![
             one(DataType::Varchar, Value::from("string")),
-            one(DataType::Varchar, Value::Str(decimal::format(dec))),
+            one(DataType::Varchar, Value::Str(decimal::format(dec).into())),
             ResultTable::scalar("", 3),
             one(DataType::Varchar, Value::from("integer")),
             ResultTable::scalar("", 2),
@@ -816,7 +816,7 @@ end
         ]
     );
     let put = vec![
-        Value::Str(decimal::format(dec)),
+        Value::Str(decimal::format(dec).into()),
         Value::Int(77),
         Value::Bool(true),
         Value::Array(vec![Value::Int(5), Value::Int(6)]),
@@ -974,7 +974,7 @@ end
         out.tables,
         vec![
             ResultTable::scalar("", 8),
-            one(DataType::Varchar, Value::Str(decimal::format(dec))),
+            one(DataType::Varchar, Value::Str(decimal::format(dec).into())),
             one(DataType::Varchar, Value::from("float")),
             ResultTable::scalar("", 3),
             one(DataType::TinyInt, Value::Int(1)),
@@ -1068,7 +1068,7 @@ end
             ResultTable::scalar("", 8),
             ResultTable::scalar("", 8),
             ResultTable::scalar("", 8),
-            one(DataType::Varchar, Value::Str(decimal::format(dec))),
+            one(DataType::Varchar, Value::Str(decimal::format(dec).into())),
             one(DataType::Varchar, Value::from("float")),
             one(DataType::TinyInt, Value::Int(1)),
             ResultTable::scalar("", 0),

@@ -62,9 +62,9 @@ impl LiveClients {
             t.push(vec![
                 Value::Int(now),
                 Value::Int(sysprocs::HOST_ID as i64),
-                Value::Str(host.clone()),
+                Value::Str(host.clone().into()),
                 Value::Int(*id),
-                Value::Str(w.peer.to_string()),
+                Value::Str(w.peer.to_string().into()),
                 Value::Int(0),
                 Value::Int(w.kib_in_flight() as i64 * 1024),
                 Value::Int(0),

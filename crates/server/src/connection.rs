@@ -205,8 +205,8 @@ fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<
 /// `@Subscribe("TOPOLOGY")`: this connection gets procedure pushes from now on.
 fn subscribe(params: &[Value], id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Front) -> Outcome {
     let what = match params.first() {
-        Some(Value::Str(s)) => s.clone(),
-        _ => String::new(),
+        Some(Value::Str(s)) => s.as_str(),
+        _ => "",
     };
     if !what.eq_ignore_ascii_case("TOPOLOGY") {
         return Outcome::error(Error::graceful(format!("Parameter \"{what}\" is not recognized/supported")));

@@ -518,7 +518,7 @@ impl Binder {
                     _ => return Err(unsupported(format!("literal {e}"))),
                 };
                 Typed {
-                    expr: Expr::Const(Value::Str(s).coerce_to(ty)?),
+                    expr: Expr::Const(Value::Str(s.into()).coerce_to(ty)?),
                     ty: Some(ty),
                 }
             }
@@ -590,7 +590,7 @@ impl Binder {
             V::SingleQuotedString(s)
             | V::DoubleQuotedString(s)
             | V::NationalStringLiteral(s)
-            | V::EscapedStringLiteral(s) => Value::Str(s.clone()),
+            | V::EscapedStringLiteral(s) => Value::Str(s.clone().into()),
             V::HexStringLiteral(h) => Value::Bytes(
                 lockstep_core::value::parse_hex(h)
                     .ok_or_else(|| Error::sql(format!("bad hex literal X'{h}'")))?,

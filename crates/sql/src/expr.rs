@@ -142,7 +142,7 @@ impl Expr {
             }
             Expr::Concat(a, b) => match (a.eval(row, env)?, b.eval(row, env)?) {
                 (Value::Null, _) | (_, Value::Null) => Value::Null,
-                (x, y) => Value::Str(format!("{}{}", text_of(&x), text_of(&y))),
+                (x, y) => Value::Str(format!("{}{}", text_of(&x), text_of(&y)).into()),
             },
             Expr::IsNull(e, neg) => Value::Bool(e.eval_ref(row, env)?.is_null() != *neg),
             Expr::InList(e, list, neg) => {
@@ -338,7 +338,7 @@ impl Expr {
 /// The text of a value in string contexts (`||`, CONCAT).
 pub fn text_of(v: &Value) -> String {
     match v {
-        Value::Str(s) => s.clone(),
+        Value::Str(s) => s.to_string(),
         other => other.to_string(),
     }
 }

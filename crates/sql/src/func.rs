@@ -419,8 +419,8 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
             }
             Value::Float(if f == Func::Ln { x.ln() } else { x.log10() })
         }
-        Func::Upper => Value::Str(str_arg(f, v0)?.to_uppercase()),
-        Func::Lower => Value::Str(str_arg(f, v0)?.to_lowercase()),
+        Func::Upper => Value::Str((str_arg(f, v0)?.to_uppercase()).into()),
+        Func::Lower => Value::Str((str_arg(f, v0)?.to_lowercase()).into()),
         Func::Trim(side) => {
             let s = str_arg(f, v0)?;
             let chars: Vec<char> = match vals.get(1) {
@@ -434,7 +434,7 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
                     TrimSide::Leading => s.trim_start_matches(m),
                     TrimSide::Trailing => s.trim_end_matches(m),
                 }
-                .to_string(),
+                .into(),
             )
         }
         Func::Substring => {
@@ -470,9 +470,9 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
                 str_arg(f, &vals[2])?,
             );
             Value::Str(if a.is_empty() {
-                s.to_string()
+                s.into()
             } else {
-                s.replace(a, b)
+                s.replace(a, b).into()
             })
         }
         Func::Position => {

@@ -73,7 +73,7 @@ pub fn i(v: i64) -> Value {
     Value::Int(v)
 }
 pub fn s(v: &str) -> Value {
-    Value::Str(v.to_string())
+    Value::Str(v.to_string().into())
 }
 pub fn dec(v: &str) -> Value {
     Value::Decimal(decimal::parse(v).unwrap())

@@ -31,9 +31,9 @@ pub fn read(r: &mut Reader, code: WireType, what: &str) -> Result<Value> {
             v if v <= types::FLOAT_NULL => Value::Null,
             v => Value::Float(v),
         },
-        types::STRING => match r.string(what)? {
+        types::STRING => match r.str(what)? {
             None => Value::Null,
-            Some(s) => Value::Str(s),
+            Some(s) => Value::Str(s.into()),
         },
         types::TIMESTAMP => match r.i64(what)? {
             i64::MIN => Value::Null,

@@ -190,7 +190,7 @@ fn scalar_of(ty: DataType) -> BoxedStrategy<Value> {
         DataType::Decimal => ((i128::MIN + 1)..=i128::MAX)
             .prop_map(Value::Decimal)
             .boxed(),
-        DataType::Varchar => ".{0,20}".prop_map(Value::Str).boxed(),
+        DataType::Varchar => ".{0,20}".prop_map(Value::from).boxed(),
         DataType::Varbinary => proptest::collection::vec(any::<u8>(), 0..20)
             .prop_map(Value::Bytes)
             .boxed(),

@@ -48,12 +48,12 @@ fn param(v: &Value, ty: &Type) -> Result<Param, Error> {
         (Value::Int(i) | Value::Timestamp(i), t) if *t == Type::INT8 => Box::new(*i),
         (Value::Int(i), t) if *t == Type::INT4 => Box::new(i32::try_from(*i).map_err(|_| mismatch())?),
         (Value::Int(i), t) if *t == Type::INT2 => Box::new(i16::try_from(*i).map_err(|_| mismatch())?),
-        (Value::Str(s), t) if *t == Type::TEXT || *t == Type::VARCHAR => Box::new(s.clone()),
+        (Value::Str(s), t) if *t == Type::TEXT || *t == Type::VARCHAR => Box::new(s.to_string()),
         (Value::Bytes(b), t) if *t == Type::TEXT || *t == Type::VARCHAR => {
             Box::new(String::from_utf8(b.clone()).map_err(|_| mismatch())?)
         }
         (Value::Bytes(b), t) if *t == Type::BYTEA => Box::new(b.clone()),
-        (Value::Str(s), t) if *t == Type::BYTEA => Box::new(s.clone().into_bytes()),
+        (Value::Str(s), t) if *t == Type::BYTEA => Box::new(s.as_bytes().to_vec()),
         _ => return Err(mismatch()),
     })
 }
@@ -70,7 +70,7 @@ fn column(row: &tokio_postgres::Row, i: usize) -> Result<Value, Error> {
     } else if *ty == Type::BYTEA {
         row.try_get::<_, Option<Vec<u8>>>(i).map(|v| v.map(Value::Bytes))
     } else if *ty == Type::TEXT || *ty == Type::VARCHAR || *ty == Type::BPCHAR {
-        row.try_get::<_, Option<String>>(i).map(|v| v.map(Value::Str))
+        row.try_get::<_, Option<String>>(i).map(|v| v.map(Value::from))
     } else {
         return Err(lost(format!("column {} has type {ty}, which the benchmark does not read", row.columns()[i].name())));
     };
@@ -158,7 +158,7 @@ impl PgPeer {
                     let row = (0..r.len())
                         .map(|i| match r.get(i) {
                             None => Value::Null,
-                            Some(t) => t.parse::<i64>().map(Value::Int).unwrap_or_else(|_| Value::Str(t.to_string())),
+                            Some(t) => t.parse::<i64>().map(Value::Int).unwrap_or_else(|_| Value::Str(t.to_string().into())),
                         })
                         .collect();
                     rows.push(row);

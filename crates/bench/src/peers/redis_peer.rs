@@ -26,11 +26,11 @@ fn from_redis(v: &Rv) -> Value {
         Rv::Int(i) => Value::Int(*i),
         // shape.rs decides between text and bytes.
         Rv::BulkString(b) => Value::Bytes(b.clone()),
-        Rv::SimpleString(s) => Value::Str(s.clone()),
+        Rv::SimpleString(s) => Value::Str(s.clone().into()),
         Rv::Okay => Value::Str("OK".into()),
         Rv::Double(f) => Value::Float(*f),
         Rv::Boolean(b) => Value::Bool(*b),
-        other => Value::Str(format!("{other:?}")),
+        other => Value::Str(format!("{other:?}").into()),
     }
 }
 

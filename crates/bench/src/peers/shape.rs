@@ -50,9 +50,9 @@ fn fix_types(proc: &str, rows: &mut [Vec<Value>]) {
         for (i, v) in row.iter_mut().enumerate() {
             let want_bytes = first_bytes && i == 0;
             let new = match std::mem::replace(v, Value::Null) {
-                Value::Str(s) if want_bytes => Value::Bytes(s.into_bytes()),
+                Value::Str(s) if want_bytes => Value::Bytes(s.as_bytes().to_vec()),
                 Value::Bytes(b) if !want_bytes => match String::from_utf8(b) {
-                    Ok(s) => Value::Str(s),
+                    Ok(s) => Value::Str(s.into()),
                     Err(e) => Value::Bytes(e.into_bytes()),
                 },
                 other => other,

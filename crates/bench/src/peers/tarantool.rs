@@ -45,7 +45,7 @@ fn from_mp(v: &Mp) -> Value {
         // Lua strings may hold any bytes; shape.rs decides between text and bytes.
         Mp::String(s) => Value::Bytes(s.as_bytes().to_vec()),
         Mp::Binary(b) => Value::Bytes(b.clone()),
-        other => Value::Str(other.to_string()),
+        other => Value::Str(other.to_string().into()),
     }
 }
 

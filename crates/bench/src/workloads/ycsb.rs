@@ -220,7 +220,7 @@ impl Ycsb {
             let r = conn.call("ScanAll", vec![Self::keyspace(), start_bytes, Value::Int(len)]).await;
             return classify(r, |a| {
                 let keys: Vec<String> = a.tables.first().map(|t| t.rows.iter().filter_map(|r| match r.get(1) {
-                    Some(Value::Str(k)) => Some(k.clone()),
+                    Some(Value::Str(k)) => Some(k.to_string()),
                     _ => None,
                 }).collect()).unwrap_or_default();
                 scan_outcome(&keys, &start, len)
@@ -235,7 +235,7 @@ impl Ycsb {
                         return Done::error(e.message);
                     }
                     runs.push(a.tables.first().map(|t| t.rows.iter().filter_map(|r| match r.get(1) {
-                        Some(Value::Str(k)) => Some(k.clone()),
+                        Some(Value::Str(k)) => Some(k.to_string()),
                         _ => None,
                     }).collect::<Vec<_>>()).unwrap_or_default());
                 }

@@ -45,7 +45,7 @@ pub fn parse_exec_args(text: &str) -> Result<Vec<Value>, String> {
                     }
                 }
             }
-            out.push(Value::Str(s));
+            out.push(Value::Str(s.into()));
         } else {
             let start = i;
             while i < chars.len() && !chars[i].is_whitespace() && chars[i] != ',' {
@@ -70,7 +70,7 @@ fn unquoted(word: &str) -> Value {
         && word.chars().any(|c| c.is_ascii_digit());
     match word.parse::<f64>() {
         Ok(f) if looks_numeric && f.is_finite() => Value::Float(f),
-        _ => Value::Str(word.to_string()),
+        _ => Value::Str(word.to_string().into()),
     }
 }
 

@@ -83,7 +83,7 @@ fn render_csv(t: &ResultTable) -> String {
     let header: Vec<String> = t
         .columns
         .iter()
-        .map(|c| csv_field(&Value::Str(c.name.to_string())))
+        .map(|c| csv_field(&Value::Str(c.name.to_string().into())))
         .collect();
     out.push_str(&header.join(","));
     out.push_str("\r\n");

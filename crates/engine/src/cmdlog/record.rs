@@ -184,7 +184,7 @@ mod tests {
             (i64::MIN + 1..=i64::MAX).prop_map(Value::Int),
             (-1.0e300..1.0e300f64).prop_map(Value::Float),
             (i128::MIN + 1..=i128::MAX).prop_map(Value::Decimal),
-            ".{0,20}".prop_map(Value::Str),
+            ".{0,20}".prop_map(Value::from),
             proptest::collection::vec(any::<u8>(), 0..20).prop_map(Value::Bytes),
             (i64::MIN + 1..=i64::MAX).prop_map(Value::Timestamp),
             any::<bool>().prop_map(Value::Bool),

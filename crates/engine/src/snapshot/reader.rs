@@ -378,7 +378,7 @@ mod tests {
         }
         vec![
             Value::Int(i),
-            Value::Str(format!("row {i} {}", "x".repeat(400))),
+            Value::Str(format!("row {i} {}", "x".repeat(400)).into()),
             Value::Float(i as f64 / 4.0),
             Value::Decimal(decimal::from_i64(i) + 5),
             Value::Timestamp(i * 1_000_003),

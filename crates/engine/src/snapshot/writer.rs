@@ -292,7 +292,7 @@ mod tests {
         let ids: Vec<_> = c.tables().map(|t| t.id).collect();
         for k in 0..500 {
             for &t in &ids {
-                live.insert(t, vec![Value::Int(k), Value::Str(format!("v{k}"))])
+                live.insert(t, vec![Value::Int(k), Value::Str(format!("v{k}").into())])
                     .unwrap();
             }
         }
