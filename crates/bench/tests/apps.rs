@@ -172,33 +172,33 @@ fn ycsb_put_merges_fields_and_scans_in_key_order() {
     use lockstep_bench::workloads::ycsb::{pack, unpack};
     rt().block_on(async {
         let conn = loaded(&apps::YCSB, "Store").await;
-        let ks = || Value::Bytes(b"usertable".to_vec());
+        let ks = || Value::Bytes(b"usertable"[..].into());
         let f = |n: &str, v: &str| (n.to_string(), v.as_bytes().to_vec());
-        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("a", "1"), f("b", "2"), f("c", "3")]))]).await;
-        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("b", "20"), f("d", "4")]))]).await;
+        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("a", "1"), f("b", "2"), f("c", "3")]).into())]).await;
+        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("b", "20"), f("d", "4")]).into())]).await;
         let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
         let Some(Value::Bytes(b)) = got.value(0, 0, 0) else { panic!("{got:?}") };
         assert_eq!(unpack(b).unwrap(), vec![f("a", "1"), f("c", "3"), f("b", "20"), f("d", "4")]);
         // Replacing the first and the last field keeps the run between them.
-        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("a", "10"), f("d", "40")]))]).await;
+        call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("a", "10"), f("d", "40")]).into())]).await;
         let merged = vec![f("c", "3"), f("b", "20"), f("a", "10"), f("d", "40")];
         let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
-        assert_eq!(got.value(0, 0, 0), Some(&Value::Bytes(pack(&merged))));
+        assert_eq!(got.value(0, 0, 0), Some(&Value::Bytes(pack(&merged).into())));
         // A map whose last value is cut short aborts and changes nothing.
         let mut cut = pack(&[f("c", "30")]);
         cut.pop();
-        let bad = conn.call("Put", vec![ks(), s("k1"), Value::Bytes(cut)]).await.unwrap();
+        let bad = conn.call("Put", vec![ks(), s("k1"), Value::Bytes(cut.into())]).await.unwrap();
         assert_eq!(bad.status, lockstep_bench::conn::STATUS_USER_ABORT);
         assert!(bad.describe().contains("truncated in field 1"), "{}", bad.describe());
         let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
-        assert_eq!(got.value(0, 0, 0), Some(&Value::Bytes(pack(&merged))));
+        assert_eq!(got.value(0, 0, 0), Some(&Value::Bytes(pack(&merged).into())));
         for k in ["k5", "k3", "k4", "k2", "k0"] {
-            call(&conn, "Put", vec![ks(), s(k), Value::Bytes(pack(&[f("a", k)]))]).await;
+            call(&conn, "Put", vec![ks(), s(k), Value::Bytes(pack(&[f("a", k)]).into())]).await;
         }
-        let scan = call(&conn, "ScanAll", vec![ks(), Value::Bytes(b"k2".to_vec()), i(3)]).await;
+        let scan = call(&conn, "ScanAll", vec![ks(), Value::Bytes(b"k2"[..].into()), i(3)]).await;
         let keys: Vec<&Value> = scan.tables[0].rows.iter().map(|r| &r[1]).collect();
         assert_eq!(keys, vec![&s("k2"), &s("k3"), &s("k4")]);
-        let parts = conn.call_all_partitions("Scan", vec![ks(), Value::Bytes(b"k2".to_vec()), i(3)]).await.unwrap();
+        let parts = conn.call_all_partitions("Scan", vec![ks(), Value::Bytes(b"k2"[..].into()), i(3)]).await.unwrap();
         let mut all = Vec::new();
         for p in &parts {
             assert!(p.is_success(), "{}", p.describe());

@@ -143,27 +143,27 @@ async fn voter(servers: &Servers) {
 
 async fn ycsb(servers: &Servers) {
     let b = Both::new(servers, &apps::YCSB, "Store").await;
-    let ks = Value::Bytes(b"usertable".to_vec());
+    let ks = Value::Bytes(b"usertable"[..].into());
     for n in 0..20u64 {
         let rec = pack(&[("field0".into(), format!("v{n}").into_bytes()), ("field1".into(), vec![0, 1, 2, 255])]);
-        b.same("Put", vec![ks.clone(), s(&key_of(n)), Value::Bytes(rec)], &[]).await;
+        b.same("Put", vec![ks.clone(), s(&key_of(n)), Value::Bytes(rec.into())], &[]).await;
     }
     // A merge keeps field1, replaces field0 and appends field2, in that order.
     let upd = pack(&[("field2".into(), b"new".to_vec()), ("field0".into(), b"x".to_vec())]);
-    b.same("Put", vec![ks.clone(), s(&key_of(3)), Value::Bytes(upd)], &[]).await;
+    b.same("Put", vec![ks.clone(), s(&key_of(3)), Value::Bytes(upd.into())], &[]).await;
     let got = b.same("Get", vec![ks.clone(), s(&key_of(3))], &[]).await;
     assert_eq!(
         got.value(0, 0, 0),
-        Some(&Value::Bytes(pack(&[("field1".into(), vec![0, 1, 2, 255]), ("field2".into(), b"new".to_vec()), ("field0".into(), b"x".to_vec())])))
+        Some(&Value::Bytes(pack(&[("field1".into(), vec![0, 1, 2, 255]), ("field2".into(), b"new".to_vec()), ("field0".into(), b"x".to_vec())]).into()))
     );
     b.same("Get", vec![ks.clone(), s("nobody")], &[]).await;
-    b.same("Put", vec![ks.clone(), s(&key_of(4)), Value::Bytes(vec![0, 0])], &[]).await;
+    b.same("Put", vec![ks.clone(), s(&key_of(4)), Value::Bytes(vec![0, 0].into())], &[]).await;
     // Scans: Lockstep's per-partition runs merged, against the peers' single run.
     let start = key_of(7);
     let scan = |conn: &Conn| {
         let (conn, ks, start) = (conn.clone(), ks.clone(), start.clone());
         async move {
-            let answers = conn.call_all_partitions("Scan", vec![ks, Value::Bytes(start.into_bytes()), i(5)]).await.unwrap();
+            let answers = conn.call_all_partitions("Scan", vec![ks, Value::Bytes(start.into_bytes().into()), i(5)]).await.unwrap();
             let runs = answers.iter().map(|a| a.tables[0].rows.iter().map(|r| format!("{:?}", r[1])).collect()).collect();
             lockstep_bench::workloads::ycsb::merge_sorted(runs, 5).unwrap()
         }

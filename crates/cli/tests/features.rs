@@ -120,7 +120,7 @@ async fn from_class_binds_the_lua_file_on_the_procedure_path() {
     let r = client.call("@AdHoc", vec![s("CREATE PROCEDURE FROM CLASS com.example.Missing")]).await.unwrap();
     assert_eq!(r.status, -2);
     assert!(r.status_string.unwrap_or_default().contains("Missing.lua"));
-    let r = client.call("@UpdateClasses", vec![Value::Bytes(vec![1, 2]), Value::Null]).await.unwrap();
+    let r = client.call("@UpdateClasses", vec![Value::Bytes(vec![1, 2].into()), Value::Null]).await.unwrap();
     assert_eq!(r.status, -2);
     assert!(r.status_string.unwrap_or_default().contains("Lua"));
 }

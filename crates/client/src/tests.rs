@@ -191,7 +191,7 @@ fn cluster_of_four() -> Auto {
             ]);
             hash.push(vec![
                 Value::from("ELASTIC"),
-                Value::Bytes(ring.config_bytes()),
+                Value::Bytes(ring.config_bytes().into()),
             ]);
             Some(Response::success(0, vec![topo, hash]))
         }

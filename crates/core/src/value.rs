@@ -9,6 +9,8 @@ use std::hash::{Hash, Hasher};
 
 pub use compact_str::CompactString;
 
+use std::sync::Arc;
+
 use crate::decimal;
 use crate::error::{Error, Result};
 use crate::time;
@@ -114,7 +116,9 @@ pub enum Value {
     Decimal(i128),
     /// Text; up to 24 bytes are kept inline (no allocation to make, copy or free).
     Str(CompactString),
-    Bytes(Vec<u8>),
+    /// Bytes, shared: a copy of a value (a 1 KB YCSB field read into a result, say) takes a
+    /// reference, not another allocation.
+    Bytes(Arc<[u8]>),
     /// Microseconds since the Unix epoch, UTC.
     Timestamp(i64),
     Bool(bool),
@@ -254,7 +258,7 @@ impl Value {
             (Array(_), _) => return Err(fail()),
             (v, DataType::Varchar) => Str(compact_str::ToCompactString::to_compact_string(v)),
             (Bytes(b), DataType::Varbinary) => Bytes(b.clone()),
-            (Str(s), DataType::Varbinary) => Bytes(parse_hex(s).ok_or_else(fail)?),
+            (Str(s), DataType::Varbinary) => Bytes(parse_hex(s).ok_or_else(fail)?.into()),
             (Timestamp(v), DataType::Timestamp) | (Int(v), DataType::Timestamp) => Timestamp(*v),
             (Str(s), DataType::Timestamp) => Timestamp(time::parse_timestamp(s).map_err(|_| fail())?),
             (Bool(b), DataType::Boolean) => Bool(*b),
@@ -374,7 +378,7 @@ impl Hash for Value {
             Value::Float(f) => f.to_bits().hash(state),
             Value::Decimal(d) => d.hash(state),
             Value::Str(s) => s.as_str().hash(state),
-            Value::Bytes(b) => b.hash(state),
+            Value::Bytes(b) => b[..].hash(state),
             Value::Bool(b) => b.hash(state),
             Value::Array(a) => a.hash(state),
         }
@@ -464,7 +468,7 @@ mod tests {
     #[test]
     fn strings_parse_into_numbers_bytes_and_timestamps() {
         assert_eq!(Value::from("42").coerce_to(DataType::Integer).unwrap(), Value::Int(42));
-        assert_eq!(Value::from("X'0aff'").coerce_to(DataType::Varbinary).unwrap(), Value::Bytes(vec![10, 255]));
+        assert_eq!(Value::from("X'0aff'").coerce_to(DataType::Varbinary).unwrap(), Value::Bytes((vec![10, 255]).into()));
         assert_eq!(Value::from("\\N").coerce_to(DataType::Integer).unwrap(), Value::Null);
         assert_eq!(
             Value::from("1970-01-01 00:00:01").coerce_to(DataType::Timestamp).unwrap(),

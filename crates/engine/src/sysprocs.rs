@@ -17,7 +17,7 @@ pub const HOST_ID: i32 = 0;
 pub(crate) fn str_param(call: &Call, i: usize, what: &str) -> Result<String> {
     match call.params.get(i) {
         Some(Value::Str(s)) => Ok(s.clone().into()),
-        Some(Value::Bytes(b)) => String::from_utf8(b.clone()).map_err(|_| Error::graceful(format!("{what} must be text"))),
+        Some(Value::Bytes(b)) => String::from_utf8(b.to_vec()).map_err(|_| Error::graceful(format!("{what} must be text"))),
         _ => Err(Error::graceful(format!("{} needs {what} as parameter {}", call.procedure, i + 1))),
     }
 }
@@ -206,7 +206,7 @@ pub fn topology(engine: &Engine) -> Vec<ResultTable> {
     let mp = format!("{HOST_ID}:{n}");
     parts.push(vec![Value::Int(MP_PARTITION_ID as i64), Value::Str(mp.clone().into()), Value::Str(mp.into())]);
     let mut hash = ResultTable::with_columns(&[("HASHTYPE", DataType::Varchar), ("HASHCONFIG", DataType::Varbinary)]);
-    hash.push(vec![Value::Str("ELASTIC".into()), Value::Bytes(engine.shared().ring.config_bytes())]);
+    hash.push(vec![Value::Str("ELASTIC".into()), Value::Bytes(engine.shared().ring.config_bytes().into())]);
     vec![parts, hash]
 }
 
@@ -277,7 +277,7 @@ fn partition_keys(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
         let key = match key_type {
             DataType::Integer => Value::Int(k),
             DataType::Varchar => Value::Str(k.to_string().into()),
-            _ => Value::Bytes((k as i32).to_be_bytes().to_vec()),
+            _ => Value::Bytes((k as i32).to_be_bytes()[..].into()),
         };
         t.push(vec![Value::Int(p as i64), key]);
     }

@@ -103,7 +103,7 @@ fn scalar_to_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result<Val
 /// it is not UTF-8).
 pub(crate) fn string_param(bytes: &[u8], ty: Option<DataType>) -> Option<Value> {
     if ty == Some(DataType::Varbinary) {
-        return Some(Value::Bytes(bytes.to_vec()));
+        return Some(Value::Bytes(bytes.into()));
     }
     std::str::from_utf8(bytes).ok().map(|text| Value::Str(text.into()))
 }
@@ -141,7 +141,7 @@ mod tests {
             d.as_string().unwrap().to_str().unwrap(),
             decimal::format(decimal::parse("12.5").unwrap())
         );
-        let b = s(&Value::Bytes(vec![0, 255]));
+        let b = s(&Value::Bytes(vec![0, 255].into()));
         assert_eq!(b.as_string().unwrap().as_bytes().to_vec(), vec![0u8, 255]);
         let a = s(&Value::Array(vec![Value::Int(1), Value::from("x")]));
         let t = a.as_table().unwrap();
@@ -155,7 +155,7 @@ mod tests {
         let s = LuaValue::String(lua.create_string(b"\xff\x00").unwrap());
         assert_eq!(
             to_param(&s, Some(DataType::Varbinary), 1).unwrap(),
-            Value::Bytes(vec![255, 0])
+            Value::Bytes(vec![255, 0].into())
         );
         assert!(to_param(&s, Some(DataType::Varchar), 1)
             .unwrap_err()

@@ -797,7 +797,7 @@ end
     let mut host = FakeHost::modified();
     let params = [
         Value::Decimal(dec),
-        Value::Bytes(vec![0, 1, 255]),
+        Value::Bytes((vec![0, 1, 255]).into()),
         Value::Timestamp(77),
         Value::Null,
         Value::Array(vec![Value::Int(5), Value::Int(6)]),
@@ -824,7 +824,7 @@ end
     ];
     assert_eq!(
         host.calls,
-        vec![(0, put), (1, vec![Value::Bytes(vec![0, 1, 255])])]
+        vec![(0, put), (1, vec![Value::Bytes((vec![0, 1, 255]).into())])]
     );
 
     // Raw bytes into a text parameter, a function, the wrong count: clear errors.
@@ -957,7 +957,7 @@ end
             Value::Float(0.5),
             Value::Decimal(dec),
             Value::from("text"),
-            Value::Bytes(vec![0, 255, 7]),
+            Value::Bytes((vec![0, 255, 7]).into()),
             Value::Timestamp(99),
             Value::Bool(true),
             Value::Null,
@@ -1048,7 +1048,7 @@ end
                 Value::Float(0.5),
                 Value::Decimal(dec),
                 Value::from("text"),
-                Value::Bytes(vec![0, 255, 7]),
+                Value::Bytes((vec![0, 255, 7]).into()),
                 Value::Timestamp(99),
                 Value::Bool(true),
                 Value::Null,

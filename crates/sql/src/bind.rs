@@ -593,7 +593,8 @@ impl Binder {
             | V::EscapedStringLiteral(s) => Value::Str(s.clone().into()),
             V::HexStringLiteral(h) => Value::Bytes(
                 lockstep_core::value::parse_hex(h)
-                    .ok_or_else(|| Error::sql(format!("bad hex literal X'{h}'")))?,
+                    .ok_or_else(|| Error::sql(format!("bad hex literal X'{h}'")))?
+                    .into(),
             ),
             V::Boolean(b) => Value::Bool(*b),
             V::Null => Value::Null,

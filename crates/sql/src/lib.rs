@@ -269,7 +269,7 @@ mod coerce_tests {
             Value::Decimal(7),
             Value::from("abc"),
             Value::from("\\N"),
-            Value::Bytes(vec![1, 2]),
+            Value::Bytes(vec![1, 2].into()),
             Value::Timestamp(9),
             Value::Bool(true),
         ];

@@ -44,8 +44,11 @@ fn heap_bytes(row: &[Value]) -> usize {
     let data: usize = row
         .iter()
         .map(|v| match v {
-            Value::Str(s) if s.capacity() > 0 => s.capacity() + ALLOC_OVERHEAD_BYTES,
-            Value::Bytes(b) if b.capacity() > 0 => b.capacity() + ALLOC_OVERHEAD_BYTES,
+            // Text of up to 24 bytes is inside the value.
+            Value::Str(s) if s.is_heap_allocated() => s.capacity() + ALLOC_OVERHEAD_BYTES,
+            // The bytes and the two reference counts before them (shared bytes are counted
+            // by every row that holds them).
+            Value::Bytes(b) => b.len() + 2 * std::mem::size_of::<usize>() + ALLOC_OVERHEAD_BYTES,
             _ => 0,
         })
         .sum();

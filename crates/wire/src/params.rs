@@ -80,7 +80,7 @@ fn decode_array(r: &mut Reader, what: &str) -> Result<Value> {
             if n < 0 {
                 return Err(malformed(format!("{what}: negative byte array length {n}")));
             }
-            Ok(Value::Bytes(r.bytes(n as usize, what)?.to_vec()))
+            Ok(Value::Bytes(r.bytes(n as usize, what)?.into()))
         }
         types::SMALLINT
         | types::INTEGER
@@ -249,7 +249,7 @@ mod tests {
     fn byte_arrays_become_bytes() {
         let mut out = vec![0, 1];
         encode_byte_array(&[9, 8, 7], &mut out);
-        assert_eq!(decode(&out).unwrap(), vec![Value::Bytes(vec![9, 8, 7])]);
+        assert_eq!(decode(&out).unwrap(), vec![Value::Bytes(vec![9, 8, 7].into())]);
     }
 
     #[test]

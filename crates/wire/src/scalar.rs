@@ -49,7 +49,7 @@ pub fn read(r: &mut Reader, code: WireType, what: &str) -> Result<Value> {
         },
         types::VARBINARY => match r.varbinary(what)? {
             None => Value::Null,
-            Some(b) => Value::Bytes(b.to_vec()),
+            Some(b) => Value::Bytes(b.into()),
         },
         other => {
             return Err(malformed(format!(

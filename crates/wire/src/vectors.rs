@@ -115,7 +115,7 @@ fn vote_vector_with_every_type() {
             Value::Null,
             Value::Timestamp(1_000_000),
             Value::Decimal(1_500_000_000_000),
-            Value::Bytes(vec![1, 2]),
+            Value::Bytes(vec![1, 2].into()),
             Value::Array(vec![Value::Int(1), Value::Int(2)]),
             Value::Array(vec![Value::from("a"), Value::Null]),
         ],
@@ -192,7 +192,7 @@ fn scalar_of(ty: DataType) -> BoxedStrategy<Value> {
             .boxed(),
         DataType::Varchar => ".{0,20}".prop_map(Value::from).boxed(),
         DataType::Varbinary => proptest::collection::vec(any::<u8>(), 0..20)
-            .prop_map(Value::Bytes)
+            .prop_map(|b| Value::Bytes(b.into()))
             .boxed(),
         DataType::Timestamp => ((i64::MIN + 1)..=i64::MAX)
             .prop_map(Value::Timestamp)

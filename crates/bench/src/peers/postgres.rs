@@ -50,9 +50,9 @@ fn param(v: &Value, ty: &Type) -> Result<Param, Error> {
         (Value::Int(i), t) if *t == Type::INT2 => Box::new(i16::try_from(*i).map_err(|_| mismatch())?),
         (Value::Str(s), t) if *t == Type::TEXT || *t == Type::VARCHAR => Box::new(s.to_string()),
         (Value::Bytes(b), t) if *t == Type::TEXT || *t == Type::VARCHAR => {
-            Box::new(String::from_utf8(b.clone()).map_err(|_| mismatch())?)
+            Box::new(String::from_utf8(b.to_vec()).map_err(|_| mismatch())?)
         }
-        (Value::Bytes(b), t) if *t == Type::BYTEA => Box::new(b.clone()),
+        (Value::Bytes(b), t) if *t == Type::BYTEA => Box::new(b.to_vec()),
         (Value::Str(s), t) if *t == Type::BYTEA => Box::new(s.as_bytes().to_vec()),
         _ => return Err(mismatch()),
     })
@@ -68,7 +68,7 @@ fn column(row: &tokio_postgres::Row, i: usize) -> Result<Value, Error> {
     } else if *ty == Type::INT2 {
         row.try_get::<_, Option<i16>>(i).map(|v| v.map(|v| Value::Int(v as i64)))
     } else if *ty == Type::BYTEA {
-        row.try_get::<_, Option<Vec<u8>>>(i).map(|v| v.map(Value::Bytes))
+        row.try_get::<_, Option<Vec<u8>>>(i).map(|v| v.map(|b| Value::Bytes(b.into())))
     } else if *ty == Type::TEXT || *ty == Type::VARCHAR || *ty == Type::BPCHAR {
         row.try_get::<_, Option<String>>(i).map(|v| v.map(Value::from))
     } else {

@@ -25,7 +25,7 @@ fn from_redis(v: &Rv) -> Value {
         Rv::Nil => Value::Null,
         Rv::Int(i) => Value::Int(*i),
         // shape.rs decides between text and bytes.
-        Rv::BulkString(b) => Value::Bytes(b.clone()),
+        Rv::BulkString(b) => Value::Bytes(b.clone().into()),
         Rv::SimpleString(s) => Value::Str(s.clone().into()),
         Rv::Okay => Value::Str("OK".into()),
         Rv::Double(f) => Value::Float(*f),
@@ -54,7 +54,7 @@ fn arg(cmd: &mut redis::Cmd, v: &Value) {
         Value::Float(f) => cmd.arg(*f),
         Value::Decimal(d) => cmd.arg(d.to_string()),
         Value::Str(s) => cmd.arg(s.as_str()),
-        Value::Bytes(b) => cmd.arg(b.as_slice()),
+        Value::Bytes(b) => cmd.arg(&b[..]),
         Value::Bool(b) => cmd.arg(i64::from(*b)),
         Value::Array(_) => cmd.arg(""),
     };

@@ -50,10 +50,10 @@ fn fix_types(proc: &str, rows: &mut [Vec<Value>]) {
         for (i, v) in row.iter_mut().enumerate() {
             let want_bytes = first_bytes && i == 0;
             let new = match std::mem::replace(v, Value::Null) {
-                Value::Str(s) if want_bytes => Value::Bytes(s.as_bytes().to_vec()),
-                Value::Bytes(b) if !want_bytes => match String::from_utf8(b) {
+                Value::Str(s) if want_bytes => Value::Bytes(s.as_bytes().into()),
+                Value::Bytes(b) if !want_bytes => match String::from_utf8(b.to_vec()) {
                     Ok(s) => Value::Str(s.into()),
-                    Err(e) => Value::Bytes(e.into_bytes()),
+                    Err(e) => Value::Bytes(e.into_bytes().into()),
                 },
                 other => other,
             };
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn ycsb_values_are_bytes_and_keys_text() {
-        let a = answer("Scan", Ok(vec![vec![Value::Str("v".into()), Value::Bytes(b"k".to_vec())]]));
-        assert_eq!(a.tables[0].rows[0], vec![Value::Bytes(b"v".to_vec()), Value::Str("k".into())]);
+        let a = answer("Scan", Ok(vec![vec![Value::Str("v".into()), Value::Bytes(b"k"[..].into())]]));
+        assert_eq!(a.tables[0].rows[0], vec![Value::Bytes(b"v"[..].into()), Value::Str("k".into())]);
     }
 }

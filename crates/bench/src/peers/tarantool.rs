@@ -29,7 +29,7 @@ fn to_mp(v: &Value) -> Mp {
         Value::Float(f) => Mp::from(*f),
         Value::Decimal(d) => Mp::from(d.to_string()),
         Value::Str(s) => Mp::from(s.as_str()),
-        Value::Bytes(b) => Mp::Binary(b.clone()),
+        Value::Bytes(b) => Mp::Binary(b.to_vec()),
         Value::Bool(b) => Mp::Boolean(*b),
         Value::Array(a) => Mp::Array(a.iter().map(to_mp).collect()),
     }
@@ -43,8 +43,8 @@ fn from_mp(v: &Mp) -> Value {
         Mp::F32(f) => float(*f as f64),
         Mp::F64(f) => float(*f),
         // Lua strings may hold any bytes; shape.rs decides between text and bytes.
-        Mp::String(s) => Value::Bytes(s.as_bytes().to_vec()),
-        Mp::Binary(b) => Value::Bytes(b.clone()),
+        Mp::String(s) => Value::Bytes(s.as_bytes().into()),
+        Mp::Binary(b) => Value::Bytes(b.clone().into()),
         other => Value::Str(other.to_string().into()),
     }
 }

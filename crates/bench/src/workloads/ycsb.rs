@@ -158,7 +158,7 @@ impl Ycsb {
     }
 
     fn keyspace() -> Value {
-        Value::Bytes(KEYSPACE.as_bytes().to_vec())
+        Value::Bytes(KEYSPACE.as_bytes().into())
     }
 
     fn pick_existing(&self, rng: &mut Rng) -> u64 {
@@ -183,7 +183,7 @@ impl Ycsb {
         versions.sent[f] += 1;
         let version = versions.sent[f];
         let data = pack(&[(format!("field{f}"), field_value(i, f, version))]);
-        let r = conn.call_in_order("Put", vec![Self::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(data)], versions).await;
+        let r = conn.call_in_order("Put", vec![Self::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(data.into())], versions).await;
         let done = classify(r, |_| Done::ok("written"));
         if matches!(done, Done::Ok { .. }) {
             let mut versions = self.versions[i as usize].lock().await;
@@ -197,7 +197,7 @@ impl Ycsb {
         if i as usize >= self.versions.len() {
             return None;
         }
-        let r = conn.call("Put", vec![Self::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(full_record(i))]).await;
+        let r = conn.call("Put", vec![Self::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(full_record(i).into())]).await;
         let done = classify(r, |_| Done::ok("inserted"));
         if matches!(done, Done::Ok { .. }) {
             // Inserts finish out of order: readers see only the unbroken run of finished ones.
@@ -215,7 +215,7 @@ impl Ycsb {
     async fn scan(&self, conn: &Conn, rng: &mut Rng) -> Done {
         let start = key_of(self.pick_existing(rng));
         let len = rng.range(1, SCAN_LENGTH_MAX);
-        let start_bytes = Value::Bytes(start.clone().into_bytes());
+        let start_bytes = Value::Bytes(start.clone().into_bytes().into());
         if self.scan_all {
             let r = conn.call("ScanAll", vec![Self::keyspace(), start_bytes, Value::Int(len)]).await;
             return classify(r, |a| {
@@ -290,7 +290,7 @@ impl Workload for Ycsb {
         populate("ycsb records", self.records, move |i| {
             let conn = conn2.clone();
             async move {
-                let params = vec![Ycsb::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(full_record(i))];
+                let params = vec![Ycsb::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(full_record(i).into())];
                 let a = conn.call("Put", params).await?;
                 ok_or_err(&a).map_err(|e| e.context(format!("Put(record {i})")))
             }

@@ -185,7 +185,7 @@ mod tests {
             (-1.0e300..1.0e300f64).prop_map(Value::Float),
             (i128::MIN + 1..=i128::MAX).prop_map(Value::Decimal),
             ".{0,20}".prop_map(Value::from),
-            proptest::collection::vec(any::<u8>(), 0..20).prop_map(Value::Bytes),
+            proptest::collection::vec(any::<u8>(), 0..20).prop_map(|b| Value::Bytes(b.into())),
             (i64::MIN + 1..=i64::MAX).prop_map(Value::Timestamp),
             any::<bool>().prop_map(Value::Bool),
             proptest::collection::vec(i64::MIN + 1..=i64::MAX, 0..5)

@@ -383,7 +383,7 @@ mod tests {
             Value::Decimal(decimal::from_i64(i) + 5),
             Value::Timestamp(i * 1_000_003),
             Value::Bool(i % 2 == 0),
-            Value::Bytes(vec![i as u8; 3]),
+            Value::Bytes(vec![i as u8; 3].into()),
             Value::Int(i % 100),
         ]
     }
