@@ -232,7 +232,7 @@ impl Coordinator {
                 }
                 MpWork::Snapshot { reply } => self.start_snapshot(reply),
                 MpWork::Restore { id, reply } => {
-                    let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::Str(id.clone().into())] };
+                    let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::from(id.as_str())] };
                     let outcome = match self.restore_fn(&id) {
                         Ok(f) => self.logged_transaction(None, Some(record), |_, runner, _| restore(runner, f)),
                         Err(e) => Outcome::error(e),
@@ -475,7 +475,7 @@ impl Coordinator {
             }
             return Err(e);
         }
-        let params: Vec<Value> = records.iter().map(|r| Value::Str(r.clone().into())).collect();
+        let params: Vec<Value> = records.iter().map(|r| Value::from(r.as_str())).collect();
         let record = Record::Mp { txn_id: 0, procedure: "@DDL".into(), params };
         if let Err(e) = self.install_on_sites(next.clone(), Some(record), replay_id) {
             // Put the old catalog back, in a second MP transaction that is in the log too, so

@@ -472,7 +472,7 @@ impl Header {
     }
 
     fn row(&self, site: Option<(i64, i64)>) -> Vec<Value> {
-        let mut r = vec![Value::Int(self.timestamp), Value::Int(sysprocs::HOST_ID as i64), Value::Str(self.hostname.clone().into())];
+        let mut r = vec![Value::Int(self.timestamp), Value::Int(sysprocs::HOST_ID as i64), Value::from(self.hostname.as_str())];
         if let Some((site, partition)) = site {
             r.extend([Value::Int(site), Value::Int(partition)]);
         }
@@ -524,7 +524,7 @@ fn procedure_table(h: &Header, sites: &[SiteFigures], mp: &[(String, ProcCounter
     for (site, (name, c)) in rows {
         let mut r = h.row(Some(site));
         r.extend([
-            Value::Str(name.clone().into()),
+            Value::from(name.as_str()),
             int(c.invocations),
             int(c.invocations),
             int(c.min_ns),
@@ -613,7 +613,7 @@ fn table_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
             let mut r = h.row(Some((i as i64, i as i64)));
             let exported = matches!(f.def.kind, lockstep_core::TableKind::Stream { target: Some(_) });
             r.extend([
-                Value::Str(f.def.name.clone().into()),
+                Value::from(f.def.name.as_str()),
                 Value::Str(table_type(&f.def).into()),
                 int(f.tuples),
                 kb(f.memory_bytes),
@@ -652,8 +652,8 @@ fn index_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
                 let kind = if unique { "CompactingTreeUniqueIndex" } else { "CompactingTreeMultiMapIndex" };
                 let mut r = h.row(Some((i as i64, i as i64)));
                 r.extend([
-                    Value::Str(ix.name.clone().into()),
-                    Value::Str(f.def.name.clone().into()),
+                    Value::from(ix.name.as_str()),
+                    Value::from(f.def.name.as_str()),
                     Value::Str(kind.into()),
                     Value::Int(unique as i64),
                     Value::Int(0),

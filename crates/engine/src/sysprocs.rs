@@ -166,7 +166,7 @@ fn snapshot_scan(engine: &Engine) -> Result<Vec<ResultTable>> {
     for (dir, why) in &scan.rejected {
         let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let row = vec![Value::Str(dir.display().to_string().into()), Value::Str(name.into()), Value::Null, Value::Null, Value::Null, Value::Null];
-        t.push(row.into_iter().chain([Value::Str("FAILURE".into()), Value::Str(why.clone().into())]).collect());
+        t.push(row.into_iter().chain([Value::Str("FAILURE".into()), Value::from(why.as_str())]).collect());
     }
     Ok(vec![t])
 }
@@ -201,10 +201,10 @@ pub fn topology(engine: &Engine) -> Vec<ResultTable> {
     let n = engine.partition_count();
     for p in 0..n {
         let site = format!("{HOST_ID}:{p}");
-        parts.push(vec![Value::Int(p as i64), Value::Str(site.clone().into()), Value::Str(site.into())]);
+        parts.push(vec![Value::Int(p as i64), Value::from(site.as_str()), Value::Str(site.into())]);
     }
     let mp = format!("{HOST_ID}:{n}");
-    parts.push(vec![Value::Int(MP_PARTITION_ID as i64), Value::Str(mp.clone().into()), Value::Str(mp.into())]);
+    parts.push(vec![Value::Int(MP_PARTITION_ID as i64), Value::from(mp.as_str()), Value::Str(mp.into())]);
     let mut hash = ResultTable::with_columns(&[("HASHTYPE", DataType::Varchar), ("HASHCONFIG", DataType::Varbinary)]);
     hash.push(vec![Value::Str("ELASTIC".into()), Value::Bytes(engine.shared().ring.config_bytes().into())]);
     vec![parts, hash]
@@ -429,7 +429,7 @@ fn explain_proc(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
             Ok(p) => lockstep_sql::explain(&p),
             Err(e) => format!("cannot plan: {}", e.message),
         };
-        t.push(vec![Value::Str(format!("sql{i}").into()), Value::Str(sql.clone().into()), Value::Str(plan.into())]);
+        t.push(vec![Value::Str(format!("sql{i}").into()), Value::from(sql.as_str()), Value::Str(plan.into())]);
     }
     Ok(vec![t])
 }

@@ -62,7 +62,7 @@ impl LiveClients {
             t.push(vec![
                 Value::Int(now),
                 Value::Int(sysprocs::HOST_ID as i64),
-                Value::Str(host.clone().into()),
+                Value::from(host.as_str()),
                 Value::Int(*id),
                 Value::Str(w.peer.to_string().into()),
                 Value::Int(0),

@@ -590,7 +590,7 @@ impl Binder {
             V::SingleQuotedString(s)
             | V::DoubleQuotedString(s)
             | V::NationalStringLiteral(s)
-            | V::EscapedStringLiteral(s) => Value::Str(s.clone().into()),
+            | V::EscapedStringLiteral(s) => Value::from(s.as_str()),
             V::HexStringLiteral(h) => Value::Bytes(
                 lockstep_core::value::parse_hex(h)
                     .ok_or_else(|| Error::sql(format!("bad hex literal X'{h}'")))?

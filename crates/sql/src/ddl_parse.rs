@@ -279,7 +279,7 @@ fn default_value(c: &mut Cursor, ty: DataType, col: &str) -> Result<Value> {
         .ok_or_else(|| Error::sql(format!("missing DEFAULT value for column {col}")))?;
     let v = match t.kind {
         TokKind::Number => number_literal(&format!("{}{}", if neg { "-" } else { "" }, t.text))?,
-        TokKind::Str if !neg => Value::Str(t.text.clone().into()),
+        TokKind::Str if !neg => Value::from(t.text.as_str()),
         TokKind::Word if !neg => match t.text.to_ascii_uppercase().as_str() {
             "NULL" => Value::Null,
             "TRUE" => Value::Bool(true),

@@ -419,8 +419,8 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
             }
             Value::Float(if f == Func::Ln { x.ln() } else { x.log10() })
         }
-        Func::Upper => Value::Str((str_arg(f, v0)?.to_uppercase()).into()),
-        Func::Lower => Value::Str((str_arg(f, v0)?.to_lowercase()).into()),
+        Func::Upper => Value::Str(str_arg(f, v0)?.to_uppercase().into()),
+        Func::Lower => Value::Str(str_arg(f, v0)?.to_lowercase().into()),
         Func::Trim(side) => {
             let s = str_arg(f, v0)?;
             let chars: Vec<char> = match vals.get(1) {

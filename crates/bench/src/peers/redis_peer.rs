@@ -26,7 +26,7 @@ fn from_redis(v: &Rv) -> Value {
         Rv::Int(i) => Value::Int(*i),
         // shape.rs decides between text and bytes.
         Rv::BulkString(b) => Value::Bytes(b.clone().into()),
-        Rv::SimpleString(s) => Value::Str(s.clone().into()),
+        Rv::SimpleString(s) => Value::from(s.as_str()),
         Rv::Okay => Value::Str("OK".into()),
         Rv::Double(f) => Value::Float(*f),
         Rv::Boolean(b) => Value::Bool(*b),
