@@ -32,16 +32,7 @@ fn column_code(ty: DataType) -> i8 {
 pub fn encode_table(t: &ResultTable, out: &mut Vec<u8>) {
     debug_assert!(t.columns.len() <= i16::MAX as usize);
     let total_at = begin_len(out);
-    let header_at = begin_len(out);
-    put_i8(out, TABLE_STATUS);
-    put_i16(out, t.columns.len() as i16);
-    for c in t.columns.iter() {
-        put_i8(out, column_code(c.ty));
-    }
-    for c in t.columns.iter() {
-        put_string(out, &c.name);
-    }
-    patch_len(out, header_at);
+    put_header(&t.columns, out);
     put_i32(out, t.rows.len() as i32);
     for row in &t.rows {
         debug_assert_eq!(
@@ -60,6 +51,48 @@ pub fn encode_table(t: &ResultTable, out: &mut Vec<u8>) {
         patch_len(out, row_at);
     }
     patch_len(out, total_at);
+}
+
+// Table headers encoded recently on this thread, by the columns they describe, newest
+// last. A statement's results share one set of columns, so the front end encodes each
+// header once instead of per response (34 names for every TATP `GetSubscriberData`). An
+// entry holds its columns, so their address cannot be reused by other columns meanwhile.
+thread_local! {
+    static ENCODED_HEADERS: RefCell<VecDeque<(Arc<[ResultColumn]>, Box<[u8]>)>> =
+        RefCell::new(VecDeque::with_capacity(HEADER_CACHE_ENTRIES));
+}
+
+/// Appends the header of a table with `columns`, with its length.
+fn put_header(columns: &Arc<[ResultColumn]>, out: &mut Vec<u8>) {
+    ENCODED_HEADERS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((_, bytes)) = cache.iter().find(|(c, _)| Arc::ptr_eq(c, columns)) {
+            out.extend_from_slice(bytes);
+            return;
+        }
+        let start = out.len();
+        encode_header(columns, out);
+        if out.len() - start > HEADER_CACHED_BYTES_MAX {
+            return;
+        }
+        if cache.len() == HEADER_CACHE_ENTRIES {
+            cache.pop_front();
+        }
+        cache.push_back((columns.clone(), out[start..].into()));
+    })
+}
+
+fn encode_header(columns: &[ResultColumn], out: &mut Vec<u8>) {
+    let header_at = begin_len(out);
+    put_i8(out, TABLE_STATUS);
+    put_i16(out, columns.len() as i16);
+    for c in columns {
+        put_i8(out, column_code(c.ty));
+    }
+    for c in columns {
+        put_string(out, &c.name);
+    }
+    patch_len(out, header_at);
 }
 
 /// Reads one serialized table, checking every length against the bytes it claims.
@@ -239,5 +272,34 @@ mod tests {
         assert!(!Arc::ptr_eq(&a1.columns, &b.columns));
         assert_eq!((&*b.columns[1].name, b.columns[1].ty), ("NOTE", DataType::Varchar));
         assert_eq!(b.rows, vec![vec![Value::Int(3), Value::from("NOTE")]]);
+    }
+
+    #[test]
+    fn a_header_encoded_from_the_cache_is_the_header_encoded_afresh() {
+        let encode = |t: &ResultTable| {
+            let mut out = Vec::new();
+            encode_table(t, &mut out);
+            out
+        };
+        let shared = ResultTable::with_columns(&[("ID", DataType::BigInt), ("NAME", DataType::Varchar)]);
+        let mut first = ResultTable::new(shared.columns.clone());
+        first.push(vec![Value::Int(1), Value::from("a")]);
+        let mut again = ResultTable::new(shared.columns.clone());
+        again.push(vec![Value::Int(1), Value::from("a")]);
+        // Equal columns in another allocation: encoded afresh, to the same bytes.
+        let mut fresh = ResultTable::with_columns(&[("ID", DataType::BigInt), ("NAME", DataType::Varchar)]);
+        fresh.push(vec![Value::Int(1), Value::from("a")]);
+        assert_eq!(encode(&first), encode(&fresh));
+        assert_eq!(encode(&again), encode(&fresh));
+        // Other columns never take a kept header, even many tables later.
+        for i in 0..2 * HEADER_CACHE_ENTRIES {
+            let name = format!("C{i}");
+            let mut t = ResultTable::with_columns(&[(name.as_str(), DataType::Integer)]);
+            t.push(vec![Value::Int(i as i64)]);
+            let back = decode_table(&mut Reader::new(&encode(&t))).unwrap();
+            assert_eq!((&*back.columns[0].name, back.columns[0].ty), (name.as_str(), DataType::Integer));
+            assert_eq!(back.rows, t.rows);
+        }
+        assert_eq!(decode_table(&mut Reader::new(&encode(&again))).unwrap(), again);
     }
 }
