@@ -468,7 +468,7 @@ mod tests {
     #[test]
     fn strings_parse_into_numbers_bytes_and_timestamps() {
         assert_eq!(Value::from("42").coerce_to(DataType::Integer).unwrap(), Value::Int(42));
-        assert_eq!(Value::from("X'0aff'").coerce_to(DataType::Varbinary).unwrap(), Value::Bytes((vec![10, 255]).into()));
+        assert_eq!(Value::from("X'0aff'").coerce_to(DataType::Varbinary).unwrap(), Value::Bytes(vec![10, 255].into()));
         assert_eq!(Value::from("\\N").coerce_to(DataType::Integer).unwrap(), Value::Null);
         assert_eq!(
             Value::from("1970-01-01 00:00:01").coerce_to(DataType::Timestamp).unwrap(),

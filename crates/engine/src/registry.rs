@@ -32,8 +32,9 @@ impl ProcRoute {
 
 enum ProcImpl {
     Sql(Arc<Prepared>),
-    /// The body lives in the Lua runtime under the same (lower-case) name.
-    Lua { stmts: Vec<Arc<Prepared>> },
+    /// The body lives in the Lua runtime under `key`, the lower-case name (passed to it as
+    /// is, so a call is not lower-cased twice).
+    Lua { key: String, stmts: Vec<Arc<Prepared>> },
 }
 
 struct ProcEntry {
@@ -84,7 +85,7 @@ impl Registry {
     pub fn reads_only(&self, name: &str) -> bool {
         match get_ignoring_case(&self.procs, name).map(|e| &e.imp) {
             Some(ProcImpl::Sql(p)) => p.read_only,
-            Some(ProcImpl::Lua { stmts }) => stmts.iter().all(|p| p.read_only),
+            Some(ProcImpl::Lua { stmts, .. }) => stmts.iter().all(|p| p.read_only),
             None => false,
         }
     }
@@ -144,7 +145,7 @@ impl Registry {
                     Ok(info)
                 };
                 self.lua.load(&def.name, path, source, &mut prepare)?;
-                ProcImpl::Lua { stmts }
+                ProcImpl::Lua { key: def.name.to_ascii_lowercase(), stmts }
             }
         };
         Ok(ProcEntry { name: def.name.clone(), imp })
@@ -170,9 +171,9 @@ impl Registry {
                 let table = runner.run(p, params)?;
                 Ok(ProcOutput { tables: vec![table], app_status: -128, app_status_string: None })
             }
-            ProcImpl::Lua { stmts } => {
+            ProcImpl::Lua { key, stmts } => {
                 let mut host = LuaHost { stmts, runner };
-                self.lua.call(name, params, ctx, &mut host)
+                self.lua.call(key, params, ctx, &mut host)
             }
         }
     }

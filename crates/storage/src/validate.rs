@@ -110,7 +110,7 @@ mod tests {
             &[
                 Value::Int(7),
                 Value::from("12"),
-                Value::Bytes((vec![10, 255]).into())
+                Value::Bytes(vec![10, 255].into())
             ]
         );
     }
@@ -130,7 +130,7 @@ mod tests {
         );
         let err = check_row(
             &def(),
-            vec![Value::Int(1), Value::Null, Value::Bytes((vec![1, 2, 3]).into())],
+            vec![Value::Int(1), Value::Null, Value::Bytes(vec![1, 2, 3].into())],
         )
         .unwrap_err();
         assert_eq!(

@@ -869,7 +869,7 @@ mod tests {
             txn_id: i,
             partition: 0,
             procedure: "Vote".into(),
-            params: vec![lockstep_core::Value::Bytes((vec![7; 100_000]).into())],
+            params: vec![lockstep_core::Value::Bytes(vec![7; 100_000].into())],
         };
         let mut i = 3;
         while list_segments(dir.path()).unwrap().len() < 2 {
