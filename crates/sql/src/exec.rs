@@ -431,23 +431,17 @@ pub fn run_select(
     let limit = count_of(&plan.limit, env, "LIMIT")?;
     let offset = count_of(&plan.offset, env, "OFFSET")?.unwrap_or(0);
     let need_sort = !plan.order.is_empty() && (!plan.sorted_by_index || force_sort);
-    let streaming = plan.agg.is_none() && !plan.distinct && !need_sort;
-    let stop_at = if streaming {
-        limit.map(|l| l.saturating_add(offset))
-    } else {
-        None
-    };
-    let mut out = Collected { rows: Vec::new() };
-    if stop_at == Some(0) {
-        return Ok(finish(plan, out, need_sort, offset, limit));
+    if plan.agg.is_none() && !plan.distinct && !need_sort {
+        return stream_rows(plan, src, env, offset, limit.map(|l| l.saturating_add(offset)));
     }
+    let mut out = Collected { rows: Vec::new() };
     match &plan.agg {
         None => {
             join_rows(plan, src, env, &mut |row| {
                 let o = eval_all(&plan.output, row, env)?;
                 let h = eval_all(&plan.hidden, row, env)?;
                 out.rows.push((o, h));
-                Ok(stop_at.is_none_or(|s| out.rows.len() < s))
+                Ok(true)
             })?;
         }
         Some(agg) => {
@@ -497,6 +491,30 @@ pub fn run_select(
         }
     }
     Ok(finish(plan, out, need_sort, offset, limit))
+}
+
+/// A plan whose rows come out in the order they are found, with nothing to group, sort or
+/// deduplicate: its output rows go straight into the result (most point reads).
+fn stream_rows(
+    plan: &SelectPlan,
+    src: &dyn RowSource,
+    env: &Env,
+    offset: usize,
+    stop_at: Option<usize>,
+) -> Result<ResultTable> {
+    let mut t = ResultTable::new(plan.columns.clone());
+    if stop_at == Some(0) {
+        return Ok(t);
+    }
+    let mut seen = 0usize;
+    join_rows(plan, src, env, &mut |row| {
+        seen += 1;
+        if seen > offset {
+            t.rows.push(eval_all(&plan.output, row, env)?);
+        }
+        Ok(stop_at.is_none_or(|s| seen < s))
+    })?;
+    Ok(t)
 }
 
 fn finish(

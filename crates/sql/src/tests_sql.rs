@@ -281,6 +281,15 @@ fn order_limit_offset_distinct() {
         db.rows("SELECT id FROM emp ORDER BY id LIMIT 2 OFFSET 3"),
         vec![vec![i(4)], vec![i(5)]]
     );
+    // Rows streamed in index order (no sort step): LIMIT 0, OFFSET alone, OFFSET past the
+    // end, and a join, whose rows stream too.
+    assert_eq!(db.rows("SELECT id FROM emp ORDER BY id LIMIT 0"), Vec::<Vec<Value>>::new());
+    assert_eq!(db.rows("SELECT id FROM emp ORDER BY id OFFSET 4"), vec![vec![i(5)]]);
+    assert_eq!(db.rows("SELECT id FROM emp ORDER BY id LIMIT 3 OFFSET 9"), Vec::<Vec<Value>>::new());
+    assert_eq!(
+        db.rows("SELECT e.id, d.title FROM emp e, dept d WHERE d.id = e.dept AND e.id >= 2 ORDER BY e.id LIMIT 2 OFFSET 1"),
+        vec![vec![i(3), s("ops")], vec![i(5), s("ops")]]
+    );
     assert_eq!(
         db.rows("SELECT id AS k FROM emp ORDER BY k DESC LIMIT 1"),
         vec![vec![i(5)]]
