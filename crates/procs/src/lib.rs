@@ -9,6 +9,7 @@ mod errors;
 mod output;
 mod raw_result;
 mod raw_stmt;
+mod result_obj;
 mod rng;
 mod runtime;
 mod sandbox;

@@ -6,8 +6,8 @@
 use lockstep_core::{DataType, Error, ResultTable, Value};
 use mlua::{AnyUserData, MultiValue, Value as LuaValue};
 
+use crate::result_obj::{self, Taken};
 use crate::shared::Shared;
-use crate::stmt::ResultObj;
 
 /// Most result tables one call may return.
 pub(crate) const RETURN_TABLES_MAX: usize = 10_000;
@@ -20,6 +20,7 @@ pub(crate) fn tables(
     returned: MultiValue,
 ) -> Result<Vec<ResultTable>, Error> {
     let mut out = Collector {
+        shared,
         procedure,
         tables: Vec::new(),
         taken: Vec::new(),
@@ -58,6 +59,7 @@ pub(crate) fn tables(
 }
 
 struct Collector<'a> {
+    shared: &'a Shared,
     procedure: &'a str,
     tables: Vec<ResultTable>,
     /// Result objects already moved out: their address and their index in `tables`.
@@ -87,21 +89,13 @@ impl Collector<'_> {
                     .push(single(DataType::Varchar, Value::Str((&*text).into()))),
                 Err(_) => return Err(self.bad("a string that is not valid UTF-8 text")),
             },
-            LuaValue::UserData(ud) if self.was_taken(&ud) || ud.is::<ResultObj>() => {
-                self.add_result(ud)?
-            }
+            LuaValue::UserData(ud) => self.add_result(ud)?,
             other => return Err(self.bad(&describe(&other))),
         }
         Ok(())
     }
 
-    /// Whether `ud` is a result already moved out by this collector (it then no longer
-    /// looks like a ResultObj to mlua).
-    fn was_taken(&self, ud: &AnyUserData) -> bool {
-        let addr = ud.to_pointer();
-        self.taken.iter().any(|(a, _)| *a == addr)
-    }
-
+    /// Moves the table out of a result object; a result returned twice is copied.
     fn add_result(&mut self, ud: AnyUserData) -> Result<(), Error> {
         let addr = ud.to_pointer();
         if let Some(&(_, i)) = self.taken.iter().find(|(a, _)| *a == addr) {
@@ -109,20 +103,14 @@ impl Collector<'_> {
             self.tables.push(copy);
             return Ok(());
         }
-        match ud.take::<ResultObj>() {
-            Ok(obj) => {
+        match result_obj::take(self.shared, &ud) {
+            Taken::Table(table) => {
                 self.taken.push((addr, self.tables.len()));
-                self.tables.push(obj.table);
+                self.tables.push(table);
                 Ok(())
             }
-            // Still borrowed (e.g. by a live rows() iterator): copy instead of moving.
-            Err(_) => match ud.borrow::<ResultObj>() {
-                Ok(obj) => {
-                    self.tables.push(obj.table.clone());
-                    Ok(())
-                }
-                Err(e) => Err(self.bad(&format!("an unusable result ({e})"))),
-            },
+            Taken::Gone => Err(self.bad("a result already returned by an earlier call")),
+            Taken::NotAResult => Err(self.bad(&describe(&LuaValue::UserData(ud)))),
         }
     }
 }

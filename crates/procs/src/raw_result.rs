@@ -3,70 +3,87 @@
 //! Charging's `ReportQuotaUsage` builds three small result tables on every call, and the
 //! mlua callback spent about 7,000 instructions on each (callgrind): every name, row and cell
 //! read through `Table::raw_get` makes a reference to its Lua value. Here the two tables
-//! are read with the Lua C API, which makes none; a Rust function kept in the registry
-//! (`WRAP`) then makes the result object. Anything unusual (an argument that is not a
-//! table, a bad name or cell, a cell of another type than its column's) goes to the Rust
+//! are read with the Lua C API, which makes none, and the result object is made as
+//! `stmt:query` makes it (`result_obj`). Anything unusual (an argument that is not a table,
+//! a bad name or cell, a cell of another type than its column's) goes to the Rust
 //! `result_table`, which gives the usual errors.
 //!
 //! The rules of `raw_stmt.rs` hold here too: the parse calls no Lua function that can raise,
-//! and the frame that calls back into Lua owns nothing. The parsed table travels to `WRAP`
-//! as a raw pointer that `WRAP` takes back into a `Box` first thing; only running out of
-//! memory inside mlua's own callback prologue, before that, could leak it.
+//! and the frames that raise own nothing.
 
 use std::ffi::{c_int, CStr};
 
-use lockstep_core::{DataType, Value};
+use lockstep_core::{DataType, ResultTable, Value};
 use mlua::ffi;
 
-use crate::stmt::RESULT_COLUMNS_MAX;
+use crate::result_obj::{self, Held};
+use crate::shared::Fatal;
+use crate::stmt::{built_columns, RESULT_COLUMNS_MAX};
 
-/// Registry names of the Rust `result_table` (the slow path) and of the function making the
-/// result object of a parsed table.
+/// Registry name of the Rust `result_table` (the slow path).
 pub(crate) const SLOW: &str = "lockstep.result_table";
-pub(crate) const WRAP: &str = "lockstep.result_table.wrap";
 const SLOW_C: &CStr = c"lockstep.result_table";
-const WRAP_C: &CStr = c"lockstep.result_table.wrap";
 
 /// A table read off the Lua stack. The names point into Lua strings held by the names
-/// table, which stays on the stack (argument 1) until `WRAP` has used them.
-pub(crate) struct Parsed {
-    names: Vec<(*const u8, usize)>,
-    pub(crate) types: Vec<DataType>,
-    pub(crate) rows: Vec<Vec<Value>>,
+/// table, argument 1, which stays on the stack while they are used.
+struct Parsed<'a> {
+    names: Vec<&'a str>,
+    types: Vec<DataType>,
+    rows: Vec<Vec<Value>>,
 }
 
-impl Parsed {
-    /// The column names (UTF-8: `parse` checked).
-    ///
-    /// # Safety
-    /// Only while the names table the parse read is still on the Lua stack.
-    pub(crate) unsafe fn names(&self) -> Vec<&[u8]> {
-        self.names.iter().map(|&(p, len)| std::slice::from_raw_parts(p, len)).collect()
-    }
+/// What `result_table` does once `make` has returned (and dropped everything it owned).
+enum Next {
+    /// The result object is on the stack.
+    Made,
+    Slow,
+    /// Raise: the real error (out of memory) is recorded as the call's fatal error.
+    Raise,
 }
 
 /// `result_table(names, rows)`.
 pub(crate) unsafe extern "C-unwind" fn result_table(l: *mut ffi::lua_State) -> c_int {
-    let parsed = std::panic::catch_unwind(|| parse(l)).ok().flatten();
-    let Some(parsed) = parsed else {
-        let nargs = ffi::lua_gettop(l);
-        ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, SLOW_C.as_ptr());
-        ffi::lua_insert(l, 1);
-        ffi::lua_call(l, nargs, ffi::LUA_MULTRET);
-        return ffi::lua_gettop(l);
+    match std::panic::catch_unwind(|| make(l)).unwrap_or(Next::Slow) {
+        Next::Made => {
+            #[cfg(test)]
+            crate::raw_stmt::FAST_CALLS.with(|c| c.set(c.get() + 1));
+            1
+        }
+        Next::Slow => {
+            let nargs = ffi::lua_gettop(l);
+            ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, SLOW_C.as_ptr());
+            ffi::lua_insert(l, 1);
+            ffi::lua_call(l, nargs, ffi::LUA_MULTRET);
+            ffi::lua_gettop(l)
+        }
+        Next::Raise => {
+            ffi::lua_pushnil(l);
+            ffi::lua_error(l)
+        }
+    }
+}
+
+/// Parses the arguments and pushes the result object; never raises.
+unsafe fn make(l: *mut ffi::lua_State) -> Next {
+    let (Some(parsed), Some(shared)) = (parse(l), result_obj::shared(l)) else {
+        return Next::Slow;
     };
-    #[cfg(test)]
-    crate::raw_stmt::FAST_CALLS.with(|c| c.set(c.get() + 1));
-    let parsed = Box::into_raw(Box::new(parsed));
-    ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, WRAP_C.as_ptr());
-    ffi::lua_pushlightuserdata(l, parsed.cast());
-    ffi::lua_call(l, 1, 1);
-    1
+    let mut table = ResultTable::new(built_columns(shared, &parsed.names, &parsed.types));
+    table.rows = parsed.rows;
+    let mut slot = Some(Held::new(table, shared));
+    match result_obj::push_made(l, &mut slot) {
+        ffi::LUA_OK => Next::Made,
+        _ => {
+            ffi::lua_pop(l, 1);
+            shared.set_fatal(Fatal::Memory);
+            Next::Raise
+        }
+    }
 }
 
 /// Reads `names` and `rows` (arguments 1 and 2), or None for anything the slow path must
 /// look at. Never raises: it only reads, and pops what it pushes.
-unsafe fn parse(l: *mut ffi::lua_State) -> Option<Parsed> {
+unsafe fn parse<'a>(l: *mut ffi::lua_State) -> Option<Parsed<'a>> {
     if ffi::lua_gettop(l) != 2 || ffi::lua_type(l, 1) != ffi::LUA_TTABLE || ffi::lua_type(l, 2) != ffi::LUA_TTABLE {
         return None;
     }
@@ -82,7 +99,7 @@ unsafe fn parse(l: *mut ffi::lua_State) -> Option<Parsed> {
             None
         };
         ffi::lua_pop(l, 1);
-        names.push(name.map(|s| (s.as_ptr(), s.len()))?);
+        names.push(name?);
     }
     let nrows = ffi::lua_rawlen(l, 2);
     let mut rows = Vec::with_capacity(nrows);

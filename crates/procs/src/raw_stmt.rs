@@ -1,5 +1,5 @@
-//! `stmt:first(...)`, `stmt:values(...)` and `stmt:exec(...)` as C functions that Lua calls
-//! directly.
+//! `stmt:first(...)`, `stmt:values(...)`, `stmt:exec(...)` and `stmt:query(...)` as C
+//! functions that Lua calls directly.
 //!
 //! These run several times in every call of most procedures, and an mlua callback costs
 //! more than the statement behind a point lookup: argument conversion into mlua values, a
@@ -20,16 +20,22 @@ use lockstep_core::{decimal, DataType, ResultTable, Value};
 use mlua::ffi;
 
 use crate::convert;
+use crate::result_obj::{self, Held};
 use crate::shared::Fatal;
 use crate::stmt::{modified_count, Stmt};
 
-/// Registry names of the Rust `first`, `values` and `exec`, the slow paths.
+/// Registry names of the Rust `first`, `values`, `exec` and `query`, the slow paths.
 pub(crate) const FIRST_SLOW: &str = "lockstep.stmt.first";
 pub(crate) const VALUES_SLOW: &str = "lockstep.stmt.values";
 pub(crate) const EXEC_SLOW: &str = "lockstep.stmt.exec";
+pub(crate) const QUERY_SLOW: &str = "lockstep.stmt.query";
 const FIRST_SLOW_C: &CStr = c"lockstep.stmt.first";
 const VALUES_SLOW_C: &CStr = c"lockstep.stmt.values";
 const EXEC_SLOW_C: &CStr = c"lockstep.stmt.exec";
+const QUERY_SLOW_C: &CStr = c"lockstep.stmt.query";
+
+/// Column names paired with their lower-case keys (what row tables are keyed by).
+pub(crate) type Keys = [(std::sync::Arc<str>, Box<[u8]>)];
 
 /// What the C function does once `run` has returned (and dropped everything it owned).
 enum Next {
@@ -46,6 +52,7 @@ enum Want {
     FirstRow,
     FirstValues,
     Count,
+    Result,
 }
 
 /// `stmt:first(...)`: the first row as a table keyed by lower-case column name, or nil.
@@ -64,6 +71,12 @@ pub(crate) unsafe extern "C-unwind" fn values(l: *mut ffi::lua_State) -> c_int {
 pub(crate) unsafe extern "C-unwind" fn exec(l: *mut ffi::lua_State) -> c_int {
     let next = run_caught(l, Want::Count);
     finish(l, next, EXEC_SLOW_C)
+}
+
+/// `stmt:query(...)`: the result object.
+pub(crate) unsafe extern "C-unwind" fn query(l: *mut ffi::lua_State) -> c_int {
+    let next = run_caught(l, Want::Result);
+    finish(l, next, QUERY_SLOW_C)
 }
 
 /// `run`, with a panic (a bug in the engine, say) turned into the call's error: unwinding
@@ -149,6 +162,13 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
             Some(row) => build(l, stmt, push_values, row, &[], ffi::LUA_MULTRET),
             None => Next::Return(0),
         },
+        Want::Result => {
+            let mut slot = Some(Held::new(table, &stmt.shared));
+            match result_obj::push_made(l, &mut slot) {
+                ffi::LUA_OK => Next::Return(1),
+                status => failed_push(l, stmt, status),
+            }
+        }
     }
 }
 
@@ -210,7 +230,7 @@ unsafe fn location(l: *mut ffi::lua_State) -> Option<String> {
 /// What `push_row` and `push_values` read, through a light pointer.
 struct RowJob<'a> {
     /// Lower-case column names (`push_row` only).
-    keys: &'a [(std::sync::Arc<str>, Box<[u8]>)],
+    keys: &'a Keys,
     row: &'a [Value],
     /// DECIMAL cells as text, by column (empty when the row has none).
     decimals: Vec<Option<String>>,
@@ -226,16 +246,43 @@ unsafe fn push_first_row(l: *mut ffi::lua_State, stmt: &Stmt, table: &ResultTabl
     build(l, stmt, push_row, row, &keys, 1)
 }
 
-/// Runs `push` (`push_row` or `push_values`) on `row` under `lua_pcall`, so that running
-/// out of Lua memory comes back here as a status; `nresults` as `lua_pcall` takes it.
+/// Pushes `row` with `push` (see `push_protected`); running out of Lua memory becomes the
+/// call's fatal error. `nresults` as `lua_pcall` takes it.
 unsafe fn build(
     l: *mut ffi::lua_State,
     stmt: &Stmt,
     push: unsafe extern "C-unwind" fn(*mut ffi::lua_State) -> c_int,
     row: &[Value],
-    keys: &[(std::sync::Arc<str>, Box<[u8]>)],
+    keys: &Keys,
     nresults: c_int,
 ) -> Next {
+    match push_protected(l, push, row, keys, nresults) {
+        Ok(n) => Next::Return(n),
+        Err(status) => failed_push(l, stmt, status),
+    }
+}
+
+/// After a push under `lua_pcall` failed with `status`: pops the error and records it as the
+/// call's fatal error (running out of memory, usually).
+unsafe fn failed_push(l: *mut ffi::lua_State, stmt: &Stmt, status: c_int) -> Next {
+    ffi::lua_pop(l, 1);
+    stmt.shared.set_fatal(if status == ffi::LUA_ERRMEM {
+        Fatal::Memory
+    } else {
+        Fatal::Host(lockstep_core::Error::unexpected("building a row failed"))
+    });
+    Next::Raise
+}
+
+/// Runs `push` (`push_row` or `push_values`) on `row` under `lua_pcall`: the number of values
+/// pushed, or the failed status with the error object on top of the stack.
+pub(crate) unsafe fn push_protected(
+    l: *mut ffi::lua_State,
+    push: unsafe extern "C-unwind" fn(*mut ffi::lua_State) -> c_int,
+    row: &[Value],
+    keys: &Keys,
+    nresults: c_int,
+) -> Result<c_int, c_int> {
     let decimals = if row.iter().any(|v| matches!(v, Value::Decimal(_))) {
         row.iter()
             .map(|v| match v {
@@ -251,22 +298,14 @@ unsafe fn build(
     ffi::lua_pushcfunction(l, push);
     ffi::lua_pushlightuserdata(l, (&job as *const RowJob).cast_mut().cast::<c_void>());
     match ffi::lua_pcall(l, 1, nresults, 0) {
-        ffi::LUA_OK => Next::Return(ffi::lua_gettop(l) - base),
-        status => {
-            ffi::lua_settop(l, base);
-            stmt.shared.set_fatal(if status == ffi::LUA_ERRMEM {
-                Fatal::Memory
-            } else {
-                Fatal::Host(lockstep_core::Error::unexpected("building a row failed"))
-            });
-            Next::Raise
-        }
+        ffi::LUA_OK => Ok(ffi::lua_gettop(l) - base),
+        status => Err(status),
     }
 }
 
 /// Builds the row table of the `RowJob` its light-userdata argument points to. Runs under
 /// `lua_pcall` and owns nothing: an allocation failure may `longjmp` out of it.
-unsafe extern "C-unwind" fn push_row(l: *mut ffi::lua_State) -> c_int {
+pub(crate) unsafe extern "C-unwind" fn push_row(l: *mut ffi::lua_State) -> c_int {
     let job = &*ffi::lua_touserdata(l, 1).cast_const().cast::<RowJob>();
     ffi::lua_createtable(l, 0, job.keys.len().min(c_int::MAX as usize) as c_int);
     for (i, ((_, key), v)) in job.keys.iter().zip(job.row).enumerate() {

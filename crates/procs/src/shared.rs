@@ -4,12 +4,17 @@
 //! Everything lives on the runtime's one thread, so plain `Cell`/`RefCell` suffice.
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::ptr::NonNull;
 
 use lockstep_core::{Error, Result};
 use mlua::Lua;
 
 use crate::{CallContext, StmtInfo, TxnHost, APP_STATUS_UNSET};
+
+/// Addresses of result objects' blocks (see `result_obj`). Shared by the objects themselves,
+/// which may outlive `Shared` while the Lua state closes.
+pub(crate) type LiveResults = RefCell<std::collections::HashSet<usize, foldhash::fast::FixedState>>;
 
 /// Restores the heap limit lifted by [`Shared::lift_heap_limit`] when dropped.
 pub(crate) struct HeapLimitLift<'a> {
@@ -74,6 +79,9 @@ pub(crate) struct Shared {
     /// Columns `result_table` built recently, newest last: a procedure builds the same
     /// few shapes on every call, and a hit shares them instead of making every name again.
     pub(crate) built_columns: RefCell<std::collections::VecDeque<std::sync::Arc<[lockstep_core::ResultColumn]>>>,
+    /// The addresses of the result objects that still hold their table (see `result_obj`):
+    /// what tells a result object from another userdata when a procedure returns it.
+    pub(crate) results: Rc<LiveResults>,
 }
 
 impl Shared {
@@ -91,6 +99,7 @@ impl Shared {
             call: Cell::new(CallContext::default()),
             bound_meta: std::cell::OnceCell::new(),
             built_columns: RefCell::default(),
+            results: Rc::default(),
         }
     }
 
@@ -109,10 +118,6 @@ impl Shared {
     /// a procedure over it still fails at its next allocation.
     pub(crate) fn lift_heap_limit<'a>(&self, lua: &'a Lua) -> HeapLimitLift<'a> {
         HeapLimitLift::new(lua, self.memory_limit_bytes)
-    }
-
-    pub(crate) fn heap_limit(&self) -> usize {
-        self.memory_limit_bytes
     }
 
     /// Resets everything a call or a load may have left behind, for a call in `call` (a

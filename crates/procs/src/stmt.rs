@@ -1,20 +1,21 @@
 //! The statement API procedures see: `sql [[...]]` at load time, then `stmt:query/first/
 //! values/exec/bind`, `batch(...)` and the result objects they return, plus `result_table`.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
 use mlua::{
-    AnyUserData, LightUserData, Lua, LuaString, MetaMethod, MultiValue, Table, UserData,
-    UserDataFields, UserDataMethods, Value as LuaValue,
+    AnyUserData, LightUserData, Lua, LuaString, MultiValue, Table, UserData, UserDataFields,
+    Value as LuaValue,
 };
 
 use crate::convert;
 use crate::errors::{located, located_host_error};
 use crate::{raw_result, raw_stmt};
-use crate::shared::{Fatal, HeapLimitLift, Shared};
+use crate::result_obj::{self, Held};
+use crate::shared::{Fatal, Shared};
 
 /// Longest SQL text `sql()` accepts.
 pub(crate) const SQL_TEXT_MAX_BYTES: usize = 64 * 1024;
@@ -22,8 +23,6 @@ pub(crate) const SQL_TEXT_MAX_BYTES: usize = 64 * 1024;
 pub(crate) const BATCH_LEN_MAX: usize = 1_000;
 /// Most columns `result_table` builds.
 pub(crate) const RESULT_COLUMNS_MAX: usize = 1_024;
-/// Column names up to this length are lower-cased on the stack instead of the heap.
-const NAME_BUF_BYTES: usize = 64;
 /// How much SQL text an error message quotes.
 const SQL_QUOTE_MAX_CHARS: usize = 60;
 
@@ -59,64 +58,6 @@ pub(crate) struct Bound {
 /// `__name` (and `__metatable`) of the metatable of scalar-only bound statements: a table
 /// `{stmt, arg1, arg2, ...}` whose arguments `batch` converts and checks again.
 pub(crate) const BOUND_NAME: &str = "bound statement";
-
-/// What `stmt:query` and `batch` return: a result table seen from Lua.
-pub(crate) struct ResultObj {
-    pub(crate) table: ResultTable,
-    /// Lower-case column names as Lua strings, made on first row access.
-    keys: OnceCell<Vec<LuaString>>,
-    /// The Lua heap limit, lifted while rows are built (see `Shared::lift_heap_limit`).
-    heap_limit: usize,
-}
-
-impl ResultObj {
-    pub(crate) fn new(table: ResultTable, heap_limit: usize) -> Self {
-        ResultObj {
-            table,
-            keys: OnceCell::new(),
-            heap_limit,
-        }
-    }
-
-    fn keys(&self, lua: &Lua) -> mlua::Result<&[LuaString]> {
-        if self.keys.get().is_none() {
-            let mut keys = Vec::with_capacity(self.table.columns.len());
-            for c in self.table.columns.iter() {
-                keys.push(lower_key(lua, &c.name)?);
-            }
-            let _ = self.keys.set(keys);
-        }
-        Ok(self.keys.get().map(|k| k.as_slice()).unwrap_or(&[]))
-    }
-
-    /// Row `i` (0-based) as a table keyed by lower-case column name.
-    fn row(&self, lua: &Lua, i: usize) -> mlua::Result<LuaValue> {
-        let Some(row) = self.table.rows.get(i) else {
-            return Ok(LuaValue::Nil);
-        };
-        let keys = self.keys(lua)?;
-        let t = lua.create_table_with_capacity(0, keys.len())?;
-        for (k, v) in keys.iter().zip(row) {
-            t.raw_set(k, convert::to_lua(lua, v)?)?;
-        }
-        Ok(LuaValue::Table(t))
-    }
-}
-
-/// A column name in lower case as a Lua string, without a heap allocation for short names.
-fn lower_key(lua: &Lua, name: &str) -> mlua::Result<LuaString> {
-    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
-        return lua.create_string(name);
-    }
-    if name.len() <= NAME_BUF_BYTES {
-        let mut buf = [0u8; NAME_BUF_BYTES];
-        for (d, s) in buf.iter_mut().zip(name.bytes()) {
-            *d = s.to_ascii_lowercase();
-        }
-        return lua.create_string(&buf[..name.len()]);
-    }
-    lua.create_string(name.to_ascii_lowercase())
-}
 
 /// The first row of a result as a row table, without keeping the result (the slow path of
 /// `stmt:first`; the usual one is `raw_stmt::first`).
@@ -300,15 +241,14 @@ fn stmt_methods(lua: &Lua) -> mlua::Result<Table> {
             Ok(modified_count(&this.run(lua, &args)?))
         })?,
     )?;
-    let methods = lua.create_table()?;
-    methods.raw_set(
-        "query",
+    lua.set_named_registry_value(
+        raw_stmt::QUERY_SLOW,
         lua.create_function(move |lua, (ud, args): (AnyUserData, MultiValue)| {
             let this = stmt(&ud)?;
-            let _lift = this.shared.lift_heap_limit(lua);
-            lua.create_userdata(ResultObj::new(this.run(lua, &args)?, this.shared.heap_limit()))
+            result_obj::make(lua, Held::new(this.run(lua, &args)?, &this.shared))
         })?,
     )?;
+    let methods = lua.create_table()?;
     methods.raw_set(
         "bind",
         lua.create_function(move |lua, (ud, args): (AnyUserData, MultiValue)| {
@@ -321,41 +261,11 @@ fn stmt_methods(lua: &Lua) -> mlua::Result<Table> {
     methods.raw_set("first", unsafe { lua.create_c_function(raw_stmt::first)? })?;
     methods.raw_set("values", unsafe { lua.create_c_function(raw_stmt::values)? })?;
     methods.raw_set("exec", unsafe { lua.create_c_function(raw_stmt::exec)? })?;
+    methods.raw_set("query", unsafe { lua.create_c_function(raw_stmt::query)? })?;
     Ok(methods)
 }
 
 impl UserData for Bound {}
-
-impl UserData for ResultObj {
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_meta_method(MetaMethod::Len, |_, this, ()| Ok(this.table.rows.len()));
-        methods.add_meta_method(MetaMethod::Index, |lua, this, key: LuaValue| match key {
-            LuaValue::Integer(i) if i >= 1 => {
-                let _lift = HeapLimitLift::new(lua, this.heap_limit);
-                this.row(lua, (i - 1) as usize)
-            }
-            _ => Ok(LuaValue::Nil),
-        });
-        methods.add_method("columns", |lua, this, ()| {
-            let keys = this.keys(lua)?;
-            let t = lua.create_table_with_capacity(keys.len(), 0)?;
-            for (i, k) in keys.iter().enumerate() {
-                t.raw_set(i + 1, k)?;
-            }
-            Ok(t)
-        });
-        methods.add_function("rows", |lua, ud: AnyUserData| {
-            // The iterator holds the userdata, so the result lives as long as the loop.
-            let mut next = 0usize;
-            lua.create_function_mut(move |lua, ()| {
-                let this = ud.borrow::<ResultObj>()?;
-                let row = this.row(lua, next)?;
-                next += 1;
-                Ok(row)
-            })
-        });
-    }
-}
 
 /// Puts `sql`, `batch` and `result_table` into the sandbox's base table.
 pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Result<()> {
@@ -365,6 +275,7 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
     bound_meta.raw_set("__name", BOUND_NAME)?;
     bound_meta.raw_set("__metatable", BOUND_NAME)?;
     let _ = shared.bound_meta.set(bound_meta);
+    result_obj::register(lua, shared)?;
     let s = shared.clone();
     base.raw_set(
         "sql",
@@ -417,21 +328,6 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
     lua.set_named_registry_value(
         raw_result::SLOW,
         lua.create_function(move |lua, args| result_table(lua, &s, args))?,
-    )?;
-    let s = shared.clone();
-    lua.set_named_registry_value(
-        raw_result::WRAP,
-        lua.create_function(move |lua, parsed: LightUserData| {
-            // SAFETY: only `raw_result::result_table` calls this (procedures cannot reach
-            // the registry), with a pointer from `Box::into_raw` that it gives up.
-            let parsed = unsafe { Box::from_raw(parsed.0.cast::<raw_result::Parsed>()) };
-            let _lift = s.lift_heap_limit(lua);
-            // SAFETY: the names table is still on the stack of `result_table`, our caller.
-            let names = unsafe { parsed.names() };
-            let mut table = ResultTable::new(built_columns(lua, &s, &names, &parsed.types)?);
-            table.rows = parsed.rows;
-            lua.create_userdata(ResultObj::new(table, s.heap_limit()))
-        })?,
     )?;
     // SAFETY: a C function following the rules in raw_stmt.rs and raw_result.rs.
     base.raw_set("result_table", unsafe { lua.create_c_function(raw_result::result_table)? })?;
@@ -493,7 +389,7 @@ fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValu
     }
     let mut out = MultiValue::with_capacity(tables.len());
     for t in tables {
-        out.push_back(LuaValue::UserData(lua.create_userdata(ResultObj::new(t, shared.heap_limit()))?));
+        out.push_back(LuaValue::UserData(result_obj::make(lua, Held::new(t, shared))?));
     }
     if as_array {
         let t = lua.create_sequence_from(out)?;
@@ -597,8 +493,12 @@ fn result_table(
     }
     let types: Vec<DataType> = types.into_iter().map(|t| t.unwrap_or(DataType::Varchar)).collect();
     let names: Vec<_> = names.iter().map(LuaString::as_bytes).collect();
-    let names: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
-    let mut table = ResultTable::new(built_columns(lua, shared, &names, &types)?);
+    let mut texts = Vec::with_capacity(names.len());
+    for name in &names {
+        let text = std::str::from_utf8(name).map_err(|_| located(lua, "result_table() column names must be UTF-8"))?;
+        texts.push(text);
+    }
+    let mut table = ResultTable::new(built_columns(shared, &texts, &types));
     for (r, row) in cells.into_iter().enumerate() {
         let mut out = Vec::with_capacity(ncols);
         for (c, (v, &ty)) in row.into_iter().zip(&types).enumerate() {
@@ -623,7 +523,7 @@ fn result_table(
         }
         table.push(out);
     }
-    lua.create_userdata(ResultObj::new(table, shared.heap_limit()))
+    result_obj::make(lua, Held::new(table, shared))
 }
 
 /// Most column sets `result_table` keeps for reuse (see `Shared::built_columns`).
@@ -631,27 +531,22 @@ const BUILT_COLUMNS_KEPT: usize = 16;
 
 /// The columns named `names` with types `types`: a set built recently if one matches
 /// exactly, else a new one (kept for next time).
-fn built_columns(lua: &Lua, shared: &Shared, names: &[&[u8]], types: &[DataType]) -> mlua::Result<Arc<[ResultColumn]>> {
+pub(crate) fn built_columns(shared: &Shared, names: &[&str], types: &[DataType]) -> Arc<[ResultColumn]> {
     let mut kept = shared.built_columns.borrow_mut();
     let same = |cols: &Arc<[ResultColumn]>| {
         cols.len() == names.len()
-            && cols.iter().zip(names).zip(types).all(|((c, n), &t)| c.ty == t && c.name.as_bytes() == *n)
+            && cols.iter().zip(names).zip(types).all(|((c, n), &t)| c.ty == t && &*c.name == *n)
     };
     if let Some(cols) = kept.iter().find(|c| same(c)) {
-        return Ok(cols.clone());
+        return cols.clone();
     }
-    let mut columns = Vec::with_capacity(names.len());
-    for (name, &ty) in names.iter().zip(types) {
-        let name = std::str::from_utf8(name)
-            .map_err(|_| located(lua, "result_table() column names must be UTF-8"))?;
-        columns.push(ResultColumn { name: name.into(), ty });
-    }
-    let columns: Arc<[ResultColumn]> = columns.into();
+    let columns: Arc<[ResultColumn]> =
+        names.iter().zip(types).map(|(&name, &ty)| ResultColumn { name: name.into(), ty }).collect();
     if kept.len() == BUILT_COLUMNS_KEPT {
         kept.pop_front();
     }
     kept.push_back(columns.clone());
-    Ok(columns)
+    columns
 }
 
 #[cfg(test)]
@@ -665,16 +560,5 @@ mod tests {
         t.push(vec![Value::Int(10)]);
         t.push(vec![Value::Int(11)]);
         assert_eq!(modified_count(&t), 2);
-    }
-
-    #[test]
-    fn keys_are_lower_case_for_short_and_long_names() {
-        let lua = Lua::new();
-        assert_eq!(lower_key(&lua, "S_ID").unwrap().to_str().unwrap(), "s_id");
-        let long = "X".repeat(NAME_BUF_BYTES + 5);
-        assert_eq!(
-            lower_key(&lua, &long).unwrap().to_str().unwrap(),
-            "x".repeat(NAME_BUF_BYTES + 5)
-        );
     }
 }

@@ -1012,6 +1012,67 @@ end
     );
 }
 
+/// A result object lives as Lua keeps it: across calls while it is not returned, freed by
+/// the garbage collector, and unusable once an earlier call returned it.
+#[test]
+fn query_results_live_until_collected_or_returned() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Keep",
+        r#"
+local q = sql "SELECT * FROM t WHERE k IN ?"
+local kept
+return function(mode)
+  if mode == "keep" then kept = q:query(7) return #kept end
+  if mode == "use" then return {kept[1].i, #kept, kept:columns()[1], kept[0] == nil, kept.nothing == nil} end
+  if mode == "return" then return kept end
+  if mode == "again" then return pcall(function() return #kept end) end
+  if mode == "paths" then return q:query(7), q:query({7}), (pcall(q.query, 5, 7)) end
+  for i = 1, 20000 do local r = q:query(7) end
+end
+"#,
+    )
+    .unwrap();
+    let dec = decimal::parse("-3.25").unwrap();
+    let mut host = FakeHost::new(move |_, _| Ok(every_type_table(dec)));
+    let live = || crate::result_obj::LIVE.with(|n| n.get());
+    let before = live();
+    let mode = |m: &str| [Value::from(m)];
+    assert_eq!(call(&mut rt, "Keep", &mode("keep"), &mut host).unwrap().tables, vec![ResultTable::scalar("", 2)]);
+    let used = call(&mut rt, "Keep", &mode("use"), &mut host).unwrap().tables;
+    assert_eq!(
+        used,
+        vec![
+            ResultTable::scalar("", 1),
+            ResultTable::scalar("", 2),
+            one(DataType::Varchar, Value::from("i")),
+            one(DataType::TinyInt, Value::Int(1)),
+            one(DataType::TinyInt, Value::Int(1)),
+        ]
+    );
+    assert_eq!(call(&mut rt, "Keep", &mode("return"), &mut host).unwrap().tables, vec![every_type_table(dec)]);
+    let again = call(&mut rt, "Keep", &mode("again"), &mut host).unwrap().tables;
+    assert_eq!(again[0], one(DataType::TinyInt, Value::Int(0)));
+    assert_eq!(again[1], one(DataType::Varchar, Value::from("this result was already returned by an earlier call")));
+    let err = call(&mut rt, "Keep", &mode("return"), &mut host).unwrap_err();
+    assert!(err.message.contains("returned a result already returned by an earlier call"), "{}", err.message);
+
+    // The fast path (scalar arguments) and the slow one (an array) make equal results; a
+    // call on something that is not a statement fails.
+    let fast_before = crate::raw_stmt::FAST_CALLS.with(|c| c.get());
+    let paths = call(&mut rt, "Keep", &mode("paths"), &mut host).unwrap().tables;
+    assert_eq!(crate::raw_stmt::FAST_CALLS.with(|c| c.get()) - fast_before, 1);
+    assert_eq!(paths[..3], [every_type_table(dec), every_type_table(dec), one(DataType::TinyInt, Value::Int(0))]);
+
+    // Twenty thousand results made and dropped: the collector frees them as it goes, and
+    // closing the Lua state frees the rest.
+    call(&mut rt, "Keep", &mode("churn"), &mut host).unwrap();
+    assert!(live() - before < 10_000, "{} results still alive", live() - before);
+    drop(rt);
+    assert_eq!(live(), before);
+}
+
 #[test]
 fn values_gives_the_first_rows_values_the_same_on_its_fast_and_slow_paths() {
     let mut rt = runtime();
