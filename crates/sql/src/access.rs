@@ -190,7 +190,7 @@ pub fn order_by_index(plan: &mut SelectPlan) {
 
 /// Converts a key value for probing an index on a column of type `ty`. None when nothing
 /// can match (NULL never equals anything; a value of another kind cannot be in the index).
-pub fn key_value(v: Value, ty: DataType) -> Option<Value> {
+pub fn key_value(v: &Value, ty: DataType) -> Option<Value> {
     if v.is_null() {
         return None;
     }
@@ -200,6 +200,10 @@ pub fn key_value(v: Value, ty: DataType) -> Option<Value> {
     } else {
         ty
     };
+    // Usually a key already has its column's type: one copy, no conversion.
+    if v.coerces_to_itself(target) {
+        return Some(v.clone());
+    }
     match v.coerce_to(target) {
         Ok(k) if !k.is_null() => Some(k),
         _ => None,
@@ -220,7 +224,7 @@ pub fn eval_keys(
 ) -> Result<Option<KeyValues>> {
     let mut out = KeyValues::new();
     for (e, &c) in exprs.iter().zip(cols) {
-        match key_value(e.eval(row, env)?, table.columns[c].ty) {
+        match key_value(&*e.eval_ref(row, env)?, table.columns[c].ty) {
             Some(k) => out.push(k),
             None => return Ok(None),
         }
@@ -251,7 +255,7 @@ pub fn eval_range(
     let bound = |b: &Option<(Expr, bool)>| -> Result<Option<Bound<Vec<Value>>>> {
         Ok(Some(match (b, next_ty) {
             (Some((e, incl)), Some(ty)) => {
-                let v = match key_value(e.eval(row, env)?, ty) {
+                let v = match key_value(&*e.eval_ref(row, env)?, ty) {
                     Some(v) => v,
                     None => return Ok(None),
                 };

@@ -415,12 +415,9 @@ struct Collected {
 fn eval_all(exprs: &[Expr], row: &[Value], env: &Env) -> Result<Vec<Value>> {
     let mut out = Vec::with_capacity(exprs.len());
     for e in exprs {
-        // Most outputs are plain columns (`SELECT *` of a 34-column row, say): copied here
-        // without a call into `eval`.
-        out.push(match e {
-            Expr::Column(i) => row.get(*i).cloned().unwrap_or(Value::Null),
-            e => e.eval(row, env)?,
-        });
+        // Most outputs are plain columns (`SELECT *` of a 34-column row, say): `eval_ref`
+        // copies those without a call into `eval`.
+        out.push(e.eval_ref(row, env)?.into_owned());
     }
     Ok(out)
 }

@@ -21,7 +21,7 @@ pub fn source_rows(p: &InsertPlan, part: &Partition, env: &Env) -> Result<Vec<Ve
             for r in rows {
                 let mut vals = Vec::with_capacity(r.len());
                 for e in r {
-                    vals.push(e.eval(&[], env)?);
+                    vals.push(e.eval_ref(&[], env)?.into_owned());
                 }
                 out.push(vals);
             }
@@ -36,6 +36,11 @@ pub fn source_rows(p: &InsertPlan, part: &Partition, env: &Env) -> Result<Vec<Ve
 
 /// The full row for provided values: defaults first, then the given columns.
 pub fn full_row(p: &InsertPlan, vals: Vec<Value>, env: &Env) -> Result<Vec<Value>> {
+    // Every column given, in the table's order: the values are the row.
+    let all_in_order = p.columns.len() == p.defaults.len() && p.columns.iter().enumerate().all(|(i, &c)| i == c);
+    if all_in_order && vals.len() == p.columns.len() {
+        return Ok(vals);
+    }
     let mut row = Vec::with_capacity(p.defaults.len());
     for (c, d) in p.defaults.iter().enumerate() {
         row.push(if p.columns.contains(&c) {
@@ -93,7 +98,7 @@ fn upsert_row(p: &InsertPlan, vals: Vec<Value>, part: &mut Partition, env: &Env)
             .iter()
             .position(|&x| x == c)
             .ok_or_else(|| Error::sql("UPSERT must give every primary key column"))?;
-        match key_value(vals[at].clone(), t.columns[c].ty) {
+        match key_value(&vals[at], t.columns[c].ty) {
             Some(k) => key.push(k),
             None => {
                 return Err(Error::constraint(format!(
