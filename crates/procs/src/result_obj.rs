@@ -36,20 +36,20 @@ pub(crate) struct Held {
 #[cfg(test)]
 thread_local! {
     /// Result objects alive on this thread (tests check that `__gc` frees them).
-    pub(crate) static LIVE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    pub(crate) static HELD_COUNT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]
 impl Drop for Held {
     fn drop(&mut self) {
-        LIVE.with(|n| n.set(n.get() - 1));
+        HELD_COUNT.with(|n| n.set(n.get() - 1));
     }
 }
 
 impl Held {
     pub(crate) fn new(table: ResultTable, shared: &Shared) -> Box<Held> {
         #[cfg(test)]
-        LIVE.with(|n| n.set(n.get() + 1));
+        HELD_COUNT.with(|n| n.set(n.get() + 1));
         Box::new(Held { table, keys: OnceCell::new(), live: shared.results.clone() })
     }
 

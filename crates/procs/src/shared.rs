@@ -4,8 +4,8 @@
 //! Everything lives on the runtime's one thread, so plain `Cell`/`RefCell` suffice.
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
 use std::ptr::NonNull;
+use std::rc::Rc;
 
 use lockstep_core::{Error, Result};
 use mlua::Lua;

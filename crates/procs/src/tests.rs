@@ -1036,7 +1036,7 @@ end
     .unwrap();
     let dec = decimal::parse("-3.25").unwrap();
     let mut host = FakeHost::new(move |_, _| Ok(every_type_table(dec)));
-    let live = || crate::result_obj::LIVE.with(|n| n.get());
+    let live = || crate::result_obj::HELD_COUNT.with(|n| n.get());
     let before = live();
     let mode = |m: &str| [Value::from(m)];
     assert_eq!(call(&mut rt, "Keep", &mode("keep"), &mut host).unwrap().tables, vec![ResultTable::scalar("", 2)]);
