@@ -6,7 +6,7 @@ use std::ops::Bound;
 use lockstep_core::{DataType, Result, TableDef, Value};
 
 use crate::expr::{CmpOp, Env, Expr};
-use crate::plan::{SelectPlan, SortKey};
+use crate::plan::{Level, SelectPlan, SortKey};
 
 /// A filter term `column op key` on one source; `key` reads only earlier sources.
 #[derive(Clone, Debug)]
@@ -102,6 +102,35 @@ pub fn choose_access(table: &TableDef, terms: &[KeyTerm]) -> Access {
         best = Some((score, access));
     }
     best.map(|(_, a)| a).unwrap_or(Access::Scan)
+}
+
+/// The filters of `level` that rows found through its access path still need checked. An
+/// equality `column = ?` whose parameter is one of the lookup's keys holds for every row
+/// the partition's index returns: the parameter has the column's type, and the index
+/// compares exactly. Only columns compared exactly qualify (not FLOAT, whose index tells
+/// -0.0 from 0.0, nor DECIMAL).
+pub fn residual_filters(level: &Level) -> Vec<Expr> {
+    let (index, keys) = match &level.access {
+        Access::Lookup { index, key } => (*index, key),
+        Access::Range { index, eq, .. } => (*index, eq),
+        Access::Scan => return level.on.clone(),
+    };
+    let table = &level.source.table;
+    let columns = &table.indexes[index].columns;
+    let implied = |e: &Expr| {
+        let Expr::Cmp(CmpOp::Eq, a, b) = e else { return false };
+        [(a, b), (b, a)].into_iter().any(|(x, y)| match (x.as_ref(), y.as_ref()) {
+            (Expr::Column(c), Expr::Param(_)) => columns.iter().zip(keys).any(|(&k, key)| {
+                k + level.source.offset == *c && key == y.as_ref() && compared_exactly(table.columns[k].ty)
+            }),
+            _ => false,
+        })
+    };
+    level.on.iter().filter(|e| !implied(e)).cloned().collect()
+}
+
+fn compared_exactly(ty: DataType) -> bool {
+    ty.is_integer() || matches!(ty, DataType::Varchar | DataType::Varbinary | DataType::Timestamp | DataType::Boolean)
 }
 
 /// When the only source's index order is the ORDER BY order, reads it in that order and

@@ -67,6 +67,21 @@ pub trait RowSource {
         probe: &Probe,
         f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
     ) -> Result<bool>;
+
+    /// Whether rows come from the partition's own indexes, so that a level's `residual`
+    /// filters suffice (see `access::residual_filters`).
+    fn reads_indexes(&self) -> bool {
+        false
+    }
+}
+
+/// The filters a row of level `l` must pass, read from `src`.
+fn filters<'a>(l: &'a Level, src: &dyn RowSource) -> &'a [Expr] {
+    if src.reads_indexes() {
+        &l.residual
+    } else {
+        &l.on
+    }
 }
 
 /// One partition's tables, one per level.
@@ -163,6 +178,10 @@ fn bound_ref(b: &Bound<Vec<Value>>) -> Bound<&[Value]> {
 }
 
 impl RowSource for PartitionSource<'_> {
+    fn reads_indexes(&self) -> bool {
+        true
+    }
+
     fn each(
         &self,
         j: usize,
@@ -256,8 +275,9 @@ pub fn join_rows(
         1 => {
             let l = &plan.levels[0];
             let p = probe(l, &l.access, &[], env)?;
+            let on = filters(l, src);
             src.each(0, &p, &mut |_, row| {
-                if !all_hold(&l.on, row, env)? || !all_hold(&l.post, row, env)? {
+                if !all_hold(on, row, env)? || !all_hold(&l.post, row, env)? {
                     return Ok(true);
                 }
                 emit(row)
@@ -286,11 +306,12 @@ fn join_level(
     let l = &plan.levels[j];
     let (off, w) = (l.source.offset, l.source.width());
     let p = probe(l, &l.access, buf, env)?;
+    let on = filters(l, src);
     let mut matched = false;
     let mut go_on = true;
     src.each(j, &p, &mut |_, row| {
         buf[off..off + w].clone_from_slice(row);
-        if !all_hold(&l.on, buf, env)? {
+        if !all_hold(on, buf, env)? {
             return Ok(true);
         }
         matched = true;

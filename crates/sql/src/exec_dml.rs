@@ -145,7 +145,7 @@ fn matching_rows<T>(
     let pr = probe(level, &level.access, &[], env)?;
     let mut out = Vec::new();
     each_in_table(table, &pr, &mut |id, row| {
-        for c in &level.on {
+        for c in &level.residual {
             if !c.holds(row, env)? {
                 return Ok(true);
             }

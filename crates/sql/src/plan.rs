@@ -24,6 +24,9 @@ pub struct Level {
     pub access: Access,
     /// Conditions for a row of this level to match, over the joined row so far.
     pub on: Vec<Expr>,
+    /// `on` without the equalities the access path's index lookup already guarantees, for
+    /// rows read from a partition's own index (see `access::residual_filters`).
+    pub residual: Vec<Expr>,
     /// WHERE terms that must see the padded row of a LEFT JOIN level.
     pub post: Vec<Expr>,
     /// For multi-partition reads: how each partition reads this source alone
@@ -464,6 +467,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
             left: it.left,
             access,
             on: std::mem::take(&mut on[j]),
+            residual: Vec::new(),
             post: std::mem::take(&mut post[j]),
             gather_access,
             gather_filter,
@@ -503,6 +507,9 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
         }
     }
     crate::access::order_by_index(&mut plan);
+    for l in &mut plan.levels {
+        l.residual = crate::access::residual_filters(l);
+    }
     plan.gather_limit = plan.limit.is_some()
         && plan.levels.len() == 1
         && plan.agg.is_none()

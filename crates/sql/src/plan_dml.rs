@@ -72,17 +72,20 @@ fn single_level(catalog: &Catalog, table: Arc<TableDef>, name: String, filter: V
         offset: 0,
     };
     let access = choose_access(&table, &key_terms(&filter, &source));
-    Level {
+    let mut level = Level {
         partitioned: is_partitioned(catalog, &table),
         source,
         left: false,
         access,
         on: filter,
+        residual: Vec::new(),
         post: Vec::new(),
         gather_access: Access::Scan,
         gather_filter: Vec::new(),
         merge_view: false,
-    }
+    };
+    level.residual = crate::access::residual_filters(&level);
+    level
 }
 
 fn where_terms(b: &mut Binder, sel: Option<&ast::Expr>, scope: &[Source]) -> Result<Vec<Expr>> {

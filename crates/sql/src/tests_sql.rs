@@ -597,6 +597,58 @@ fn access_paths_are_chosen_from_indexes() {
     );
 }
 
+/// Rows found through an index lookup skip re-checking the `column = ?` terms the lookup
+/// used (the parameter has the column's type and the index compares exactly); every other
+/// term is still checked, and the answers are those of a scan.
+#[test]
+fn lookups_skip_only_the_equalities_their_index_guarantees() {
+    let mut db = Db::new(
+        "CREATE TABLE kv (k VARCHAR(10) NOT NULL, ks VARBINARY(4) NOT NULL, f FLOAT NOT NULL, v BIGINT, PRIMARY KEY (k, ks));\n\
+         CREATE TABLE fl (f FLOAT NOT NULL PRIMARY KEY, v BIGINT);",
+    );
+    db.run("INSERT INTO kv VALUES ('a', x'01', 1.0, 10), ('a', x'02', 2.0, 20), ('b', x'01', 3.0, 30)");
+    db.run("INSERT INTO fl VALUES (0.0, 1), (2.5, 2)");
+    let residual = |db: &Db, sql: &str| {
+        let p = prepare(&db.cat, sql).unwrap();
+        match &p.plan {
+            crate::Plan::Select(s) => (s.levels[0].on.len(), s.levels[0].residual.len()),
+            crate::Plan::Update(u) => (u.level.on.len(), u.level.residual.len()),
+            _ => panic!("{sql}"),
+        }
+    };
+    // Both key terms are parameters: both skipped; the term on v is kept.
+    assert_eq!(residual(&db, "SELECT v FROM kv WHERE ks = ? AND k = ?"), (2, 0));
+    assert_eq!(residual(&db, "SELECT v FROM kv WHERE ks = ? AND k = ? AND v > ?"), (3, 1));
+    // A prefix lookup skips its one term; a constant key and a FLOAT key are re-checked.
+    assert_eq!(residual(&db, "SELECT v FROM kv WHERE k = ? AND f > 1.5"), (2, 1));
+    assert_eq!(residual(&db, "SELECT v FROM kv WHERE k = 'a' AND ks = ?"), (2, 1));
+    assert_eq!(residual(&db, "SELECT v FROM fl WHERE f = ?"), (1, 1));
+    assert_eq!(residual(&db, "UPDATE kv SET v = 0 WHERE k = ? AND ks = ? AND v = ?"), (3, 1));
+
+    let query = |db: &mut Db, sql: &str, params: &[Value]| {
+        let p = prepare(&db.cat, sql).unwrap();
+        execute(&p, params, &db.ctx, &mut db.part).unwrap().rows
+    };
+    let bytes = |b: &[u8]| Value::Bytes(b.to_vec().into());
+    let sql = "SELECT v FROM kv WHERE ks = ? AND k = ? AND v > ?";
+    assert_eq!(query(&mut db, sql, &[bytes(&[2]), s("a"), i(5)]), vec![vec![i(20)]]);
+    assert_eq!(query(&mut db, sql, &[bytes(&[2]), s("a"), i(25)]), Vec::<Vec<Value>>::new());
+    assert_eq!(query(&mut db, sql, &[bytes(&[3]), s("a"), i(0)]), Vec::<Vec<Value>>::new());
+    assert_eq!(query(&mut db, sql, &[N, s("a"), i(0)]), Vec::<Vec<Value>>::new());
+    assert_eq!(query(&mut db, "SELECT v FROM kv WHERE k = ? ORDER BY v", &[s("a")]), vec![vec![i(10)], vec![i(20)]]);
+    assert_eq!(query(&mut db, "SELECT v FROM fl WHERE f = ?", &[Value::Float(2.5)]), vec![vec![i(2)]]);
+    // An UPDATE still checks its other term: only the row with v = 20 changes.
+    let p = prepare(&db.cat, "UPDATE kv SET v = 0 WHERE k = ? AND v = ?").unwrap();
+    assert_eq!(execute(&p, &[s("a"), i(20)], &db.ctx, &mut db.part).unwrap().rows, vec![vec![i(1)]]);
+    assert_eq!(db.rows("SELECT v FROM kv ORDER BY v"), vec![vec![i(0)], vec![i(10)], vec![i(30)]]);
+    // A join: the inner level's lookup key comes from the outer row, not a parameter, and
+    // stays checked.
+    assert_eq!(
+        db.rows("SELECT a.v, b.v FROM kv a, kv b WHERE b.k = a.k AND b.ks = a.ks AND a.k = 'b'"),
+        vec![vec![i(30), i(30)]]
+    );
+}
+
 #[test]
 fn routing_decisions() {
     let mut db = Db::new(
