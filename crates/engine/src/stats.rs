@@ -289,7 +289,8 @@ impl LatencyHistogram {
         self.record_at(Instant::now(), elapsed);
     }
 
-    fn record_at(&self, now: Instant, elapsed: Duration) {
+    /// `record`, for a caller that has just read the clock (`now`).
+    pub fn record_at(&self, now: Instant, elapsed: Duration) {
         self.roll(self.window_at(now));
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);

@@ -42,7 +42,8 @@ struct Permits {
 struct Answer {
     handle: i64,
     outcome: Outcome,
-    started: Instant,
+    /// From receipt to answer: VoltDB's cluster round trip.
+    round_trip: Duration,
     _permits: Option<Permits>,
     /// `@Shutdown`: stop the server once this answer is on the wire.
     then_shutdown: bool,
@@ -51,7 +52,7 @@ struct Answer {
 /// A push (no call behind it): see `push.rs`.
 impl From<(i64, Outcome)> for Answer {
     fn from((handle, outcome): (i64, Outcome)) -> Self {
-        Answer { handle, outcome, started: Instant::now(), _permits: None, then_shutdown: false }
+        Answer { handle, outcome, round_trip: Duration::ZERO, _permits: None, then_shutdown: false }
     }
 }
 
@@ -161,17 +162,17 @@ fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<
     match lower.as_str() {
         "@subscribe" => {
             let outcome = subscribe(&inv.params, id, tx, front);
-            let _ = tx.send(Answer { handle, outcome, started, _permits: Some(permits), then_shutdown: false });
+            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _permits: Some(permits), then_shutdown: false });
             return Ok(());
         }
         "@statistics" if matches!(inv.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
             let outcome = Outcome::tables(vec![front.live.table()]);
-            let _ = tx.send(Answer { handle, outcome, started, _permits: Some(permits), then_shutdown: false });
+            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _permits: Some(permits), then_shutdown: false });
             return Ok(());
         }
         "@shutdown" => {
             tracing::info!(connection = id, "@Shutdown called: stopping");
-            let _ = tx.send(Answer { handle, outcome: Outcome::tables(Vec::new()), started, _permits: Some(permits), then_shutdown: true });
+            let _ = tx.send(Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: started.elapsed(), _permits: Some(permits), then_shutdown: true });
             return Ok(());
         }
         _ => {}
@@ -190,13 +191,17 @@ fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<
     front.engine.submit(
         call,
         Box::new(move |outcome| {
+            // The clock is read once, here, where the answer is ready: not again for the
+            // latency window nor when encoding.
+            let now = Instant::now();
+            let round_trip = now.saturating_duration_since(started);
             if user_call {
-                reply_front.engine.shared().stats.latency.record(started.elapsed());
+                reply_front.engine.shared().stats.latency.record_at(now, round_trip);
             }
             if adhoc {
                 reply_front.subscribers.catalog_may_have_changed(&reply_front.engine);
             }
-            let _ = tx.send(Answer { handle, outcome, started, _permits: Some(permits), then_shutdown: false });
+            let _ = tx.send(Answer { handle, outcome, round_trip, _permits: Some(permits), then_shutdown: false });
         }),
     );
     Ok(())
@@ -227,7 +232,7 @@ fn encode_answer(a: Answer, out: &mut Vec<u8>) -> bool {
         status_string: o.status_string,
         app_status: o.app_status,
         app_status_string: o.app_status_string,
-        cluster_round_trip_ms: a.started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+        cluster_round_trip_ms: a.round_trip.as_millis().min(i32::MAX as u128) as i32,
         tables: o.tables,
     };
     encode_response(&r, out);
