@@ -283,7 +283,7 @@ impl Engine {
             Ok(Routed::Site(site, params)) => {
                 self.shared.send_site(site, SiteMsg::Call { work: SpWork::Proc(info.name.clone()), params, reply })
             }
-            Ok(Routed::Mp(params)) => self.shared.send_mp(MpWork::Proc { name: info.name.clone(), params, reply }),
+            Ok(Routed::Mp(params)) => self.shared.send_mp(MpWork::Proc { name: info.name.to_string(), params, reply }),
             Err(e) => reply(Outcome::error(e)),
         }
     }

@@ -50,7 +50,8 @@ pub trait StatementRunner {
 /// Describes one callable procedure, for routing and for `@SystemCatalog PROCEDURES`.
 #[derive(Clone, Debug)]
 pub struct ProcInfo {
-    pub name: String,
+    /// Shared: every call routed to a site carries it.
+    pub name: Arc<str>,
     pub route: ProcRoute,
     pub read_only: bool,
     /// Partition column type for single-partition procedures.
@@ -126,7 +127,7 @@ impl Registry {
         };
         if let Some(sql) = crud_sql(catalog, &info.name) {
             let p = lockstep_sql::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {}", info.name)))?;
-            return Ok(ProcEntry { name: info.name.clone(), imp: ProcImpl::Sql(check(p)?) });
+            return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Sql(check(p)?) });
         }
         let def = catalog
             .procedure(&info.name)
@@ -223,7 +224,7 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
             ProcRoute::Single { param, key_type } => (Some(*param), Some(*key_type)),
             _ => (None, None),
         };
-        out.push(ProcInfo { name: def.name.clone(), route, read_only, key_type, param });
+        out.push(ProcInfo { name: def.name.as_str().into(), route, read_only, key_type, param });
     }
     for table in catalog.tables() {
         for (suffix, route) in crud_routes(table) {
@@ -231,7 +232,7 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
                 ProcRoute::Single { param, key_type } => (Some(*param), Some(*key_type)),
                 _ => (None, None),
             };
-            out.push(ProcInfo { name: format!("{}.{}", table.name, suffix), route, read_only: suffix == "select", key_type, param });
+            out.push(ProcInfo { name: format!("{}.{}", table.name, suffix).into(), route, read_only: suffix == "select", key_type, param });
         }
     }
     out

@@ -35,7 +35,7 @@ const SNAPSHOT_CHUNK_ROWS: usize = 256;
 /// What a single-partition call runs.
 pub enum SpWork {
     /// A procedure of the site's registry.
-    Proc(String),
+    Proc(Arc<str>),
     /// One planned ad-hoc statement.
     Statement(Arc<Prepared>),
     /// Ad-hoc SQL from the command log, planned by the site against its own catalog (which
@@ -334,7 +334,7 @@ impl Site {
         }))
         .unwrap_or_else(|panic| Err(Error::from_panic(&*panic)));
         let name = match &work {
-            SpWork::Proc(name) => name.as_str(),
+            SpWork::Proc(name) => name,
             SpWork::Statement(_) | SpWork::Sql(_) => stats::ADHOC_PROCEDURE,
         };
         let result_bytes = result.as_ref().map(|o| stats::tables_bytes(&o.tables)).unwrap_or(0);

@@ -224,7 +224,7 @@ fn system_catalog(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
         "PROCEDURECOLUMNS" => {
             let mut infos: Vec<_> = view.procs.values().collect();
             infos.sort_by(|a, b| a.name.cmp(&b.name));
-            Ok(vec![meta::procedure_columns(catalog, infos.iter().map(|p| p.name.as_str()))])
+            Ok(vec![meta::procedure_columns(catalog, infos.iter().map(|p| &*p.name))])
         }
         other => Err(Error::graceful(format!(
             "@SystemCatalog selector {other} is not supported: use TABLES, COLUMNS, INDEXINFO, PRIMARYKEYS, PROCEDURES, PROCEDURECOLUMNS or TYPEINFO"

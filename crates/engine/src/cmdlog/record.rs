@@ -3,6 +3,8 @@
 //! A body is a kind byte then the fields, big-endian; parameters use the VoltDB wire
 //! encoding of `lockstep_wire::encode_params`, so anything a client can send can be logged.
 
+use std::sync::Arc;
+
 use lockstep_core::{Error, Result, Value};
 use lockstep_wire::codec::{put_i64, put_i8, put_string, Reader};
 use lockstep_wire::{decode_params, encode_params};
@@ -20,7 +22,8 @@ pub enum Record {
     Sp {
         txn_id: i64,
         partition: u32,
-        procedure: String,
+        /// Shared with the call that was routed: logging a call copies no name.
+        procedure: Arc<str>,
         params: Vec<Value>,
     },
     /// A single-partition ad-hoc statement.
@@ -127,7 +130,7 @@ impl Record {
             KIND_SP => Record::Sp {
                 txn_id: r.i64("transaction id")?,
                 partition: r.i32("partition")? as u32,
-                procedure: r.required_string("procedure name")?,
+                procedure: r.required_string("procedure name")?.into(),
                 params: decode_params(&mut r)?,
             },
             KIND_ADHOC_SP => Record::AdHocSp {
@@ -200,7 +203,7 @@ mod tests {
                 |(txn_id, partition, procedure, params)| Record::Sp {
                     txn_id,
                     partition,
-                    procedure,
+                    procedure: procedure.into(),
                     params
                 }
             ),
