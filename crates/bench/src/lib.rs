@@ -86,7 +86,9 @@ pub struct BenchArgs {
     /// YCSB: scan with one multi-partition ScanAll instead of every-partition Scan calls.
     #[arg(long)]
     pub scan_all: bool,
-    /// Transactions in flight in flood mode.
+    /// Transactions in flight in flood mode. Flood throughput is this window divided by the
+    /// latency: a larger one raises it until a core is saturated, and raises latency with it
+    /// (VoltDB's client allows 3000 by default).
     #[arg(long, default_value_t = 512)]
     pub window: usize,
     /// Seed of the transaction generator.
