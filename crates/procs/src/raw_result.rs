@@ -16,6 +16,7 @@ use std::ffi::{c_int, CStr};
 use lockstep_core::{DataType, ResultTable, Value};
 use mlua::ffi;
 
+use crate::raw_stmt::{finish, Next};
 use crate::result_obj::{self, Held};
 use crate::shared::Fatal;
 use crate::stmt::{built_columns, RESULT_COLUMNS_MAX};
@@ -32,35 +33,10 @@ struct Parsed<'a> {
     rows: Vec<Vec<Value>>,
 }
 
-/// What `result_table` does once `make` has returned (and dropped everything it owned).
-enum Next {
-    /// The result object is on the stack.
-    Made,
-    Slow,
-    /// Raise: the real error (out of memory) is recorded as the call's fatal error.
-    Raise,
-}
-
 /// `result_table(names, rows)`.
 pub(crate) unsafe extern "C-unwind" fn result_table(l: *mut ffi::lua_State) -> c_int {
-    match std::panic::catch_unwind(|| make(l)).unwrap_or(Next::Slow) {
-        Next::Made => {
-            #[cfg(test)]
-            crate::raw_stmt::FAST_CALLS.with(|c| c.set(c.get() + 1));
-            1
-        }
-        Next::Slow => {
-            let nargs = ffi::lua_gettop(l);
-            ffi::lua_getfield(l, ffi::LUA_REGISTRYINDEX, SLOW_C.as_ptr());
-            ffi::lua_insert(l, 1);
-            ffi::lua_call(l, nargs, ffi::LUA_MULTRET);
-            ffi::lua_gettop(l)
-        }
-        Next::Raise => {
-            ffi::lua_pushnil(l);
-            ffi::lua_error(l)
-        }
-    }
+    let next = std::panic::catch_unwind(|| make(l)).unwrap_or(Next::Slow);
+    finish(l, next, SLOW_C)
 }
 
 /// Parses the arguments and pushes the result object; never raises.
@@ -72,7 +48,7 @@ unsafe fn make(l: *mut ffi::lua_State) -> Next {
     table.rows = parsed.rows;
     let mut slot = Some(Held::new(table, shared));
     match result_obj::push_made(l, &mut slot) {
-        ffi::LUA_OK => Next::Made,
+        ffi::LUA_OK => Next::Return(1),
         _ => {
             ffi::lua_pop(l, 1);
             shared.set_fatal(Fatal::Memory);

@@ -38,7 +38,7 @@ const QUERY_SLOW_C: &CStr = c"lockstep.stmt.query";
 pub(crate) type Keys = [(std::sync::Arc<str>, Box<[u8]>)];
 
 /// What the C function does once `run` has returned (and dropped everything it owned).
-enum Next {
+pub(crate) enum Next {
     /// Return this many values, already pushed.
     Return(c_int),
     /// Hand the call to the Rust method.
@@ -100,7 +100,7 @@ thread_local! {
 }
 
 /// Acts on `next`. Owns nothing, since `lua_call` and `lua_error` may not return.
-unsafe fn finish(l: *mut ffi::lua_State, next: Next, slow: &CStr) -> c_int {
+pub(crate) unsafe fn finish(l: *mut ffi::lua_State, next: Next, slow: &CStr) -> c_int {
     match next {
         Next::Return(n) => {
             #[cfg(test)]

@@ -94,6 +94,14 @@ fn run(body: &str, params: &[Value]) -> Result<ProcOutput> {
     call(&mut rt, "P", params, &mut FakeHost::modified())
 }
 
+/// `f`'s result and how many statement calls it answered on the C fast paths.
+fn counting_fast_calls<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let count = || crate::raw_stmt::FAST_CALLS.with(|c| c.get());
+    let before = count();
+    let out = f();
+    (out, count() - before)
+}
+
 fn one(ty: DataType, v: Value) -> ResultTable {
     let mut t = ResultTable::with_columns(&[("", ty)]);
     t.push(vec![v]);
@@ -969,11 +977,10 @@ end
     .unwrap();
     let dec = decimal::parse("-3.25").unwrap();
     let mut host = FakeHost::new(move |_, _| Ok(every_type_table(dec)));
-    let fast_before = crate::raw_stmt::FAST_CALLS.with(|c| c.get());
-    let out = call(&mut rt, "Both", &[], &mut host).unwrap();
+    let (out, fast) = counting_fast_calls(|| call(&mut rt, "Both", &[], &mut host).unwrap());
     // `q:first(7)` and `q.exec(q, 7)` took the fast path; the array calls and the call on
     // a number did not.
-    assert_eq!(crate::raw_stmt::FAST_CALLS.with(|c| c.get()) - fast_before, 2);
+    assert_eq!(fast, 2);
     assert_eq!(
         out.tables,
         vec![
@@ -1060,9 +1067,8 @@ end
 
     // The fast path (scalar arguments) and the slow one (an array) make equal results; a
     // call on something that is not a statement fails.
-    let fast_before = crate::raw_stmt::FAST_CALLS.with(|c| c.get());
-    let paths = call(&mut rt, "Keep", &mode("paths"), &mut host).unwrap().tables;
-    assert_eq!(crate::raw_stmt::FAST_CALLS.with(|c| c.get()) - fast_before, 1);
+    let (paths, fast) = counting_fast_calls(|| call(&mut rt, "Keep", &mode("paths"), &mut host).unwrap().tables);
+    assert_eq!(fast, 1);
     assert_eq!(paths[..3], [every_type_table(dec), every_type_table(dec), one(DataType::TinyInt, Value::Int(0))]);
 
     // Twenty thousand results made and dropped: the collector frees them as it goes, and
@@ -1103,11 +1109,10 @@ end
         }
         Ok(t)
     });
-    let fast_before = crate::raw_stmt::FAST_CALLS.with(|c| c.get());
-    let out = call(&mut rt, "Values", &[], &mut host).unwrap();
+    let (out, fast) = counting_fast_calls(|| call(&mut rt, "Values", &[], &mut host).unwrap());
     // `q:values(7)` and `q:values(0)` took the fast path; the array calls and the call on a
     // number did not.
-    assert_eq!(crate::raw_stmt::FAST_CALLS.with(|c| c.get()) - fast_before, 2);
+    assert_eq!(fast, 2);
     assert_eq!(
         out.tables,
         vec![
@@ -1140,9 +1145,8 @@ end
 "#,
     )
     .unwrap();
-    let fast_before = crate::raw_stmt::FAST_CALLS.with(|c| c.get());
-    let out = call(&mut rt, "Built", &[], &mut FakeHost::modified()).unwrap();
-    assert_eq!(crate::raw_stmt::FAST_CALLS.with(|c| c.get()) - fast_before, 2);
+    let (out, fast) = counting_fast_calls(|| call(&mut rt, "Built", &[], &mut FakeHost::modified()).unwrap());
+    assert_eq!(fast, 2);
     let t = &out.tables;
     assert_eq!(t[0], t[1]);
     assert_eq!(t[2], t[3]);
