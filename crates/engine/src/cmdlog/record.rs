@@ -130,7 +130,7 @@ impl Record {
             KIND_SP => Record::Sp {
                 txn_id: r.i64("transaction id")?,
                 partition: r.i32("partition")? as u32,
-                procedure: r.required_string("procedure name")?.into(),
+                procedure: r.required_str("procedure name")?.into(),
                 params: decode_params(&mut r)?,
             },
             KIND_ADHOC_SP => Record::AdHocSp {
