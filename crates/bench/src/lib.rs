@@ -101,7 +101,14 @@ pub struct BenchArgs {
 
 /// Runs the benchmark; returns the process exit code (0 when the run and its check passed).
 pub fn run(args: BenchArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(args.client_threads.max(1)).enable_all().build() {
+    // One client thread runs a current-thread runtime: no work stealing, no cross-thread
+    // wakeups between the calls it drives.
+    let runtime = if args.client_threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(args.client_threads).enable_all().build()
+    };
+    let runtime = match runtime {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

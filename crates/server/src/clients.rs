@@ -3,29 +3,86 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use lockstep_core::{DataType, ResultTable, Value};
 use lockstep_engine::sysprocs;
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 
-/// One connection's window: permits taken are calls / KiB in flight.
-pub struct Window {
-    pub peer: SocketAddr,
-    pub calls: Arc<Semaphore>,
-    pub calls_max: usize,
-    pub kib: Arc<Semaphore>,
-    pub kib_max: usize,
+/// One connection's in-flight window: the calls and request KiB it may have started and
+/// not yet answered. Only the connection's reader takes slots, so taking needs no
+/// compare-and-swap; answers give them back from whichever thread finishes the call.
+pub struct InFlight {
+    calls: AtomicUsize,
+    kib: AtomicUsize,
+    calls_max: usize,
+    kib_max: usize,
+    /// Set while the reader waits for room; whoever gives a slot back then wakes it.
+    reader_waiting: AtomicBool,
+    room: Notify,
 }
 
-impl Window {
+/// A call's share of its connection's window, given back when dropped.
+pub struct Slot {
+    window: Arc<InFlight>,
+    kib: usize,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.window.calls.fetch_sub(1, Ordering::SeqCst);
+        self.window.kib.fetch_sub(self.kib, Ordering::SeqCst);
+        if self.window.reader_waiting.swap(false, Ordering::SeqCst) {
+            self.window.room.notify_one();
+        }
+    }
+}
+
+impl InFlight {
+    pub fn new(calls_max: usize, kib_max: usize) -> Arc<InFlight> {
+        Arc::new(InFlight {
+            calls: AtomicUsize::new(0),
+            kib: AtomicUsize::new(0),
+            calls_max: calls_max.max(1),
+            kib_max: kib_max.max(1),
+            reader_waiting: AtomicBool::new(false),
+            room: Notify::new(),
+        })
+    }
+
+    /// Waits until one more call of `kib` KiB fits, then takes its slot. A call bigger than
+    /// the whole window waits for an empty one. Only one task (the reader) may call this.
+    pub async fn take(self: &Arc<Self>, kib: usize) -> Slot {
+        let kib = kib.min(self.kib_max);
+        loop {
+            // Announce the wait before checking, so a slot given back in between is seen
+            // either by the check or by the wakeup (Notify keeps a wakeup that finds no
+            // waiter for the next `notified`).
+            self.reader_waiting.store(true, Ordering::SeqCst);
+            if self.calls.load(Ordering::SeqCst) < self.calls_max && self.kib.load(Ordering::SeqCst) + kib <= self.kib_max {
+                self.reader_waiting.store(false, Ordering::SeqCst);
+                self.calls.fetch_add(1, Ordering::SeqCst);
+                self.kib.fetch_add(kib, Ordering::SeqCst);
+                return Slot { window: self.clone(), kib };
+            }
+            self.room.notified().await;
+        }
+    }
+
     fn calls_in_flight(&self) -> usize {
-        self.calls_max.saturating_sub(self.calls.available_permits())
+        self.calls.load(Ordering::Relaxed)
     }
 
     fn kib_in_flight(&self) -> usize {
-        self.kib_max.saturating_sub(self.kib.available_permits())
+        self.kib.load(Ordering::Relaxed)
     }
+}
+
+/// A connection as LIVECLIENTS shows it.
+pub struct Window {
+    pub peer: SocketAddr,
+    pub in_flight: Arc<InFlight>,
 }
 
 #[derive(Default)]
@@ -66,9 +123,9 @@ impl LiveClients {
                 Value::Int(*id),
                 Value::Str(w.peer.to_string().into()),
                 Value::Int(0),
-                Value::Int(w.kib_in_flight() as i64 * 1024),
+                Value::Int(w.in_flight.kib_in_flight() as i64 * 1024),
                 Value::Int(0),
-                Value::Int(w.calls_in_flight() as i64),
+                Value::Int(w.in_flight.calls_in_flight() as i64),
             ]);
         }
         t
@@ -79,13 +136,12 @@ impl LiveClients {
 mod tests {
     use super::*;
 
-    #[test]
-    fn rows_show_what_each_window_holds() {
+    #[tokio::test]
+    async fn rows_show_what_each_window_holds() {
         let live = LiveClients::default();
-        let calls = Arc::new(Semaphore::new(10));
-        let kib = Arc::new(Semaphore::new(100));
-        let _held = (calls.clone().try_acquire_many_owned(3).unwrap(), kib.clone().try_acquire_many_owned(5).unwrap());
-        live.add(7, Window { peer: "127.0.0.1:9".parse().unwrap(), calls, calls_max: 10, kib, kib_max: 100 });
+        let in_flight = InFlight::new(10, 100);
+        let _held = (in_flight.take(2).await, in_flight.take(3).await, in_flight.take(0).await);
+        live.add(7, Window { peer: "127.0.0.1:9".parse().unwrap(), in_flight });
         let t = live.table();
         assert_eq!(t.rows.len(), 1);
         assert_eq!(t.rows[0][3], Value::Int(7));
@@ -93,5 +149,42 @@ mod tests {
         assert_eq!(t.rows[0][8], Value::Int(3));
         live.remove(7);
         assert!(live.table().rows.is_empty());
+    }
+
+    /// Polls `take` once: whether it got a slot without waiting.
+    fn take_now(w: &Arc<InFlight>, kib: usize) -> Option<Slot> {
+        use std::future::Future;
+        let mut f = Box::pin(w.take(kib));
+        match f.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(s) => Some(s),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_window_makes_the_reader_wait_until_an_answer_frees_a_slot() {
+        let w = InFlight::new(2, 10);
+        let a = take_now(&w, 4).expect("room for the first call");
+        let b = take_now(&w, 4).expect("room for the second call");
+        assert!(take_now(&w, 1).is_none(), "a third call exceeds the 2-call window");
+        drop(a);
+        let c = take_now(&w, 6).expect("a freed call slot and 6 KiB fit again");
+        assert!(take_now(&w, 0).is_none());
+        drop((b, c));
+        // A call bigger than the whole window waits only for an empty one.
+        let big = take_now(&w, 1000).expect("an empty window takes a call of any size");
+        assert_eq!(w.kib_in_flight(), 10);
+        assert!(take_now(&w, 1).is_none(), "a full 10 KiB leaves no room for 1 more");
+        // A waiting reader is woken by the answer that frees a slot on another thread.
+        let waiter = tokio::spawn({
+            let w = w.clone();
+            async move { w.take(1).await.kib }
+        });
+        tokio::task::yield_now().await;
+        std::thread::spawn(move || drop(big)).join().unwrap();
+        // (The timeout only turns a lost wakeup into a failure instead of a hang.)
+        let woken = tokio::time::timeout(std::time::Duration::from_secs(30), waiter).await;
+        assert_eq!(woken.expect("the reader was never woken").unwrap(), 1);
+        assert_eq!((w.calls_in_flight(), w.kib_in_flight()), (0, 0));
     }
 }

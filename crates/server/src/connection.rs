@@ -17,8 +17,9 @@ use lockstep_wire::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 
+use crate::clients::{InFlight, Slot, Window};
 use crate::Front;
 
 /// A client must finish logging in within this time (as VoltDB's server).
@@ -32,19 +33,13 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// (VoltDB stops reading at 8 MiB of pending requests). Counted in KiB permits.
 const IN_FLIGHT_REQUEST_KIB_MAX: usize = 8 * 1024;
 
-/// Slots a call holds until its answer is encoded: one call and its size in KiB.
-struct Permits {
-    _call: OwnedSemaphorePermit,
-    _bytes: OwnedSemaphorePermit,
-}
-
-/// An answer on its way to the writer; the permits free in-flight slots once encoded.
+/// An answer on its way to the writer; its slot in the window is freed once encoded.
 struct Answer {
     handle: i64,
     outcome: Outcome,
     /// From receipt to answer: VoltDB's cluster round trip.
     round_trip: Duration,
-    _permits: Option<Permits>,
+    _slot: Option<Slot>,
     /// `@Shutdown`: stop the server once this answer is on the wire.
     then_shutdown: bool,
 }
@@ -52,7 +47,7 @@ struct Answer {
 /// A push (no call behind it): see `push.rs`.
 impl From<(i64, Outcome)> for Answer {
     fn from((handle, outcome): (i64, Outcome)) -> Self {
-        Answer { handle, outcome, round_trip: Duration::ZERO, _permits: None, then_shutdown: false }
+        Answer { handle, outcome, round_trip: Duration::ZERO, _slot: None, then_shutdown: false }
     }
 }
 
@@ -73,29 +68,15 @@ pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Fr
     let (mut reader, writer) = socket.into_split();
     let (tx, rx) = mpsc::unbounded_channel::<Answer>();
     let writer_task = tokio::spawn(write_answers(writer, rx, front.clone()));
-    let in_flight = Arc::new(Semaphore::new(front.config.in_flight_per_connection.max(1)));
-    let in_flight_kib = Arc::new(Semaphore::new(IN_FLIGHT_REQUEST_KIB_MAX));
-    front.live.add(
-        id,
-        crate::clients::Window {
-            peer,
-            calls: in_flight.clone(),
-            calls_max: front.config.in_flight_per_connection.max(1),
-            kib: in_flight_kib.clone(),
-            kib_max: IN_FLIGHT_REQUEST_KIB_MAX,
-        },
-    );
+    let in_flight = InFlight::new(front.config.in_flight_per_connection, IN_FLIGHT_REQUEST_KIB_MAX);
+    front.live.add(id, Window { peer, in_flight: in_flight.clone() });
     let reason = loop {
         match decode_frame(&mut buf) {
             Ok(Some(frame)) => {
                 // Backpressure: wait for slots before taking on more work; meanwhile the
                 // socket is not read, so TCP slows the client down.
-                let kib = (frame.len() / 1024 + 1).min(IN_FLIGHT_REQUEST_KIB_MAX) as u32;
-                let (Ok(call), Ok(bytes)) = (in_flight.clone().acquire_owned().await, in_flight_kib.clone().acquire_many_owned(kib).await)
-                else {
-                    break "shutting down".to_string();
-                };
-                if let Err(reason) = dispatch(&frame, Permits { _call: call, _bytes: bytes }, id, &tx, &front) {
+                let slot = in_flight.take(frame.len() / 1024 + 1).await;
+                if let Err(reason) = dispatch(&frame, slot, id, &tx, &front) {
                     break reason;
                 }
                 continue;
@@ -153,7 +134,7 @@ async fn login(socket: &mut TcpStream, buf: &mut BytesMut, id: i64, front: &Fron
 }
 
 /// Decodes one invocation and starts it. An Err closes the connection.
-fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
+fn dispatch(frame: &[u8], slot: Slot, id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
     let handle = inv.handle;
@@ -162,17 +143,17 @@ fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<
     match lower.as_str() {
         "@subscribe" => {
             let outcome = subscribe(&inv.params, id, tx, front);
-            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _permits: Some(permits), then_shutdown: false });
+            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
             return Ok(());
         }
         "@statistics" if matches!(inv.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
             let outcome = Outcome::tables(vec![front.live.table()]);
-            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _permits: Some(permits), then_shutdown: false });
+            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
             return Ok(());
         }
         "@shutdown" => {
             tracing::info!(connection = id, "@Shutdown called: stopping");
-            let _ = tx.send(Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: started.elapsed(), _permits: Some(permits), then_shutdown: true });
+            let _ = tx.send(Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: true });
             return Ok(());
         }
         _ => {}
@@ -201,7 +182,7 @@ fn dispatch(frame: &[u8], permits: Permits, id: i64, tx: &mpsc::UnboundedSender<
             if adhoc {
                 reply_front.subscribers.catalog_may_have_changed(&reply_front.engine);
             }
-            let _ = tx.send(Answer { handle, outcome, round_trip, _permits: Some(permits), then_shutdown: false });
+            let _ = tx.send(Answer { handle, outcome, round_trip, _slot: Some(slot), then_shutdown: false });
         }),
     );
     Ok(())
