@@ -9,6 +9,7 @@ pub mod durable;
 pub mod engine;
 pub mod export;
 pub mod mp;
+pub mod name_cache;
 pub mod outcome;
 pub mod recovery;
 pub mod registry;

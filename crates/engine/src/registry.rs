@@ -3,11 +3,14 @@
 //! the catalog changes. Each site has a registry for single-partition work; the MP
 //! coordinator has one for multi-partition work.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use lockstep_core::{get_ignoring_case, Catalog, DataType, Error, NameMap, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
-use lockstep_procs::{CallContext, LuaConfig, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
+use lockstep_procs::{CallContext, LuaConfig, LuaProc, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
 use lockstep_sql::{Prepared, Route};
+
+use crate::name_cache::NameCache;
 
 /// Where the calls of a procedure run.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,9 +35,8 @@ impl ProcRoute {
 
 enum ProcImpl {
     Sql(Arc<Prepared>),
-    /// The body lives in the Lua runtime under `key`, the lower-case name (passed to it as
-    /// is, so a call is not lower-cased twice).
-    Lua { key: String, stmts: Vec<Arc<Prepared>> },
+    /// The body, loaded in the registry's Lua runtime.
+    Lua { body: Rc<LuaProc>, stmts: Vec<Arc<Prepared>> },
 }
 
 struct ProcEntry {
@@ -68,7 +70,9 @@ pub enum Scope {
 
 pub struct Registry {
     scope: Scope,
-    procs: NameMap<ProcEntry>,
+    procs: NameMap<Rc<ProcEntry>>,
+    /// Entries by the shared name routed calls carry; emptied when the entries change.
+    recent: NameCache<Rc<ProcEntry>>,
     lua: LuaRuntime,
 }
 
@@ -78,7 +82,7 @@ fn lua_config(budget: u64, memory: usize) -> LuaConfig {
 
 impl Registry {
     pub fn new(scope: Scope, instruction_budget: u64, memory_limit_bytes: usize) -> Result<Self> {
-        Ok(Registry { scope, procs: NameMap::default(), lua: LuaRuntime::new(lua_config(instruction_budget, memory_limit_bytes))? })
+        Ok(Registry { scope, procs: NameMap::default(), recent: NameCache::default(), lua: LuaRuntime::new(lua_config(instruction_budget, memory_limit_bytes))? })
     }
 
     /// Whether procedure `name` only reads: every statement it can run is read-only (a Lua
@@ -102,7 +106,7 @@ impl Registry {
             }
             let key = info.name.to_ascii_lowercase();
             let entry = self.build_entry(catalog, &info)?;
-            procs.insert(key, entry);
+            procs.insert(key, Rc::new(entry));
         }
         for old in self.procs.keys() {
             if !procs.contains_key(old) {
@@ -110,6 +114,7 @@ impl Registry {
             }
         }
         self.procs = procs;
+        self.recent.clear();
         Ok(())
     }
 
@@ -145,8 +150,8 @@ impl Registry {
                     stmts.push(p);
                     Ok(info)
                 };
-                self.lua.load(&def.name, path, source, &mut prepare)?;
-                ProcImpl::Lua { key: def.name.to_ascii_lowercase(), stmts }
+                let body = self.lua.load(&def.name, path, source, &mut prepare)?;
+                ProcImpl::Lua { body, stmts }
             }
         };
         Ok(ProcEntry { name: def.name.clone(), imp })
@@ -158,7 +163,24 @@ impl Registry {
 
     /// Calls procedure `name` inside the caller's transaction.
     pub fn call(&mut self, name: &str, params: &[Value], ctx: &CallContext, runner: &mut dyn StatementRunner) -> Result<ProcOutput> {
-        let entry = get_ignoring_case(&self.procs, name).ok_or_else(|| Error::unexpected(format!("Procedure {name} was not found")))?;
+        let entry = get_ignoring_case(&self.procs, name).cloned().ok_or_else(|| not_found(name))?;
+        self.call_entry(&entry, params, ctx, runner)
+    }
+
+    /// `call` for a routed call, whose name is shared by every call of its procedure.
+    pub fn call_shared(&mut self, name: &Arc<str>, params: &[Value], ctx: &CallContext, runner: &mut dyn StatementRunner) -> Result<ProcOutput> {
+        let entry = match self.recent.get(name) {
+            Some(e) => e.clone(),
+            None => {
+                let e = get_ignoring_case(&self.procs, name).cloned().ok_or_else(|| not_found(name))?;
+                self.recent.put(name, e.clone());
+                e
+            }
+        };
+        self.call_entry(&entry, params, ctx, runner)
+    }
+
+    fn call_entry(&mut self, entry: &ProcEntry, params: &[Value], ctx: &CallContext, runner: &mut dyn StatementRunner) -> Result<ProcOutput> {
         match &entry.imp {
             ProcImpl::Sql(p) => {
                 if params.len() != p.param_types.len() {
@@ -172,12 +194,16 @@ impl Registry {
                 let table = runner.run(p, params)?;
                 Ok(ProcOutput { tables: vec![table], app_status: -128, app_status_string: None })
             }
-            ProcImpl::Lua { key, stmts } => {
+            ProcImpl::Lua { body, stmts } => {
                 let mut host = LuaHost { stmts, runner };
-                self.lua.call(key, params, ctx, &mut host)
+                self.lua.call_proc(body, params, ctx, &mut host)
             }
         }
     }
+}
+
+fn not_found(name: &str) -> Error {
+    Error::unexpected(format!("Procedure {name} was not found"))
 }
 
 /// Gives a Lua procedure its planned statements.

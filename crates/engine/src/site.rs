@@ -323,7 +323,7 @@ impl Site {
             match &work {
                 SpWork::Proc(name) => {
                     let call = CallContext { txn_id, timestamp_micros: ctx.timestamp_micros, partition: Some(self.id) };
-                    self.registry.call(name, &params, &call, &mut runner)
+                    self.registry.call_shared(name, &params, &call, &mut runner)
                 }
                 SpWork::Statement(p) => tables(runner.run(p, &params)?),
                 SpWork::Sql(sql) => {
@@ -333,12 +333,12 @@ impl Site {
             }
         }))
         .unwrap_or_else(|panic| Err(Error::from_panic(&*panic)));
-        let name = match &work {
-            SpWork::Proc(name) => name,
-            SpWork::Statement(_) | SpWork::Sql(_) => stats::ADHOC_PROCEDURE,
-        };
         let result_bytes = result.as_ref().map(|o| stats::tables_bytes(&o.tables)).unwrap_or(0);
-        self.stats.record(name, started.elapsed(), &params, result_bytes, result.as_ref().err().map(|e| e.kind));
+        let error = result.as_ref().err().map(|e| e.kind);
+        match &work {
+            SpWork::Proc(name) => self.stats.record_shared(name, started.elapsed(), &params, result_bytes, error),
+            SpWork::Statement(_) | SpWork::Sql(_) => self.stats.record(stats::ADHOC_PROCEDURE, started.elapsed(), &params, result_bytes, error),
+        }
         let changed = self.part.savepoint() > 0 || !self.part.pending_exports().is_empty();
         let result = match result {
             Ok(_) if changed && replay_id.is_none() && self.durable.fenced() => Err(self.durable.fence_error()),

@@ -5,13 +5,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockstep_core::{hash::MP_PARTITION_ID, DataType, Error, ErrorKind, ResultTable, Value};
 use lockstep_storage::Partition;
 
 use crate::engine::{Call, Engine};
+use crate::name_cache::NameCache;
 use crate::outcome::{Outcome, Reply};
 use crate::site::SiteMsg;
 use crate::sysprocs;
@@ -99,30 +100,70 @@ impl ProcCounters {
 /// The procedure counters of one site (or of the multi-partition coordinator).
 #[derive(Clone, Debug, Default)]
 pub struct ProcStats {
-    procs: lockstep_core::NameMap<ProcCounters>,
+    procs: Vec<(String, ProcCounters)>,
+    by_name: lockstep_core::NameMap<usize>,
+    /// Positions in `procs` by shared name: a site's calls skip the hash lookup.
+    recent: NameCache<usize>,
 }
 
 impl ProcStats {
     /// Records one finished call. `params` and `result_bytes` give the size figures.
     pub fn record(&mut self, name: &str, elapsed: Duration, params: &[Value], result_bytes: u64, error: Option<ErrorKind>) {
-        let elapsed_ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        let param_bytes = params.iter().map(value_bytes).sum::<u64>();
+        if let Some(c) = self.counters(name) {
+            c.record(duration_ns(elapsed), params_bytes(params), result_bytes, error);
+        }
+    }
+
+    /// `record` for a name shared by every call of its procedure (a routed call's).
+    pub fn record_shared(&mut self, name: &Arc<str>, elapsed: Duration, params: &[Value], result_bytes: u64, error: Option<ErrorKind>) {
+        let at = match self.recent.get(name) {
+            Some(&at) => Some(at),
+            None => {
+                let at = self.position(name);
+                if let Some(at) = at {
+                    self.recent.put(name, at);
+                }
+                at
+            }
+        };
+        if let Some(at) = at {
+            self.procs[at].1.record(duration_ns(elapsed), params_bytes(params), result_bytes, error);
+        }
+    }
+
+    fn counters(&mut self, name: &str) -> Option<&mut ProcCounters> {
+        let at = self.position(name)?;
+        Some(&mut self.procs[at].1)
+    }
+
+    /// Where `name`'s counters are, added if new; None once the table is full.
+    fn position(&mut self, name: &str) -> Option<usize> {
         // Look up by &str first so the common case allocates nothing.
-        if let Some(c) = self.procs.get_mut(name) {
-            return c.record(elapsed_ns, param_bytes, result_bytes, error);
+        if let Some(&at) = self.by_name.get(name) {
+            return Some(at);
         }
         if self.procs.len() >= PROCEDURES_TRACKED_MAX {
-            return;
+            return None;
         }
-        self.procs.entry(name.to_string()).or_default().record(elapsed_ns, param_bytes, result_bytes, error);
+        self.procs.push((name.to_string(), ProcCounters::default()));
+        self.by_name.insert(name.to_string(), self.procs.len() - 1);
+        Some(self.procs.len() - 1)
     }
 
     /// Counters by procedure name, sorted by name.
     pub fn snapshot(&self) -> Vec<(String, ProcCounters)> {
-        let mut v: Vec<_> = self.procs.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+        let mut v = self.procs.clone();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn params_bytes(params: &[Value]) -> u64 {
+    params.iter().map(value_bytes).sum()
 }
 
 /// The error kind behind a failed outcome's status code (for counting aborts and failures).
@@ -781,6 +822,24 @@ mod tests {
         assert_eq!((c.min_param_bytes, c.max_param_bytes, c.avg_param_bytes()), (0, 8, 5));
         assert_eq!((c.min_result_bytes, c.max_result_bytes, c.avg_result_bytes()), (10, 30, 20));
         assert_eq!((c.aborts, c.failures), (1, 1));
+    }
+
+    #[test]
+    fn calls_by_shared_name_count_with_calls_by_name_and_the_table_stays_bounded() {
+        let mut s = ProcStats::default();
+        let vote: Arc<str> = "Vote".into();
+        s.record_shared(&vote, Duration::from_nanos(10), &[], 0, None);
+        s.record("Vote", Duration::from_nanos(30), &[], 0, None);
+        // A later routing table shares a new name for the same procedure.
+        s.record_shared(&"Vote".into(), Duration::from_nanos(20), &[], 0, None);
+        s.record_shared(&vote, Duration::from_nanos(40), &[], 0, None);
+        let snap = s.snapshot();
+        assert_eq!(snap.len(), 1);
+        assert_eq!((snap[0].1.invocations, snap[0].1.min_ns, snap[0].1.max_ns), (4, 10, 40));
+        for i in 0..PROCEDURES_TRACKED_MAX + 5 {
+            s.record_shared(&format!("P{i}").into(), Duration::from_nanos(1), &[], 0, None);
+        }
+        assert_eq!(s.snapshot().len(), PROCEDURES_TRACKED_MAX);
     }
 
     #[test]

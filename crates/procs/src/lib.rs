@@ -21,7 +21,7 @@ mod tests;
 
 use lockstep_core::{DataType, Result, ResultTable, Value};
 
-pub use runtime::LuaRuntime;
+pub use runtime::{LuaRuntime, Proc as LuaProc};
 
 /// What `prepare` tells the runtime about a statement it planned at load time.
 #[derive(Clone, Debug, PartialEq, Eq)]

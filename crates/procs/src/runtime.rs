@@ -24,8 +24,10 @@ pub const CALL_PARAMS_MAX: usize = 1_024;
 /// measurable, often enough that a runaway loop stops within microseconds of its budget.
 const HOOK_INTERVAL_INSTRUCTIONS: u64 = 10_000;
 
-/// A loaded procedure.
-struct Proc {
+/// A loaded procedure. Its holder calls it through `LuaRuntime::call_proc` without a name
+/// lookup; unloading or reloading the name does not change a handle already taken.
+#[derive(Debug)]
+pub struct Proc {
     /// The name as first loaded, for error messages.
     name: String,
     body: Function,
@@ -37,7 +39,7 @@ pub struct LuaRuntime {
     shared: Rc<Shared>,
     sandbox: Sandbox,
     /// Keyed by the ASCII-lower-cased name.
-    procs: NameMap<Proc>,
+    procs: NameMap<Rc<Proc>>,
     config: LuaConfig,
     /// The body's arguments, kept between calls so a call allocates no list for them
     /// (emptied after each call, so it holds no Lua value meanwhile).
@@ -90,13 +92,14 @@ impl LuaRuntime {
     /// Loads (or replaces) procedure `name` from Lua source; `path` names the file in error
     /// messages. Runs the module chunk once: each `sql [[...]]` calls `prepare`. The chunk
     /// must return the body function. On error the previous version (if any) stays loaded.
+    /// Returns the procedure, for `call_proc`.
     pub fn load(
         &mut self,
         name: &str,
         path: &str,
         source: &str,
         prepare: &mut dyn FnMut(&str) -> Result<StmtInfo>,
-    ) -> Result<()> {
+    ) -> Result<Rc<Proc>> {
         if name.is_empty() || name.len() > PROC_NAME_MAX_BYTES {
             return Err(Error::graceful(format!(
                 "procedure name '{name}' must be 1 to {PROC_NAME_MAX_BYTES} bytes long"
@@ -141,14 +144,9 @@ impl LuaRuntime {
             }
             (Err(e), fatal) => return Err(self.error(name, fatal, &e)),
         };
-        self.procs.insert(
-            name.to_ascii_lowercase(),
-            Proc {
-                name: name.to_string(),
-                body,
-            },
-        );
-        Ok(())
+        let proc = Rc::new(Proc { name: name.to_string(), body });
+        self.procs.insert(name.to_ascii_lowercase(), proc.clone());
+        Ok(proc)
     }
 
     /// Forgets procedure `name` (no-op when it is not loaded).
@@ -169,9 +167,20 @@ impl LuaRuntime {
         ctx: &CallContext,
         host: &mut dyn TxnHost,
     ) -> Result<ProcOutput> {
-        let Some(proc) = get_ignoring_case(&self.procs, name) else {
+        let Some(proc) = get_ignoring_case(&self.procs, name).cloned() else {
             return Err(Error::unexpected(format!("procedure {name} is not loaded")));
         };
+        self.call_proc(&proc, params, ctx, host)
+    }
+
+    /// Calls a procedure `load` returned, inside the caller's transaction.
+    pub fn call_proc(
+        &mut self,
+        proc: &Proc,
+        params: &[Value],
+        ctx: &CallContext,
+        host: &mut dyn TxnHost,
+    ) -> Result<ProcOutput> {
         if params.len() > CALL_PARAMS_MAX {
             return Err(Error::graceful(format!(
                 "procedure {}: {} parameters; the limit is {CALL_PARAMS_MAX}",
