@@ -3,7 +3,7 @@
 use lockstep_core::{Error, Result, Value};
 
 use crate::codec::{begin_len, malformed, patch_len, put_i32, put_i64, put_i8, put_string, Reader};
-use crate::params::{decode_params_typed, encode_params_typed};
+use crate::params::{decode_params_into, encode_params_typed};
 use crate::types::WireType;
 
 /// Most extensions in one invocation (the real server rejects more).
@@ -50,12 +50,18 @@ impl Invocation {
 
 /// Decodes an invocation frame's payload.
 pub fn decode_invocation(payload: &[u8]) -> Result<Invocation> {
-    decode_invocation_typed(payload).map(|(inv, _)| inv)
+    decode_invocation_into(payload, None)
 }
 
 /// Decodes an invocation and also returns each parameter's wire type code (so a server can
 /// tell an INTEGER parameter from a BIGINT one).
 pub fn decode_invocation_typed(payload: &[u8]) -> Result<(Invocation, Vec<WireType>)> {
+    let mut codes = Vec::new();
+    let inv = decode_invocation_into(payload, Some(&mut codes))?;
+    Ok((inv, codes))
+}
+
+fn decode_invocation_into(payload: &[u8], codes: Option<&mut Vec<WireType>>) -> Result<Invocation> {
     let mut r = Reader::new(payload);
     let version = r.i8("invocation version")?;
     let mut timeout_ms = None;
@@ -84,10 +90,9 @@ pub fn decode_invocation_typed(payload: &[u8]) -> Result<(Invocation, Vec<WireTy
     if version == 2 {
         read_extensions(&mut r, &mut inv)?;
     }
-    let (params, codes) = decode_params_typed(&mut r)?;
+    inv.params = decode_params_into(&mut r, codes)?;
     r.expect_end("the parameters")?;
-    inv.params = params;
-    Ok((inv, codes))
+    Ok(inv)
 }
 
 fn read_extensions(r: &mut Reader, inv: &mut Invocation) -> Result<()> {

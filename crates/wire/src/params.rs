@@ -20,6 +20,19 @@ fn unsupported(code: WireType) -> Error {
 
 /// Reads a parameter set into values, with each parameter's wire type code (ARRAY for arrays).
 pub fn decode_params_typed(r: &mut Reader) -> Result<(Vec<Value>, Vec<WireType>)> {
+    let mut codes = Vec::new();
+    let values = decode_params_into(r, Some(&mut codes))?;
+    Ok((values, codes))
+}
+
+/// Reads a parameter set into values.
+pub fn decode_params(r: &mut Reader) -> Result<Vec<Value>> {
+    decode_params_into(r, None)
+}
+
+/// Reads a parameter set, appending each parameter's type code to `codes` if given (the
+/// server has no use for them, so it takes no list).
+pub(crate) fn decode_params_into(r: &mut Reader, mut codes: Option<&mut Vec<WireType>>) -> Result<Vec<Value>> {
     let count = r.i16("parameter count")?;
     if count < 0 {
         return Err(malformed(format!("negative parameter count {count}")));
@@ -27,19 +40,14 @@ pub fn decode_params_typed(r: &mut Reader) -> Result<(Vec<Value>, Vec<WireType>)
     let count = count as usize;
     // Every parameter takes at least its type byte, so the remaining bytes bound the count.
     let mut values = Vec::with_capacity(count.min(r.remaining()));
-    let mut codes = Vec::with_capacity(count.min(r.remaining()));
     for i in 0..count {
         let code = r.i8("parameter type")?;
-        let v = decode_param(r, code, i)?;
-        values.push(v);
-        codes.push(code);
+        values.push(decode_param(r, code, i)?);
+        if let Some(codes) = codes.as_deref_mut() {
+            codes.push(code);
+        }
     }
-    Ok((values, codes))
-}
-
-/// Reads a parameter set into values.
-pub fn decode_params(r: &mut Reader) -> Result<Vec<Value>> {
-    decode_params_typed(r).map(|(v, _)| v)
+    Ok(values)
 }
 
 fn decode_param(r: &mut Reader, code: WireType, index: usize) -> Result<Value> {
