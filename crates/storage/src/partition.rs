@@ -39,6 +39,12 @@ enum Undo {
         id: RowId,
         row: Box<[Value]>,
     },
+    /// Some columns of row `id` were set in place (a view's counters): set them back.
+    SetColumns {
+        table: TableId,
+        id: RowId,
+        old: Vec<(usize, Value)>,
+    },
     /// A stream row was appended to the pending exports: drop it.
     Export,
 }
@@ -225,6 +231,9 @@ impl Partition {
             Undo::Update { table: t, id, row } => {
                 table(self, t).replace_row(id, row);
             }
+            Undo::SetColumns { table: t, id, old } => {
+                table(self, t).set_columns(id, old);
+            }
             Undo::Export => {
                 self.exports.pop();
             }
@@ -328,10 +337,10 @@ impl Partition {
                 table: view,
                 id: t.push_row(row)?,
             },
-            ViewChange::Update(id, row) => Undo::Update {
+            ViewChange::Update(id, changes) => Undo::SetColumns {
                 table: view,
                 id,
-                row: t.replace_row(id, row),
+                old: t.set_columns(id, changes),
             },
             ViewChange::Delete(id) => match t.take_row(id) {
                 Some(row) => Undo::Delete {

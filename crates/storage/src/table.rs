@@ -41,18 +41,20 @@ const ALLOC_OVERHEAD_BYTES: usize = 16;
 
 /// Heap bytes of one stored row: its value array and its strings, with allocator overhead.
 fn heap_bytes(row: &[Value]) -> usize {
-    let data: usize = row
-        .iter()
-        .map(|v| match v {
-            // Text of up to 24 bytes is inside the value.
-            Value::Str(s) if s.is_heap_allocated() => s.capacity() + ALLOC_OVERHEAD_BYTES,
-            // The bytes and the two reference counts before them (shared bytes are counted
-            // by every row that holds them).
-            Value::Bytes(b) => b.len() + 2 * std::mem::size_of::<usize>() + ALLOC_OVERHEAD_BYTES,
-            _ => 0,
-        })
-        .sum();
+    let data: usize = row.iter().map(value_heap_bytes).sum();
     std::mem::size_of_val(row) + ALLOC_OVERHEAD_BYTES + data
+}
+
+/// Heap bytes a value holds outside the row's value array.
+fn value_heap_bytes(v: &Value) -> usize {
+    match v {
+        // Text of up to 24 bytes is inside the value.
+        Value::Str(s) if s.is_heap_allocated() => s.capacity() + ALLOC_OVERHEAD_BYTES,
+        // The bytes and the two reference counts before them (shared bytes are counted by
+        // every row that holds them).
+        Value::Bytes(b) => b.len() + 2 * std::mem::size_of::<usize>() + ALLOC_OVERHEAD_BYTES,
+        _ => 0,
+    }
 }
 
 /// Prefetches the first cache lines of `len` bytes at `p` (at most 4 lines: the hardware
@@ -324,6 +326,30 @@ impl Table {
             }
         }
         old
+    }
+
+    /// Sets some columns of row `id` (which must exist) in place, returning their old
+    /// values (which, set again, undo the change). Only when an index covers a changed
+    /// column is the whole row replaced, to move its index entries.
+    pub(crate) fn set_columns(&mut self, id: RowId, mut changes: Vec<(usize, Value)>) -> Vec<(usize, Value)> {
+        let indexed = |c: usize| self.indexes.iter().any(|ix| ix.columns.contains(&c));
+        if changes.iter().any(|&(c, _)| indexed(c)) {
+            let mut row: Box<[Value]> = self.get_full(id).unwrap_or_default().into();
+            for (c, v) in &mut changes {
+                std::mem::swap(&mut row[*c], v);
+            }
+            self.replace_row(id, row);
+            return changes;
+        }
+        self.preserve(id);
+        let Some(row) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
+            panic!("update of empty row slot {id} of {}", self.def.name)
+        };
+        for (c, v) in &mut changes {
+            self.row_heap_bytes = self.row_heap_bytes - value_heap_bytes(&row[*c]) + value_heap_bytes(v);
+            std::mem::swap(&mut row[*c], v);
+        }
+        changes
     }
 
     /// Before slot `id` changes, keeps its contents for a snapshot scan in progress that

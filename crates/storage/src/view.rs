@@ -67,8 +67,36 @@ impl ViewLayout {
 #[derive(Debug, PartialEq)]
 pub(crate) enum ViewChange {
     Insert(Box<[Value]>),
-    Update(RowId, Box<[Value]>),
+    /// New values for some columns of a group's row (its counters and aggregates: set in
+    /// place, without copying the row).
+    Update(RowId, Vec<(usize, Value)>),
     Delete(RowId),
+}
+
+/// A group's row being changed: reads see the changes made so far over the stored row.
+struct Changing<'a> {
+    stored: &'a [Value],
+    changes: Vec<(usize, Value)>,
+}
+
+impl<'a> Changing<'a> {
+    fn new(stored: &'a [Value]) -> Self {
+        Changing { stored, changes: Vec::with_capacity(4) }
+    }
+
+    fn get(&self, pos: usize) -> &Value {
+        match self.changes.iter().find(|(p, _)| *p == pos) {
+            Some((_, v)) => v,
+            None => &self.stored[pos],
+        }
+    }
+
+    fn set(&mut self, pos: usize, v: Value) {
+        match self.changes.iter_mut().find(|(p, _)| *p == pos) {
+            Some(change) => change.1 = v,
+            None => self.changes.push((pos, v)),
+        }
+    }
 }
 
 /// The source column an aggregate reads, if any.
@@ -180,13 +208,13 @@ pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Re
         }
         return Ok(ViewChange::Insert(row.into_boxed_slice()));
     };
-    let mut row: Box<[Value]> = view_table.get_full(id).unwrap_or_default().into();
+    let mut row = Changing::new(view_table.get_full(id).unwrap_or_default());
     if layout.count_pos >= k + vdef.aggregates.len() {
-        row[layout.count_pos] = Value::Int(int(&row[layout.count_pos]) + 1);
+        row.set(layout.count_pos, Value::Int(int(row.get(layout.count_pos)) + 1));
     }
     for (i, agg) in vdef.aggregates.iter().enumerate() {
         let v = input(view_table, vdef, i, src)?;
-        let cur = &row[k + i];
+        let cur = row.get(k + i);
         let new = match agg {
             ViewAggregate::CountStar => Value::Int(int(cur) + 1),
             ViewAggregate::Count(_) => Value::Int(int(cur) + !v.is_null() as i64),
@@ -198,7 +226,7 @@ pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Re
                     add(cur, &v, false, view_table, k + i)?
                 };
                 if let Some(p) = layout.nonnull_pos[i] {
-                    row[p] = Value::Int(int(&row[p]) + 1);
+                    row.set(p, Value::Int(int(row.get(p)) + 1));
                 }
                 sum
             }
@@ -206,9 +234,9 @@ pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Re
             ViewAggregate::Max(_) if cur.is_null() || v > *cur => v,
             _ => continue,
         };
-        row[k + i] = new;
+        row.set(k + i, new);
     }
-    Ok(ViewChange::Update(id, row))
+    Ok(ViewChange::Update(id, row.changes))
 }
 
 /// The change to the view when `src` is removed from `source` (which no longer holds it).
@@ -227,28 +255,28 @@ pub(crate) fn on_delete(
             view_table.name()
         )));
     };
-    let mut row: Box<[Value]> = view_table.get_full(id).unwrap_or_default().into();
-    let count = int(&row[layout.count_pos]) - 1;
+    let mut row = Changing::new(view_table.get_full(id).unwrap_or_default());
+    let count = int(row.get(layout.count_pos)) - 1;
     if count <= 0 {
         return Ok(ViewChange::Delete(id));
     }
-    row[layout.count_pos] = Value::Int(count);
+    row.set(layout.count_pos, Value::Int(count));
     let mut recompute = Vec::new();
     for (i, agg) in vdef.aggregates.iter().enumerate() {
         let v = input(view_table, vdef, i, src)?;
-        let cur = &row[k + i];
+        let cur = row.get(k + i);
         let new = match agg {
             ViewAggregate::CountStar => continue,
             ViewAggregate::Count(_) => Value::Int(int(cur) - !v.is_null() as i64),
             _ if v.is_null() => continue,
             ViewAggregate::Sum(_) => {
                 let p = layout.nonnull_pos[i].unwrap_or(layout.count_pos);
-                let left = int(&row[p]) - 1;
-                row[p] = Value::Int(left);
+                let left = int(row.get(p)) - 1;
+                row.set(p, Value::Int(left));
                 if left <= 0 {
                     Value::Null
                 } else {
-                    add(&row[k + i], &v, true, view_table, k + i)?
+                    add(row.get(k + i), &v, true, view_table, k + i)?
                 }
             }
             ViewAggregate::Min(_) | ViewAggregate::Max(_) if v == *cur => {
@@ -257,12 +285,12 @@ pub(crate) fn on_delete(
             }
             _ => continue,
         };
-        row[k + i] = new;
+        row.set(k + i, new);
     }
     if !recompute.is_empty() {
         recompute_extremes(view_table, vdef, &key, source, &recompute, &mut row)?;
     }
-    Ok(ViewChange::Update(id, row))
+    Ok(ViewChange::Update(id, row.changes))
 }
 
 /// Recomputes the MIN/MAX aggregates `which` of group `key` from the source rows.
@@ -272,22 +300,22 @@ fn recompute_extremes(
     key: &[Value],
     source: &Table,
     which: &[usize],
-    row: &mut [Value],
+    row: &mut Changing,
 ) -> Result<()> {
     let k = vdef.group_by.len();
     for &i in which {
-        row[k + i] = Value::Null;
+        row.set(k + i, Value::Null);
     }
     let mut visit = |src: &[Value]| -> Result<()> {
         for &i in which {
             let v = input(view_table, vdef, i, src)?;
-            let cur = &row[k + i];
+            let cur = row.get(k + i);
             let better = match vdef.aggregates[i] {
                 ViewAggregate::Min(_) => cur.is_null() || v < *cur,
                 _ => cur.is_null() || v > *cur,
             };
             if !v.is_null() && better {
-                row[k + i] = v;
+                row.set(k + i, v);
             }
         }
         Ok(())
@@ -340,8 +368,8 @@ pub(crate) fn populate(vt: &mut Table, vdef: &ViewDef, source: &Table) -> Result
 fn apply_unrecorded(view_table: &mut Table, change: ViewChange) -> Result<()> {
     match change {
         ViewChange::Insert(row) => view_table.push_row(row).map(|_| ()),
-        ViewChange::Update(id, row) => {
-            view_table.replace_row(id, row);
+        ViewChange::Update(id, changes) => {
+            view_table.set_columns(id, changes);
             Ok(())
         }
         ViewChange::Delete(id) => {
