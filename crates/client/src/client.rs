@@ -314,13 +314,17 @@ impl Client {
                 frame.len() - 4
             )));
         }
-        let target = match inv.partition_destination {
-            Some(p) => u32::try_from(p)
-                .map(Target::Partition)
-                .unwrap_or(Target::Anywhere),
-            None => self.routing().target(&inv.procedure, &inv.params),
+        let host = {
+            let routing = self.routing();
+            let target = match inv.partition_destination {
+                Some(p) => u32::try_from(p)
+                    .map(Target::Partition)
+                    .unwrap_or(Target::Anywhere),
+                None => routing.target(&inv.procedure, &inv.params),
+            };
+            routing.host_for(target)
         };
-        let conn = self.pick(target)?;
+        let conn = self.pick(host)?;
         let reply = conn.send(inv.handle, frame)?;
         Ok(Sent {
             _permit: permit,
@@ -328,10 +332,10 @@ impl Client {
         })
     }
 
-    /// The connection to the leader of the target's partition, else the next open one.
-    fn pick(&self, target: Target) -> Result<&Connection, ClientError> {
+    /// The connection to `host` (the leader of the call's partition), else the next open one.
+    fn pick(&self, host: Option<i32>) -> Result<&Connection, ClientError> {
         let conns = &self.inner.connections;
-        if let Some(host) = self.routing().host_for(target) {
+        if let Some(host) = host {
             if let Some(c) = conns
                 .iter()
                 .find(|c| c.login.host_id == host && c.is_open())

@@ -2,6 +2,7 @@
 //! task that hands each response to the call waiting for its handle.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,12 +37,20 @@ struct Pending {
     closed: Option<ClientError>,
 }
 
+/// What the connection's tasks share: the waiting calls, and whether the connection closed
+/// (readable without the lock, as every call asks it).
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<Pending>,
+    closed: AtomicBool,
+}
+
 /// A live connection to one server.
 pub struct Connection {
     /// The server's host id from the login answer (ties the connection to TOPO rows).
     pub login: LoginSuccess,
     frames: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Arc<Mutex<Pending>>,
+    pending: Arc<Shared>,
 }
 
 impl Connection {
@@ -61,7 +70,7 @@ impl Connection {
             .await
             .map_err(|_| ClientError::Io(format!("connecting to {addr} timed out")))??;
         let (read, write) = stream.into_split();
-        let pending = Arc::new(Mutex::new(Pending::default()));
+        let pending = Arc::new(Shared::default());
         let (frames, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(write, rx, pending.clone()));
         tokio::spawn(read_loop(read, pending.clone()));
@@ -74,7 +83,7 @@ impl Connection {
 
     /// Whether the connection is still usable.
     pub fn is_open(&self) -> bool {
-        lock(&self.pending).closed.is_none()
+        !self.pending.closed.load(Ordering::Acquire)
     }
 
     /// Registers the call under `handle` and queues its encoded frame; the receiver gets the
@@ -104,16 +113,17 @@ impl Connection {
 
 /// The pending map is only held for a few instructions and never across an await; a panic
 /// while holding it would be a bug in this file, so a poisoned lock is still usable.
-fn lock(p: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
-    p.lock().unwrap_or_else(|e| e.into_inner())
+fn lock(p: &Shared) -> std::sync::MutexGuard<'_, Pending> {
+    p.pending.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Fails every waiting call with `err` and refuses new ones.
-fn close(pending: &Mutex<Pending>, err: ClientError) {
+fn close(pending: &Shared, err: ClientError) {
     let calls = {
         let mut p = lock(pending);
         if p.closed.is_none() {
             p.closed = Some(err.clone());
+            pending.closed.store(true, Ordering::Release);
         }
         std::mem::take(&mut p.calls)
     };
@@ -157,7 +167,7 @@ async fn login(
 async fn write_loop(
     mut write: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-    pending: Arc<Mutex<Pending>>,
+    pending: Arc<Shared>,
 ) {
     let mut batch = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
     while let Some(first) = rx.recv().await {
@@ -186,7 +196,7 @@ async fn write_loop(
 }
 
 /// Reads responses and completes the matching calls; on EOF or a bad frame fails them all.
-async fn read_loop(mut read: OwnedReadHalf, pending: Arc<Mutex<Pending>>) {
+async fn read_loop(mut read: OwnedReadHalf, pending: Arc<Shared>) {
     let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let err = loop {
         match decode_frame(&mut buf) {

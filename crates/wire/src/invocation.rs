@@ -18,6 +18,10 @@ const EXT_ALL_PARTITION: u8 = 2;
 const EXT_PARTITION_DESTINATION: u8 = 3;
 /// Length code of a 4-byte extension value.
 const LEN_CODE_4_BYTES: u8 = 3;
+/// Frame length, version, name length, handle, extensions and parameter count, at most.
+const INVOCATION_HEADER_BYTES_MAX: usize = 4 + 1 + 4 + 8 + 1 + 14 + 2;
+/// A type byte and an 8-byte value: most parameters fit, longer strings grow the buffer.
+const PARAM_BYTES_TYPICAL: usize = 9;
 
 /// One call of a procedure.
 #[derive(Clone, Debug, PartialEq)]
@@ -153,6 +157,8 @@ pub fn encode_invocation_typed(
             "procedure name must be 1 to {PROCEDURE_NAME_MAX_BYTES} bytes"
         )));
     }
+    // Room for the header and typical parameters at once, instead of growing step by step.
+    out.reserve(INVOCATION_HEADER_BYTES_MAX + inv.procedure.len() + PARAM_BYTES_TYPICAL * inv.params.len());
     let start = out.len();
     let at = begin_len(out);
     put_i8(out, 2);
