@@ -11,7 +11,8 @@
 //!
 //! The rule that keeps this sound: a Lua error unwinds with `longjmp`, which must not cross
 //! a Rust frame that owns anything. So `run` calls no Lua function that can raise (rows are
-//! built by `push_row` or `push_values` under `lua_pcall`), and the frames that do raise
+//! built by `push_row` or `push_values` under `lua_pcall`; values that need no Lua memory
+//! are pushed directly, which cannot fail), and the frames that do raise
 //! (`finish`) hold nothing that needs dropping.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -159,7 +160,10 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
         }
         Want::FirstRow => push_first_row(l, stmt, &table),
         Want::FirstValues => match table.rows.first() {
-            Some(row) => build(l, stmt, push_values, row, &[], ffi::LUA_MULTRET),
+            Some(row) => match push_scalars(l, row) {
+                Some(n) => Next::Return(n),
+                None => build(l, stmt, push_values, row, &[], ffi::LUA_MULTRET),
+            },
             None => Next::Return(0),
         },
         Want::Result => {
@@ -327,6 +331,23 @@ unsafe extern "C-unwind" fn push_values(l: *mut ffi::lua_State) -> c_int {
         push_value(l, job, i, v);
     }
     n
+}
+
+/// Pushes a row's values straight onto the stack when none needs Lua memory (numbers,
+/// booleans, NULLs) and the stack has room: nothing can then fail, so no protected call is
+/// needed. None (nothing pushed) otherwise.
+unsafe fn push_scalars(l: *mut ffi::lua_State, row: &[Value]) -> Option<c_int> {
+    let scalar = |v: &Value| matches!(v, Value::Null | Value::Int(_) | Value::Timestamp(_) | Value::Float(_) | Value::Bool(_));
+    let n = c_int::try_from(row.len()).ok()?;
+    // lua_checkstack reports a stack that cannot grow; it does not raise.
+    if !row.iter().all(scalar) || ffi::lua_checkstack(l, n) == 0 {
+        return None;
+    }
+    let no_decimals = RowJob { keys: &[], row, decimals: Vec::new() };
+    for (i, v) in row.iter().enumerate() {
+        push_value(l, &no_decimals, i, v);
+    }
+    Some(n)
 }
 
 /// Pushes cell `i` of the job's row, converted as `convert::to_lua` does.

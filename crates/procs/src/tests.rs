@@ -1080,6 +1080,52 @@ end
 }
 
 #[test]
+fn values_of_numbers_booleans_and_nulls_are_pushed_like_any_others() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Scalars",
+        r##"
+local q = sql "SELECT * FROM t WHERE k IN ?"
+return function()
+  local fast, slow = table.pack(q:values(7)), table.pack(q:values({7}))
+  local same = fast.n == slow.n
+  for i = 1, fast.n do
+    same = same and fast[i] == slow[i] and math.type(fast[i]) == math.type(slow[i])
+  end
+  return {fast.n, same, fast[1], fast[2], fast[3], fast[4] == nil, fast[5]}
+end
+"##,
+    )
+    .unwrap();
+    let mut host = FakeHost::new(|_, _| {
+        let mut t = ResultTable::with_columns(&[
+            ("I", DataType::BigInt),
+            ("F", DataType::Float),
+            ("B", DataType::Boolean),
+            ("N", DataType::Integer),
+            ("T", DataType::Timestamp),
+        ]);
+        t.push(vec![Value::Int(-3), Value::Float(2.5), Value::Bool(true), Value::Null, Value::Timestamp(99)]);
+        Ok(t)
+    });
+    let (out, fast) = counting_fast_calls(|| call(&mut rt, "Scalars", &[], &mut host).unwrap());
+    assert_eq!(fast, 1);
+    assert_eq!(
+        out.tables,
+        vec![
+            ResultTable::scalar("", 5),
+            one(DataType::TinyInt, Value::Int(1)),
+            ResultTable::scalar("", -3),
+            one(DataType::Float, Value::Float(2.5)),
+            one(DataType::TinyInt, Value::Int(1)),
+            one(DataType::TinyInt, Value::Int(1)),
+            ResultTable::scalar("", 99),
+        ]
+    );
+}
+
+#[test]
 fn values_gives_the_first_rows_values_the_same_on_its_fast_and_slow_paths() {
     let mut rt = runtime();
     load(
