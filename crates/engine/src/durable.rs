@@ -18,6 +18,28 @@ use crate::outcome::{Outcome, Reply, APP_STATUS_UNSET};
 
 /// VoltDB's RESPONSE_UNKNOWN: the transaction ran but could not be made durable.
 pub const STATUS_RESPONSE_UNKNOWN: i8 = -7;
+/// A thread's encoding buffer is given back to the allocator when a record grew it past
+/// this, so one huge record does not pin its size.
+const SCRATCH_KEPT_BYTES_MAX: usize = 1024 * 1024;
+
+thread_local! {
+    /// Where this thread encodes records before the log copies them into its staging
+    /// buffer: reused, so logging a transaction allocates nothing for its bytes.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on the encoded body of `record`; fails only when the record cannot be
+/// encoded (then `f` does not run).
+pub fn with_encoded<T>(record: &Record, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
+    // Taken out of the thread-local while in use, so a nested call gets a fresh buffer.
+    let mut buf = SCRATCH.with(|s| s.take());
+    buf.clear();
+    let result = record.encode_into(&mut buf).map(|()| f(&buf));
+    if buf.capacity() <= SCRATCH_KEPT_BYTES_MAX {
+        SCRATCH.with(|s| s.set(buf));
+    }
+    result
+}
 
 pub struct Durable {
     pub log: CommandLog,
@@ -81,20 +103,21 @@ impl Durable {
 
     /// Appends a record without waiting; a failure raises the fence.
     pub fn append(&self, record: &Record) {
-        if let Err(e) = record.encode().and_then(|body| self.log.append(body, None)) {
+        if let Err(e) = with_encoded(record, |body| self.log.append(body, None)).and_then(|r| r) {
             tracing::error!("command log append failed: {e}");
             self.raise_fence();
         }
     }
 
-    /// Appends a record whose changes to `partition` (None: any) are already visible in
-    /// memory; `ack` runs once it is durable (or with the error that kept it from being
-    /// so). Until then, answers that log nothing and may see it wait behind it. `ack` is
-    /// boxed once, here, with this `Durable` lent to it: a logged transaction allocates on
-    /// its site and frees on the logger's thread, so each allocation saved counts twice.
+    /// Appends an encoded record whose changes to `partition` (None: any) are already
+    /// visible in memory; `ack` runs once it is durable (or with the error that kept it
+    /// from being so). Until then, answers that log nothing and may see it wait behind it.
+    /// `ack` is boxed once, here, with this `Durable` lent to it: a logged transaction
+    /// allocates on its site and frees on the logger's thread, so each allocation saved
+    /// counts twice.
     pub fn append_acked(
         self: &Arc<Self>,
-        body: Vec<u8>,
+        body: &[u8],
         partition: Option<u32>,
         ack: impl FnOnce(&Durable, Result<u64>) + Send + 'static,
     ) {
@@ -113,17 +136,21 @@ impl Durable {
     /// durable as the mode promises. If it cannot be logged, the answer says the outcome is
     /// unknown (it ran in memory) and writes are fenced off.
     pub fn append_then_reply(self: &Arc<Self>, record: &Record, outcome: Outcome, reply: Reply) {
-        let body = match record.encode() {
-            Ok(b) => b,
-            Err(e) => return reply(unknown(e)),
-        };
-        self.append_acked(body, record.partition(), move |me, r| match r {
-            Ok(_) => reply(outcome),
-            Err(e) => {
-                me.raise_fence();
-                reply(unknown(e))
+        let mut answer = Some((outcome, reply));
+        let appended = with_encoded(record, |body| {
+            if let Some((outcome, reply)) = answer.take() {
+                self.append_acked(body, record.partition(), move |me, r| match r {
+                    Ok(_) => reply(outcome),
+                    Err(e) => {
+                        me.raise_fence();
+                        reply(unknown(e))
+                    }
+                });
             }
         });
+        if let (Err(e), Some((_, reply))) = (appended, answer) {
+            reply(unknown(e));
+        }
     }
 
     /// Answers a call on `partition` (None: multi-partition) that logged nothing. In sync

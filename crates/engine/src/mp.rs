@@ -353,15 +353,13 @@ impl Coordinator {
             return rx;
         };
         let ack_tx = tx.clone();
-        match record.encode() {
-            Ok(body) => {
-                self.durable.append_acked(body, None, move |_, r| {
-                    let _ = ack_tx.send(r);
-                });
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e));
-            }
+        let appended = crate::durable::with_encoded(&record, |body| {
+            self.durable.append_acked(body, None, move |_, r| {
+                let _ = ack_tx.send(r);
+            })
+        });
+        if let Err(e) = appended {
+            let _ = tx.send(Err(e));
         }
         rx
     }

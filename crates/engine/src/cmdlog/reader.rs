@@ -295,7 +295,7 @@ mod tests {
         let ack: crate::cmdlog::Ack = Box::new(move |r| {
             let _ = tx.send(r);
         });
-        log.append(rec(i).encode().unwrap(), Some(ack)).unwrap();
+        log.append(&rec(i).encode().unwrap(), Some(ack)).unwrap();
         rx.recv().unwrap().unwrap()
     }
 

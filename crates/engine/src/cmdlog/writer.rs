@@ -1,7 +1,9 @@
 //! `CommandLog`: the node's one logger thread, with group commit.
 //!
-//! Any thread appends a record body with an optional acknowledgement callback. The thread
-//! takes everything queued, writes it with one write, and then, by mode:
+//! Any thread appends a record body with an optional acknowledgement callback: the body is
+//! framed straight into a shared staging buffer (no allocation or queue entry per record),
+//! and only an append that finds the buffer empty wakes the logger thread. The thread
+//! takes everything staged, writes it with one write, and then, by mode:
 //! - `Sync`: one fdatasync for the whole batch, then the acknowledgements: a client is
 //!   answered only once its record is on disk, and one sync serves many transactions.
 //! - `Async`: acknowledgements at once; a sync every `flush_ms` bounds what a crash loses.
@@ -14,14 +16,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use lockstep_core::{Error, Result};
 
-use crate::cmdlog::frame::{framed_len, put_frame, RECORD_SIZE_MAX_BYTES};
+use crate::cmdlog::frame::{put_frame, RECORD_SIZE_MAX_BYTES};
 use crate::cmdlog::fs::{LogFile, LogFs, RealFs};
 use crate::cmdlog::reader::repair_last_segment;
 use crate::cmdlog::segment::{
@@ -30,8 +32,11 @@ use crate::cmdlog::segment::{
 
 /// Records that may wait for the logger; appends block beyond this (backpressure).
 pub const APPEND_QUEUE_MAX: usize = 16 * 1024;
-/// A batch stops taking records once it holds this many bytes, so one write stays bounded.
-pub const BATCH_BYTES_TARGET: usize = 4 * 1024 * 1024;
+/// Bytes that may wait for the logger; appends block beyond this, unless nothing waits (a
+/// single record may be larger).
+pub const STAGED_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Messages to the logger thread (not records: those are staged) that may wait at once.
+const CONTROL_QUEUE_MAX: usize = 1024;
 /// Default wait between probes of a failed disk.
 pub const RETRY_INTERVAL_MS_DEFAULT: u64 = 1000;
 /// Bytes written (then deleted) to test that a failed disk accepts writes again.
@@ -118,6 +123,26 @@ struct Shared {
     next_seq: AtomicU64,
     /// Why the log failed, for the error appends get meanwhile.
     last_error: Mutex<String>,
+    /// Records appended and not yet taken by the logger.
+    staged: Mutex<Staged>,
+    /// Signalled when the logger takes the staged records, for appenders waiting for room.
+    room: Condvar,
+}
+
+/// Appended records waiting for the logger: framed, in order, with their acknowledgements.
+#[derive(Default)]
+struct Staged {
+    buf: Vec<u8>,
+    acks: Vec<Option<Ack>>,
+    /// Appenders blocked until the logger takes these.
+    waiting: usize,
+}
+
+impl Shared {
+    fn staged(&self) -> MutexGuard<'_, Staged> {
+        // Only buffer pushes and swaps happen under the lock: a poisoned one is still sound.
+        self.staged.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Shared {
@@ -135,7 +160,8 @@ impl Shared {
 }
 
 enum Msg {
-    Append { body: Vec<u8>, ack: Option<Ack> },
+    /// Records were staged into an empty buffer.
+    Appended,
     /// No record: acknowledged once everything appended before it is durable.
     Barrier(Ack),
     Flush(Sender<Result<()>>),
@@ -146,6 +172,8 @@ enum Msg {
 pub struct CommandLog {
     mode: Durability,
     dir: PathBuf,
+    /// Records that may be staged at once.
+    queue_max: usize,
     tx: Option<Sender<Msg>>,
     thread: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -164,6 +192,7 @@ impl CommandLog {
         let mut log = CommandLog {
             mode,
             dir: dir.to_path_buf(),
+            queue_max: options.queue_max.max(1),
             tx: None,
             thread: None,
             shared,
@@ -177,7 +206,8 @@ impl CommandLog {
         let (_, next_seq) = repair_last_segment(dir)?;
         log.shared.next_seq.store(next_seq, Ordering::SeqCst);
         let current_first_seq = list_segments(dir)?.last().map(|s| s.first_seq);
-        let (tx, rx) = bounded(options.queue_max.max(1));
+        // Wakeups, barriers, flushes and the shutdown: a few at a time.
+        let (tx, rx) = bounded(CONTROL_QUEUE_MAX);
         let logger = Logger {
             dir: dir.to_path_buf(),
             mode,
@@ -194,6 +224,7 @@ impl CommandLog {
             allocated_len: 0,
             next_seq,
             sync_due: None,
+            spare_buf: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name("command-log".into())
@@ -213,12 +244,12 @@ impl CommandLog {
         self.mode.name()
     }
 
-    /// Queues a record body (from `Record::encode`), blocking while the queue is full.
+    /// Stages a record body (from `Record::encode`), blocking while too much is staged.
     /// `ack` is called exactly once: with the record's sequence number once it is as
     /// durable as the mode promises, or with the error that kept it from being logged
     /// (record too large, log failed or closed), in which case `append` returns that error
     /// too.
-    pub fn append(&self, body: Vec<u8>, ack: Option<Ack>) -> Result<()> {
+    pub fn append(&self, body: &[u8], ack: Option<Ack>) -> Result<()> {
         let refuse = |e: Error, ack: Option<Ack>| {
             if let Some(ack) = ack {
                 ack(Err(e.clone()));
@@ -241,13 +272,26 @@ impl CommandLog {
         if self.shared.failed.load(Ordering::SeqCst) {
             return refuse(self.shared.failed_error(), ack);
         }
-        match tx.send(Msg::Append { body, ack }) {
-            Ok(()) => Ok(()),
-            Err(e) => match e.0 {
-                Msg::Append { ack, .. } => refuse(closed(), ack),
-                _ => Err(closed()),
-            },
+        let mut staged = self.shared.staged();
+        while !staged.acks.is_empty() && (staged.acks.len() >= self.queue_max || staged.buf.len() >= STAGED_BYTES_MAX) {
+            staged.waiting += 1;
+            staged = self.shared.room.wait(staged).unwrap_or_else(|p| p.into_inner());
+            staged.waiting -= 1;
         }
+        let wake = staged.acks.is_empty();
+        put_frame(&mut staged.buf, body);
+        staged.acks.push(ack);
+        drop(staged);
+        // Whoever stages into an empty buffer wakes the logger; later appends ride along
+        // until it takes them.
+        if wake && tx.send(Msg::Appended).is_err() {
+            let orphaned = std::mem::take(&mut self.shared.staged().acks);
+            for ack in orphaned.into_iter().flatten() {
+                ack(Err(closed()));
+            }
+            return Err(closed());
+        }
+        Ok(())
     }
 
     /// Calls `ack` once every record appended before this call is as durable as the
@@ -296,7 +340,7 @@ impl CommandLog {
             failed: s.failed.load(Ordering::SeqCst),
             failures: s.failures.load(Ordering::Relaxed),
             next_seq: s.next_seq.load(Ordering::SeqCst),
-            queued: self.tx.as_ref().map_or(0, |t| t.len()),
+            queued: s.staged().acks.len(),
         }
     }
 }
@@ -339,6 +383,8 @@ struct Logger {
     next_seq: u64,
     /// Async mode: when the written but unsynced data must be synced.
     sync_due: Option<Instant>,
+    /// The last batch's buffer, emptied, for the next one (staging swaps it in).
+    spare_buf: Vec<u8>,
 }
 
 /// Records taken off the queue for one write.
@@ -373,16 +419,12 @@ impl Logger {
                 Some(t) => self.rx.recv_timeout(t),
             };
             match msg {
-                Ok(first @ (Msg::Append { .. } | Msg::Barrier(_))) => {
-                    let control = self.take_batch(first);
-                    match control {
-                        Some(Msg::Shutdown) => break,
-                        Some(Msg::Flush(reply)) => self.flush(reply),
-                        _ => {}
-                    }
-                }
-                Ok(Msg::Flush(reply)) => self.flush(reply),
-                Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(first) => match self.take_batch(first) {
+                    Some(Msg::Shutdown) => break,
+                    Some(Msg::Flush(reply)) => self.flush(reply),
+                    _ => {}
+                },
+                Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => self.tick(),
             }
         }
@@ -409,45 +451,69 @@ impl Logger {
         }
     }
 
-    /// Takes the first append (or barrier) and everything queued behind it (up to the
-    /// batch size), writes them, and returns a control message met on the way.
+    /// Takes the staged records, and the messages queued behind `first` (up to the batch
+    /// size), writes the records, and returns a control message met on the way. Before each
+    /// message the staged records are taken again: whatever was appended before a barrier or
+    /// a flush was staged before it was sent, so it is in this batch.
     fn take_batch(&mut self, first: Msg) -> Option<Msg> {
-        let mut batch = Batch::default();
+        let mut batch = Batch { buf: std::mem::take(&mut self.spare_buf), ..Batch::default() };
         let mut next = Some(first);
         let mut control = None;
         while let Some(msg) = next.take() {
+            self.take_staged(&mut batch);
             match msg {
-                Msg::Append { body, ack } => {
-                    batch.buf.reserve(framed_len(&body));
-                    put_frame(&mut batch.buf, &body);
-                    batch.acks.push(ack);
-                }
+                Msg::Appended => {}
                 Msg::Barrier(ack) => batch.barriers.push(ack),
                 other => {
                     control = Some(other);
                     break;
                 }
             }
-            if batch.buf.len() < BATCH_BYTES_TARGET {
+            if batch.buf.len() < STAGED_BYTES_MAX {
                 next = self.rx.try_recv().ok();
             }
         }
-        self.commit(batch);
+        let mut buf = self.commit(batch);
+        buf.clear();
+        self.spare_buf = buf;
         control
     }
 
-    /// Writes a batch and acknowledges it as the mode requires.
-    fn commit(&mut self, batch: Batch) {
+    /// Moves the staged records into `batch` (swapping buffers when the batch is empty, so
+    /// nothing is copied) and lets blocked appenders go on.
+    fn take_staged(&mut self, batch: &mut Batch) {
+        let mut staged = self.shared.staged();
+        if batch.acks.is_empty() {
+            std::mem::swap(&mut batch.buf, &mut staged.buf);
+            std::mem::swap(&mut batch.acks, &mut staged.acks);
+        } else {
+            batch.buf.extend_from_slice(&staged.buf);
+            batch.acks.append(&mut staged.acks);
+            staged.buf.clear();
+        }
+        if staged.waiting > 0 {
+            self.shared.room.notify_all();
+        }
+    }
+
+    /// Writes a batch and acknowledges it as the mode requires; gives back its buffer.
+    fn commit(&mut self, mut batch: Batch) -> Vec<u8> {
+        let buf = std::mem::take(&mut batch.buf);
+        self.commit_records(&buf, batch);
+        buf
+    }
+
+    fn commit_records(&mut self, buf: &[u8], batch: Batch) {
         if self.shared.failed.load(Ordering::SeqCst) {
             // Queued before the failure was seen: refused like later appends.
             let err = self.shared.failed_error();
             return batch.acknowledge(|_| Err(err.clone()), Err(err.clone()));
         }
-        if batch.buf.is_empty() {
+        if buf.is_empty() {
             // Only barriers: everything before them was synced with its own batch.
             return batch.acknowledge(|_| Ok(0), Ok(self.next_seq));
         }
-        if let Err(e) = self.write(&batch.buf) {
+        if let Err(e) = self.write(buf) {
             return self.fail(e, batch);
         }
         let first = self.next_seq;
@@ -457,7 +523,7 @@ impl Logger {
         self.shared.records.fetch_add(n, Ordering::Relaxed);
         self.shared
             .bytes
-            .fetch_add(batch.buf.len() as u64, Ordering::Relaxed);
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
         match self.mode {
             Durability::Sync => {
                 if let Err(e) = self.sync_if_dirty() {
@@ -654,7 +720,7 @@ mod tests {
     fn append_wait(log: &CommandLog, i: i64) -> Result<u64> {
         let (tx, rx) = bounded(1);
         log.append(
-            rec(i).encode().unwrap(),
+            &rec(i).encode().unwrap(),
             Some(Box::new(move |r| {
                 let _ = tx.send(r);
             })),
@@ -675,7 +741,7 @@ mod tests {
             end += framed_len(&body) as u64;
             let (acks, faults, end) = (acks.clone(), faults.clone(), end);
             log.append(
-                body,
+                &body,
                 Some(Box::new(move |r| {
                     let synced = faults.synced_bytes.load(Ordering::SeqCst) >= end;
                     acks.lock().unwrap().push((r.unwrap(), synced));
@@ -709,6 +775,62 @@ mod tests {
         assert_eq!(stats.bytes, end);
         drop(log);
         assert_eq!(read_all(dir.path()).len(), 1000);
+    }
+
+    #[test]
+    fn writers_block_on_a_full_stage_and_a_barrier_follows_the_records_before_it() {
+        let dir = TempDir::new("stage");
+        let (faults, mut options) = faulty(10);
+        options.queue_max = 8;
+        let log = Arc::new(CommandLog::open_with(dir.path(), Durability::Sync, options).unwrap());
+        // The first batch's sync is held: four writers fill the stage to its 8 records and
+        // then wait for room.
+        faults.close_gate();
+        let writers: Vec<_> = (0..4i64)
+            .map(|t| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let acked = Arc::new(AtomicU64::new(0));
+                    for k in 0..100 {
+                        let acked = acked.clone();
+                        let ack: Ack = Box::new(move |r| {
+                            r.unwrap();
+                            acked.fetch_add(1, Ordering::SeqCst);
+                        });
+                        log.append(&rec(t * 1000 + k).encode().unwrap(), Some(ack)).unwrap();
+                    }
+                    // Acknowledged only once this writer's 100 records are.
+                    let (tx, rx) = bounded(1);
+                    let seen = acked.clone();
+                    log.barrier(Box::new(move |r| {
+                        let _ = tx.send((r.is_ok(), seen.load(Ordering::SeqCst)));
+                    }));
+                    rx.recv().unwrap()
+                })
+            })
+            .collect();
+        wait_until("a full stage", || log.stats().queued == 8);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(log.stats().queued, 8, "no more than the stage holds");
+        assert_eq!(faults.syncs.load(Ordering::SeqCst), 0);
+        faults.open_gate();
+        for w in writers {
+            assert_eq!(w.join().unwrap(), (true, 100));
+        }
+        drop(log);
+        // Every record is there once, each writer's in the order it appended them.
+        let ids: Vec<i64> = read_all(dir.path())
+            .into_iter()
+            .map(|e| match e.record {
+                Record::Sp { txn_id, .. } => txn_id,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(ids.len(), 400);
+        for t in 0..4 {
+            let mine: Vec<i64> = ids.iter().copied().filter(|i| i / 1000 == t).collect();
+            assert_eq!(mine, (0..100).map(|k| t * 1000 + k).collect::<Vec<_>>());
+        }
     }
 
     #[test]
@@ -759,7 +881,7 @@ mod tests {
         let called = Arc::new(AtomicBool::new(false));
         let c = called.clone();
         log.append(
-            rec(1).encode().unwrap(),
+            &rec(1).encode().unwrap(),
             Some(Box::new(move |r| {
                 assert_eq!(r, Ok(0));
                 c.store(true, Ordering::SeqCst);
@@ -782,7 +904,7 @@ mod tests {
         faults.fail_writes.store(true, Ordering::SeqCst);
         let err = append_wait(&log, 1).unwrap_err();
         assert!(err.message.contains("injected: no space left"), "{err}");
-        let refused = log.append(rec(2).encode().unwrap(), None).unwrap_err();
+        let refused = log.append(&rec(2).encode().unwrap(), None).unwrap_err();
         assert!(
             refused.message.contains("writes are refused until it can"),
             "{refused}"
@@ -822,7 +944,7 @@ mod tests {
         assert_eq!(append_wait(&log, 1), Ok(1));
         let big = vec![0u8; RECORD_SIZE_MAX_BYTES + 1];
         assert!(log
-            .append(big, None)
+            .append(&big, None)
             .unwrap_err()
             .message
             .contains("outside 1..="));
@@ -874,7 +996,7 @@ mod tests {
         let mut i = 3;
         while list_segments(dir.path()).unwrap().len() < 2 {
             let (tx, rx) = bounded(1);
-            log.append(big(i).encode().unwrap(), Some(Box::new(move |r| {
+            log.append(&big(i).encode().unwrap(), Some(Box::new(move |r| {
                 let _ = tx.send(r);
             })))
             .unwrap();
