@@ -136,6 +136,7 @@ impl Durable {
     /// durable as the mode promises. If it cannot be logged, the answer says the outcome is
     /// unknown (it ran in memory) and writes are fenced off.
     pub fn append_then_reply(self: &Arc<Self>, record: &Record, outcome: Outcome, reply: Reply) {
+        // Held outside the closure, so a record that cannot be encoded is still answered.
         let mut answer = Some((outcome, reply));
         let appended = with_encoded(record, |body| {
             if let Some((outcome, reply)) = answer.take() {

@@ -113,6 +113,11 @@ impl Index {
         }
     }
 
+    /// Whether the index refuses duplicate keys (it then keeps a hash of them).
+    pub(crate) fn is_unique(&self) -> bool {
+        self.hash.is_some()
+    }
+
     /// Whether two versions of a row have different keys in this index.
     pub(crate) fn key_differs(&self, a: &[Value], b: &[Value]) -> bool {
         self.columns.iter().any(|&c| a[c] != b[c])

@@ -11,7 +11,7 @@ use lockstep_core::{Error, Result, TableId, TableKind, Value};
 
 use crate::snapshot::SnapshotScan;
 use crate::table::Table;
-use crate::validate::check_row;
+use crate::validate::{check_row, fit};
 use crate::view::{self, ViewChange};
 use crate::RowId;
 
@@ -161,6 +161,37 @@ impl Partition {
             let t = p.check_writable(table, "update")?;
             let row = check_row(t.def(), row)?;
             p.update_checked(table, id, row)
+        })
+    }
+
+    /// Sets columns of row `id` (`(column, value)` pairs; the checks of `update`, views
+    /// maintained, undo recorded). Only the new values are checked and stored, and only the
+    /// old ones kept for undo, unless the table has views or a unique index over a set
+    /// column: then the whole new row goes through `update`'s path.
+    pub fn update_columns(&mut self, table: TableId, id: RowId, mut sets: Vec<(usize, Value)>) -> Result<()> {
+        self.atomically(|p| {
+            let t = p.check_writable(table, "update")?;
+            let Some(old) = t.get(id) else {
+                return Err(Error::sql(format!("row {id} of {} does not exist", t.name())));
+            };
+            if sets.iter().any(|&(c, _)| c >= old.len()) {
+                return Err(Error::unexpected(format!("an update of {} names a column it does not have", t.name())));
+            }
+            if p.views_of.contains_key(&table) || sets.iter().any(|&(c, _)| t.unique_over(c)) {
+                let mut row = old.to_vec();
+                for (c, v) in sets {
+                    row[c] = v;
+                }
+                let row = check_row(t.def(), row)?;
+                return p.update_checked(table, id, row);
+            }
+            let def = t.def();
+            for (c, v) in &mut sets {
+                fit(&def.name, &def.columns[*c], v)?;
+            }
+            let old = p.table_mut(table)?.set_columns(id, sets);
+            p.undo.push(Undo::SetColumns { table, id, old });
+            Ok(())
         })
     }
 

@@ -328,9 +328,14 @@ impl Table {
         old
     }
 
-    /// Sets some columns of row `id` (which must exist) in place, returning their old
-    /// values (which, set again, undo the change). Only when an index covers a changed
-    /// column is the whole row replaced, to move its index entries.
+    /// Whether a unique index includes column `c` (a change to it needs a uniqueness check).
+    pub(crate) fn unique_over(&self, c: usize) -> bool {
+        self.indexes.iter().any(|ix| ix.is_unique() && ix.columns.contains(&c))
+    }
+
+    /// Sets some columns of row `id` (which must exist) in place, in order, returning the
+    /// old values in the order that, set again, undoes the change. Only when an index
+    /// covers a changed column is the whole row replaced, to move its index entries.
     pub(crate) fn set_columns(&mut self, id: RowId, mut changes: Vec<(usize, Value)>) -> Vec<(usize, Value)> {
         let indexed = |c: usize| self.indexes.iter().any(|ix| ix.columns.contains(&c));
         if changes.iter().any(|&(c, _)| indexed(c)) {
@@ -339,16 +344,19 @@ impl Table {
                 std::mem::swap(&mut row[*c], v);
             }
             self.replace_row(id, row);
-            return changes;
+        } else {
+            self.preserve(id);
+            let Some(row) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
+                panic!("update of empty row slot {id} of {}", self.def.name)
+            };
+            for (c, v) in &mut changes {
+                self.row_heap_bytes = self.row_heap_bytes - value_heap_bytes(&row[*c]) + value_heap_bytes(v);
+                std::mem::swap(&mut row[*c], v);
+            }
         }
-        self.preserve(id);
-        let Some(row) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
-            panic!("update of empty row slot {id} of {}", self.def.name)
-        };
-        for (c, v) in &mut changes {
-            self.row_heap_bytes = self.row_heap_bytes - value_heap_bytes(&row[*c]) + value_heap_bytes(v);
-            std::mem::swap(&mut row[*c], v);
-        }
+        // A column set twice holds its first old value in the earlier entry: undo goes
+        // newest first.
+        changes.reverse();
         changes
     }
 

@@ -293,6 +293,45 @@ fn rollback_restores_rows_indexes_and_row_ids() {
 }
 
 #[test]
+fn setting_columns_checks_and_stores_only_them_and_undo_restores_rows_and_indexes() {
+    let (_, mut p, ids) = setup(vec![contestants()]);
+    let t = ids[0];
+    for k in 0..3 {
+        p.insert(t, vec![i(k), s("n"), i(100 + k), i(k)]).unwrap();
+    }
+    p.commit();
+    let before = rows(p.table(t).unwrap());
+    // NAME has no index: set in place, its text counted in the table's memory until undone.
+    let long = "a name long enough to live on the heap";
+    let memory = p.table(t).unwrap().memory_bytes();
+    p.begin();
+    p.update_columns(t, 1, vec![(1, s(long))]).unwrap();
+    assert!(p.table(t).unwrap().memory_bytes() > memory);
+    p.rollback();
+    assert_eq!(p.table(t).unwrap().memory_bytes(), memory);
+    assert_eq!(rows(p.table(t).unwrap()), before);
+    p.begin();
+    // SCORE's index moves the row's entry.
+    p.update_columns(t, 1, vec![(1, s(long)), (3, i(7))]).unwrap();
+    // A duplicate of the unique CODE, a NULL ID and a NAME over its 50 characters are
+    // refused, and change nothing.
+    let err = p.update_columns(t, 2, vec![(3, i(8)), (2, i(100))]).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Constraint);
+    assert!(p.update_columns(t, 2, vec![(0, Value::Null)]).is_err());
+    assert!(p.update_columns(t, 0, vec![(3, i(9)), (1, s(&"x".repeat(51)))]).is_err());
+    // A unique column that stays unique.
+    p.update_columns(t, 2, vec![(2, i(555))]).unwrap();
+    let table = p.table(t).unwrap();
+    assert_eq!(rows(table), vec![before[0].clone(), vec![i(1), s(long), i(101), i(7)], vec![i(2), s("n"), i(555), i(2)]]);
+    assert_eq!(lookup_rows(table, 2, &[i(7)]), vec![vec![i(1), s(long), i(101), i(7)]]);
+    assert_eq!(table.lookup(1, &[i(555)]), vec![2]);
+    assert_consistent(&p);
+    p.rollback();
+    assert_eq!(rows(p.table(t).unwrap()), before);
+    assert_consistent(&p);
+}
+
+#[test]
 fn savepoints_undo_only_the_statement() {
     let (_, mut p, ids) = setup(vec![contestants()]);
     let t = ids[0];
@@ -1052,3 +1091,4 @@ proptest! {
         }
     }
 }
+

@@ -9,7 +9,7 @@ pub(crate) fn check_value(table: &str, col: &ColumnDef, mut v: Value) -> Result<
 }
 
 /// Converts `v` in place for column `col` and checks NOT NULL and length.
-fn fit(table: &str, col: &ColumnDef, v: &mut Value) -> Result<()> {
+pub(crate) fn fit(table: &str, col: &ColumnDef, v: &mut Value) -> Result<()> {
     // Most values already have the column's representation: no conversion, no move.
     if !v.coerces_to_itself(col.ty) {
         *v = std::mem::replace(v, Value::Null)

@@ -143,9 +143,7 @@ impl Shared {
         // Only buffer pushes and swaps happen under the lock: a poisoned one is still sound.
         self.staged.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-impl Shared {
     fn failed_error(&self) -> Error {
         let why = self
             .last_error
@@ -474,8 +472,11 @@ impl Logger {
             }
         }
         let mut buf = self.commit(batch);
-        buf.clear();
-        self.spare_buf = buf;
+        // Kept for the next batch, unless one huge record grew it.
+        if buf.capacity() <= 2 * STAGED_BYTES_MAX {
+            buf.clear();
+            self.spare_buf = buf;
+        }
         control
     }
 
