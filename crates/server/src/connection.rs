@@ -30,7 +30,7 @@ const LOGIN_FRAME_MAX_BYTES: usize = 16 * 1024;
 const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Request bytes one connection may have in flight before the server stops reading it
-/// (VoltDB stops reading at 8 MiB of pending requests). Counted in KiB permits.
+/// (VoltDB stops reading at 8 MiB of pending requests). Counted in KiB.
 const IN_FLIGHT_REQUEST_KIB_MAX: usize = 8 * 1024;
 
 /// An answer on its way to the writer; its slot in the window is freed once encoded.

@@ -39,7 +39,8 @@ enum Undo {
         id: RowId,
         row: Box<[Value]>,
     },
-    /// Some columns of row `id` were set in place (a view's counters): set them back.
+    /// Some columns of row `id` were set in place (a view's counters, an UPDATE's SET
+    /// columns): set them back.
     SetColumns {
         table: TableId,
         id: RowId,
