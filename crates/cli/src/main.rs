@@ -1,5 +1,6 @@
 //! The `lockstep` command: `server` starts a node, `sql` is the shell, `bench` measures.
 
+mod alloc;
 mod bench_cmd;
 mod server_cmd;
 mod shell;
@@ -10,7 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::MiMalloc = alloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(name = "lockstep", version, about = "Lockstep: an in-memory, partitioned, stored-procedure SQL database")]
