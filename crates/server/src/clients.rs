@@ -55,19 +55,23 @@ impl InFlight {
     /// the whole window waits for an empty one. Only one task (the reader) may call this.
     pub async fn take(self: &Arc<Self>, kib: usize) -> Slot {
         let kib = kib.min(self.kib_max);
-        loop {
-            // Announce the wait before checking, so a slot given back in between is seen
-            // either by the check or by the wakeup (Notify keeps a wakeup that finds no
-            // waiter for the next `notified`).
+        while !self.fits(kib) {
+            // Announce the wait, then look again: a slot given back in between is seen
+            // either by that look or by the wakeup (Notify keeps a wakeup that finds no
+            // waiter for the next `notified`; a stale one only costs a second look).
             self.reader_waiting.store(true, Ordering::SeqCst);
-            if self.calls.load(Ordering::SeqCst) < self.calls_max && self.kib.load(Ordering::SeqCst) + kib <= self.kib_max {
-                self.reader_waiting.store(false, Ordering::SeqCst);
-                self.calls.fetch_add(1, Ordering::SeqCst);
-                self.kib.fetch_add(kib, Ordering::SeqCst);
-                return Slot { window: self.clone(), kib };
+            if self.fits(kib) {
+                break;
             }
             self.room.notified().await;
         }
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.kib.fetch_add(kib, Ordering::SeqCst);
+        Slot { window: self.clone(), kib }
+    }
+
+    fn fits(&self, kib: usize) -> bool {
+        self.calls.load(Ordering::SeqCst) < self.calls_max && self.kib.load(Ordering::SeqCst) + kib <= self.kib_max
     }
 
     fn calls_in_flight(&self) -> usize {
