@@ -25,17 +25,15 @@ fn slot_of(name: &Arc<str>) -> usize {
 }
 
 impl<V> NameCache<V> {
-    /// What was put under this very `Arc` (not merely an equal name), if still cached.
-    pub fn get(&self, name: &Arc<str>) -> Option<&V> {
-        match &self.slots[slot_of(name)] {
-            Some((cached, v)) if Arc::ptr_eq(cached, name) => Some(v),
-            _ => None,
+    /// What is cached for this very `Arc` (not merely an equal name); on a miss, what
+    /// `find` gives, cached in place of whatever shared the slot. None if `find` finds
+    /// nothing (then nothing is cached).
+    pub fn get_or_find(&mut self, name: &Arc<str>, find: impl FnOnce() -> Option<V>) -> Option<&V> {
+        let slot = &mut self.slots[slot_of(name)];
+        if !matches!(slot, Some((cached, _)) if Arc::ptr_eq(cached, name)) {
+            *slot = Some((name.clone(), find()?));
         }
-    }
-
-    /// Caches `v` for `name`, replacing whatever shared its slot.
-    pub fn put(&mut self, name: &Arc<str>, v: V) {
-        self.slots[slot_of(name)] = Some((name.clone(), v));
+        slot.as_ref().map(|(_, v)| v)
     }
 
     pub fn clear(&mut self) {
@@ -52,13 +50,11 @@ mod tests {
         let mut c = NameCache::default();
         let vote: Arc<str> = "Vote".into();
         let other_vote: Arc<str> = "Vote".into();
-        c.put(&vote, 1);
-        assert_eq!(c.get(&vote), Some(&1));
-        assert_eq!(c.get(&other_vote), None, "an equal name in another allocation is a miss");
-        c.put(&other_vote, 2);
-        assert_eq!(c.get(&other_vote), Some(&2));
+        assert_eq!(c.get_or_find(&vote, || None::<i32>), None, "nothing found, nothing cached");
+        assert_eq!(c.get_or_find(&vote, || Some(1)), Some(&1));
+        assert_eq!(c.get_or_find(&vote, || Some(9)), Some(&1), "a hit does not look again");
+        assert_eq!(c.get_or_find(&other_vote, || Some(2)), Some(&2), "an equal name in another allocation is a miss");
         c.clear();
-        assert_eq!(c.get(&vote), None);
-        assert_eq!(c.get(&other_vote), None);
+        assert_eq!(c.get_or_find(&vote, || Some(3)), Some(&3));
     }
 }

@@ -169,14 +169,8 @@ impl Registry {
 
     /// `call` for a routed call, whose name is shared by every call of its procedure.
     pub fn call_shared(&mut self, name: &Arc<str>, params: &[Value], ctx: &CallContext, runner: &mut dyn StatementRunner) -> Result<ProcOutput> {
-        let entry = match self.recent.get(name) {
-            Some(e) => e.clone(),
-            None => {
-                let e = get_ignoring_case(&self.procs, name).cloned().ok_or_else(|| not_found(name))?;
-                self.recent.put(name, e.clone());
-                e
-            }
-        };
+        let procs = &self.procs;
+        let entry = self.recent.get_or_find(name, || get_ignoring_case(procs, name).cloned()).cloned().ok_or_else(|| not_found(name))?;
         self.call_entry(&entry, params, ctx, runner)
     }
 

@@ -116,38 +116,15 @@ impl ProcStats {
 
     /// `record` for a name shared by every call of its procedure (a routed call's).
     pub fn record_shared(&mut self, name: &Arc<str>, elapsed: Duration, params: &[Value], result_bytes: u64, error: Option<ErrorKind>) {
-        let at = match self.recent.get(name) {
-            Some(&at) => Some(at),
-            None => {
-                let at = self.position(name);
-                if let Some(at) = at {
-                    self.recent.put(name, at);
-                }
-                at
-            }
-        };
-        if let Some(at) = at {
+        let (procs, by_name) = (&mut self.procs, &mut self.by_name);
+        if let Some(&at) = self.recent.get_or_find(name, || position(procs, by_name, name)) {
             self.procs[at].1.record(duration_ns(elapsed), params_bytes(params), result_bytes, error);
         }
     }
 
     fn counters(&mut self, name: &str) -> Option<&mut ProcCounters> {
-        let at = self.position(name)?;
+        let at = position(&mut self.procs, &mut self.by_name, name)?;
         Some(&mut self.procs[at].1)
-    }
-
-    /// Where `name`'s counters are, added if new; None once the table is full.
-    fn position(&mut self, name: &str) -> Option<usize> {
-        // Look up by &str first so the common case allocates nothing.
-        if let Some(&at) = self.by_name.get(name) {
-            return Some(at);
-        }
-        if self.procs.len() >= PROCEDURES_TRACKED_MAX {
-            return None;
-        }
-        self.procs.push((name.to_string(), ProcCounters::default()));
-        self.by_name.insert(name.to_string(), self.procs.len() - 1);
-        Some(self.procs.len() - 1)
     }
 
     /// Counters by procedure name, sorted by name.
@@ -156,6 +133,20 @@ impl ProcStats {
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }
+}
+
+/// Where `name`'s counters are in `procs`, added if new; None once the table is full.
+fn position(procs: &mut Vec<(String, ProcCounters)>, by_name: &mut lockstep_core::NameMap<usize>, name: &str) -> Option<usize> {
+    // Look up by &str first so the common case allocates nothing.
+    if let Some(&at) = by_name.get(name) {
+        return Some(at);
+    }
+    if procs.len() >= PROCEDURES_TRACKED_MAX {
+        return None;
+    }
+    procs.push((name.to_string(), ProcCounters::default()));
+    by_name.insert(name.to_string(), procs.len() - 1);
+    Some(procs.len() - 1)
 }
 
 fn duration_ns(d: Duration) -> u64 {
