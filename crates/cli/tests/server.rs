@@ -258,6 +258,24 @@ async fn a_runaway_procedure_is_stopped_and_rolled_back() {
     assert!(r.status_string.unwrap_or_default().contains("instruction budget"));
     assert_eq!(scalar(&adhoc(&client, "SELECT COUNT(*) FROM t").await), i(0));
     ok(&client, "@Ping", vec![]).await;
+
+    // On a site, calls run timed rather than counted; one that runs past its time limit is
+    // undone and runs again counted, so it still inserts once, and a runaway still fails.
+    adhoc(&client, "CREATE TABLE tp (id INTEGER NOT NULL)").await;
+    adhoc(&client, "PARTITION TABLE tp ON COLUMN id").await;
+    let proc = lua_proc(
+        "CREATE PROCEDURE Slow PARTITION ON TABLE tp COLUMN id PARAMETER 0",
+        "local ins = sql [[INSERT INTO tp VALUES (?)]] \
+         return function(id, n) ins:exec(id) local x = 0 for i = 1, n do x = x + 1 end return x end",
+    );
+    adhoc(&client, &proc).await;
+    // 80 million instructions: under the budget, and longer than the time limit.
+    let r = client.call("Slow", vec![i(7), i(40_000_000)]).await.unwrap();
+    assert_eq!(r.status, 1, "{:?}", r.status_string);
+    assert_eq!(scalar(&r), i(40_000_000));
+    let r = client.call("Slow", vec![i(7), i(60_000_000)]).await.unwrap();
+    assert!(r.status_string.unwrap_or_default().contains("instruction budget"));
+    assert_eq!(scalar(&adhoc(&client, "SELECT COUNT(*) FROM tp").await), i(1));
 }
 
 #[test]

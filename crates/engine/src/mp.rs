@@ -107,6 +107,10 @@ impl StatementRunner for MpRunner<'_> {
     fn run(&mut self, p: &Arc<Prepared>, params: &[Value]) -> Result<ResultTable> {
         lockstep_sql::execute_mp(p, params, &self.ctx, &mut self.sites)
     }
+
+    fn restart(&mut self) -> Result<()> {
+        Err(Error::unexpected("a multi-partition call cannot be restarted"))
+    }
 }
 
 pub struct Coordinator {

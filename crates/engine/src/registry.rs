@@ -47,6 +47,8 @@ struct ProcEntry {
 /// Runs one planned statement inside the current transaction.
 pub trait StatementRunner {
     fn run(&mut self, p: &Arc<Prepared>, params: &[Value]) -> Result<ResultTable>;
+    /// Undoes every statement run so far in this call (see `TxnHost::restart`).
+    fn restart(&mut self) -> Result<()>;
 }
 
 /// Describes one callable procedure, for routing and for `@SystemCatalog PROCEDURES`.
@@ -76,13 +78,12 @@ pub struct Registry {
     lua: LuaRuntime,
 }
 
-fn lua_config(budget: u64, memory: usize) -> LuaConfig {
-    LuaConfig { instruction_budget: budget, memory_limit_bytes: memory }
-}
-
 impl Registry {
     pub fn new(scope: Scope, instruction_budget: u64, memory_limit_bytes: usize) -> Result<Self> {
-        Ok(Registry { scope, procs: NameMap::default(), recent: NameCache::default(), lua: LuaRuntime::new(lua_config(instruction_budget, memory_limit_bytes))? })
+        // A site can undo a call and run it again (its runner's `restart`); a coordinator's
+        // call has fragments on other sites, so its instructions are always counted.
+        let config = LuaConfig { instruction_budget, memory_limit_bytes, restartable: scope == Scope::Site };
+        Ok(Registry { scope, procs: NameMap::default(), recent: NameCache::default(), lua: LuaRuntime::new(config)? })
     }
 
     /// Whether procedure `name` only reads: every statement it can run is read-only (a Lua
@@ -214,6 +215,10 @@ impl TxnHost for LuaHost<'_> {
 
     fn execute_batch(&mut self, calls: Vec<(usize, Vec<Value>)>) -> Result<Vec<ResultTable>> {
         calls.into_iter().map(|(s, p)| self.execute(s, p)).collect()
+    }
+
+    fn restart(&mut self) -> Result<()> {
+        self.runner.restart()
     }
 }
 

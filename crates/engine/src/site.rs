@@ -86,6 +86,12 @@ impl StatementRunner for LocalRunner<'_> {
     fn run(&mut self, p: &Arc<Prepared>, params: &[Value]) -> Result<ResultTable> {
         lockstep_sql::execute(p, params, &self.ctx, self.part)
     }
+
+    fn restart(&mut self) -> Result<()> {
+        // The transaction began with the call: undo everything and stay in it.
+        self.part.rollback_to(0);
+        Ok(())
+    }
 }
 
 pub struct Site {

@@ -15,6 +15,7 @@ mod runtime;
 mod sandbox;
 mod shared;
 mod stmt;
+mod watch;
 
 #[cfg(test)]
 mod tests;
@@ -39,6 +40,9 @@ pub trait TxnHost {
     fn execute(&mut self, stmt: usize, params: Vec<Value>) -> Result<ResultTable>;
     /// Runs several statements as one batch (one round trip in an MP transaction).
     fn execute_batch(&mut self, calls: Vec<(usize, Vec<Value>)>) -> Result<Vec<ResultTable>>;
+    /// Undoes everything the call did so far, so that it can run again from the start.
+    /// Called only by a runtime whose config is `restartable`.
+    fn restart(&mut self) -> Result<()>;
 }
 
 /// The transaction facts a procedure sees as `ctx`.
@@ -80,6 +84,9 @@ pub struct LuaConfig {
     pub instruction_budget: u64,
     /// Heap the whole Lua state may use, for all procedures together; 0 means no limit.
     pub memory_limit_bytes: usize,
+    /// The host can undo a call (`TxnHost::restart`). Calls then run watched: timed, not
+    /// counted, and run again counted only when they run too long (see `watch.rs`).
+    pub restartable: bool,
 }
 
 /// Default per-call instruction budget: roughly a second of pure Lua on a modern core.
@@ -92,6 +99,7 @@ impl Default for LuaConfig {
         LuaConfig {
             instruction_budget: INSTRUCTION_BUDGET_DEFAULT,
             memory_limit_bytes: MEMORY_LIMIT_DEFAULT_BYTES,
+            restartable: false,
         }
     }
 }

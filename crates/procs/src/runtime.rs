@@ -12,6 +12,7 @@ use mlua::{
 use crate::errors::{call_error, lua_message};
 use crate::sandbox::{self, Sandbox};
 use crate::shared::{Fatal, HostSlot, PrepareSlot, Shared};
+use crate::watch::{self, Watch};
 use crate::{convert, output, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
 
 /// Longest procedure name.
@@ -20,8 +21,8 @@ pub const PROC_NAME_MAX_BYTES: usize = 128;
 pub const SOURCE_MAX_BYTES: usize = 1024 * 1024;
 /// Most parameters a call may pass (VoltDB's limit is far lower in practice).
 pub const CALL_PARAMS_MAX: usize = 1_024;
-/// The budget hook runs every this many VM instructions: rare enough to cost nothing
-/// measurable, often enough that a runaway loop stops within microseconds of its budget.
+/// The budget hook runs every this many VM instructions: often enough that a runaway loop
+/// stops within microseconds of its budget.
 const HOOK_INTERVAL_INSTRUCTIONS: u64 = 10_000;
 
 /// A loaded procedure. Its holder calls it through `LuaRuntime::call_proc` without a name
@@ -44,6 +45,39 @@ pub struct LuaRuntime {
     /// The body's arguments, kept between calls so a call allocates no list for them
     /// (emptied after each call, so it holds no Lua value meanwhile).
     args: MultiValue,
+    /// Set when calls run watched rather than counted (see `watch`).
+    watch: Option<Rc<Watch>>,
+    reruns: u64,
+}
+
+/// An unwatched attempt always finishes.
+fn overtime_unwatched() -> Result<ProcOutput> {
+    Err(Error::unexpected("a counted call was reported overtime"))
+}
+
+/// The state's main thread, on which mlua runs every call.
+fn main_state(lua: &Lua) -> Result<*mut mlua::ffi::lua_State> {
+    let mut state = std::ptr::null_mut();
+    // SAFETY: the closure only reads the state pointer mlua hands it.
+    unsafe { lua.exec_raw::<()>((), |l| state = l) }.map_err(internal)?;
+    Ok(state)
+}
+
+/// Installs the hook that stops a call after `budget` VM instructions. It is checked every
+/// `HOOK_INTERVAL_INSTRUCTIONS`, but while it is set every instruction stops in Lua's hook
+/// dispatch: watched runtimes set it only for a call that has to be counted.
+fn count_instructions(lua: &Lua, shared: &Rc<Shared>, budget: u64) -> mlua::Result<()> {
+    let interval = HOOK_INTERVAL_INSTRUCTIONS.min(budget).max(1);
+    let s = shared.clone();
+    lua.set_hook(HookTriggers::new().every_nth_instruction(interval as u32), move |_, _| {
+        let used = s.instructions.get().saturating_add(interval);
+        s.instructions.set(used);
+        if used > s.instruction_budget {
+            s.set_fatal(Fatal::Budget);
+            return Err(mlua::Error::RuntimeError("instruction budget exceeded".into()));
+        }
+        Ok(VmState::Continue)
+    })
 }
 
 fn internal(e: mlua::Error) -> Error {
@@ -59,25 +93,13 @@ impl LuaRuntime {
         lua.gc_set_mode(mlua::state::GcMode::Generational(mlua::state::GcGenParams::default()));
         let shared = Rc::new(Shared::new(config.instruction_budget, config.memory_limit_bytes));
         let sandbox = Sandbox::build(&lua, &shared).map_err(internal)?;
-        let interval = HOOK_INTERVAL_INSTRUCTIONS
-            .min(config.instruction_budget)
-            .max(1);
-        let s = shared.clone();
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(interval as u32),
-            move |_, _| {
-                let used = s.instructions.get().saturating_add(interval);
-                s.instructions.set(used);
-                if used > s.instruction_budget {
-                    s.set_fatal(Fatal::Budget);
-                    return Err(mlua::Error::RuntimeError(
-                        "instruction budget exceeded".into(),
-                    ));
-                }
-                Ok(VmState::Continue)
-            },
-        )
-        .map_err(internal)?;
+        let watch = match watch::limit_for(config.instruction_budget) {
+            Some(limit) if config.restartable => Some(Rc::new(Watch::new(main_state(&lua)?, limit))),
+            _ => {
+                count_instructions(&lua, &shared, config.instruction_budget).map_err(internal)?;
+                None
+            }
+        };
         shared.apply_heap_limit(&lua).map_err(internal)?;
         Ok(LuaRuntime {
             lua,
@@ -86,6 +108,8 @@ impl LuaRuntime {
             procs: NameMap::default(),
             config,
             args: MultiValue::new(),
+            watch,
+            reruns: 0,
         })
     }
 
@@ -122,8 +146,10 @@ impl LuaRuntime {
             .map_err(|e| Error::graceful(format!("procedure {name}: {}", lua_message(&e))))?;
 
         self.shared.reset(CallContext::default());
-        let slot = PrepareSlot::set(&self.shared, prepare);
-        let returned = chunk.call::<LuaValue>(());
+        let shared = self.shared.clone();
+        let slot = PrepareSlot::set(&shared, prepare);
+        // A module's top level is always counted: loads are rare and have no host to restart.
+        let returned = self.counted(|_| chunk.call::<LuaValue>(()))?;
         drop(slot);
         let fatal = self.shared.take_fatal();
         let body = match (returned, fatal) {
@@ -173,7 +199,9 @@ impl LuaRuntime {
         self.call_proc(&proc, params, ctx, host)
     }
 
-    /// Calls a procedure `load` returned, inside the caller's transaction.
+    /// Calls a procedure `load` returned, inside the caller's transaction. In a watched
+    /// runtime a call that runs past its time limit is undone by `host.restart` and runs
+    /// again with its instructions counted; that run's outcome is the call's.
     pub fn call_proc(
         &mut self,
         proc: &Proc,
@@ -188,23 +216,64 @@ impl LuaRuntime {
                 params.len()
             )));
         }
+        let Some(watch) = self.watch.clone() else {
+            return self.attempt(proc, params, ctx, host, None).unwrap_or_else(overtime_unwatched);
+        };
+        if let Some(done) = self.attempt(proc, params, ctx, host, Some(&watch)) {
+            return done;
+        }
+        self.reruns += 1;
+        host.restart()?;
+        let done = self.counted(|rt| rt.attempt(proc, params, ctx, host, None))?;
+        done.unwrap_or_else(overtime_unwatched)
+    }
+
+    /// Runs `f` with the instruction budget counted by the hook, which a watched runtime
+    /// sets only for this (a runtime that is not watched always has it).
+    fn counted<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> Result<R> {
+        if self.watch.is_none() {
+            return Ok(f(self));
+        }
+        count_instructions(&self.lua, &self.shared, self.config.instruction_budget).map_err(internal)?;
+        let r = f(self);
+        self.lua.remove_hook();
+        Ok(r)
+    }
+
+    /// Calls once; `None` when `watch` saw the call run past its limit.
+    fn attempt(
+        &mut self,
+        proc: &Proc,
+        params: &[Value],
+        ctx: &CallContext,
+        host: &mut dyn TxnHost,
+        watch: Option<&Watch>,
+    ) -> Option<Result<ProcOutput>> {
         self.shared.reset(*ctx);
         let lift = self.shared.lift_heap_limit(&self.lua);
-
         self.args.clear();
         for p in params {
-            self.args.push_back(convert::to_lua(&self.lua, p).map_err(internal)?);
+            match convert::to_lua(&self.lua, p) {
+                Ok(v) => self.args.push_back(v),
+                Err(e) => return Some(Err(internal(e))),
+            }
         }
         drop(lift);
         let slot = HostSlot::set(&self.shared, host);
-        let returned = proc.body.call::<MultiValue>(&self.args);
+        let (returned, overtime) = match watch {
+            Some(w) => w.run(|| proc.body.call::<MultiValue>(&self.args)),
+            None => (proc.body.call::<MultiValue>(&self.args), false),
+        };
         drop(slot);
         self.args.clear();
         let _lift = self.shared.lift_heap_limit(&self.lua);
         let fatal = self.shared.take_fatal();
-        match (returned, fatal) {
-            (Ok(values), None) => Ok(ProcOutput {
-                tables: output::tables(&proc.name, &self.shared, values)?,
+        if overtime {
+            return None;
+        }
+        Some(match (returned, fatal) {
+            (Ok(values), None) => output::tables(&proc.name, &self.shared, values).map(|tables| ProcOutput {
+                tables,
                 app_status: self.shared.app_status.get(),
                 app_status_string: self.shared.app_status_string.take(),
             }),
@@ -214,7 +283,12 @@ impl LuaRuntime {
                 &mlua::Error::RuntimeError(String::new()),
             )),
             (Err(e), fatal) => Err(self.error(&proc.name, fatal, &e)),
-        }
+        })
+    }
+
+    /// How many calls ran past their time limit and ran again counted.
+    pub fn reruns(&self) -> u64 {
+        self.reruns
     }
 
     fn error(&self, procedure: &str, fatal: Option<Fatal>, err: &mlua::Error) -> Error {

@@ -10,6 +10,7 @@ type Responder = Box<dyn FnMut(usize, &[Value]) -> Result<ResultTable>>;
 struct FakeHost {
     calls: Vec<(usize, Vec<Value>)>,
     batches: Vec<usize>,
+    restarts: usize,
     respond: Responder,
 }
 
@@ -18,6 +19,7 @@ impl FakeHost {
         FakeHost {
             calls: Vec::new(),
             batches: Vec::new(),
+            restarts: 0,
             respond: Box::new(respond),
         }
     }
@@ -35,6 +37,11 @@ impl TxnHost for FakeHost {
     fn execute_batch(&mut self, calls: Vec<(usize, Vec<Value>)>) -> Result<Vec<ResultTable>> {
         self.batches.push(calls.len());
         calls.into_iter().map(|(s, p)| self.execute(s, p)).collect()
+    }
+    fn restart(&mut self) -> Result<()> {
+        self.restarts += 1;
+        self.calls.clear();
+        Ok(())
     }
 }
 
@@ -643,6 +650,70 @@ fn the_instruction_budget_stops_runaway_loops_even_under_pcall() {
             vec![ResultTable::scalar("", 50_005_000)]
         );
     }
+}
+
+/// A watched runtime whose calls may run 5 ms (a budget of 25 million instructions).
+fn watched_runtime() -> LuaRuntime {
+    let config = LuaConfig { instruction_budget: 25_000_000, restartable: true, ..LuaConfig::default() };
+    LuaRuntime::new(config).unwrap()
+}
+
+#[test]
+fn a_watched_call_that_runs_long_is_undone_and_run_again_counted() {
+    let mut rt = watched_runtime();
+    let texts = load(
+        &mut rt,
+        "Count",
+        "local ins = sql [[INSERT INTO t VALUES (?)]]\n\
+         return function(n)\n ins:exec(1)\n local x = 0\n for i = 1, n do x = x + 1 end\n ins:exec(2)\n return x\nend",
+    )
+    .unwrap();
+    assert_eq!(texts.len(), 1);
+    let mut host = FakeHost::modified();
+    // A short call runs once.
+    let out = rt.call("Count", &[Value::Int(10)], &ctx(1), &mut host).unwrap();
+    assert_eq!(out.tables, vec![ResultTable::scalar("", 10)]);
+    assert_eq!((host.restarts, rt.reruns(), host.calls.len()), (0, 0, 2));
+    // 16 million instructions, under the budget, take far longer than 5 ms: the first run
+    // is stopped and undone, and the counted run gives the answer.
+    for round in 1..=2 {
+        let mut host = FakeHost::modified();
+        let out = rt.call("Count", &[Value::Int(8_000_000)], &ctx(2), &mut host).unwrap();
+        assert_eq!(out.tables, vec![ResultTable::scalar("", 8_000_000)]);
+        assert_eq!((host.restarts, rt.reruns()), (1, round), "round {round}");
+        assert_eq!(host.calls, vec![(0, vec![Value::Int(1)]), (0, vec![Value::Int(2)])]);
+    }
+    // Afterwards calls run watched again, once each.
+    let mut host = FakeHost::modified();
+    rt.call("Count", &[Value::Int(10)], &ctx(3), &mut host).unwrap();
+    assert_eq!((host.restarts, rt.reruns()), (0, 2));
+}
+
+#[test]
+fn a_watched_runaway_loop_ends_with_the_counted_budget_error_even_under_pcall() {
+    // On a thread of its own, so that a loop nothing stops fails the test instead of hanging it.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rt = watched_runtime();
+        load(&mut rt, "Spin", "return function(mode)\n if mode == 1 then while true do end end\n while true do pcall(function() while true do end end) end\nend").unwrap();
+        for mode in [1, 2] {
+            let mut host = FakeHost::modified();
+            let err = rt.call("Spin", &[Value::Int(mode)], &ctx(1), &mut host).unwrap_err();
+            assert!(
+                err.message.starts_with("procedure Spin exceeded its instruction budget of 25000000 instructions"),
+                "{}",
+                err.message
+            );
+            assert_eq!(host.restarts, 1);
+        }
+        // A module's top level is counted, since a load has nothing to restart.
+        let err = load(&mut rt, "Hang", "while true do end").unwrap_err();
+        assert!(err.message.starts_with("procedure Hang exceeded its instruction budget"), "{}", err.message);
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the runaway calls were not stopped (or the thread failed: see its panic above)");
 }
 
 #[test]
