@@ -1,7 +1,7 @@
 //! One logged-in connection: a writer task that batches frames into few writes and a reader
 //! task that hands each response to the call waiting for its handle.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Partition-aware routing (voltdb-wire.md §2.3–2.4): the token ring from `@Statistics TOPO`,
 //! partition leaders, and each procedure's partitioning from `@SystemCatalog PROCEDURES`.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use lockstep_core::hash::{hash_value, MP_PARTITION_ID};
 use lockstep_core::{DataType, ResultTable, Value};
@@ -120,7 +120,7 @@ impl Routing {
             _ => None,
         };
         let Some(ring) = ring else { return false };
-        let mut leaders = HashMap::new();
+        let mut leaders = HashMap::default();
         for row in &topo.rows {
             let (Some(Value::Int(p)), Some(Value::Str(leader))) = (row.get(pc), row.get(lc)) else {
                 continue;
@@ -141,7 +141,7 @@ impl Routing {
 
     /// Reads `@SystemCatalog("PROCEDURES")`: name in column 2, REMARKS JSON in column 6.
     pub fn apply_procedures(&mut self, table: &ResultTable) {
-        let mut procs = HashMap::new();
+        let mut procs = HashMap::default();
         for row in &table.rows {
             if let (Some(Value::Str(name)), Some(Value::Str(remarks))) = (row.get(2), row.get(6)) {
                 if let Some(info) = ProcInfo::from_remarks(remarks) {
