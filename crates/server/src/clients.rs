@@ -74,7 +74,7 @@ impl InFlight {
         self.calls.load(Ordering::SeqCst) < self.calls_max && self.kib.load(Ordering::SeqCst) + kib <= self.kib_max
     }
 
-    pub(crate) fn calls_in_flight(&self) -> usize {
+    fn calls_in_flight(&self) -> usize {
         self.calls.load(Ordering::Relaxed)
     }
 

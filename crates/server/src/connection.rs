@@ -10,11 +10,15 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use lockstep_core::{Error, Value};
 use lockstep_engine::{sysprocs, Call, Outcome};
-use lockstep_wire::{decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, LoginResponse, LoginSuccess};
+use lockstep_wire::{
+    decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginResponse,
+    LoginSuccess, Response,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 
-use crate::answers::{write_answers, Answer, Answers};
 use crate::clients::{InFlight, Slot, Window};
 use crate::Front;
 
@@ -22,10 +26,30 @@ use crate::Front;
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Login frames are small; anything bigger is not a login.
 const LOGIN_FRAME_MAX_BYTES: usize = 16 * 1024;
+/// Answers gathered into one write at most.
+const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Request bytes one connection may have in flight before the server stops reading it
 /// (VoltDB stops reading at 8 MiB of pending requests). Counted in KiB.
 const IN_FLIGHT_REQUEST_KIB_MAX: usize = 8 * 1024;
+
+/// An answer on its way to the writer; its slot in the window is freed once encoded.
+struct Answer {
+    handle: i64,
+    outcome: Outcome,
+    /// From receipt to answer: VoltDB's cluster round trip.
+    round_trip: Duration,
+    _slot: Option<Slot>,
+    /// `@Shutdown`: stop the server once this answer is on the wire.
+    then_shutdown: bool,
+}
+
+/// A push (no call behind it): see `push.rs`.
+impl From<(i64, Outcome)> for Answer {
+    fn from((handle, outcome): (i64, Outcome)) -> Self {
+        Answer { handle, outcome, round_trip: Duration::ZERO, _slot: None, then_shutdown: false }
+    }
+}
 
 pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Front>) {
     let _ = socket.set_nodelay(true);
@@ -42,10 +66,9 @@ pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Fr
         }
     }
     let (mut reader, writer) = socket.into_split();
-    let answers = Arc::new(Answers::default());
+    let (tx, rx) = mpsc::unbounded_channel::<Answer>();
+    let writer_task = tokio::spawn(write_answers(writer, rx, front.clone()));
     let in_flight = InFlight::new(front.config.in_flight_per_connection, IN_FLIGHT_REQUEST_KIB_MAX);
-    let stopping = front.clone();
-    let writer_task = tokio::spawn(write_answers(writer, answers.clone(), in_flight.clone(), move || stopping.shutdown.notify_one()));
     front.live.add(id, Window { peer, in_flight: in_flight.clone() });
     let reason = loop {
         match decode_frame(&mut buf) {
@@ -53,7 +76,7 @@ pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Fr
                 // Backpressure: wait for slots before taking on more work; meanwhile the
                 // socket is not read, so TCP slows the client down.
                 let slot = in_flight.take(frame.len() / 1024 + 1).await;
-                if let Err(reason) = dispatch(&frame, slot, id, &answers, &front) {
+                if let Err(reason) = dispatch(&frame, slot, id, &tx, &front) {
                     break reason;
                 }
                 continue;
@@ -72,7 +95,7 @@ pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Fr
     }
     front.subscribers.remove(id);
     front.live.remove(id);
-    answers.reading_done();
+    drop(tx);
     let _ = writer_task.await;
 }
 
@@ -111,7 +134,7 @@ async fn login(socket: &mut TcpStream, buf: &mut BytesMut, id: i64, front: &Fron
 }
 
 /// Decodes one invocation and starts it. An Err closes the connection.
-fn dispatch(frame: &[u8], slot: Slot, id: i64, answers: &Arc<Answers>, front: &Arc<Front>) -> Result<(), String> {
+fn dispatch(frame: &[u8], slot: Slot, id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
     let handle = inv.handle;
@@ -119,18 +142,18 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, answers: &Arc<Answers>, front: &A
     let lower = if inv.procedure.starts_with('@') { inv.procedure.to_ascii_lowercase() } else { String::new() };
     match lower.as_str() {
         "@subscribe" => {
-            let outcome = subscribe(&inv.params, id, answers, front);
-            answers.push(Answer { handle, outcome, round_trip: started.elapsed(), slot: Some(slot), then_shutdown: false });
+            let outcome = subscribe(&inv.params, id, tx, front);
+            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
             return Ok(());
         }
         "@statistics" if matches!(inv.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
             let outcome = Outcome::tables(vec![front.live.table()]);
-            answers.push(Answer { handle, outcome, round_trip: started.elapsed(), slot: Some(slot), then_shutdown: false });
+            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
             return Ok(());
         }
         "@shutdown" => {
             tracing::info!(connection = id, "@Shutdown called: stopping");
-            answers.push(Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: started.elapsed(), slot: Some(slot), then_shutdown: true });
+            let _ = tx.send(Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: true });
             return Ok(());
         }
         _ => {}
@@ -138,7 +161,7 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, answers: &Arc<Answers>, front: &A
     // LATENCY counts the calls applications make: user procedures and ad-hoc SQL.
     let user_call = lower.is_empty() || lower == "@adhoc";
     let adhoc = lower == "@adhoc";
-    let answers = answers.clone();
+    let tx = tx.clone();
     let call = Call {
         procedure: inv.procedure,
         params: inv.params,
@@ -159,14 +182,14 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, answers: &Arc<Answers>, front: &A
             if adhoc {
                 reply_front.subscribers.catalog_may_have_changed(&reply_front.engine);
             }
-            answers.push(Answer { handle, outcome, round_trip, slot: Some(slot), then_shutdown: false });
+            let _ = tx.send(Answer { handle, outcome, round_trip, _slot: Some(slot), then_shutdown: false });
         }),
     );
     Ok(())
 }
 
 /// `@Subscribe("TOPOLOGY")`: this connection gets procedure pushes from now on.
-fn subscribe(params: &[Value], id: i64, answers: &Arc<Answers>, front: &Front) -> Outcome {
+fn subscribe(params: &[Value], id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Front) -> Outcome {
     let what = match params.first() {
         Some(Value::Str(s)) => s.as_str(),
         _ => "",
@@ -174,9 +197,50 @@ fn subscribe(params: &[Value], id: i64, answers: &Arc<Answers>, front: &Front) -
     if !what.eq_ignore_ascii_case("TOPOLOGY") {
         return Outcome::error(Error::graceful(format!("Parameter \"{what}\" is not recognized/supported")));
     }
-    if !front.subscribers.add(id, Box::new(answers.clone())) {
+    if !front.subscribers.add(id, Box::new(tx.clone())) {
         return Outcome::error(Error::unavailable("too many subscribed connections"));
     }
     Outcome::tables(Vec::new())
 }
 
+/// Encodes an answer; returns whether it asks for the server to stop.
+fn encode_answer(a: Answer, out: &mut Vec<u8>) -> bool {
+    let then_shutdown = a.then_shutdown;
+    let o = a.outcome;
+    let r = Response {
+        handle: a.handle,
+        status: o.status,
+        status_string: o.status_string,
+        app_status: o.app_status,
+        app_status_string: o.app_status_string,
+        cluster_round_trip_ms: a.round_trip.as_millis().min(i32::MAX as u128) as i32,
+        tables: o.tables,
+    };
+    encode_response(&r, out);
+    then_shutdown
+}
+
+/// Writes answers as they come, gathering whatever is ready into one write.
+async fn write_answers(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Answer>, front: Arc<Front>) {
+    let mut out = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
+    while let Some(first) = rx.recv().await {
+        let mut shutdown = encode_answer(first, &mut out);
+        while out.len() < WRITE_BATCH_MAX_BYTES {
+            match rx.try_recv() {
+                Ok(a) => shutdown |= encode_answer(a, &mut out),
+                Err(_) => break,
+            }
+        }
+        let written = writer.write_all(&out).await.is_ok();
+        if shutdown {
+            // The caller has its answer (if it is still there): now stop the server.
+            let _ = writer.flush().await;
+            front.shutdown.notify_one();
+        }
+        if !written {
+            return;
+        }
+        out.clear();
+    }
+    let _ = writer.shutdown().await;
+}

@@ -1,7 +1,6 @@
 //! Network front ends. For now the VoltDB wire protocol on TCP: accept connections, log
 //! them in, decode invocations, hand them to the engine, and write the answers back.
 
-pub mod answers;
 pub mod clients;
 pub mod config;
 pub mod connection;

@@ -6,6 +6,7 @@
 use std::sync::Mutex;
 
 use lockstep_engine::{sysprocs, Engine, Outcome};
+use tokio::sync::mpsc::UnboundedSender;
 
 /// Handle of a pushed `@SystemCatalog PROCEDURES` answer.
 pub const PROCEDURES_PUSH_HANDLE: i64 = i64::MAX - 2;
@@ -16,6 +17,12 @@ pub const SUBSCRIBERS_MAX: usize = 10_000;
 pub trait PushSink: Send {
     /// False once the connection is gone.
     fn push(&self, handle: i64, outcome: Outcome) -> bool;
+}
+
+impl<T: From<(i64, Outcome)> + Send> PushSink for UnboundedSender<T> {
+    fn push(&self, handle: i64, outcome: Outcome) -> bool {
+        self.send(T::from((handle, outcome))).is_ok()
+    }
 }
 
 struct State {
