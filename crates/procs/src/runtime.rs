@@ -50,11 +50,6 @@ pub struct LuaRuntime {
     reruns: u64,
 }
 
-/// An unwatched attempt always finishes.
-fn overtime_unwatched() -> Result<ProcOutput> {
-    Err(Error::unexpected("a counted call was reported overtime"))
-}
-
 /// The state's main thread, on which mlua runs every call.
 fn main_state(lua: &Lua) -> Result<*mut mlua::ffi::lua_State> {
     let mut state = std::ptr::null_mut();
@@ -216,16 +211,15 @@ impl LuaRuntime {
                 params.len()
             )));
         }
-        let Some(watch) = self.watch.clone() else {
-            return self.attempt(proc, params, ctx, host, None).unwrap_or_else(overtime_unwatched);
-        };
-        if let Some(done) = self.attempt(proc, params, ctx, host, Some(&watch)) {
+        let watch = self.watch.clone();
+        if let Some(done) = self.attempt(proc, params, ctx, host, watch.as_deref()) {
             return done;
         }
+        // Only a watched call comes back unfinished: undo it and run it counted.
         self.reruns += 1;
         host.restart()?;
-        let done = self.counted(|rt| rt.attempt(proc, params, ctx, host, None))?;
-        done.unwrap_or_else(overtime_unwatched)
+        self.counted(|rt| rt.attempt(proc, params, ctx, host, None))?
+            .ok_or_else(|| Error::unexpected("a counted call came back unfinished"))?
     }
 
     /// Runs `f` with the instruction budget counted by the hook, which a watched runtime

@@ -61,7 +61,6 @@ struct Watched {
 /// the calls.
 pub(crate) struct Watch {
     lua: *mut ffi::lua_State,
-    limit: Duration,
     watched: Arc<Watched>,
 }
 
@@ -76,7 +75,7 @@ impl Watch {
         let mut list = watchdog().lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|w| w.strong_count() > 0);
         list.push(Arc::downgrade(&watched));
-        Watch { lua, limit, watched }
+        Watch { lua, watched }
     }
 
     /// Runs `call`; true with its result when it ran past the limit, and so must be undone
@@ -96,7 +95,7 @@ impl Watch {
             // SAFETY: the state is alive and no call is running on it.
             unsafe { ffi::lua_sethook(self.lua, None, 0, 0) };
         }
-        (result, stopped || start.elapsed() > self.limit)
+        (result, stopped || start.elapsed().as_nanos() > u128::from(self.watched.limit_nanos))
     }
 }
 
