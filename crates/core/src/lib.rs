@@ -5,6 +5,7 @@ pub mod catalog;
 pub mod decimal;
 pub mod error;
 pub mod hash;
+pub mod prefetch;
 pub mod table;
 pub mod time;
 pub mod value;

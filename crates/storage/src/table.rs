@@ -6,6 +6,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
+use lockstep_core::prefetch::{prefetch_lines, prefetch_values};
 use lockstep_core::{Error, Result, TableDef, Value};
 
 use crate::index::{Index, Lookup};
@@ -57,22 +58,9 @@ fn value_heap_bytes(v: &Value) -> usize {
     }
 }
 
-/// Prefetches the first cache lines of `len` bytes at `p` (at most 4 lines: the hardware
-/// prefetcher follows a sequential read from there).
-fn prefetch_lines(p: *const u8, len: usize) {
-    const LINE: usize = 64;
-    for off in (0..len.min(4 * LINE)).step_by(LINE) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is only a hint; it never faults, even for an invalid address,
-        // and `wrapping_add` computes the address without dereferencing it.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (p, off);
-    }
-}
+/// Cache lines prefetched per value: the hardware prefetcher follows a sequential read
+/// from there.
+const PREFETCH_LINES: usize = 4;
 
 /// The text of a key for error messages: `1, abc`.
 pub(crate) fn describe_key(values: impl Iterator<Item = impl std::fmt::Display>) -> String {
@@ -144,7 +132,7 @@ impl Table {
     /// overlaps their cache misses instead of waiting for each in turn (see `prefetch_data`).
     pub fn prefetch_row(&self, id: RowId) {
         if let Some(Some(row)) = self.slots.get(id as usize) {
-            prefetch_lines(row.as_ptr().cast(), std::mem::size_of_val::<[Value]>(row));
+            prefetch_lines(row.as_ptr().cast(), std::mem::size_of_val::<[Value]>(row), PREFETCH_LINES);
         }
     }
 
@@ -152,13 +140,7 @@ impl Table {
     /// Reads the value array, so call it after `prefetch_row` had time to bring it in.
     pub fn prefetch_data(&self, id: RowId) {
         if let Some(Some(row)) = self.slots.get(id as usize) {
-            for v in row.iter() {
-                match v {
-                    Value::Str(s) => prefetch_lines(s.as_ptr(), s.len()),
-                    Value::Bytes(b) => prefetch_lines(b.as_ptr(), b.len()),
-                    _ => {}
-                }
-            }
+            prefetch_values(row, PREFETCH_LINES);
         }
     }
 
