@@ -3,14 +3,58 @@
 //! nil → none; integer → 1×1 BIGINT; float → 1×1 FLOAT; string → 1×1 VARCHAR; boolean →
 //! 1×1 TINYINT (column name ""); a result object → that table; an array of those → several.
 
+use std::ffi::c_int;
+
 use lockstep_core::{DataType, Error, ResultTable, Value};
-use mlua::{AnyUserData, MultiValue, Value as LuaValue};
+use mlua::{ffi, AnyUserData, MultiValue, Value as LuaValue};
 
 use crate::result_obj::{self, Taken};
 use crate::shared::Shared;
 
 /// Most result tables one call may return.
 pub(crate) const RETURN_TABLES_MAX: usize = 10_000;
+/// Most values `from_stack` converts; a call returning more goes through `tables`.
+const FROM_STACK_VALUES_MAX: c_int = 8;
+
+/// The tables of the `nvals` values on top of the stack, when each is nil, a number, a
+/// boolean or a result object returned once: what almost every call returns. None, leaving
+/// everything as it was, for anything else, which `tables` then converts (with its errors).
+/// Reads the stack without raising and without making mlua values, which cost more than a
+/// point read.
+pub(crate) unsafe fn from_stack(l: *mut ffi::lua_State, nvals: c_int, shared: &Shared) -> Option<Vec<ResultTable>> {
+    if !(0..=FROM_STACK_VALUES_MAX).contains(&nvals) {
+        return None;
+    }
+    let at = |i: c_int| i - nvals;
+    // Check first: taking a result's table cannot be undone if a later value needs `tables`.
+    for i in 0..nvals {
+        match ffi::lua_type(l, at(i)) {
+            ffi::LUA_TNIL | ffi::LUA_TNUMBER | ffi::LUA_TBOOLEAN => {}
+            ffi::LUA_TUSERDATA => {
+                let block = ffi::lua_touserdata(l, at(i));
+                let again = (0..i).any(|j| ffi::lua_touserdata(l, at(j)) == block);
+                if again || !result_obj::is_live(shared, block) {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    let mut tables = Vec::with_capacity(nvals as usize);
+    for i in 0..nvals {
+        let idx = at(i);
+        match ffi::lua_type(l, idx) {
+            ffi::LUA_TNUMBER if ffi::lua_isinteger(l, idx) != 0 => {
+                tables.push(ResultTable::scalar("", ffi::lua_tointegerx(l, idx, std::ptr::null_mut())))
+            }
+            ffi::LUA_TNUMBER => tables.push(single(DataType::Float, Value::Float(ffi::lua_tonumberx(l, idx, std::ptr::null_mut())))),
+            ffi::LUA_TBOOLEAN => tables.push(single(DataType::TinyInt, Value::Int((ffi::lua_toboolean(l, idx) != 0) as i64))),
+            ffi::LUA_TUSERDATA => tables.push(result_obj::take_live(ffi::lua_touserdata(l, idx))?),
+            _ => {}
+        }
+    }
+    Some(tables)
+}
 
 /// Collects the tables, moving result objects out of Lua (no copy) unless one is returned
 /// twice.

@@ -169,6 +169,17 @@ unsafe fn held_at<'a>(l: *mut ffi::lua_State, idx: c_int) -> Option<Option<&'a H
     slot_at(l, idx).map(|slot| (*slot).cast_const().as_ref())
 }
 
+/// Whether `block` is the block of a result object that still holds its table.
+pub(crate) fn is_live(shared: &Shared, block: *mut c_void) -> bool {
+    shared.results.borrow().contains(&(block as usize))
+}
+
+/// Moves the table out of the result object whose block is `block`, which `is_live` said
+/// still holds one.
+pub(crate) unsafe fn take_live(block: *mut c_void) -> Option<ResultTable> {
+    take_held(block.cast::<*mut Held>()).map(|mut held| std::mem::take(&mut held.table))
+}
+
 /// What the call's output makes of a returned userdata.
 pub(crate) enum Taken {
     NotAResult,
@@ -179,8 +190,8 @@ pub(crate) enum Taken {
 
 /// Moves the table out of the result object `ud` (for the call's output).
 pub(crate) fn take(shared: &Shared, ud: &AnyUserData) -> Taken {
-    let block = ud.to_pointer();
-    if !shared.results.borrow().contains(&(block as usize)) {
+    let block = ud.to_pointer().cast_mut();
+    if !is_live(shared, block) {
         // Every userdata of mlua's has a type; a result object has none.
         return match ud.type_id() {
             None => Taken::Gone,
@@ -189,8 +200,8 @@ pub(crate) fn take(shared: &Shared, ud: &AnyUserData) -> Taken {
     }
     // SAFETY: the address is that of a live result object's block (see `Shared::results`),
     // and `to_pointer` gives a userdata's block.
-    match unsafe { take_held(block.cast_mut().cast::<*mut Held>()) } {
-        Some(mut held) => Taken::Table(std::mem::take(&mut held.table)),
+    match unsafe { take_live(block) } {
+        Some(table) => Taken::Table(table),
         None => Taken::Gone,
     }
 }

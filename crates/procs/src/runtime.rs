@@ -3,17 +3,20 @@
 
 use std::rc::Rc;
 
-use lockstep_core::{get_ignoring_case, Error, NameMap, Result, Value};
+use std::ffi::c_int;
+
+use lockstep_core::{decimal, get_ignoring_case, Error, NameMap, Result, ResultTable, Value};
 use mlua::chunk::ChunkMode;
+use mlua::state::RawLua;
 use mlua::{
-    Function, HookTriggers, Lua, LuaOptions, MultiValue, Value as LuaValue, VmState,
+    ffi, FromLuaMulti, Function, HookTriggers, Lua, LuaOptions, MultiValue, Value as LuaValue, VmState,
 };
 
 use crate::errors::{call_error, lua_message};
 use crate::sandbox::{self, Sandbox};
 use crate::shared::{Fatal, HostSlot, PrepareSlot, Shared};
 use crate::watch::{self, Watch};
-use crate::{convert, output, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
+use crate::{output, result_obj, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
 
 /// Longest procedure name.
 pub const PROC_NAME_MAX_BYTES: usize = 128;
@@ -42,12 +45,79 @@ pub struct LuaRuntime {
     /// Keyed by the ASCII-lower-cased name.
     procs: NameMap<Rc<Proc>>,
     config: LuaConfig,
-    /// The body's arguments, kept between calls so a call allocates no list for them
-    /// (emptied after each call, so it holds no Lua value meanwhile).
-    args: MultiValue,
     /// Set when calls run watched rather than counted (see `watch`).
     watch: Option<Rc<Watch>>,
     reruns: u64,
+}
+
+/// What a body returned: its tables, when `output::from_stack` could read them straight off
+/// the stack, else the values for `output::tables`.
+enum Returned {
+    Tables(Vec<ResultTable>),
+    Values(MultiValue),
+}
+
+impl FromLuaMulti for Returned {
+    fn from_lua_multi(values: MultiValue, _: &Lua) -> mlua::Result<Self> {
+        Ok(Returned::Values(values))
+    }
+
+    unsafe fn from_stack_multi(nvals: c_int, lua: &RawLua) -> mlua::Result<Self> {
+        let l = lua.state();
+        // `result_obj::shared` pushes one value; lua_checkstack does not raise.
+        if ffi::lua_checkstack(l, 1) != 0 {
+            if let Some(tables) = result_obj::shared(l).and_then(|shared| output::from_stack(l, nvals, shared)) {
+                return Ok(Returned::Tables(tables));
+            }
+        }
+        MultiValue::from_stack_multi(nvals, lua).map(Returned::Values)
+    }
+}
+
+/// Calls `body` with `params` through the Lua C API. mlua's `Function::call` would make an
+/// mlua value (a reference into its registry) of every argument and result, which costs
+/// more than the SQL of a one-statement procedure (callgrind).
+///
+/// The closure runs under `lua_pcall` and the body's errors unwind it with `longjmp`, so it
+/// owns nothing: it borrows the parameters and the texts of their DECIMAL values
+/// (`decimals`, in the order they appear, array items included), and pushes with calls
+/// that raise only on running out of memory, which the protected call reports as an mlua
+/// error.
+unsafe fn call_body(lua: &Lua, body: &Function, params: &[Value], decimals: &[String]) -> mlua::Result<Returned> {
+    lua.exec_raw::<Returned>(body, |l| {
+        let mut texts = decimals.iter();
+        let mut push = |v: &Value| match v {
+            Value::Null | Value::Array(_) => ffi::lua_pushnil(l),
+            Value::Int(i) | Value::Timestamp(i) => ffi::lua_pushinteger(l, *i),
+            Value::Float(f) => ffi::lua_pushnumber(l, *f),
+            Value::Bool(b) => ffi::lua_pushboolean(l, *b as c_int),
+            Value::Str(s) => push_bytes(l, s.as_bytes()),
+            Value::Bytes(b) => push_bytes(l, b),
+            Value::Decimal(_) => match texts.next() {
+                Some(text) => push_bytes(l, text.as_bytes()),
+                None => ffi::lua_pushnil(l),
+            },
+        };
+        // The body is at index 1; its arguments go after it, converted as `convert::to_lua`
+        // converts them (an array's inner array is nil: they never nest in VoltDB).
+        ffi::luaL_checkstack(l, params.len() as c_int + 1, std::ptr::null());
+        for p in params {
+            if let Value::Array(items) = p {
+                ffi::lua_createtable(l, items.len().min(c_int::MAX as usize) as c_int, 0);
+                for (j, item) in items.iter().enumerate() {
+                    push(item);
+                    ffi::lua_rawseti(l, -2, j as ffi::lua_Integer + 1);
+                }
+            } else {
+                push(p);
+            }
+        }
+        ffi::lua_call(l, params.len() as c_int, ffi::LUA_MULTRET);
+    })
+}
+
+unsafe fn push_bytes(l: *mut ffi::lua_State, b: &[u8]) {
+    ffi::lua_pushlstring(l, b.as_ptr().cast(), b.len());
 }
 
 /// The state's main thread, on which mlua runs every call.
@@ -102,7 +172,6 @@ impl LuaRuntime {
             sandbox,
             procs: NameMap::default(),
             config,
-            args: MultiValue::new(),
             watch,
             reruns: 0,
         })
@@ -244,33 +313,41 @@ impl LuaRuntime {
         watch: Option<&Watch>,
     ) -> Option<Result<ProcOutput>> {
         self.shared.reset(*ctx);
-        let lift = self.shared.lift_heap_limit(&self.lua);
-        self.args.clear();
-        for p in params {
-            match convert::to_lua(&self.lua, p) {
-                Ok(v) => self.args.push_back(v),
-                Err(e) => return Some(Err(internal(e))),
-            }
-        }
-        drop(lift);
+        // DECIMAL values reach Lua as text, made here: nothing may be owned while Lua code
+        // runs (see `call_body`).
+        let decimals: Vec<String> = params
+            .iter()
+            .flat_map(|p| match p {
+                Value::Array(items) => items.as_slice(),
+                scalar => std::slice::from_ref(scalar),
+            })
+            .filter_map(|v| match v {
+                Value::Decimal(d) => Some(decimal::format(*d)),
+                _ => None,
+            })
+            .collect();
         let slot = HostSlot::set(&self.shared, host);
+        let lua = &self.lua;
+        // SAFETY: `call_body`'s closure owns nothing and only borrows what outlives the call.
+        let call = || unsafe { call_body(lua, &proc.body, params, &decimals) };
         let (returned, overtime) = match watch {
-            Some(w) => w.run(|| proc.body.call::<MultiValue>(&self.args)),
-            None => (proc.body.call::<MultiValue>(&self.args), false),
+            Some(w) => w.run(call),
+            None => (call(), false),
         };
         drop(slot);
-        self.args.clear();
         let _lift = self.shared.lift_heap_limit(&self.lua);
         let fatal = self.shared.take_fatal();
         if overtime {
             return None;
         }
+        let output = |tables| ProcOutput {
+            tables,
+            app_status: self.shared.app_status.get(),
+            app_status_string: self.shared.app_status_string.take(),
+        };
         Some(match (returned, fatal) {
-            (Ok(values), None) => output::tables(&proc.name, &self.shared, values).map(|tables| ProcOutput {
-                tables,
-                app_status: self.shared.app_status.get(),
-                app_status_string: self.shared.app_status_string.take(),
-            }),
+            (Ok(Returned::Tables(tables)), None) => Ok(output(tables)),
+            (Ok(Returned::Values(values)), None) => output::tables(&proc.name, &self.shared, values).map(output),
             (Ok(_), Some(fatal)) => Err(self.error(
                 &proc.name,
                 Some(fatal),

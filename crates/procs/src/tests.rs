@@ -392,6 +392,22 @@ fn every_return_shape_becomes_the_documented_tables() {
     );
     assert_eq!(out.unwrap().tables, vec![expected.clone(), expected]);
 
+    // Several values come back in order; a result returned twice is copied.
+    let r = r#"local r = result_table({"a"}, {{1}})"#;
+    let a1 = {
+        let mut t = ResultTable::with_columns(&[("a", DataType::BigInt)]);
+        t.push(vec![Value::Int(1)]);
+        t
+    };
+    assert_eq!(
+        run(&format!("{r} return nil, 2.5, r, true"), &[]).unwrap().tables,
+        vec![one(DataType::Float, Value::Float(2.5)), a1.clone(), one(DataType::TinyInt, Value::Int(1))]
+    );
+    assert_eq!(
+        run(&format!("{r} return 7, r, 'x', r"), &[]).unwrap().tables,
+        vec![ResultTable::scalar("", 7), a1.clone(), one(DataType::Varchar, Value::from("x")), a1]
+    );
+
     for (body, what) in [
         ("return function() end", "returned a function"),
         ("return {a = 1}", "returned a table that is not an array"),
@@ -932,6 +948,22 @@ end
         );
         assert!(err.message.contains(needle), "{args}: {}", err.message);
     }
+}
+
+#[test]
+fn decimal_parameters_reach_lua_as_text_in_arrays_too() {
+    let d = |text| Value::Decimal(decimal::parse(text).unwrap());
+    let params = [Value::Array(vec![d("1.5"), Value::Int(2), d("-3.25")]), d("4"), Value::Array(vec![])];
+    let out = run("local a, x, e = ...; return {a[1], a[2], a[3], x, #e}", &params).unwrap();
+    let text = |v: &Value| match v {
+        Value::Decimal(n) => one(DataType::Varchar, Value::Str(decimal::format(*n).into())),
+        _ => unreachable!(),
+    };
+    let Value::Array(items) = &params[0] else { unreachable!() };
+    assert_eq!(
+        out.tables,
+        vec![text(&items[0]), ResultTable::scalar("", 2), text(&items[2]), text(&params[1]), ResultTable::scalar("", 0)]
+    );
 }
 
 #[test]
