@@ -7,7 +7,10 @@ use std::sync::{Arc, RwLock};
 use lockstep_core::Value;
 use lockstep_wire::response::status;
 use lockstep_wire::types::{INTEGER, STRING};
-use lockstep_wire::{encode_invocation_typed, Invocation, Response, FRAME_SIZE_MAX_BYTES};
+use bytes::Bytes;
+use lockstep_wire::{
+    decode_response, encode_invocation_typed, Invocation, Response, ResponseView, FRAME_SIZE_MAX_BYTES,
+};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::connection::Connection;
@@ -58,12 +61,24 @@ pub struct Client {
 /// A call that has been sent and not yet answered; holds its slot of the window.
 pub struct Sent {
     _permit: OwnedSemaphorePermit,
-    reply: oneshot::Receiver<Result<Response, ClientError>>,
+    reply: oneshot::Receiver<Result<Bytes, ClientError>>,
 }
 
 impl Sent {
-    /// The answer (a failure status is still `Ok`).
+    /// The answer with every table decoded (a failure status is still `Ok`).
     pub async fn wait(self) -> Result<Response, ClientError> {
+        let payload = self.payload().await?;
+        decode_response(&payload).map_err(|e| ClientError::Protocol(e.message))
+    }
+
+    /// The answer with its tables left in place, each cell decoded when read: cheaper when
+    /// the caller reads a few cells of a large answer, or only its row counts.
+    pub async fn wait_view(self) -> Result<ResponseView, ClientError> {
+        let payload = self.payload().await?;
+        ResponseView::parse(payload).map_err(|e| ClientError::Protocol(e.message))
+    }
+
+    async fn payload(self) -> Result<Bytes, ClientError> {
         self.reply
             .await
             .unwrap_or_else(|_| Err(ClientError::ConnectionLost("the connection closed".into())))
@@ -153,6 +168,24 @@ impl Client {
         proc: &str,
         params: Vec<Value>,
     ) -> Result<Vec<Response>, ClientError> {
+        self.all_partitions(proc, params, Sent::wait).await
+    }
+
+    /// `call_all_partitions` with each answer's tables left in place (see `Sent::wait_view`).
+    pub async fn call_all_partitions_view(
+        &self,
+        proc: &str,
+        params: Vec<Value>,
+    ) -> Result<Vec<ResponseView>, ClientError> {
+        self.all_partitions(proc, params, Sent::wait_view).await
+    }
+
+    async fn all_partitions<R, F: std::future::Future<Output = Result<R, ClientError>>>(
+        &self,
+        proc: &str,
+        params: Vec<Value>,
+        wait: impl Fn(Sent) -> F,
+    ) -> Result<Vec<R>, ClientError> {
         let keys = self.partition_keys().await?;
         let mut out = Vec::with_capacity(keys.len());
         // A window's worth at a time, its slots taken all at once: a caller holding some
@@ -171,7 +204,7 @@ impl Client {
                 sent.push(self.send_with(permit, inv, &[INTEGER])?);
             }
             for s in sent {
-                out.push(s.wait().await?);
+                out.push(wait(s).await?);
             }
         }
         Ok(out)

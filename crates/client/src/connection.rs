@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use lockstep_wire::{
-    decode_frame, decode_login_response, decode_response, encode_login_request, HashScheme,
-    LoginRequest, LoginResponse, LoginSuccess, Response,
+    decode_frame, decode_login_response, encode_login_request, response_handle, HashScheme,
+    LoginRequest, LoginResponse, LoginSuccess,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -28,7 +28,8 @@ const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
 /// Read buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-type Reply = oneshot::Sender<Result<Response, ClientError>>;
+/// A response's payload, decoded by the call that waits for it (eagerly, or in place).
+type Reply = oneshot::Sender<Result<Bytes, ClientError>>;
 
 /// Calls waiting for an answer, by handle; once the connection dies, the reason.
 #[derive(Default)]
@@ -87,12 +88,12 @@ impl Connection {
     }
 
     /// Registers the call under `handle` and queues its encoded frame; the receiver gets the
-    /// response, or the error that closed the connection.
+    /// response's payload, or the error that closed the connection.
     pub fn send(
         &self,
         handle: i64,
         frame: Vec<u8>,
-    ) -> Result<oneshot::Receiver<Result<Response, ClientError>>, ClientError> {
+    ) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
         let (tx, rx) = oneshot::channel();
         {
             let mut p = lock(&self.pending);
@@ -195,26 +196,40 @@ async fn write_loop(
     let _ = write.shutdown().await;
 }
 
-/// Reads responses and completes the matching calls; on EOF or a bad frame fails them all.
+/// Bytes still to come of the frame at the front of `buf`, once its length prefix is in
+/// (`decode_frame` has checked that length against the frame limit).
+fn frame_rest(buf: &[u8]) -> usize {
+    match buf.first_chunk::<4>() {
+        Some(len) => (4 + i32::from_be_bytes(*len).max(0) as usize).saturating_sub(buf.len()),
+        None => 0,
+    }
+}
+
+/// Reads responses and hands each to the call waiting for its handle, undecoded: the call
+/// decodes it, all at once or in place. On EOF or a bad frame fails every call.
 async fn read_loop(mut read: OwnedReadHalf, pending: Arc<Shared>) {
     let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let err = loop {
         match decode_frame(&mut buf) {
             Ok(Some(frame)) => {
-                let resp = match decode_response(&frame) {
-                    Ok(r) => r,
+                let handle = match response_handle(&frame) {
+                    Ok(h) => h,
                     Err(e) => break ClientError::Protocol(e.message),
                 };
                 // Unknown handles (server pushes, answers to abandoned calls) are dropped.
-                if let Some(reply) = lock(&pending).calls.remove(&resp.handle) {
-                    let _ = reply.send(Ok(resp));
+                if let Some(reply) = lock(&pending).calls.remove(&handle) {
+                    let _ = reply.send(Ok(frame.freeze()));
                 }
                 continue;
             }
             Ok(None) => {}
             Err(e) => break ClientError::Protocol(e.message),
         }
-        buf.reserve(READ_CHUNK_BYTES);
+        // Room for the rest of the answer being read, and a chunk at least. Earlier answers
+        // may still hold the buffer (they are handed over in place), and a held buffer is
+        // moved to a new one on every reserve: without room for the whole answer, a large
+        // one would be moved again on every read.
+        buf.reserve(frame_rest(&buf).max(READ_CHUNK_BYTES));
         match read.read_buf(&mut buf).await {
             Ok(0) => break ClientError::ConnectionLost("the server closed the connection".into()),
             Ok(_) => {}

@@ -24,4 +24,4 @@ pub use client::{Client, ClientConfig, MAX_IN_FLIGHT_DEFAULT, MAX_IN_FLIGHT_LIMI
 pub use connection::LOGIN_TIMEOUT_MS;
 pub use error::ClientError;
 pub use lockstep_wire::response::status;
-pub use lockstep_wire::Response;
+pub use lockstep_wire::{Response, ResponseView, RowView, TableView};

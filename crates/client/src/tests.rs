@@ -55,6 +55,34 @@ async fn pipelined_calls_match_out_of_order_answers_by_handle() {
 }
 
 #[tokio::test]
+async fn an_answer_read_in_place_holds_what_the_decoded_one_holds() {
+    let (client, mut conn) = connect(mock::no_system_procs(), 10).await;
+    let eager = spawn_call(&client, 7);
+    let c = client.clone();
+    let in_place = tokio::spawn(async move { c.start_call("P", vec![Value::from("seven")]).await?.wait_view().await });
+    for _ in 0..2 {
+        let inv = conn.calls.recv().await.unwrap();
+        let reply = match &inv.params[0] {
+            Value::Str(_) => {
+                let mut t = ResultTable::with_columns(&[("V", DataType::Varchar)]);
+                t.push(vec![inv.params[0].clone()]);
+                Response::success(inv.handle, vec![t])
+            }
+            _ => echo(&inv),
+        };
+        conn.replies.send(reply).unwrap();
+    }
+    let view = in_place.await.unwrap().unwrap();
+    assert_eq!(view.status, status::SUCCESS);
+    let t = view.table(0).unwrap();
+    assert_eq!((t.row_count(), &*t.columns()[0].name), (1, "V"));
+    assert_eq!(t.row(0).unwrap().str(0).unwrap(), Some("seven"));
+    assert_eq!(view.to_response().unwrap().tables[0].rows, vec![vec![Value::from("seven")]]);
+    assert_eq!(eager.await.unwrap().unwrap().tables[0].rows, vec![vec![Value::Int(7)]]);
+    assert_eq!(client.in_flight(), 0);
+}
+
+#[tokio::test]
 async fn failure_status_is_still_a_response() {
     let (client, _conn) = connect(mock::no_system_procs(), 10).await;
     let resp = client.call("@Nope", vec![]).await.unwrap();

@@ -10,6 +10,7 @@ pub mod response;
 pub mod scalar;
 pub mod table;
 pub mod types;
+pub mod view;
 
 pub use frame::{decode_frame, decode_frame_with_limit, write_frame, FRAME_SIZE_MAX_BYTES};
 pub use invocation::{
@@ -23,7 +24,8 @@ pub use login::{
 pub use params::{
     decode_params, decode_params_typed, encode_params, encode_params_typed, PARAM_COUNT_MAX,
 };
-pub use response::{decode_response, encode_response, status, Response};
+pub use response::{decode_response, encode_response, response_handle, status, Response};
+pub use view::{ResponseView, RowView, TableView};
 pub use table::{decode_table, encode_table, COLUMN_COUNT_MAX};
 
 #[cfg(test)]

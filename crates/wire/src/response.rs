@@ -114,6 +114,28 @@ fn bounded_string(r: &mut Reader, what: &str) -> Result<String> {
 /// Decodes a response frame's payload.
 pub fn decode_response(payload: &[u8]) -> Result<Response> {
     let mut r = Reader::new(payload);
+    let head = decode_head(&mut r)?;
+    let mut tables = Vec::with_capacity(head.table_count.min(r.remaining() / 4));
+    for _ in 0..head.table_count {
+        tables.push(decode_table(&mut r)?);
+    }
+    r.expect_end("the result tables")?;
+    let Head { handle, status, status_string, app_status, app_status_string, cluster_round_trip_ms, .. } = head;
+    Ok(Response { handle, status, status_string, app_status, app_status_string, cluster_round_trip_ms, tables })
+}
+
+/// Everything of a response before its tables.
+pub(crate) struct Head {
+    pub(crate) handle: i64,
+    pub(crate) status: i8,
+    pub(crate) status_string: Option<String>,
+    pub(crate) app_status: i8,
+    pub(crate) app_status_string: Option<String>,
+    pub(crate) cluster_round_trip_ms: i32,
+    pub(crate) table_count: usize,
+}
+
+pub(crate) fn decode_head(r: &mut Reader) -> Result<Head> {
     let _version = r.i8("response version")?;
     let handle = r.i64("client handle")?;
     let flags = r.u8("response flags")?;
@@ -124,13 +146,13 @@ pub fn decode_response(payload: &[u8]) -> Result<Response> {
     }
     let status = r.i8("status")?;
     let status_string = if flags & FLAG_STATUS_STRING != 0 {
-        Some(bounded_string(&mut r, "status string")?)
+        Some(bounded_string(r, "status string")?)
     } else {
         None
     };
     let app_status = r.i8("app status")?;
     let app_status_string = if flags & FLAG_APP_STATUS_STRING != 0 {
-        Some(bounded_string(&mut r, "app status string")?)
+        Some(bounded_string(r, "app status string")?)
     } else {
         None
     };
@@ -139,20 +161,14 @@ pub fn decode_response(payload: &[u8]) -> Result<Response> {
     if count < 0 {
         return Err(malformed(format!("negative table count {count}")));
     }
-    let mut tables = Vec::with_capacity((count as usize).min(r.remaining() / 4));
-    for _ in 0..count {
-        tables.push(decode_table(&mut r)?);
-    }
-    r.expect_end("the result tables")?;
-    Ok(Response {
-        handle,
-        status,
-        status_string,
-        app_status,
-        app_status_string,
-        cluster_round_trip_ms,
-        tables,
-    })
+    Ok(Head { handle, status, status_string, app_status, app_status_string, cluster_round_trip_ms, table_count: count as usize })
+}
+
+/// The client handle a response payload answers, read without decoding the rest.
+pub fn response_handle(payload: &[u8]) -> Result<i64> {
+    let mut r = Reader::new(payload);
+    let _version = r.i8("response version")?;
+    r.i64("client handle")
 }
 
 #[cfg(test)]

@@ -168,7 +168,7 @@ thread_local! {
 }
 
 /// The columns a table header describes.
-fn header_columns(header: &[u8]) -> Result<Arc<[ResultColumn]>> {
+pub(crate) fn header_columns(header: &[u8]) -> Result<Arc<[ResultColumn]>> {
     HEADERS.with(|cache| {
         let mut cache = cache.borrow_mut();
         if let Some((_, columns)) = cache.iter().find(|(h, _)| **h == *header) {

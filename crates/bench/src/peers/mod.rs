@@ -149,7 +149,7 @@ impl Peer {
         if let Peer::Postgres(pg) = self {
             let sql = adhoc::for_postgres(sql)?;
             return Ok(match pg.adhoc(&sql).await? {
-                Ok(t) => Answer { status: crate::conn::STATUS_SUCCESS, status_string: None, app_status: shape::APP_STATUS_UNSET, tables: vec![t] },
+                Ok(t) => Answer::new(crate::conn::STATUS_SUCCESS, None, shape::APP_STATUS_UNSET, vec![t]),
                 Err(m) => shape::answer("@AdHoc", Err(m)),
             });
         }

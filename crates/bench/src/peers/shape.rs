@@ -74,7 +74,7 @@ fn int(row: &[Value], i: usize) -> Option<i64> {
 }
 
 fn success(app_status: i8, tables: Vec<ResultTable>) -> Answer {
-    Answer { status: STATUS_SUCCESS, status_string: None, app_status, tables }
+    Answer::new(STATUS_SUCCESS, None, app_status, tables)
 }
 
 /// The answer for `proc` from a peer's reply.
@@ -83,13 +83,13 @@ pub fn answer(proc: &str, raw: Raw) -> Answer {
         Ok(rows) => rows,
         Err(message) => {
             return match message.find(ABORT_MARK) {
-                Some(at) => Answer {
-                    status: STATUS_USER_ABORT,
-                    status_string: Some(message[at + ABORT_MARK.len()..].trim().to_string()),
-                    app_status: APP_STATUS_UNSET,
-                    tables: Vec::new(),
-                },
-                None => Answer { status: STATUS_GRACEFUL_FAILURE, status_string: Some(message), app_status: APP_STATUS_UNSET, tables: Vec::new() },
+                Some(at) => Answer::new(
+                    STATUS_USER_ABORT,
+                    Some(message[at + ABORT_MARK.len()..].trim().to_string()),
+                    APP_STATUS_UNSET,
+                    Vec::new(),
+                ),
+                None => Answer::new(STATUS_GRACEFUL_FAILURE, Some(message), APP_STATUS_UNSET, Vec::new()),
             };
         }
     };
@@ -108,7 +108,7 @@ pub fn answer(proc: &str, raw: Raw) -> Answer {
 /// Charging's answers: (app status, …) split into the tables Lockstep's procedures return.
 fn charging(proc: &str, r: &[Value]) -> Answer {
     let Some(status) = int(r, 0) else {
-        return Answer { status: STATUS_GRACEFUL_FAILURE, status_string: Some(format!("{proc}: the peer answered {r:?}")), app_status: APP_STATUS_UNSET, tables: Vec::new() };
+        return Answer::new(STATUS_GRACEFUL_FAILURE, Some(format!("{proc}: the peer answered {r:?}")), APP_STATUS_UNSET, Vec::new());
     };
     let app = status.clamp(i8::MIN as i64, i8::MAX as i64) as i8;
     if status == 46 {
@@ -160,7 +160,7 @@ mod tests {
         let row = vec![Value::Int(45), Value::Int(10), Value::Int(50), Value::Int(7), Value::Int(3), Value::Int(900), Value::Int(1000), Value::Int(2)];
         let a = answer("ReportQuotaUsage", Ok(vec![row]));
         assert_eq!(a.app_status, 45);
-        assert_eq!(a.tables.len(), 4);
+        assert_eq!(a.table_count(), 4);
         assert_eq!(a.int(0, 0, 0), Some(10));
         assert_eq!(a.int(1, 0, 2), Some(50));
         assert_eq!(a.int(2, 0, 1), Some(900));
@@ -170,6 +170,6 @@ mod tests {
     #[test]
     fn ycsb_values_are_bytes_and_keys_text() {
         let a = answer("Scan", Ok(vec![vec![Value::Str("v".into()), Value::Bytes(b"k"[..].into())]]));
-        assert_eq!(a.tables[0].rows[0], vec![Value::Bytes(b"v"[..].into()), Value::Str("k".into())]);
+        assert_eq!(a.rows(0)[0], vec![Value::Bytes(b"v"[..].into()), Value::Str("k".into())]);
     }
 }

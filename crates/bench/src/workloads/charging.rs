@@ -143,7 +143,7 @@ impl Charging {
         let r = conn.call("ReportQuotaUsage", params).await;
         let done = classify(r, |a| {
             let (Some(spent), Some(new_session)) = (a.int(0, 0, 0), a.int(3, 0, 2)) else {
-                return Done::error(format!("ReportQuotaUsage answered {} tables of an unexpected shape", a.tables.len()));
+                return Done::error(format!("ReportQuotaUsage answered {} tables of an unexpected shape", a.table_count()));
             };
             self.spent.fetch_add(spent, Ordering::Relaxed);
             self.applied.fetch_add(1, Ordering::Relaxed);
@@ -278,7 +278,7 @@ impl Workload for Charging {
                     WHERE b.userid = u.userid AND p.productid = u.productid GROUP BY u.userid, b.balance";
         match conn.adhoc(over).await {
             Ok(a) => {
-                let rows = a.tables.first().map(|t| t.rows.as_slice()).unwrap_or(&[]);
+                let rows = a.rows(0);
                 let bad = rows
                     .iter()
                     .filter(|r| match (r.get(1), r.get(2)) {

@@ -156,7 +156,7 @@ fn hit_if(hit: bool) -> Done {
 }
 
 fn rows(a: &Answer) -> usize {
-    a.tables.first().map(|t| t.rows.len()).unwrap_or(0)
+    a.row_count(0)
 }
 
 /// Picks a transaction type (index into MIX) by its share.

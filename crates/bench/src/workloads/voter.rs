@@ -95,10 +95,10 @@ impl Workload for Voter {
         }
         match conn.call("Results", vec![]).await {
             Ok(a) if a.is_success() => {
-                let sum: i64 = a.tables.first().map(|t| t.rows.iter().filter_map(|r| match r.get(2) {
+                let sum: i64 = a.rows(0).iter().filter_map(|r| match r.get(2) {
                     Some(Value::Int(v)) => Some(*v),
                     _ => None,
-                }).sum()).unwrap_or(0);
+                }).sum();
                 c.expect(sum == accepted, format!("Results total {sum} = votes accepted {accepted}"));
             }
             Ok(a) => c.expect(false, format!("Results failed: {}", a.describe())),

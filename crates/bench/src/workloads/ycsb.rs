@@ -171,7 +171,7 @@ impl Ycsb {
 
     async fn read(&self, conn: &Conn, i: u64) -> Done {
         let r = conn.call("Get", vec![Self::keyspace(), Value::from(key_of(i).as_str())]).await;
-        classify(r, |a| if a.tables.first().map(|t| t.rows.len()) == Some(1) { Done::ok("found") } else { Done::error(format!("record {i} not found")) })
+        classify(r, |a| if a.row_count(0) == 1 { Done::ok("found") } else { Done::error(format!("record {i} not found")) })
     }
 
     /// Writes one field with the next version. The record's lock is held until the write's
@@ -242,14 +242,7 @@ impl Ycsb {
 /// The keys (column 1) of a scan's rows, borrowed from the answer: a scan returns up to
 /// 200 rows, and copying each key took about 4 of the client's 62 µs per scan.
 fn scanned_keys(a: &Answer) -> Vec<&str> {
-    let Some(t) = a.tables.first() else { return Vec::new() };
-    t.rows
-        .iter()
-        .filter_map(|r| match r.get(1) {
-            Some(Value::Str(k)) => Some(k.as_str()),
-            _ => None,
-        })
-        .collect()
+    a.texts(0, 1)
 }
 
 /// Merges per-partition sorted runs, keeping the first `limit`; None if a run is unsorted.
@@ -360,7 +353,7 @@ impl Workload for Ycsb {
                 let a = conn.call("Get", vec![Ycsb::keyspace(), Value::from(key_of(i).as_str())]).await?;
                 ok_or_err(&a)?;
                 let problem = match a.value(0, 0, 0) {
-                    Some(Value::Bytes(b)) => match unpack(b) {
+                    Some(Value::Bytes(b)) => match unpack(&b) {
                         None => Some("malformed value".to_string()),
                         Some(fields) => {
                             let mut p = None;
