@@ -47,7 +47,7 @@ fn voter_enforces_the_limit_and_contestants() {
         assert_eq!(call(&conn, "Vote", vote(9)).await.int(0, 0, 0), Some(1), "unknown contestant");
         assert_eq!(conn.scalar("SELECT COUNT(*) FROM votes").await.unwrap(), 2);
         let r = call(&conn, "Results", vec![]).await;
-        let totals: Vec<i64> = r.tables[0].rows.iter().map(|row| match row[2] { Value::Int(v) => v, _ => -1 }).collect();
+        let totals: Vec<i64> = r.rows(0).iter().map(|row| match row[2] { Value::Int(v) => v, _ => -1 }).collect();
         assert_eq!(totals, vec![1, 1]);
     });
 }
@@ -70,18 +70,18 @@ fn tatp_transactions_have_the_spec_outcomes() {
             load_subscriber(&conn, s_id).await;
         }
         let r = call(&conn, "GetSubscriberData", vec![i(5)]).await;
-        assert_eq!(r.tables[0].rows.len(), 1);
-        assert_eq!(r.tables[0].columns.len(), 34);
-        assert_eq!(r.value(0, 0, 1), Some(&s("000000000000005")));
-        assert_eq!(call(&conn, "GetSubscriberData", vec![i(99)]).await.tables[0].rows.len(), 0);
+        assert_eq!(r.row_count(0), 1);
+        assert_eq!(r.rows(0)[0].len(), 34);
+        assert_eq!(r.value(0, 0, 1), Some(s("000000000000005")));
+        assert_eq!(call(&conn, "GetSubscriberData", vec![i(99)]).await.row_count(0), 0);
         assert_eq!(call(&conn, "UpdateLocation", vec![i(5), i(4242)]).await.int(0, 0, 0), Some(1));
         assert_eq!(conn.scalar("SELECT vlr_location FROM subscriber WHERE s_id = 5").await.unwrap(), 4242);
         // Access data: exactly the stored types answer.
         let types = conn.adhoc("SELECT ai_type FROM access_info WHERE s_id = 5 ORDER BY ai_type").await.unwrap();
-        let have: Vec<i64> = types.tables[0].rows.iter().map(|r| match r[0] { Value::Int(v) => v, _ => 0 }).collect();
+        let have: Vec<i64> = types.rows(0).iter().map(|r| match r[0] { Value::Int(v) => v, _ => 0 }).collect();
         assert!(!have.is_empty() && have.len() <= 4);
         for t in 1..=4 {
-            let n = call(&conn, "GetAccessData", vec![i(5), i(t)]).await.tables[0].rows.len();
+            let n = call(&conn, "GetAccessData", vec![i(5), i(t)]).await.row_count(0);
             assert_eq!(n, usize::from(have.contains(&t)), "ai_type {t}");
         }
         // Insert and delete call forwarding: FK and PK failures answer 0, the rest 1.
@@ -106,9 +106,9 @@ fn tatp_transactions_have_the_spec_outcomes() {
         conn.adhoc("DELETE FROM call_forwarding WHERE s_id = 7").await.unwrap();
         conn.adhoc("INSERT INTO call_forwarding VALUES (7, 2, 8, 12, '123')").await.unwrap();
         let dest = |st: i64, et: i64| vec![i(7), i(2), i(st), i(et)];
-        assert_eq!(call(&conn, "GetNewDestination", dest(8, 11)).await.tables[0].rows.len(), 1);
-        assert_eq!(call(&conn, "GetNewDestination", dest(8, 12)).await.tables[0].rows.len(), 0, "end_time must be < cf.end_time");
-        assert_eq!(call(&conn, "GetNewDestination", dest(0, 5)).await.tables[0].rows.len(), 0, "start_time must be >= cf.start_time");
+        assert_eq!(call(&conn, "GetNewDestination", dest(8, 11)).await.row_count(0), 1);
+        assert_eq!(call(&conn, "GetNewDestination", dest(8, 12)).await.row_count(0), 0, "end_time must be < cf.end_time");
+        assert_eq!(call(&conn, "GetNewDestination", dest(0, 5)).await.row_count(0), 0, "start_time must be >= cf.start_time");
         // The alternate key, three ways.
         assert_eq!(call(&conn, "MapSubStringToNumberNoView", vec![s("000000000000011")]).await.int(0, 0, 0), Some(11));
         let all = conn.call_all_partitions("MapSubStringToNumberAllPartitions", vec![s("000000000000011")]).await.unwrap();
@@ -160,7 +160,7 @@ fn charging_conserves_money_and_answers_duplicates_once() {
         let total = call(&conn, "getTotalBalance", vec![]).await;
         assert_eq!(total.int(0, 0, 0), Some(1000 + 1000 + 500 - 1000));
         let alloc = call(&conn, "showCurrentAllocations", vec![]).await;
-        assert_eq!(alloc.tables[0].rows, vec![vec![i(2), s("data"), i(25), i(500)]]);
+        assert_eq!(alloc.rows(0), vec![vec![i(2), s("data"), i(25), i(500)]]);
         assert_eq!(conn.scalar("SELECT COUNT(*) FROM user_recent_transactions").await.unwrap(), 2 + 1 + 4);
         let unknown = conn.call("AddCredit", vec![i(9), i(1), s("x")]).await.unwrap();
         assert_eq!(unknown.status, lockstep_bench::conn::STATUS_USER_ABORT);
@@ -178,12 +178,12 @@ fn ycsb_put_merges_fields_and_scans_in_key_order() {
         call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("b", "20"), f("d", "4")]).into())]).await;
         let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
         let Some(Value::Bytes(b)) = got.value(0, 0, 0) else { panic!("{got:?}") };
-        assert_eq!(unpack(b).unwrap(), vec![f("a", "1"), f("c", "3"), f("b", "20"), f("d", "4")]);
+        assert_eq!(unpack(&b).unwrap(), vec![f("a", "1"), f("c", "3"), f("b", "20"), f("d", "4")]);
         // Replacing the first and the last field keeps the run between them.
         call(&conn, "Put", vec![ks(), s("k1"), Value::Bytes(pack(&[f("a", "10"), f("d", "40")]).into())]).await;
         let merged = vec![f("c", "3"), f("b", "20"), f("a", "10"), f("d", "40")];
         let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
-        assert_eq!(got.value(0, 0, 0), Some(&Value::Bytes(pack(&merged).into())));
+        assert_eq!(got.value(0, 0, 0), Some(Value::Bytes(pack(&merged).into())));
         // A map whose last value is cut short aborts and changes nothing.
         let mut cut = pack(&[f("c", "30")]);
         cut.pop();
@@ -191,18 +191,17 @@ fn ycsb_put_merges_fields_and_scans_in_key_order() {
         assert_eq!(bad.status, lockstep_bench::conn::STATUS_USER_ABORT);
         assert!(bad.describe().contains("truncated in field 1"), "{}", bad.describe());
         let got = call(&conn, "Get", vec![ks(), s("k1")]).await;
-        assert_eq!(got.value(0, 0, 0), Some(&Value::Bytes(pack(&merged).into())));
+        assert_eq!(got.value(0, 0, 0), Some(Value::Bytes(pack(&merged).into())));
         for k in ["k5", "k3", "k4", "k2", "k0"] {
             call(&conn, "Put", vec![ks(), s(k), Value::Bytes(pack(&[f("a", k)]).into())]).await;
         }
         let scan = call(&conn, "ScanAll", vec![ks(), Value::Bytes(b"k2"[..].into()), i(3)]).await;
-        let keys: Vec<&Value> = scan.tables[0].rows.iter().map(|r| &r[1]).collect();
-        assert_eq!(keys, vec![&s("k2"), &s("k3"), &s("k4")]);
+        assert_eq!(scan.texts(0, 1), vec!["k2", "k3", "k4"]);
         let parts = conn.call_all_partitions("Scan", vec![ks(), Value::Bytes(b"k2"[..].into()), i(3)]).await.unwrap();
         let mut all = Vec::new();
         for p in &parts {
             assert!(p.is_success(), "{}", p.describe());
-            let run: Vec<String> = p.tables[0].rows.iter().map(|r| match &r[1] { Value::Str(k) => k.to_string(), _ => String::new() }).collect();
+            let run: Vec<String> = p.rows(0).iter().map(|r| match &r[1] { Value::Str(k) => k.to_string(), _ => String::new() }).collect();
             let mut sorted = run.clone();
             sorted.sort();
             assert_eq!(run, sorted, "each partition's run is in key order");

@@ -335,3 +335,27 @@ fn the_server_runs_without_transparent_huge_pages_unless_asked() {
     assert_eq!(thp_enabled(server.pid()), "1");
     server.stop();
 }
+
+/// `lockstep bench` over the network reads its answers in place (`ResponseView`): every
+/// workload shape (Voter's counts, TATP's rows and every-partition calls, YCSB's scans,
+/// charging's four tables) must still pass its end-of-run check.
+#[test]
+fn the_benchmark_passes_its_checks_over_the_network() {
+    let dir = TempDir::new("bench");
+    let server = Server::start(&dir.0, 2);
+    for (workload, scale) in [("voter", "10"), ("tatp", "2000"), ("charging", "500"), ("ycsb-e", "2000"), ("ycsb-a", "2000")] {
+        let report = dir.0.join(format!("{workload}.json"));
+        let out = std::process::Command::new(common::BIN)
+            .args(["bench", workload, "--server", &server.addr, "--duration", "1", "--window", "64", "--scale", scale, "--report"])
+            .arg(&report)
+            .output()
+            .expect("run lockstep bench");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{workload}: {stderr}");
+        let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(report["check"]["passed"], true, "{workload}: {}", report["check"]);
+        assert!(report["txns"].as_u64().unwrap() > 0, "{workload}: no transactions");
+        let errors: u64 = report["transactions"].as_object().unwrap().values().map(|t| t["errors"].as_u64().unwrap()).sum();
+        assert_eq!(errors, 0, "{workload}: {}", report["transactions"]);
+    }
+}
