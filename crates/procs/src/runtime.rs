@@ -335,7 +335,6 @@ impl LuaRuntime {
             None => (call(), false),
         };
         drop(slot);
-        let _lift = self.shared.lift_heap_limit(&self.lua);
         let fatal = self.shared.take_fatal();
         if overtime {
             return None;
@@ -347,7 +346,10 @@ impl LuaRuntime {
         };
         Some(match (returned, fatal) {
             (Ok(Returned::Tables(tables)), None) => Ok(output(tables)),
-            (Ok(Returned::Values(values)), None) => output::tables(&proc.name, &self.shared, values).map(output),
+            (Ok(Returned::Values(values)), None) => {
+                let _lift = self.shared.lift_heap_limit(&self.lua);
+                output::tables(&proc.name, &self.shared, values).map(output)
+            }
             (Ok(_), Some(fatal)) => Err(self.error(
                 &proc.name,
                 Some(fatal),
