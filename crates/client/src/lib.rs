@@ -6,6 +6,9 @@
 //! let client = Client::connect("127.0.0.1:21212", ClientConfig::default()).await?;
 //! let resp = client.call("@AdHoc", vec!["SELECT 1".into()]).await?;
 //! assert_eq!(resp.status, lockstep_client::status::SUCCESS);
+//! // Read in place: only the cells asked for are decoded.
+//! let view = client.start_call("@AdHoc", vec!["SELECT 1".into()]).await?.wait_view().await?;
+//! let one = view.table(0).and_then(|t| t.row(0)).map(|row| row.int(0));
 //! # Ok(()) }
 //! ```
 
