@@ -27,6 +27,9 @@ const LOGIN_RESPONSE_MAX_BYTES: usize = 64 * 1024;
 const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
 /// Read buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Most room reserved at once for the rest of a large answer: a server announcing a huge
+/// frame and sending little does not get that much memory reserved up front.
+const READ_RESERVE_MAX_BYTES: usize = 1024 * 1024;
 
 /// A response's payload, decoded by the call that waits for it (eagerly, or in place).
 type Reply = oneshot::Sender<Result<Bytes, ClientError>>;
@@ -225,11 +228,11 @@ async fn read_loop(mut read: OwnedReadHalf, pending: Arc<Shared>) {
             Ok(None) => {}
             Err(e) => break ClientError::Protocol(e.message),
         }
-        // Room for the rest of the answer being read, and a chunk at least. Earlier answers
-        // may still hold the buffer (they are handed over in place), and a held buffer is
-        // moved to a new one on every reserve: without room for the whole answer, a large
-        // one would be moved again on every read.
-        buf.reserve(frame_rest(&buf).max(READ_CHUNK_BYTES));
+        // Room for the rest of the answer being read (up to a bound), and a chunk at least.
+        // Earlier answers may still hold the buffer (they are handed over in place), and a
+        // held buffer is moved to a new one on every reserve: without room for the whole
+        // answer, a large one would be moved again on every read.
+        buf.reserve(frame_rest(&buf).clamp(READ_CHUNK_BYTES, READ_RESERVE_MAX_BYTES));
         match read.read_buf(&mut buf).await {
             Ok(0) => break ClientError::ConnectionLost("the server closed the connection".into()),
             Ok(_) => {}

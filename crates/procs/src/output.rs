@@ -22,7 +22,8 @@ const FROM_STACK_VALUES_MAX: c_int = 8;
 /// Reads the stack without raising and without making mlua values, which cost more than a
 /// point read.
 pub(crate) unsafe fn from_stack(l: *mut ffi::lua_State, nvals: c_int, shared: &Shared) -> Option<Vec<ResultTable>> {
-    if !(0..=FROM_STACK_VALUES_MAX).contains(&nvals) {
+    // A call with a fatal error fails whatever it returned: its results keep their tables.
+    if !(0..=FROM_STACK_VALUES_MAX).contains(&nvals) || shared.is_fatal() {
         return None;
     }
     let at = |i: c_int| i - nvals;
