@@ -21,6 +21,8 @@ pub type Auto = Arc<dyn Fn(&Invocation) -> Option<Response> + Send + Sync>;
 pub struct MockConn {
     pub calls: mpsc::UnboundedReceiver<Invocation>,
     pub replies: mpsc::UnboundedSender<Response>,
+    /// Bytes written to the client as they are (malformed answers, say).
+    pub raw: mpsc::UnboundedSender<Vec<u8>>,
 }
 
 /// An auto-responder that fails every system procedure, as a server without them would.
@@ -77,7 +79,8 @@ async fn serve(stream: TcpStream, auto: Auto, conns: mpsc::UnboundedSender<MockC
     wr.write_all(&out).await.unwrap();
     let (calls_tx, calls) = mpsc::unbounded_channel();
     let (replies, mut replies_rx) = mpsc::unbounded_channel();
-    conns.send(MockConn { calls, replies }).unwrap();
+    let (raw, mut raw_rx) = mpsc::unbounded_channel();
+    conns.send(MockConn { calls, replies, raw }).unwrap();
     loop {
         let mut out = Vec::new();
         tokio::select! {
@@ -99,6 +102,10 @@ async fn serve(stream: TcpStream, auto: Auto, conns: mpsc::UnboundedSender<MockC
             reply = replies_rx.recv() => {
                 let Some(r) = reply else { return };
                 encode_response(&r, &mut out);
+            }
+            bytes = raw_rx.recv() => {
+                let Some(bytes) = bytes else { return };
+                out = bytes;
             }
         }
         if !out.is_empty() && wr.write_all(&out).await.is_err() {

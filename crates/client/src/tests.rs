@@ -83,6 +83,26 @@ async fn an_answer_read_in_place_holds_what_the_decoded_one_holds() {
 }
 
 #[tokio::test]
+async fn a_malformed_answer_fails_its_call_and_the_connection_goes_on() {
+    let (client, mut conn) = connect(mock::no_system_procs(), 10).await;
+    let bad = spawn_call(&client, 1);
+    let inv = conn.calls.recv().await.unwrap();
+    // A whole frame for the call's handle, whose flags announce a serialized exception
+    // (which no answer of ours carries).
+    let mut payload = vec![0u8];
+    payload.extend_from_slice(&inv.handle.to_be_bytes());
+    payload.extend_from_slice(&[0x40, 1, 0xFF]);
+    let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    conn.raw.send(frame).unwrap();
+    assert!(matches!(bad.await.unwrap(), Err(ClientError::Protocol(_))));
+    let good = spawn_call(&client, 2);
+    let inv = conn.calls.recv().await.unwrap();
+    conn.replies.send(echo(&inv)).unwrap();
+    assert_eq!(good.await.unwrap().unwrap().tables[0].rows, vec![vec![Value::Int(2)]]);
+}
+
+#[tokio::test]
 async fn failure_status_is_still_a_response() {
     let (client, _conn) = connect(mock::no_system_procs(), 10).await;
     let resp = client.call("@Nope", vec![]).await.unwrap();
