@@ -343,15 +343,24 @@ unsafe fn push_scalars(l: *mut ffi::lua_State, row: &[Value]) -> Option<c_int> {
     if !row.iter().all(scalar) || ffi::lua_checkstack(l, n) == 0 {
         return None;
     }
-    let no_decimals = RowJob { keys: &[], row, decimals: Vec::new() };
-    for (i, v) in row.iter().enumerate() {
-        push_value(l, &no_decimals, i, v);
+    for v in row {
+        push_scalar(l, v, None);
     }
     Some(n)
 }
 
 /// Pushes cell `i` of the job's row, converted as `convert::to_lua` does.
 unsafe fn push_value(l: *mut ffi::lua_State, job: &RowJob, i: usize, v: &Value) {
+    let text = match v {
+        Value::Decimal(_) => job.decimals.get(i).and_then(Option::as_deref),
+        _ => None,
+    };
+    push_scalar(l, v, text);
+}
+
+/// Pushes a value as `convert::scalar_to_lua` converts it (an array is nil), a DECIMAL as
+/// `decimal_text` (nil when not given). Raises only on running out of memory.
+pub(crate) unsafe fn push_scalar(l: *mut ffi::lua_State, v: &Value, decimal_text: Option<&str>) {
     match v {
         Value::Null | Value::Array(_) => ffi::lua_pushnil(l),
         Value::Int(n) | Value::Timestamp(n) => ffi::lua_pushinteger(l, *n),
@@ -359,9 +368,9 @@ unsafe fn push_value(l: *mut ffi::lua_State, job: &RowJob, i: usize, v: &Value) 
         Value::Bool(b) => ffi::lua_pushboolean(l, *b as c_int),
         Value::Str(s) => push_bytes(l, s.as_bytes()),
         Value::Bytes(b) => push_bytes(l, b),
-        Value::Decimal(_) => match job.decimals.get(i) {
-            Some(Some(text)) => push_bytes(l, text.as_bytes()),
-            _ => ffi::lua_pushnil(l),
+        Value::Decimal(_) => match decimal_text {
+            Some(text) => push_bytes(l, text.as_bytes()),
+            None => ffi::lua_pushnil(l),
         },
     }
 }

@@ -16,7 +16,7 @@ use crate::errors::{call_error, lua_message};
 use crate::sandbox::{self, Sandbox};
 use crate::shared::{Fatal, HostSlot, PrepareSlot, Shared};
 use crate::watch::{self, Watch};
-use crate::{output, result_obj, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
+use crate::{output, raw_stmt, result_obj, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
 
 /// Longest procedure name.
 pub const PROC_NAME_MAX_BYTES: usize = 128;
@@ -86,17 +86,12 @@ impl FromLuaMulti for Returned {
 unsafe fn call_body(lua: &Lua, body: &Function, params: &[Value], decimals: &[String]) -> mlua::Result<Returned> {
     lua.exec_raw::<Returned>(body, |l| {
         let mut texts = decimals.iter();
-        let mut push = |v: &Value| match v {
-            Value::Null | Value::Array(_) => ffi::lua_pushnil(l),
-            Value::Int(i) | Value::Timestamp(i) => ffi::lua_pushinteger(l, *i),
-            Value::Float(f) => ffi::lua_pushnumber(l, *f),
-            Value::Bool(b) => ffi::lua_pushboolean(l, *b as c_int),
-            Value::Str(s) => push_bytes(l, s.as_bytes()),
-            Value::Bytes(b) => push_bytes(l, b),
-            Value::Decimal(_) => match texts.next() {
-                Some(text) => push_bytes(l, text.as_bytes()),
-                None => ffi::lua_pushnil(l),
-            },
+        let mut push = |v: &Value| {
+            let text = match v {
+                Value::Decimal(_) => texts.next().map(String::as_str),
+                _ => None,
+            };
+            raw_stmt::push_scalar(l, v, text);
         };
         // The body is at index 1; its arguments go after it, converted as `convert::to_lua`
         // converts them (an array's inner array is nil: they never nest in VoltDB).
@@ -114,10 +109,6 @@ unsafe fn call_body(lua: &Lua, body: &Function, params: &[Value], decimals: &[St
         }
         ffi::lua_call(l, params.len() as c_int, ffi::LUA_MULTRET);
     })
-}
-
-unsafe fn push_bytes(l: *mut ffi::lua_State, b: &[u8]) {
-    ffi::lua_pushlstring(l, b.as_ptr().cast(), b.len());
 }
 
 /// The state's main thread, on which mlua runs every call.

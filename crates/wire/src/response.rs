@@ -113,15 +113,22 @@ fn bounded_string(r: &mut Reader, what: &str) -> Result<String> {
 
 /// Decodes a response frame's payload.
 pub fn decode_response(payload: &[u8]) -> Result<Response> {
-    let mut r = Reader::new(payload);
-    let head = decode_head(&mut r)?;
-    let mut tables = Vec::with_capacity(head.table_count.min(r.remaining() / 4));
-    for _ in 0..head.table_count {
-        tables.push(decode_table(&mut r)?);
-    }
-    r.expect_end("the result tables")?;
+    let (head, tables) = decode_with(payload, decode_table)?;
     let Head { handle, status, status_string, app_status, app_status_string, cluster_round_trip_ms, .. } = head;
     Ok(Response { handle, status, status_string, app_status, app_status_string, cluster_round_trip_ms, tables })
+}
+
+/// A response payload's head and its tables, each read by `table`, with nothing left over.
+/// The tables are collected as they are read: no room is reserved from the untrusted count.
+pub(crate) fn decode_with<T, C: FromIterator<T>>(
+    payload: &[u8],
+    mut table: impl FnMut(&mut Reader) -> Result<T>,
+) -> Result<(Head, C)> {
+    let mut r = Reader::new(payload);
+    let head = decode_head(&mut r)?;
+    let tables = (0..head.table_count).map(|_| table(&mut r)).collect::<Result<C>>()?;
+    r.expect_end("the result tables")?;
+    Ok((head, tables))
 }
 
 /// Everything of a response before its tables.
@@ -135,7 +142,7 @@ pub(crate) struct Head {
     pub(crate) table_count: usize,
 }
 
-pub(crate) fn decode_head(r: &mut Reader) -> Result<Head> {
+fn decode_head(r: &mut Reader) -> Result<Head> {
     let _version = r.i8("response version")?;
     let handle = r.i64("client handle")?;
     let flags = r.u8("response flags")?;

@@ -10,7 +10,7 @@ use lockstep_core::{Result, ResultColumn, ResultTable, Value};
 use smallvec::SmallVec;
 
 use crate::codec::{malformed, Reader};
-use crate::response::{decode_head, Head, Response};
+use crate::response::{decode_with, Head, Response};
 use crate::scalar;
 use crate::table::header_columns;
 use crate::types;
@@ -42,13 +42,7 @@ impl ResponseView {
     /// Reads a response payload (a frame without its length prefix), checking the layout of
     /// its tables but none of their cells.
     pub fn parse(payload: Bytes) -> Result<ResponseView> {
-        let mut r = Reader::new(&payload);
-        let head = decode_head(&mut r)?;
-        let mut tables = SmallVec::with_capacity(head.table_count.min(r.remaining() / 4));
-        for _ in 0..head.table_count {
-            tables.push(table_shape(&mut r)?);
-        }
-        r.expect_end("the result tables")?;
+        let (head, tables) = decode_with(&payload, table_shape)?;
         let Head { handle, status, status_string, app_status, app_status_string, cluster_round_trip_ms, .. } = head;
         Ok(ResponseView { handle, status, status_string, app_status, app_status_string, cluster_round_trip_ms, payload, tables })
     }
