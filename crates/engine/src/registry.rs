@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use lockstep_core::{get_ignoring_case, Catalog, DataType, Error, NameMap, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
-use lockstep_procs::{CallContext, LuaConfig, LuaProc, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
+use lockstep_procs::{each_row_of, CallContext, LuaConfig, LuaProc, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
 use lockstep_sql::{Prepared, Route};
 
 use crate::name_cache::NameCache;
@@ -47,6 +47,11 @@ struct ProcEntry {
 /// Runs one planned statement inside the current transaction.
 pub trait StatementRunner {
     fn run(&mut self, p: &Arc<Prepared>, params: &[Value]) -> Result<ResultTable>;
+    /// As `TxnHost::execute_each`: the rows `run` would return, one at a time, without
+    /// building a table where the runner can.
+    fn run_each(&mut self, p: &Arc<Prepared>, params: &[Value], row: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<i64> {
+        each_row_of(&self.run(p, params)?, row)
+    }
     /// Undoes every statement run so far in this call (see `TxnHost::restart`).
     fn restart(&mut self) -> Result<()>;
 }
@@ -207,10 +212,19 @@ struct LuaHost<'a> {
     runner: &'a mut dyn StatementRunner,
 }
 
+impl<'a> LuaHost<'a> {
+    fn stmt(&self, stmt: usize) -> Result<&'a Arc<Prepared>> {
+        self.stmts.get(stmt).ok_or_else(|| Error::unexpected(format!("no statement {stmt}")))
+    }
+}
+
 impl TxnHost for LuaHost<'_> {
     fn execute(&mut self, stmt: usize, params: Vec<Value>) -> Result<ResultTable> {
-        let p = self.stmts.get(stmt).ok_or_else(|| Error::unexpected(format!("no statement {stmt}")))?;
-        self.runner.run(p, &params)
+        self.runner.run(self.stmt(stmt)?, &params)
+    }
+
+    fn execute_each(&mut self, stmt: usize, params: &[Value], row: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<i64> {
+        self.runner.run_each(self.stmt(stmt)?, params, row)
     }
 
     fn execute_batch(&mut self, calls: Vec<(usize, Vec<Value>)>) -> Result<Vec<ResultTable>> {

@@ -87,6 +87,10 @@ impl StatementRunner for LocalRunner<'_> {
         lockstep_sql::execute(p, params, &self.ctx, self.part)
     }
 
+    fn run_each(&mut self, p: &Arc<Prepared>, params: &[Value], row: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<i64> {
+        lockstep_sql::execute_each(p, params, &self.ctx, self.part, row).map(|n| n as i64)
+    }
+
     fn restart(&mut self) -> Result<()> {
         // The transaction began with the call: undo everything and stay in it.
         self.part.rollback_to(0);

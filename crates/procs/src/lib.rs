@@ -23,6 +23,7 @@ mod tests;
 use lockstep_core::{DataType, Result, ResultTable, Value};
 
 pub use runtime::{LuaRuntime, Proc as LuaProc};
+pub use stmt::{each_row_of, modified_count};
 
 /// What `prepare` tells the runtime about a statement it planned at load time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +39,13 @@ pub struct StmtInfo {
 pub trait TxnHost {
     /// Runs one planned statement with its parameters.
     fn execute(&mut self, stmt: usize, params: Vec<Value>) -> Result<ResultTable>;
+    /// Runs one planned statement and hands the rows `execute` would return to `row`, one
+    /// at a time (false stops); returns what `exec` returns ([`modified_count`]). A host
+    /// that can run a statement without building its result table does so here: this is
+    /// how `stmt:values()` and `stmt:exec()` run.
+    fn execute_each(&mut self, stmt: usize, params: &[Value], row: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<i64> {
+        each_row_of(&self.execute(stmt, params.to_vec())?, row)
+    }
     /// Runs several statements as one batch (one round trip in an MP transaction).
     fn execute_batch(&mut self, calls: Vec<(usize, Vec<Value>)>) -> Result<Vec<ResultTable>>;
     /// Undoes everything the call did so far, so that it can run again from the start.

@@ -19,11 +19,12 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use lockstep_core::{decimal, DataType, ResultTable, Value};
 use mlua::ffi;
+use smallvec::SmallVec;
 
 use crate::convert;
 use crate::result_obj::{self, Held};
 use crate::shared::Fatal;
-use crate::stmt::{modified_count, Stmt};
+use crate::stmt::Stmt;
 
 /// Registry names of the Rust `first`, `values`, `exec` and `query`, the slow paths.
 pub(crate) const FIRST_SLOW: &str = "lockstep.stmt.first";
@@ -133,40 +134,49 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
     if nargs < 0 || nargs as usize != stmt.param_types.len() {
         return Next::Slow;
     }
-    let mut params = Vec::with_capacity(nargs as usize);
+    let mut params: Row = SmallVec::with_capacity(nargs as usize);
     for (i, ty) in stmt.param_types.iter().enumerate() {
         match arg(l, i as c_int + 2, *ty) {
             Some(v) => params.push(v),
             None => return Next::Slow,
         }
     }
-    let table = match stmt.shared.with_host(|h| h.execute(stmt.id, params)) {
-        Some(Ok(t)) => t,
-        Some(Err(e)) => {
-            let e = match location(l) {
-                Some(at) => e.context(at),
-                None => e,
-            };
-            stmt.shared.set_fatal(Fatal::Host(e));
-            return Next::Raise;
-        }
-        // Outside a procedure body: the Rust method gives the error.
-        None => return Next::Slow,
-    };
+    // `exec` and `values` take the rows one at a time, so no result table is built.
     match want {
-        Want::Count => {
-            ffi::lua_pushinteger(l, modified_count(&table));
-            Next::Return(1)
-        }
-        Want::FirstRow => push_first_row(l, stmt, &table),
-        Want::FirstValues => match table.rows.first() {
-            Some(row) => match push_scalars(l, row) {
-                Some(n) => Next::Return(n),
-                None => build(l, stmt, push_values, row, &[], ffi::LUA_MULTRET),
-            },
-            None => Next::Return(0),
+        Want::Count => match ran(l, stmt, stmt.shared.with_host(|h| h.execute_each(stmt.id, &params, &mut |_| Ok(true)))) {
+            Ok(n) => {
+                ffi::lua_pushinteger(l, n);
+                Next::Return(1)
+            }
+            Err(next) => next,
         },
-        Want::Result => {
+        Want::FirstValues => {
+            let mut first: Option<Row> = None;
+            let each = stmt.shared.with_host(|h| {
+                h.execute_each(stmt.id, &params, &mut |row| {
+                    first = Some(row.iter().cloned().collect());
+                    Ok(false)
+                })
+            });
+            if let Err(next) = ran(l, stmt, each) {
+                return next;
+            }
+            match &first {
+                Some(row) => match push_scalars(l, row) {
+                    Some(n) => Next::Return(n),
+                    None => build(l, stmt, push_values, row, &[], ffi::LUA_MULTRET),
+                },
+                None => Next::Return(0),
+            }
+        }
+        Want::FirstRow | Want::Result => {
+            let table = match ran(l, stmt, stmt.shared.with_host(|h| h.execute(stmt.id, params.into_vec()))) {
+                Ok(t) => t,
+                Err(next) => return next,
+            };
+            if let Want::FirstRow = want {
+                return push_first_row(l, stmt, &table);
+            }
             let mut slot = Some(Held::new(table, &stmt.shared));
             match result_obj::push_made(l, &mut slot) {
                 ffi::LUA_OK => Next::Return(1),
@@ -175,6 +185,27 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
         }
     }
 }
+
+/// What the host gave back, or what `run` does instead: raise a failed statement's error
+/// (with the calling line) as the call's fatal error, or take the slow path outside a
+/// procedure body, where the Rust method gives the error.
+unsafe fn ran<T>(l: *mut ffi::lua_State, stmt: &Stmt, r: Option<lockstep_core::Result<T>>) -> Result<T, Next> {
+    match r {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(e)) => {
+            let e = match location(l) {
+                Some(at) => e.context(at),
+                None => e,
+            };
+            stmt.shared.set_fatal(Fatal::Host(e));
+            Err(Next::Raise)
+        }
+        None => Err(Next::Slow),
+    }
+}
+
+/// Parameters, or a row's values: on the stack for up to 8.
+type Row = SmallVec<[Value; 8]>;
 
 /// The statement behind argument 1, if it is a statement userdata (`sql` sets its user
 /// value to a table holding a light pointer to the `Stmt`; nothing else has one). The

@@ -73,8 +73,19 @@ fn first_row(lua: &Lua, stmt: &Stmt, table: &ResultTable) -> mlua::Result<LuaVal
     Ok(LuaValue::Table(t))
 }
 
+/// Hands `table`'s rows to `row` one at a time until it returns false, as
+/// `TxnHost::execute_each` does; returns what `exec` returns ([`modified_count`]).
+pub fn each_row_of(table: &ResultTable, row: &mut dyn FnMut(&[Value]) -> lockstep_core::Result<bool>) -> lockstep_core::Result<i64> {
+    for r in &table.rows {
+        if !row(r)? {
+            break;
+        }
+    }
+    Ok(modified_count(table))
+}
+
 /// What `exec` returns: the modified-tuples count of DML, the row count of anything else.
-pub(crate) fn modified_count(table: &ResultTable) -> i64 {
+pub fn modified_count(table: &ResultTable) -> i64 {
     let is_dml = table.columns.len() == 1
         && table.rows.len() == 1
         && table.columns[0]

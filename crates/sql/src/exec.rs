@@ -516,6 +516,51 @@ pub fn run_select(
     Ok(finish(plan, out, need_sort, offset, limit))
 }
 
+/// Runs a SELECT plan over `src`, handing each output row to `emit` (false stops): rows
+/// that come out in the order they are found go straight from the row to `emit` through
+/// one reused buffer; others are collected, grouped and sorted by `run_select` first.
+/// Returns the rows handed over.
+pub fn each_select_row(
+    plan: &SelectPlan,
+    src: &dyn RowSource,
+    env: &Env,
+    emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
+) -> Result<u64> {
+    let mut sent = 0u64;
+    if plan.agg.is_some() || plan.distinct || (!plan.order.is_empty() && !plan.sorted_by_index) {
+        for r in &run_select(plan, src, env, false)?.rows {
+            sent += 1;
+            if !emit(r)? {
+                break;
+            }
+        }
+        return Ok(sent);
+    }
+    let limit = count_of(&plan.limit, env, "LIMIT")?;
+    let offset = count_of(&plan.offset, env, "OFFSET")?.unwrap_or(0);
+    let stop_at = limit.map(|l| l.saturating_add(offset));
+    if stop_at == Some(0) {
+        return Ok(0);
+    }
+    let mut out: smallvec::SmallVec<[Value; 8]> = smallvec::SmallVec::new();
+    let mut seen = 0usize;
+    join_rows(plan, src, env, &mut |row| {
+        seen += 1;
+        if seen > offset {
+            out.clear();
+            for e in &plan.output {
+                out.push(e.eval_ref(row, env)?.into_owned());
+            }
+            sent += 1;
+            if !emit(&out)? {
+                return Ok(false);
+            }
+        }
+        Ok(stop_at.is_none_or(|s| seen < s))
+    })?;
+    Ok(sent)
+}
+
 /// A plan whose rows come out in the order they are found, with nothing to group, sort or
 /// deduplicate: its output rows go straight into the result (most point reads).
 fn stream_rows(

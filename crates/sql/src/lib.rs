@@ -214,21 +214,50 @@ pub(crate) fn execute_coerced(
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::run_select(s, &src, &env, false);
     }
-    // A failed statement leaves no partial effect.
+    run_dml(p, &env, part).map(ResultTable::modified)
+}
+
+/// Runs on one partition's data as `execute` does, but hands the result's rows to `row`
+/// one at a time (it returns false to stop) instead of collecting a table: a SELECT's
+/// output rows, or the one `modified_tuples` row of a DML statement. Returns the rows a
+/// SELECT handed over, or the rows a DML statement changed. A procedure's point reads and
+/// writes take this path: it allocates no result table, no row vector for rows of up to 8
+/// columns, and no column list.
+pub fn execute_each(
+    p: &Prepared,
+    params: &[Value],
+    ctx: &ExecCtx,
+    part: &mut Partition,
+    row: &mut dyn FnMut(&[Value]) -> Result<bool>,
+) -> Result<u64> {
+    let params = coerce_params(p, params)?;
+    let env = expr::Env {
+        params: &params,
+        now_micros: ctx.timestamp_micros,
+    };
+    if let Plan::Select(s) = &p.plan {
+        let src = exec::PartitionSource::new(part, &s.levels)?;
+        return exec::each_select_row(s, &src, &env, row);
+    }
+    let n = run_dml(p, &env, part)?;
+    row(&[Value::Int(n as i64)])?;
+    Ok(n)
+}
+
+/// Runs an INSERT, UPDATE or DELETE: the rows it changed. A failed statement leaves no
+/// partial effect.
+fn run_dml(p: &Prepared, env: &expr::Env, part: &mut Partition) -> Result<u64> {
     let sp = part.savepoint();
     let r = match &p.plan {
-        Plan::Insert(i) => exec_dml::run_insert(i, part, &env),
-        Plan::Update(u) => exec_dml::run_update(u, part, &env),
-        Plan::Delete(d) => exec_dml::run_delete(d, part, &env),
+        Plan::Insert(i) => exec_dml::run_insert(i, part, env),
+        Plan::Update(u) => exec_dml::run_update(u, part, env),
+        Plan::Delete(d) => exec_dml::run_delete(d, part, env),
         Plan::Select(_) => Ok(0),
     };
-    match r {
-        Ok(n) => Ok(ResultTable::modified(n)),
-        Err(e) => {
-            part.rollback_to(sp);
-            Err(e)
-        }
+    if r.is_err() {
+        part.rollback_to(sp);
     }
+    r
 }
 
 /// Which partitions a multi-partition step runs on.

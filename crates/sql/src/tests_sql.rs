@@ -831,3 +831,53 @@ fn scans_and_ranges_over_many_batches_keep_order_filters_and_limits() {
     assert_eq!(db.rows("SELECT COUNT(*) FROM kv WHERE grp = 2"), vec![vec![i(grp2)]]);
     assert_eq!(db.rows("SELECT k FROM kv LIMIT 11").len(), 11);
 }
+
+/// `execute_each` hands over exactly the rows `execute` returns, in order (point reads,
+/// scans, LIMIT and OFFSET, sorted, grouped and DISTINCT results, parameters that need
+/// converting), stops when told to, and counts what `exec` counts: rows of a SELECT, rows a
+/// DML statement changed (whose `modified_tuples` row it also hands over).
+#[test]
+fn rows_handed_over_one_at_a_time_equal_the_result_table() {
+    let mut db = Db::new(
+        "CREATE TABLE t (id INTEGER NOT NULL, name VARCHAR(40), g TINYINT, PRIMARY KEY (id));
+         CREATE INDEX t_g ON t (g);",
+    );
+    for n in 0..30 {
+        db.run(&format!("INSERT INTO t VALUES ({n}, 'name number {n} is long enough', {})", n % 4));
+    }
+    let each = |db: &mut Db, sql: &str, params: &[Value], stop_after: usize| -> (Vec<Vec<Value>>, u64) {
+        let p = prepare(&db.cat, sql).unwrap();
+        let mut rows = Vec::new();
+        let n = crate::execute_each(&p, params, &db.ctx, &mut db.part, &mut |r| {
+            rows.push(r.to_vec());
+            Ok(rows.len() < stop_after)
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        (rows, n)
+    };
+    let reads: [(&str, Vec<Value>); 9] = [
+        ("SELECT name, g FROM t WHERE id = ?", vec![i(7)]),
+        ("SELECT name, g FROM t WHERE id = ?", vec![Value::from("8")]),
+        ("SELECT name FROM t WHERE id = ?", vec![i(99)]),
+        ("SELECT id, name FROM t WHERE g = ?", vec![i(2)]),
+        ("SELECT id FROM t WHERE g = 1 ORDER BY id DESC LIMIT 3 OFFSET 2", vec![]),
+        ("SELECT * FROM t LIMIT 4 OFFSET 5", vec![]),
+        ("SELECT g, COUNT(*), MAX(id) FROM t GROUP BY g ORDER BY g", vec![]),
+        ("SELECT DISTINCT g FROM t ORDER BY g", vec![]),
+        ("SELECT id FROM t LIMIT 0", vec![]),
+    ];
+    for (sql, params) in &reads {
+        let table = db.try_run(sql, params).unwrap();
+        assert_eq!(each(&mut db, sql, params, usize::MAX), (table.rows.clone(), table.rows.len() as u64), "{sql}");
+        let first: Vec<_> = table.rows.iter().take(1).cloned().collect();
+        assert_eq!(each(&mut db, sql, params, 1), (first.clone(), first.len() as u64), "{sql}, first row");
+    }
+    assert_eq!(each(&mut db, "UPDATE t SET g = 9 WHERE g = ?", &[i(3)], usize::MAX), (vec![vec![i(7)]], 7));
+    assert_eq!(each(&mut db, "DELETE FROM t WHERE id = ?", &[i(99)], usize::MAX), (vec![vec![i(0)]], 0));
+    assert_eq!(each(&mut db, "INSERT INTO t VALUES (?, ?, ?)", &[i(100), Value::from("x"), i(1)], 0), (vec![vec![i(1)]], 1));
+    assert_eq!(db.rows("SELECT COUNT(*) FROM t WHERE g = 9"), vec![vec![i(7)]]);
+    // A failed write leaves nothing behind, as with `execute`.
+    let p = prepare(&db.cat, "INSERT INTO t VALUES (?, ?, ?)").unwrap();
+    assert!(crate::execute_each(&p, &[i(100), Value::from("dup"), i(1)], &db.ctx, &mut db.part, &mut |_| Ok(true)).is_err());
+    assert_eq!(db.rows("SELECT name FROM t WHERE id = 100"), vec![vec![Value::from("x")]]);
+}

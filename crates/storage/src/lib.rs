@@ -12,6 +12,7 @@
 //!   every row, to prove that replay is deterministic.
 
 mod bulk;
+mod id_map;
 mod index;
 mod key;
 mod partition;

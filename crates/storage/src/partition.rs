@@ -5,10 +5,9 @@
 //! `rollback` replays it backwards. Each public write is atomic on its own: if it fails
 //! half way (say a view's SUM overflows after the row went in), it undoes itself.
 
-use std::collections::BTreeMap;
-
 use lockstep_core::{Error, Result, TableId, TableKind, Value};
 
+use crate::id_map::IdMap;
 use crate::snapshot::SnapshotScan;
 use crate::table::Table;
 use crate::validate::{check_row, fit};
@@ -54,9 +53,9 @@ enum Undo {
 #[derive(Debug, Default)]
 pub struct Partition {
     id: u32,
-    pub(crate) tables: BTreeMap<TableId, Table>,
+    pub(crate) tables: IdMap<Table>,
     /// Source table → its views, in view id order.
-    pub(crate) views_of: BTreeMap<TableId, Vec<TableId>>,
+    pub(crate) views_of: IdMap<Vec<TableId>>,
     undo: Vec<Undo>,
     exports: Vec<ExportRow>,
     in_txn: bool,

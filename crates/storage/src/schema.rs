@@ -73,8 +73,7 @@ impl Partition {
         let dropped: Vec<TableId> = self
             .tables
             .keys()
-            .filter(|id| catalog.table_by_id(**id).is_none())
-            .copied()
+            .filter(|id| catalog.table_by_id(*id).is_none())
             .collect();
         for id in dropped {
             if let Some(old) = self.tables.remove(&id) {
@@ -94,7 +93,7 @@ impl Partition {
         for v in views_of.values_mut() {
             v.sort_unstable();
         }
-        self.views_of = views_of;
+        self.views_of = views_of.into_iter().collect();
         self.forget_undo();
         Ok(())
     }

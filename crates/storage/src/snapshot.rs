@@ -114,7 +114,7 @@ impl Partition {
                 cursor: 0,
                 before: HashMap::new(),
             });
-            scan.tables.push(*id);
+            scan.tables.push(id);
         }
         self.snapshot = Some(scan);
         Ok(())
