@@ -149,3 +149,43 @@ async fn configuration_file_sets_sites_and_flags_override_it() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_key"));
 }
+
+/// `values` and `exec` take a statement's rows one at a time on the site (no result table):
+/// `values` gives the first row of many, `exec` counts a SELECT's rows and a write's changed
+/// rows, and a statement still runs to its end, so an error in a later row fails the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_and_exec_see_what_a_whole_result_would_show() {
+    let dir = TempDir::new("values-exec");
+    let server = Server::start(&dir.0, 2);
+    let client = server.client().await;
+    adhoc(&client, "CREATE TABLE t (k BIGINT NOT NULL, n BIGINT NOT NULL, d BIGINT, PRIMARY KEY (k, n))").await;
+    adhoc(&client, "PARTITION TABLE t ON COLUMN k").await;
+    for (n, d) in [(1, 4), (2, 0), (3, 5)] {
+        adhoc(&client, &format!("INSERT INTO t VALUES (7, {n}, {d})")).await;
+    }
+    let proc = lua_proc(
+        "CREATE PROCEDURE Probe PARTITION ON TABLE t COLUMN k",
+        r##"local first = sql [[SELECT n, d FROM t WHERE k = ? ORDER BY n DESC]]
+           local rows = sql [[SELECT n FROM t WHERE k = ?]]
+           local bump = sql [[UPDATE t SET d = d + 1 WHERE k = ? AND n < ?]]
+           local ratio = sql [[SELECT 20 / d FROM t WHERE k = ? ORDER BY n]]
+           return function(k, mode)
+             if mode == 1 then
+               local n, d = first:values(k)
+               return result_table({ "n", "d", "rows", "bumped", "none" },
+                 { { n, d, rows:exec(k), bump:exec(k, 3), select("#", first:values(k + 1)) } })
+             end
+             return ratio:values(k)
+           end"##,
+    );
+    adhoc(&client, &proc).await;
+    // Row 2 divides by zero: the first row's value is not an answer.
+    let r = client.call("Probe", vec![i(7), i(2)]).await.unwrap();
+    assert_eq!(r.status, -2, "{:?}", r.status_string);
+    assert!(r.status_string.unwrap_or_default().contains("division by zero"));
+    let r = ok(&client, "Probe", vec![i(7), i(1)]).await;
+    assert_eq!(r.tables[0].rows, vec![vec![i(3), i(5), i(3), i(2), i(0)]]);
+    // Now every d is non-zero: the first of 20/5, 20/1, 20/5 comes back.
+    let r = ok(&client, "Probe", vec![i(7), i(2)]).await;
+    assert_eq!(scalar(&r), i(4));
+}

@@ -151,11 +151,15 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
             Err(next) => next,
         },
         Want::FirstValues => {
+            // The statement runs to its end, as with a table: an error in a later row
+            // (a division by zero, say) still fails the call.
             let mut first: Option<Row> = None;
             let each = stmt.shared.with_host(|h| {
                 h.execute_each(stmt.id, &params, &mut |row| {
-                    first = Some(row.iter().cloned().collect());
-                    Ok(false)
+                    if first.is_none() {
+                        first = Some(row.iter().cloned().collect());
+                    }
+                    Ok(true)
                 })
             });
             if let Err(next) = ran(l, stmt, each) {
