@@ -173,18 +173,21 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
                 None => Next::Return(0),
             }
         }
+        // `first` and `query` keep a table (its columns name the row's keys).
         Want::FirstRow | Want::Result => {
             let table = match ran(l, stmt, stmt.shared.with_host(|h| h.execute(stmt.id, params.into_vec()))) {
                 Ok(t) => t,
                 Err(next) => return next,
             };
-            if let Want::FirstRow = want {
-                return push_first_row(l, stmt, &table);
-            }
-            let mut slot = Some(Held::new(table, &stmt.shared));
-            match result_obj::push_made(l, &mut slot) {
-                ffi::LUA_OK => Next::Return(1),
-                status => failed_push(l, stmt, status),
+            match want {
+                Want::FirstRow => push_first_row(l, stmt, &table),
+                _ => {
+                    let mut slot = Some(Held::new(table, &stmt.shared));
+                    match result_obj::push_made(l, &mut slot) {
+                        ffi::LUA_OK => Next::Return(1),
+                        status => failed_push(l, stmt, status),
+                    }
+                }
             }
         }
     }

@@ -451,12 +451,17 @@ pub fn run_select(
     env: &Env,
     force_sort: bool,
 ) -> Result<ResultTable> {
+    if streams(plan, force_sort) {
+        let mut t = ResultTable::new(plan.columns.clone());
+        each_streamed(plan, src, env, &mut |row| {
+            t.rows.push(eval_all(&plan.output, row, env)?);
+            Ok(true)
+        })?;
+        return Ok(t);
+    }
     let limit = count_of(&plan.limit, env, "LIMIT")?;
     let offset = count_of(&plan.offset, env, "OFFSET")?.unwrap_or(0);
     let need_sort = !plan.order.is_empty() && (!plan.sorted_by_index || force_sort);
-    if plan.agg.is_none() && !plan.distinct && !need_sort {
-        return stream_rows(plan, src, env, offset, limit.map(|l| l.saturating_add(offset)));
-    }
     let mut out = Collected { rows: Vec::new() };
     match &plan.agg {
         None => {
@@ -527,7 +532,7 @@ pub fn each_select_row(
     emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
 ) -> Result<u64> {
     let mut sent = 0u64;
-    if plan.agg.is_some() || plan.distinct || (!plan.order.is_empty() && !plan.sorted_by_index) {
+    if !streams(plan, false) {
         for r in &run_select(plan, src, env, false)?.rows {
             sent += 1;
             if !emit(r)? {
@@ -536,53 +541,47 @@ pub fn each_select_row(
         }
         return Ok(sent);
     }
-    let limit = count_of(&plan.limit, env, "LIMIT")?;
-    let offset = count_of(&plan.offset, env, "OFFSET")?.unwrap_or(0);
-    let stop_at = limit.map(|l| l.saturating_add(offset));
-    if stop_at == Some(0) {
-        return Ok(0);
-    }
     let mut out: smallvec::SmallVec<[Value; 8]> = smallvec::SmallVec::new();
-    let mut seen = 0usize;
-    join_rows(plan, src, env, &mut |row| {
-        seen += 1;
-        if seen > offset {
-            out.clear();
-            for e in &plan.output {
-                out.push(e.eval_ref(row, env)?.into_owned());
-            }
-            sent += 1;
-            if !emit(&out)? {
-                return Ok(false);
-            }
+    each_streamed(plan, src, env, &mut |row| {
+        out.clear();
+        for e in &plan.output {
+            out.push(e.eval_ref(row, env)?.into_owned());
         }
-        Ok(stop_at.is_none_or(|s| seen < s))
+        sent += 1;
+        emit(&out)
     })?;
     Ok(sent)
 }
 
-/// A plan whose rows come out in the order they are found, with nothing to group, sort or
-/// deduplicate: its output rows go straight into the result (most point reads).
-fn stream_rows(
+/// Whether the plan's rows come out in the order they are found, with nothing to group,
+/// sort or deduplicate (most point reads): they can go out as they are found.
+fn streams(plan: &SelectPlan, force_sort: bool) -> bool {
+    let need_sort = !plan.order.is_empty() && (!plan.sorted_by_index || force_sort);
+    plan.agg.is_none() && !plan.distinct && !need_sort
+}
+
+/// For a plan that `streams`: calls `emit` with each joined row after OFFSET, up to
+/// LIMIT, until it returns false.
+fn each_streamed(
     plan: &SelectPlan,
     src: &dyn RowSource,
     env: &Env,
-    offset: usize,
-    stop_at: Option<usize>,
-) -> Result<ResultTable> {
-    let mut t = ResultTable::new(plan.columns.clone());
+    emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
+) -> Result<()> {
+    let limit = count_of(&plan.limit, env, "LIMIT")?;
+    let offset = count_of(&plan.offset, env, "OFFSET")?.unwrap_or(0);
+    let stop_at = limit.map(|l| l.saturating_add(offset));
     if stop_at == Some(0) {
-        return Ok(t);
+        return Ok(());
     }
     let mut seen = 0usize;
     join_rows(plan, src, env, &mut |row| {
         seen += 1;
-        if seen > offset {
-            t.rows.push(eval_all(&plan.output, row, env)?);
+        if seen > offset && !emit(row)? {
+            return Ok(false);
         }
         Ok(stop_at.is_none_or(|s| seen < s))
-    })?;
-    Ok(t)
+    })
 }
 
 fn finish(

@@ -7,7 +7,7 @@
 
 use lockstep_core::TableId;
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct IdMap<V> {
     slots: Vec<Option<Box<V>>>,
 }
