@@ -350,8 +350,8 @@ fn the_benchmark_passes_its_checks_over_the_network() {
             .arg(&report)
             .output()
             .expect("run lockstep bench");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{workload}: {stderr}");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{workload}: {stdout}\n{stderr}");
         let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
         assert_eq!(report["check"]["passed"], true, "{workload}: {}", report["check"]);
         assert!(report["txns"].as_u64().unwrap() > 0, "{workload}: no transactions");
