@@ -80,9 +80,13 @@ start_redis() {
   echo "redis://127.0.0.1:$port"
 }
 
-# Waits up to 30 s for a listener on 127.0.0.1:PORT.
+# Waits up to 30 s for a listener on 127.0.0.1:PORT; the server just started (its pid in
+# $dir/pid, $dir from the log's path) must still run, or another process holds the port.
 wait_port() {
+  local pid
+  pid=$(cat "$(dirname "$3")/pid")
   for _ in $(seq 1 300); do
+    kill -0 "$pid" 2>/dev/null || die "$2 exited at start (port $1 taken?): see $3"
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
     sleep 0.1
   done

@@ -33,8 +33,9 @@ impl Servers {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut servers = Servers { dir: dir.clone(), targets: Vec::new() };
-        // Ports from the process id so that two test runs do not collide.
-        let base = 30_000 + (std::process::id() % 5000) as u16 * 3;
+        // Ports from the process id so that two test runs do not collide, below Linux's
+        // ephemeral range (32768 on) so that no outgoing connection holds one.
+        let base = 20_000 + (std::process::id() % 4000) as u16 * 3;
         for (k, system) in SYSTEMS.iter().enumerate() {
             let out = Command::new("bash")
                 .arg(script())

@@ -107,6 +107,13 @@ async fn acknowledged_transactions_survive_sigkill_in_sync_mode() {
         let missing: Vec<_> = expected.difference(&present).take(10).collect();
         assert!(missing.is_empty(), "cycle {cycle}: acknowledged keys lost: {missing:?} (of {})", expected.len());
         let writer = tokio::spawn(write_until_killed(client.clone(), cycle as i64 * 1_000_000, acked.clone()));
+        // The kill comes at a random time after the load is under way: a slow disk (each
+        // multi-partition write waits for its sync) must not leave a cycle with nothing done.
+        let under_way = expected.len() + 20;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while acked.lock().unwrap().len() < under_way && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;

@@ -30,7 +30,9 @@ fn export_lines(data: &std::path::Path, target: &str, want: usize) -> Vec<serde_
             files.sort();
             for f in files {
                 let text = std::fs::read_to_string(&f).unwrap_or_default();
-                lines.extend(text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).expect("valid JSON line")));
+                // A last line without its newline may still be being written: read it next time.
+                let complete = text.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+                lines.extend(complete.map(|l| serde_json::from_str::<serde_json::Value>(l).expect("valid JSON line")));
             }
         }
         if lines.len() >= want || Instant::now() > deadline {
