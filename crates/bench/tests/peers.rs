@@ -165,8 +165,8 @@ async fn ycsb(servers: &Servers) {
         let (conn, ks, start) = (conn.clone(), ks.clone(), start.clone());
         async move {
             let answers = conn.call_all_partitions("Scan", vec![ks, Value::Bytes(start.into_bytes().into()), i(5)]).await.unwrap();
-            let runs = answers.iter().map(|a| a.rows(0).iter().map(|r| format!("{:?}", r[1])).collect()).collect();
-            lockstep_bench::workloads::ycsb::merge_sorted(runs, 5).unwrap()
+            let runs: Vec<Vec<String>> = answers.iter().map(|a| a.rows(0).iter().map(|r| format!("{:?}", r[1])).collect()).collect();
+            lockstep_bench::workloads::ycsb::merge_sorted(&runs, 5).unwrap()
         }
     };
     let want = scan(&b.lockstep).await;

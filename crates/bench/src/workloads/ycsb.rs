@@ -1,9 +1,11 @@
 //! YCSB workloads A–F against the VoltDB binding's procedures: records of 10 fields × 100
 //! bytes packed as the binding packs them, zipfian / latest / uniform key choice, scans as
 //! every-partition `Scan` calls merged by the client (or one multi-partition `ScanAll`).
+//! A merged scan asks each partition for its likely share of the rows, not for all of them,
+//! and asks again for all of them in the rare case that a share falls short.
 //! Check: every record reads back with the values last written.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lockstep_core::{Error, Value};
@@ -23,6 +25,9 @@ pub const KEYSPACE: &str = "usertable";
 pub const INSERTS_MAX: u64 = 1_000_000;
 /// Longest scan (YCSB E: uniform 1..100).
 pub const SCAN_LENGTH_MAX: i64 = 100;
+/// Standard deviations above its expected share of a scan's rows that each partition is
+/// asked for: about one scan in 100 finds a share short and asks again.
+const SCAN_SHARE_SIGMAS: f64 = 2.5;
 
 /// Which of YCSB's core workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +67,8 @@ pub struct Ycsb {
     next_insert: AtomicU64,
     /// Inserted records beyond `count` (finished ahead of an earlier insert).
     finished: Mutex<std::collections::BTreeSet<u64>>,
+    /// Partitions the last every-partition scan reached (0 before the first).
+    partitions: AtomicUsize,
 }
 
 /// The versions of one record's fields.
@@ -154,6 +161,7 @@ impl Ycsb {
             versions: (0..capacity).map(|_| Mutex::new(Versions::default())).collect(),
             next_insert: AtomicU64::new(records),
             finished: Mutex::new(std::collections::BTreeSet::new()),
+            partitions: AtomicUsize::new(0),
         }
     }
 
@@ -220,22 +228,56 @@ impl Ycsb {
             let r = conn.call("ScanAll", vec![Self::keyspace(), start_bytes, Value::Int(len)]).await;
             return classify(r, |a| scan_outcome(&scanned_keys(a), &start, len));
         }
-        match conn.call_all_partitions("Scan", vec![Self::keyspace(), start_bytes, Value::Int(len)]).await {
-            Err(e) => Done::error(e.message),
-            Ok(answers) => {
-                let mut runs = Vec::with_capacity(answers.len());
-                for a in &answers {
-                    if let Err(e) = ok_or_err(a) {
-                        return Done::error(e.message);
-                    }
-                    runs.push(scanned_keys(a));
+        // Hashing spreads a key range over the partitions, so each holds about its share of
+        // the scan's rows: asking each for all of them sent `partitions` times the rows.
+        let asked = scan_share(len, self.partitions.load(Ordering::Relaxed));
+        let mut params = vec![Self::keyspace(), start_bytes, Value::Int(asked)];
+        for round in 0..2 {
+            let answers = match conn.call_all_partitions("Scan", params.clone()).await {
+                Ok(a) => a,
+                Err(e) => return Done::error(e.message),
+            };
+            self.partitions.store(answers.len(), Ordering::Relaxed);
+            let mut runs = Vec::with_capacity(answers.len());
+            for a in &answers {
+                if let Err(e) = ok_or_err(a) {
+                    return Done::error(e.message);
                 }
-                match merge_sorted(runs, len as usize) {
-                    Some(keys) => scan_outcome(&keys, &start, len),
-                    None => Done::error("a partition's Scan result was not in key order"),
-                }
+                runs.push(scanned_keys(a));
             }
+            let Some(keys) = merge_sorted(&runs, len as usize) else {
+                return Done::error("a partition's Scan result was not in key order");
+            };
+            // A second round asks for every row, which always decides the scan.
+            if round == 1 || scan_decided(&runs, &keys, asked as usize, len as usize) {
+                return scan_outcome(&keys, &start, len);
+            }
+            params[2] = Value::Int(len);
         }
+        unreachable!("the second round of a scan always returns")
+    }
+}
+
+/// Rows asked of each of `partitions` partitions for a scan of `len` rows: the expected
+/// share plus `SCAN_SHARE_SIGMAS` standard deviations (the count a partition holds is
+/// binomial), and all of them while the partitions are not known yet.
+pub fn scan_share(len: i64, partitions: usize) -> i64 {
+    if partitions <= 1 {
+        return len;
+    }
+    let (n, p) = (len as f64, 1.0 / partitions as f64);
+    let share = n * p + SCAN_SHARE_SIGMAS * (n * p * (1.0 - p)).sqrt() + 1.0;
+    (share.ceil() as i64).min(len)
+}
+
+/// Whether the first `len` keys `merged` from the per-partition `runs` are the scan's: a
+/// run that came back with all `asked` rows may hold more keys past its last one, so every
+/// merged key must come before that last key (and there must be `len` of them).
+pub fn scan_decided<K: Ord>(runs: &[Vec<K>], merged: &[K], asked: usize, len: usize) -> bool {
+    let cut_short = runs.iter().filter(|r| asked < len && r.len() >= asked).filter_map(|r| r.last()).min();
+    match cut_short {
+        None => true,
+        Some(bound) => merged.len() == len && merged.last().is_some_and(|k| k <= bound),
     }
 }
 
@@ -246,7 +288,7 @@ fn scanned_keys(a: &Answer) -> Vec<&str> {
 }
 
 /// Merges per-partition sorted runs, keeping the first `limit`; None if a run is unsorted.
-pub fn merge_sorted<K: Ord + Clone>(runs: Vec<Vec<K>>, limit: usize) -> Option<Vec<K>> {
+pub fn merge_sorted<K: Ord + Clone>(runs: &[Vec<K>], limit: usize) -> Option<Vec<K>> {
     if runs.iter().any(|r| r.windows(2).any(|w| w[0] > w[1])) {
         return None;
     }
@@ -411,8 +453,39 @@ mod tests {
     #[test]
     fn merge_keeps_order_and_limit() {
         let runs = vec![vec!["a", "d"], vec!["b", "c", "e"]];
-        assert_eq!(merge_sorted(runs, 4), Some(vec!["a", "b", "c", "d"]));
-        assert_eq!(merge_sorted(vec![vec!["b", "a"]], 5), None);
-        assert_eq!(merge_sorted(vec![vec!["a"], vec![]], 5), Some(vec!["a"]));
+        assert_eq!(merge_sorted(&runs, 4), Some(vec!["a", "b", "c", "d"]));
+        assert_eq!(merge_sorted(&[vec!["b", "a"]], 5), None);
+        assert_eq!(merge_sorted(&[vec!["a"], vec![]], 5), Some(vec!["a"]));
+    }
+
+    #[test]
+    fn a_scan_asks_each_partition_for_its_share_and_knows_when_that_was_not_enough() {
+        assert_eq!(scan_share(50, 0), 50);
+        assert_eq!(scan_share(50, 1), 50);
+        // 25 expected, σ ≈ 3.5: 25 + 8.8 + 1.
+        assert_eq!(scan_share(50, 2), 35);
+        assert_eq!(scan_share(3, 2), 3);
+        assert!(scan_share(100, 4) < 50);
+        // Asked 2 of each for a scan of 3. A full run ending at "d" hides keys after "d".
+        let runs = vec![vec!["a", "d"], vec!["b", "c"]];
+        let merged = merge_sorted(&runs, 3).unwrap();
+        assert_eq!(merged, ["a", "b", "c"]);
+        assert!(scan_decided(&runs, &merged, 2, 3));
+        // Both runs full, and the first may hold a key between its "b" and the merged "c".
+        let runs = vec![vec!["a", "b"], vec!["c", "d"]];
+        let merged = merge_sorted(&runs, 3).unwrap();
+        assert!(!scan_decided(&runs, &merged, 2, 3));
+        // Both full, but every merged key comes before both runs' last keys.
+        let runs = vec![vec!["a", "e"], vec!["b", "c"]];
+        assert!(scan_decided(&runs, &merge_sorted(&runs, 3).unwrap(), 2, 3));
+        // A short run holds every key the partition has: merged from it, fewer keys is fine.
+        let runs = vec![vec!["a"], vec!["b"]];
+        assert!(scan_decided(&runs, &merge_sorted(&runs, 3).unwrap(), 2, 3));
+        // A full run and too few keys merged: the full partition may have more.
+        let runs = vec![vec!["a", "b"], vec![]];
+        assert!(!scan_decided(&runs, &merge_sorted(&runs, 3).unwrap(), 2, 3));
+        // Asked for everything: always decided.
+        let runs = vec![vec!["a", "e", "f"], vec!["b", "c", "d"]];
+        assert!(scan_decided(&runs, &merge_sorted(&runs, 3).unwrap(), 3, 3));
     }
 }
