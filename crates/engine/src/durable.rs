@@ -154,24 +154,31 @@ impl Durable {
         }
     }
 
-    /// Answers a call on `partition` (None: multi-partition) that logged nothing. In sync
-    /// mode, while writes it may have seen are not yet on disk, the answer waits for them
-    /// (a failed log has already answered those writes "unknown", so the answer then goes
-    /// out as it is).
+    /// Whether the answer to a call on `partition` (None: multi-partition) that logged
+    /// nothing must wait: in sync mode, while writes it may have seen are not yet on disk.
+    pub fn must_wait(&self, partition: Option<u32>) -> bool {
+        self.log.mode() == Durability::Sync && self.may_see_unsynced(partition)
+    }
+
+    /// Answers a call on `partition` (None: multi-partition) that logged nothing: at once,
+    /// or once the writes it may have seen are durable (`must_wait`).
     pub fn reply_after_earlier_writes(&self, partition: Option<u32>, outcome: Outcome, reply: Reply) {
-        if let Some((outcome, reply)) = self.hold_behind_earlier_writes(partition, outcome, reply) {
+        if self.must_wait(partition) {
+            self.reply_when_appended_are_durable(vec![(outcome, reply)]);
+        } else {
             reply(outcome)
         }
     }
 
-    /// Like `reply_after_earlier_writes`, but an answer that may go out at once is given
-    /// back, for the caller to send when it likes.
-    pub fn hold_behind_earlier_writes(&self, partition: Option<u32>, outcome: Outcome, reply: Reply) -> Option<(Outcome, Reply)> {
-        if self.log.mode() != Durability::Sync || !self.may_see_unsynced(partition) {
-            return Some((outcome, reply));
-        }
-        self.log.barrier(Box::new(move |_| reply(outcome)));
-        None
+    /// Sends `answers` once every record appended before this call is durable: one barrier
+    /// for the lot. (A failed log has already answered those records "unknown", so the
+    /// answers then go out as they are.)
+    pub fn reply_when_appended_are_durable(&self, answers: Vec<(Outcome, Reply)>) {
+        self.log.barrier(Box::new(move |_| {
+            for (outcome, reply) in answers {
+                reply(outcome)
+            }
+        }));
     }
 }
 
@@ -252,6 +259,25 @@ mod tests {
         durable.reply_after_earlier_writes(Some(1), Outcome::tables(vec![]), reply_as("read", &tx));
         assert_eq!(answered(&rx), ["read"]);
         faults.open_gate();
+    }
+
+    #[test]
+    fn answers_handed_over_together_wait_for_one_barrier_and_go_in_order() {
+        let dir = TempDir::new("read-barrier-group");
+        let (faults, durable) = sync_log(&dir);
+        let (tx, rx) = unbounded();
+        faults.close_gate();
+        durable.append_then_reply(&rec(1), Outcome::tables(vec![]), reply_as("write", &tx));
+        wait_until("the write's sync", || faults.sync_waiting.load(Ordering::SeqCst));
+        assert!(durable.must_wait(rec(1).partition()) && !durable.must_wait(Some(0)));
+        let group = ["read a", "read b", "read c"].map(|name| (Outcome::tables(vec![]), reply_as(name, &tx)));
+        durable.reply_when_appended_are_durable(group.into());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(answered(&rx), Vec::<&str>::new());
+        faults.open_gate();
+        wait_until("the group", || rx.len() == 4);
+        assert_eq!(answered(&rx), ["write", "read a", "read b", "read c"]);
+        assert!(!durable.must_wait(rec(1).partition()));
     }
 
     #[test]

@@ -116,6 +116,9 @@ pub struct Site {
     snapshot: Option<SiteSnapshot>,
     /// Answers ready to go out, sent when the queue runs dry or `ANSWERS_HELD_MAX` wait.
     answers: Vec<(Outcome, Reply)>,
+    /// Answers that logged nothing but saw writes not yet durable (sync mode): at the same
+    /// moments they are handed to the log behind one barrier, rather than one each.
+    waiting: Vec<(Outcome, Reply)>,
 }
 
 /// A snapshot this site is writing between transactions.
@@ -166,6 +169,7 @@ impl Site {
             coordinator: links.coordinator,
             snapshot: None,
             answers: Vec::with_capacity(ANSWERS_HELD_MAX),
+            waiting: Vec::with_capacity(ANSWERS_HELD_MAX),
         };
         if let Some(dir) = restore {
             let rows = site.load_snapshot(dir).map_err(|e| e.context(format!("partition {id}: cannot load snapshot {}", dir.display())))?;
@@ -191,12 +195,12 @@ impl Site {
     /// The site's loop: runs until Shutdown or until every sender is gone.
     pub fn run(mut self) {
         loop {
-            if self.answers.len() >= ANSWERS_HELD_MAX {
+            if self.answers.len() >= ANSWERS_HELD_MAX || self.waiting.len() >= ANSWERS_HELD_MAX {
                 self.send_answers();
             }
             let msg = match self.queue.try_recv() {
                 Ok(m) => m,
-                Err(_) if !self.answers.is_empty() => {
+                Err(_) if !self.answers.is_empty() || !self.waiting.is_empty() => {
                     self.send_answers();
                     continue;
                 }
@@ -257,13 +261,19 @@ impl Site {
         for (outcome, reply) in self.answers.drain(..) {
             reply(outcome);
         }
+        if !self.waiting.is_empty() {
+            let waiting = std::mem::replace(&mut self.waiting, Vec::with_capacity(ANSWERS_HELD_MAX));
+            self.durable.reply_when_appended_are_durable(waiting);
+        }
     }
 
     /// Sends an answer that logs nothing once the writes before it are durable (at once if
-    /// they are, held briefly with others).
+    /// they are); either way held briefly with others.
     fn answer(&mut self, outcome: Outcome, reply: Reply) {
-        if let Some(ready) = self.durable.hold_behind_earlier_writes(Some(self.id), outcome, reply) {
-            self.answers.push(ready);
+        if self.durable.must_wait(Some(self.id)) {
+            self.waiting.push((outcome, reply));
+        } else {
+            self.answers.push((outcome, reply));
         }
     }
 
