@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of Lockstep:
+#   0. `cargo fmt --check` and `cargo clippy -D warnings` over every crate and test;
 #   1. the Rust workspace: unit, property and integration tests (the integration tests start
 #      the real `lockstep` binary on 127.0.0.1 and drive it over TCP);
 #   2. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
@@ -23,6 +24,10 @@ fi
 
 # The peers the side-by-side adapters are tested against (PostgreSQL, Redis, Tarantool).
 bash scripts/peers.sh install
+
+# Formatting and lints first: they take seconds and fail fast.
+cargo fmt --check
+cargo clippy --workspace --all-targets -- -D warnings
 
 # Build once (tests and the server binary), then run the tests.
 cargo build --workspace --tests --bins

@@ -79,9 +79,7 @@ fn inline_source(app: &App, stmt: &str) -> Result<String, Error> {
     let upper = stmt.to_ascii_uppercase();
     let Some(at) = upper.find("FROM FILE '") else { return Ok(stmt.to_string()) };
     let start = at + "FROM FILE '".len();
-    let len = stmt[start..]
-        .find('\'')
-        .ok_or_else(|| Error::sql(format!("{}: unterminated file name in: {stmt}", app.name)))?;
+    let len = stmt[start..].find('\'').ok_or_else(|| Error::sql(format!("{}: unterminated file name in: {stmt}", app.name)))?;
     let path = &stmt[start..start + len];
     let (_, source) = app
         .files
@@ -105,9 +103,7 @@ pub async fn ensure_loaded(conn: &Conn, app: &App, probe_table: &str) -> Result<
         return Ok(false);
     }
     for stmt in statements(app)? {
-        conn.adhoc(&stmt)
-            .await
-            .map_err(|e| e.context(format!("loading app {}", app.name)))?;
+        conn.adhoc(&stmt).await.map_err(|e| e.context(format!("loading app {}", app.name)))?;
     }
     Ok(true)
 }

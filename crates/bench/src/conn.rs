@@ -160,8 +160,7 @@ impl Conn {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data_dir = std::env::temp_dir().join(format!("lockstep-bench-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
-        std::fs::create_dir_all(&data_dir)
-            .map_err(|e| err(format!("cannot create {}: {e}", data_dir.display())))?;
+        std::fs::create_dir_all(&data_dir).map_err(|e| err(format!("cannot create {}: {e}", data_dir.display())))?;
         let mut config = EngineConfig::new(&data_dir);
         if let Some(s) = sites {
             config.sites = s;
@@ -251,10 +250,13 @@ impl Conn {
 impl EmbeddedEngine {
     fn start(&self, call: Call) -> tokio::sync::oneshot::Receiver<Outcome> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.engine.submit(call, Box::new(move |o| {
-            // The caller may have gone away; its answer is then not needed.
-            let _ = tx.send(o);
-        }));
+        self.engine.submit(
+            call,
+            Box::new(move |o| {
+                // The caller may have gone away; its answer is then not needed.
+                let _ = tx.send(o);
+            }),
+        );
         rx
     }
 

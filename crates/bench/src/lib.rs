@@ -180,9 +180,7 @@ async fn run_async(args: BenchArgs) -> Result<i32, Error> {
         "ycsb-d" => drive(ycsb(Mix::D), &conn, &args, json!({})).await,
         "ycsb-e" => drive(ycsb(Mix::E), &conn, &args, json!({ "scan": if args.scan_all { "ScanAll" } else { "Scan" } })).await,
         "ycsb-f" => drive(ycsb(Mix::F), &conn, &args, json!({})).await,
-        other => Err(Error::graceful(format!(
-            "unknown workload {other}: use voter, tatp, charging or ycsb-a … ycsb-f"
-        ))),
+        other => Err(Error::graceful(format!("unknown workload {other}: use voter, tatp, charging or ycsb-a … ycsb-f"))),
     }
 }
 
@@ -190,7 +188,13 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
     eprintln!("setting up {} …", args.workload);
     w.setup(conn).await?;
     let duration = Duration::from_secs(args.duration);
-    let mode = if args.step { "step" } else if args.rate.is_some() { "rate" } else { "flood" };
+    let mode = if args.step {
+        "step"
+    } else if args.rate.is_some() {
+        "rate"
+    } else {
+        "flood"
+    };
     let (result, steps) = if args.step {
         stepping(&w, conn, args, duration).await
     } else {
@@ -223,9 +227,15 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
     if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
         c.extend(e.clone());
         if !steps.is_empty() {
-            c.insert("steps".into(), json!(steps.iter().map(|s| json!({
-                "requested_tps": s.requested_tps, "achieved_tps": s.achieved_tps, "p99_us": s.p99_us, "good": s.good
-            })).collect::<Vec<_>>()));
+            c.insert(
+                "steps".into(),
+                json!(steps
+                    .iter()
+                    .map(|s| json!({
+                        "requested_tps": s.requested_tps, "achieved_tps": s.achieved_tps, "p99_us": s.p99_us, "good": s.good
+                    }))
+                    .collect::<Vec<_>>()),
+            );
         }
     }
     let doc = report::json_report(&args.workload, secs, &by_type, &check, config);

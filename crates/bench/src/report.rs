@@ -11,13 +11,7 @@ use crate::stats::{total, TimePoint, TxnStats};
 use crate::workload::Check;
 
 /// The JSON report.
-pub fn json_report(
-    workload: &str,
-    duration_s: f64,
-    by_type: &BTreeMap<&'static str, TxnStats>,
-    check: &Check,
-    config: Json,
-) -> Json {
+pub fn json_report(workload: &str, duration_s: f64, by_type: &BTreeMap<&'static str, TxnStats>, check: &Check, config: Json) -> Json {
     let all = total(by_type);
     let mut txns = Map::new();
     for (name, s) in by_type {
@@ -111,7 +105,8 @@ fn panel(out: &mut String, top: f64, title: &str, x_label: &str, y_label: &str, 
         let x = x0 + f * w;
         let _ = writeln!(out, r#"<text x="{x}" y="{}" font-size="11" text-anchor="middle">{}</text>"#, y0 + h + 15.0, fmt_num(f * x_max));
     }
-    let _ = writeln!(out, r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>"#, x0 + w / 2.0, y0 + h + 32.0, xml(x_label));
+    let _ =
+        writeln!(out, r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>"#, x0 + w / 2.0, y0 + h + 32.0, xml(x_label));
     let _ = writeln!(
         out,
         r#"<text x="15" y="{}" font-size="12" transform="rotate(-90 15 {})" text-anchor="middle">{}</text>"#,
@@ -120,11 +115,7 @@ fn panel(out: &mut String, top: f64, title: &str, x_label: &str, y_label: &str, 
         xml(y_label)
     );
     for (k, s) in series.iter().enumerate() {
-        let pts: Vec<String> = s
-            .points
-            .iter()
-            .map(|(x, y)| format!("{:.1},{:.1}", x0 + x / x_max * w, y0 + h - y / y_max * h))
-            .collect();
+        let pts: Vec<String> = s.points.iter().map(|(x, y)| format!("{:.1},{:.1}", x0 + x / x_max * w, y0 + h - y / y_max * h)).collect();
         let _ = writeln!(out, r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#, s.colour, pts.join(" "));
         let ly = y0 + 15.0 + 15.0 * k as f64;
         let _ = writeln!(out, r#"<text x="{}" y="{ly}" font-size="12" fill="{}">{}</text>"#, x0 + 10.0, s.colour, xml(s.label));
@@ -166,13 +157,29 @@ pub fn svg_chart(title: &str, timeline: &[TimePoint], steps: &[StepPoint]) -> St
     let _ = writeln!(out, r#"<text x="{MARGIN}" y="24" font-size="18">{}</text>"#, xml(title));
     let tps = Series { label: "throughput (txn/s)", colour: "#1f77b4", points: timeline.iter().map(|p| (p.t_s, p.tps)).collect() };
     panel(&mut out, 40.0, "Throughput", "time (s)", "txn/s", &[tps]);
-    let p99 = Series { label: "p99 latency (ms)", colour: "#d62728", points: timeline.iter().map(|p| (p.t_s, p.p99_us as f64 / 1000.0)).collect() };
+    let p99 = Series {
+        label: "p99 latency (ms)",
+        colour: "#d62728",
+        points: timeline.iter().map(|p| (p.t_s, p.p99_us as f64 / 1000.0)).collect(),
+    };
     panel(&mut out, 40.0 + PANEL_HEIGHT, "99th percentile latency", "time (s)", "ms", &[p99]);
     if !steps.is_empty() {
-        let got = Series { label: "achieved (txn/s)", colour: "#1f77b4", points: steps.iter().map(|s| (s.requested_tps, s.achieved_tps)).collect() };
-        let ideal = Series { label: "requested (txn/s)", colour: "#aaa", points: steps.iter().map(|s| (s.requested_tps, s.requested_tps)).collect() };
+        let got = Series {
+            label: "achieved (txn/s)",
+            colour: "#1f77b4",
+            points: steps.iter().map(|s| (s.requested_tps, s.achieved_tps)).collect(),
+        };
+        let ideal = Series {
+            label: "requested (txn/s)",
+            colour: "#aaa",
+            points: steps.iter().map(|s| (s.requested_tps, s.requested_tps)).collect(),
+        };
         panel(&mut out, 40.0 + 2.0 * PANEL_HEIGHT, "Throughput against requested rate", "requested txn/s", "txn/s", &[got, ideal]);
-        let p = Series { label: "p99 (ms)", colour: "#d62728", points: steps.iter().map(|s| (s.requested_tps, s.p99_us as f64 / 1000.0)).collect() };
+        let p = Series {
+            label: "p99 (ms)",
+            colour: "#d62728",
+            points: steps.iter().map(|s| (s.requested_tps, s.p99_us as f64 / 1000.0)).collect(),
+        };
         panel(&mut out, 40.0 + 3.0 * PANEL_HEIGHT, "p99 against requested rate", "requested txn/s", "ms", &[p]);
     }
     out.push_str("</svg>\n");
@@ -208,10 +215,8 @@ mod tests {
 
     #[test]
     fn chart_is_svg_with_one_polyline_per_series() {
-        let tl = vec![
-            TimePoint { t_s: 1.0, tps: 100.0, p99_us: 900, errors: 0 },
-            TimePoint { t_s: 2.0, tps: 200.0, p99_us: 1100, errors: 0 },
-        ];
+        let tl =
+            vec![TimePoint { t_s: 1.0, tps: 100.0, p99_us: 900, errors: 0 }, TimePoint { t_s: 2.0, tps: 200.0, p99_us: 1100, errors: 0 }];
         let svg = svg_chart("voter <flood>", &tl, &[]);
         assert!(svg.starts_with("<svg"));
         assert!(svg.trim_end().ends_with("</svg>"));

@@ -47,7 +47,14 @@ fn voter_enforces_the_limit_and_contestants() {
         assert_eq!(call(&conn, "Vote", vote(9)).await.int(0, 0, 0), Some(1), "unknown contestant");
         assert_eq!(conn.scalar("SELECT COUNT(*) FROM votes").await.unwrap(), 2);
         let r = call(&conn, "Results", vec![]).await;
-        let totals: Vec<i64> = r.rows(0).iter().map(|row| match row[2] { Value::Int(v) => v, _ => -1 }).collect();
+        let totals: Vec<i64> = r
+            .rows(0)
+            .iter()
+            .map(|row| match row[2] {
+                Value::Int(v) => v,
+                _ => -1,
+            })
+            .collect();
         assert_eq!(totals, vec![1, 1]);
     });
 }
@@ -78,7 +85,14 @@ fn tatp_transactions_have_the_spec_outcomes() {
         assert_eq!(conn.scalar("SELECT vlr_location FROM subscriber WHERE s_id = 5").await.unwrap(), 4242);
         // Access data: exactly the stored types answer.
         let types = conn.adhoc("SELECT ai_type FROM access_info WHERE s_id = 5 ORDER BY ai_type").await.unwrap();
-        let have: Vec<i64> = types.rows(0).iter().map(|r| match r[0] { Value::Int(v) => v, _ => 0 }).collect();
+        let have: Vec<i64> = types
+            .rows(0)
+            .iter()
+            .map(|r| match r[0] {
+                Value::Int(v) => v,
+                _ => 0,
+            })
+            .collect();
         assert!(!have.is_empty() && have.len() <= 4);
         for t in 1..=4 {
             let n = call(&conn, "GetAccessData", vec![i(5), i(t)]).await.row_count(0);
@@ -201,7 +215,14 @@ fn ycsb_put_merges_fields_and_scans_in_key_order() {
         let mut all = Vec::new();
         for p in &parts {
             assert!(p.is_success(), "{}", p.describe());
-            let run: Vec<String> = p.rows(0).iter().map(|r| match &r[1] { Value::Str(k) => k.to_string(), _ => String::new() }).collect();
+            let run: Vec<String> = p
+                .rows(0)
+                .iter()
+                .map(|r| match &r[1] {
+                    Value::Str(k) => k.to_string(),
+                    _ => String::new(),
+                })
+                .collect();
             let mut sorted = run.clone();
             sorted.sort();
             assert_eq!(run, sorted, "each partition's run is in key order");

@@ -155,7 +155,9 @@ async fn ycsb(servers: &Servers) {
     let got = b.same("Get", vec![ks.clone(), s(&key_of(3))], &[]).await;
     assert_eq!(
         got.value(0, 0, 0),
-        Some(Value::Bytes(pack(&[("field1".into(), vec![0, 1, 2, 255]), ("field2".into(), b"new".to_vec()), ("field0".into(), b"x".to_vec())]).into()))
+        Some(Value::Bytes(
+            pack(&[("field1".into(), vec![0, 1, 2, 255]), ("field2".into(), b"new".to_vec()), ("field0".into(), b"x".to_vec())]).into()
+        ))
     );
     b.same("Get", vec![ks.clone(), s("nobody")], &[]).await;
     b.same("Put", vec![ks.clone(), s(&key_of(4)), Value::Bytes(vec![0, 0].into())], &[]).await;
@@ -191,7 +193,7 @@ async fn charging(servers: &Servers) {
     b.same("UpsertUser", user(2, "c2", "Y"), &[]).await;
     b.same("UpsertUser", user(1, "c1", "Y"), &[]).await; // repeat: 46
     b.same("UpsertUser", user(1, "c3", "Y"), &[]).await; // exists: abort
-    // A new session (id differs by design: blanked), then usage charged against it.
+                                                         // A new session (id differs by design: blanked), then usage charged against it.
     let first = b.same("ReportQuotaUsage", vec![i(1), i(2), i(0), i(30), i(-1), s("r1")], &[(1, 3), (3, 2)]).await;
     assert_eq!(first.app_status, 45);
     for (system, conn) in &b.peers {

@@ -107,9 +107,8 @@ fn start(args: ServerArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the network runtime: {e}"))?;
     let result = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(&config.listen)
-            .await
-            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+        let listener =
+            tokio::net::TcpListener::bind(&config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         engine.shared().set_client_address(addr);
         println!(

@@ -49,12 +49,7 @@ pub struct ShellOptions {
 
 impl Default for ShellOptions {
     fn default() -> Self {
-        ShellOptions {
-            server: "127.0.0.1:21212".into(),
-            commands: Vec::new(),
-            file: None,
-            format: Format::Table,
-        }
+        ShellOptions { server: "127.0.0.1:21212".into(), commands: Vec::new(), file: None, format: Format::Table }
     }
 }
 
@@ -68,11 +63,7 @@ pub async fn run(opts: ShellOptions) -> i32 {
         }
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let mut shell = Shell {
-        client,
-        format: opts.format,
-        failed: false,
-    };
+    let mut shell = Shell { client, format: opts.format, failed: false };
     if let Some(file) = &opts.file {
         shell.run_file(file, &cwd, 0).await;
     } else if !opts.commands.is_empty() {
@@ -108,13 +99,7 @@ struct Ctx {
 
 impl Ctx {
     fn script(source: String, base_dir: PathBuf, depth: u32) -> Ctx {
-        Ctx {
-            source,
-            base_dir,
-            depth,
-            stop_on_error: true,
-            statement: 0,
-        }
+        Ctx { source, base_dir, depth, stop_on_error: true, statement: 0 }
     }
 }
 
@@ -137,10 +122,7 @@ fn preview(item: &Item) -> String {
 }
 
 fn first_word(s: &str) -> String {
-    s.split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_ascii_lowercase()
+    s.split_whitespace().next().unwrap_or("").to_ascii_lowercase()
 }
 
 impl Shell {
@@ -152,8 +134,7 @@ impl Shell {
             Item::Sql(sql) => self.exec_sql(&sql, ctx).await,
             Item::Directive(d) => self.exec_directive(&d, ctx).await,
             Item::InlineBatch(text) => {
-                let mut inner =
-                    Ctx::script(ctx.source.clone(), ctx.base_dir.clone(), ctx.depth + 1);
+                let mut inner = Ctx::script(ctx.source.clone(), ctx.base_dir.clone(), ctx.depth + 1);
                 inner.stop_on_error = ctx.stop_on_error;
                 let flow = Box::pin(self.run_text(&text, &mut inner)).await;
                 Ok(flow)
@@ -164,10 +145,7 @@ impl Shell {
             Err(msg) => {
                 self.failed = true;
                 if ctx.stop_on_error {
-                    eprintln!(
-                        "ERROR in statement {} of {} ({what}): {msg}",
-                        ctx.statement, ctx.source
-                    );
+                    eprintln!("ERROR in statement {} of {} ({what}): {msg}", ctx.statement, ctx.source);
                     Flow::Quit
                 } else {
                     eprintln!("ERROR: {msg}");
@@ -202,10 +180,7 @@ impl Shell {
                 return Flow::Quit;
             }
         };
-        let dir = path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
         let mut ctx = Ctx::script(path.display().to_string(), dir, depth);
         Box::pin(self.run_text(&text, &mut ctx)).await
     }
@@ -214,8 +189,7 @@ impl Shell {
         let mut ctx = Ctx::script("stdin".into(), cwd, 0);
         // Lines are read on a blocking thread and handed over one by one, so a long pipe
         // is processed as it arrives.
-        let (tx, mut rx) =
-            tokio::sync::mpsc::channel::<std::io::Result<String>>(STDIN_LINES_QUEUED_MAX);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(STDIN_LINES_QUEUED_MAX);
         tokio::task::spawn_blocking(move || {
             for line in std::io::stdin().lock().lines() {
                 if tx.blocking_send(line).is_err() {
@@ -257,24 +231,11 @@ impl Shell {
         if let Some(h) = &history {
             let _ = editor.load_history(h); // a missing history file is normal
         }
-        println!(
-            "Connected to {server} ({}). Type help for help, quit to leave.",
-            self.client.build_string()
-        );
-        let mut ctx = Ctx {
-            source: "input".into(),
-            base_dir: cwd,
-            depth: 0,
-            stop_on_error: false,
-            statement: 0,
-        };
+        println!("Connected to {server} ({}). Type help for help, quit to leave.", self.client.build_string());
+        let mut ctx = Ctx { source: "input".into(), base_dir: cwd, depth: 0, stop_on_error: false, statement: 0 };
         let mut splitter = Splitter::new();
         'read: loop {
-            let prompt = if splitter.is_idle() {
-                "lockstep> "
-            } else {
-                "       -> "
-            };
+            let prompt = if splitter.is_idle() { "lockstep> " } else { "       -> " };
             // The editor blocks on the terminal, so it runs off the async worker threads.
             let read = tokio::task::spawn_blocking(move || {
                 let line = editor.readline(prompt);
@@ -323,12 +284,7 @@ impl Shell {
 
     async fn exec_directive(&mut self, d: &str, ctx: &Ctx) -> Result<Flow, String> {
         let words: Vec<&str> = d.split_whitespace().collect();
-        let arg = |i: usize| {
-            words
-                .get(i)
-                .map(|w| w.to_ascii_lowercase())
-                .unwrap_or_default()
-        };
+        let arg = |i: usize| words.get(i).map(|w| w.to_ascii_lowercase()).unwrap_or_default();
         match arg(0).as_str() {
             "help" => print!("{HELP}"),
             "quit" | "exit" => return Ok(Flow::Quit),
@@ -371,9 +327,7 @@ impl Shell {
 
     /// `show …`: the named columns of an `@SystemCatalog` selector.
     async fn show(&mut self, selector: &str, columns: &[&str]) -> Result<(), String> {
-        let resp = self
-            .call("@SystemCatalog", vec![Value::from(selector)])
-            .await?;
+        let resp = self.call("@SystemCatalog", vec![Value::from(selector)]).await?;
         check(&resp)?;
         let Some(t) = resp.tables.first() else {
             return Err(format!("@SystemCatalog {selector} returned no table"));
@@ -390,10 +344,7 @@ impl Shell {
     }
 
     async fn call(&self, proc: &str, params: Vec<Value>) -> Result<Response, String> {
-        self.client
-            .call(proc, params)
-            .await
-            .map_err(|e| e.to_string())
+        self.client.call(proc, params).await.map_err(|e| e.to_string())
     }
 
     /// Prints a response's tables, or returns the server's message for a failure.
@@ -420,26 +371,16 @@ fn check(resp: &Response) -> Result<(), String> {
     if resp.status == status::SUCCESS {
         return Ok(());
     }
-    Err(resp
-        .status_string
-        .clone()
-        .unwrap_or_else(|| format!("the call failed with status {}", resp.status)))
+    Err(resp.status_string.clone().unwrap_or_else(|| format!("the call failed with status {}", resp.status)))
 }
 
 fn read_script(path: &Path, depth: u32) -> Result<String, String> {
     if depth > FILE_NESTING_MAX {
-        return Err(format!(
-            "files nested more than {FILE_NESTING_MAX} deep (does {} include itself?)",
-            path.display()
-        ));
+        return Err(format!("files nested more than {FILE_NESTING_MAX} deep (does {} include itself?)", path.display()));
     }
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if meta.len() > SCRIPT_FILE_MAX_BYTES {
-        return Err(format!(
-            "{} is larger than {SCRIPT_FILE_MAX_BYTES} bytes",
-            path.display()
-        ));
+        return Err(format!("{} is larger than {SCRIPT_FILE_MAX_BYTES} bytes", path.display()));
     }
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }

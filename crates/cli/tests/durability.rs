@@ -60,11 +60,7 @@ async fn write_until_killed(client: Arc<Client>, start: i64, acked: Arc<Mutex<BT
         tasks.push(tokio::spawn(async move {
             let mut k = start + w;
             loop {
-                let r = if k % 10 == 0 {
-                    client.call("SEEN.insert", vec![i(k)]).await
-                } else {
-                    client.call("PutRandom", vec![i(k)]).await
-                };
+                let r = if k % 10 == 0 { client.call("SEEN.insert", vec![i(k)]).await } else { client.call("PutRandom", vec![i(k)]).await };
                 match r {
                     Ok(r) if r.status == 1 => {
                         acked.lock().unwrap().insert(k);

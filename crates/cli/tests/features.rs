@@ -52,7 +52,8 @@ async fn committed_stream_rows_are_exported_and_rolled_back_ones_are_not() {
         "CREATE STREAM events PARTITION ON COLUMN account EXPORT TO TARGET ledger (account BIGINT NOT NULL, amount BIGINT NOT NULL, note VARCHAR(20))",
     )
     .await;
-    adhoc(&client, "CREATE VIEW event_totals (account, n, total) AS SELECT account, COUNT(*), SUM(amount) FROM events GROUP BY account").await;
+    adhoc(&client, "CREATE VIEW event_totals (account, n, total) AS SELECT account, COUNT(*), SUM(amount) FROM events GROUP BY account")
+        .await;
     let proc = lua_proc(
         "CREATE PROCEDURE Spend PARTITION ON TABLE events COLUMN account",
         r#"local emit = sql [[INSERT INTO events VALUES (?, ?, ?)]]
@@ -143,11 +144,8 @@ async fn configuration_file_sets_sites_and_flags_override_it() {
     assert_eq!(topo.tables[0].rows.len(), 4, "three partitions and the MP initiator");
 
     std::fs::write(&cfg, "sites = 2\nno_such_key = 1\n").unwrap();
-    let out = std::process::Command::new(common::BIN)
-        .args(["server", "--config", &cfg_arg, "--data"])
-        .arg(dir.0.join("data2"))
-        .output()
-        .unwrap();
+    let out =
+        std::process::Command::new(common::BIN).args(["server", "--config", &cfg_arg, "--data"]).arg(dir.0.join("data2")).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_key"));
 }

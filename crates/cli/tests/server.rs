@@ -63,17 +63,12 @@ async fn voter_app_loads_from_ddl_file_and_counts_votes() {
     let count = adhoc(&client, "SELECT COUNT(*) FROM votes").await;
     assert_eq!(scalar(&count), i(4));
     let states = adhoc(&client, "SELECT state, COUNT(*) FROM votes GROUP BY state ORDER BY state").await;
-    let rows: Vec<(String, i64)> = states.tables[0]
-        .rows
-        .iter()
-        .map(|r| (r[0].to_string(), r[1].as_i64().unwrap()))
-        .collect();
+    let rows: Vec<(String, i64)> = states.tables[0].rows.iter().map(|r| (r[0].to_string(), r[1].as_i64().unwrap())).collect();
     assert_eq!(rows, vec![("MA".into(), 2), ("NY".into(), 1), ("XX".into(), 1)]);
 
     let results = ok(&client, "Results", vec![]).await;
     let t = &results.tables[0];
-    let got: Vec<(String, i64, i64)> =
-        t.rows.iter().map(|r| (r[0].to_string(), r[1].as_i64().unwrap(), r[2].as_i64().unwrap())).collect();
+    let got: Vec<(String, i64, i64)> = t.rows.iter().map(|r| (r[0].to_string(), r[1].as_i64().unwrap(), r[2].as_i64().unwrap())).collect();
     assert_eq!(got, vec![("Edwina Burnam".into(), 1, 2), ("Kelly Clauss".into(), 3, 2)]);
     assert_eq!(t.columns.iter().map(|c| c.name.as_ref()).collect::<Vec<_>>(), ["CONTESTANT_NAME", "CONTESTANT_NUMBER", "TOTAL_VOTES"]);
 }

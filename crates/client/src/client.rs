@@ -4,13 +4,11 @@
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use bytes::Bytes;
 use lockstep_core::Value;
 use lockstep_wire::response::status;
 use lockstep_wire::types::{INTEGER, STRING};
-use bytes::Bytes;
-use lockstep_wire::{
-    decode_response, encode_invocation_typed, Invocation, Response, ResponseView, FRAME_SIZE_MAX_BYTES,
-};
+use lockstep_wire::{decode_response, encode_invocation_typed, Invocation, Response, ResponseView, FRAME_SIZE_MAX_BYTES};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::connection::Connection;
@@ -33,11 +31,7 @@ pub struct ClientConfig {
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig {
-            username: String::new(),
-            password: String::new(),
-            max_in_flight: MAX_IN_FLIGHT_DEFAULT,
-        }
+        ClientConfig { username: String::new(), password: String::new(), max_in_flight: MAX_IN_FLIGHT_DEFAULT }
     }
 }
 
@@ -79,9 +73,7 @@ impl Sent {
     }
 
     async fn payload(self) -> Result<Bytes, ClientError> {
-        self.reply
-            .await
-            .unwrap_or_else(|_| Err(ClientError::ConnectionLost("the connection closed".into())))
+        self.reply.await.unwrap_or_else(|_| Err(ClientError::ConnectionLost("the connection closed".into())))
     }
 }
 
@@ -93,18 +85,12 @@ impl Client {
 
     /// Connects to every address (one connection each) and learns the topology. All servers
     /// must belong to the same cluster instance.
-    pub async fn connect_many<S: AsRef<str>>(
-        addrs: &[S],
-        config: ClientConfig,
-    ) -> Result<Client, ClientError> {
+    pub async fn connect_many<S: AsRef<str>>(addrs: &[S], config: ClientConfig) -> Result<Client, ClientError> {
         if addrs.is_empty() {
             return Err(ClientError::InvalidCall("no server address given".into()));
         }
         if config.max_in_flight == 0 || config.max_in_flight > MAX_IN_FLIGHT_LIMIT {
-            return Err(ClientError::InvalidCall(format!(
-                "max_in_flight must be 1..={MAX_IN_FLIGHT_LIMIT}, not {}",
-                config.max_in_flight
-            )));
+            return Err(ClientError::InvalidCall(format!("max_in_flight must be 1..={MAX_IN_FLIGHT_LIMIT}, not {}", config.max_in_flight)));
         }
         let mut connections: Vec<Connection> = Vec::with_capacity(addrs.len());
         for addr in addrs {
@@ -113,9 +99,7 @@ impl Client {
             if let Some(first) = connections.first() {
                 let a = (first.login.cluster_start_ms, first.login.leader_ipv4);
                 if (conn.login.cluster_start_ms, conn.login.leader_ipv4) != a {
-                    return Err(ClientError::Login(format!(
-                        "{addr} belongs to another cluster (instance id mismatch)"
-                    )));
+                    return Err(ClientError::Login(format!("{addr} belongs to another cluster (instance id mismatch)")));
                 }
             }
             connections.push(conn);
@@ -148,35 +132,20 @@ impl Client {
 
     /// `call` that gives up after `timeout`; the window slot is freed then, and a late
     /// answer is dropped.
-    pub async fn call_with_timeout(
-        &self,
-        proc: &str,
-        params: Vec<Value>,
-        timeout: std::time::Duration,
-    ) -> Result<Response, ClientError> {
+    pub async fn call_with_timeout(&self, proc: &str, params: Vec<Value>, timeout: std::time::Duration) -> Result<Response, ClientError> {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        tokio::time::timeout(timeout, self.call(proc, params))
-            .await
-            .unwrap_or(Err(ClientError::Timeout(ms)))
+        tokio::time::timeout(timeout, self.call(proc, params)).await.unwrap_or(Err(ClientError::Timeout(ms)))
     }
 
     /// Runs `proc` once on every partition (VoltDB's `callAllPartitionProcedure`): each call gets
     /// that partition's key from `@GetPartitionKeys` as its first parameter. One response per
     /// partition, in partition order.
-    pub async fn call_all_partitions(
-        &self,
-        proc: &str,
-        params: Vec<Value>,
-    ) -> Result<Vec<Response>, ClientError> {
+    pub async fn call_all_partitions(&self, proc: &str, params: Vec<Value>) -> Result<Vec<Response>, ClientError> {
         self.all_partitions(proc, params, Sent::wait).await
     }
 
     /// `call_all_partitions` with each answer's tables left in place (see `Sent::wait_view`).
-    pub async fn call_all_partitions_view(
-        &self,
-        proc: &str,
-        params: Vec<Value>,
-    ) -> Result<Vec<ResponseView>, ClientError> {
+    pub async fn call_all_partitions_view(&self, proc: &str, params: Vec<Value>) -> Result<Vec<ResponseView>, ClientError> {
         self.all_partitions(proc, params, Sent::wait_view).await
     }
 
@@ -239,30 +208,19 @@ impl Client {
         };
         if ok {
             let procs = Invocation::new("@SystemCatalog", 0, vec![Value::from("PROCEDURES")]);
-            if let Some(t) = self
-                .system_call(procs, &[])
-                .await
-                .and_then(|r| r.tables.into_iter().next())
-            {
+            if let Some(t) = self.system_call(procs, &[]).await.and_then(|r| r.tables.into_iter().next()) {
                 routing.apply_procedures(&t);
             }
         }
         let ok = ok && !routing.procedures.is_empty();
         *lock_keys(&self.inner.partition_keys) = None;
-        *self
-            .inner
-            .routing
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = routing;
+        *self.inner.routing.write().unwrap_or_else(|e| e.into_inner()) = routing;
         ok
     }
 
     async fn system_call(&self, inv: Invocation, hints: &[i8]) -> Option<Response> {
         let sent = self.send(inv, hints).await.ok()?;
-        sent.wait()
-            .await
-            .ok()
-            .filter(|r| r.status == status::SUCCESS)
+        sent.wait().await.ok().filter(|r| r.status == status::SUCCESS)
     }
 
     /// One key per partition, asked once and kept until the routing is refreshed.
@@ -279,34 +237,21 @@ impl Client {
         let inv = Invocation::new("@GetPartitionKeys", 0, vec![Value::from("INTEGER")]);
         let resp = self.send(inv, &[]).await?.wait().await?;
         if resp.status != status::SUCCESS {
-            return Err(ClientError::Failed(format!(
-                "@GetPartitionKeys failed: {}",
-                resp.status_string.unwrap_or_default()
-            )));
+            return Err(ClientError::Failed(format!("@GetPartitionKeys failed: {}", resp.status_string.unwrap_or_default())));
         }
         let table = resp
             .tables
             .first()
             .filter(|t| t.columns.len() == 2)
-            .ok_or_else(|| {
-                ClientError::Protocol(
-                    "@GetPartitionKeys must return one table of two columns".into(),
-                )
-            })?;
+            .ok_or_else(|| ClientError::Protocol("@GetPartitionKeys must return one table of two columns".into()))?;
         let mut keys = Vec::with_capacity(table.rows.len());
         for row in &table.rows {
             match (row.first(), row.get(1)) {
                 (Some(Value::Int(p)), Some(Value::Int(k))) => {
-                    let p = i32::try_from(*p).map_err(|_| {
-                        ClientError::Protocol(format!("partition id {p} out of range"))
-                    })?;
+                    let p = i32::try_from(*p).map_err(|_| ClientError::Protocol(format!("partition id {p} out of range")))?;
                     keys.push((p, *k));
                 }
-                _ => {
-                    return Err(ClientError::Protocol(
-                        "@GetPartitionKeys rows must be two integers".into(),
-                    ))
-                }
+                _ => return Err(ClientError::Protocol("@GetPartitionKeys rows must be two integers".into())),
             }
         }
         keys.sort_unstable();
@@ -321,12 +266,7 @@ impl Client {
     /// Takes `n` slots of the window at once.
     async fn permits(&self, n: usize) -> Result<OwnedSemaphorePermit, ClientError> {
         let n = u32::try_from(n).map_err(|_| ClientError::InvalidCall(format!("{n} window slots")))?;
-        self.inner
-            .window
-            .clone()
-            .acquire_many_owned(n)
-            .await
-            .map_err(|_| ClientError::ConnectionLost("the client is closed".into()))
+        self.inner.window.clone().acquire_many_owned(n).await.map_err(|_| ClientError::ConnectionLost("the client is closed".into()))
     }
 
     /// Takes a window slot, encodes the call and queues it on the right connection.
@@ -339,8 +279,7 @@ impl Client {
     fn send_with(&self, permit: OwnedSemaphorePermit, mut inv: Invocation, hints: &[i8]) -> Result<Sent, ClientError> {
         inv.handle = self.inner.next_handle.fetch_add(1, Ordering::Relaxed);
         let mut frame = Vec::new();
-        encode_invocation_typed(&inv, hints, &mut frame)
-            .map_err(|e| ClientError::InvalidCall(e.message))?;
+        encode_invocation_typed(&inv, hints, &mut frame).map_err(|e| ClientError::InvalidCall(e.message))?;
         if frame.len() - 4 > FRAME_SIZE_MAX_BYTES {
             return Err(ClientError::InvalidCall(format!(
                 "the call is {} bytes, over the {FRAME_SIZE_MAX_BYTES}-byte message limit",
@@ -350,29 +289,21 @@ impl Client {
         let host = {
             let routing = self.routing();
             let target = match inv.partition_destination {
-                Some(p) => u32::try_from(p)
-                    .map(Target::Partition)
-                    .unwrap_or(Target::Anywhere),
+                Some(p) => u32::try_from(p).map(Target::Partition).unwrap_or(Target::Anywhere),
                 None => routing.target(&inv.procedure, &inv.params),
             };
             routing.host_for(target)
         };
         let conn = self.pick(host)?;
         let reply = conn.send(inv.handle, frame)?;
-        Ok(Sent {
-            _permit: permit,
-            reply,
-        })
+        Ok(Sent { _permit: permit, reply })
     }
 
     /// The connection to `host` (the leader of the call's partition), else the next open one.
     fn pick(&self, host: Option<i32>) -> Result<&Connection, ClientError> {
         let conns = &self.inner.connections;
         if let Some(host) = host {
-            if let Some(c) = conns
-                .iter()
-                .find(|c| c.login.host_id == host && c.is_open())
-            {
+            if let Some(c) = conns.iter().find(|c| c.login.host_id == host && c.is_open()) {
                 return Ok(c);
             }
         }

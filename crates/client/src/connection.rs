@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use lockstep_wire::{
-    decode_frame, decode_login_response, encode_login_request, response_handle, HashScheme,
-    LoginRequest, LoginResponse, LoginSuccess,
+    decode_frame, decode_login_response, encode_login_request, response_handle, HashScheme, LoginRequest, LoginResponse, LoginSuccess,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -59,11 +58,7 @@ pub struct Connection {
 
 impl Connection {
     /// Connects and logs in with a SHA-256 digest of the password.
-    pub async fn open(
-        addr: &str,
-        username: &str,
-        password: &str,
-    ) -> Result<Connection, ClientError> {
+    pub async fn open(addr: &str, username: &str, password: &str) -> Result<Connection, ClientError> {
         let login = async {
             let mut stream = TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
@@ -78,11 +73,7 @@ impl Connection {
         let (frames, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(write, rx, pending.clone()));
         tokio::spawn(read_loop(read, pending.clone()));
-        Ok(Connection {
-            login,
-            frames,
-            pending,
-        })
+        Ok(Connection { login, frames, pending })
     }
 
     /// Whether the connection is still usable.
@@ -92,11 +83,7 @@ impl Connection {
 
     /// Registers the call under `handle` and queues its encoded frame; the receiver gets the
     /// response's payload, or the error that closed the connection.
-    pub fn send(
-        &self,
-        handle: i64,
-        frame: Vec<u8>,
-    ) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
+    pub fn send(&self, handle: i64, frame: Vec<u8>) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
         let (tx, rx) = oneshot::channel();
         {
             let mut p = lock(&self.pending);
@@ -107,9 +94,7 @@ impl Connection {
         }
         if self.frames.send(frame).is_err() {
             lock(&self.pending).calls.remove(&handle);
-            return Err(ClientError::ConnectionLost(
-                "the connection's writer has stopped".into(),
-            ));
+            return Err(ClientError::ConnectionLost("the connection's writer has stopped".into()));
         }
         Ok(rx)
     }
@@ -136,11 +121,7 @@ fn close(pending: &Shared, err: ClientError) {
     }
 }
 
-async fn login(
-    stream: &mut TcpStream,
-    username: &str,
-    password: &str,
-) -> Result<LoginSuccess, ClientError> {
+async fn login(stream: &mut TcpStream, username: &str, password: &str) -> Result<LoginSuccess, ClientError> {
     let req = LoginRequest {
         version: 1,
         scheme: HashScheme::Sha256,
@@ -155,9 +136,7 @@ async fn login(
     stream.read_exact(&mut len).await?;
     let len = i32::from_be_bytes(len);
     if len < 1 || len as usize > LOGIN_RESPONSE_MAX_BYTES {
-        return Err(ClientError::Protocol(format!(
-            "login response length {len} is out of range"
-        )));
+        return Err(ClientError::Protocol(format!("login response length {len} is out of range")));
     }
     let mut payload = vec![0u8; len as usize];
     stream.read_exact(&mut payload).await?;
@@ -168,11 +147,7 @@ async fn login(
 }
 
 /// Writes queued frames, gathering whatever is already queued into one write.
-async fn write_loop(
-    mut write: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-    pending: Arc<Shared>,
-) {
+async fn write_loop(mut write: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, pending: Arc<Shared>) {
     let mut batch = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
     while let Some(first) = rx.recv().await {
         // Let the other ready tasks run first: a call wakes this task at once (tokio runs a
@@ -188,10 +163,7 @@ async fn write_loop(
             }
         }
         if let Err(e) = write.write_all(&batch).await {
-            close(
-                &pending,
-                ClientError::ConnectionLost(format!("write failed: {e}")),
-            );
+            close(&pending, ClientError::ConnectionLost(format!("write failed: {e}")));
             return;
         }
     }

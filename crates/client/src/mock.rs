@@ -6,8 +6,8 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use lockstep_wire::response::status;
 use lockstep_wire::{
-    decode_frame, decode_invocation, decode_login_request, encode_login_response, encode_response,
-    Invocation, LoginResponse, LoginSuccess, Response,
+    decode_frame, decode_invocation, decode_login_request, encode_login_response, encode_response, Invocation, LoginResponse, LoginSuccess,
+    Response,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
@@ -68,13 +68,7 @@ async fn serve(stream: TcpStream, auto: Auto, conns: mpsc::UnboundedSender<MockC
     };
     decode_login_request(&login).unwrap();
     let mut out = Vec::new();
-    let ok = LoginSuccess {
-        host_id: 0,
-        connection_id: 1,
-        cluster_start_ms: 1,
-        leader_ipv4: 0x7f000001,
-        build: "mock".into(),
-    };
+    let ok = LoginSuccess { host_id: 0, connection_id: 1, cluster_start_ms: 1, leader_ipv4: 0x7f000001, build: "mock".into() };
     encode_login_response(&LoginResponse::Success(ok), &mut out);
     wr.write_all(&out).await.unwrap();
     let (calls_tx, calls) = mpsc::unbounded_channel();

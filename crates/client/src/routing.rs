@@ -71,16 +71,8 @@ impl ProcInfo {
         Some(ProcInfo {
             read_only: v.get("readOnly").and_then(|x| x.as_bool()).unwrap_or(false),
             single_partition,
-            partition_parameter: if single_partition {
-                int("partitionParameter")? as i32
-            } else {
-                -1
-            },
-            partition_parameter_type: if single_partition {
-                int("partitionParameterType")? as i8
-            } else {
-                -1
-            },
+            partition_parameter: if single_partition { int("partitionParameter")? as i32 } else { -1 },
+            partition_parameter_type: if single_partition { int("partitionParameterType")? as i8 } else { -1 },
         })
     }
 }
@@ -108,8 +100,7 @@ impl Routing {
         let (Some(topo), Some(hash)) = (tables.first(), tables.get(1)) else {
             return false;
         };
-        let (Some(pc), Some(lc)) = (topo.column_index("Partition"), topo.column_index("Leader"))
-        else {
+        let (Some(pc), Some(lc)) = (topo.column_index("Partition"), topo.column_index("Leader")) else {
             return false;
         };
         let Some(hc) = hash.column_index("HASHCONFIG") else {
@@ -126,10 +117,7 @@ impl Routing {
                 continue;
             };
             // "hostId:siteId"; the text before ':' is the host.
-            let host = leader
-                .split(':')
-                .next()
-                .and_then(|h| h.trim().parse::<i32>().ok());
+            let host = leader.split(':').next().and_then(|h| h.trim().parse::<i32>().ok());
             if let (Ok(p), Some(host)) = (u32::try_from(*p), host) {
                 leaders.insert(p, host);
             }
@@ -196,17 +184,10 @@ mod tests {
         let core = HashRing::new(5);
         let ring = TokenRing::from_config(&core.config_bytes()).unwrap();
         for k in [-1000i64, -1, 0, 1, 42, 1_000_000, i64::MAX] {
-            assert_eq!(
-                ring.partition_for(&Value::Int(k)),
-                core.partition_for(&Value::Int(k)),
-                "key {k}"
-            );
+            assert_eq!(ring.partition_for(&Value::Int(k)), core.partition_for(&Value::Int(k)), "key {k}");
         }
         for s in ["", "hello", "VoltDB"] {
-            assert_eq!(
-                ring.partition_for(&Value::from(s)),
-                core.partition_for(&Value::from(s))
-            );
+            assert_eq!(ring.partition_for(&Value::from(s)), core.partition_for(&Value::from(s)));
         }
     }
 
@@ -214,32 +195,16 @@ mod tests {
     fn bad_configs_are_refused() {
         assert_eq!(TokenRing::from_config(&[]), None);
         // One token that is not −2^31.
-        assert_eq!(
-            TokenRing::from_config(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]),
-            None
-        );
+        assert_eq!(TokenRing::from_config(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]), None);
         // Count larger than the bytes.
-        assert_eq!(
-            TokenRing::from_config(&[0, 0, 0, 2, 0x80, 0, 0, 0, 0, 0, 0, 0]),
-            None
-        );
+        assert_eq!(TokenRing::from_config(&[0, 0, 0, 2, 0x80, 0, 0, 0, 0, 0, 0, 0]), None);
     }
 
     #[test]
     fn remarks_json_is_parsed() {
-        let sp = ProcInfo::from_remarks(
-            r#"{"readOnly":true,"singlePartition":true,"partitionParameter":1,"partitionParameterType":6}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            sp,
-            ProcInfo {
-                read_only: true,
-                single_partition: true,
-                partition_parameter: 1,
-                partition_parameter_type: 6
-            }
-        );
+        let sp = ProcInfo::from_remarks(r#"{"readOnly":true,"singlePartition":true,"partitionParameter":1,"partitionParameterType":6}"#)
+            .unwrap();
+        assert_eq!(sp, ProcInfo { read_only: true, single_partition: true, partition_parameter: 1, partition_parameter_type: 6 });
         let mp = ProcInfo::from_remarks(r#"{"readOnly":false,"singlePartition":false}"#).unwrap();
         assert!(!mp.single_partition);
         assert_eq!(ProcInfo::from_remarks("not json"), None);

@@ -12,15 +12,7 @@ use crate::{Client, ClientConfig, ClientError};
 
 async fn connect(auto: Auto, max_in_flight: usize) -> (Client, MockConn) {
     let (addr, mut conns) = mock::start(auto).await;
-    let client = Client::connect(
-        &addr,
-        ClientConfig {
-            max_in_flight,
-            ..ClientConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let client = Client::connect(&addr, ClientConfig { max_in_flight, ..ClientConfig::default() }).await.unwrap();
     let conn = conns.recv().await.unwrap();
     (client, conn)
 }
@@ -107,10 +99,7 @@ async fn failure_status_is_still_a_response() {
     let (client, _conn) = connect(mock::no_system_procs(), 10).await;
     let resp = client.call("@Nope", vec![]).await.unwrap();
     assert_eq!(resp.status, status::UNEXPECTED_FAILURE);
-    assert_eq!(
-        resp.status_string.as_deref(),
-        Some("Procedure @Nope was not found")
-    );
+    assert_eq!(resp.status_string.as_deref(), Some("Procedure @Nope was not found"));
 }
 
 #[tokio::test]
@@ -121,10 +110,7 @@ async fn the_window_bounds_calls_in_flight() {
     let second = conn.calls.recv().await.unwrap();
     // Give a third call every chance to get out; it must not, while two are unanswered.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        conn.calls.try_recv().is_err(),
-        "a third call was sent past the window"
-    );
+    assert!(conn.calls.try_recv().is_err(), "a third call was sent past the window");
     assert_eq!(client.in_flight(), 2);
     conn.replies.send(echo(&first)).unwrap();
     let third = conn.calls.recv().await.unwrap();
@@ -141,10 +127,7 @@ async fn the_window_bounds_calls_in_flight() {
 #[tokio::test]
 async fn an_unanswered_call_times_out_and_frees_its_slot() {
     let (client, mut conn) = connect(mock::no_system_procs(), 1).await;
-    let err = client
-        .call_with_timeout("P", vec![Value::Int(1)], Duration::from_millis(20))
-        .await
-        .unwrap_err();
+    let err = client.call_with_timeout("P", vec![Value::Int(1)], Duration::from_millis(20)).await.unwrap_err();
     assert_eq!(err, ClientError::Timeout(20));
     assert_eq!(client.in_flight(), 0);
     let late = conn.calls.recv().await.unwrap();
@@ -153,10 +136,7 @@ async fn an_unanswered_call_times_out_and_frees_its_slot() {
     let call = spawn_call(&client, 2);
     let inv = conn.calls.recv().await.unwrap();
     conn.replies.send(echo(&inv)).unwrap();
-    assert_eq!(
-        call.await.unwrap().unwrap().tables[0].rows[0][0],
-        Value::Int(2)
-    );
+    assert_eq!(call.await.unwrap().unwrap().tables[0].rows[0][0], Value::Int(2));
 }
 
 #[tokio::test]
@@ -167,15 +147,9 @@ async fn losing_the_connection_fails_every_pending_call() {
     conn.calls.recv().await.unwrap();
     drop(conn);
     for call in calls {
-        assert!(matches!(
-            call.await.unwrap(),
-            Err(ClientError::ConnectionLost(_))
-        ));
+        assert!(matches!(call.await.unwrap(), Err(ClientError::ConnectionLost(_))));
     }
-    assert!(matches!(
-        client.call("P", vec![Value::Int(1)]).await,
-        Err(ClientError::ConnectionLost(_))
-    ));
+    assert!(matches!(client.call("P", vec![Value::Int(1)]).await, Err(ClientError::ConnectionLost(_))));
     assert_eq!(client.in_flight(), 0);
 }
 
@@ -216,57 +190,30 @@ fn cluster_of_four() -> Auto {
     let ring = HashRing::new(4);
     Arc::new(move |inv: &Invocation| match inv.procedure.as_str() {
         "@Statistics" => {
-            let mut topo = ResultTable::with_columns(&[
-                ("Partition", DataType::Integer),
-                ("Sites", DataType::Varchar),
-                ("Leader", DataType::Varchar),
-            ]);
+            let mut topo =
+                ResultTable::with_columns(&[("Partition", DataType::Integer), ("Sites", DataType::Varchar), ("Leader", DataType::Varchar)]);
             for p in 0..4 {
-                topo.push(vec![
-                    Value::Int(p),
-                    Value::from(format!("0:{p}")),
-                    Value::from(format!("0:{p}")),
-                ]);
+                topo.push(vec![Value::Int(p), Value::from(format!("0:{p}")), Value::from(format!("0:{p}"))]);
             }
-            topo.push(vec![
-                Value::Int(16383),
-                Value::from("0:4"),
-                Value::from("0:4"),
-            ]);
-            let mut hash = ResultTable::with_columns(&[
-                ("HASHTYPE", DataType::Varchar),
-                ("HASHCONFIG", DataType::Varbinary),
-            ]);
-            hash.push(vec![
-                Value::from("ELASTIC"),
-                Value::Bytes(ring.config_bytes().into()),
-            ]);
+            topo.push(vec![Value::Int(16383), Value::from("0:4"), Value::from("0:4")]);
+            let mut hash = ResultTable::with_columns(&[("HASHTYPE", DataType::Varchar), ("HASHCONFIG", DataType::Varbinary)]);
+            hash.push(vec![Value::from("ELASTIC"), Value::Bytes(ring.config_bytes().into())]);
             Some(Response::success(0, vec![topo, hash]))
         }
         "@SystemCatalog" => Some(Response::success(0, vec![procedures_table()])),
         "@GetPartitionKeys" => {
-            let mut t = ResultTable::with_columns(&[
-                ("PARTITION_ID", DataType::Integer),
-                ("PARTITION_KEY", DataType::Integer),
-            ]);
+            let mut t = ResultTable::with_columns(&[("PARTITION_ID", DataType::Integer), ("PARTITION_KEY", DataType::Integer)]);
             for (p, k) in ring.partition_keys() {
                 t.push(vec![Value::Int(p as i64), Value::Int(k)]);
             }
             Some(Response::success(0, vec![t]))
         }
         "Everywhere" => {
-            let mut t = ResultTable::with_columns(&[
-                ("PARTITION", DataType::Integer),
-                ("KEY", DataType::BigInt),
-                ("ARG", DataType::Varchar),
-            ]);
+            let mut t =
+                ResultTable::with_columns(&[("PARTITION", DataType::Integer), ("KEY", DataType::BigInt), ("ARG", DataType::Varchar)]);
             let dest = inv.partition_destination.map(|p| p as i64).unwrap_or(-1);
             let all = if inv.all_partition { "all" } else { "one" };
-            t.push(vec![
-                Value::Int(dest),
-                inv.params[0].clone(),
-                Value::from(format!("{all} {}", inv.params[1])),
-            ]);
+            t.push(vec![Value::Int(dest), inv.params[0].clone(), Value::from(format!("{all} {}", inv.params[1]))]);
             Some(Response::success(0, vec![t]))
         }
         _ => None,
@@ -279,29 +226,13 @@ async fn routing_follows_the_topology_answer() {
     let ring = HashRing::new(4);
     for k in [0i64, 1, 42, 1_000_000, -7] {
         let expected = ring.partition_for(&Value::Int(k));
-        assert_eq!(
-            client.partition_for_call("Sp", &[Value::from("x"), Value::Int(k)]),
-            Some(expected)
-        );
+        assert_eq!(client.partition_for_call("Sp", &[Value::from("x"), Value::Int(k)]), Some(expected));
         // A string argument for a BIGINT column is parsed first, as the server does.
-        assert_eq!(
-            client.partition_for_call("Sp", &[Value::Null, Value::from(k.to_string())]),
-            Some(expected)
-        );
+        assert_eq!(client.partition_for_call("Sp", &[Value::Null, Value::from(k.to_string())]), Some(expected));
     }
-    assert_eq!(
-        client.partition_for_call("ByName", &[Value::from("hello")]),
-        Some(ring.partition_for(&Value::from("hello")))
-    );
-    assert_eq!(
-        client.partition_for_call("Sp", &[Value::Int(1), Value::Null]),
-        Some(0)
-    );
-    assert_eq!(
-        client.partition_for_call("Sp", &[Value::Int(1)]),
-        None,
-        "too few arguments"
-    );
+    assert_eq!(client.partition_for_call("ByName", &[Value::from("hello")]), Some(ring.partition_for(&Value::from("hello"))));
+    assert_eq!(client.partition_for_call("Sp", &[Value::Int(1), Value::Null]), Some(0));
+    assert_eq!(client.partition_for_call("Sp", &[Value::Int(1)]), None, "too few arguments");
     assert_eq!(client.partition_for_call("Mp", &[Value::Int(1)]), None);
     assert_eq!(client.partition_for_call("Unknown", &[Value::Int(1)]), None);
 }
@@ -309,65 +240,35 @@ async fn routing_follows_the_topology_answer() {
 #[tokio::test]
 async fn without_system_procedures_routing_is_off_but_calls_work() {
     let (client, mut conn) = connect(mock::no_system_procs(), 10).await;
-    assert_eq!(
-        client.partition_for_call("Sp", &[Value::Int(1), Value::Int(2)]),
-        None
-    );
+    assert_eq!(client.partition_for_call("Sp", &[Value::Int(1), Value::Int(2)]), None);
     let call = spawn_call(&client, 9);
     let inv = conn.calls.recv().await.unwrap();
     conn.replies.send(echo(&inv)).unwrap();
-    assert_eq!(
-        call.await.unwrap().unwrap().tables[0].rows[0][0],
-        Value::Int(9)
-    );
+    assert_eq!(call.await.unwrap().unwrap().tables[0].rows[0][0], Value::Int(9));
 }
 
 #[tokio::test]
 async fn call_all_partitions_runs_once_per_partition() {
     let (client, _conn) = connect(cluster_of_four(), 3).await;
-    let resps = client
-        .call_all_partitions("Everywhere", vec![Value::from("arg")])
-        .await
-        .unwrap();
+    let resps = client.call_all_partitions("Everywhere", vec![Value::from("arg")]).await.unwrap();
     let keys = HashRing::new(4).partition_keys();
     assert_eq!(resps.len(), 4);
     for (resp, (p, k)) in resps.iter().zip(keys) {
-        assert_eq!(
-            resp.tables[0].rows,
-            vec![vec![
-                Value::Int(p as i64),
-                Value::Int(k),
-                Value::from("all arg")
-            ]]
-        );
+        assert_eq!(resp.tables[0].rows, vec![vec![Value::Int(p as i64), Value::Int(k), Value::from("all arg")]]);
     }
 }
 
 #[tokio::test]
 async fn call_all_partitions_reports_a_failed_key_lookup() {
     let (client, _conn) = connect(mock::no_system_procs(), 3).await;
-    let err = client
-        .call_all_partitions("Everywhere", vec![])
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err,
-        ClientError::Failed(
-            "@GetPartitionKeys failed: Procedure @GetPartitionKeys was not found".into()
-        )
-    );
+    let err = client.call_all_partitions("Everywhere", vec![]).await.unwrap_err();
+    assert_eq!(err, ClientError::Failed("@GetPartitionKeys failed: Procedure @GetPartitionKeys was not found".into()));
 }
 
 #[tokio::test]
 async fn unencodable_parameters_are_refused_before_sending() {
     let (client, _conn) = connect(mock::no_system_procs(), 3).await;
-    let err = client
-        .call(
-            "P",
-            vec![Value::Array(vec![Value::Int(1), Value::from("a")])],
-        )
-        .await
-        .unwrap_err();
+    let err = client.call("P", vec![Value::Array(vec![Value::Int(1), Value::from("a")])]).await.unwrap_err();
     assert!(matches!(err, ClientError::InvalidCall(_)), "{err:?}");
     assert_eq!(client.in_flight(), 0);
 }
@@ -377,10 +278,7 @@ async fn connecting_to_nothing_is_an_io_error() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     drop(listener);
-    assert!(matches!(
-        Client::connect(&addr, ClientConfig::default()).await,
-        Err(ClientError::Io(_))
-    ));
+    assert!(matches!(Client::connect(&addr, ClientConfig::default()).await, Err(ClientError::Io(_))));
 }
 
 /// Two callers of `call_all_partitions` each holding part of the window while waiting for

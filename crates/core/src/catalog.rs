@@ -59,7 +59,9 @@ pub struct ViewDef {
 pub enum TableKind {
     Table,
     /// Append-only, not queryable; committed rows go to the export target.
-    Stream { target: Option<String> },
+    Stream {
+        target: Option<String>,
+    },
     View(ViewDef),
 }
 
@@ -223,10 +225,7 @@ impl Catalog {
     }
 
     pub fn drop_table(&mut self, name: &str) -> Result<Arc<TableDef>> {
-        let def = self
-            .tables
-            .remove(&key(name))
-            .ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
+        let def = self.tables.remove(&key(name)).ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
         self.by_id.remove(&def.id);
         self.version += 1;
         Ok(def)
@@ -241,10 +240,7 @@ impl Catalog {
     }
 
     pub fn drop_procedure(&mut self, name: &str) -> Result<Arc<ProcedureDef>> {
-        let def = self
-            .procedures
-            .remove(&key(name))
-            .ok_or_else(|| Error::sql(format!("procedure not found: {name}")))?;
+        let def = self.procedures.remove(&key(name)).ok_or_else(|| Error::sql(format!("procedure not found: {name}")))?;
         self.version += 1;
         Ok(def)
     }

@@ -89,7 +89,7 @@ pub struct HashRing {
 
 impl HashRing {
     pub fn new(partitions: u32) -> Self {
-        assert!(partitions >= 1 && partitions <= RING_TOKENS, "partition count out of range");
+        assert!((1..=RING_TOKENS).contains(&partitions), "partition count out of range");
         HashRing { partitions }
     }
 

@@ -10,7 +10,10 @@ pub mod table;
 pub mod time;
 pub mod value;
 
-pub use catalog::{get_ignoring_case, Catalog, NameMap, ColumnDef, IndexDef, Partitioning, ProcedureBody, ProcedureDef, TableDef, TableId, TableKind, ViewAggregate, ViewDef};
+pub use catalog::{
+    get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, ProcedureBody, ProcedureDef, TableDef, TableId, TableKind,
+    ViewAggregate, ViewDef,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use hash::HashRing;
 pub use table::{ResultColumn, ResultTable};

@@ -79,13 +79,7 @@ pub fn format_timestamp(micros: i64) -> String {
     let rem = micros.rem_euclid(MICROS_PER_DAY);
     let (y, m, d) = civil_from_days(days);
     let secs = rem / 1_000_000;
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:06}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60,
-        rem % 1_000_000
-    )
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:06}", secs / 3600, secs / 60 % 60, secs % 60, rem % 1_000_000)
 }
 
 #[cfg(test)]

@@ -188,9 +188,7 @@ impl Value {
             (Decimal(a), Decimal(b)) => Some(a.cmp(b)),
             (Int(a), Decimal(b)) => Some(decimal::from_i64(*a).cmp(b)),
             (Decimal(a), Int(b)) => Some(a.cmp(&decimal::from_i64(*b))),
-            (Int(_) | Float(_) | Decimal(_), Int(_) | Float(_) | Decimal(_)) => {
-                self.as_f64()?.partial_cmp(&other.as_f64()?)
-            }
+            (Int(_) | Float(_) | Decimal(_), Int(_) | Float(_) | Decimal(_)) => self.as_f64()?.partial_cmp(&other.as_f64()?),
             (Str(a), Str(b)) => Some(a.cmp(b)),
             (Bytes(a), Bytes(b)) => Some(a.cmp(b)),
             (Timestamp(a), Timestamp(b)) => Some(a.cmp(b)),
@@ -226,9 +224,7 @@ impl Value {
     /// (integers widen and narrow when in range, strings parse, hex strings become bytes).
     pub fn coerce_to(&self, ty: DataType) -> Result<Value> {
         use Value::*;
-        let fail = || {
-            Error::type_error(format!("cannot convert {} to {}", self.describe(), ty.sql_name()))
-        };
+        let fail = || Error::type_error(format!("cannot convert {} to {}", self.describe(), ty.sql_name()));
         let out = match (self, ty) {
             (Null, _) => Null,
             (Str(s), _) if s == "\\N" => Null,
@@ -240,9 +236,7 @@ impl Value {
                 Int(*f as i64)
             }
             (Decimal(d), t) if t.is_integer() => Int(decimal::to_exact_i64(*d).ok_or_else(fail)?),
-            (Str(s), t) if t.is_integer() => {
-                Int(s.trim().parse::<i64>().map_err(|_| fail())?)
-            }
+            (Str(s), t) if t.is_integer() => Int(s.trim().parse::<i64>().map_err(|_| fail())?),
             (Timestamp(v), t) if t.is_integer() => Int(*v),
             (Bool(b), t) if t.is_integer() => Int(*b as i64),
             (Int(_) | Float(_) | Decimal(_), DataType::Float) => Float(self.as_f64().ok_or_else(fail)?),
@@ -252,9 +246,7 @@ impl Value {
             (Float(f), DataType::Decimal) => Decimal(decimal::from_f64(*f).ok_or_else(fail)?),
             (Str(s), DataType::Decimal) => Decimal(decimal::parse(s).ok_or_else(fail)?),
             (Str(s), DataType::Varchar) => Str(s.clone()),
-            (Bytes(b), DataType::Varchar) => {
-                Str(CompactString::from_utf8(b).map_err(|_| fail())?)
-            }
+            (Bytes(b), DataType::Varchar) => Str(CompactString::from_utf8(b).map_err(|_| fail())?),
             (Array(_), _) => return Err(fail()),
             (v, DataType::Varchar) => Str(compact_str::ToCompactString::to_compact_string(v)),
             (Bytes(b), DataType::Varbinary) => Bytes(b.clone()),
@@ -267,10 +259,7 @@ impl Value {
         };
         if let (Int(v), Some((lo, hi))) = (&out, ty.int_range()) {
             if *v < lo || *v > hi {
-                return Err(Error::type_error(format!(
-                    "value {v} is out of range for {}",
-                    ty.sql_name()
-                )));
+                return Err(Error::type_error(format!("value {v} is out of range for {}", ty.sql_name())));
             }
         }
         Ok(out)
@@ -307,18 +296,11 @@ impl Value {
 /// Parses hex, with or without VoltDB's `X'..'` wrapper.
 pub fn parse_hex(s: &str) -> Option<Vec<u8>> {
     let s = s.trim();
-    let s = if (s.starts_with("X'") || s.starts_with("x'")) && s.ends_with('\'') && s.len() >= 3 {
-        &s[2..s.len() - 1]
-    } else {
-        s
-    };
+    let s = if (s.starts_with("X'") || s.starts_with("x'")) && s.ends_with('\'') && s.len() >= 3 { &s[2..s.len() - 1] } else { s };
     if s.len() % 2 != 0 {
         return None;
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// Lowercase hex of bytes.
@@ -470,10 +452,7 @@ mod tests {
         assert_eq!(Value::from("42").coerce_to(DataType::Integer).unwrap(), Value::Int(42));
         assert_eq!(Value::from("X'0aff'").coerce_to(DataType::Varbinary).unwrap(), Value::Bytes(vec![10, 255].into()));
         assert_eq!(Value::from("\\N").coerce_to(DataType::Integer).unwrap(), Value::Null);
-        assert_eq!(
-            Value::from("1970-01-01 00:00:01").coerce_to(DataType::Timestamp).unwrap(),
-            Value::Timestamp(1_000_000)
-        );
+        assert_eq!(Value::from("1970-01-01 00:00:01").coerce_to(DataType::Timestamp).unwrap(), Value::Timestamp(1_000_000));
         assert!(Value::from("abc").coerce_to(DataType::Integer).is_err());
     }
 

@@ -111,7 +111,8 @@ pub fn jar_entry_names(jar: &[u8]) -> Result<Vec<String>> {
     if count > JAR_ENTRIES_MAX {
         return Err(bad("too many entries"));
     }
-    let dir = dir_start.checked_add(dir_size).and_then(|end| jar.get(dir_start..end)).ok_or_else(|| bad("central directory out of range"))?;
+    let dir =
+        dir_start.checked_add(dir_size).and_then(|end| jar.get(dir_start..end)).ok_or_else(|| bad("central directory out of range"))?;
     let mut names = Vec::with_capacity(count);
     let mut at = 0;
     for _ in 0..count {

@@ -96,9 +96,7 @@ impl Durable {
 
     /// The error for a write refused by the fence.
     pub fn fence_error(&self) -> Error {
-        Error::unavailable(
-            "the command log cannot write to disk: writes are refused until it recovers (reads still work)",
-        )
+        Error::unavailable("the command log cannot write to disk: writes are refused until it recovers (reads still work)")
     }
 
     /// Appends a record without waiting; a failure raises the fence.
@@ -115,12 +113,7 @@ impl Durable {
     /// `ack` is boxed once, here, with this `Durable` lent to it: a logged transaction
     /// allocates on its site and frees on the logger's thread, so each allocation saved
     /// counts twice.
-    pub fn append_acked(
-        self: &Arc<Self>,
-        body: &[u8],
-        partition: Option<u32>,
-        ack: impl FnOnce(&Durable, Result<u64>) + Send + 'static,
-    ) {
+    pub fn append_acked(self: &Arc<Self>, body: &[u8], partition: Option<u32>, ack: impl FnOnce(&Durable, Result<u64>) + Send + 'static) {
         self.unacknowledged_of(partition).fetch_add(1, Ordering::SeqCst);
         let me = self.clone();
         let _ = self.log.append(

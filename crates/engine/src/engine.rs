@@ -10,14 +10,14 @@ use crossbeam_channel::{unbounded, Sender};
 use lockstep_core::{Catalog, Error, HashRing, Result, Value};
 use lockstep_sql::Route;
 
+use crate::cmdlog::{self, CommandLog, Durability};
 use crate::config::EngineConfig;
 use crate::ddl::FsDdlEnv;
+use crate::durable::Durable;
 use crate::mp::{Coordinator, MpWork, SiteLink};
 use crate::outcome::{Outcome, Reply};
-use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
-use crate::cmdlog::{self, CommandLog, Durability};
-use crate::durable::Durable;
 use crate::recovery;
+use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
 use crate::site::{Site, SiteLinks, SiteMsg, SpWork};
 use crate::snapshot::SnapshotReader;
 use crate::store::CatalogStore;
@@ -185,7 +185,13 @@ impl Engine {
             let (queue_tx, queue_rx) = unbounded();
             let (to_site_tx, to_site_rx) = unbounded();
             let (from_site_tx, from_site_rx) = unbounded();
-            let site_links = SiteLinks { queue: queue_rx, mp_in: to_site_rx, mp_out: from_site_tx, coordinator: mp_tx.clone(), durable: durable.clone() };
+            let site_links = SiteLinks {
+                queue: queue_rx,
+                mp_in: to_site_rx,
+                mp_out: from_site_tx,
+                coordinator: mp_tx.clone(),
+                durable: durable.clone(),
+            };
             // A site's Lua state cannot move between threads: build the site on its own.
             let (site_config, site_catalog, site_ring) = (config.clone(), catalog.clone(), ring.clone());
             let restore = base.as_ref().map(|b| b.dir.clone());
@@ -201,10 +207,7 @@ impl Engine {
         for site in starting {
             threads.push(site.wait()?);
         }
-        let started_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let started_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         let shared = Arc::new(Shared {
             config,
             ring,
@@ -310,7 +313,12 @@ impl Engine {
                     return Ok(Routed::Site(d, params));
                 }
                 let key = params.get(*param).ok_or_else(|| {
-                    Error::graceful(format!("procedure {} is partitioned on parameter {} but received {} parameters", info.name, param + 1, params.len()))
+                    Error::graceful(format!(
+                        "procedure {} is partitioned on parameter {} but received {} parameters",
+                        info.name,
+                        param + 1,
+                        params.len()
+                    ))
                 })?;
                 let key = key.coerce_to(*key_type).map_err(|e| e.context(format!("partition parameter of {}", info.name)))?;
                 Ok(Routed::Site(self.shared.ring.partition_for(&key), params))

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
-use lockstep_core::{Catalog, Error, HashRing, ResultTable, Result, Value};
+use lockstep_core::{Catalog, Error, HashRing, Result, ResultTable, Value};
 use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{ExecCtx, Prepared, SiteAccess, SiteFn, Target};
 
@@ -16,9 +16,9 @@ use crate::ddl::{self, FsDdlEnv};
 use crate::durable::Durable;
 use crate::engine::Shared;
 use crate::outcome::{Outcome, Reply};
-use crate::snapshot::{self, FileEntry, SnapshotBuilder};
 use crate::registry::{Registry, Scope, StatementRunner};
 use crate::site::{MpMsg, SiteMsg};
+use crate::snapshot::{self, FileEntry, SnapshotBuilder};
 use crate::store::CatalogStore;
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
 
@@ -28,25 +28,49 @@ const MP_PARTITION: u32 = 16383;
 /// Work for the coordinator.
 pub enum MpWork {
     /// A procedure; one whose statements all only read is not logged.
-    Proc { name: String, params: Vec<Value>, reply: Reply },
+    Proc {
+        name: String,
+        params: Vec<Value>,
+        reply: Reply,
+    },
     /// Planned ad-hoc statements run as one transaction; `params` bind the single statement.
-    Statements { stmts: Vec<Arc<Prepared>>, params: Vec<Value>, reply: Reply },
+    Statements {
+        stmts: Vec<Arc<Prepared>>,
+        params: Vec<Value>,
+        reply: Reply,
+    },
     /// DDL statements, applied in order; stops at the first failure.
-    Ddl { statements: Vec<String>, reply: Reply },
+    Ddl {
+        statements: Vec<String>,
+        reply: Reply,
+    },
     /// A logged multi-partition transaction run again during recovery. Its sites already
     /// have its MpBegin in their queues, placed where their markers were in the log.
-    Replay { txn_id: i64, procedure: String, params: Vec<Value> },
+    Replay {
+        txn_id: i64,
+        procedure: String,
+        params: Vec<Value>,
+    },
     /// Recovery has fed every logged transaction: rewrite the catalog file, then answer.
     ReplayDone(Sender<()>),
     /// Sites parked at markers of a transaction the log does not hold (it was never
     /// acknowledged): let them go.
     ReleaseParked(Vec<u32>),
     /// Take a snapshot; `reply` (if any) is answered when it is complete on disk.
-    Snapshot { reply: Option<Reply> },
+    Snapshot {
+        reply: Option<Reply>,
+    },
     /// Replace the data of every table with snapshot `id`'s, in one transaction.
-    Restore { id: String, reply: Reply },
+    Restore {
+        id: String,
+        reply: Reply,
+    },
     /// A site finished writing its file of snapshot `id`.
-    SnapshotPart { id: u64, partition: u32, result: Result<FileEntry> },
+    SnapshotPart {
+        id: u64,
+        partition: u32,
+        result: Result<FileEntry>,
+    },
     Shutdown,
 }
 
@@ -297,7 +321,7 @@ impl Coordinator {
             self.ids.advance_past(id);
             return id;
         }
-        let txn_id = self.ids.next();
+        let txn_id = self.ids.next_id();
         let log_marker = log_markers && self.durable.logging();
         for l in &self.links {
             let _ = l.queue.send(SiteMsg::MpBegin { txn_id, log_marker });
@@ -333,11 +357,11 @@ impl Coordinator {
         let txn_id = self.begin(replay_id, logged);
         let durable = logged.then(|| self.log_record(record.map(|r| with_txn_id(r, txn_id))));
         let ts = timestamp_micros(txn_id);
-        let mut runner = MpRunner { sites: ParkedSites { links: &self.links, ring: &self.shared.ring }, ctx: ExecCtx { txn_id, timestamp_micros: ts } };
+        let mut runner =
+            MpRunner { sites: ParkedSites { links: &self.links, ring: &self.shared.ring }, ctx: ExecCtx { txn_id, timestamp_micros: ts } };
         let call = CallContext { txn_id, timestamp_micros: ts, partition: None };
         let registry = &mut self.registry;
-        let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call)))
-            .unwrap_or_else(|p| Err(Error::from_panic(&*p)));
+        let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
         self.end(result.is_ok());
         let outcome = Outcome::from_result(result);
         match durable.map(|rx| rx.recv().unwrap_or_else(|_| Err(Error::unavailable("the command log is shut down")))) {
@@ -827,7 +851,8 @@ mod tests {
             }
         }
         let tx2 = tx.clone();
-        let rename = Call { procedure: "Rename".into(), params: vec![Value::Str("n3".into()), Value::Str("n1".into())], ..Default::default() };
+        let rename =
+            Call { procedure: "Rename".into(), params: vec![Value::Str("n3".into()), Value::Str("n1".into())], ..Default::default() };
         e.submit(rename, Box::new(move |o| tx2.send((10, o)).unwrap()));
         for tag in 11..20 {
             submit(tag, "ByName", "n1");

@@ -124,7 +124,7 @@ pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<&
             Record::SnapshotTaken { .. } => continue,
         }
         count += 1;
-        if count % PROGRESS_EVERY_RECORDS == 0 {
+        if count.is_multiple_of(PROGRESS_EVERY_RECORDS) {
             eprintln!("recovery: {count} transactions queued for replay ({:.1} s)", started.elapsed().as_secs_f64());
         }
     }
@@ -140,9 +140,12 @@ pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<&
     rx.recv().map_err(|_| Error::unexpected("the coordinator stopped during recovery"))?;
     for p in 0..sites {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        shared.send_site(p, SiteMsg::Inspect(Box::new(move |_| {
-            let _ = tx.send(());
-        })));
+        shared.send_site(
+            p,
+            SiteMsg::Inspect(Box::new(move |_| {
+                let _ = tx.send(());
+            })),
+        );
         rx.recv().map_err(|_| Error::unexpected(format!("partition {p} stopped during recovery")))?;
     }
     if count > 0 {

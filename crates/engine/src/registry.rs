@@ -6,7 +6,9 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use lockstep_core::{get_ignoring_case, Catalog, DataType, Error, NameMap, Partitioning, ProcedureBody, ResultTable, Result, TableDef, TableKind, Value};
+use lockstep_core::{
+    get_ignoring_case, Catalog, DataType, Error, NameMap, Partitioning, ProcedureBody, Result, ResultTable, TableDef, TableKind, Value,
+};
 use lockstep_procs::{each_row_of, CallContext, LuaConfig, LuaProc, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
 use lockstep_sql::{Prepared, Route};
 
@@ -36,7 +38,10 @@ impl ProcRoute {
 enum ProcImpl {
     Sql(Arc<Prepared>),
     /// The body, loaded in the registry's Lua runtime.
-    Lua { body: Rc<LuaProc>, stmts: Vec<Arc<Prepared>> },
+    Lua {
+        body: Rc<LuaProc>,
+        stmts: Vec<Arc<Prepared>>,
+    },
 }
 
 struct ProcEntry {
@@ -140,9 +145,8 @@ impl Registry {
             let p = lockstep_sql::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {}", info.name)))?;
             return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Sql(check(p)?) });
         }
-        let def = catalog
-            .procedure(&info.name)
-            .ok_or_else(|| Error::unexpected(format!("procedure {} vanished from the catalog", info.name)))?;
+        let def =
+            catalog.procedure(&info.name).ok_or_else(|| Error::unexpected(format!("procedure {} vanished from the catalog", info.name)))?;
         let imp = match &def.body {
             ProcedureBody::Sql(sql) => {
                 let p = lockstep_sql::prepare(catalog, sql).map_err(|e| e.context(format!("procedure {}", def.name)))?;
@@ -174,13 +178,25 @@ impl Registry {
     }
 
     /// `call` for a routed call, whose name is shared by every call of its procedure.
-    pub fn call_shared(&mut self, name: &Arc<str>, params: &[Value], ctx: &CallContext, runner: &mut dyn StatementRunner) -> Result<ProcOutput> {
+    pub fn call_shared(
+        &mut self,
+        name: &Arc<str>,
+        params: &[Value],
+        ctx: &CallContext,
+        runner: &mut dyn StatementRunner,
+    ) -> Result<ProcOutput> {
         let procs = &self.procs;
         let entry = self.recent.get_or_find(name, || get_ignoring_case(procs, name).cloned()).cloned().ok_or_else(|| not_found(name))?;
         self.call_entry(&entry, params, ctx, runner)
     }
 
-    fn call_entry(&mut self, entry: &ProcEntry, params: &[Value], ctx: &CallContext, runner: &mut dyn StatementRunner) -> Result<ProcOutput> {
+    fn call_entry(
+        &mut self,
+        entry: &ProcEntry,
+        params: &[Value],
+        ctx: &CallContext,
+        runner: &mut dyn StatementRunner,
+    ) -> Result<ProcOutput> {
         match &entry.imp {
             ProcImpl::Sql(p) => {
                 if params.len() != p.param_types.len() {
@@ -241,9 +257,7 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
     let mut out = Vec::new();
     for def in catalog.procedures() {
         let (route, read_only) = match &def.partitioning {
-            Partitioning::Single { parameter, key_type, .. } => {
-                (ProcRoute::Single { param: *parameter, key_type: *key_type }, false)
-            }
+            Partitioning::Single { parameter, key_type, .. } => (ProcRoute::Single { param: *parameter, key_type: *key_type }, false),
             Partitioning::Directed => (ProcRoute::Directed, false),
             Partitioning::Multi => match &def.body {
                 ProcedureBody::Sql(sql) => match lockstep_sql::prepare(catalog, sql) {
@@ -336,12 +350,9 @@ fn crud_sql(catalog: &Catalog, name: &str) -> Option<String> {
         "upsert" => format!("UPSERT INTO {} VALUES ({marks})", t.name),
         "select" => format!("SELECT * FROM {} WHERE {}", t.name, pk_where()),
         "delete" => format!("DELETE FROM {} WHERE {}", t.name, pk_where()),
-        "update" => format!(
-            "UPDATE {} SET {} WHERE {}",
-            t.name,
-            cols.iter().map(|c| format!("{c} = ?")).collect::<Vec<_>>().join(", "),
-            pk_where()
-        ),
+        "update" => {
+            format!("UPDATE {} SET {} WHERE {}", t.name, cols.iter().map(|c| format!("{c} = ?")).collect::<Vec<_>>().join(", "), pk_where())
+        }
         _ => return None,
     })
 }

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
-use lockstep_core::{Catalog, DataType, Error, HashRing, ResultTable, Result, TableId, Value};
+use lockstep_core::{Catalog, DataType, Error, HashRing, Result, ResultTable, TableId, Value};
 use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{ExecCtx, Prepared, SiteFn};
 use lockstep_storage::Partition;
@@ -18,8 +18,8 @@ use crate::durable::Durable;
 use crate::export::ExportWriter;
 use crate::mp::MpWork;
 use crate::outcome::{Outcome, Reply};
-use crate::snapshot::{SnapshotItem, SnapshotReader, SnapshotWriter};
 use crate::registry::{Registry, Scope, StatementRunner};
+use crate::snapshot::{SnapshotItem, SnapshotReader, SnapshotWriter};
 use crate::stats::{self, ProcStats};
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
 
@@ -43,13 +43,24 @@ pub enum SpWork {
 
 /// A message on a site's queue.
 pub enum SiteMsg {
-    Call { work: SpWork, params: Vec<Value>, reply: Reply },
+    Call {
+        work: SpWork,
+        params: Vec<Value>,
+        reply: Reply,
+    },
     /// A logged transaction run again during recovery, with its original id.
-    Replay { work: SpWork, params: Vec<Value>, txn_id: i64 },
+    Replay {
+        work: SpWork,
+        params: Vec<Value>,
+        txn_id: i64,
+    },
     /// Enter the multi-partition transaction `txn_id`: serve the MP link until it ends.
     /// `log_marker` records where it fell in this site's order (not during replay, nor for
     /// transactions that are not logged).
-    MpBegin { txn_id: i64, log_marker: bool },
+    MpBegin {
+        txn_id: i64,
+        log_marker: bool,
+    },
     /// Run a closure on the site's partition outside any transaction (statistics).
     Inspect(Box<dyn FnOnce(&Partition) + Send>),
     /// Run a closure on the partition and the site's procedure counters (`@Statistics`).
@@ -69,7 +80,10 @@ pub enum MpMsg {
     Schema(Arc<Catalog>),
     /// Mark the partition's state for snapshot `id` and write it out between later
     /// transactions (copy-on-write); replies Ok once marked.
-    SnapshotBegin { id: u64, writer: SnapshotWriter },
+    SnapshotBegin {
+        id: u64,
+        writer: SnapshotWriter,
+    },
     Commit,
     Rollback,
 }
@@ -319,7 +333,7 @@ impl Site {
                 self.ids.advance_past(id);
                 id
             }
-            None => self.ids.next(),
+            None => self.ids.next_id(),
         };
         let ctx = ExecCtx { txn_id, timestamp_micros: timestamp_micros(txn_id) };
         let started = std::time::Instant::now();
@@ -344,7 +358,9 @@ impl Site {
         let error = result.as_ref().err().map(|e| e.kind);
         match &work {
             SpWork::Proc(name) => self.stats.record_shared(name, started.elapsed(), &params, result_bytes, error),
-            SpWork::Statement(_) | SpWork::Sql(_) => self.stats.record(stats::ADHOC_PROCEDURE, started.elapsed(), &params, result_bytes, error),
+            SpWork::Statement(_) | SpWork::Sql(_) => {
+                self.stats.record(stats::ADHOC_PROCEDURE, started.elapsed(), &params, result_bytes, error)
+            }
         }
         let changed = self.part.savepoint() > 0 || !self.part.pending_exports().is_empty();
         let result = match result {
@@ -399,8 +415,7 @@ impl Site {
             };
             match msg {
                 MpMsg::Fragment(f) => {
-                    let r = catch_unwind(AssertUnwindSafe(|| f(&mut self.part)))
-                        .unwrap_or_else(|p| Err(Error::from_panic(&*p)));
+                    let r = catch_unwind(AssertUnwindSafe(|| f(&mut self.part))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
                     if self.mp_out.send(r).is_err() {
                         self.part.rollback();
                         return;
@@ -475,7 +490,9 @@ pub(crate) fn read_snapshot_rows(
         while let Some(item) = file.next_item()? {
             match item {
                 SnapshotItem::Table { name, types } => {
-                    let def = catalog.table(&name).ok_or_else(|| Error::graceful(format!("table {name} of the snapshot is not in the catalog")))?;
+                    let def = catalog
+                        .table(&name)
+                        .ok_or_else(|| Error::graceful(format!("table {name} of the snapshot is not in the catalog")))?;
                     let expected: Vec<DataType> = def.columns.iter().map(|c| c.ty).collect();
                     if expected != types {
                         return Err(Error::graceful(format!("table {name}: the snapshot's column types differ from the catalog's")));
@@ -514,4 +531,3 @@ fn write_snapshot_rows(snap: &mut SiteSnapshot, table: TableId, rows: &[Vec<Valu
     }
     snap.writer.write_rows(rows)
 }
-

@@ -405,11 +405,7 @@ pub fn physical_memory_kb() -> u64 {
 
 fn proc_kb(path: &str, key: &str) -> u64 {
     let Ok(text) = std::fs::read_to_string(path) else { return 0 };
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    text.lines().find_map(|l| l.strip_prefix(key)).and_then(|rest| rest.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 // ---- @Statistics selectors ---------------------------------------------------------------

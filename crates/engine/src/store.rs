@@ -14,8 +14,7 @@ pub struct CatalogStore {
 
 impl CatalogStore {
     pub fn open(data_dir: &Path) -> Result<Self> {
-        fs::create_dir_all(data_dir)
-            .map_err(|e| Error::unexpected(format!("cannot create data directory {}: {e}", data_dir.display())))?;
+        fs::create_dir_all(data_dir).map_err(|e| Error::unexpected(format!("cannot create data directory {}: {e}", data_dir.display())))?;
         Ok(CatalogStore { path: data_dir.join("catalog.sql") })
     }
 

@@ -1,7 +1,7 @@
 //! System procedures (`@AdHoc`, `@Statistics`, `@SystemCatalog` …): the ones VoltDB's client
 //! calls on its own to learn the topology and route calls, and the ones tools use.
 
-use lockstep_core::{hash::MP_PARTITION_ID, DataType, Error, ResultTable, Result, Value};
+use lockstep_core::{hash::MP_PARTITION_ID, DataType, Error, Result, ResultTable, Value};
 
 use crate::engine::{Call, Engine};
 use crate::outcome::{Outcome, Reply};
@@ -165,7 +165,8 @@ fn snapshot_scan(engine: &Engine) -> Result<Vec<ResultTable>> {
     }
     for (dir, why) in &scan.rejected {
         let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        let row = vec![Value::Str(dir.display().to_string().into()), Value::Str(name.into()), Value::Null, Value::Null, Value::Null, Value::Null];
+        let row =
+            vec![Value::Str(dir.display().to_string().into()), Value::Str(name.into()), Value::Null, Value::Null, Value::Null, Value::Null];
         t.push(row.into_iter().chain([Value::Str("FAILURE".into()), Value::from(why.as_str())]).collect());
     }
     Ok(vec![t])
@@ -173,7 +174,9 @@ fn snapshot_scan(engine: &Engine) -> Result<Vec<ResultTable>> {
 
 /// The answer to a call that writes while the database is paused (VoltDB's wording).
 pub fn paused_error() -> Error {
-    Error::unavailable("Server is paused and is available in read-only mode - please try again later (an administrator ends this with @Resume)")
+    Error::unavailable(
+        "Server is paused and is available in read-only mode - please try again later (an administrator ends this with @Resume)",
+    )
 }
 
 /// `@Quiesce`: every site writes its buffered export rows to their files, then answers.
@@ -197,7 +200,8 @@ fn quiesce(engine: &Engine, reply: Reply) {
 
 /// `@Statistics TOPO`: one row per partition plus the MP initiator, and the hash ring.
 pub fn topology(engine: &Engine) -> Vec<ResultTable> {
-    let mut parts = ResultTable::with_columns(&[("Partition", DataType::Integer), ("Sites", DataType::Varchar), ("Leader", DataType::Varchar)]);
+    let mut parts =
+        ResultTable::with_columns(&[("Partition", DataType::Integer), ("Sites", DataType::Varchar), ("Leader", DataType::Varchar)]);
     let n = engine.partition_count();
     for p in 0..n {
         let site = format!("{HOST_ID}:{p}");
@@ -236,11 +240,12 @@ fn system_catalog(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
 /// Also pushed to subscribed connections when the catalog changes.
 pub fn procedures_table(engine: &Engine) -> ResultTable {
     let view = engine.shared().view();
-    let cols: Vec<(&str, DataType)> = ["PROCEDURE_CAT", "PROCEDURE_SCHEM", "PROCEDURE_NAME", "RESERVED1", "RESERVED2", "RESERVED3", "REMARKS"]
-        .iter()
-        .map(|c| (*c, DataType::Varchar))
-        .chain([("PROCEDURE_TYPE", DataType::SmallInt), ("SPECIFIC_NAME", DataType::Varchar)])
-        .collect();
+    let cols: Vec<(&str, DataType)> =
+        ["PROCEDURE_CAT", "PROCEDURE_SCHEM", "PROCEDURE_NAME", "RESERVED1", "RESERVED2", "RESERVED3", "REMARKS"]
+            .iter()
+            .map(|c| (*c, DataType::Varchar))
+            .chain([("PROCEDURE_TYPE", DataType::SmallInt), ("SPECIFIC_NAME", DataType::Varchar)])
+            .collect();
     let mut t = ResultTable::with_columns(&cols);
     let mut infos: Vec<_> = view.procs.values().collect();
     infos.sort_by(|a, b| a.name.cmp(&b.name));
@@ -270,7 +275,11 @@ fn partition_keys(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
         "INTEGER" => DataType::Integer,
         "STRING" | "VARCHAR" => DataType::Varchar,
         "VARBINARY" => DataType::Varbinary,
-        other => return Err(Error::graceful(format!("Type {other} is not a supported partition key type (INTEGER, STRING, VARCHAR or VARBINARY)"))),
+        other => {
+            return Err(Error::graceful(format!(
+                "Type {other} is not a supported partition key type (INTEGER, STRING, VARCHAR or VARBINARY)"
+            )))
+        }
     };
     let mut t = ResultTable::with_columns(&[("PARTITION_ID", DataType::Integer), ("PARTITION_KEY", key_type)]);
     for (p, k) in keys {
@@ -286,7 +295,11 @@ fn partition_keys(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
 
 /// Name of this machine, as `@SystemInformation` and `@Statistics` report it.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "localhost".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
@@ -297,7 +310,8 @@ fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> 
     let shared = engine.shared();
     match selector.as_str() {
         "OVERVIEW" => {
-            let mut t = ResultTable::with_columns(&[("HOST_ID", DataType::Integer), ("KEY", DataType::Varchar), ("VALUE", DataType::Varchar)]);
+            let mut t =
+                ResultTable::with_columns(&[("HOST_ID", DataType::Integer), ("KEY", DataType::Varchar), ("VALUE", DataType::Varchar)]);
             let addr = shared.client_address();
             let ip = addr.map(|a| a.ip().to_string()).unwrap_or_else(|| "127.0.0.1".into());
             let port = addr.map(|a| a.port().to_string()).unwrap_or_default();
@@ -364,10 +378,13 @@ fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> 
                 // The command log (issue 5) is not built yet: reported off until it is.
                 ("commandlogenabled", engine.shared().durable.logging().to_string()),
                 ("commandlogmode", engine.shared().durable.log.mode_name().to_string()),
-                ("commandlogfreqtime", match shared.config.durability {
-                    crate::cmdlog::Durability::Async { flush_ms } => flush_ms.to_string(),
-                    _ => "0".to_string(),
-                }),
+                (
+                    "commandlogfreqtime",
+                    match shared.config.durability {
+                        crate::cmdlog::Durability::Async { flush_ms } => flush_ms.to_string(),
+                        _ => "0".to_string(),
+                    },
+                ),
                 ("commandlogfreqtxns", "2147483647".to_string()),
                 ("commandlogpath", crate::cmdlog::log_dir(&shared.config.data_dir).display().to_string()),
                 ("commandlogsnapshotpath", shared.config.data_dir.join("command_log_snapshot").display().to_string()),
@@ -412,7 +429,11 @@ fn explain(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
 fn explain_proc(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> {
     let name = str_param(call, 0, "a procedure name")?;
     let catalog = engine.catalog();
-    let mut t = ResultTable::with_columns(&[("STATEMENT_NAME", DataType::Varchar), ("SQL_STATEMENT", DataType::Varchar), ("EXECUTION_PLAN", DataType::Varchar)]);
+    let mut t = ResultTable::with_columns(&[
+        ("STATEMENT_NAME", DataType::Varchar),
+        ("SQL_STATEMENT", DataType::Varchar),
+        ("EXECUTION_PLAN", DataType::Varchar),
+    ]);
     let statements: Vec<String> = match catalog.procedure(&name).map(|d| &d.body) {
         Some(lockstep_core::ProcedureBody::Sql(sql)) => vec![sql.clone()],
         Some(lockstep_core::ProcedureBody::Lua { source, .. }) => lua_statements(source),
@@ -493,9 +514,7 @@ mod meta {
             DataType::Float => (Value::Int(53), Value::Int(2)),
             DataType::Decimal => (Value::Int(DECIMAL_PRECISION), Value::Int(10)),
             DataType::Boolean => (Value::Int(1), Value::Int(2)),
-            DataType::Varchar | DataType::Varbinary => {
-                (Value::Int(size.map(i64::from).unwrap_or(VALUE_LENGTH_MAX_BYTES)), Value::Null)
-            }
+            DataType::Varchar | DataType::Varbinary => (Value::Int(size.map(i64::from).unwrap_or(VALUE_LENGTH_MAX_BYTES)), Value::Null),
         }
     }
 
@@ -515,15 +534,35 @@ mod meta {
     pub fn type_info() -> ResultTable {
         use DataType::{Integer as I, SmallInt as S, TinyInt as T, Varchar as V};
         let mut t = ResultTable::with_columns(&[
-            ("TYPE_NAME", V), ("DATA_TYPE", I), ("PRECISION", I), ("LITERAL_PREFIX", V), ("LITERAL_SUFFIX", V),
-            ("CREATE_PARAMS", V), ("NULLABLE", S), ("CASE_SENSITIVE", T), ("SEARCHABLE", S),
-            ("UNSIGNED_ATTRIBUTE", T), ("FIXED_PREC_SCALE", T), ("AUTO_INCREMENT", T), ("LOCAL_TYPE_NAME", V),
-            ("MINIMUM_SCALE", S), ("MAXIMUM_SCALE", S), ("SQL_DATA_TYPE", I), ("SQL_DATETIME_SUB", I),
+            ("TYPE_NAME", V),
+            ("DATA_TYPE", I),
+            ("PRECISION", I),
+            ("LITERAL_PREFIX", V),
+            ("LITERAL_SUFFIX", V),
+            ("CREATE_PARAMS", V),
+            ("NULLABLE", S),
+            ("CASE_SENSITIVE", T),
+            ("SEARCHABLE", S),
+            ("UNSIGNED_ATTRIBUTE", T),
+            ("FIXED_PREC_SCALE", T),
+            ("AUTO_INCREMENT", T),
+            ("LOCAL_TYPE_NAME", V),
+            ("MINIMUM_SCALE", S),
+            ("MAXIMUM_SCALE", S),
+            ("SQL_DATA_TYPE", I),
+            ("SQL_DATETIME_SUB", I),
             ("NUM_PREC_RADIX", I),
         ]);
         let mut types = [
-            DataType::TinyInt, DataType::SmallInt, DataType::Integer, DataType::BigInt, DataType::Float,
-            DataType::Decimal, DataType::Varchar, DataType::Varbinary, DataType::Timestamp,
+            DataType::TinyInt,
+            DataType::SmallInt,
+            DataType::Integer,
+            DataType::BigInt,
+            DataType::Float,
+            DataType::Decimal,
+            DataType::Varchar,
+            DataType::Varbinary,
+            DataType::Timestamp,
         ];
         types.sort_by_key(|ty| jdbc_type(*ty));
         for ty in types {
@@ -571,8 +610,16 @@ mod meta {
 
     pub fn tables(catalog: &Catalog) -> ResultTable {
         let names = [
-            "TABLE_CAT", "TABLE_SCHEM", "TABLE_NAME", "TABLE_TYPE", "REMARKS", "TYPE_CAT", "TYPE_SCHEM", "TYPE_NAME",
-            "SELF_REFERENCING_COL_NAME", "REF_GENERATION",
+            "TABLE_CAT",
+            "TABLE_SCHEM",
+            "TABLE_NAME",
+            "TABLE_TYPE",
+            "REMARKS",
+            "TYPE_CAT",
+            "TYPE_SCHEM",
+            "TYPE_NAME",
+            "SELF_REFERENCING_COL_NAME",
+            "REF_GENERATION",
         ];
         let cols: Vec<_> = names.iter().map(|n| (*n, DataType::Varchar)).collect();
         let mut t = ResultTable::with_columns(&cols);
@@ -784,7 +831,8 @@ mod meta {
                     DataType::Decimal => 16,
                     DataType::Varchar | DataType::Varbinary => VALUE_LENGTH_MAX_BYTES,
                 };
-                let octets = if matches!(ty, DataType::Varchar | DataType::Varbinary) { Value::Int(VALUE_LENGTH_MAX_BYTES) } else { Value::Null };
+                let octets =
+                    if matches!(ty, DataType::Varchar | DataType::Varbinary) { Value::Int(VALUE_LENGTH_MAX_BYTES) } else { Value::Null };
                 let remarks = if partition_param == Some(i) { s("PARTITION_PARAMETER") } else { Value::Null };
                 t.push(vec![
                     Value::Null,

@@ -32,7 +32,7 @@ impl TxnIdGenerator {
 
     /// The next id. If the clock stands still or goes back, time is borrowed from the
     /// future so ids keep growing.
-    pub fn next(&mut self) -> i64 {
+    pub fn next_id(&mut self) -> i64 {
         let now = Self::now_ms();
         if now > self.last_ms {
             self.last_ms = now;
@@ -78,7 +78,7 @@ mod tests {
         let mut g = TxnIdGenerator::new(3);
         let mut last = 0;
         for _ in 0..5000 {
-            let id = g.next();
+            let id = g.next_id();
             assert!(id > last);
             assert_eq!(partition_of(id), 3);
             last = id;

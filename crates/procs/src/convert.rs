@@ -47,17 +47,13 @@ pub(crate) fn to_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result
         LuaValue::Table(t) => {
             let len = t.raw_len();
             if len > ARRAY_PARAM_LEN_MAX {
-                return Err(format!(
-                    "parameter {pos} is an array of {len} values; the limit is {ARRAY_PARAM_LEN_MAX}"
-                ));
+                return Err(format!("parameter {pos} is an array of {len} values; the limit is {ARRAY_PARAM_LEN_MAX}"));
             }
             let mut items = Vec::with_capacity(len);
             for i in 1..=len {
                 let item: LuaValue = t.raw_get(i).map_err(|e| e.to_string())?;
                 if matches!(item, LuaValue::Table(_)) {
-                    return Err(format!(
-                        "parameter {pos} is an array of arrays; arrays cannot nest"
-                    ));
+                    return Err(format!("parameter {pos} is an array of arrays; arrays cannot nest"));
                 }
                 items.push(scalar_to_param(&item, ty, pos)?);
             }
@@ -137,10 +133,7 @@ mod tests {
         assert_eq!(s(&Value::Bool(true)), LuaValue::Boolean(true));
         assert_eq!(s(&Value::Null), LuaValue::Nil);
         let d = s(&Value::Decimal(decimal::parse("12.5").unwrap()));
-        assert_eq!(
-            d.as_string().unwrap().to_str().unwrap(),
-            decimal::format(decimal::parse("12.5").unwrap())
-        );
+        assert_eq!(d.as_string().unwrap().to_str().unwrap(), decimal::format(decimal::parse("12.5").unwrap()));
         let b = s(&Value::Bytes(vec![0, 255].into()));
         assert_eq!(b.as_string().unwrap().as_bytes().to_vec(), vec![0u8, 255]);
         let a = s(&Value::Array(vec![Value::Int(1), Value::from("x")]));
@@ -153,23 +146,12 @@ mod tests {
     fn lua_values_become_parameters_by_declared_type() {
         let lua = Lua::new();
         let s = LuaValue::String(lua.create_string(b"\xff\x00").unwrap());
-        assert_eq!(
-            to_param(&s, Some(DataType::Varbinary), 1).unwrap(),
-            Value::Bytes(vec![255, 0].into())
-        );
-        assert!(to_param(&s, Some(DataType::Varchar), 1)
-            .unwrap_err()
-            .contains("parameter 1"));
+        assert_eq!(to_param(&s, Some(DataType::Varbinary), 1).unwrap(), Value::Bytes(vec![255, 0].into()));
+        assert!(to_param(&s, Some(DataType::Varchar), 1).unwrap_err().contains("parameter 1"));
         let t = LuaValue::String(lua.create_string("hi").unwrap());
         assert_eq!(to_param(&t, None, 1).unwrap(), Value::from("hi"));
-        assert_eq!(
-            to_param(&LuaValue::Integer(3), None, 1).unwrap(),
-            Value::Int(3)
-        );
-        assert_eq!(
-            to_param(&LuaValue::Number(0.5), None, 1).unwrap(),
-            Value::Float(0.5)
-        );
+        assert_eq!(to_param(&LuaValue::Integer(3), None, 1).unwrap(), Value::Int(3));
+        assert_eq!(to_param(&LuaValue::Number(0.5), None, 1).unwrap(), Value::Float(0.5));
         assert_eq!(to_param(&LuaValue::Nil, None, 1).unwrap(), Value::Null);
         let f = LuaValue::Function(lua.create_function(|_, ()| Ok(())).unwrap());
         let e = to_param(&f, None, 2).unwrap_err();

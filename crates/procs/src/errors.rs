@@ -81,9 +81,7 @@ pub(crate) fn call_error(
              instructions (an endless loop?)"
         )),
         Some(Fatal::Memory) => memory_error(procedure, memory_limit_bytes),
-        None if matches!(err, mlua::Error::MemoryError(_)) => {
-            memory_error(procedure, memory_limit_bytes)
-        }
+        None if matches!(err, mlua::Error::MemoryError(_)) => memory_error(procedure, memory_limit_bytes),
         None => Error::unexpected(format!("procedure {procedure}: {}", lua_message(err))),
     }
 }
@@ -102,12 +100,8 @@ mod tests {
     #[test]
     #[allow(clippy::arc_with_non_send_sync)] // mlua's own error type holds the Arc
     fn messages_lose_wrappers_and_tracebacks() {
-        let inner =
-            mlua::Error::RuntimeError("p.lua:3: boom\nstack traceback:\n  [C]: in ?".into());
-        let wrapped = mlua::Error::CallbackError {
-            traceback: "tb".into(),
-            cause: std::sync::Arc::new(inner),
-        };
+        let inner = mlua::Error::RuntimeError("p.lua:3: boom\nstack traceback:\n  [C]: in ?".into());
+        let wrapped = mlua::Error::CallbackError { traceback: "tb".into(), cause: std::sync::Arc::new(inner) };
         assert_eq!(lua_message(&wrapped), "p.lua:3: boom");
     }
 
@@ -116,13 +110,7 @@ mod tests {
         let err = mlua::Error::RuntimeError("x".into());
         let e = call_error("Vote", Some(Fatal::Abort("no".into())), &err, 10, 0);
         assert_eq!(e, Error::user_abort("no"));
-        let e = call_error(
-            "Vote",
-            Some(Fatal::Host(Error::constraint("p.lua:2: dup"))),
-            &err,
-            10,
-            0,
-        );
+        let e = call_error("Vote", Some(Fatal::Host(Error::constraint("p.lua:2: dup"))), &err, 10, 0);
         assert_eq!(e, Error::constraint("procedure Vote: p.lua:2: dup"));
         let e = call_error("Vote", None, &err, 10, 0);
         assert_eq!(e, Error::unexpected("procedure Vote: x"));

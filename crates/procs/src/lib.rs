@@ -77,11 +77,7 @@ pub struct ProcOutput {
 
 impl Default for ProcOutput {
     fn default() -> Self {
-        ProcOutput {
-            tables: Vec::new(),
-            app_status: APP_STATUS_UNSET,
-            app_status_string: None,
-        }
+        ProcOutput { tables: Vec::new(), app_status: APP_STATUS_UNSET, app_status_string: None }
     }
 }
 
@@ -104,10 +100,6 @@ pub const MEMORY_LIMIT_DEFAULT_BYTES: usize = 256 * 1024 * 1024;
 
 impl Default for LuaConfig {
     fn default() -> Self {
-        LuaConfig {
-            instruction_budget: INSTRUCTION_BUDGET_DEFAULT,
-            memory_limit_bytes: MEMORY_LIMIT_DEFAULT_BYTES,
-            restartable: false,
-        }
+        LuaConfig { instruction_budget: INSTRUCTION_BUDGET_DEFAULT, memory_limit_bytes: MEMORY_LIMIT_DEFAULT_BYTES, restartable: false }
     }
 }

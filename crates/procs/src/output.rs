@@ -59,17 +59,8 @@ pub(crate) unsafe fn from_stack(l: *mut ffi::lua_State, nvals: c_int, shared: &S
 
 /// Collects the tables, moving result objects out of Lua (no copy) unless one is returned
 /// twice.
-pub(crate) fn tables(
-    procedure: &str,
-    shared: &Shared,
-    returned: MultiValue,
-) -> Result<Vec<ResultTable>, Error> {
-    let mut out = Collector {
-        shared,
-        procedure,
-        tables: Vec::new(),
-        taken: Vec::new(),
-    };
+pub(crate) fn tables(procedure: &str, shared: &Shared, returned: MultiValue) -> Result<Vec<ResultTable>, Error> {
+    let mut out = Collector { shared, procedure, tables: Vec::new(), taken: Vec::new() };
     for v in returned {
         match v {
             LuaValue::Table(t) if crate::stmt::is_bound(shared, &t) => {
@@ -125,13 +116,9 @@ impl Collector<'_> {
             LuaValue::Nil => {}
             LuaValue::Integer(i) => self.tables.push(ResultTable::scalar("", i)),
             LuaValue::Number(f) => self.tables.push(single(DataType::Float, Value::Float(f))),
-            LuaValue::Boolean(b) => self
-                .tables
-                .push(single(DataType::TinyInt, Value::Int(b as i64))),
+            LuaValue::Boolean(b) => self.tables.push(single(DataType::TinyInt, Value::Int(b as i64))),
             LuaValue::String(s) => match s.to_str() {
-                Ok(text) => self
-                    .tables
-                    .push(single(DataType::Varchar, Value::Str((&*text).into()))),
+                Ok(text) => self.tables.push(single(DataType::Varchar, Value::Str((&*text).into()))),
                 Err(_) => return Err(self.bad("a string that is not valid UTF-8 text")),
             },
             LuaValue::UserData(ud) => self.add_result(ud)?,
@@ -168,12 +155,8 @@ fn single(ty: DataType, v: Value) -> ResultTable {
 
 fn describe(v: &LuaValue) -> String {
     match v {
-        LuaValue::UserData(ud) if ud.is::<crate::stmt::StmtRef>() => {
-            "a statement (call :query, :first or :exec on it)".to_string()
-        }
-        LuaValue::UserData(ud) if ud.is::<crate::stmt::Bound>() => {
-            "a bound statement (run it with batch)".to_string()
-        }
+        LuaValue::UserData(ud) if ud.is::<crate::stmt::StmtRef>() => "a statement (call :query, :first or :exec on it)".to_string(),
+        LuaValue::UserData(ud) if ud.is::<crate::stmt::Bound>() => "a bound statement (run it with batch)".to_string(),
         other => format!("a {}", other.type_name()),
     }
 }

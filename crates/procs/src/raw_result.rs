@@ -69,11 +69,7 @@ unsafe fn parse<'a>(l: *mut ffi::lua_State) -> Option<Parsed<'a>> {
     }
     let mut names = Vec::with_capacity(ncols);
     for i in 1..=ncols {
-        let name = if ffi::lua_rawgeti(l, 1, i as ffi::lua_Integer) == ffi::LUA_TSTRING {
-            text(l, -1)
-        } else {
-            None
-        };
+        let name = if ffi::lua_rawgeti(l, 1, i as ffi::lua_Integer) == ffi::LUA_TSTRING { text(l, -1) } else { None };
         ffi::lua_pop(l, 1);
         names.push(name?);
     }

@@ -223,9 +223,7 @@ unsafe fn stmt_of<'a>(l: *mut ffi::lua_State) -> Option<&'a Stmt> {
     }
     let top = ffi::lua_gettop(l);
     let mut found: *const Stmt = std::ptr::null();
-    if ffi::lua_getiuservalue(l, 1, 1) == ffi::LUA_TTABLE
-        && ffi::lua_rawgeti(l, -1, 1) == ffi::LUA_TLIGHTUSERDATA
-    {
+    if ffi::lua_getiuservalue(l, 1, 1) == ffi::LUA_TTABLE && ffi::lua_rawgeti(l, -1, 1) == ffi::LUA_TLIGHTUSERDATA {
         found = ffi::lua_touserdata(l, -1).cast_const().cast();
     }
     ffi::lua_settop(l, top);
@@ -238,9 +236,7 @@ unsafe fn arg(l: *mut ffi::lua_State, idx: c_int, ty: Option<DataType>) -> Optio
     Some(match ffi::lua_type(l, idx) {
         ffi::LUA_TNIL => Value::Null,
         ffi::LUA_TBOOLEAN => Value::Bool(ffi::lua_toboolean(l, idx) != 0),
-        ffi::LUA_TNUMBER if ffi::lua_isinteger(l, idx) != 0 => {
-            Value::Int(ffi::lua_tointegerx(l, idx, std::ptr::null_mut()))
-        }
+        ffi::LUA_TNUMBER if ffi::lua_isinteger(l, idx) != 0 => Value::Int(ffi::lua_tointegerx(l, idx, std::ptr::null_mut())),
         ffi::LUA_TNUMBER => Value::Float(ffi::lua_tonumberx(l, idx, std::ptr::null_mut())),
         ffi::LUA_TSTRING => {
             let mut len = 0usize;

@@ -8,9 +8,7 @@ use std::ffi::c_int;
 use lockstep_core::{decimal, get_ignoring_case, Error, NameMap, Result, ResultTable, Value};
 use mlua::chunk::ChunkMode;
 use mlua::state::RawLua;
-use mlua::{
-    ffi, FromLuaMulti, Function, HookTriggers, Lua, LuaOptions, MultiValue, Value as LuaValue, VmState,
-};
+use mlua::{ffi, FromLuaMulti, Function, HookTriggers, Lua, LuaOptions, MultiValue, Value as LuaValue, VmState};
 
 use crate::errors::{call_error, lua_message};
 use crate::sandbox::{self, Sandbox};
@@ -157,38 +155,19 @@ impl LuaRuntime {
             }
         };
         shared.apply_heap_limit(&lua).map_err(internal)?;
-        Ok(LuaRuntime {
-            lua,
-            shared,
-            sandbox,
-            procs: NameMap::default(),
-            config,
-            watch,
-            reruns: 0,
-        })
+        Ok(LuaRuntime { lua, shared, sandbox, procs: NameMap::default(), config, watch, reruns: 0 })
     }
 
     /// Loads (or replaces) procedure `name` from Lua source; `path` names the file in error
     /// messages. Runs the module chunk once: each `sql [[...]]` calls `prepare`. The chunk
     /// must return the body function. On error the previous version (if any) stays loaded.
     /// Returns the procedure, for `call_proc`.
-    pub fn load(
-        &mut self,
-        name: &str,
-        path: &str,
-        source: &str,
-        prepare: &mut dyn FnMut(&str) -> Result<StmtInfo>,
-    ) -> Result<Rc<Proc>> {
+    pub fn load(&mut self, name: &str, path: &str, source: &str, prepare: &mut dyn FnMut(&str) -> Result<StmtInfo>) -> Result<Rc<Proc>> {
         if name.is_empty() || name.len() > PROC_NAME_MAX_BYTES {
-            return Err(Error::graceful(format!(
-                "procedure name '{name}' must be 1 to {PROC_NAME_MAX_BYTES} bytes long"
-            )));
+            return Err(Error::graceful(format!("procedure name '{name}' must be 1 to {PROC_NAME_MAX_BYTES} bytes long")));
         }
         if source.len() > SOURCE_MAX_BYTES {
-            return Err(Error::graceful(format!(
-                "procedure {name}: {path} is {} bytes; the limit is {SOURCE_MAX_BYTES}",
-                source.len()
-            )));
+            return Err(Error::graceful(format!("procedure {name}: {path} is {} bytes; the limit is {SOURCE_MAX_BYTES}", source.len())));
         }
         let env = self.sandbox.new_env().map_err(internal)?;
         let chunk = self
@@ -216,13 +195,7 @@ impl LuaRuntime {
                     other.type_name()
                 )))
             }
-            (Ok(_), Some(fatal)) => {
-                return Err(self.error(
-                    name,
-                    Some(fatal),
-                    &mlua::Error::RuntimeError(String::new()),
-                ))
-            }
+            (Ok(_), Some(fatal)) => return Err(self.error(name, Some(fatal), &mlua::Error::RuntimeError(String::new()))),
             (Err(e), fatal) => return Err(self.error(name, fatal, &e)),
         };
         let proc = Rc::new(Proc { name: name.to_string(), body });
@@ -241,13 +214,7 @@ impl LuaRuntime {
     }
 
     /// Calls the body of `name` with the parameters, inside the caller's transaction.
-    pub fn call(
-        &mut self,
-        name: &str,
-        params: &[Value],
-        ctx: &CallContext,
-        host: &mut dyn TxnHost,
-    ) -> Result<ProcOutput> {
+    pub fn call(&mut self, name: &str, params: &[Value], ctx: &CallContext, host: &mut dyn TxnHost) -> Result<ProcOutput> {
         let Some(proc) = get_ignoring_case(&self.procs, name).cloned() else {
             return Err(Error::unexpected(format!("procedure {name} is not loaded")));
         };
@@ -257,19 +224,9 @@ impl LuaRuntime {
     /// Calls a procedure `load` returned, inside the caller's transaction. In a watched
     /// runtime a call that runs past its time limit is undone by `host.restart` and runs
     /// again with its instructions counted; that run's outcome is the call's.
-    pub fn call_proc(
-        &mut self,
-        proc: &Proc,
-        params: &[Value],
-        ctx: &CallContext,
-        host: &mut dyn TxnHost,
-    ) -> Result<ProcOutput> {
+    pub fn call_proc(&mut self, proc: &Proc, params: &[Value], ctx: &CallContext, host: &mut dyn TxnHost) -> Result<ProcOutput> {
         if params.len() > CALL_PARAMS_MAX {
-            return Err(Error::graceful(format!(
-                "procedure {}: {} parameters; the limit is {CALL_PARAMS_MAX}",
-                proc.name,
-                params.len()
-            )));
+            return Err(Error::graceful(format!("procedure {}: {} parameters; the limit is {CALL_PARAMS_MAX}", proc.name, params.len())));
         }
         let watch = self.watch.clone();
         if let Some(done) = self.attempt(proc, params, ctx, host, watch.as_deref()) {
@@ -341,11 +298,7 @@ impl LuaRuntime {
                 let _lift = self.shared.lift_heap_limit(&self.lua);
                 output::tables(&proc.name, &self.shared, values).map(output)
             }
-            (Ok(_), Some(fatal)) => Err(self.error(
-                &proc.name,
-                Some(fatal),
-                &mlua::Error::RuntimeError(String::new()),
-            )),
+            (Ok(_), Some(fatal)) => Err(self.error(&proc.name, Some(fatal), &mlua::Error::RuntimeError(String::new()))),
             (Err(e), fatal) => Err(self.error(&proc.name, fatal, &e)),
         })
     }
@@ -356,12 +309,6 @@ impl LuaRuntime {
     }
 
     fn error(&self, procedure: &str, fatal: Option<Fatal>, err: &mlua::Error) -> Error {
-        call_error(
-            procedure,
-            fatal,
-            err,
-            self.config.instruction_budget,
-            self.config.memory_limit_bytes,
-        )
+        call_error(procedure, fatal, err, self.config.instruction_budget, self.config.memory_limit_bytes)
     }
 }

@@ -44,9 +44,7 @@ impl Sandbox {
             Ok(false)
         })?;
         let s = shared.clone();
-        let random = lua.create_function(move |lua, (lo, hi): (LuaValue, LuaValue)| {
-            ctx_random(lua, &s, lo, hi)
-        })?;
+        let random = lua.create_function(move |lua, (lo, hi): (LuaValue, LuaValue)| ctx_random(lua, &s, lo, hi))?;
         let s = shared.clone();
         let field = lua.create_function(move |_, key: LuaString| {
             let call = s.call.get();
@@ -57,10 +55,8 @@ impl Sandbox {
                 _ => None,
             })
         })?;
-        let (base, new_env): (Table, Function) = lua
-            .load(include_str!("sandbox.lua"))
-            .set_name("=sandbox")
-            .call((is_fatal, random, field))?;
+        let (base, new_env): (Table, Function) =
+            lua.load(include_str!("sandbox.lua")).set_name("=sandbox").call((is_fatal, random, field))?;
 
         let s = shared.clone();
         base.raw_set(
@@ -80,9 +76,7 @@ impl Sandbox {
         let s = shared.clone();
         base.raw_set(
             "set_app_status",
-            lua.create_function(move |lua, (code, text): (LuaValue, LuaValue)| {
-                set_app_status(lua, &s, code, text)
-            })?,
+            lua.create_function(move |lua, (code, text): (LuaValue, LuaValue)| set_app_status(lua, &s, code, text))?,
         )?;
         crate::stmt::register(lua, &base, shared)?;
         Ok(Sandbox { new_env })
@@ -101,37 +95,17 @@ fn set_app_status(lua: &Lua, shared: &Shared, code: LuaValue, text: LuaValue) ->
         _ => None,
     };
     let Some(code) = code else {
-        return Err(located(
-            lua,
-            "set_app_status(code, [text]) takes an integer code from -128 to 127",
-        ));
+        return Err(located(lua, "set_app_status(code, [text]) takes an integer code from -128 to 127"));
     };
     let text = match text {
         LuaValue::Nil => None,
         LuaValue::String(s) => {
             if s.as_bytes().len() > APP_STATUS_STRING_MAX_BYTES {
-                return Err(located(
-                    lua,
-                    format_args!(
-                        "set_app_status text is longer than {APP_STATUS_STRING_MAX_BYTES} bytes"
-                    ),
-                ));
+                return Err(located(lua, format_args!("set_app_status text is longer than {APP_STATUS_STRING_MAX_BYTES} bytes")));
             }
-            Some(
-                s.to_str()
-                    .map_err(|_| located(lua, "set_app_status text is not valid UTF-8"))?
-                    .to_string(),
-            )
+            Some(s.to_str().map_err(|_| located(lua, "set_app_status text is not valid UTF-8"))?.to_string())
         }
-        other => {
-            return Err(located(
-                lua,
-                format_args!(
-                    "set_app_status text must be a string, not a {}",
-                    other.type_name()
-                ),
-            ))
-        }
+        other => return Err(located(lua, format_args!("set_app_status text must be a string, not a {}", other.type_name()))),
     };
     shared.app_status.set(code);
     shared.app_status_string.replace(text);
@@ -144,18 +118,9 @@ fn ctx_random(lua: &Lua, shared: &Shared, lo: LuaValue, hi: LuaValue) -> mlua::R
     let mut state = shared.rng_state.get();
     let out = match (lo, hi) {
         (LuaValue::Nil, LuaValue::Nil) => LuaValue::Number(rng::next_f64(&mut state)),
-        (LuaValue::Integer(n), LuaValue::Nil) if n >= 1 => {
-            LuaValue::Integer(rng::next_in_range(&mut state, 1, n))
-        }
-        (LuaValue::Integer(m), LuaValue::Integer(n)) if m <= n => {
-            LuaValue::Integer(rng::next_in_range(&mut state, m, n))
-        }
-        _ => {
-            return Err(located(
-                lua,
-                "ctx.random() takes no arguments, an integer n >= 1, or integers m <= n",
-            ))
-        }
+        (LuaValue::Integer(n), LuaValue::Nil) if n >= 1 => LuaValue::Integer(rng::next_in_range(&mut state, 1, n)),
+        (LuaValue::Integer(m), LuaValue::Integer(n)) if m <= n => LuaValue::Integer(rng::next_in_range(&mut state, m, n)),
+        _ => return Err(located(lua, "ctx.random() takes no arguments, an integer n >= 1, or integers m <= n")),
     };
     shared.rng_state.set(state);
     Ok(out)

@@ -6,16 +6,13 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
-use mlua::{
-    AnyUserData, LightUserData, Lua, LuaString, MultiValue, Table, UserData, UserDataFields,
-    Value as LuaValue,
-};
+use mlua::{AnyUserData, LightUserData, Lua, LuaString, MultiValue, Table, UserData, UserDataFields, Value as LuaValue};
 
 use crate::convert;
 use crate::errors::{located, located_host_error};
-use crate::{raw_result, raw_stmt};
 use crate::result_obj::{self, Held};
 use crate::shared::{Fatal, Shared};
+use crate::{raw_result, raw_stmt};
 
 /// Longest SQL text `sql()` accepts.
 pub(crate) const SQL_TEXT_MAX_BYTES: usize = 64 * 1024;
@@ -86,11 +83,7 @@ pub fn each_row_of(table: &ResultTable, row: &mut dyn FnMut(&[Value]) -> lockste
 
 /// What `exec` returns: the modified-tuples count of DML, the row count of anything else.
 pub fn modified_count(table: &ResultTable) -> i64 {
-    let is_dml = table.columns.len() == 1
-        && table.rows.len() == 1
-        && table.columns[0]
-            .name
-            .eq_ignore_ascii_case("modified_tuples");
+    let is_dml = table.columns.len() == 1 && table.rows.len() == 1 && table.columns[0].name.eq_ignore_ascii_case("modified_tuples");
     match (is_dml, table.first_value()) {
         (true, Some(Value::Int(n))) => *n,
         _ => table.rows.len() as i64,
@@ -102,8 +95,7 @@ impl Stmt {
     /// (a statement's result columns are its plan's).
     pub(crate) fn keys_for(&self, columns: &[ResultColumn]) -> ColumnKeys {
         let mut keys = self.keys.borrow_mut();
-        let cached = keys.len() == columns.len()
-            && keys.iter().zip(columns).all(|((name, _), c)| *name == c.name);
+        let cached = keys.len() == columns.len() && keys.iter().zip(columns).all(|((name, _), c)| *name == c.name);
         if !cached {
             *keys = columns.iter().map(|c| (c.name.clone(), c.name.to_ascii_lowercase().into_bytes().into())).collect();
         }
@@ -130,33 +122,18 @@ impl Stmt {
         }
         Err(located(
             lua,
-            format_args!(
-                "statement \"{}\" takes {} parameters but was given {}",
-                self.quoted(),
-                self.param_types.len(),
-                given
-            ),
+            format_args!("statement \"{}\" takes {} parameters but was given {}", self.quoted(), self.param_types.len(), given),
         ))
     }
 
     /// `len` arguments as statement parameters, checked against the plan.
-    fn params_from<'a>(
-        &self,
-        lua: &Lua,
-        len: usize,
-        args: impl Iterator<Item = &'a LuaValue>,
-    ) -> mlua::Result<Vec<Value>> {
+    fn params_from<'a>(&self, lua: &Lua, len: usize, args: impl Iterator<Item = &'a LuaValue>) -> mlua::Result<Vec<Value>> {
         self.check_count(lua, len)?;
         let mut params = Vec::with_capacity(len);
         for (i, (arg, ty)) in args.zip(&self.param_types).enumerate() {
             match convert::to_param(arg, *ty, i + 1) {
                 Ok(v) => params.push(v),
-                Err(msg) => {
-                    return Err(located(
-                        lua,
-                        format_args!("{msg} (statement \"{}\")", self.quoted()),
-                    ))
-                }
+                Err(msg) => return Err(located(lua, format_args!("{msg} (statement \"{}\")", self.quoted()))),
             }
         }
         Ok(params)
@@ -167,18 +144,12 @@ impl Stmt {
     fn bind(&self, lua: &Lua, ud: AnyUserData, args: MultiValue) -> mlua::Result<LuaValue> {
         if args.iter().any(|a| matches!(a, LuaValue::Table(_))) {
             let params = self.params(lua, &args)?;
-            return Ok(LuaValue::UserData(lua.create_userdata(Bound {
-                id: self.id,
-                params,
-            })?));
+            return Ok(LuaValue::UserData(lua.create_userdata(Bound { id: self.id, params })?));
         }
         self.check_count(lua, args.len())?;
         for (i, (arg, ty)) in args.iter().zip(&self.param_types).enumerate() {
             if let Err(msg) = convert::check_scalar_param(arg, *ty, i + 1) {
-                return Err(located(
-                    lua,
-                    format_args!("{msg} (statement \"{}\")", self.quoted()),
-                ));
+                return Err(located(lua, format_args!("{msg} (statement \"{}\")", self.quoted())));
             }
         }
         let t = lua.create_table_with_capacity(args.len() + 1, 0)?;
@@ -207,10 +178,7 @@ fn host_failed(lua: &Lua, shared: &Shared, e: lockstep_core::Error) -> mlua::Err
 }
 
 fn outside_body(lua: &Lua) -> mlua::Error {
-    located(
-        lua,
-        "statements run only inside the procedure body, not while the module loads",
-    )
+    located(lua, "statements run only inside the procedure body, not while the module loads")
 }
 
 impl UserData for StmtRef {
@@ -294,18 +262,9 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
             let LuaValue::String(text) = text else {
                 return Err(located(lua, "sql() takes the statement text as a string"));
             };
-            let text = text
-                .to_str()
-                .map_err(|_| located(lua, "sql() text is not valid UTF-8"))?
-                .to_string();
+            let text = text.to_str().map_err(|_| located(lua, "sql() text is not valid UTF-8"))?.to_string();
             if text.len() > SQL_TEXT_MAX_BYTES {
-                return Err(located(
-                    lua,
-                    format_args!(
-                        "sql() text is {} bytes; the limit is {SQL_TEXT_MAX_BYTES}",
-                        text.len()
-                    ),
-                ));
+                return Err(located(lua, format_args!("sql() text is {} bytes; the limit is {SQL_TEXT_MAX_BYTES}", text.len())));
             }
             match s.with_prepare(|prepare| prepare(&text)) {
                 Some(Ok(info)) => {
@@ -331,15 +290,9 @@ pub(crate) fn register(lua: &Lua, base: &Table, shared: &Rc<Shared>) -> mlua::Re
         })?,
     )?;
     let s = shared.clone();
-    base.raw_set(
-        "batch",
-        lua.create_function(move |lua, args: MultiValue| batch(lua, &s, args))?,
-    )?;
+    base.raw_set("batch", lua.create_function(move |lua, args: MultiValue| batch(lua, &s, args))?)?;
     let s = shared.clone();
-    lua.set_named_registry_value(
-        raw_result::SLOW,
-        lua.create_function(move |lua, args| result_table(lua, &s, args))?,
-    )?;
+    lua.set_named_registry_value(raw_result::SLOW, lua.create_function(move |lua, args| result_table(lua, &s, args))?)?;
     // SAFETY: a C function following the rules in raw_stmt.rs and raw_result.rs.
     base.raw_set("result_table", unsafe { lua.create_c_function(raw_result::result_table)? })?;
     Ok(())
@@ -376,11 +329,7 @@ fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValu
         let Some(call) = call else {
             return Err(located(
                 lua,
-                format_args!(
-                    "batch() item {} is a {}; pass statements bound with stmt:bind(...)",
-                    i + 1,
-                    item.type_name()
-                ),
+                format_args!("batch() item {} is a {}; pass statements bound with stmt:bind(...)", i + 1, item.type_name()),
             ));
         };
         calls.push(call);
@@ -441,39 +390,23 @@ fn bound_call(lua: &Lua, shared: &Shared, t: &Table) -> mlua::Result<Option<(usi
 }
 
 fn batch_too_long(lua: &Lua, len: usize) -> mlua::Error {
-    located(
-        lua,
-        format_args!("batch() of {len} statements; the limit is {BATCH_LEN_MAX}"),
-    )
+    located(lua, format_args!("batch() of {len} statements; the limit is {BATCH_LEN_MAX}"))
 }
 
 /// `result_table({"name", "count"}, {{"a", 1}, {"b", 2}})`: a result built in Lua. Column
 /// types come from the first non-nil value of each column (VARCHAR when all are nil).
-fn result_table(
-    lua: &Lua,
-    shared: &Shared,
-    (names, rows): (LuaValue, LuaValue),
-) -> mlua::Result<AnyUserData> {
+fn result_table(lua: &Lua, shared: &Shared, (names, rows): (LuaValue, LuaValue)) -> mlua::Result<AnyUserData> {
     let (LuaValue::Table(names_table), LuaValue::Table(rows)) = (names, rows) else {
-        return Err(located(
-            lua,
-            "result_table(names, rows) takes an array of column names and an array of rows",
-        ));
+        return Err(located(lua, "result_table(names, rows) takes an array of column names and an array of rows"));
     };
     let ncols = names_table.raw_len();
     if ncols == 0 || ncols > RESULT_COLUMNS_MAX {
-        return Err(located(
-            lua,
-            format_args!("result_table() needs 1 to {RESULT_COLUMNS_MAX} column names"),
-        ));
+        return Err(located(lua, format_args!("result_table() needs 1 to {RESULT_COLUMNS_MAX} column names")));
     }
     let mut names = Vec::with_capacity(ncols);
     for i in 1..=ncols {
         let LuaValue::String(name) = names_table.raw_get::<LuaValue>(i)? else {
-            return Err(located(
-                lua,
-                format_args!("result_table() column name {i} is not a string"),
-            ));
+            return Err(located(lua, format_args!("result_table() column name {i} is not a string")));
         };
         names.push(name);
     }
@@ -482,19 +415,12 @@ fn result_table(
     let mut types: Vec<Option<DataType>> = vec![None; ncols];
     for r in 1..=nrows {
         let LuaValue::Table(row) = rows.raw_get::<LuaValue>(r)? else {
-            return Err(located(
-                lua,
-                format_args!("result_table() row {r} is not an array"),
-            ));
+            return Err(located(lua, format_args!("result_table() row {r} is not an array")));
         };
         let mut out = Vec::with_capacity(ncols);
         for c in 1..=ncols {
-            let (v, ty) = convert::to_cell(&row.raw_get::<LuaValue>(c)?).map_err(|what| {
-                located(
-                    lua,
-                    format_args!("result_table() row {r} column {c} is {what}"),
-                )
-            })?;
+            let (v, ty) = convert::to_cell(&row.raw_get::<LuaValue>(c)?)
+                .map_err(|what| located(lua, format_args!("result_table() row {r} column {c} is {what}")))?;
             if types[c - 1].is_none() {
                 types[c - 1] = ty;
             }
@@ -518,17 +444,7 @@ fn result_table(
             let v = if v.coerces_to_itself(ty) {
                 v
             } else {
-                v.coerce_to(ty).map_err(|e| {
-                    located(
-                        lua,
-                        format_args!(
-                            "result_table() row {} column {}: {}",
-                            r + 1,
-                            c + 1,
-                            e.message
-                        ),
-                    )
-                })?
+                v.coerce_to(ty).map_err(|e| located(lua, format_args!("result_table() row {} column {}: {}", r + 1, c + 1, e.message)))?
             };
             out.push(v);
         }
@@ -545,14 +461,12 @@ const BUILT_COLUMNS_KEPT: usize = 16;
 pub(crate) fn built_columns(shared: &Shared, names: &[&str], types: &[DataType]) -> Arc<[ResultColumn]> {
     let mut kept = shared.built_columns.borrow_mut();
     let same = |cols: &Arc<[ResultColumn]>| {
-        cols.len() == names.len()
-            && cols.iter().zip(names).zip(types).all(|((c, n), &t)| c.ty == t && &*c.name == *n)
+        cols.len() == names.len() && cols.iter().zip(names).zip(types).all(|((c, n), &t)| c.ty == t && &*c.name == *n)
     };
     if let Some(cols) = kept.iter().find(|c| same(c)) {
         return cols.clone();
     }
-    let columns: Arc<[ResultColumn]> =
-        names.iter().zip(types).map(|(&name, &ty)| ResultColumn { name: name.into(), ty }).collect();
+    let columns: Arc<[ResultColumn]> = names.iter().zip(types).map(|(&name, &ty)| ResultColumn { name: name.into(), ty }).collect();
     if kept.len() == BUILT_COLUMNS_KEPT {
         kept.pop_front();
     }

@@ -16,12 +16,7 @@ struct FakeHost {
 
 impl FakeHost {
     fn new(respond: impl FnMut(usize, &[Value]) -> Result<ResultTable> + 'static) -> Self {
-        FakeHost {
-            calls: Vec::new(),
-            batches: Vec::new(),
-            restarts: 0,
-            respond: Box::new(respond),
-        }
+        FakeHost { calls: Vec::new(), batches: Vec::new(), restarts: 0, respond: Box::new(respond) }
     }
     fn modified() -> Self {
         Self::new(|_, _| Ok(ResultTable::modified(1)))
@@ -55,10 +50,7 @@ fn prepare_into(texts: &mut Vec<String>) -> impl FnMut(&str) -> Result<StmtInfo>
         }
         let ty = text.contains("/*bin*/").then_some(DataType::Varbinary);
         texts.push(text.to_string());
-        Ok(StmtInfo {
-            id: texts.len() - 1,
-            param_types: vec![ty; text.matches('?').count()],
-        })
+        Ok(StmtInfo { id: texts.len() - 1, param_types: vec![ty; text.matches('?').count()] })
     }
 }
 
@@ -68,29 +60,15 @@ fn runtime() -> LuaRuntime {
 
 fn load(rt: &mut LuaRuntime, name: &str, src: &str) -> Result<Vec<String>> {
     let mut texts = Vec::new();
-    rt.load(
-        name,
-        &format!("procedures/{}.lua", name.to_lowercase()),
-        src,
-        &mut prepare_into(&mut texts),
-    )?;
+    rt.load(name, &format!("procedures/{}.lua", name.to_lowercase()), src, &mut prepare_into(&mut texts))?;
     Ok(texts)
 }
 
 fn ctx(txn_id: i64) -> CallContext {
-    CallContext {
-        txn_id,
-        timestamp_micros: 1_700_000_000_000_000,
-        partition: Some(3),
-    }
+    CallContext { txn_id, timestamp_micros: 1_700_000_000_000_000, partition: Some(3) }
 }
 
-fn call(
-    rt: &mut LuaRuntime,
-    name: &str,
-    params: &[Value],
-    host: &mut FakeHost,
-) -> Result<ProcOutput> {
+fn call(rt: &mut LuaRuntime, name: &str, params: &[Value], host: &mut FakeHost) -> Result<ProcOutput> {
     rt.call(name, params, &ctx(100), host)
 }
 
@@ -146,23 +124,11 @@ fn first_and_exec_run_the_planned_statements_with_converted_parameters() {
     let texts = load(&mut rt, "UpdateLocation", UPDATE_LOCATION).unwrap();
     assert_eq!(texts.len(), 2);
     let mut host = subscriber_host(true);
-    let out = call(
-        &mut rt,
-        "updatelocation",
-        &[Value::from("LOC"), Value::Int(7)],
-        &mut host,
-    )
-    .unwrap();
+    let out = call(&mut rt, "updatelocation", &[Value::from("LOC"), Value::Int(7)], &mut host).unwrap();
     assert_eq!(out.tables, vec![ResultTable::scalar("", 1)]);
     assert_eq!(out.app_status, -128);
     assert_eq!(out.app_status_string, None);
-    assert_eq!(
-        host.calls,
-        vec![
-            (0, vec![Value::Int(7)]),
-            (1, vec![Value::from("LOC"), Value::Int(42)])
-        ]
-    );
+    assert_eq!(host.calls, vec![(0, vec![Value::Int(7)]), (1, vec![Value::from("LOC"), Value::Int(42)])]);
 }
 
 #[test]
@@ -170,13 +136,7 @@ fn abort_is_a_user_abort_with_exactly_the_message() {
     let mut rt = runtime();
     load(&mut rt, "UpdateLocation", UPDATE_LOCATION).unwrap();
     let mut host = subscriber_host(false);
-    let err = call(
-        &mut rt,
-        "UpdateLocation",
-        &[Value::from("LOC"), Value::Int(7)],
-        &mut host,
-    )
-    .unwrap_err();
+    let err = call(&mut rt, "UpdateLocation", &[Value::from("LOC"), Value::Int(7)], &mut host).unwrap_err();
     assert_eq!(err, Error::user_abort("no such subscriber"));
     assert_eq!(host.calls.len(), 1);
     // pcall cannot swallow an abort.
@@ -185,8 +145,7 @@ fn abort_is_a_user_abort_with_exactly_the_message() {
 }
 
 fn people() -> ResultTable {
-    let mut t =
-        ResultTable::with_columns(&[("NAME", DataType::Varchar), ("AGE", DataType::Integer)]);
+    let mut t = ResultTable::with_columns(&[("NAME", DataType::Varchar), ("AGE", DataType::Integer)]);
     t.push(vec![Value::from("ann"), Value::Int(31)]);
     t.push(vec![Value::from("bob"), Value::Null]);
     t
@@ -253,39 +212,18 @@ end
 "#,
     )
     .unwrap();
-    let mut host = FakeHost::new(|stmt, _| {
-        Ok(ResultTable::scalar(
-            if stmt == 0 { "A" } else { "B" },
-            stmt as i64,
-        ))
-    });
+    let mut host = FakeHost::new(|stmt, _| Ok(ResultTable::scalar(if stmt == 0 { "A" } else { "B" }, stmt as i64)));
     let out = call(&mut rt, "B", &[], &mut host).unwrap();
-    assert_eq!(
-        out.tables,
-        vec![ResultTable::scalar("B", 1), ResultTable::scalar("A", 0)]
-    );
+    assert_eq!(out.tables, vec![ResultTable::scalar("B", 1), ResultTable::scalar("A", 0)]);
     assert_eq!(host.batches, vec![2]);
-    assert_eq!(
-        host.calls,
-        vec![
-            (0, vec![Value::Int(1)]),
-            (1, vec![Value::from("two"), Value::Int(2)])
-        ]
-    );
+    assert_eq!(host.calls, vec![(0, vec![Value::Int(1)]), (1, vec![Value::from("two"), Value::Int(2)])]);
     let out = call(&mut rt, "B", &[Value::Bool(true)], &mut host).unwrap();
-    assert_eq!(
-        out.tables,
-        vec![ResultTable::scalar("A", 0), ResultTable::scalar("B", 1)]
-    );
+    assert_eq!(out.tables, vec![ResultTable::scalar("A", 0), ResultTable::scalar("B", 1)]);
     // One bound statement is a batch of one, not an array of its own parts.
     let out = call(&mut rt, "B", &[Value::Bool(false)], &mut host).unwrap();
     assert_eq!(out.tables, vec![ResultTable::scalar("A", 0)]);
     let err = run("return batch(1)", &[]).unwrap_err();
-    assert!(
-        err.message.contains("batch() item 1 is a integer"),
-        "{}",
-        err.message
-    );
+    assert!(err.message.contains("batch() item 1 is a integer"), "{}", err.message);
 }
 
 #[test]
@@ -311,13 +249,7 @@ end
     .unwrap();
     let mut host = FakeHost::new(|_, _| Ok(ResultTable::scalar("X", 1)));
     call(&mut rt, "K", &[Value::from("nil")], &mut host).unwrap();
-    assert_eq!(
-        host.calls,
-        vec![
-            (0, vec![Value::Null, Value::Int(7)]),
-            (1, vec![Value::Array(vec![Value::Int(1), Value::Int(2)])])
-        ]
-    );
+    assert_eq!(host.calls, vec![(0, vec![Value::Null, Value::Int(7)]), (1, vec![Value::Array(vec![Value::Int(1), Value::Int(2)])])]);
     let meta = call(&mut rt, "K", &[Value::from("meta")], &mut host).unwrap();
     assert_eq!(meta.tables, vec![one(DataType::Varchar, Value::from("bound statement"))]);
     let forged = call(&mut rt, "K", &[Value::from("forge")], &mut host).unwrap_err();
@@ -337,59 +269,25 @@ end
 fn every_return_shape_becomes_the_documented_tables() {
     assert_eq!(run("return nil", &[]).unwrap().tables, vec![]);
     assert_eq!(run("", &[]).unwrap().tables, vec![]);
-    assert_eq!(
-        run("return 5", &[]).unwrap().tables,
-        vec![ResultTable::scalar("", 5)]
-    );
-    assert_eq!(
-        run("return 2.5", &[]).unwrap().tables,
-        vec![one(DataType::Float, Value::Float(2.5))]
-    );
-    assert_eq!(
-        run("return 'hi'", &[]).unwrap().tables,
-        vec![one(DataType::Varchar, Value::from("hi"))]
-    );
-    assert_eq!(
-        run("return false", &[]).unwrap().tables,
-        vec![one(DataType::TinyInt, Value::Int(0))]
-    );
-    assert_eq!(
-        run("return {1, 'a'}", &[]).unwrap().tables,
-        vec![
-            ResultTable::scalar("", 1),
-            one(DataType::Varchar, Value::from("a"))
-        ]
-    );
+    assert_eq!(run("return 5", &[]).unwrap().tables, vec![ResultTable::scalar("", 5)]);
+    assert_eq!(run("return 2.5", &[]).unwrap().tables, vec![one(DataType::Float, Value::Float(2.5))]);
+    assert_eq!(run("return 'hi'", &[]).unwrap().tables, vec![one(DataType::Varchar, Value::from("hi"))]);
+    assert_eq!(run("return false", &[]).unwrap().tables, vec![one(DataType::TinyInt, Value::Int(0))]);
+    assert_eq!(run("return {1, 'a'}", &[]).unwrap().tables, vec![ResultTable::scalar("", 1), one(DataType::Varchar, Value::from("a"))]);
     assert_eq!(run("return {}", &[]).unwrap().tables, vec![]);
 
-    let out = run(
-        r#"return result_table({"name", "count", "ok", "f"}, {{"a", 1, true, nil}, {"b", 2.0, false, 1}})"#,
-        &[],
-    );
+    let out = run(r#"return result_table({"name", "count", "ok", "f"}, {{"a", 1, true, nil}, {"b", 2.0, false, 1}})"#, &[]);
     let mut expected = ResultTable::with_columns(&[
         ("name", DataType::Varchar),
         ("count", DataType::BigInt),
         ("ok", DataType::TinyInt),
         ("f", DataType::BigInt),
     ]);
-    expected.push(vec![
-        Value::from("a"),
-        Value::Int(1),
-        Value::Int(1),
-        Value::Null,
-    ]);
-    expected.push(vec![
-        Value::from("b"),
-        Value::Int(2),
-        Value::Int(0),
-        Value::Int(1),
-    ]);
+    expected.push(vec![Value::from("a"), Value::Int(1), Value::Int(1), Value::Null]);
+    expected.push(vec![Value::from("b"), Value::Int(2), Value::Int(0), Value::Int(1)]);
     assert_eq!(out.unwrap().tables, vec![expected.clone()]);
     // The same result twice in an array comes back twice.
-    let out = run(
-        r#"local r = result_table({"name", "count", "ok", "f"}, {{"a", 1, true, nil}, {"b", 2, false, 1}}) return {r, r}"#,
-        &[],
-    );
+    let out = run(r#"local r = result_table({"name", "count", "ok", "f"}, {{"a", 1, true, nil}, {"b", 2, false, 1}}) return {r, r}"#, &[]);
     assert_eq!(out.unwrap().tables, vec![expected.clone(), expected]);
 
     // Several values come back in order; a result returned twice is copied.
@@ -416,11 +314,7 @@ fn every_return_shape_becomes_the_documented_tables() {
     ] {
         let err = run(body, &[]).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unexpected);
-        assert!(
-            err.message.starts_with(&format!("procedure P {what}")),
-            "{body}: {}",
-            err.message
-        );
+        assert!(err.message.starts_with(&format!("procedure P {what}")), "{body}: {}", err.message);
     }
     // Column sets are reused only when names and types both match.
     let tables = run(
@@ -445,28 +339,28 @@ fn every_return_shape_becomes_the_documented_tables() {
     assert_eq!(t[0].rows, vec![vec![Value::from("x")], vec![Value::Null]]);
 
     let err = run(r#"return result_table({"n"}, {{1}, {"x"}})"#, &[]).unwrap_err();
-    assert!(err.message.contains("procedures/p.lua:2: result_table() row 2 column 1: cannot convert VARCHAR 'x' to BIGINT"), "{}", err.message);
+    assert!(
+        err.message.contains("procedures/p.lua:2: result_table() row 2 column 1: cannot convert VARCHAR 'x' to BIGINT"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]
 fn app_status_is_reported_and_reset_between_calls() {
     let mut rt = runtime();
-    load(
-        &mut rt,
-        "S",
-        "return function(set) if set then set_app_status(7, 'seven') end end",
-    )
-    .unwrap();
+    load(&mut rt, "S", "return function(set) if set then set_app_status(7, 'seven') end end").unwrap();
     let mut host = FakeHost::modified();
     let out = call(&mut rt, "S", &[Value::Bool(true)], &mut host).unwrap();
-    assert_eq!(
-        (out.app_status, out.app_status_string),
-        (7, Some("seven".to_string()))
-    );
+    assert_eq!((out.app_status, out.app_status_string), (7, Some("seven".to_string())));
     let out = call(&mut rt, "S", &[], &mut host).unwrap();
     assert_eq!((out.app_status, out.app_status_string), (-128, None));
     let err = run("set_app_status(200)", &[]).unwrap_err();
-    assert!(err.message.contains("procedures/p.lua:2: set_app_status(code, [text]) takes an integer code from -128 to 127"), "{}", err.message);
+    assert!(
+        err.message.contains("procedures/p.lua:2: set_app_status(code, [text]) takes an integer code from -128 to 127"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]
@@ -481,19 +375,7 @@ fn ctx_fields_and_random_are_deterministic_per_txn_id() {
     let mut host = FakeHost::modified();
     let a = rt.call("C", &[], &ctx(100), &mut host).unwrap().tables;
     let b = rt.call("C", &[], &ctx(100), &mut host).unwrap().tables;
-    let c = rt
-        .call(
-            "C",
-            &[],
-            &CallContext {
-                txn_id: 101,
-                timestamp_micros: 5,
-                partition: None,
-            },
-            &mut host,
-        )
-        .unwrap()
-        .tables;
+    let c = rt.call("C", &[], &CallContext { txn_id: 101, timestamp_micros: 5, partition: None }, &mut host).unwrap().tables;
     assert_eq!(a, b);
     assert_eq!(a[0], ResultTable::scalar("", 100));
     assert_eq!(a[1], ResultTable::scalar("", 1_700_000_000_000_000));
@@ -507,14 +389,7 @@ fn ctx_fields_and_random_are_deterministic_per_txn_id() {
     let r1 = crate::rng::next_in_range(&mut s, 1, 1_000_000);
     let r2 = crate::rng::next_in_range(&mut s, 1, 1_000_000);
     let f = crate::rng::next_f64(&mut s);
-    assert_eq!(
-        a[3..],
-        [
-            ResultTable::scalar("", r1),
-            ResultTable::scalar("", r2),
-            one(DataType::Float, Value::Float(f))
-        ]
-    );
+    assert_eq!(a[3..], [ResultTable::scalar("", r1), ResultTable::scalar("", r2), one(DataType::Float, Value::Float(f))]);
     // pairs() lists the running call's fields; the module itself loads with txn id 0.
     load(
         &mut rt,
@@ -529,11 +404,7 @@ fn ctx_fields_and_random_are_deterministic_per_txn_id() {
     assert_eq!(p[2], ResultTable::scalar("", 39));
     assert_eq!(p[3], one(DataType::TinyInt, Value::Int(1)));
     let err = run("ctx.random(5, 1)", &[]).unwrap_err();
-    assert!(
-        err.message.contains("ctx.random() takes"),
-        "{}",
-        err.message
-    );
+    assert!(err.message.contains("ctx.random() takes"), "{}", err.message);
 }
 
 #[test]
@@ -551,34 +422,24 @@ fn the_sandbox_forbids_io_os_debug_loading_and_gc_control() {
         ("rawset({}, 1, 1)", "global 'rawset'"),
         ("coroutine.create(print)", "global 'coroutine'"),
         ("package.loaded.x = 1", "global 'package'"),
-        (
-            "math.random(1, 2)",
-            "math.random is not available in procedures: use ctx.random()",
-        ),
+        ("math.random(1, 2)", "math.random is not available in procedures: use ctx.random()"),
         ("math.randomseed(1)", "math.random is not available"),
         ("assert(load('\\27Lua'))", "attempt to load a binary chunk"),
-        (
-            "return getmetatable('').__index",
-            "attempt to index a boolean value",
-        ),
+        ("return getmetatable('').__index", "attempt to index a boolean value"),
     ] {
         let err = run(code, &[]).expect_err(code);
         assert_eq!(err.kind, ErrorKind::Unexpected, "{code}");
         assert!(err.message.contains(needle), "{code}: {}", err.message);
     }
     // What is allowed works, and print writes nothing anywhere.
-    let out = run("print('hello'); return load('return 1 + ...')(41) .. string.upper('x') .. math.floor(2.5) .. utf8.char(65) .. #table.pack(1, 2)", &[]);
-    assert_eq!(
-        out.unwrap().tables,
-        vec![one(DataType::Varchar, Value::from("42X2A2"))]
+    let out = run(
+        "print('hello'); return load('return 1 + ...')(41) .. string.upper('x') .. math.floor(2.5) .. utf8.char(65) .. #table.pack(1, 2)",
+        &[],
     );
+    assert_eq!(out.unwrap().tables, vec![one(DataType::Varchar, Value::from("42X2A2"))]);
     // Chunks made by load() cannot write globals either.
     let err = run("load('y = 1')()", &[]).unwrap_err();
-    assert!(
-        err.message.contains("cannot set global 'y'"),
-        "{}",
-        err.message
-    );
+    assert!(err.message.contains("cannot set global 'y'"), "{}", err.message);
 }
 
 #[test]
@@ -600,59 +461,34 @@ fn globals_and_libraries_cannot_be_changed() {
     // Module level too: the load fails.
     let mut rt = runtime();
     let err = load(&mut rt, "G", "counter = 0\nreturn function() end").unwrap_err();
-    assert!(
-        err.message
-            .starts_with("procedure G: procedures/g.lua:1: cannot set global 'counter'"),
-        "{}",
-        err.message
-    );
+    assert!(err.message.starts_with("procedure G: procedures/g.lua:1: cannot set global 'counter'"), "{}", err.message);
     assert!(!rt.has("G"));
     // Reading through the read-only views still works, pairs() included.
     let out = run("local n = 0 for k in pairs(math) do n = n + 1 end return n > 20 and #_G == 0 and _G.math == math", &[]);
-    assert_eq!(
-        out.unwrap().tables,
-        vec![one(DataType::TinyInt, Value::Int(1))]
-    );
+    assert_eq!(out.unwrap().tables, vec![one(DataType::TinyInt, Value::Int(1))]);
 }
 
 #[test]
 fn the_instruction_budget_stops_runaway_loops_even_under_pcall() {
-    let config = LuaConfig {
-        instruction_budget: 1_000_000,
-        ..LuaConfig::default()
-    };
+    let config = LuaConfig { instruction_budget: 1_000_000, ..LuaConfig::default() };
     let mut rt = LuaRuntime::new(config).unwrap();
     let mut texts = Vec::new();
-    rt.load("Spin", "spin.lua", "return function(mode)\n if mode == 1 then while true do end end\n while true do pcall(function() while true do end end) end\nend", &mut prepare_into(&mut texts)).unwrap();
+    rt.load(
+        "Spin",
+        "spin.lua",
+        "return function(mode)\n if mode == 1 then while true do end end\n while true do pcall(function() while true do end end) end\nend",
+        &mut prepare_into(&mut texts),
+    )
+    .unwrap();
     let mut host = FakeHost::modified();
     for mode in [1, 2] {
-        let err = rt
-            .call("Spin", &[Value::Int(mode)], &ctx(1), &mut host)
-            .unwrap_err();
+        let err = rt.call("Spin", &[Value::Int(mode)], &ctx(1), &mut host).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Graceful);
-        assert!(
-            err.message.starts_with(
-                "procedure Spin exceeded its instruction budget of 1000000 instructions"
-            ),
-            "{}",
-            err.message
-        );
+        assert!(err.message.starts_with("procedure Spin exceeded its instruction budget of 1000000 instructions"), "{}", err.message);
     }
     // A module chunk that never returns is stopped too, and the budget is per call.
-    let err = rt
-        .load(
-            "Hang",
-            "hang.lua",
-            "while true do end",
-            &mut prepare_into(&mut texts),
-        )
-        .unwrap_err();
-    assert!(
-        err.message
-            .starts_with("procedure Hang exceeded its instruction budget"),
-        "{}",
-        err.message
-    );
+    let err = rt.load("Hang", "hang.lua", "while true do end", &mut prepare_into(&mut texts)).unwrap_err();
+    assert!(err.message.starts_with("procedure Hang exceeded its instruction budget"), "{}", err.message);
     rt.load(
         "Sum",
         "sum.lua",
@@ -661,10 +497,7 @@ fn the_instruction_budget_stops_runaway_loops_even_under_pcall() {
     )
     .unwrap();
     for _ in 0..200 {
-        assert_eq!(
-            rt.call("Sum", &[], &ctx(1), &mut host).unwrap().tables,
-            vec![ResultTable::scalar("", 50_005_000)]
-        );
+        assert_eq!(rt.call("Sum", &[], &ctx(1), &mut host).unwrap().tables, vec![ResultTable::scalar("", 50_005_000)]);
     }
 }
 
@@ -725,11 +558,7 @@ fn a_watched_runaway_loop_ends_with_the_counted_budget_error_even_under_pcall() 
         for mode in [1, 2] {
             let mut host = FakeHost::modified();
             let err = rt.call("Spin", &[Value::Int(mode)], &ctx(1), &mut host).unwrap_err();
-            assert!(
-                err.message.starts_with("procedure Spin exceeded its instruction budget of 25000000 instructions"),
-                "{}",
-                err.message
-            );
+            assert!(err.message.starts_with("procedure Spin exceeded its instruction budget of 25000000 instructions"), "{}", err.message);
             assert_eq!(host.restarts, 1);
         }
         // A module's top level is counted, since a load has nothing to restart.
@@ -744,38 +573,19 @@ fn a_watched_runaway_loop_ends_with_the_counted_budget_error_even_under_pcall() 
 
 #[test]
 fn the_memory_limit_stops_a_procedure_that_grows_without_end() {
-    let config = LuaConfig {
-        memory_limit_bytes: 16 * 1024 * 1024,
-        ..LuaConfig::default()
-    };
+    let config = LuaConfig { memory_limit_bytes: 16 * 1024 * 1024, ..LuaConfig::default() };
     let mut rt = LuaRuntime::new(config).unwrap();
     let mut texts = Vec::new();
     rt.load("Grow", "grow.lua", "return function(catch)\n local t = {}\n local function grow() for i = 1, 1e8 do t[i] = tostring(i) end end\n if catch then pcall(grow) return 1 end\n grow()\nend", &mut prepare_into(&mut texts)).unwrap();
     let mut host = FakeHost::modified();
     for catch in [false, true] {
-        let err = rt
-            .call("Grow", &[Value::Bool(catch)], &ctx(1), &mut host)
-            .unwrap_err();
+        let err = rt.call("Grow", &[Value::Bool(catch)], &ctx(1), &mut host).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Graceful);
-        assert!(
-            err.message
-                .starts_with("procedure Grow ran out of Lua memory (the limit is 16777216 bytes"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.starts_with("procedure Grow ran out of Lua memory (the limit is 16777216 bytes"), "{}", err.message);
     }
     // The runtime keeps working afterwards.
-    rt.load(
-        "Ok",
-        "ok.lua",
-        "return function() return 1 end",
-        &mut prepare_into(&mut texts),
-    )
-    .unwrap();
-    assert_eq!(
-        rt.call("Ok", &[], &ctx(1), &mut host).unwrap().tables,
-        vec![ResultTable::scalar("", 1)]
-    );
+    rt.load("Ok", "ok.lua", "return function() return 1 end", &mut prepare_into(&mut texts)).unwrap();
+    assert_eq!(rt.call("Ok", &[], &ctx(1), &mut host).unwrap().tables, vec![ResultTable::scalar("", 1)]);
 }
 
 /// Rows are built under the heap limit (`raw_stmt::first`) or with it lifted (the Rust
@@ -783,10 +593,7 @@ fn the_memory_limit_stops_a_procedure_that_grows_without_end() {
 /// limit, and the limit is back afterwards.
 #[test]
 fn the_memory_limit_holds_for_results_kept_by_the_procedure() {
-    let config = LuaConfig {
-        memory_limit_bytes: 16 * 1024 * 1024,
-        ..LuaConfig::default()
-    };
+    let config = LuaConfig { memory_limit_bytes: 16 * 1024 * 1024, ..LuaConfig::default() };
     let mut rt = LuaRuntime::new(config).unwrap();
     let mut texts = Vec::new();
     let src = "local q = sql [[SELECT name FROM people]]\n\
@@ -800,11 +607,7 @@ fn the_memory_limit_holds_for_results_kept_by_the_procedure() {
     let mut host = FakeHost::new(move |_, _| Ok(wide.clone()));
     for _ in 0..2 {
         let err = rt.call("Keep", &[], &ctx(1), &mut host).unwrap_err();
-        assert!(
-            err.message.starts_with("procedure Keep ran out of Lua memory (the limit is 16777216 bytes"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.starts_with("procedure Keep ran out of Lua memory (the limit is 16777216 bytes"), "{}", err.message);
     }
 }
 
@@ -814,50 +617,23 @@ fn errors_name_the_procedure_the_file_and_the_line() {
     load(&mut rt, "Vote", "local ins = sql 'INSERT INTO votes VALUES (?)'\nreturn function(t)\n  if t then return ins:exec(1) end\n  local x = nil\n  return x.field\nend").unwrap();
     let mut host = FakeHost::new(|_, _| Err(Error::constraint("duplicate key in VOTES")));
     let err = call(&mut rt, "Vote", &[], &mut host).unwrap_err();
-    assert_eq!(
-        err,
-        Error::unexpected(
-            "procedure Vote: procedures/vote.lua:5: attempt to index a nil value (local 'x')"
-        )
-    );
+    assert_eq!(err, Error::unexpected("procedure Vote: procedures/vote.lua:5: attempt to index a nil value (local 'x')"));
     // A failed statement keeps its kind, gets the location, and pcall cannot hide it.
     let err = call(&mut rt, "Vote", &[Value::Bool(true)], &mut host).unwrap_err();
-    assert_eq!(
-        err,
-        Error::constraint("procedure Vote: procedures/vote.lua:3: duplicate key in VOTES")
-    );
+    assert_eq!(err, Error::constraint("procedure Vote: procedures/vote.lua:3: duplicate key in VOTES"));
     // Planning errors abort the load with the same prefix.
-    let err = load(
-        &mut rt,
-        "Bad",
-        "local ok = sql 'SELECT 1'\nlocal q = sql 'SELECT bogus FROM t'\nreturn function() end",
-    )
-    .unwrap_err();
-    assert_eq!(
-        err,
-        Error::sql("procedure Bad: procedures/bad.lua:2: unknown column BOGUS")
-    );
+    let err = load(&mut rt, "Bad", "local ok = sql 'SELECT 1'\nlocal q = sql 'SELECT bogus FROM t'\nreturn function() end").unwrap_err();
+    assert_eq!(err, Error::sql("procedure Bad: procedures/bad.lua:2: unknown column BOGUS"));
     // Syntax errors name the file and line.
     let err = load(&mut rt, "Syn", "return function(\n  x +\nend").unwrap_err();
     assert_eq!(err.kind, ErrorKind::Graceful);
-    assert_eq!(
-        err.message,
-        "procedure Syn: procedures/syn.lua:2: ')' expected near '+'"
-    );
+    assert_eq!(err.message, "procedure Syn: procedures/syn.lua:2: ')' expected near '+'");
     // error() with a message keeps its location too.
     let err = run("error('boom')", &[]).unwrap_err();
-    assert_eq!(
-        err,
-        Error::unexpected("procedure P: procedures/p.lua:2: boom")
-    );
+    assert_eq!(err, Error::unexpected("procedure P: procedures/p.lua:2: boom"));
     // A chunk that does not return the body is refused.
     let err = load(&mut rt, "NoBody", "local x = 1").unwrap_err();
-    assert!(
-        err.message
-            .contains("must end with `return function(...) ... end`"),
-        "{}",
-        err.message
-    );
+    assert!(err.message.contains("must end with `return function(...) ... end`"), "{}", err.message);
     let err = rt.call("Missing", &[], &ctx(1), &mut host).unwrap_err();
     assert_eq!(err, Error::unexpected("procedure Missing is not loaded"));
 }
@@ -865,20 +641,14 @@ fn errors_name_the_procedure_the_file_and_the_line() {
 #[test]
 fn sql_only_at_load_time_and_statements_only_in_the_body() {
     let err = run("return sql('SELECT 1')", &[]).unwrap_err();
+    assert!(err.message.contains("procedures/p.lua:2: sql() can only be called while the module loads"), "{}", err.message);
+    let mut rt = runtime();
+    let err = load(&mut rt, "Early", "local q = sql 'SELECT 1'\nq:exec()\nreturn function() end").unwrap_err();
     assert!(
-        err.message
-            .contains("procedures/p.lua:2: sql() can only be called while the module loads"),
+        err.message.contains("procedure Early: procedures/early.lua:2: statements run only inside the procedure body"),
         "{}",
         err.message
     );
-    let mut rt = runtime();
-    let err = load(
-        &mut rt,
-        "Early",
-        "local q = sql 'SELECT 1'\nq:exec()\nreturn function() end",
-    )
-    .unwrap_err();
-    assert!(err.message.contains("procedure Early: procedures/early.lua:2: statements run only inside the procedure body"), "{}", err.message);
 }
 
 #[test]
@@ -927,35 +697,20 @@ end
         Value::Array(vec![Value::Int(5), Value::Int(6)]),
         Value::Float(1.5),
     ];
-    assert_eq!(
-        host.calls,
-        vec![(0, put), (1, vec![Value::Bytes(vec![0, 1, 255].into())])]
-    );
+    assert_eq!(host.calls, vec![(0, put), (1, vec![Value::Bytes(vec![0, 1, 255].into())])]);
 
     // Raw bytes into a text parameter, a function, the wrong count: clear errors.
     for (args, needle) in [
-        (
-            "'\\255'",
-            "parameter 1 is a string that is not valid UTF-8 text",
-        ),
+        ("'\\255'", "parameter 1 is a string that is not valid UTF-8 text"),
         ("print", "parameter 1 is a function"),
         ("{{1}}", "parameter 1 is an array of arrays"),
         ("1, 2", "takes 1 parameters but was given 2"),
     ] {
         let mut rt = runtime();
-        load(
-            &mut rt,
-            "E",
-            &format!("local q = sql 'SELECT ?'\nreturn function()\n  return q:exec({args})\nend"),
-        )
-        .unwrap();
+        load(&mut rt, "E", &format!("local q = sql 'SELECT ?'\nreturn function()\n  return q:exec({args})\nend")).unwrap();
         let err = call(&mut rt, "E", &[], &mut FakeHost::modified()).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unexpected);
-        assert!(
-            err.message.starts_with("procedure E: procedures/e.lua:3: "),
-            "{}",
-            err.message
-        );
+        assert!(err.message.starts_with("procedure E: procedures/e.lua:3: "), "{}", err.message);
         assert!(err.message.contains(needle), "{args}: {}", err.message);
     }
 }
@@ -978,19 +733,8 @@ fn decimal_parameters_reach_lua_as_text_in_arrays_too() {
 
 #[test]
 fn missing_and_extra_arguments_follow_lua_rules() {
-    let out = run(
-        "local a, b = ...; return {a, b == nil, select('#', ...)}",
-        &[Value::Int(1)],
-    )
-    .unwrap();
-    assert_eq!(
-        out.tables,
-        vec![
-            ResultTable::scalar("", 1),
-            one(DataType::TinyInt, Value::Int(1)),
-            ResultTable::scalar("", 1)
-        ]
-    );
+    let out = run("local a, b = ...; return {a, b == nil, select('#', ...)}", &[Value::Int(1)]).unwrap();
+    assert_eq!(out.tables, vec![ResultTable::scalar("", 1), one(DataType::TinyInt, Value::Int(1)), ResultTable::scalar("", 1)]);
 }
 
 #[test]
@@ -998,21 +742,12 @@ fn reload_replaces_the_procedure_and_names_ignore_case() {
     let mut rt = runtime();
     load(&mut rt, "Version", "return function() return 1 end").unwrap();
     let mut host = FakeHost::modified();
-    assert_eq!(
-        call(&mut rt, "VERSION", &[], &mut host).unwrap().tables,
-        vec![ResultTable::scalar("", 1)]
-    );
+    assert_eq!(call(&mut rt, "VERSION", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 1)]);
     load(&mut rt, "version", "return function() return 2 end").unwrap();
-    assert_eq!(
-        call(&mut rt, "Version", &[], &mut host).unwrap().tables,
-        vec![ResultTable::scalar("", 2)]
-    );
+    assert_eq!(call(&mut rt, "Version", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 2)]);
     // A failed reload keeps the old version.
     assert!(load(&mut rt, "Version", "return function(").is_err());
-    assert_eq!(
-        call(&mut rt, "Version", &[], &mut host).unwrap().tables,
-        vec![ResultTable::scalar("", 2)]
-    );
+    assert_eq!(call(&mut rt, "Version", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 2)]);
     assert!(rt.has("vErSiOn"));
     rt.unload("VERSION");
     assert!(!rt.has("Version"));
@@ -1021,22 +756,11 @@ fn reload_replaces_the_procedure_and_names_ignore_case() {
 #[test]
 fn procedures_do_not_share_environments() {
     let mut rt = runtime();
-    load(
-        &mut rt,
-        "A",
-        "local secret = 'a'\nreturn function() return rawget(_ENV, 'secret') == nil and secret end",
-    )
-    .unwrap();
+    load(&mut rt, "A", "local secret = 'a'\nreturn function() return rawget(_ENV, 'secret') == nil and secret end").unwrap();
     load(&mut rt, "B", "return function() return secret == nil end").unwrap();
     let mut host = FakeHost::modified();
-    assert_eq!(
-        call(&mut rt, "A", &[], &mut host).unwrap().tables,
-        vec![one(DataType::Varchar, Value::from("a"))]
-    );
-    assert_eq!(
-        call(&mut rt, "B", &[], &mut host).unwrap().tables,
-        vec![one(DataType::TinyInt, Value::Int(1))]
-    );
+    assert_eq!(call(&mut rt, "A", &[], &mut host).unwrap().tables, vec![one(DataType::Varchar, Value::from("a"))]);
+    assert_eq!(call(&mut rt, "B", &[], &mut host).unwrap().tables, vec![one(DataType::TinyInt, Value::Int(1))]);
 }
 
 /// `first` and `exec` are C functions for plain scalar arguments and hand anything else to
@@ -1312,10 +1036,7 @@ end
     assert!(std::sync::Arc::ptr_eq(&t[0].columns, &t[1].columns), "both paths share the kept columns");
     let types: Vec<DataType> = t[0].columns.iter().map(|c| c.ty).collect();
     assert_eq!(types, [DataType::BigInt, DataType::Float, DataType::TinyInt, DataType::Varchar, DataType::Varchar]);
-    assert_eq!(
-        t[0].rows[1],
-        vec![Value::Null, Value::Float(2.5), Value::Int(0), Value::from("é"), Value::Null]
-    );
+    assert_eq!(t[0].rows[1], vec![Value::Null, Value::Float(2.5), Value::Int(0), Value::from("é"), Value::Null]);
     assert!(t[2].rows.is_empty());
     // What the fast path leaves to the slow one still fails the same way, with the line.
     for (code, needle) in [

@@ -153,7 +153,13 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, tx: &mpsc::UnboundedSender<Answer
         }
         "@shutdown" => {
             tracing::info!(connection = id, "@Shutdown called: stopping");
-            let _ = tx.send(Answer { handle, outcome: Outcome::tables(Vec::new()), round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: true });
+            let _ = tx.send(Answer {
+                handle,
+                outcome: Outcome::tables(Vec::new()),
+                round_trip: started.elapsed(),
+                _slot: Some(slot),
+                then_shutdown: true,
+            });
             return Ok(());
         }
         _ => {}

@@ -35,7 +35,14 @@ pub struct Front {
 impl Front {
     pub fn new(engine: Arc<Engine>, config: ServerConfig) -> Arc<Front> {
         let subscribers = push::Subscribers::new(engine.catalog().version);
-        Arc::new(Front { engine, config, next_connection_id: AtomicI64::new(1), shutdown: Notify::new(), subscribers, live: Default::default() })
+        Arc::new(Front {
+            engine,
+            config,
+            next_connection_id: AtomicI64::new(1),
+            shutdown: Notify::new(),
+            subscribers,
+            live: Default::default(),
+        })
     }
 
     fn connection_id(&self) -> i64 {

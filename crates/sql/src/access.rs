@@ -64,17 +64,10 @@ pub fn choose_access(table: &TableDef, terms: &[KeyTerm]) -> Access {
         if !full {
             if let Some(&next) = def.columns.get(eq.len()) {
                 let ty = table.columns[next].ty;
-                for t in terms
-                    .iter()
-                    .filter(|t| t.column == next && same_kind(ty, &t.key) && t.key.is_fixed())
-                {
+                for t in terms.iter().filter(|t| t.column == next && same_kind(ty, &t.key) && t.key.is_fixed()) {
                     match t.op {
-                        CmpOp::Gt | CmpOp::Ge if lo.is_none() => {
-                            lo = Some((t.key.clone(), t.op == CmpOp::Ge))
-                        }
-                        CmpOp::Lt | CmpOp::Le if hi.is_none() => {
-                            hi = Some((t.key.clone(), t.op == CmpOp::Le))
-                        }
+                        CmpOp::Gt | CmpOp::Ge if lo.is_none() => lo = Some((t.key.clone(), t.op == CmpOp::Ge)),
+                        CmpOp::Lt | CmpOp::Le if hi.is_none() => hi = Some((t.key.clone(), t.op == CmpOp::Le)),
                         _ => {}
                     }
                 }
@@ -91,13 +84,7 @@ pub fn choose_access(table: &TableDef, terms: &[KeyTerm]) -> Access {
         let access = if lo.is_none() && hi.is_none() {
             Access::Lookup { index: ix, key: eq }
         } else {
-            Access::Range {
-                index: ix,
-                eq,
-                lo,
-                hi,
-                reverse: false,
-            }
+            Access::Range { index: ix, eq, lo, hi, reverse: false }
         };
         best = Some((score, access));
     }
@@ -120,9 +107,10 @@ pub fn residual_filters(level: &Level) -> Vec<Expr> {
     let implied = |e: &Expr| {
         let Expr::Cmp(CmpOp::Eq, a, b) = e else { return false };
         [(a, b), (b, a)].into_iter().any(|(x, y)| match (x.as_ref(), y.as_ref()) {
-            (Expr::Column(c), Expr::Param(_)) => columns.iter().zip(keys).any(|(&k, key)| {
-                k + level.source.offset == *c && key == y.as_ref() && compared_exactly(table.columns[k].ty)
-            }),
+            (Expr::Column(c), Expr::Param(_)) => columns
+                .iter()
+                .zip(keys)
+                .any(|(&k, key)| k + level.source.offset == *c && key == y.as_ref() && compared_exactly(table.columns[k].ty)),
             _ => false,
         })
     };
@@ -156,19 +144,13 @@ pub fn order_by_index(plan: &mut SelectPlan) {
     let matches = |ix: usize, eq_len: usize| -> bool {
         let def = &table.indexes[ix];
         let fixed = &def.columns[..eq_len.min(def.columns.len())];
-        let rest: Vec<usize> = cols
-            .iter()
-            .copied()
-            .filter(|c| !fixed.contains(c))
-            .collect();
-        def.columns.len() >= eq_len + rest.len()
-            && def.columns[eq_len..eq_len + rest.len()] == rest[..]
+        let rest: Vec<usize> = cols.iter().copied().filter(|c| !fixed.contains(c)).collect();
+        def.columns.len() >= eq_len + rest.len() && def.columns[eq_len..eq_len + rest.len()] == rest[..]
     };
     let new_access = match &level.access {
         Access::Lookup { index, key } => {
             let def = &table.indexes[*index];
-            let point =
-                key.len() == def.columns.len() && (def.unique || def.primary || def.assume_unique);
+            let point = key.len() == def.columns.len() && (def.unique || def.primary || def.assume_unique);
             if point {
                 plan.sorted_by_index = true;
                 return;
@@ -180,36 +162,16 @@ pub fn order_by_index(plan: &mut SelectPlan) {
                 plan.sorted_by_index = true;
                 return;
             }
-            Access::Range {
-                index: *index,
-                eq: key.clone(),
-                lo: None,
-                hi: None,
-                reverse: true,
-            }
+            Access::Range { index: *index, eq: key.clone(), lo: None, hi: None, reverse: true }
         }
-        Access::Range {
-            index, eq, lo, hi, ..
-        } => {
+        Access::Range { index, eq, lo, hi, .. } => {
             if !matches(*index, eq.len()) {
                 return;
             }
-            Access::Range {
-                index: *index,
-                eq: eq.clone(),
-                lo: lo.clone(),
-                hi: hi.clone(),
-                reverse: desc,
-            }
+            Access::Range { index: *index, eq: eq.clone(), lo: lo.clone(), hi: hi.clone(), reverse: desc }
         }
         Access::Scan => match (0..table.indexes.len()).find(|&ix| matches(ix, 0)) {
-            Some(ix) => Access::Range {
-                index: ix,
-                eq: vec![],
-                lo: None,
-                hi: None,
-                reverse: desc,
-            },
+            Some(ix) => Access::Range { index: ix, eq: vec![], lo: None, hi: None, reverse: desc },
             None => return,
         },
     };
@@ -224,11 +186,7 @@ pub fn key_value(v: &Value, ty: DataType) -> Option<Value> {
         return None;
     }
     // Integers of every width are stored as Int: probe with Int without narrowing.
-    let target = if ty.is_integer() {
-        DataType::BigInt
-    } else {
-        ty
-    };
+    let target = if ty.is_integer() { DataType::BigInt } else { ty };
     // Usually a key already has its column's type: one copy, no conversion.
     if v.coerces_to_itself(target) {
         return Some(v.clone());
@@ -244,13 +202,7 @@ pub fn key_value(v: &Value, ty: DataType) -> Option<Value> {
 /// nothing for their key.
 pub type KeyValues = smallvec::SmallVec<[Value; 4]>;
 
-pub fn eval_keys(
-    exprs: &[Expr],
-    table: &TableDef,
-    cols: &[usize],
-    row: &[Value],
-    env: &Env,
-) -> Result<Option<KeyValues>> {
+pub fn eval_keys(exprs: &[Expr], table: &TableDef, cols: &[usize], row: &[Value], env: &Env) -> Result<Option<KeyValues>> {
     let mut out = KeyValues::new();
     for (e, &c) in exprs.iter().zip(cols) {
         match key_value(&*e.eval_ref(row, env)?, table.columns[c].ty) {

@@ -7,10 +7,7 @@
 use std::sync::Arc;
 
 use lockstep_core::{decimal, DataType, Error, Result, TableDef, Value};
-use sqlparser::ast::{
-    self as ast, BinaryOperator, DuplicateTreatment, FunctionArg, FunctionArgExpr,
-    FunctionArguments, UnaryOperator,
-};
+use sqlparser::ast::{self as ast, BinaryOperator, DuplicateTreatment, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator};
 
 use crate::expr::{ArithOp, CmpOp, Expr, EXPR_DEPTH_MAX};
 use crate::func::{self, Field, Func, TrimSide};
@@ -118,9 +115,7 @@ pub fn number_literal(s: &str) -> Result<Value> {
             return Ok(Value::Decimal(d));
         }
     }
-    s.parse::<f64>()
-        .map(Value::Float)
-        .map_err(|_| Error::sql(format!("bad number {s}")))
+    s.parse::<f64>().map(Value::Float).map_err(|_| Error::sql(format!("bad number {s}")))
 }
 
 fn is_agg_name(name: &str) -> Option<AggFunc> {
@@ -141,10 +136,7 @@ fn function_name(f: &ast::Function) -> String {
 /// The plain argument expressions of a call; `*` gives None.
 fn function_args(f: &ast::Function) -> Result<(Vec<Option<&ast::Expr>>, bool)> {
     if f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
-        return Err(unsupported(format!(
-            "window or filtered aggregate {}",
-            f.name
-        )));
+        return Err(unsupported(format!("window or filtered aggregate {}", f.name)));
     }
     match &f.args {
         FunctionArguments::None => Ok((vec![], false)),
@@ -169,30 +161,19 @@ fn function_args(f: &ast::Function) -> Result<(Vec<Option<&ast::Expr>>, bool)> {
 
 impl Binder {
     pub fn new(param_count: usize) -> Binder {
-        Binder {
-            param_types: vec![None; param_count],
-            agg: None,
-            agg_active: false,
-            saw_agg: false,
-            depth: 0,
-        }
+        Binder { param_types: vec![None; param_count], agg: None, agg_active: false, saw_agg: false, depth: 0 }
     }
 
     /// Starts collecting aggregates over `group` keys.
     pub fn start_grouping(&mut self, group: Vec<Typed>) {
-        self.agg = Some(AggCtx {
-            group: group.into_iter().map(|g| g.expr).collect(),
-            aggs: Vec::new(),
-        });
+        self.agg = Some(AggCtx { group: group.into_iter().map(|g| g.expr).collect(), aggs: Vec::new() });
         self.agg_active = true;
     }
 
     /// Binds an expression over the aggregated row (when grouping) or the input row.
     pub fn bind(&mut self, e: &ast::Expr, scope: &[Source]) -> Result<Typed> {
         if self.depth >= EXPR_DEPTH_MAX {
-            return Err(Error::sql(format!(
-                "expression is nested more than {EXPR_DEPTH_MAX} levels deep"
-            )));
+            return Err(Error::sql(format!("expression is nested more than {EXPR_DEPTH_MAX} levels deep")));
         }
         self.depth += 1;
         let r = self.bind_inner(e, scope);
@@ -220,10 +201,7 @@ impl Binder {
     /// Re-expresses an input column for the aggregated row (for `*` with GROUP BY).
     pub fn grouped_column(&self, e: Expr, ty: Option<DataType>, name: &str) -> Result<Typed> {
         match self.group_position(&e) {
-            Some(k) => Ok(Typed {
-                expr: Expr::Column(k),
-                ty,
-            }),
+            Some(k) => Ok(Typed { expr: Expr::Column(k), ty }),
             None => Err(not_grouped(name)),
         }
     }
@@ -239,10 +217,7 @@ impl Binder {
             if !had_agg {
                 let t = trial?;
                 if let Some(k) = self.group_position(&t.expr) {
-                    return Ok(Typed {
-                        expr: Expr::Column(k),
-                        ty: t.ty,
-                    });
+                    return Ok(Typed { expr: Expr::Column(k), ty: t.ty });
                 }
                 if t.expr.max_column().is_none() {
                     return Ok(t);
@@ -272,42 +247,25 @@ impl Binder {
                         if let Expr::Const(v) = &t.expr {
                             if !v.is_null() {
                                 return Ok(Typed {
-                                    expr: Expr::Const(crate::expr::arith(
-                                        ArithOp::Sub,
-                                        Value::Int(0),
-                                        v.clone(),
-                                    )?),
+                                    expr: Expr::Const(crate::expr::arith(ArithOp::Sub, Value::Int(0), v.clone())?),
                                     ty: t.ty,
                                 });
                             }
                         }
                         self.numeric_operand(&t, "unary minus")?;
-                        Typed {
-                            ty: t.ty.map(widen),
-                            expr: Expr::Neg(Box::new(t.expr)),
-                        }
+                        Typed { ty: t.ty.map(widen), expr: Expr::Neg(Box::new(t.expr)) }
                     }
                     UnaryOperator::Plus => t,
-                    UnaryOperator::Not => Typed {
-                        expr: Expr::Not(Box::new(t.expr)),
-                        ty: Some(DataType::Boolean),
-                    },
+                    UnaryOperator::Not => Typed { expr: Expr::Not(Box::new(t.expr)), ty: Some(DataType::Boolean) },
                     other => return Err(unsupported(format!("operator {other}"))),
                 }
             }
             A::BinaryOp { left, op, right } => self.binary(left, op, right, scope)?,
             A::IsNull(x) | A::IsNotNull(x) => {
                 let t = self.bind(x, scope)?;
-                Typed {
-                    expr: Expr::IsNull(Box::new(t.expr), matches!(e, A::IsNotNull(_))),
-                    ty: Some(DataType::Boolean),
-                }
+                Typed { expr: Expr::IsNull(Box::new(t.expr), matches!(e, A::IsNotNull(_))), ty: Some(DataType::Boolean) }
             }
-            A::InList {
-                expr,
-                list,
-                negated,
-            } => {
+            A::InList { expr, list, negated } => {
                 let l = self.bind(expr, scope)?;
                 let mut items = Vec::with_capacity(list.len());
                 for x in list {
@@ -316,39 +274,18 @@ impl Binder {
                     t.expr = coerce_const(t.expr, l.ty);
                     items.push(t.expr);
                 }
-                Typed {
-                    expr: Expr::InList(Box::new(l.expr), items, *negated),
-                    ty: Some(DataType::Boolean),
-                }
+                Typed { expr: Expr::InList(Box::new(l.expr), items, *negated), ty: Some(DataType::Boolean) }
             }
-            A::Between {
-                expr,
-                negated,
-                low,
-                high,
-            } => {
+            A::Between { expr, negated, low, high } => {
                 let x = self.bind(expr, scope)?;
                 let lo = self.bind(low, scope)?;
                 let hi = self.bind(high, scope)?;
                 let ge = self.comparison(CmpOp::Ge, x.clone(), lo)?;
                 let le = self.comparison(CmpOp::Le, x, hi)?;
                 let both = Expr::And(Box::new(ge), Box::new(le));
-                Typed {
-                    expr: if *negated {
-                        Expr::Not(Box::new(both))
-                    } else {
-                        both
-                    },
-                    ty: Some(DataType::Boolean),
-                }
+                Typed { expr: if *negated { Expr::Not(Box::new(both)) } else { both }, ty: Some(DataType::Boolean) }
             }
-            A::Like {
-                negated,
-                any,
-                expr,
-                pattern,
-                escape_char,
-            } => {
+            A::Like { negated, any, expr, pattern, escape_char } => {
                 if *any || escape_char.is_some() {
                     return Err(unsupported("LIKE ANY / LIKE … ESCAPE"));
                 }
@@ -359,24 +296,13 @@ impl Binder {
                 for t in [&x, &p] {
                     if let Some(ty) = t.ty {
                         if ty != DataType::Varchar {
-                            return Err(Error::sql(format!(
-                                "LIKE needs VARCHAR operands, not {}",
-                                ty.sql_name()
-                            )));
+                            return Err(Error::sql(format!("LIKE needs VARCHAR operands, not {}", ty.sql_name())));
                         }
                     }
                 }
-                Typed {
-                    expr: Expr::Like(Box::new(x.expr), Box::new(p.expr), *negated),
-                    ty: Some(DataType::Boolean),
-                }
+                Typed { expr: Expr::Like(Box::new(x.expr), Box::new(p.expr), *negated), ty: Some(DataType::Boolean) }
             }
-            A::Case {
-                operand,
-                conditions,
-                else_result,
-                ..
-            } => {
+            A::Case { operand, conditions, else_result, .. } => {
                 let op = match operand {
                     Some(o) => Some(self.bind(o, scope)?),
                     None => None,
@@ -400,58 +326,31 @@ impl Binder {
                     }
                     None => None,
                 };
-                Typed {
-                    expr: Expr::Case {
-                        operand: op.map(|o| Box::new(o.expr)),
-                        whens,
-                        otherwise,
-                    },
-                    ty,
-                }
+                Typed { expr: Expr::Case { operand: op.map(|o| Box::new(o.expr)), whens, otherwise }, ty }
             }
-            A::Cast {
-                expr,
-                data_type,
-                format,
-                ..
-            } => {
+            A::Cast { expr, data_type, format, .. } => {
                 if format.is_some() {
                     return Err(unsupported("CAST … FORMAT"));
                 }
                 let name = data_type.to_string();
-                let word = name
-                    .split(|c: char| !c.is_ascii_alphanumeric())
-                    .next()
-                    .unwrap_or("");
-                let ty = type_from_name(word)
-                    .ok_or_else(|| Error::sql(format!("unknown type {name} in CAST")))?;
+                let word = name.split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap_or("");
+                let ty = type_from_name(word).ok_or_else(|| Error::sql(format!("unknown type {name} in CAST")))?;
                 let t = self.bind(expr, scope)?;
                 self.infer_param(&t, Some(ty));
-                Typed {
-                    expr: Expr::Cast(Box::new(t.expr), ty),
-                    ty: Some(ty),
-                }
+                Typed { expr: Expr::Cast(Box::new(t.expr), ty), ty: Some(ty) }
             }
             A::Extract { field, expr, .. } => {
-                let f = Field::parse(&field.to_string())
-                    .ok_or_else(|| unsupported(format!("EXTRACT of {field}")))?;
+                let f = Field::parse(&field.to_string()).ok_or_else(|| unsupported(format!("EXTRACT of {field}")))?;
                 {
                     let a = self.bind(expr, scope)?;
                     self.call(Func::Extract(f), vec![a])?
                 }
             }
             A::Ceil { expr, field } | A::Floor { expr, field } => {
-                if !matches!(
-                    field,
-                    ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime)
-                ) {
+                if !matches!(field, ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime)) {
                     return Err(unsupported(format!("{e}")));
                 }
-                let f = if matches!(e, A::Ceil { .. }) {
-                    Func::Ceiling
-                } else {
-                    Func::Floor
-                };
+                let f = if matches!(e, A::Ceil { .. }) { Func::Ceiling } else { Func::Floor };
                 let a = self.bind(expr, scope)?;
                 self.call(f, vec![a])?
             }
@@ -460,32 +359,18 @@ impl Binder {
                 let b = self.bind(r#in, scope)?;
                 self.call(Func::Position, vec![a, b])?
             }
-            A::Substring {
-                expr,
-                substring_from,
-                substring_for,
-                ..
-            } => {
+            A::Substring { expr, substring_from, substring_for, .. } => {
                 let mut args = vec![self.bind(expr, scope)?];
                 match substring_from {
                     Some(f) => args.push(self.bind(f, scope)?),
-                    None => {
-                        return Err(Error::sql(
-                            "SUBSTRING takes 2 to 3 arguments: SUBSTRING(s, from [, length])",
-                        ))
-                    }
+                    None => return Err(Error::sql("SUBSTRING takes 2 to 3 arguments: SUBSTRING(s, from [, length])")),
                 }
                 if let Some(f) = substring_for {
                     args.push(self.bind(f, scope)?);
                 }
                 self.call(Func::Substring, args)?
             }
-            A::Trim {
-                trim_where,
-                trim_what,
-                expr,
-                trim_characters,
-            } => {
+            A::Trim { trim_where, trim_what, expr, trim_characters } => {
                 if trim_characters.is_some() {
                     return Err(unsupported("TRIM with a character list"));
                 }
@@ -502,36 +387,23 @@ impl Binder {
             }
             A::Function(f) => self.function(f, scope)?,
             A::InSubquery { .. } | A::Exists { .. } | A::Subquery(_) => {
-                return Err(unsupported(
-                    "a subquery (IN (SELECT …), EXISTS, scalar subquery)",
-                ))
+                return Err(unsupported("a subquery (IN (SELECT …), EXISTS, scalar subquery)"))
             }
-            A::IsTrue(_) | A::IsFalse(_) | A::IsNotTrue(_) | A::IsNotFalse(_) => {
-                return Err(unsupported(format!("{e}")))
-            }
+            A::IsTrue(_) | A::IsFalse(_) | A::IsNotTrue(_) | A::IsNotFalse(_) => return Err(unsupported(format!("{e}"))),
             A::TypedString(ts) => {
                 let word = ts.data_type.to_string();
-                let ty = type_from_name(word.split('(').next().unwrap_or(""))
-                    .ok_or_else(|| unsupported(format!("literal {e}")))?;
+                let ty = type_from_name(word.split('(').next().unwrap_or("")).ok_or_else(|| unsupported(format!("literal {e}")))?;
                 let s = match &ts.value.value {
                     ast::Value::SingleQuotedString(s) => s.clone(),
                     _ => return Err(unsupported(format!("literal {e}"))),
                 };
-                Typed {
-                    expr: Expr::Const(Value::Str(s.into()).coerce_to(ty)?),
-                    ty: Some(ty),
-                }
+                Typed { expr: Expr::Const(Value::Str(s.into()).coerce_to(ty)?), ty: Some(ty) }
             }
             other => return Err(unsupported(format!("expression {other}"))),
         })
     }
 
-    fn column(
-        &mut self,
-        scope: &[Source],
-        qual: Option<&ast::Ident>,
-        col: &ast::Ident,
-    ) -> Result<Typed> {
+    fn column(&mut self, scope: &[Source], qual: Option<&ast::Ident>, col: &ast::Ident) -> Result<Typed> {
         let name = ident_name(col);
         if qual.is_none() && scope.iter().all(|s| s.table.column_index(&name).is_none()) {
             // VoltDB accepts these niladic functions without parentheses.
@@ -552,33 +424,19 @@ impl Binder {
             }
             if let Some(i) = s.table.column_index(&name) {
                 if let Some((_, _, other)) = found {
-                    return Err(Error::sql(format!(
-                        "column {name} is ambiguous: it is in {other} and {}",
-                        s.name
-                    )));
+                    return Err(Error::sql(format!("column {name} is ambiguous: it is in {other} and {}", s.name)));
                 }
                 found = Some((s.offset + i, s.table.columns[i].ty, &s.name));
             }
         }
         match (found, q) {
-            (Some((pos, ty, _)), _) => Ok(Typed {
-                expr: Expr::Column(pos),
-                ty: Some(ty),
-            }),
-            (None, Some(q)) if !matched_qual => Err(Error::sql(format!(
-                "unknown table or alias {q} (in {q}.{name})"
-            ))),
+            (Some((pos, ty, _)), _) => Ok(Typed { expr: Expr::Column(pos), ty: Some(ty) }),
+            (None, Some(q)) if !matched_qual => Err(Error::sql(format!("unknown table or alias {q} (in {q}.{name})"))),
             (None, Some(q)) => Err(Error::sql(format!("unknown column {name} in {q}"))),
-            (None, None) if scope.is_empty() => Err(Error::sql(format!(
-                "unknown column {name}: the statement has no FROM clause"
-            ))),
+            (None, None) if scope.is_empty() => Err(Error::sql(format!("unknown column {name}: the statement has no FROM clause"))),
             (None, None) => Err(Error::sql(format!(
                 "unknown column {name} (looked in {})",
-                scope
-                    .iter()
-                    .map(|s| s.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                scope.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
             ))),
         }
     }
@@ -587,37 +445,25 @@ impl Binder {
         use ast::Value as V;
         let val = match v {
             V::Number(s, _) => number_literal(s)?,
-            V::SingleQuotedString(s)
-            | V::DoubleQuotedString(s)
-            | V::NationalStringLiteral(s)
-            | V::EscapedStringLiteral(s) => Value::from(s.as_str()),
-            V::HexStringLiteral(h) => Value::Bytes(
-                lockstep_core::value::parse_hex(h)
-                    .ok_or_else(|| Error::sql(format!("bad hex literal X'{h}'")))?
-                    .into(),
-            ),
+            V::SingleQuotedString(s) | V::DoubleQuotedString(s) | V::NationalStringLiteral(s) | V::EscapedStringLiteral(s) => {
+                Value::from(s.as_str())
+            }
+            V::HexStringLiteral(h) => {
+                Value::Bytes(lockstep_core::value::parse_hex(h).ok_or_else(|| Error::sql(format!("bad hex literal X'{h}'")))?.into())
+            }
             V::Boolean(b) => Value::Bool(*b),
             V::Null => Value::Null,
             V::Placeholder(p) => {
-                let n: usize = p
-                    .trim_start_matches(['?', '$'])
-                    .parse()
-                    .map_err(|_| Error::sql(format!("bad parameter {p}")))?;
+                let n: usize = p.trim_start_matches(['?', '$']).parse().map_err(|_| Error::sql(format!("bad parameter {p}")))?;
                 if n == 0 || n > self.param_types.len() {
                     return Err(Error::sql(format!("bad parameter {p}")));
                 }
-                return Ok(Typed {
-                    expr: Expr::Param(n - 1),
-                    ty: self.param_types[n - 1],
-                });
+                return Ok(Typed { expr: Expr::Param(n - 1), ty: self.param_types[n - 1] });
             }
             other => return Err(unsupported(format!("literal {other}"))),
         };
         let ty = val.natural_type();
-        Ok(Typed {
-            expr: Expr::Const(val),
-            ty,
-        })
+        Ok(Typed { expr: Expr::Const(val), ty })
     }
 
     /// Gives an untyped parameter the type its context implies.
@@ -633,21 +479,12 @@ impl Binder {
 
     fn numeric_operand(&self, t: &Typed, what: &str) -> Result<()> {
         match t.ty {
-            Some(ty) if !ty.is_numeric() => Err(Error::sql(format!(
-                "{what} needs numbers, not {}",
-                ty.sql_name()
-            ))),
+            Some(ty) if !ty.is_numeric() => Err(Error::sql(format!("{what} needs numbers, not {}", ty.sql_name()))),
             _ => Ok(()),
         }
     }
 
-    fn binary(
-        &mut self,
-        l: &ast::Expr,
-        op: &BinaryOperator,
-        r: &ast::Expr,
-        scope: &[Source],
-    ) -> Result<Typed> {
+    fn binary(&mut self, l: &ast::Expr, op: &BinaryOperator, r: &ast::Expr, scope: &[Source]) -> Result<Typed> {
         let a = self.bind(l, scope)?;
         let b = self.bind(r, scope)?;
         let cmp = match op {
@@ -660,10 +497,7 @@ impl Binder {
             _ => None,
         };
         if let Some(c) = cmp {
-            return Ok(Typed {
-                expr: self.comparison(c, a, b)?,
-                ty: Some(DataType::Boolean),
-            });
+            return Ok(Typed { expr: self.comparison(c, a, b)?, ty: Some(DataType::Boolean) });
         }
         let arith = match op {
             BinaryOperator::Plus => Some(ArithOp::Add),
@@ -682,28 +516,16 @@ impl Binder {
                 (None, None) => None,
                 _ => Some(func::numeric_result(&[a.ty, b.ty])),
             };
-            return Ok(Typed {
-                expr: Expr::Arith(o, Box::new(a.expr), Box::new(b.expr)),
-                ty,
-            });
+            return Ok(Typed { expr: Expr::Arith(o, Box::new(a.expr), Box::new(b.expr)), ty });
         }
         let bx = |x: Expr| Box::new(x);
         Ok(match op {
-            BinaryOperator::And => Typed {
-                expr: Expr::And(bx(a.expr), bx(b.expr)),
-                ty: Some(DataType::Boolean),
-            },
-            BinaryOperator::Or => Typed {
-                expr: Expr::Or(bx(a.expr), bx(b.expr)),
-                ty: Some(DataType::Boolean),
-            },
+            BinaryOperator::And => Typed { expr: Expr::And(bx(a.expr), bx(b.expr)), ty: Some(DataType::Boolean) },
+            BinaryOperator::Or => Typed { expr: Expr::Or(bx(a.expr), bx(b.expr)), ty: Some(DataType::Boolean) },
             BinaryOperator::StringConcat => {
                 self.infer_param(&a, Some(DataType::Varchar));
                 self.infer_param(&b, Some(DataType::Varchar));
-                Typed {
-                    expr: Expr::Concat(bx(a.expr), bx(b.expr)),
-                    ty: Some(DataType::Varchar),
-                }
+                Typed { expr: Expr::Concat(bx(a.expr), bx(b.expr)), ty: Some(DataType::Varchar) }
             }
             other => return Err(unsupported(format!("operator {other}"))),
         })
@@ -732,52 +554,32 @@ impl Binder {
                 self.bind(a, scope)?;
             }
             self.saw_agg = true;
-            return Ok(Typed {
-                expr: Expr::Const(Value::Null),
-                ty: None,
-            });
+            return Ok(Typed { expr: Expr::Const(Value::Null), ty: None });
         }
         let (args, distinct) = function_args(f)?;
         if distinct {
-            return Err(Error::sql(format!(
-                "DISTINCT is only allowed in aggregate functions, not {name}"
-            )));
+            return Err(Error::sql(format!("DISTINCT is only allowed in aggregate functions, not {name}")));
         }
         if let Some(make) = func::unit_function(&name) {
             let unit = match args.first() {
                 Some(Some(ast::Expr::Identifier(id))) => func::TimeUnit::parse(&id.value),
-                Some(Some(ast::Expr::Value(v))) => v
-                    .value
-                    .clone()
-                    .into_string()
-                    .and_then(|s| func::TimeUnit::parse(&s)),
+                Some(Some(ast::Expr::Value(v))) => v.value.clone().into_string().and_then(|s| func::TimeUnit::parse(&s)),
                 _ => None,
             }
-            .ok_or_else(|| {
-                Error::sql(format!(
-                    "the first argument of {name} must be a time unit such as DAY or SECOND"
-                ))
-            })?;
+            .ok_or_else(|| Error::sql(format!("the first argument of {name} must be a time unit such as DAY or SECOND")))?;
             let mut bound = Vec::new();
             for a in &args[1..] {
-                bound.push(self.bind(
-                    a.ok_or_else(|| Error::sql(format!("bad argument * to {name}")))?,
-                    scope,
-                )?);
+                bound.push(self.bind(a.ok_or_else(|| Error::sql(format!("bad argument * to {name}")))?, scope)?);
             }
             return self.call(make(unit), bound);
         }
         if name == "EXTRACT" {
             return Err(Error::sql("use EXTRACT(field FROM timestamp)"));
         }
-        let func =
-            func::lookup(&name).ok_or_else(|| Error::sql(format!("unknown function {name}")))?;
+        let func = func::lookup(&name).ok_or_else(|| Error::sql(format!("unknown function {name}")))?;
         let mut bound = Vec::new();
         for a in &args {
-            bound.push(self.bind(
-                a.ok_or_else(|| Error::sql(format!("bad argument * to {name}")))?,
-                scope,
-            )?);
+            bound.push(self.bind(a.ok_or_else(|| Error::sql(format!("bad argument * to {name}")))?, scope)?);
         }
         self.call(func, bound)
     }
@@ -786,24 +588,12 @@ impl Binder {
     fn call(&mut self, f: Func, args: Vec<Typed>) -> Result<Typed> {
         let (lo, hi) = func::arity(f);
         if args.len() < lo || args.len() > hi {
-            let want = if lo == hi {
-                format!("{lo}")
-            } else {
-                format!("{lo} to {hi}")
-            };
-            return Err(Error::sql(format!(
-                "{f:?} takes {want} arguments, not {}",
-                args.len()
-            )));
+            let want = if lo == hi { format!("{lo}") } else { format!("{lo} to {hi}") };
+            return Err(Error::sql(format!("{f:?} takes {want} arguments, not {}", args.len())));
         }
         // Parameters of functions with a clear argument kind get that kind.
         let want: Option<DataType> = match f {
-            Func::Upper
-            | Func::Lower
-            | Func::Trim(_)
-            | Func::CharLength
-            | Func::Replace
-            | Func::Position => Some(DataType::Varchar),
+            Func::Upper | Func::Lower | Func::Trim(_) | Func::CharLength | Func::Replace | Func::Position => Some(DataType::Varchar),
             Func::Extract(_) | Func::Truncate(_) | Func::SinceEpoch(_) => Some(DataType::Timestamp),
             Func::ToTimestamp(_) | Func::FromUnixtime => Some(DataType::BigInt),
             _ => None,
@@ -820,10 +610,7 @@ impl Binder {
         }
         let types: Vec<Option<DataType>> = args.iter().map(|a| self.param_aware_type(a)).collect();
         let ty = func::result_type(f, &types)?;
-        Ok(Typed {
-            expr: Expr::Func(f, args.into_iter().map(|a| a.expr).collect()),
-            ty,
-        })
+        Ok(Typed { expr: Expr::Func(f, args.into_iter().map(|a| a.expr).collect()), ty })
     }
 
     fn param_aware_type(&self, t: &Typed) -> Option<DataType> {
@@ -835,17 +622,14 @@ impl Binder {
 
     fn bind_aggregate(&mut self, f: &ast::Function, scope: &[Source]) -> Result<Typed> {
         let name = function_name(f);
-        let func =
-            is_agg_name(&name).ok_or_else(|| Error::sql(format!("unknown aggregate {name}")))?;
+        let func = is_agg_name(&name).ok_or_else(|| Error::sql(format!("unknown aggregate {name}")))?;
         let (args, distinct) = function_args(f)?;
         let (func, arg) = match (func, args.as_slice()) {
             (AggFunc::Count, [None]) if !distinct => (AggFunc::CountStar, None),
             (_, [Some(a)]) => {
                 let (t, nested) = self.bind_input(a, scope);
                 if nested {
-                    return Err(Error::sql(format!(
-                        "aggregate functions cannot be nested ({f})"
-                    )));
+                    return Err(Error::sql(format!("aggregate functions cannot be nested ({f})")));
                 }
                 (func, Some(t?))
             }
@@ -855,14 +639,9 @@ impl Binder {
         let ty = match func {
             AggFunc::CountStar | AggFunc::Count => DataType::BigInt,
             AggFunc::Sum | AggFunc::Avg => {
-                let t = arg_ty.ok_or_else(|| {
-                    Error::sql(format!("cannot tell the type of the argument of {name}"))
-                })?;
+                let t = arg_ty.ok_or_else(|| Error::sql(format!("cannot tell the type of the argument of {name}")))?;
                 if !t.is_numeric() {
-                    return Err(Error::sql(format!(
-                        "{name} needs a numeric argument, not {}",
-                        t.sql_name()
-                    )));
+                    return Err(Error::sql(format!("{name} needs a numeric argument, not {}", t.sql_name())));
                 }
                 if func == AggFunc::Sum && t.is_integer() {
                     DataType::BigInt
@@ -870,20 +649,10 @@ impl Binder {
                     t
                 }
             }
-            AggFunc::Min | AggFunc::Max => arg_ty.ok_or_else(|| {
-                Error::sql(format!("cannot tell the type of the argument of {name}"))
-            })?,
+            AggFunc::Min | AggFunc::Max => arg_ty.ok_or_else(|| Error::sql(format!("cannot tell the type of the argument of {name}")))?,
         };
-        let spec = AggSpec {
-            func,
-            distinct: distinct && func != AggFunc::CountStar,
-            arg: arg.map(|a| a.expr),
-            ty,
-        };
-        let ctx = self
-            .agg
-            .as_mut()
-            .ok_or_else(|| Error::sql(format!("aggregate {name} is not allowed here")))?;
+        let spec = AggSpec { func, distinct: distinct && func != AggFunc::CountStar, arg: arg.map(|a| a.expr), ty };
+        let ctx = self.agg.as_mut().ok_or_else(|| Error::sql(format!("aggregate {name} is not allowed here")))?;
         let pos = match ctx.aggs.iter().position(|a| *a == spec) {
             Some(p) => p,
             None => {
@@ -891,17 +660,12 @@ impl Binder {
                 ctx.aggs.len() - 1
             }
         };
-        Ok(Typed {
-            expr: Expr::Column(ctx.group.len() + pos),
-            ty: Some(ty),
-        })
+        Ok(Typed { expr: Expr::Column(ctx.group.len() + pos), ty: Some(ty) })
     }
 }
 
 fn not_grouped(name: &str) -> Error {
-    Error::sql(format!(
-        "column {name} must appear in the GROUP BY clause or be used in an aggregate function"
-    ))
+    Error::sql(format!("column {name} must appear in the GROUP BY clause or be used in an aggregate function"))
 }
 
 /// Integer widths widen to BIGINT in expressions.
@@ -918,11 +682,7 @@ fn merge_type(a: Option<DataType>, b: Option<DataType>) -> Option<DataType> {
         (None, x) | (x, None) => x,
         (Some(x), Some(y)) if x == y => Some(x),
         (Some(x), Some(y)) if x.is_numeric() && y.is_numeric() => {
-            Some(if x.is_integer() && y.is_integer() {
-                DataType::BigInt
-            } else {
-                func::numeric_result(&[Some(x), Some(y)])
-            })
+            Some(if x.is_integer() && y.is_integer() { DataType::BigInt } else { func::numeric_result(&[Some(x), Some(y)]) })
         }
         (Some(x), Some(_)) => Some(x),
     }
@@ -942,17 +702,10 @@ fn class(t: DataType) -> u8 {
 /// Rejects comparisons that can never work (a number with a timestamp, say) at prepare time.
 fn check_comparable(a: Option<DataType>, b: Option<DataType>) -> Result<()> {
     if let (Some(x), Some(y)) = (a, b) {
-        let ok = class(x) == class(y)
-            || matches!(
-                (class(x), class(y)),
-                (1, 3) | (3, 1) | (1, 0) | (0, 1) | (1, 2) | (2, 1) | (3, 0) | (0, 3)
-            );
+        let ok =
+            class(x) == class(y) || matches!((class(x), class(y)), (1, 3) | (3, 1) | (1, 0) | (0, 1) | (1, 2) | (2, 1) | (3, 0) | (0, 3));
         if !ok {
-            return Err(Error::sql(format!(
-                "cannot compare {} with {}",
-                x.sql_name(),
-                y.sql_name()
-            )));
+            return Err(Error::sql(format!("cannot compare {} with {}", x.sql_name(), y.sql_name())));
         }
     }
     Ok(())
@@ -963,9 +716,8 @@ fn check_comparable(a: Option<DataType>, b: Option<DataType>) -> Result<()> {
 pub fn coerce_const(e: Expr, ty: Option<DataType>) -> Expr {
     match (e, ty) {
         (Expr::Const(v), Some(ty)) if !v.is_null() && v.natural_type() != Some(ty) => {
-            let keep_numeric = v.natural_type().is_some_and(|t| t.is_numeric())
-                && ty.is_numeric()
-                && !(ty.is_integer() && matches!(v, Value::Int(_)));
+            let keep_numeric =
+                v.natural_type().is_some_and(|t| t.is_numeric()) && ty.is_numeric() && !(ty.is_integer() && matches!(v, Value::Int(_)));
             if keep_numeric {
                 return Expr::Const(v);
             }

@@ -6,9 +6,7 @@
 
 use lockstep_core::{Catalog, ColumnDef, Error, IndexDef, Result, TableDef, TableKind};
 
-use crate::ddl_parse::{
-    column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX,
-};
+use crate::ddl_parse::{column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX};
 use crate::{ddl_proc, ddl_view};
 
 /// What DDL needs from its surroundings: Lua sources of procedures.
@@ -27,9 +25,7 @@ pub struct DdlOutcome {
 }
 
 fn done(message: impl Into<String>) -> Result<DdlOutcome> {
-    Ok(DdlOutcome {
-        message: message.into(),
-    })
+    Ok(DdlOutcome { message: message.into() })
 }
 
 /// Applies one DDL statement to the catalog (the caller keeps a copy to roll back).
@@ -55,9 +51,7 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
             let what = c.ident("what to create")?;
             match what.as_str() {
                 "PROCEDURE" => ddl_proc::create_procedure(catalog, c, env, or_replace),
-                _ if or_replace => Err(Error::sql(format!(
-                    "CREATE OR REPLACE {what} is not supported"
-                ))),
+                _ if or_replace => Err(Error::sql(format!("CREATE OR REPLACE {what} is not supported"))),
                 "TABLE" => create_table(catalog, c),
                 "STREAM" => create_stream(catalog, c),
                 "VIEW" => ddl_view::create_view(catalog, c),
@@ -67,9 +61,7 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
                     create_index(catalog, c, true, what == "ASSUMEUNIQUE")
                 }
                 "ROLE" => done("CREATE ROLE ignored: Lockstep has no roles"),
-                "FUNCTION" | "AGGREGATE" => Err(Error::sql(format!(
-                    "CREATE {what} (Java user functions) is not supported"
-                ))),
+                "FUNCTION" | "AGGREGATE" => Err(Error::sql(format!("CREATE {what} (Java user functions) is not supported"))),
                 other => Err(Error::sql(format!("CREATE {other} is not supported"))),
             }
         }
@@ -94,15 +86,11 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
             c.expect_word("TABLE")?;
             partition_table(catalog, c)
         }
-        "LOAD" | "REMOVE" => done(format!(
-            "{first} CLASSES ignored: Lockstep procedures are Lua, not Java classes"
-        )),
+        "LOAD" | "REMOVE" => done(format!("{first} CLASSES ignored: Lockstep procedures are Lua, not Java classes")),
         "IMPORT" => done("IMPORT CLASS ignored: Lockstep procedures are Lua, not Java classes"),
         "DR" => done("DR TABLE ignored: Lockstep has no cross-datacenter replication"),
         "SET" => done("SET ignored: Lockstep has no cross-datacenter replication settings"),
-        other => Err(Error::sql(format!(
-            "{other} is not a DDL statement Lockstep knows"
-        ))),
+        other => Err(Error::sql(format!("{other} is not a DDL statement Lockstep knows"))),
     }
 }
 
@@ -118,16 +106,11 @@ fn table_body(c: &mut Cursor, table: &str) -> Result<(Vec<ColumnDef>, Vec<KeySpe
             None => {
                 let col = column_def(c, &mut keys)?;
                 if cols.iter().any(|x| x.name.eq_ignore_ascii_case(&col.name)) {
-                    return Err(Error::sql(format!(
-                        "column {} is defined twice in {table}",
-                        col.name
-                    )));
+                    return Err(Error::sql(format!("column {} is defined twice in {table}", col.name)));
                 }
                 cols.push(col);
                 if cols.len() > TABLE_COLUMNS_MAX {
-                    return Err(Error::sql(format!(
-                        "{table} has more than {TABLE_COLUMNS_MAX} columns"
-                    )));
+                    return Err(Error::sql(format!("{table} has more than {TABLE_COLUMNS_MAX} columns")));
                 }
             }
         }
@@ -145,12 +128,7 @@ fn table_body(c: &mut Cursor, table: &str) -> Result<(Vec<ColumnDef>, Vec<KeySpe
 }
 
 /// Builds index definitions from key constraints (primary key first).
-fn key_indexes(
-    table: &str,
-    cols: &mut [ColumnDef],
-    keys: &[KeySpec],
-    existing: &[IndexDef],
-) -> Result<Vec<IndexDef>> {
+fn key_indexes(table: &str, cols: &mut [ColumnDef], keys: &[KeySpec], existing: &[IndexDef]) -> Result<Vec<IndexDef>> {
     let mut out: Vec<IndexDef> = Vec::new();
     for k in keys {
         let mut positions = Vec::new();
@@ -160,9 +138,7 @@ fn key_indexes(
                 .position(|c| c.name.eq_ignore_ascii_case(n))
                 .ok_or_else(|| Error::sql(format!("unknown column {n} in a key of {table}")))?;
             if positions.contains(&p) {
-                return Err(Error::sql(format!(
-                    "column {n} appears twice in a key of {table}"
-                )));
+                return Err(Error::sql(format!("column {n} appears twice in a key of {table}")));
             }
             positions.push(p);
         }
@@ -179,29 +155,13 @@ fn key_indexes(
             None if k.primary => format!("PK_{table}"),
             None => {
                 let names: Vec<&str> = positions.iter().map(|&p| cols[p].name.as_str()).collect();
-                format!(
-                    "{}_{table}_{}",
-                    if k.assume_unique { "AK" } else { "UK" },
-                    names.join("_")
-                )
+                format!("{}_{table}_{}", if k.assume_unique { "AK" } else { "UK" }, names.join("_"))
             }
         };
-        if out
-            .iter()
-            .chain(existing)
-            .any(|i| i.name.eq_ignore_ascii_case(&name))
-        {
-            return Err(Error::sql(format!(
-                "index name {name} is used twice in {table}"
-            )));
+        if out.iter().chain(existing).any(|i| i.name.eq_ignore_ascii_case(&name)) {
+            return Err(Error::sql(format!("index name {name} is used twice in {table}")));
         }
-        let def = IndexDef {
-            name,
-            columns: positions,
-            unique: !k.assume_unique,
-            assume_unique: k.assume_unique,
-            primary: k.primary,
-        };
+        let def = IndexDef { name, columns: positions, unique: !k.assume_unique, assume_unique: k.assume_unique, primary: k.primary };
         if k.primary {
             out.insert(0, def);
         } else {
@@ -212,10 +172,7 @@ fn key_indexes(
 }
 
 fn index_name_taken(catalog: &Catalog, name: &str) -> Option<String> {
-    catalog
-        .tables()
-        .find(|t| t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(name)))
-        .map(|t| t.name.clone())
+    catalog.tables().find(|t| t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(name))).map(|t| t.name.clone())
 }
 
 fn create_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
@@ -233,20 +190,10 @@ fn create_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     let indexes = key_indexes(&name, &mut cols, &keys, &[])?;
     for i in &indexes {
         if let Some(t) = index_name_taken(catalog, &i.name) {
-            return Err(Error::sql(format!(
-                "index name {} is already used by table {t}",
-                i.name
-            )));
+            return Err(Error::sql(format!("index name {} is already used by table {t}", i.name)));
         }
     }
-    let def = TableDef {
-        id: 0,
-        name: name.clone(),
-        columns: cols,
-        indexes,
-        partition_column: None,
-        kind: TableKind::Table,
-    };
+    let def = TableDef { id: 0, name: name.clone(), columns: cols, indexes, partition_column: None, kind: TableKind::Table };
     catalog.add_table(def)?;
     done(format!("table {name} created"))
 }
@@ -273,35 +220,22 @@ fn create_stream(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     let (cols, keys) = table_body(c, &name)?;
     c.expect_end()?;
     if !keys.is_empty() {
-        return Err(Error::sql(format!(
-            "stream {name} cannot have a PRIMARY KEY or UNIQUE constraint"
-        )));
+        return Err(Error::sql(format!("stream {name} cannot have a PRIMARY KEY or UNIQUE constraint")));
     }
     let partition_column = match pcol {
         Some(p) => {
             let i = cols
                 .iter()
                 .position(|x| x.name.eq_ignore_ascii_case(&p))
-                .ok_or_else(|| {
-                    Error::sql(format!("stream {name} has no column {p} to partition on"))
-                })?;
+                .ok_or_else(|| Error::sql(format!("stream {name} has no column {p} to partition on")))?;
             if cols[i].nullable {
-                return Err(Error::sql(format!(
-                    "partition column {p} of stream {name} must be NOT NULL"
-                )));
+                return Err(Error::sql(format!("partition column {p} of stream {name} must be NOT NULL")));
             }
             Some(i)
         }
         None => None,
     };
-    let def = TableDef {
-        id: 0,
-        name: name.clone(),
-        columns: cols,
-        indexes: vec![],
-        partition_column,
-        kind: TableKind::Stream { target },
-    };
+    let def = TableDef { id: 0, name: name.clone(), columns: cols, indexes: vec![], partition_column, kind: TableKind::Stream { target } };
     catalog.add_table(def)?;
     done(format!("stream {name} created"))
 }
@@ -319,54 +253,32 @@ fn check_unique_partitioning(t: &TableDef, ix: &IndexDef) -> Result<()> {
     Ok(())
 }
 
-fn create_index(
-    catalog: &mut Catalog,
-    c: &mut Cursor,
-    unique: bool,
-    assume_unique: bool,
-) -> Result<DdlOutcome> {
+fn create_index(catalog: &mut Catalog, c: &mut Cursor, unique: bool, assume_unique: bool) -> Result<DdlOutcome> {
     let name = c.ident("an index name")?;
     c.expect_word("ON")?;
     let tname = c.ident("a table name")?;
     let cols = c.name_list("a column name (expression indexes are not supported)")?;
     if c.is_word("WHERE") {
-        return Err(Error::sql(
-            "partial indexes (CREATE INDEX … WHERE) are not supported",
-        ));
+        return Err(Error::sql("partial indexes (CREATE INDEX … WHERE) are not supported"));
     }
     c.expect_end()?;
-    let t = catalog
-        .table(&tname)
-        .cloned()
-        .ok_or_else(|| Error::sql(format!("object not found: {tname}")))?;
+    let t = catalog.table(&tname).cloned().ok_or_else(|| Error::sql(format!("object not found: {tname}")))?;
     if t.is_stream() {
         return Err(Error::sql(format!("cannot index stream {tname}")));
     }
     if let Some(other) = index_name_taken(catalog, &name) {
-        return Err(Error::sql(format!(
-            "index name {name} is already used by table {other}"
-        )));
+        return Err(Error::sql(format!("index name {name} is already used by table {other}")));
     }
     let mut def = (*t).clone();
     let mut positions = Vec::new();
     for n in &cols {
-        let p = def
-            .column_index(n)
-            .ok_or_else(|| Error::sql(format!("unknown column {n} in {tname}")))?;
+        let p = def.column_index(n).ok_or_else(|| Error::sql(format!("unknown column {n} in {tname}")))?;
         if positions.contains(&p) {
-            return Err(Error::sql(format!(
-                "column {n} appears twice in index {name}"
-            )));
+            return Err(Error::sql(format!("column {n} appears twice in index {name}")));
         }
         positions.push(p);
     }
-    let ix = IndexDef {
-        name: name.clone(),
-        columns: positions,
-        unique: unique && !assume_unique,
-        assume_unique,
-        primary: false,
-    };
+    let ix = IndexDef { name: name.clone(), columns: positions, unique: unique && !assume_unique, assume_unique, primary: false };
     check_unique_partitioning(&def, &ix)?;
     def.indexes.push(ix);
     catalog.replace_table(def)?;
@@ -382,27 +294,16 @@ fn drop_index(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
         false
     };
     c.expect_end()?;
-    let Some(t) = catalog
-        .tables()
-        .find(|t| t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&name)))
-        .cloned()
-    else {
+    let Some(t) = catalog.tables().find(|t| t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&name))).cloned() else {
         if if_exists {
             return done(format!("index {name} does not exist; nothing dropped"));
         }
         return Err(Error::sql(format!("index {name} does not exist")));
     };
     let mut def = (*t).clone();
-    let pos = def
-        .indexes
-        .iter()
-        .position(|i| i.name.eq_ignore_ascii_case(&name))
-        .unwrap_or(0);
+    let pos = def.indexes.iter().position(|i| i.name.eq_ignore_ascii_case(&name)).unwrap_or(0);
     if def.indexes[pos].primary {
-        return Err(Error::sql(format!(
-            "{name} is the primary key of {}; it cannot be dropped",
-            t.name
-        )));
+        return Err(Error::sql(format!("{name} is the primary key of {}; it cannot be dropped", t.name)));
     }
     def.indexes.remove(pos);
     catalog.replace_table(def)?;
@@ -424,10 +325,7 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
     c.expect_end()?;
     let Some(t) = catalog.table(&name).cloned() else {
         if if_exists {
-            return done(format!(
-                "{} {name} does not exist; nothing dropped",
-                what.to_lowercase()
-            ));
+            return done(format!("{} {name} does not exist; nothing dropped", what.to_lowercase()));
         }
         return Err(Error::sql(format!("object not found: {name}")));
     };
@@ -437,11 +335,7 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
         TableKind::Stream { .. } => "STREAM",
     };
     if kind != what {
-        return Err(Error::sql(format!(
-            "{} is a {}; use DROP {kind}",
-            t.name,
-            kind.to_lowercase()
-        )));
+        return Err(Error::sql(format!("{} is a {}; use DROP {kind}", t.name, kind.to_lowercase())));
     }
     let views: Vec<String> = catalog.views_of(t.id).map(|v| v.name.clone()).collect();
     if !views.is_empty() && !cascade {
@@ -456,24 +350,15 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
         catalog.drop_table(v)?;
     }
     catalog.drop_table(&t.name)?;
-    let extra = if views.is_empty() {
-        String::new()
-    } else {
-        format!(" (with views {})", views.join(", "))
-    };
+    let extra = if views.is_empty() { String::new() } else { format!(" (with views {})", views.join(", ")) };
     done(format!("{} {} dropped{extra}", what.to_lowercase(), t.name))
 }
 
 fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     let name = c.ident("a table name")?;
-    let t = catalog
-        .table(&name)
-        .cloned()
-        .ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
+    let t = catalog.table(&name).cloned().ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
     if !matches!(t.kind, TableKind::Table) {
-        return Err(Error::sql(format!(
-            "ALTER TABLE works on tables; {name} is not one"
-        )));
+        return Err(Error::sql(format!("ALTER TABLE works on tables; {name} is not one")));
     }
     let mut def = (*t).clone();
     if c.eat_word("ADD") {
@@ -486,10 +371,7 @@ fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
             let new = key_indexes(&t.name, &mut cols, &[k], &def.indexes)?;
             for ix in &new {
                 if let Some(other) = index_name_taken(catalog, &ix.name) {
-                    return Err(Error::sql(format!(
-                        "index name {} is already used by table {other}",
-                        ix.name
-                    )));
+                    return Err(Error::sql(format!("index name {} is already used by table {other}", ix.name)));
                 }
                 check_unique_partitioning(&def, ix)?;
             }
@@ -503,32 +385,20 @@ fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
                 }
             }
             catalog.replace_table(def)?;
-            return done(format!(
-                "constraint {} added to {}",
-                names.join(", "),
-                t.name
-            ));
+            return done(format!("constraint {} added to {}", names.join(", "), t.name));
         }
         c.eat_word("COLUMN");
         let mut keys = Vec::new();
         let col = column_def(c, &mut keys)?;
         if c.is_word("BEFORE") {
-            return Err(Error::sql(
-                "ALTER TABLE … ADD COLUMN … BEFORE is not supported; new columns go last",
-            ));
+            return Err(Error::sql("ALTER TABLE … ADD COLUMN … BEFORE is not supported; new columns go last"));
         }
         c.expect_end()?;
         if def.column_index(&col.name).is_some() {
-            return Err(Error::sql(format!(
-                "{} already has a column {}",
-                t.name, col.name
-            )));
+            return Err(Error::sql(format!("{} already has a column {}", t.name, col.name)));
         }
         if def.columns.len() >= TABLE_COLUMNS_MAX {
-            return Err(Error::sql(format!(
-                "{} already has {TABLE_COLUMNS_MAX} columns",
-                t.name
-            )));
+            return Err(Error::sql(format!("{} already has {TABLE_COLUMNS_MAX} columns", t.name)));
         }
         let cname = col.name.clone();
         def.columns.push(col);
@@ -551,18 +421,11 @@ fn partition_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
     c.expect_word("COLUMN")?;
     let col = c.ident("a column name")?;
     c.expect_end()?;
-    let t = catalog
-        .table(&name)
-        .cloned()
-        .ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
+    let t = catalog.table(&name).cloned().ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
     if !matches!(t.kind, TableKind::Table) {
-        return Err(Error::sql(format!(
-            "{name} is not a table; only tables are partitioned with PARTITION TABLE"
-        )));
+        return Err(Error::sql(format!("{name} is not a table; only tables are partitioned with PARTITION TABLE")));
     }
-    let pc = t
-        .column_index(&col)
-        .ok_or_else(|| Error::sql(format!("table {} has no column {col}", t.name)))?;
+    let pc = t.column_index(&col).ok_or_else(|| Error::sql(format!("table {} has no column {col}", t.name)))?;
     if t.columns[pc].nullable {
         return Err(Error::sql(format!(
             "partition column {} of {} must be NOT NULL: declare it NOT NULL in CREATE TABLE",
@@ -579,13 +442,8 @@ fn partition_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
     // Views follow their source: partitioned by the source column's place among their keys.
     for v in views {
         let mut vd = (*v).clone();
-        vd.partition_column = vd
-            .view()
-            .and_then(|vw| vw.group_by.iter().position(|&g| g == pc));
+        vd.partition_column = vd.view().and_then(|vw| vw.group_by.iter().position(|&g| g == pc));
         catalog.replace_table(vd)?;
     }
-    done(format!(
-        "table {} partitioned on column {}",
-        t.name, t.columns[pc].name
-    ))
+    done(format!("table {} partitioned on column {}", t.name, t.columns[pc].name))
 }

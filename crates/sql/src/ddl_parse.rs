@@ -22,11 +22,7 @@ pub struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     pub fn new(src: &'a str) -> Result<Self> {
-        Ok(Cursor {
-            src,
-            toks: tokenize(src)?,
-            pos: 0,
-        })
+        Ok(Cursor { src, toks: tokenize(src)?, pos: 0 })
     }
 
     pub fn peek(&self) -> Option<&Tok> {
@@ -156,10 +152,7 @@ impl<'a> Cursor<'a> {
     pub fn integer(&mut self, what: &str) -> Result<i64> {
         match self.peek() {
             Some(t) if t.kind == TokKind::Number => {
-                let v = t
-                    .text
-                    .parse::<i64>()
-                    .map_err(|_| self.error(&format!("expected {what}")))?;
+                let v = t.text.parse::<i64>().map_err(|_| self.error(&format!("expected {what}")))?;
                 self.pos += 1;
                 Ok(v)
             }
@@ -225,8 +218,7 @@ pub struct KeySpec {
 /// Parses `TYPE [(n [BYTES]) | (p, s)]`; returns (type, size, in_bytes).
 pub fn column_type(c: &mut Cursor) -> Result<(DataType, u32, bool)> {
     let word = c.ident("a column type")?;
-    let ty =
-        type_from_name(&word).ok_or_else(|| Error::sql(format!("unknown column type {word}")))?;
+    let ty = type_from_name(&word).ok_or_else(|| Error::sql(format!("unknown column type {word}")))?;
     if word.eq_ignore_ascii_case("DOUBLE") {
         c.eat_word("PRECISION");
     }
@@ -246,9 +238,7 @@ pub fn column_type(c: &mut Cursor) -> Result<(DataType, u32, bool)> {
         match ty {
             DataType::Varchar | DataType::Varbinary => {
                 if n < 0 || n as u64 > VARIABLE_SIZE_MAX as u64 {
-                    return Err(Error::sql(format!(
-                        "{word}({n}): the size must be 0 to {VARIABLE_SIZE_MAX}"
-                    )));
+                    return Err(Error::sql(format!("{word}({n}): the size must be 0 to {VARIABLE_SIZE_MAX}")));
                 }
                 size = n as u32;
                 if c.eat_word("BYTES") {
@@ -274,9 +264,7 @@ pub fn column_type(c: &mut Cursor) -> Result<(DataType, u32, bool)> {
 /// A DEFAULT value, converted to the column's type.
 fn default_value(c: &mut Cursor, ty: DataType, col: &str) -> Result<Value> {
     let neg = c.eat_punct("-");
-    let t = c
-        .next()
-        .ok_or_else(|| Error::sql(format!("missing DEFAULT value for column {col}")))?;
+    let t = c.next().ok_or_else(|| Error::sql(format!("missing DEFAULT value for column {col}")))?;
     let v = match t.kind {
         TokKind::Number => number_literal(&format!("{}{}", if neg { "-" } else { "" }, t.text))?,
         TokKind::Str if !neg => Value::from(t.text.as_str()),
@@ -291,35 +279,18 @@ fn default_value(c: &mut Cursor, ty: DataType, col: &str) -> Result<Value> {
                 return Ok(DEFAULT_NOW_SENTINEL);
             }
             "X" | "x" => return Err(Error::sql(format!("bad DEFAULT for column {col}"))),
-            w => {
-                return Err(Error::sql(format!(
-                    "bad DEFAULT value {w} for column {col}"
-                )))
-            }
+            w => return Err(Error::sql(format!("bad DEFAULT value {w} for column {col}"))),
         },
-        _ => {
-            return Err(Error::sql(format!(
-                "bad DEFAULT value {} for column {col}",
-                t.text
-            )))
-        }
+        _ => return Err(Error::sql(format!("bad DEFAULT value {} for column {col}", t.text))),
     };
-    v.coerce_to(ty)
-        .map_err(|e| e.context(format!("DEFAULT of column {col}")))
+    v.coerce_to(ty).map_err(|e| e.context(format!("DEFAULT of column {col}")))
 }
 
 /// Parses `name TYPE [options]`; column-level keys are added to `keys`.
 pub fn column_def(c: &mut Cursor, keys: &mut Vec<KeySpec>) -> Result<ColumnDef> {
     let name = c.ident("a column name")?;
     let (ty, size, in_bytes) = column_type(c)?;
-    let mut col = ColumnDef {
-        name: name.clone(),
-        ty,
-        size,
-        in_bytes,
-        nullable: true,
-        default: None,
-    };
+    let mut col = ColumnDef { name: name.clone(), ty, size, in_bytes, nullable: true, default: None };
     loop {
         let mut cname = None;
         if c.eat_word("CONSTRAINT") {
@@ -335,26 +306,11 @@ pub fn column_def(c: &mut Cursor, keys: &mut Vec<KeySpec>) -> Result<ColumnDef> 
         } else if c.eat_word("PRIMARY") {
             c.expect_word("KEY")?;
             col.nullable = false;
-            keys.push(KeySpec {
-                name: cname,
-                columns: vec![name.clone()],
-                primary: true,
-                assume_unique: false,
-            });
+            keys.push(KeySpec { name: cname, columns: vec![name.clone()], primary: true, assume_unique: false });
         } else if c.eat_word("UNIQUE") {
-            keys.push(KeySpec {
-                name: cname,
-                columns: vec![name.clone()],
-                primary: false,
-                assume_unique: false,
-            });
+            keys.push(KeySpec { name: cname, columns: vec![name.clone()], primary: false, assume_unique: false });
         } else if c.eat_word("ASSUMEUNIQUE") {
-            keys.push(KeySpec {
-                name: cname,
-                columns: vec![name.clone()],
-                primary: false,
-                assume_unique: true,
-            });
+            keys.push(KeySpec { name: cname, columns: vec![name.clone()], primary: false, assume_unique: true });
         } else if cname.is_some() {
             return Err(c.error("expected PRIMARY KEY, UNIQUE or ASSUMEUNIQUE"));
         } else {
@@ -371,9 +327,7 @@ pub fn table_constraint(c: &mut Cursor) -> Result<Option<Option<KeySpec>>> {
     if c.eat_word("CONSTRAINT") {
         name = Some(c.ident("a constraint name")?);
     }
-    let (primary, assume_unique) = if c.is_word("PRIMARY")
-        && c.peek_at(1).is_some_and(|t| t.is_word("KEY"))
-    {
+    let (primary, assume_unique) = if c.is_word("PRIMARY") && c.peek_at(1).is_some_and(|t| t.is_word("KEY")) {
         c.pos += 2;
         (true, false)
     } else if c.is_word("UNIQUE") && c.peek_at(1).is_some_and(|t| t.is_punct("(")) {
@@ -402,12 +356,7 @@ pub fn table_constraint(c: &mut Cursor) -> Result<Option<Option<KeySpec>>> {
         return Ok(None);
     };
     let columns = c.name_list("a column name")?;
-    Ok(Some(Some(KeySpec {
-        name,
-        columns,
-        primary,
-        assume_unique,
-    })))
+    Ok(Some(Some(KeySpec { name, columns, primary, assume_unique })))
 }
 
 /// `LIMIT PARTITION ROWS n [EXECUTE (…)]` — accepted and ignored.
@@ -431,30 +380,13 @@ mod tests {
         let mut keys = Vec::new();
         let mut c = Cursor::new("name VARCHAR(20 BYTES) DEFAULT 'x' NOT NULL UNIQUE").unwrap();
         let col = column_def(&mut c, &mut keys).unwrap();
-        assert_eq!(
-            (
-                col.name.as_str(),
-                col.ty,
-                col.size,
-                col.in_bytes,
-                col.nullable
-            ),
-            ("NAME", DataType::Varchar, 20, true, false)
-        );
+        assert_eq!((col.name.as_str(), col.ty, col.size, col.in_bytes, col.nullable), ("NAME", DataType::Varchar, 20, true, false));
         assert_eq!(col.default, Some(Value::Str("x".into())));
         assert_eq!(keys.len(), 1);
         let mut c = Cursor::new("amt DECIMAL(10, 2) DEFAULT -1.5").unwrap();
         let col = column_def(&mut c, &mut keys).unwrap();
-        assert_eq!(
-            col.default,
-            Some(Value::Decimal(
-                lockstep_core::decimal::parse("-1.5").unwrap()
-            ))
-        );
+        assert_eq!(col.default, Some(Value::Decimal(lockstep_core::decimal::parse("-1.5").unwrap())));
         let mut c = Cursor::new("n TINYINT DEFAULT 300").unwrap();
-        assert!(column_def(&mut c, &mut keys)
-            .unwrap_err()
-            .message
-            .contains("DEFAULT of column N"));
+        assert!(column_def(&mut c, &mut keys).unwrap_err().message.contains("DEFAULT of column N"));
     }
 }

@@ -21,37 +21,21 @@ fn partition_clause(catalog: &Catalog, c: &mut Cursor, proc_name: &str) -> Resul
     let parameter = if c.eat_word("PARAMETER") {
         let n = c.integer("a parameter number")?;
         if !(0..PROCEDURE_PARAMS_MAX).contains(&n) {
-            return Err(Error::sql(format!(
-                "PARAMETER {n} of procedure {proc_name} is out of range"
-            )));
+            return Err(Error::sql(format!("PARAMETER {n} of procedure {proc_name} is out of range")));
         }
         n as usize
     } else {
         0
     };
-    let t = catalog.table(&tname).ok_or_else(|| {
-        Error::sql(format!(
-            "procedure {proc_name} is partitioned on unknown table {tname}"
-        ))
-    })?;
-    let col = t.column_index(&cname).ok_or_else(|| {
-        Error::sql(format!(
-            "procedure {proc_name}: table {} has no column {cname}",
-            t.name
-        ))
-    })?;
+    let t = catalog.table(&tname).ok_or_else(|| Error::sql(format!("procedure {proc_name} is partitioned on unknown table {tname}")))?;
+    let col = t.column_index(&cname).ok_or_else(|| Error::sql(format!("procedure {proc_name}: table {} has no column {cname}", t.name)))?;
     if t.partition_column != Some(col) {
         return Err(Error::sql(format!(
             "procedure {proc_name} is partitioned on {}.{}, but {} is not partitioned on that column (add PARTITION TABLE {} ON COLUMN {} first)",
             t.name, t.columns[col].name, t.name, t.name, t.columns[col].name
         )));
     }
-    Ok(Partitioning::Single {
-        table: t.name.clone(),
-        column: t.columns[col].name.clone(),
-        parameter,
-        key_type: t.columns[col].ty,
-    })
+    Ok(Partitioning::Single { table: t.name.clone(), column: t.columns[col].name.clone(), parameter, key_type: t.columns[col].ty })
 }
 
 /// The one statement of an `AS` body (`BEGIN … END` with a single statement is accepted).
@@ -74,27 +58,15 @@ fn sql_body(text: &str, proc_name: &str) -> Result<String> {
         return Ok(stmts[0].clone());
     }
     if trimmed.is_empty() {
-        return Err(Error::sql(format!(
-            "procedure {proc_name} has no SQL after AS"
-        )));
+        return Err(Error::sql(format!("procedure {proc_name} has no SQL after AS")));
     }
     Ok(trimmed.to_string())
 }
 
-pub fn create_procedure(
-    catalog: &mut Catalog,
-    c: &mut Cursor,
-    env: &dyn DdlEnv,
-    or_replace: bool,
-) -> Result<DdlOutcome> {
+pub fn create_procedure(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv, or_replace: bool) -> Result<DdlOutcome> {
     // VoltDB's `CREATE PROCEDURE [PARTITION …] FROM CLASS a.b.Name` has no name of its own.
-    let unnamed = c.is_word("FROM")
-        || (c.is_word("PARTITION") && c.peek_at(1).is_some_and(|t| t.is_word("ON")));
-    let mut name = if unnamed {
-        String::new()
-    } else {
-        c.name_as_written("a procedure name")?
-    };
+    let unnamed = c.is_word("FROM") || (c.is_word("PARTITION") && c.peek_at(1).is_some_and(|t| t.is_word("ON")));
+    let mut name = if unnamed { String::new() } else { c.name_as_written("a procedure name")? };
     let mut partitioning = Partitioning::Multi;
     loop {
         if c.eat_word("ALLOW") {
@@ -104,11 +76,7 @@ pub fn create_procedure(
                 c.ident("a role name")?;
             }
         } else if c.eat_word("PARTITION") {
-            let shown = if name.is_empty() {
-                "(from class)".to_string()
-            } else {
-                name.clone()
-            };
+            let shown = if name.is_empty() { "(from class)".to_string() } else { name.clone() };
             partitioning = partition_clause(catalog, c, &shown)?;
         } else if c.eat_word("DIRECTED") {
             partitioning = Partitioning::Directed;
@@ -122,9 +90,7 @@ pub fn create_procedure(
         }
         let sql = sql_body(c.rest(), &name)?;
         if is_ddl(&sql) {
-            return Err(Error::sql(format!(
-                "procedure {name}: the body must be a query or DML, not DDL"
-            )));
+            return Err(Error::sql(format!("procedure {name}: the body must be a query or DML, not DDL")));
         }
         crate::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {name}")))?;
         (ProcedureBody::Sql(sql), None)
@@ -135,31 +101,20 @@ pub fn create_procedure(
             if name.is_empty() {
                 name = class.rsplit('.').next().unwrap_or(&class).to_string();
             }
-            let (path, source) = env
-                .find_class(&class)
-                .map_err(|e| e.context(format!("procedure {name}")))?;
+            let (path, source) = env.find_class(&class).map_err(|e| e.context(format!("procedure {name}")))?;
             (ProcedureBody::Lua { path, source }, Some(class))
         } else if c.eat_word("FILE") {
             let path = c.string("a quoted file path")?;
             if name.is_empty() {
-                return Err(Error::sql(
-                    "CREATE PROCEDURE … FROM FILE needs a procedure name",
-                ));
+                return Err(Error::sql("CREATE PROCEDURE … FROM FILE needs a procedure name"));
             }
             let body = if c.eat_word("SOURCE") {
                 match c.next() {
-                    Some(t) if matches!(t.kind, TokKind::Dollar | TokKind::Str) => {
-                        ProcedureBody::Lua {
-                            path,
-                            source: t.text,
-                        }
-                    }
+                    Some(t) if matches!(t.kind, TokKind::Dollar | TokKind::Str) => ProcedureBody::Lua { path, source: t.text },
                     _ => return Err(c.error("expected $tag$…$tag$ after SOURCE")),
                 }
             } else {
-                let (p, source) = env
-                    .read_file(&path)
-                    .map_err(|e| e.context(format!("procedure {name}")))?;
+                let (p, source) = env.read_file(&path).map_err(|e| e.context(format!("procedure {name}")))?;
                 ProcedureBody::Lua { path: p, source }
             };
             c.expect_end()?;
@@ -176,27 +131,16 @@ pub fn create_procedure(
             "procedure {name} already exists: use CREATE OR REPLACE PROCEDURE, or DROP PROCEDURE {name} first"
         )));
     }
-    catalog.put_procedure(ProcedureDef {
-        name: name.clone(),
-        body,
-        partitioning,
-        class_name,
-    });
-    Ok(DdlOutcome {
-        message: format!(
-            "procedure {name} {}",
-            if existed { "replaced" } else { "created" }
-        ),
-    })
+    catalog.put_procedure(ProcedureDef { name: name.clone(), body, partitioning, class_name });
+    Ok(DdlOutcome { message: format!("procedure {name} {}", if existed { "replaced" } else { "created" }) })
 }
 
 pub fn partition_procedure(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     let name = c.ident("a procedure name")?;
-    let p = catalog.procedure(&name).cloned().ok_or_else(|| {
-        Error::sql(format!(
-            "procedure {name} does not exist; create it before PARTITION PROCEDURE"
-        ))
-    })?;
+    let p = catalog
+        .procedure(&name)
+        .cloned()
+        .ok_or_else(|| Error::sql(format!("procedure {name} does not exist; create it before PARTITION PROCEDURE")))?;
     let partitioning = partition_clause(catalog, c, &p.name)?;
     c.expect_end()?;
     let mut def = (*p).clone();
@@ -205,9 +149,7 @@ pub fn partition_procedure(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlO
     }
     def.partitioning = partitioning;
     catalog.put_procedure(def);
-    Ok(DdlOutcome {
-        message: format!("procedure {} partitioned", p.name),
-    })
+    Ok(DdlOutcome { message: format!("procedure {} partitioned", p.name) })
 }
 
 pub fn drop_procedure(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
@@ -220,12 +162,8 @@ pub fn drop_procedure(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcom
     };
     c.expect_end()?;
     match catalog.drop_procedure(&name) {
-        Ok(p) => Ok(DdlOutcome {
-            message: format!("procedure {} dropped", p.name),
-        }),
-        Err(_) if if_exists => Ok(DdlOutcome {
-            message: format!("procedure {name} does not exist; nothing dropped"),
-        }),
+        Ok(p) => Ok(DdlOutcome { message: format!("procedure {} dropped", p.name) }),
+        Err(_) if if_exists => Ok(DdlOutcome { message: format!("procedure {name} does not exist; nothing dropped") }),
         Err(e) => Err(e),
     }
 }

@@ -1,10 +1,7 @@
 //! CREATE VIEW: a materialized view `SELECT k…, COUNT(*), SUM(x), COUNT(x), MIN(x), MAX(x)
 //! FROM src [GROUP BY k…]`, kept up to date by storage.
 
-use lockstep_core::{
-    Catalog, ColumnDef, DataType, Error, IndexDef, Result, TableDef, TableKind, ViewAggregate,
-    ViewDef,
-};
+use lockstep_core::{Catalog, ColumnDef, DataType, Error, IndexDef, Result, TableDef, TableKind, ViewAggregate, ViewDef};
 use sqlparser::ast::{self as ast, SelectItem, SetExpr, TableFactor};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
@@ -21,35 +18,21 @@ fn column_of(src: &TableDef, e: &ast::Expr) -> Result<usize> {
     let id = match e {
         ast::Expr::Identifier(id) => id,
         ast::Expr::CompoundIdentifier(p) if p.len() == 2 => &p[1],
-        other => {
-            return Err(not_in_view(&format!(
-                "expression {other} (use a plain column)"
-            )))
-        }
+        other => return Err(not_in_view(&format!("expression {other} (use a plain column)"))),
     };
     let n = ident_name(id);
-    src.column_index(&n)
-        .ok_or_else(|| Error::sql(format!("unknown column {n} in {}", src.name)))
+    src.column_index(&n).ok_or_else(|| Error::sql(format!("unknown column {n} in {}", src.name)))
 }
 
 pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     let name = c.ident("a view name")?;
-    let names = if c.peek().is_some_and(|t| t.is_punct("(")) {
-        Some(c.name_list("a column name")?)
-    } else {
-        None
-    };
+    let names = if c.peek().is_some_and(|t| t.is_punct("(")) { Some(c.name_list("a column name")?) } else { None };
     c.expect_word("AS")?;
     let text = c.rest();
-    let stmts = Parser::parse_sql(&GenericDialect {}, text)
-        .map_err(|e| Error::sql(format!("SQL syntax error in view {name}: {e}")))?;
+    let stmts = Parser::parse_sql(&GenericDialect {}, text).map_err(|e| Error::sql(format!("SQL syntax error in view {name}: {e}")))?;
     let q = match stmts.as_slice() {
         [ast::Statement::Query(q)] => q,
-        _ => {
-            return Err(Error::sql(format!(
-                "view {name} must be defined by one SELECT"
-            )))
-        }
+        _ => return Err(Error::sql(format!("view {name} must be defined by one SELECT"))),
     };
     if q.order_by.is_some() || q.limit_clause.is_some() || q.with.is_some() {
         return Err(not_in_view("ORDER BY / LIMIT / WITH"));
@@ -71,18 +54,12 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
         TableFactor::Table { name, .. } => object_name(name)?,
         _ => return Err(not_in_view("a subquery")),
     };
-    let src = catalog
-        .table(&src_name)
-        .cloned()
-        .ok_or_else(|| Error::sql(format!("object not found: {src_name}")))?;
+    let src = catalog.table(&src_name).cloned().ok_or_else(|| Error::sql(format!("object not found: {src_name}")))?;
     if src.view().is_some() {
         return Err(not_in_view("a view over another view"));
     }
     let group: Vec<usize> = match &s.group_by {
-        ast::GroupByExpr::Expressions(v, m) if m.is_empty() => v
-            .iter()
-            .map(|e| column_of(&src, e))
-            .collect::<Result<_>>()?,
+        ast::GroupByExpr::Expressions(v, m) if m.is_empty() => v.iter().map(|e| column_of(&src, e)).collect::<Result<_>>()?,
         _ => return Err(not_in_view("this GROUP BY")),
     };
     let mut group_by = Vec::new();
@@ -94,13 +71,7 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
             SelectItem::ExprWithAlias { expr, alias } => (expr, Some(ident_name(alias))),
             _ => return Err(not_in_view("SELECT *")),
         };
-        let col_name = |default: String| {
-            names
-                .as_ref()
-                .and_then(|n| n.get(i).cloned())
-                .or(alias.clone())
-                .unwrap_or(default)
-        };
+        let col_name = |default: String| names.as_ref().and_then(|n| n.get(i).cloned()).or(alias.clone()).unwrap_or(default);
         if let ast::Expr::Function(f) = e {
             let fname = f.name.to_string().to_ascii_uppercase();
             let args = match &f.args {
@@ -109,9 +80,7 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
             };
             let arg = match args.as_slice() {
                 [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)] => None,
-                [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(a))] => {
-                    Some(column_of(&src, a)?)
-                }
+                [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(a))] => Some(column_of(&src, a)?),
                 _ => return Err(not_in_view(&format!("{e}"))),
             };
             let (agg, ty, nullable) = match (fname.as_str(), arg) {
@@ -120,45 +89,24 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
                 ("SUM", Some(a)) => {
                     let t = src.columns[a].ty;
                     if !t.is_numeric() {
-                        return Err(Error::sql(format!(
-                            "SUM needs a numeric column, not {}",
-                            t.sql_name()
-                        )));
+                        return Err(Error::sql(format!("SUM needs a numeric column, not {}", t.sql_name())));
                     }
-                    (
-                        ViewAggregate::Sum(a),
-                        if t.is_integer() { DataType::BigInt } else { t },
-                        true,
-                    )
+                    (ViewAggregate::Sum(a), if t.is_integer() { DataType::BigInt } else { t }, true)
                 }
                 ("MIN", Some(a)) => (ViewAggregate::Min(a), src.columns[a].ty, true),
                 ("MAX", Some(a)) => (ViewAggregate::Max(a), src.columns[a].ty, true),
                 _ => return Err(not_in_view(&format!("{e}"))),
             };
-            let (size, in_bytes) = arg
-                .map(|a| (src.columns[a].size, src.columns[a].in_bytes))
-                .unwrap_or((0, false));
+            let (size, in_bytes) = arg.map(|a| (src.columns[a].size, src.columns[a].in_bytes)).unwrap_or((0, false));
             aggregates.push(agg);
-            columns.push(ColumnDef {
-                name: col_name(format!("C{}", i + 1)),
-                ty,
-                size,
-                in_bytes,
-                nullable,
-                default: None,
-            });
+            columns.push(ColumnDef { name: col_name(format!("C{}", i + 1)), ty, size, in_bytes, nullable, default: None });
         } else {
             if !aggregates.is_empty() {
-                return Err(Error::sql(format!(
-                    "in view {name}, the GROUP BY columns must come before the aggregates"
-                )));
+                return Err(Error::sql(format!("in view {name}, the GROUP BY columns must come before the aggregates")));
             }
             let col = column_of(&src, e)?;
             if !group.contains(&col) {
-                return Err(Error::sql(format!(
-                    "column {} of view {name} must be in its GROUP BY",
-                    src.columns[col].name
-                )));
+                return Err(Error::sql(format!("column {} of view {name} must be in its GROUP BY", src.columns[col].name)));
             }
             group_by.push(col);
             let mut def = src.columns[col].clone();
@@ -168,28 +116,16 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
         }
     }
     if group_by.len() != group.len() {
-        return Err(Error::sql(format!(
-            "view {name} must select every GROUP BY column, first"
-        )));
+        return Err(Error::sql(format!("view {name} must select every GROUP BY column, first")));
     }
     if let Some(n) = &names {
         if n.len() != columns.len() {
-            return Err(Error::sql(format!(
-                "view {name} names {} columns but selects {}",
-                n.len(),
-                columns.len()
-            )));
+            return Err(Error::sql(format!("view {name} names {} columns but selects {}", n.len(), columns.len())));
         }
     }
     for (i, col) in columns.iter().enumerate() {
-        if columns[..i]
-            .iter()
-            .any(|c| c.name.eq_ignore_ascii_case(&col.name))
-        {
-            return Err(Error::sql(format!(
-                "view {name} has two columns named {}",
-                col.name
-            )));
+        if columns[..i].iter().any(|c| c.name.eq_ignore_ascii_case(&col.name)) {
+            return Err(Error::sql(format!("view {name} has two columns named {}", col.name)));
         }
     }
     let indexes = if group_by.is_empty() {
@@ -203,23 +139,15 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
             primary: true,
         }]
     };
-    let partition_column = src
-        .partition_column
-        .and_then(|pc| group_by.iter().position(|&g| g == pc));
+    let partition_column = src.partition_column.and_then(|pc| group_by.iter().position(|&g| g == pc));
     let def = TableDef {
         id: 0,
         name: name.clone(),
         columns,
         indexes,
         partition_column,
-        kind: TableKind::View(ViewDef {
-            source: src.id,
-            group_by,
-            aggregates,
-        }),
+        kind: TableKind::View(ViewDef { source: src.id, group_by, aggregates }),
     };
     catalog.add_table(def)?;
-    Ok(DdlOutcome {
-        message: format!("view {name} created"),
-    })
+    Ok(DdlOutcome { message: format!("view {name} created") })
 }

@@ -28,32 +28,14 @@ pub fn probe(level: &Level, access: &Access, outer: &[Value], env: &Env) -> Resu
     let table = &level.source.table;
     Ok(match access {
         Access::Scan => Probe::Scan,
-        Access::Lookup { index, key } => {
-            match eval_keys(key, table, &table.indexes[*index].columns, outer, env)? {
-                Some(k) => Probe::Lookup(*index, k),
-                None => Probe::Empty,
-            }
-        }
-        Access::Range {
-            index,
-            eq,
-            lo,
-            hi,
-            reverse,
-        } => {
-            match eval_range(
-                eq,
-                lo,
-                hi,
-                table,
-                &table.indexes[*index].columns,
-                outer,
-                env,
-            )? {
-                Some(r) => Probe::Range(*index, r, *reverse),
-                None => Probe::Empty,
-            }
-        }
+        Access::Lookup { index, key } => match eval_keys(key, table, &table.indexes[*index].columns, outer, env)? {
+            Some(k) => Probe::Lookup(*index, k),
+            None => Probe::Empty,
+        },
+        Access::Range { index, eq, lo, hi, reverse } => match eval_range(eq, lo, hi, table, &table.indexes[*index].columns, outer, env)? {
+            Some(r) => Probe::Range(*index, r, *reverse),
+            None => Probe::Empty,
+        },
     })
 }
 
@@ -61,12 +43,7 @@ pub fn probe(level: &Level, access: &Access, outer: &[Value], env: &Env) -> Resu
 pub trait RowSource {
     /// Calls `f(row id, row)` for the candidate rows of level `j`; `f` returns false to stop.
     /// Returns false when stopped.
-    fn each(
-        &self,
-        j: usize,
-        probe: &Probe,
-        f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
-    ) -> Result<bool>;
+    fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool>;
 
     /// Whether rows come from the partition's own indexes, so that a level's `residual`
     /// filters suffice (see `access::residual_filters`).
@@ -93,21 +70,14 @@ impl<'a> PartitionSource<'a> {
     pub fn new(part: &'a Partition, levels: &[Level]) -> Result<Self> {
         let mut tables = smallvec::SmallVec::new();
         for l in levels {
-            tables.push(
-                part.table(l.source.table.id)
-                    .map_err(|e| e.context(format!("reading {}", l.source.table.name)))?,
-            );
+            tables.push(part.table(l.source.table.id).map_err(|e| e.context(format!("reading {}", l.source.table.name)))?);
         }
         Ok(PartitionSource { tables })
     }
 }
 
 /// Visits the rows of one stored table selected by `probe`.
-pub fn each_in_table(
-    t: &StoreTable,
-    probe: &Probe,
-    f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
-) -> Result<bool> {
+pub fn each_in_table(t: &StoreTable, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
     match probe {
         Probe::Empty => {}
         Probe::Scan => {
@@ -138,11 +108,7 @@ const PREFETCH_BATCH: usize = 8;
 /// then for their strings, so a scan over rows scattered in memory waits for their cache
 /// misses together rather than one after another. A batch may run past a LIMIT's last row:
 /// that costs a few index steps and prefetches, never a visit.
-fn each_prefetched(
-    t: &StoreTable,
-    mut ids: impl Iterator<Item = u32>,
-    f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
-) -> Result<bool> {
+fn each_prefetched(t: &StoreTable, mut ids: impl Iterator<Item = u32>, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
     let mut batch = [0u32; PREFETCH_BATCH];
     loop {
         let mut n = 0;
@@ -182,12 +148,7 @@ impl RowSource for PartitionSource<'_> {
         true
     }
 
-    fn each(
-        &self,
-        j: usize,
-        probe: &Probe,
-        f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
-    ) -> Result<bool> {
+    fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
         each_in_table(self.tables[j], probe, f)
     }
 }
@@ -224,12 +185,7 @@ impl GatheredSource {
 }
 
 impl RowSource for GatheredSource {
-    fn each(
-        &self,
-        j: usize,
-        probe: &Probe,
-        f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>,
-    ) -> Result<bool> {
+    fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
         if matches!(probe, Probe::Empty) {
             return Ok(true);
         }
@@ -262,12 +218,7 @@ fn all_hold(conds: &[Expr], row: &[Value], env: &Env) -> Result<bool> {
 }
 
 /// Enumerates the joined rows that pass every filter, calling `emit` (false = stop).
-pub fn join_rows(
-    plan: &SelectPlan,
-    src: &dyn RowSource,
-    env: &Env,
-    emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
-) -> Result<()> {
+pub fn join_rows(plan: &SelectPlan, src: &dyn RowSource, env: &Env, emit: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<()> {
     match plan.levels.len() {
         0 => {
             emit(&[])?;
@@ -339,10 +290,7 @@ fn count_of(e: &Option<Expr>, env: &Env, what: &str) -> Result<Option<usize>> {
         Some(e) => match e.eval(&[], env)? {
             Value::Int(n) if n >= 0 => Ok(Some(n as usize)),
             Value::Null => Ok(None),
-            v => Err(Error::sql(format!(
-                "{what} must be a non-negative integer, not {}",
-                v.describe()
-            ))),
+            v => Err(Error::sql(format!("{what} must be a non-negative integer, not {}", v.describe()))),
         },
     }
 }
@@ -357,11 +305,7 @@ struct Acc {
 
 impl Acc {
     fn new(spec: &AggSpec) -> Acc {
-        Acc {
-            value: Value::Null,
-            count: 0,
-            seen: spec.distinct.then(HashSet::new),
-        }
+        Acc { value: Value::Null, count: 0, seen: spec.distinct.then(HashSet::new) }
     }
 
     fn add(&mut self, spec: &AggSpec, row: &[Value], env: &Env) -> Result<()> {
@@ -385,15 +329,8 @@ impl Acc {
         match spec.func {
             AggFunc::CountStar | AggFunc::Count => {}
             AggFunc::Sum | AggFunc::Avg => {
-                self.value = if self.value.is_null() {
-                    v
-                } else {
-                    arith(
-                        ArithOp::Add,
-                        std::mem::replace(&mut self.value, Value::Null),
-                        v,
-                    )?
-                };
+                self.value =
+                    if self.value.is_null() { v } else { arith(ArithOp::Add, std::mem::replace(&mut self.value, Value::Null), v)? };
             }
             AggFunc::Min => {
                 if self.value.is_null() || sort_cmp(&v, &self.value) == Ordering::Less {
@@ -418,10 +355,9 @@ impl Acc {
                 // VoltDB truncates the average of integers.
                 Value::Int(s) => Value::Int(s / self.count),
                 Value::Float(s) => Value::Float(s / self.count as f64),
-                Value::Decimal(s) => Value::Decimal(
-                    decimal::div(*s, decimal::from_i64(self.count))
-                        .ok_or_else(|| Error::sql("numeric overflow in AVG"))?,
-                ),
+                Value::Decimal(s) => {
+                    Value::Decimal(decimal::div(*s, decimal::from_i64(self.count)).ok_or_else(|| Error::sql("numeric overflow in AVG"))?)
+                }
                 v => return Err(Error::sql(format!("AVG of {}", v.describe()))),
             },
         })
@@ -445,12 +381,7 @@ fn eval_all(exprs: &[Expr], row: &[Value], env: &Env) -> Result<Vec<Value>> {
 
 /// Runs a SELECT plan over `src`. `force_sort` re-sorts even when the access path was
 /// ordered (rows gathered from several partitions are not).
-pub fn run_select(
-    plan: &SelectPlan,
-    src: &dyn RowSource,
-    env: &Env,
-    force_sort: bool,
-) -> Result<ResultTable> {
+pub fn run_select(plan: &SelectPlan, src: &dyn RowSource, env: &Env, force_sort: bool) -> Result<ResultTable> {
     if streams(plan, force_sort) {
         let mut t = ResultTable::new(plan.columns.clone());
         each_streamed(plan, src, env, &mut |row| {
@@ -511,10 +442,7 @@ pub fn run_select(
                         continue;
                     }
                 }
-                out.rows.push((
-                    eval_all(&plan.output, &row, env)?,
-                    eval_all(&plan.hidden, &row, env)?,
-                ));
+                out.rows.push((eval_all(&plan.output, &row, env)?, eval_all(&plan.hidden, &row, env)?));
             }
         }
     }
@@ -525,12 +453,7 @@ pub fn run_select(
 /// that come out in the order they are found go straight from the row to `emit` through
 /// one reused buffer; others are collected, grouped and sorted by `run_select` first.
 /// Returns the rows handed over.
-pub fn each_select_row(
-    plan: &SelectPlan,
-    src: &dyn RowSource,
-    env: &Env,
-    emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
-) -> Result<u64> {
+pub fn each_select_row(plan: &SelectPlan, src: &dyn RowSource, env: &Env, emit: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<u64> {
     let mut sent = 0u64;
     if !streams(plan, false) {
         for r in &run_select(plan, src, env, false)?.rows {
@@ -562,12 +485,7 @@ fn streams(plan: &SelectPlan, force_sort: bool) -> bool {
 
 /// For a plan that `streams`: calls `emit` with each joined row after OFFSET, up to
 /// LIMIT, until it returns false.
-fn each_streamed(
-    plan: &SelectPlan,
-    src: &dyn RowSource,
-    env: &Env,
-    emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
-) -> Result<()> {
+fn each_streamed(plan: &SelectPlan, src: &dyn RowSource, env: &Env, emit: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<()> {
     let limit = count_of(&plan.limit, env, "LIMIT")?;
     let offset = count_of(&plan.offset, env, "OFFSET")?.unwrap_or(0);
     let stop_at = limit.map(|l| l.saturating_add(offset));
@@ -584,13 +502,7 @@ fn each_streamed(
     })
 }
 
-fn finish(
-    plan: &SelectPlan,
-    mut c: Collected,
-    need_sort: bool,
-    offset: usize,
-    limit: Option<usize>,
-) -> ResultTable {
+fn finish(plan: &SelectPlan, mut c: Collected, need_sort: bool, offset: usize, limit: Option<usize>) -> ResultTable {
     if plan.distinct {
         let mut seen = HashSet::new();
         c.rows.retain(|(o, _)| seen.insert(o.clone()));
@@ -612,12 +524,6 @@ fn finish(
     }
     let mut t = ResultTable::new(plan.columns.clone());
     let take = limit.unwrap_or(usize::MAX);
-    t.rows = c
-        .rows
-        .into_iter()
-        .skip(offset)
-        .take(take)
-        .map(|(o, _)| o)
-        .collect();
+    t.rows = c.rows.into_iter().skip(offset).take(take).map(|(o, _)| o).collect();
     t
 }

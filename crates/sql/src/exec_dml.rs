@@ -43,11 +43,7 @@ pub fn full_row(p: &InsertPlan, vals: Vec<Value>, env: &Env) -> Result<Vec<Value
     }
     let mut row = Vec::with_capacity(p.defaults.len());
     for (c, d) in p.defaults.iter().enumerate() {
-        row.push(if p.columns.contains(&c) {
-            Value::Null
-        } else {
-            d.eval(&[], env)?
-        });
+        row.push(if p.columns.contains(&c) { Value::Null } else { d.eval(&[], env)? });
     }
     for (v, &c) in vals.into_iter().zip(&p.columns) {
         row[c] = v;
@@ -56,12 +52,7 @@ pub fn full_row(p: &InsertPlan, vals: Vec<Value>, env: &Env) -> Result<Vec<Value
 }
 
 /// Inserts (or upserts) rows of provided values; returns how many rows changed.
-pub fn insert_rows(
-    p: &InsertPlan,
-    rows: Vec<Vec<Value>>,
-    part: &mut Partition,
-    env: &Env,
-) -> Result<u64> {
+pub fn insert_rows(p: &InsertPlan, rows: Vec<Vec<Value>>, part: &mut Partition, env: &Env) -> Result<u64> {
     let tid = p.table.id;
     let mut n = 0u64;
     for vals in rows {
@@ -85,35 +76,18 @@ fn upsert_row(p: &InsertPlan, vals: Vec<Value>, part: &mut Partition, env: &Env)
         .iter()
         .enumerate()
         .find(|(_, i)| i.primary)
-        .ok_or_else(|| {
-            Error::sql(format!(
-                "UPSERT needs a primary key, and {} has none",
-                t.name
-            ))
-        })?;
+        .ok_or_else(|| Error::sql(format!("UPSERT needs a primary key, and {} has none", t.name)))?;
     let mut key = Vec::with_capacity(pk.columns.len());
     for &c in &pk.columns {
-        let at = p
-            .columns
-            .iter()
-            .position(|&x| x == c)
-            .ok_or_else(|| Error::sql("UPSERT must give every primary key column"))?;
+        let at = p.columns.iter().position(|&x| x == c).ok_or_else(|| Error::sql("UPSERT must give every primary key column"))?;
         match key_value(&vals[at], t.columns[c].ty) {
             Some(k) => key.push(k),
-            None => {
-                return Err(Error::constraint(format!(
-                    "primary key column {} of {} cannot be NULL",
-                    t.columns[c].name, t.name
-                )))
-            }
+            None => return Err(Error::constraint(format!("primary key column {} of {} cannot be NULL", t.columns[c].name, t.name))),
         }
     }
     let existing = {
         let table = part.table(t.id)?;
-        table
-            .lookup(pk_index, &key)
-            .first()
-            .and_then(|&id| table.get(id).map(|r| (id, r.to_vec())))
+        table.lookup(pk_index, &key).first().and_then(|&id| table.get(id).map(|r| (id, r.to_vec())))
     };
     match existing {
         Some((id, mut row)) => {
@@ -135,12 +109,7 @@ pub fn run_insert(p: &InsertPlan, part: &mut Partition, env: &Env) -> Result<u64
 }
 
 /// (row id, `keep(row)`) of the rows a single-table statement selects.
-fn matching_rows<T>(
-    level: &Level,
-    part: &Partition,
-    env: &Env,
-    mut keep: impl FnMut(&[Value]) -> Result<T>,
-) -> Result<Vec<(u32, T)>> {
+fn matching_rows<T>(level: &Level, part: &Partition, env: &Env, mut keep: impl FnMut(&[Value]) -> Result<T>) -> Result<Vec<(u32, T)>> {
     let table = part.table(level.source.table.id)?;
     let pr = probe(level, &level.access, &[], env)?;
     let mut out = Vec::new();

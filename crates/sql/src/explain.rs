@@ -9,37 +9,16 @@ use crate::{Plan, Prepared, Route};
 
 fn access_text(l: &Level) -> String {
     let t = &l.source.table;
-    let index_name = |i: usize| {
-        t.indexes
-            .get(i)
-            .map(|x| x.name.clone())
-            .unwrap_or_else(|| format!("#{i}"))
-    };
+    let index_name = |i: usize| t.indexes.get(i).map(|x| x.name.clone()).unwrap_or_else(|| format!("#{i}"));
     match &l.access {
         Access::Scan => format!("SEQUENTIAL SCAN of {}", l.source.name),
         Access::Lookup { index, key } => {
             let def = &t.indexes[*index];
-            let point =
-                key.len() == def.columns.len() && (def.unique || def.primary || def.assume_unique);
-            let kind = if point {
-                "UNIQUE LOOKUP"
-            } else {
-                "INDEX PREFIX LOOKUP"
-            };
-            format!(
-                "{kind} of {} using {} ({} key columns)",
-                l.source.name,
-                index_name(*index),
-                key.len()
-            )
+            let point = key.len() == def.columns.len() && (def.unique || def.primary || def.assume_unique);
+            let kind = if point { "UNIQUE LOOKUP" } else { "INDEX PREFIX LOOKUP" };
+            format!("{kind} of {} using {} ({} key columns)", l.source.name, index_name(*index), key.len())
         }
-        Access::Range {
-            index,
-            eq,
-            lo,
-            hi,
-            reverse,
-        } => format!(
+        Access::Range { index, eq, lo, hi, reverse } => format!(
             "INDEX {}SCAN of {} using {} ({} equality columns{}{})",
             if *reverse { "REVERSE " } else { "" },
             l.source.name,
@@ -63,11 +42,7 @@ fn select_text(s: &SelectPlan, out: &mut String, indent: &str) {
             out,
             "{indent}{join}{}{}",
             access_text(l),
-            if filt > 0 {
-                format!(" filtered by {filt} terms")
-            } else {
-                String::new()
-            }
+            if filt > 0 { format!(" filtered by {filt} terms") } else { String::new() }
         );
     }
     if let Some(a) = &s.agg {
@@ -83,11 +58,7 @@ fn select_text(s: &SelectPlan, out: &mut String, indent: &str) {
         let _ = writeln!(out, "{indent}DISTINCT");
     }
     if !s.order.is_empty() {
-        let how = if s.sorted_by_index {
-            "ORDER BY (index order, no sort)"
-        } else {
-            "ORDER BY (sort)"
-        };
+        let how = if s.sorted_by_index { "ORDER BY (index order, no sort)" } else { "ORDER BY (sort)" };
         let _ = writeln!(out, "{indent}{how}");
     }
     if s.limit.is_some() || s.offset.is_some() {
@@ -107,15 +78,7 @@ pub fn explain(p: &Prepared) -> String {
         Route::AnyPartition => "any one partition (replicated tables only)".to_string(),
         Route::All => "all partitions".to_string(),
     };
-    let _ = writeln!(
-        out,
-        "ROUTE: {route}{}",
-        if p.writes_replicated {
-            " (writes a replicated table)"
-        } else {
-            ""
-        }
-    );
+    let _ = writeln!(out, "ROUTE: {route}{}", if p.writes_replicated { " (writes a replicated table)" } else { "" });
     match &p.plan {
         Plan::Select(s) => select_text(s, &mut out, ""),
         Plan::Insert(i) => {
@@ -131,21 +94,10 @@ pub fn explain(p: &Prepared) -> String {
             }
         }
         Plan::Update(u) => {
-            let _ = writeln!(
-                out,
-                "UPDATE {} ({} columns) via {}",
-                u.level.source.name,
-                u.sets.len(),
-                access_text(&u.level)
-            );
+            let _ = writeln!(out, "UPDATE {} ({} columns) via {}", u.level.source.name, u.sets.len(), access_text(&u.level));
         }
         Plan::Delete(d) => {
-            let _ = writeln!(
-                out,
-                "DELETE FROM {} via {}",
-                d.level.source.name,
-                access_text(&d.level)
-            );
+            let _ = writeln!(out, "DELETE FROM {} via {}", d.level.source.name, access_text(&d.level));
         }
     }
     out

@@ -179,18 +179,9 @@ impl Expr {
             Expr::Like(e, p, neg) => match (&*e.eval_ref(row, env)?, &*p.eval_ref(row, env)?) {
                 (Value::Null, _) | (_, Value::Null) => Value::Null,
                 (Value::Str(s), Value::Str(pat)) => Value::Bool(like(s, pat) != *neg),
-                (x, _) => {
-                    return Err(Error::sql(format!(
-                        "LIKE needs VARCHAR operands, not {}",
-                        x.describe()
-                    )))
-                }
+                (x, _) => return Err(Error::sql(format!("LIKE needs VARCHAR operands, not {}", x.describe()))),
             },
-            Expr::Case {
-                operand,
-                whens,
-                otherwise,
-            } => {
+            Expr::Case { operand, whens, otherwise } => {
                 let op = match operand {
                     Some(o) => Some(o.eval_ref(row, env)?),
                     None => None,
@@ -224,15 +215,8 @@ impl Expr {
         match self {
             Expr::Column(i) => f(*i),
             Expr::Const(_) | Expr::Param(_) => {}
-            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => {
-                e.visit_columns(f)
-            }
-            Expr::Arith(_, a, b)
-            | Expr::Cmp(_, a, b)
-            | Expr::And(a, b)
-            | Expr::Or(a, b)
-            | Expr::Concat(a, b)
-            | Expr::Like(a, b, _) => {
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.visit_columns(f),
+            Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.visit_columns(f);
                 b.visit_columns(f);
             }
@@ -240,11 +224,7 @@ impl Expr {
                 e.visit_columns(f);
                 l.iter().for_each(|x| x.visit_columns(f));
             }
-            Expr::Case {
-                operand,
-                whens,
-                otherwise,
-            } => {
+            Expr::Case { operand, whens, otherwise } => {
                 if let Some(o) = operand {
                     o.visit_columns(f);
                 }
@@ -265,15 +245,8 @@ impl Expr {
         match self {
             Expr::Column(i) => *i = map(*i),
             Expr::Const(_) | Expr::Param(_) => {}
-            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => {
-                e.map_columns(map)
-            }
-            Expr::Arith(_, a, b)
-            | Expr::Cmp(_, a, b)
-            | Expr::And(a, b)
-            | Expr::Or(a, b)
-            | Expr::Concat(a, b)
-            | Expr::Like(a, b, _) => {
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.map_columns(map),
+            Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.map_columns(map);
                 b.map_columns(map);
             }
@@ -281,11 +254,7 @@ impl Expr {
                 e.map_columns(map);
                 l.iter_mut().for_each(|x| x.map_columns(map));
             }
-            Expr::Case {
-                operand,
-                whens,
-                otherwise,
-            } => {
+            Expr::Case { operand, whens, otherwise } => {
                 if let Some(o) = operand {
                     o.map_columns(map);
                 }
@@ -385,9 +354,7 @@ pub fn arith(op: ArithOp, a: Value, b: Value) -> Result<Value> {
             }
         }
         .ok_or_else(overflow)?),
-        (x @ (Int(_) | Float(_) | Decimal(_)), y @ (Int(_) | Float(_) | Decimal(_)))
-            if matches!(x, Float(_)) || matches!(y, Float(_)) =>
-        {
+        (x @ (Int(_) | Float(_) | Decimal(_)), y @ (Int(_) | Float(_) | Decimal(_))) if matches!(x, Float(_)) || matches!(y, Float(_)) => {
             let (p, q) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
             if q == 0.0 && matches!(op, ArithOp::Div | ArithOp::Mod) {
                 return Err(div_zero());
@@ -422,13 +389,7 @@ pub fn arith(op: ArithOp, a: Value, b: Value) -> Result<Value> {
             };
             Decimal(r.ok_or_else(|| Error::sql("numeric overflow in DECIMAL arithmetic"))?)
         }
-        (x, y) => {
-            return Err(Error::sql(format!(
-                "arithmetic needs numbers, not {} and {}",
-                x.describe(),
-                y.describe()
-            )))
-        }
+        (x, y) => return Err(Error::sql(format!("arithmetic needs numbers, not {} and {}", x.describe(), y.describe()))),
     })
 }
 
@@ -447,11 +408,7 @@ pub fn compare(op: CmpOp, x: &Value, y: &Value) -> Result<Value> {
     }
     match x.sql_cmp(y) {
         Some(o) => Ok(Value::Bool(op.test(o))),
-        None => Err(Error::sql(format!(
-            "cannot compare {} with {}",
-            x.describe(),
-            y.describe()
-        ))),
+        None => Err(Error::sql(format!("cannot compare {} with {}", x.describe(), y.describe()))),
     }
 }
 
@@ -496,12 +453,8 @@ pub fn like(s: &str, pat: &str) -> bool {
 /// and numbers to VARCHAR print plainly.
 pub fn cast(v: Value, ty: DataType) -> Result<Value> {
     match (&v, ty) {
-        (Value::Float(f), t) if t.is_integer() && f.is_finite() => {
-            Value::Int(f.trunc() as i64).coerce_to(t)
-        }
-        (Value::Decimal(d), t) if t.is_integer() => {
-            Value::Int((*d / decimal::SCALE) as i64).coerce_to(t)
-        }
+        (Value::Float(f), t) if t.is_integer() && f.is_finite() => Value::Int(f.trunc() as i64).coerce_to(t),
+        (Value::Decimal(d), t) if t.is_integer() => Value::Int((*d / decimal::SCALE) as i64).coerce_to(t),
         _ => v.coerce_to(ty),
     }
 }
@@ -511,10 +464,7 @@ mod tests {
     use super::*;
 
     fn env() -> Env<'static> {
-        Env {
-            params: &[],
-            now_micros: 0,
-        }
+        Env { params: &[], now_micros: 0 }
     }
 
     fn c(v: Value) -> Box<Expr> {
@@ -526,67 +476,28 @@ mod tests {
         let t = Value::Bool(true);
         let f = Value::Bool(false);
         let n = Value::Null;
-        let and = |a: &Value, b: &Value| {
-            Expr::And(c(a.clone()), c(b.clone()))
-                .eval(&[], &env())
-                .unwrap()
-        };
-        let or = |a: &Value, b: &Value| {
-            Expr::Or(c(a.clone()), c(b.clone()))
-                .eval(&[], &env())
-                .unwrap()
-        };
+        let and = |a: &Value, b: &Value| Expr::And(c(a.clone()), c(b.clone())).eval(&[], &env()).unwrap();
+        let or = |a: &Value, b: &Value| Expr::Or(c(a.clone()), c(b.clone())).eval(&[], &env()).unwrap();
         assert_eq!(and(&n, &f), f);
         assert!(and(&n, &t).is_null());
         assert_eq!(or(&n, &t), t);
         assert!(or(&n, &f).is_null());
         assert!(Expr::Not(c(n.clone())).eval(&[], &env()).unwrap().is_null());
-        let in_null = Expr::InList(
-            c(Value::Int(1)),
-            vec![Expr::Const(Value::Int(2)), Expr::Const(Value::Null)],
-            false,
-        );
+        let in_null = Expr::InList(c(Value::Int(1)), vec![Expr::Const(Value::Int(2)), Expr::Const(Value::Null)], false);
         assert!(in_null.eval(&[], &env()).unwrap().is_null());
-        let in_hit = Expr::InList(
-            c(Value::Int(2)),
-            vec![Expr::Const(Value::Int(2)), Expr::Const(Value::Null)],
-            false,
-        );
+        let in_hit = Expr::InList(c(Value::Int(2)), vec![Expr::Const(Value::Int(2)), Expr::Const(Value::Null)], false);
         assert_eq!(in_hit.eval(&[], &env()).unwrap(), t);
     }
 
     #[test]
     fn integer_arithmetic_checks_overflow_and_zero() {
-        assert_eq!(
-            arith(ArithOp::Div, Value::Int(7), Value::Int(2)).unwrap(),
-            Value::Int(3)
-        );
-        assert_eq!(
-            arith(ArithOp::Div, Value::Int(-7), Value::Int(2)).unwrap(),
-            Value::Int(-3)
-        );
-        assert_eq!(
-            arith(ArithOp::Mod, Value::Int(-7), Value::Int(3)).unwrap(),
-            Value::Int(-1)
-        );
-        assert!(arith(ArithOp::Add, Value::Int(i64::MAX), Value::Int(1))
-            .unwrap_err()
-            .message
-            .contains("overflow"));
-        assert!(arith(ArithOp::Div, Value::Int(1), Value::Int(0))
-            .unwrap_err()
-            .message
-            .contains("division by zero"));
-        assert_eq!(
-            arith(ArithOp::Mul, Value::Int(3), Value::Float(0.5)).unwrap(),
-            Value::Float(1.5)
-        );
-        let d = arith(
-            ArithOp::Add,
-            Value::Int(1),
-            Value::Decimal(decimal::parse("0.25").unwrap()),
-        )
-        .unwrap();
+        assert_eq!(arith(ArithOp::Div, Value::Int(7), Value::Int(2)).unwrap(), Value::Int(3));
+        assert_eq!(arith(ArithOp::Div, Value::Int(-7), Value::Int(2)).unwrap(), Value::Int(-3));
+        assert_eq!(arith(ArithOp::Mod, Value::Int(-7), Value::Int(3)).unwrap(), Value::Int(-1));
+        assert!(arith(ArithOp::Add, Value::Int(i64::MAX), Value::Int(1)).unwrap_err().message.contains("overflow"));
+        assert!(arith(ArithOp::Div, Value::Int(1), Value::Int(0)).unwrap_err().message.contains("division by zero"));
+        assert_eq!(arith(ArithOp::Mul, Value::Int(3), Value::Float(0.5)).unwrap(), Value::Float(1.5));
+        let d = arith(ArithOp::Add, Value::Int(1), Value::Decimal(decimal::parse("0.25").unwrap())).unwrap();
         assert_eq!(d, Value::Decimal(decimal::parse("1.25").unwrap()));
     }
 

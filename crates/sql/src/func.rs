@@ -193,22 +193,12 @@ pub const FUNCTION_ARGS_MAX: usize = 64;
 pub fn arity(f: Func) -> (usize, usize) {
     match f {
         Func::Now => (0, 0),
-        Func::Abs
-        | Func::Ceiling
-        | Func::Floor
-        | Func::Sqrt
-        | Func::Exp
-        | Func::Ln
-        | Func::Log10 => (1, 1),
-        Func::Upper | Func::Lower | Func::CharLength | Func::OctetLength | Func::FromUnixtime => {
-            (1, 1)
-        }
+        Func::Abs | Func::Ceiling | Func::Floor | Func::Sqrt | Func::Exp | Func::Ln | Func::Log10 => (1, 1),
+        Func::Upper | Func::Lower | Func::CharLength | Func::OctetLength | Func::FromUnixtime => (1, 1),
         Func::Extract(_) | Func::Truncate(_) | Func::SinceEpoch(_) | Func::ToTimestamp(_) => (1, 1),
         Func::Round => (1, 2),
         Func::Trim(_) => (1, 2),
-        Func::Mod | Func::Power | Func::Position | Func::Left | Func::Right | Func::Nullif => {
-            (2, 2)
-        }
+        Func::Mod | Func::Power | Func::Position | Func::Left | Func::Right | Func::Nullif => (2, 2),
         Func::DateAdd(_) => (2, 2),
         Func::Substring => (2, 3),
         Func::Replace => (3, 3),
@@ -219,10 +209,7 @@ pub fn arity(f: Func) -> (usize, usize) {
 
 fn need(t: Option<DataType>, ok: fn(DataType) -> bool, f: Func, what: &str) -> Result<()> {
     match t {
-        Some(t) if !ok(t) => Err(Error::sql(format!(
-            "{f:?} needs {what} arguments, not {}",
-            t.sql_name()
-        ))),
+        Some(t) if !ok(t) => Err(Error::sql(format!("{f:?} needs {what} arguments, not {}", t.sql_name()))),
         _ => Ok(()),
     }
 }
@@ -255,24 +242,14 @@ pub fn result_type(f: Func, args: &[Option<DataType>]) -> Result<Option<DataType
             }
             Some(DataType::Float)
         }
-        Func::Upper
-        | Func::Lower
-        | Func::Trim(_)
-        | Func::Substring
-        | Func::Replace
-        | Func::Left
-        | Func::Right => {
+        Func::Upper | Func::Lower | Func::Trim(_) | Func::Substring | Func::Replace | Func::Left | Func::Right => {
             need(a0, is_text, f, "VARCHAR")?;
             Some(DataType::Varchar)
         }
         Func::Concat => Some(DataType::Varchar),
         Func::CharLength | Func::OctetLength | Func::Position => Some(DataType::Integer),
         Func::Coalesce | Func::Nullif => args.iter().copied().flatten().next(),
-        Func::Now
-        | Func::DateAdd(_)
-        | Func::Truncate(_)
-        | Func::ToTimestamp(_)
-        | Func::FromUnixtime => {
+        Func::Now | Func::DateAdd(_) | Func::Truncate(_) | Func::ToTimestamp(_) | Func::FromUnixtime => {
             if let Func::DateAdd(_) | Func::Truncate(_) = f {
                 need(args.last().copied().flatten(), is_time, f, "TIMESTAMP")?;
             }
@@ -359,13 +336,7 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
         vals.push(a.eval(row, env)?);
     }
     if f == Func::Nullif {
-        return Ok(
-            if vals[0].sql_cmp(&vals[1]) == Some(std::cmp::Ordering::Equal) {
-                Value::Null
-            } else {
-                vals[0].clone()
-            },
-        );
+        return Ok(if vals[0].sql_cmp(&vals[1]) == Some(std::cmp::Ordering::Equal) { Value::Null } else { vals[0].clone() });
     }
     if vals.iter().any(Value::is_null) {
         return Ok(Value::Null);
@@ -373,10 +344,7 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
     let v0 = &vals[0];
     Ok(match f {
         Func::Abs => match v0 {
-            Value::Int(i) => Value::Int(
-                i.checked_abs()
-                    .ok_or_else(|| Error::sql("numeric overflow in ABS"))?,
-            ),
+            Value::Int(i) => Value::Int(i.checked_abs().ok_or_else(|| Error::sql("numeric overflow in ABS"))?),
             Value::Float(x) => Value::Float(x.abs()),
             Value::Decimal(d) => Value::Decimal(d.abs()),
             _ => return Err(arg_err(f, v0, "a number")),
@@ -413,9 +381,7 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
         Func::Ln | Func::Log10 => {
             let x = float_arg(f, v0)?;
             if x <= 0.0 {
-                return Err(Error::sql(format!(
-                    "{f:?} of a number that is not positive"
-                )));
+                return Err(Error::sql(format!("{f:?} of a number that is not positive")));
             }
             Value::Float(if f == Func::Ln { x.ln() } else { x.log10() })
         }
@@ -464,16 +430,8 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
         },
         Func::Concat => Value::Str(vals.iter().map(text_of).collect()),
         Func::Replace => {
-            let (s, a, b) = (
-                str_arg(f, v0)?,
-                str_arg(f, &vals[1])?,
-                str_arg(f, &vals[2])?,
-            );
-            Value::Str(if a.is_empty() {
-                s.into()
-            } else {
-                s.replace(a, b).into()
-            })
+            let (s, a, b) = (str_arg(f, v0)?, str_arg(f, &vals[1])?, str_arg(f, &vals[2])?);
+            Value::Str(if a.is_empty() { s.into() } else { s.replace(a, b).into() })
         }
         Func::Position => {
             let (needle, hay) = (str_arg(f, v0)?, str_arg(f, &vals[1])?);
@@ -490,11 +448,7 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
             }
             let count = s.chars().count();
             let n = (n as usize).min(count);
-            Value::Str(if f == Func::Left {
-                s.chars().take(n).collect()
-            } else {
-                s.chars().skip(count - n).collect()
-            })
+            Value::Str(if f == Func::Left { s.chars().take(n).collect() } else { s.chars().skip(count - n).collect() })
         }
         Func::Extract(field) => extract(field, ts_arg(f, v0)?),
         Func::DateAdd(unit) => {
@@ -582,10 +536,7 @@ fn ts_overflow() -> Error {
 
 fn date_add(unit: TimeUnit, n: i64, ts: i64) -> Result<i64> {
     if let Some(len) = unit.micros() {
-        return n
-            .checked_mul(len)
-            .and_then(|d| ts.checked_add(d))
-            .ok_or_else(ts_overflow);
+        return n.checked_mul(len).and_then(|d| ts.checked_add(d)).ok_or_else(ts_overflow);
     }
     let months = match unit {
         TimeUnit::Year => n.checked_mul(12),
@@ -660,10 +611,7 @@ mod tests {
         assert_eq!(extract(Field::Day, t), Value::Int(29));
         assert_eq!(extract(Field::Hour, t), Value::Int(13));
         assert_eq!(extract(Field::Minute, t), Value::Int(45));
-        assert_eq!(
-            extract(Field::Second, t),
-            Value::Decimal(decimal::parse("7.25").unwrap())
-        );
+        assert_eq!(extract(Field::Second, t), Value::Decimal(decimal::parse("7.25").unwrap()));
         assert_eq!(extract(Field::DayOfWeek, t), Value::Int(5)); // Thursday
         assert_eq!(extract(Field::DayOfYear, t), Value::Int(60));
         assert_eq!(extract(Field::Week, t), Value::Int(9));
@@ -672,30 +620,12 @@ mod tests {
 
     #[test]
     fn date_arithmetic() {
-        assert_eq!(
-            date_add(TimeUnit::Month, 1, ts("2024-01-31")).unwrap(),
-            ts("2024-02-29")
-        );
-        assert_eq!(
-            date_add(TimeUnit::Year, -1, ts("2024-02-29 01:00:00")).unwrap(),
-            ts("2023-02-28 01:00:00")
-        );
-        assert_eq!(
-            date_add(TimeUnit::Day, 2, ts("2024-12-31")).unwrap(),
-            ts("2025-01-02")
-        );
-        assert_eq!(
-            truncate(TimeUnit::Week, ts("2024-03-03 10:00:00")),
-            ts("2024-02-26")
-        );
-        assert_eq!(
-            truncate(TimeUnit::Quarter, ts("2024-08-15 10:00:00")),
-            ts("2024-07-01")
-        );
-        assert_eq!(
-            truncate(TimeUnit::Hour, ts("2024-08-15 10:59:59")),
-            ts("2024-08-15 10:00:00")
-        );
+        assert_eq!(date_add(TimeUnit::Month, 1, ts("2024-01-31")).unwrap(), ts("2024-02-29"));
+        assert_eq!(date_add(TimeUnit::Year, -1, ts("2024-02-29 01:00:00")).unwrap(), ts("2023-02-28 01:00:00"));
+        assert_eq!(date_add(TimeUnit::Day, 2, ts("2024-12-31")).unwrap(), ts("2025-01-02"));
+        assert_eq!(truncate(TimeUnit::Week, ts("2024-03-03 10:00:00")), ts("2024-02-26"));
+        assert_eq!(truncate(TimeUnit::Quarter, ts("2024-08-15 10:00:00")), ts("2024-07-01"));
+        assert_eq!(truncate(TimeUnit::Hour, ts("2024-08-15 10:59:59")), ts("2024-08-15 10:00:00"));
         assert_eq!(since_epoch(TimeUnit::Second, ts("1970-01-02")), 86_400);
         assert_eq!(since_epoch(TimeUnit::Month, ts("1971-03-05")), 14);
         assert_eq!(to_timestamp(TimeUnit::Day, 1).unwrap(), MICROS_PER_DAY);
@@ -704,22 +634,10 @@ mod tests {
 
     #[test]
     fn rounding() {
-        assert_eq!(
-            round(Func::Round, &Value::Float(2.5), 0).unwrap(),
-            Value::Float(3.0)
-        );
-        assert_eq!(
-            round(Func::Round, &Value::Float(-2.5), 0).unwrap(),
-            Value::Float(-3.0)
-        );
+        assert_eq!(round(Func::Round, &Value::Float(2.5), 0).unwrap(), Value::Float(3.0));
+        assert_eq!(round(Func::Round, &Value::Float(-2.5), 0).unwrap(), Value::Float(-3.0));
         let d = Value::Decimal(decimal::parse("1.235").unwrap());
-        assert_eq!(
-            round(Func::Round, &d, 2).unwrap(),
-            Value::Decimal(decimal::parse("1.24").unwrap())
-        );
-        assert_eq!(
-            round(Func::Round, &Value::Int(1250), -2).unwrap(),
-            Value::Int(1300)
-        );
+        assert_eq!(round(Func::Round, &d, 2).unwrap(), Value::Decimal(decimal::parse("1.24").unwrap()));
+        assert_eq!(round(Func::Round, &Value::Int(1250), -2).unwrap(), Value::Int(1300));
     }
 }

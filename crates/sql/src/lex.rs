@@ -60,10 +60,7 @@ fn err_at(src: &str, pos: usize, what: &str) -> Error {
 /// Tokenizes `src`, dropping whitespace and comments.
 pub fn tokenize(src: &str) -> Result<Vec<Tok>> {
     if src.len() > SQL_TEXT_MAX_BYTES {
-        return Err(Error::sql(format!(
-            "SQL text of {} bytes is longer than the limit of {SQL_TEXT_MAX_BYTES} bytes",
-            src.len()
-        )));
+        return Err(Error::sql(format!("SQL text of {} bytes is longer than the limit of {SQL_TEXT_MAX_BYTES} bytes", src.len())));
     }
     let b = src.as_bytes();
     let mut out = Vec::new();
@@ -79,24 +76,13 @@ pub fn tokenize(src: &str) -> Result<Vec<Tok>> {
                 }
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
-                let end = src[i + 2..]
-                    .find("*/")
-                    .ok_or_else(|| err_at(src, i, "unterminated /* comment"))?;
+                let end = src[i + 2..].find("*/").ok_or_else(|| err_at(src, i, "unterminated /* comment"))?;
                 i = i + 2 + end + 2;
             }
             b'\'' | b'"' => {
                 let (text, next) = quoted(src, i, c)?;
-                let kind = if c == b'\'' {
-                    TokKind::Str
-                } else {
-                    TokKind::QuotedIdent
-                };
-                out.push(Tok {
-                    kind,
-                    text,
-                    start,
-                    end: next,
-                });
+                let kind = if c == b'\'' { TokKind::Str } else { TokKind::QuotedIdent };
+                out.push(Tok { kind, text, start, end: next });
                 i = next;
             }
             b'$' if b.get(i + 1).is_some_and(|d| d.is_ascii_digit()) => {
@@ -105,92 +91,46 @@ pub fn tokenize(src: &str) -> Result<Vec<Tok>> {
                 while i < b.len() && b[i].is_ascii_digit() {
                     i += 1;
                 }
-                out.push(Tok {
-                    kind: TokKind::Param,
-                    text: src[start..i].into(),
-                    start,
-                    end: i,
-                });
+                out.push(Tok { kind: TokKind::Param, text: src[start..i].into(), start, end: i });
             }
             b'$' => {
-                let close = src[i + 1..]
-                    .find('$')
-                    .ok_or_else(|| err_at(src, i, "unterminated $tag$ quote"))?;
+                let close = src[i + 1..].find('$').ok_or_else(|| err_at(src, i, "unterminated $tag$ quote"))?;
                 let tag = &src[i..i + 1 + close + 1];
-                if !tag[1..tag.len() - 1]
-                    .bytes()
-                    .all(|x| x.is_ascii_alphanumeric() || x == b'_')
-                {
+                if !tag[1..tag.len() - 1].bytes().all(|x| x.is_ascii_alphanumeric() || x == b'_') {
                     return Err(err_at(src, i, "unexpected character '$'"));
                 }
                 let body_start = i + tag.len();
-                let end = src[body_start..]
-                    .find(tag)
-                    .ok_or_else(|| err_at(src, i, &format!("unterminated {tag} quote")))?;
+                let end = src[body_start..].find(tag).ok_or_else(|| err_at(src, i, &format!("unterminated {tag} quote")))?;
                 let text = src[body_start..body_start + end].to_string();
                 i = body_start + end + tag.len();
-                out.push(Tok {
-                    kind: TokKind::Dollar,
-                    text,
-                    start,
-                    end: i,
-                });
+                out.push(Tok { kind: TokKind::Dollar, text, start, end: i });
             }
             b'?' => {
                 i += 1;
-                out.push(Tok {
-                    kind: TokKind::Param,
-                    text: "?".into(),
-                    start,
-                    end: i,
-                });
+                out.push(Tok { kind: TokKind::Param, text: "?".into(), start, end: i });
             }
-            _ if c.is_ascii_digit()
-                || (c == b'.' && b.get(i + 1).is_some_and(|d| d.is_ascii_digit())) =>
-            {
+            _ if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(|d| d.is_ascii_digit())) => {
                 while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
                     // exponent sign: 1e-5
-                    if (b[i] == b'e' || b[i] == b'E')
-                        && matches!(b.get(i + 1), Some(b'-') | Some(b'+'))
-                    {
+                    if (b[i] == b'e' || b[i] == b'E') && matches!(b.get(i + 1), Some(b'-') | Some(b'+')) {
                         i += 1;
                     }
                     i += 1;
                 }
-                out.push(Tok {
-                    kind: TokKind::Number,
-                    text: src[start..i].into(),
-                    start,
-                    end: i,
-                });
+                out.push(Tok { kind: TokKind::Number, text: src[start..i].into(), start, end: i });
             }
             _ if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 => {
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] >= 0x80)
-                {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] >= 0x80) {
                     i += 1;
                 }
-                out.push(Tok {
-                    kind: TokKind::Word,
-                    text: src[start..i].into(),
-                    start,
-                    end: i,
-                });
+                out.push(Tok { kind: TokKind::Word, text: src[start..i].into(), start, end: i });
             }
             _ => {
                 let two = src.get(i..i + 2).unwrap_or("");
-                let len = if matches!(two, "<=" | ">=" | "<>" | "!=" | "||") {
-                    2
-                } else {
-                    1
-                };
+                let len = if matches!(two, "<=" | ">=" | "<>" | "!=" | "||") { 2 } else { 1 };
                 let ch_len = src[i..].chars().next().map(|c| c.len_utf8()).unwrap_or(1);
                 let len = len.max(ch_len);
-                out.push(Tok {
-                    kind: TokKind::Punct,
-                    text: src[i..i + len].into(),
-                    start,
-                    end: i + len,
-                });
+                out.push(Tok { kind: TokKind::Punct, text: src[i..i + len].into(), start, end: i + len });
                 i += len;
             }
         }
@@ -206,11 +146,7 @@ fn quoted(src: &str, i: usize, q: u8) -> Result<(String, usize)> {
     let mut seg = j;
     loop {
         if j >= b.len() {
-            let what = if q == b'\'' {
-                "unterminated string literal"
-            } else {
-                "unterminated quoted identifier"
-            };
+            let what = if q == b'\'' { "unterminated string literal" } else { "unterminated quoted identifier" };
             return Err(err_at(src, i, what));
         }
         if b[j] == q {
@@ -233,12 +169,8 @@ mod tests {
 
     #[test]
     fn tokens_cover_strings_comments_dollars_and_operators() {
-        let t = tokenize("SELECT 'it''s', \"Q\"\"x\" -- c\n /* d; */ $a$ x; $a$ <= ? $2 1.5e-3")
-            .unwrap();
-        let kinds: Vec<_> = t
-            .iter()
-            .map(|t| (t.kind.clone(), t.text.as_str()))
-            .collect();
+        let t = tokenize("SELECT 'it''s', \"Q\"\"x\" -- c\n /* d; */ $a$ x; $a$ <= ? $2 1.5e-3").unwrap();
+        let kinds: Vec<_> = t.iter().map(|t| (t.kind.clone(), t.text.as_str())).collect();
         assert_eq!(
             kinds,
             vec![
@@ -257,10 +189,7 @@ mod tests {
 
     #[test]
     fn unterminated_things_are_errors() {
-        assert!(tokenize("select 'abc")
-            .unwrap_err()
-            .message
-            .contains("unterminated string"));
+        assert!(tokenize("select 'abc").unwrap_err().message.contains("unterminated string"));
         assert!(tokenize("/* x").is_err());
         assert!(tokenize("$t$ abc").is_err());
     }

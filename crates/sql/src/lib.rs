@@ -92,8 +92,7 @@ pub struct Prepared {
 }
 
 fn parse_one(sql: &str) -> Result<Statement> {
-    let mut stmts = Parser::parse_sql(&GenericDialect {}, sql)
-        .map_err(|e| Error::sql(format!("SQL syntax error: {e}")))?;
+    let mut stmts = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| Error::sql(format!("SQL syntax error: {e}")))?;
     match stmts.len() {
         1 => Ok(stmts.remove(0)),
         0 => Err(Error::sql("no SQL statement given")),
@@ -104,9 +103,7 @@ fn parse_one(sql: &str) -> Result<Statement> {
 /// Parses, binds, types, plans and routes one DML or SELECT statement.
 pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
     if is_ddl(sql) {
-        return Err(Error::sql(
-            "DDL cannot be prepared as a query; apply it as DDL",
-        ));
+        return Err(Error::sql("DDL cannot be prepared as a query; apply it as DDL"));
     }
     let rw = script::rewrite_for_parser(sql)?;
     let stmt = parse_one(&rw.sql)?;
@@ -118,20 +115,13 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
         Statement::Delete(d) => Plan::Delete(plan_dml::plan_delete(catalog, &mut b, d)?),
         other => {
             let text = other.to_string();
-            let word = text
-                .split_whitespace()
-                .next()
-                .unwrap_or("this")
-                .to_ascii_uppercase();
+            let word = text.split_whitespace().next().unwrap_or("this").to_ascii_uppercase();
             return Err(Error::sql(format!("{word} statements are not supported")));
         }
     };
     let columns = match &plan {
         Plan::Select(s) => s.columns.to_vec(),
-        _ => vec![ResultColumn {
-            name: "modified_tuples".into(),
-            ty: DataType::BigInt,
-        }],
+        _ => vec![ResultColumn { name: "modified_tuples".into(), ty: DataType::BigInt }],
     };
     let (route, writes_replicated) = route::route(catalog, &plan);
     Ok(Prepared {
@@ -153,17 +143,9 @@ fn coerces_to_itself(v: &Value, ty: Option<DataType>) -> bool {
 /// The parameters converted to the statement's types; borrowed when none needs converting.
 pub(crate) fn coerce_params<'a>(p: &Prepared, params: &'a [Value]) -> Result<Cow<'a, [Value]>> {
     if params.len() != p.param_types.len() {
-        return Err(Error::sql(format!(
-            "statement expects {} parameters but {} were given",
-            p.param_types.len(),
-            params.len()
-        )));
+        return Err(Error::sql(format!("statement expects {} parameters but {} were given", p.param_types.len(), params.len())));
     }
-    if params
-        .iter()
-        .zip(&p.param_types)
-        .all(|(v, t)| coerces_to_itself(v, *t))
-    {
+    if params.iter().zip(&p.param_types).all(|(v, t)| coerces_to_itself(v, *t)) {
         return Ok(Cow::Borrowed(params));
     }
     let mut out = Vec::with_capacity(params.len());
@@ -172,16 +154,11 @@ pub(crate) fn coerce_params<'a>(p: &Prepared, params: &'a [Value]) -> Result<Cow
             (Value::Array(items), Some(t)) => {
                 let mut conv = Vec::with_capacity(items.len());
                 for x in items {
-                    conv.push(
-                        x.coerce_to(*t)
-                            .map_err(|e| e.context(format!("parameter {}", i + 1)))?,
-                    );
+                    conv.push(x.coerce_to(*t).map_err(|e| e.context(format!("parameter {}", i + 1)))?);
                 }
                 Value::Array(conv)
             }
-            (v, Some(t)) => v
-                .coerce_to(*t)
-                .map_err(|e| e.context(format!("parameter {}", i + 1)))?,
+            (v, Some(t)) => v.coerce_to(*t).map_err(|e| e.context(format!("parameter {}", i + 1)))?,
             (v, None) => v.clone(),
         };
         out.push(c);
@@ -190,26 +167,13 @@ pub(crate) fn coerce_params<'a>(p: &Prepared, params: &'a [Value]) -> Result<Cow
 }
 
 /// Runs on one partition's data (a single-partition transaction, or a fragment).
-pub fn execute(
-    p: &Prepared,
-    params: &[Value],
-    ctx: &ExecCtx,
-    part: &mut Partition,
-) -> Result<ResultTable> {
+pub fn execute(p: &Prepared, params: &[Value], ctx: &ExecCtx, part: &mut Partition) -> Result<ResultTable> {
     let params = coerce_params(p, params)?;
     execute_coerced(p, &params, ctx, part)
 }
 
-pub(crate) fn execute_coerced(
-    p: &Prepared,
-    params: &[Value],
-    ctx: &ExecCtx,
-    part: &mut Partition,
-) -> Result<ResultTable> {
-    let env = expr::Env {
-        params,
-        now_micros: ctx.timestamp_micros,
-    };
+pub(crate) fn execute_coerced(p: &Prepared, params: &[Value], ctx: &ExecCtx, part: &mut Partition) -> Result<ResultTable> {
+    let env = expr::Env { params, now_micros: ctx.timestamp_micros };
     if let Plan::Select(s) = &p.plan {
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::run_select(s, &src, &env, false);
@@ -231,10 +195,7 @@ pub fn execute_each(
     row: &mut dyn FnMut(&[Value]) -> Result<bool>,
 ) -> Result<u64> {
     let params = coerce_params(p, params)?;
-    let env = expr::Env {
-        params: &params,
-        now_micros: ctx.timestamp_micros,
-    };
+    let env = expr::Env { params: &params, now_micros: ctx.timestamp_micros };
     if let Plan::Select(s) = &p.plan {
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::each_select_row(s, &src, &env, row);

@@ -14,9 +14,7 @@ use crate::exec_dml::{insert_rows, source_rows};
 use crate::expr::{arith, sort_cmp, ArithOp, Env};
 use crate::plan::SelectPlan;
 use crate::plan_dml::{InsertPlan, InsertSource};
-use crate::{
-    coerce_params, execute_coerced, ExecCtx, Plan, Prepared, Route, SiteAccess, SiteFn, Target,
-};
+use crate::{coerce_params, execute_coerced, ExecCtx, Plan, Prepared, Route, SiteAccess, SiteFn, Target};
 
 /// Most rows one multi-partition SELECT may gather at the coordinator.
 pub const GATHER_ROWS_MAX: usize = 10_000_000;
@@ -24,10 +22,7 @@ pub const GATHER_ROWS_MAX: usize = 10_000_000;
 fn select_of(p: &Prepared) -> Option<&SelectPlan> {
     match &p.plan {
         Plan::Select(s) => Some(s),
-        Plan::Insert(InsertPlan {
-            source: InsertSource::Select(s),
-            ..
-        }) => Some(s),
+        Plan::Insert(InsertPlan { source: InsertSource::Select(s), .. }) => Some(s),
         _ => None,
     }
 }
@@ -41,27 +36,15 @@ fn insert_of(p: &Prepared) -> Option<&InsertPlan> {
 
 /// Runs a statement across all partitions, read-consistently (every site is parked in the
 /// same multi-partition transaction).
-pub fn execute_mp(
-    p: &Arc<Prepared>,
-    params: &[Value],
-    ctx: &ExecCtx,
-    sites: &mut dyn SiteAccess,
-) -> Result<ResultTable> {
+pub fn execute_mp(p: &Arc<Prepared>, params: &[Value], ctx: &ExecCtx, sites: &mut dyn SiteAccess) -> Result<ResultTable> {
     let params = coerce_params(p, params)?.into_owned();
     let one = |pid: u32| -> (Target, SiteFn) {
         let (p, params, ctx) = (p.clone(), params.clone(), *ctx);
-        (
-            Target::One(pid),
-            Arc::new(move |part: &mut Partition| execute_coerced(&p, &params, &ctx, part)),
-        )
+        (Target::One(pid), Arc::new(move |part: &mut Partition| execute_coerced(&p, &params, &ctx, part)))
     };
     let routed = match &p.route {
         Route::PartitionParam { param, key_type } => {
-            let v = params
-                .get(*param)
-                .cloned()
-                .unwrap_or(Value::Null)
-                .coerce_to(*key_type)?;
+            let v = params.get(*param).cloned().unwrap_or(Value::Null).coerce_to(*key_type)?;
             Some(sites.ring().partition_for(&v))
         }
         Route::PartitionConst(v) => Some(sites.ring().partition_for(v)),
@@ -72,10 +55,7 @@ pub fn execute_mp(
         let (t, f) = one(pid);
         return first(sites.run(t, f)?);
     }
-    let env = Env {
-        params: &params,
-        now_micros: ctx.timestamp_micros,
-    };
+    let env = Env { params: &params, now_micros: ctx.timestamp_micros };
     match &p.plan {
         Plan::Select(s) => {
             let gathered = gather(p, s, &params, ctx, sites)?;
@@ -119,11 +99,7 @@ fn dml_everywhere(
     let (pp, params, ctx) = (p.clone(), params.to_vec(), *ctx);
     let f: SiteFn = Arc::new(move |part: &mut Partition| execute_coerced(&pp, &params, &ctx, part));
     let results = sites.run(Target::All, f)?;
-    let n = if partitioned {
-        results.iter().map(count_of).sum()
-    } else {
-        results.first().map(count_of).unwrap_or(0)
-    };
+    let n = if partitioned { results.iter().map(count_of).sum() } else { results.first().map(count_of).unwrap_or(0) };
     Ok(ResultTable::modified(n as u64))
 }
 
@@ -144,20 +120,14 @@ fn insert_routed(
         Some(pc) if !target_all => {
             let ty = ins.table.columns[pc].ty;
             let pos = ins.columns.iter().position(|&c| c == pc);
-            let env = Env {
-                params,
-                now_micros: ctx.timestamp_micros,
-            };
+            let env = Env { params, now_micros: ctx.timestamp_micros };
             for r in rows {
                 let key = match pos {
                     Some(i) => r[i].clone(),
                     None => ins.defaults[pc].eval(&[], &env)?,
                 };
                 let key = key.coerce_to(ty).unwrap_or(key);
-                by_part
-                    .entry(sites.ring().partition_for(&key))
-                    .or_default()
-                    .push(r);
+                by_part.entry(sites.ring().partition_for(&key)).or_default().push(r);
             }
         }
         _ => {
@@ -169,10 +139,7 @@ fn insert_routed(
         let rows = Arc::new(rows);
         let f: SiteFn = Arc::new(move |part: &mut Partition| {
             let ins = insert_of(&pp).ok_or_else(|| Error::unexpected("not an INSERT"))?;
-            let env = Env {
-                params: &params,
-                now_micros: ctx.timestamp_micros,
-            };
+            let env = Env { params: &params, now_micros: ctx.timestamp_micros };
             let sp = part.savepoint();
             match insert_rows(ins, rows.as_ref().clone(), part, &env) {
                 Ok(n) => Ok(ResultTable::modified(n)),
@@ -182,11 +149,7 @@ fn insert_routed(
                 }
             }
         });
-        let target = if target_all {
-            Target::All
-        } else {
-            Target::One(pid)
-        };
+        let target = if target_all { Target::All } else { Target::One(pid) };
         sites.run(target, f)?;
     }
     Ok(ResultTable::modified(total as u64))
@@ -194,13 +157,7 @@ fn insert_routed(
 
 /// Gathers every level's rows: partitioned sources from all partitions, replicated ones
 /// from partition 0.
-fn gather(
-    p: &Arc<Prepared>,
-    s: &SelectPlan,
-    params: &[Value],
-    ctx: &ExecCtx,
-    sites: &mut dyn SiteAccess,
-) -> Result<GatheredSource> {
+fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, sites: &mut dyn SiteAccess) -> Result<GatheredSource> {
     let mut rows = Vec::with_capacity(s.levels.len());
     let mut total = 0usize;
     for (j, level) in s.levels.iter().enumerate() {
@@ -209,11 +166,7 @@ fn gather(
             let s = select_of(&pp).ok_or_else(|| Error::unexpected("not a SELECT"))?;
             gather_level(s, j, &params2, now, part)
         });
-        let target = if level.partitioned {
-            Target::All
-        } else {
-            Target::One(0)
-        };
+        let target = if level.partitioned { Target::All } else { Target::One(0) };
         let mut level_rows = Vec::new();
         for t in sites.run(target, f)? {
             total += t.rows.len();
@@ -234,13 +187,7 @@ fn gather(
 }
 
 /// One partition's rows of level `j`, filtered by the terms that are safe to apply early.
-fn gather_level(
-    s: &SelectPlan,
-    j: usize,
-    params: &[Value],
-    now_micros: i64,
-    part: &mut Partition,
-) -> Result<ResultTable> {
+fn gather_level(s: &SelectPlan, j: usize, params: &[Value], now_micros: i64, part: &mut Partition) -> Result<ResultTable> {
     let level = &s.levels[j];
     let env = Env { params, now_micros };
     let table = part.table(level.source.table.id)?;
@@ -256,16 +203,7 @@ fn gather_level(
         None
     };
     let mut out = ResultTable::new(
-        level
-            .source
-            .table
-            .columns
-            .iter()
-            .map(|c| ResultColumn {
-                name: c.name.as_str().into(),
-                ty: c.ty,
-            })
-            .collect::<Vec<_>>(),
+        level.source.table.columns.iter().map(|c| ResultColumn { name: c.name.as_str().into(), ty: c.ty }).collect::<Vec<_>>(),
     );
     if stop_at == Some(0) {
         return Ok(out);
@@ -306,9 +244,7 @@ fn merge_view_rows(def: &TableDef, rows: Vec<Vec<Value>>) -> Result<Vec<Vec<Valu
             acc[c] = match (x, y) {
                 (Value::Null, v) | (v, Value::Null) => v,
                 (x, y) => match agg {
-                    ViewAggregate::CountStar | ViewAggregate::Count(_) | ViewAggregate::Sum(_) => {
-                        arith(ArithOp::Add, x, y)?
-                    }
+                    ViewAggregate::CountStar | ViewAggregate::Count(_) | ViewAggregate::Sum(_) => arith(ArithOp::Add, x, y)?,
                     ViewAggregate::Min(_) => {
                         if sort_cmp(&y, &x) == Ordering::Less {
                             y

@@ -69,9 +69,7 @@ pub struct SelectPlan {
 pub fn is_partitioned(catalog: &Catalog, t: &TableDef) -> bool {
     match &t.kind {
         TableKind::Table | TableKind::Stream { .. } => t.partition_column.is_some(),
-        TableKind::View(v) => catalog
-            .table_by_id(v.source)
-            .is_some_and(|s| s.partition_column.is_some()),
+        TableKind::View(v) => catalog.table_by_id(v.source).is_some_and(|s| s.partition_column.is_some()),
     }
 }
 
@@ -82,9 +80,7 @@ fn unsupported(what: impl std::fmt::Display) -> Error {
 /// Looks a FROM table up, refusing streams.
 pub fn readable_table(catalog: &Catalog, name: &ast::ObjectName) -> Result<Arc<TableDef>> {
     let n = object_name(name)?;
-    let t = catalog
-        .table(&n)
-        .ok_or_else(|| Error::sql(format!("object not found: {n}")))?;
+    let t = catalog.table(&n).ok_or_else(|| Error::sql(format!("object not found: {n}")))?;
     if t.is_stream() {
         return Err(Error::sql(format!("stream {} cannot be queried", t.name)));
     }
@@ -100,18 +96,9 @@ struct FromItem<'q> {
 fn from_items<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<Vec<FromItem<'q>>> {
     let mut items: Vec<FromItem> = Vec::new();
     let mut offset = 0;
-    let mut add = |items: &mut Vec<FromItem<'q>>,
-                   f: &TableFactor,
-                   left: bool,
-                   on: Option<&'q ast::Expr>|
-     -> Result<()> {
+    let mut add = |items: &mut Vec<FromItem<'q>>, f: &TableFactor, left: bool, on: Option<&'q ast::Expr>| -> Result<()> {
         let (name, alias) = match f {
-            TableFactor::Table {
-                name,
-                alias,
-                args: None,
-                ..
-            } => (name, alias),
+            TableFactor::Table { name, alias, args: None, .. } => (name, alias),
             TableFactor::Derived { .. } => return Err(unsupported("a subquery in FROM")),
             other => return Err(unsupported(format!("FROM item {other}"))),
         };
@@ -125,29 +112,14 @@ fn from_items<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<
             }
             None => table.name.clone(),
         };
-        if items
-            .iter()
-            .any(|i| i.source.name.eq_ignore_ascii_case(&sname))
-        {
-            return Err(Error::sql(format!(
-                "{sname} appears twice in FROM; give one of them an alias"
-            )));
+        if items.iter().any(|i| i.source.name.eq_ignore_ascii_case(&sname)) {
+            return Err(Error::sql(format!("{sname} appears twice in FROM; give one of them an alias")));
         }
         if items.len() >= JOIN_SOURCES_MAX {
-            return Err(Error::sql(format!(
-                "a SELECT may join at most {JOIN_SOURCES_MAX} tables"
-            )));
+            return Err(Error::sql(format!("a SELECT may join at most {JOIN_SOURCES_MAX} tables")));
         }
         let width = table.columns.len();
-        items.push(FromItem {
-            source: Source {
-                name: sname,
-                table,
-                offset,
-            },
-            left,
-            on,
-        });
+        items.push(FromItem { source: Source { name: sname, table, offset }, left, on });
         offset += width;
         Ok(())
     };
@@ -158,23 +130,13 @@ fn from_items<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<
                 JoinOperator::Join(c) | JoinOperator::Inner(c) => (false, c),
                 JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (true, c),
                 JoinOperator::CrossJoin(c) => (false, c),
-                other => {
-                    return Err(unsupported(
-                        format!("join {other:?}")
-                            .split('(')
-                            .next()
-                            .unwrap_or("this join")
-                            .to_string(),
-                    ))
-                }
+                other => return Err(unsupported(format!("join {other:?}").split('(').next().unwrap_or("this join").to_string())),
             };
             let on = match c {
                 JoinConstraint::On(e) => Some(e),
                 JoinConstraint::None if !left => None,
                 JoinConstraint::None => return Err(Error::sql("LEFT JOIN needs an ON condition")),
-                JoinConstraint::Using(_) | JoinConstraint::Natural => {
-                    return Err(unsupported("JOIN … USING / NATURAL JOIN"))
-                }
+                JoinConstraint::Using(_) | JoinConstraint::Natural => return Err(unsupported("JOIN … USING / NATURAL JOIN")),
             };
             add(&mut items, &j.relation, left, on)?;
         }
@@ -188,9 +150,7 @@ pub fn level_of_column(levels: &[Source], c: usize) -> usize {
 }
 
 fn level_of(sources: &[Source], e: &Expr) -> usize {
-    e.max_column()
-        .map(|c| level_of_column(sources, c))
-        .unwrap_or(0)
+    e.max_column().map(|c| level_of_column(sources, c)).unwrap_or(0)
 }
 
 /// Plans a query (a SELECT with optional ORDER BY / LIMIT / OFFSET).
@@ -261,9 +221,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
     if let Some(w) = &s.selection {
         let (t, had_agg) = b.bind_input(w, &sources);
         if had_agg {
-            return Err(Error::sql(
-                "aggregate functions are not allowed in WHERE; use HAVING",
-            ));
+            return Err(Error::sql("aggregate functions are not allowed in WHERE; use HAVING"));
         }
         let mut terms = Vec::new();
         t?.expr.conjuncts(&mut terms);
@@ -301,9 +259,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
             }
             let (t, had) = b.bind_input(g, &sources);
             if had {
-                return Err(Error::sql(
-                    "aggregate functions are not allowed in GROUP BY",
-                ));
+                return Err(Error::sql("aggregate functions are not allowed in GROUP BY"));
             }
             keys.push(t?);
         }
@@ -326,37 +282,21 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
                     return Err(unsupported("wildcard options"));
                 }
                 let qual = match item {
-                    SelectItem::QualifiedWildcard(
-                        ast::SelectItemQualifiedWildcardKind::ObjectName(n),
-                        _,
-                    ) => Some(object_name(n)?),
+                    SelectItem::QualifiedWildcard(ast::SelectItemQualifiedWildcardKind::ObjectName(n), _) => Some(object_name(n)?),
                     SelectItem::QualifiedWildcard(..) => return Err(unsupported("this wildcard")),
                     _ => None,
                 };
                 let mut any = false;
                 for src in &sources {
-                    if qual
-                        .as_ref()
-                        .is_some_and(|q| !q.eq_ignore_ascii_case(&src.name))
-                    {
+                    if qual.as_ref().is_some_and(|q| !q.eq_ignore_ascii_case(&src.name)) {
                         continue;
                     }
                     any = true;
                     for (i, c) in src.table.columns.iter().enumerate() {
                         let e = Expr::Column(src.offset + i);
-                        let t = if aggregated {
-                            b.grouped_column(e, Some(c.ty), &c.name)?
-                        } else {
-                            Typed {
-                                expr: e,
-                                ty: Some(c.ty),
-                            }
-                        };
+                        let t = if aggregated { b.grouped_column(e, Some(c.ty), &c.name)? } else { Typed { expr: e, ty: Some(c.ty) } };
                         output.push(t.expr);
-                        columns.push(ResultColumn {
-                            name: c.name.as_str().into(),
-                            ty: c.ty,
-                        });
+                        columns.push(ResultColumn { name: c.name.as_str().into(), ty: c.ty });
                         aliases.push(None);
                     }
                 }
@@ -370,14 +310,10 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
                 let t = b.bind(e, &sources)?;
                 let (name, alias) = match item {
-                    SelectItem::ExprWithAlias { alias, .. } => {
-                        (ident_name(alias), Some(ident_name(alias)))
-                    }
+                    SelectItem::ExprWithAlias { alias, .. } => (ident_name(alias), Some(ident_name(alias))),
                     _ => match e {
                         ast::Expr::Identifier(id) => (column_name(&sources, None, id), None),
-                        ast::Expr::CompoundIdentifier(p) if p.len() == 2 => {
-                            (column_name(&sources, Some(&p[0]), &p[1]), None)
-                        }
+                        ast::Expr::CompoundIdentifier(p) if p.len() == 2 => (column_name(&sources, Some(&p[0]), &p[1]), None),
                         _ => (format!("C{}", columns.len() + 1), None),
                     },
                 };
@@ -389,9 +325,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
             SelectItem::ExprWithAliases { .. } => return Err(unsupported("multiple aliases")),
         }
         if output.len() > SELECT_COLUMNS_MAX {
-            return Err(Error::sql(format!(
-                "a SELECT may have at most {SELECT_COLUMNS_MAX} columns"
-            )));
+            return Err(Error::sql(format!("a SELECT may have at most {SELECT_COLUMNS_MAX} columns")));
         }
     }
     let having = match &s.having {
@@ -412,22 +346,12 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
                 return Err(unsupported("NULLS FIRST/LAST in ORDER BY"));
             }
             let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
-            let key = order_key(
-                b,
-                &sources,
-                &o.expr,
-                &output,
-                &columns,
-                &aliases,
-                &mut hidden,
-            )?;
+            let key = order_key(b, &sources, &o.expr, &output, &columns, &aliases, &mut hidden)?;
             order.push((key, desc));
         }
     }
     if distinct && !hidden.is_empty() {
-        return Err(Error::sql(
-            "with SELECT DISTINCT, ORDER BY expressions must appear in the select list",
-        ));
+        return Err(Error::sql("with SELECT DISTINCT, ORDER BY expressions must appear in the select list"));
     }
     let (limit, offset) = limits(b, q)?;
     let agg = b.agg.take();
@@ -440,16 +364,11 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
         let access = choose_access(&src.table, &terms);
         let partitioned = is_partitioned(catalog, &src.table);
         let merge_view = partitioned && src.table.view().is_some();
-        let group_len = src
-            .table
-            .view()
-            .map(|v| v.group_by.len())
-            .unwrap_or(usize::MAX);
+        let group_len = src.table.view().map(|v| v.group_by.len()).unwrap_or(usize::MAX);
         let mut gather_filter = Vec::new();
         for e in &on[j] {
             let local = e.min_column().is_some_and(|c| c >= src.offset) || e.max_column().is_none();
-            let ok_for_view =
-                !merge_view || e.max_column().is_none_or(|c| c < src.offset + group_len);
+            let ok_for_view = !merge_view || e.max_column().is_none_or(|c| c < src.offset + group_len);
             if local && ok_for_view && e.max_column().is_some() {
                 let mut l = e.clone();
                 let off = src.offset;
@@ -457,10 +376,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
                 gather_filter.push(l);
             }
         }
-        let local_src = Source {
-            offset: 0,
-            ..src.clone()
-        };
+        let local_src = Source { offset: 0, ..src.clone() };
         let gather_access = choose_access(&src.table, &key_terms(&gather_filter, &local_src));
         levels.push(Level {
             source: src.clone(),
@@ -495,9 +411,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
     };
     if !no_from_filter.is_empty() {
         // SELECT … WHERE … without FROM: filter the single empty row via HAVING-like check.
-        let cond = no_from_filter
-            .into_iter()
-            .reduce(|a, b| Expr::And(Box::new(a), Box::new(b)));
+        let cond = no_from_filter.into_iter().reduce(|a, b| Expr::And(Box::new(a), Box::new(b)));
         plan.having = match (plan.having.take(), cond) {
             (Some(h), Some(c)) => Some(Expr::And(Box::new(h), Box::new(c))),
             (h, c) => h.or(c),
@@ -549,23 +463,15 @@ fn order_key(
 ) -> Result<SortKey> {
     if let ast::Expr::Identifier(id) = e {
         let name = ident_name(id);
-        if let Some(i) = aliases
-            .iter()
-            .position(|a| a.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&name)))
-        {
+        if let Some(i) = aliases.iter().position(|a| a.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(&name))) {
             return Ok(SortKey::Output(i));
         }
     }
     if let ast::Expr::Value(v) = e {
         if let ast::Value::Number(n, _) = &v.value {
-            let k: usize = n
-                .parse()
-                .map_err(|_| Error::sql(format!("bad ORDER BY position {n}")))?;
+            let k: usize = n.parse().map_err(|_| Error::sql(format!("bad ORDER BY position {n}")))?;
             if k == 0 || k > columns.len() {
-                return Err(Error::sql(format!(
-                    "ORDER BY position {k} is not in the select list (1 to {})",
-                    columns.len()
-                )));
+                return Err(Error::sql(format!("ORDER BY position {k} is not in the select list (1 to {})", columns.len())));
             }
             return Ok(SortKey::Output(k - 1));
         }
@@ -576,10 +482,7 @@ fn order_key(
             // An output column name that is not an input column (e.g. a view's alias).
             if let ast::Expr::Identifier(id) = e {
                 let name = ident_name(id);
-                if let Some(i) = columns
-                    .iter()
-                    .position(|c| c.name.eq_ignore_ascii_case(&name))
-                {
+                if let Some(i) = columns.iter().position(|c| c.name.eq_ignore_ascii_case(&name)) {
                     return Ok(SortKey::Output(i));
                 }
             }
@@ -599,20 +502,14 @@ fn limit_expr(b: &mut Binder, e: &ast::Expr, what: &str) -> Result<Expr> {
     match &t.expr {
         Expr::Const(Value::Int(n)) if *n >= 0 => Ok(t.expr),
         Expr::Param(_) => Ok(t.expr),
-        _ => Err(Error::sql(format!(
-            "{what} must be a non-negative integer or a parameter"
-        ))),
+        _ => Err(Error::sql(format!("{what} must be a non-negative integer or a parameter"))),
     }
 }
 
 fn limits(b: &mut Binder, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>)> {
     match &q.limit_clause {
         None => Ok((None, None)),
-        Some(ast::LimitClause::LimitOffset {
-            limit,
-            offset,
-            limit_by,
-        }) => {
+        Some(ast::LimitClause::LimitOffset { limit, offset, limit_by }) => {
             if !limit_by.is_empty() {
                 return Err(unsupported("LIMIT BY"));
             }
@@ -626,10 +523,9 @@ fn limits(b: &mut Binder, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>)
             };
             Ok((l, o))
         }
-        Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => Ok((
-            Some(limit_expr(b, limit, "LIMIT")?),
-            Some(limit_expr(b, offset, "OFFSET")?),
-        )),
+        Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
+            Ok((Some(limit_expr(b, limit, "LIMIT")?), Some(limit_expr(b, offset, "OFFSET")?)))
+        }
     }
 }
 
@@ -645,11 +541,7 @@ pub fn key_terms(on: &[Expr], src: &Source) -> Vec<KeyTerm> {
             for (x, y, o) in [(a, b, *op), (b, a, op.flip())] {
                 if let Expr::Column(c) = x.as_ref() {
                     if range.contains(c) && y.max_column().is_none_or(|m| m < src.offset) {
-                        out.push(KeyTerm {
-                            column: c - src.offset,
-                            op: o,
-                            key: (**y).clone(),
-                        });
+                        out.push(KeyTerm { column: c - src.offset, op: o, key: (**y).clone() });
                         break;
                     }
                 }

@@ -48,29 +48,19 @@ pub struct DeletePlan {
 
 fn writable_table(catalog: &Catalog, name: &ast::ObjectName, verb: &str) -> Result<Arc<TableDef>> {
     let n = object_name(name)?;
-    let t = catalog
-        .table(&n)
-        .ok_or_else(|| Error::sql(format!("object not found: {n}")))?;
+    let t = catalog.table(&n).ok_or_else(|| Error::sql(format!("object not found: {n}")))?;
     match &t.kind {
-        TableKind::View(_) => Err(Error::sql(format!(
-            "cannot {verb} view {}: materialized views are read-only",
-            t.name
-        ))),
-        TableKind::Stream { .. } if verb != "insert into" => Err(Error::sql(format!(
-            "cannot {verb} stream {}: streams accept INSERT only",
-            t.name
-        ))),
+        TableKind::View(_) => Err(Error::sql(format!("cannot {verb} view {}: materialized views are read-only", t.name))),
+        TableKind::Stream { .. } if verb != "insert into" => {
+            Err(Error::sql(format!("cannot {verb} stream {}: streams accept INSERT only", t.name)))
+        }
         _ => Ok(t.clone()),
     }
 }
 
 /// A single-source level for UPDATE/DELETE.
 fn single_level(catalog: &Catalog, table: Arc<TableDef>, name: String, filter: Vec<Expr>) -> Level {
-    let source = Source {
-        name,
-        table: table.clone(),
-        offset: 0,
-    };
+    let source = Source { name, table: table.clone(), offset: 0 };
     let access = choose_access(&table, &key_terms(&filter, &source));
     let mut level = Level {
         partitioned: is_partitioned(catalog, &table),
@@ -102,47 +92,26 @@ fn where_terms(b: &mut Binder, sel: Option<&ast::Expr>, scope: &[Source]) -> Res
 
 fn table_and_alias(f: &TableFactor) -> Result<(&ast::ObjectName, Option<String>)> {
     match f {
-        TableFactor::Table {
-            name,
-            alias,
-            args: None,
-            ..
-        } => Ok((name, alias.as_ref().map(|a| ident_name(&a.name)))),
+        TableFactor::Table { name, alias, args: None, .. } => Ok((name, alias.as_ref().map(|a| ident_name(&a.name)))),
         other => Err(Error::sql(format!("cannot modify {other}"))),
     }
 }
 
 pub fn plan_update(catalog: &Catalog, b: &mut Binder, u: &ast::Update) -> Result<UpdatePlan> {
-    if !u.table.joins.is_empty()
-        || u.from.is_some()
-        || u.returning.is_some()
-        || u.output.is_some()
-        || u.or.is_some()
-        || u.limit.is_some()
-    {
-        return Err(Error::sql(
-            "UPDATE supports only: UPDATE table SET col = expr, … [WHERE …]",
-        ));
+    if !u.table.joins.is_empty() || u.from.is_some() || u.returning.is_some() || u.output.is_some() || u.or.is_some() || u.limit.is_some() {
+        return Err(Error::sql("UPDATE supports only: UPDATE table SET col = expr, … [WHERE …]"));
     }
     let (name, alias) = table_and_alias(&u.table.relation)?;
     let table = writable_table(catalog, name, "update")?;
     let sname = alias.unwrap_or_else(|| table.name.clone());
-    let scope = [Source {
-        name: sname.clone(),
-        table: table.clone(),
-        offset: 0,
-    }];
+    let scope = [Source { name: sname.clone(), table: table.clone(), offset: 0 }];
     let mut sets: Vec<(usize, Expr)> = Vec::new();
     for a in &u.assignments {
         let col_name = match &a.target {
             ast::AssignmentTarget::ColumnName(n) => object_name(n)?,
-            ast::AssignmentTarget::Tuple(_) => {
-                return Err(Error::sql("UPDATE … SET (a, b) = … is not supported"))
-            }
+            ast::AssignmentTarget::Tuple(_) => return Err(Error::sql("UPDATE … SET (a, b) = … is not supported")),
         };
-        let c = table
-            .column_index(&col_name)
-            .ok_or_else(|| Error::sql(format!("unknown column {col_name} in {}", table.name)))?;
+        let c = table.column_index(&col_name).ok_or_else(|| Error::sql(format!("unknown column {col_name} in {}", table.name)))?;
         // Assigning the partition column is allowed only to its current value (checked
         // per row when it runs): VoltDB's default `T.update` sets every column.
         if sets.iter().any(|(x, _)| *x == c) {
@@ -150,9 +119,7 @@ pub fn plan_update(catalog: &Catalog, b: &mut Binder, u: &ast::Update) -> Result
         }
         let (t, had) = b.bind_input(&a.value, &scope);
         if had {
-            return Err(Error::sql(
-                "aggregate functions are not allowed in UPDATE … SET",
-            ));
+            return Err(Error::sql("aggregate functions are not allowed in UPDATE … SET"));
         }
         let t = t?;
         let ty = table.columns[c].ty;
@@ -160,10 +127,7 @@ pub fn plan_update(catalog: &Catalog, b: &mut Binder, u: &ast::Update) -> Result
         sets.push((c, const_for_column(t.expr, &table, c)?));
     }
     let filter = where_terms(b, u.selection.as_ref(), &scope)?;
-    Ok(UpdatePlan {
-        level: single_level(catalog, table, sname, filter),
-        sets,
-    })
+    Ok(UpdatePlan { level: single_level(catalog, table, sname, filter), sets })
 }
 
 pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result<DeletePlan> {
@@ -178,22 +142,14 @@ pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result
         || from.len() != 1
         || !from[0].joins.is_empty()
     {
-        return Err(Error::sql(
-            "DELETE supports only: DELETE FROM table [WHERE …]",
-        ));
+        return Err(Error::sql("DELETE supports only: DELETE FROM table [WHERE …]"));
     }
     let (name, alias) = table_and_alias(&from[0].relation)?;
     let table = writable_table(catalog, name, "delete from")?;
     let sname = alias.unwrap_or_else(|| table.name.clone());
-    let scope = [Source {
-        name: sname.clone(),
-        table: table.clone(),
-        offset: 0,
-    }];
+    let scope = [Source { name: sname.clone(), table: table.clone(), offset: 0 }];
     let filter = where_terms(b, d.selection.as_ref(), &scope)?;
-    Ok(DeletePlan {
-        level: single_level(catalog, table, sname, filter),
-    })
+    Ok(DeletePlan { level: single_level(catalog, table, sname, filter) })
 }
 
 /// Converts a constant to the column's type now, so a bad literal fails at prepare time.
@@ -201,9 +157,7 @@ fn const_for_column(e: Expr, table: &TableDef, c: usize) -> Result<Expr> {
     match e {
         Expr::Const(v) => {
             let col = &table.columns[c];
-            let v = v
-                .coerce_to(col.ty)
-                .map_err(|err| err.context(format!("column {} of {}", col.name, table.name)))?;
+            let v = v.coerce_to(col.ty).map_err(|err| err.context(format!("column {} of {}", col.name, table.name)))?;
             Ok(Expr::Const(v))
         }
         e => Ok(e),
@@ -212,20 +166,13 @@ fn const_for_column(e: Expr, table: &TableDef, c: usize) -> Result<Expr> {
 
 fn default_expr(table: &TableDef, c: usize) -> Expr {
     match &table.columns[c].default {
-        Some(v) if *v == DEFAULT_NOW_SENTINEL && table.columns[c].ty == DataType::Timestamp => {
-            Expr::Func(Func::Now, vec![])
-        }
+        Some(v) if *v == DEFAULT_NOW_SENTINEL && table.columns[c].ty == DataType::Timestamp => Expr::Func(Func::Now, vec![]),
         Some(v) => Expr::Const(v.clone()),
         None => Expr::Const(Value::Null),
     }
 }
 
-pub fn plan_insert(
-    catalog: &Catalog,
-    b: &mut Binder,
-    ins: &ast::Insert,
-    upsert: bool,
-) -> Result<InsertPlan> {
+pub fn plan_insert(catalog: &Catalog, b: &mut Binder, ins: &ast::Insert, upsert: bool) -> Result<InsertPlan> {
     if ins.or.is_some()
         || ins.ignore
         || ins.on.is_some()
@@ -234,9 +181,7 @@ pub fn plan_insert(
         || ins.partitioned.is_some()
         || ins.overwrite
     {
-        return Err(Error::sql(
-            "INSERT supports only: INSERT INTO table [(cols)] VALUES (…) | SELECT …",
-        ));
+        return Err(Error::sql("INSERT supports only: INSERT INTO table [(cols)] VALUES (…) | SELECT …"));
     }
     let name = match &ins.table {
         TableObject::TableName(n) => n,
@@ -249,9 +194,7 @@ pub fn plan_insert(
         let mut v = Vec::new();
         for c in &ins.columns {
             let n = object_name(c)?;
-            let i = table
-                .column_index(&n)
-                .ok_or_else(|| Error::sql(format!("unknown column {n} in {}", table.name)))?;
+            let i = table.column_index(&n).ok_or_else(|| Error::sql(format!("unknown column {n} in {}", table.name)))?;
             if v.contains(&i) {
                 return Err(Error::sql(format!("column {n} is listed twice")));
             }
@@ -260,37 +203,21 @@ pub fn plan_insert(
         v
     };
     if upsert {
-        let pk = table.primary_key().ok_or_else(|| {
-            Error::sql(format!(
-                "UPSERT needs a primary key, and {} has none",
-                table.name
-            ))
-        })?;
+        let pk = table.primary_key().ok_or_else(|| Error::sql(format!("UPSERT needs a primary key, and {} has none", table.name)))?;
         if let Some(&missing) = pk.columns.iter().find(|c| !columns.contains(c)) {
-            return Err(Error::sql(format!(
-                "UPSERT must give the primary key column {}",
-                table.columns[missing].name
-            )));
+            return Err(Error::sql(format!("UPSERT must give the primary key column {}", table.columns[missing].name)));
         }
     }
     for (c, col) in table.columns.iter().enumerate() {
         if !columns.contains(&c) && !col.nullable && col.default.is_none() {
-            return Err(Error::sql(format!(
-                "column {} of {} has no default and is not nullable: give it a value",
-                col.name, table.name
-            )));
+            return Err(Error::sql(format!("column {} of {} has no default and is not nullable: give it a value", col.name, table.name)));
         }
     }
-    let q = ins
-        .source
-        .as_ref()
-        .ok_or_else(|| Error::sql("INSERT needs VALUES or a SELECT"))?;
+    let q = ins.source.as_ref().ok_or_else(|| Error::sql("INSERT needs VALUES or a SELECT"))?;
     let source = match q.body.as_ref() {
         SetExpr::Values(values) if q.order_by.is_none() && q.limit_clause.is_none() => {
             if values.rows.len() > INSERT_ROWS_MAX {
-                return Err(Error::sql(format!(
-                    "INSERT may list at most {INSERT_ROWS_MAX} rows"
-                )));
+                return Err(Error::sql(format!("INSERT may list at most {INSERT_ROWS_MAX} rows")));
             }
             let mut rows = Vec::with_capacity(values.rows.len());
             for r in &values.rows {
@@ -316,9 +243,7 @@ pub fn plan_insert(
             }
             InsertSource::Values(rows)
         }
-        SetExpr::Values(_) => {
-            return Err(Error::sql("ORDER BY / LIMIT after VALUES is not supported"))
-        }
+        SetExpr::Values(_) => return Err(Error::sql("ORDER BY / LIMIT after VALUES is not supported")),
         SetExpr::Select(_) => {
             let plan = plan_query(catalog, b, q)?;
             if plan.columns.len() != columns.len() {
@@ -333,14 +258,6 @@ pub fn plan_insert(
         }
         _ => return Err(Error::sql("INSERT needs VALUES or a SELECT")),
     };
-    let defaults = (0..table.columns.len())
-        .map(|c| default_expr(&table, c))
-        .collect();
-    Ok(InsertPlan {
-        table,
-        upsert,
-        columns,
-        source,
-        defaults,
-    })
+    let defaults = (0..table.columns.len()).map(|c| default_expr(&table, c)).collect();
+    Ok(InsertPlan { table, upsert, columns, source, defaults })
 }

@@ -24,9 +24,7 @@ struct Classes {
 
 impl Classes {
     fn new(n: usize) -> Self {
-        Classes {
-            parent: (0..n).collect(),
-        }
+        Classes { parent: (0..n).collect() }
     }
     fn find(&mut self, mut x: usize) -> usize {
         while self.parent[x] != x {
@@ -85,10 +83,7 @@ fn pinned_route(levels: &[Level], width: usize) -> Option<Route> {
         let pc = routing_column(&l.source.table)?;
         let ty = l.source.table.columns[pc].ty;
         let class = classes.find(l.source.offset + pc);
-        let pin = pins
-            .iter()
-            .find(|(c, _)| classes.find(*c) == class)
-            .map(|(_, p)| p.clone())?;
+        let pin = pins.iter().find(|(c, _)| classes.find(*c) == class).map(|(_, p)| p.clone())?;
         match &chosen {
             None => chosen = Some((pin, ty)),
             Some((p, _)) if *p == pin => {}
@@ -97,10 +92,7 @@ fn pinned_route(levels: &[Level], width: usize) -> Option<Route> {
     }
     let (pin, ty) = chosen?;
     Some(match pin {
-        Pin::Param(i) => Route::PartitionParam {
-            param: i,
-            key_type: ty,
-        },
+        Pin::Param(i) => Route::PartitionParam { param: i, key_type: ty },
         Pin::Const(v) => Route::PartitionConst(v.coerce_to(ty).ok()?),
     })
 }
@@ -146,13 +138,7 @@ pub fn route(catalog: &Catalog, plan: &Plan) -> (Route, bool) {
                 }
             }
             match chosen {
-                Some(Pin::Param(p)) => (
-                    Route::PartitionParam {
-                        param: p,
-                        key_type: ty,
-                    },
-                    false,
-                ),
+                Some(Pin::Param(p)) => (Route::PartitionParam { param: p, key_type: ty }, false),
                 Some(Pin::Const(v)) => match v.coerce_to(ty) {
                     Ok(v) => (Route::PartitionConst(v), false),
                     Err(_) => (Route::All, false),
@@ -167,8 +153,5 @@ fn dml_route(catalog: &Catalog, level: &Level) -> (Route, bool) {
     if !is_partitioned(catalog, &level.source.table) {
         return (Route::All, true);
     }
-    (
-        pinned_route(std::slice::from_ref(level), level.source.width()).unwrap_or(Route::All),
-        false,
-    )
+    (pinned_route(std::slice::from_ref(level), level.source.width()).unwrap_or(Route::All), false)
 }

@@ -33,11 +33,7 @@ pub fn split_statements(script: &str) -> Result<Vec<String>> {
             }
             continue;
         }
-        if t.is_word("BEGIN")
-            && i > start
-            && toks[i - 1].is_word("AS")
-            && is_create_procedure(&toks[start..i])
-        {
+        if t.is_word("BEGIN") && i > start && toks[i - 1].is_word("AS") && is_create_procedure(&toks[start..i]) {
             depth = 1;
             continue;
         }
@@ -45,9 +41,7 @@ pub fn split_statements(script: &str) -> Result<Vec<String>> {
             out.push(script[toks[start].start..toks[i - 1].end].to_string());
             first = None;
             if out.len() > SCRIPT_STATEMENTS_MAX {
-                return Err(Error::sql(format!(
-                    "script has more than {SCRIPT_STATEMENTS_MAX} statements"
-                )));
+                return Err(Error::sql(format!("script has more than {SCRIPT_STATEMENTS_MAX} statements")));
             }
         }
     }
@@ -64,9 +58,7 @@ fn is_create_procedure(toks: &[Tok]) -> bool {
     let words: Vec<&Tok> = toks.iter().take(4).collect();
     match words.as_slice() {
         [c, p, ..] if c.is_word("CREATE") && p.is_word("PROCEDURE") => true,
-        [c, o, r, p] if c.is_word("CREATE") && o.is_word("OR") && r.is_word("REPLACE") => {
-            p.is_word("PROCEDURE")
-        }
+        [c, o, r, p] if c.is_word("CREATE") && o.is_word("OR") && r.is_word("REPLACE") => p.is_word("PROCEDURE"),
         _ => false,
     }
 }
@@ -82,18 +74,12 @@ pub fn first_word(sql: &str) -> String {
             .map(|t| t.text.to_ascii_uppercase())
             .unwrap_or_default();
     }
-    t.split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
-        .next()
-        .unwrap_or("")
-        .to_ascii_uppercase()
+    t.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').next().unwrap_or("").to_ascii_uppercase()
 }
 
 /// True for CREATE/DROP/ALTER/PARTITION statements (and other DDL).
 pub fn is_ddl(sql: &str) -> bool {
-    matches!(
-        first_word(sql).as_str(),
-        "CREATE" | "DROP" | "ALTER" | "PARTITION" | "LOAD" | "REMOVE" | "DR" | "SET" | "IMPORT"
-    )
+    matches!(first_word(sql).as_str(), "CREATE" | "DROP" | "ALTER" | "PARTITION" | "LOAD" | "REMOVE" | "DR" | "SET" | "IMPORT")
 }
 
 /// A statement rewritten for sqlparser.
@@ -133,9 +119,7 @@ pub fn rewrite_for_parser(sql: &str) -> Result<Rewritten> {
             out.push_str(&format!("{open}?{count}{close}"));
             last = t.end;
         } else {
-            let n: usize = t.text[1..]
-                .parse()
-                .map_err(|_| Error::sql(format!("bad parameter {}", t.text)))?;
+            let n: usize = t.text[1..].parse().map_err(|_| Error::sql(format!("bad parameter {}", t.text)))?;
             max_dollar = max_dollar.max(n);
             out.push_str(&sql[last..t.start]);
             out.push_str(&format!("{open}?{n}{close}"));
@@ -148,15 +132,9 @@ pub fn rewrite_for_parser(sql: &str) -> Result<Rewritten> {
     }
     let param_count = count.max(max_dollar);
     if param_count > PARAMS_MAX {
-        return Err(Error::sql(format!(
-            "statement has {param_count} parameters; the limit is {PARAMS_MAX}"
-        )));
+        return Err(Error::sql(format!("statement has {param_count} parameters; the limit is {PARAMS_MAX}")));
     }
-    Ok(Rewritten {
-        sql: out,
-        param_count,
-        upsert,
-    })
+    Ok(Rewritten { sql: out, param_count, upsert })
 }
 
 #[cfg(test)]
@@ -166,14 +144,7 @@ mod tests {
     #[test]
     fn splits_on_semicolons_outside_quotes_and_comments() {
         let s = "create table t (a int); -- x; y\ninsert into t values ('a;b');\n/* ; */ select \"x;\" from t";
-        assert_eq!(
-            split_statements(s).unwrap(),
-            vec![
-                "create table t (a int)",
-                "insert into t values ('a;b')",
-                "select \"x;\" from t"
-            ]
-        );
+        assert_eq!(split_statements(s).unwrap(), vec!["create table t (a int)", "insert into t values ('a;b')", "select \"x;\" from t"]);
     }
 
     #[test]
@@ -182,18 +153,13 @@ mod tests {
                  CREATE PROCEDURE q PARTITION ON TABLE t COLUMN a FROM FILE 'q.lua' SOURCE $lua$ x = 1; $lua$; ;;";
         let v = split_statements(s).unwrap();
         assert_eq!(v.len(), 2);
-        assert_eq!(
-            v[0],
-            "CREATE PROCEDURE p AS BEGIN select 1; select case when 1=1 then 2 end; END"
-        );
+        assert_eq!(v[0], "CREATE PROCEDURE p AS BEGIN select 1; select case when 1=1 then 2 end; END");
         assert!(v[1].ends_with("$lua$ x = 1; $lua$"));
     }
 
     #[test]
     fn empty_and_comment_only_scripts_have_no_statements() {
-        assert!(split_statements("  ;; -- nothing\n /* at all */")
-            .unwrap()
-            .is_empty());
+        assert!(split_statements("  ;; -- nothing\n /* at all */").unwrap().is_empty());
         assert!(split_statements("create procedure p as begin select 1;").is_err());
     }
 

@@ -47,10 +47,7 @@ impl SiteAccess for LocalSites {
         match target {
             Target::All => self.partitions.iter_mut().map(|p| f(p)).collect(),
             Target::One(i) => {
-                let p = self
-                    .partitions
-                    .get_mut(i as usize)
-                    .ok_or_else(|| Error::unexpected(format!("no partition {i}")))?;
+                let p = self.partitions.get_mut(i as usize).ok_or_else(|| Error::unexpected(format!("no partition {i}")))?;
                 Ok(vec![f(p)?])
             }
         }

@@ -6,15 +6,7 @@ use crate::tests_sql::NoFiles;
 use crate::{apply_ddl, split_statements};
 
 fn apply(cat: &mut Catalog, script: &str) -> Vec<String> {
-    split_statements(script)
-        .unwrap()
-        .iter()
-        .map(|s| {
-            apply_ddl(cat, s, &NoFiles)
-                .unwrap_or_else(|e| panic!("{s}: {e}"))
-                .message
-        })
-        .collect()
+    split_statements(script).unwrap().iter().map(|s| apply_ddl(cat, s, &NoFiles).unwrap_or_else(|e| panic!("{s}: {e}")).message).collect()
 }
 
 fn fails(cat: &mut Catalog, sql: &str) -> String {
@@ -64,22 +56,12 @@ fn a_voltdb_application_schema_loads() {
     let v = cat.table("votes").unwrap();
     assert_eq!(v.partition_column, Some(0));
     assert_eq!(v.columns[3].default, Some(crate::DEFAULT_NOW_SENTINEL));
-    assert_eq!(
-        v.columns[4].default,
-        Some(lockstep_core::Value::Str("n/a".into()))
-    );
+    assert_eq!(v.columns[4].default, Some(lockstep_core::Value::Str("n/a".into())));
     let by_phone = cat.table("v_votes_by_phone_number").unwrap();
     assert_eq!(by_phone.partition_column, Some(0));
     let by_state = cat.table("V_VOTES_BY_CONTESTANT_NUMBER_STATE").unwrap();
     assert_eq!(by_state.partition_column, None);
-    assert_eq!(
-        by_state
-            .columns
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>(),
-        vec!["CONTESTANT_NUMBER", "STATE", "NUM_VOTES"]
-    );
+    assert_eq!(by_state.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["CONTESTANT_NUMBER", "STATE", "NUM_VOTES"]);
     match &by_state.kind {
         TableKind::View(vd) => {
             assert_eq!(vd.group_by, vec![2, 1]);
@@ -90,30 +72,13 @@ fn a_voltdb_application_schema_loads() {
     assert_eq!(by_state.indexes[0].columns, vec![0, 1]);
     let vote = cat.procedure("vote").unwrap();
     assert_eq!(vote.class_name.as_deref(), Some("voter.procedures.Vote"));
-    assert_eq!(
-        vote.body,
-        ProcedureBody::Lua {
-            path: "procs/Vote.lua".into(),
-            source: "-- Vote".into()
-        }
-    );
+    assert_eq!(vote.body, ProcedureBody::Lua { path: "procs/Vote.lua".into(), source: "-- Vote".into() });
     assert_eq!(
         vote.partitioning,
-        Partitioning::Single {
-            table: "VOTES".into(),
-            column: "PHONE_NUMBER".into(),
-            parameter: 0,
-            key_type: DataType::BigInt
-        }
+        Partitioning::Single { table: "VOTES".into(), column: "PHONE_NUMBER".into(), parameter: 0, key_type: DataType::BigInt }
     );
-    assert!(matches!(
-        cat.procedure("results").unwrap().body,
-        ProcedureBody::Sql(_)
-    ));
-    assert_eq!(
-        cat.procedure("initialize").unwrap().partitioning,
-        Partitioning::Multi
-    );
+    assert!(matches!(cat.procedure("results").unwrap().body, ProcedureBody::Sql(_)));
+    assert_eq!(cat.procedure("initialize").unwrap().partitioning, Partitioning::Multi);
 }
 
 #[test]
@@ -121,31 +86,16 @@ fn keys_and_partitioning_are_checked() {
     let mut cat = Catalog::default();
     apply(&mut cat, "CREATE TABLE t (a INTEGER NOT NULL, b INTEGER, c VARCHAR(4) UNIQUE, d BIGINT ASSUMEUNIQUE, PRIMARY KEY (a, b));");
     let t = cat.table("t").unwrap().clone();
-    assert_eq!(
-        t.indexes
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect::<Vec<_>>(),
-        vec!["PK_T", "UK_T_C", "AK_T_D"]
-    );
+    assert_eq!(t.indexes.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), vec!["PK_T", "UK_T_C", "AK_T_D"]);
     assert!(!t.columns[1].nullable, "primary key columns are NOT NULL");
     assert!(t.indexes[2].assume_unique && !t.indexes[2].unique);
-    assert!(fails(&mut cat, "PARTITION TABLE t ON COLUMN a")
-        .contains("UK_T_C of T must include the partition column A"));
+    assert!(fails(&mut cat, "PARTITION TABLE t ON COLUMN a").contains("UK_T_C of T must include the partition column A"));
     apply(&mut cat, "CREATE TABLE u (a INTEGER NOT NULL, n INTEGER, PRIMARY KEY (a)); PARTITION TABLE u ON COLUMN a;");
     assert!(fails(&mut cat, "PARTITION TABLE u ON COLUMN n").contains("must be NOT NULL"));
-    assert!(fails(&mut cat, "CREATE UNIQUE INDEX u_n ON u (n)")
-        .contains("must include the partition column"));
-    assert_eq!(
-        apply(&mut cat, "CREATE ASSUMEUNIQUE INDEX u_n ON u (n)"),
-        vec!["index U_N created on U"]
-    );
+    assert!(fails(&mut cat, "CREATE UNIQUE INDEX u_n ON u (n)").contains("must include the partition column"));
+    assert_eq!(apply(&mut cat, "CREATE ASSUMEUNIQUE INDEX u_n ON u (n)"), vec!["index U_N created on U"]);
     assert!(fails(&mut cat, "CREATE INDEX u_n ON t (b)").contains("already used"));
-    assert!(fails(
-        &mut cat,
-        "CREATE TABLE x (a INTEGER PRIMARY KEY, b INTEGER PRIMARY KEY)"
-    )
-    .contains("more than one PRIMARY KEY"));
+    assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER PRIMARY KEY, b INTEGER PRIMARY KEY)").contains("more than one PRIMARY KEY"));
     assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER, a BIGINT)").contains("defined twice"));
     assert!(fails(&mut cat, "CREATE TABLE x (a BLOB)").contains("unknown column type BLOB"));
     assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER,)").contains("expected a column name"));
@@ -160,10 +110,7 @@ fn keys_and_partitioning_are_checked() {
     assert_eq!(fk.columns.len(), 2);
     assert_eq!(fk.indexes.len(), 1);
     assert!(fails(&mut cat, "CREATE TABLE fk2 (a INTEGER, FOREIGN KEY (a) u)").contains("REFERENCES"));
-    assert_eq!(
-        apply(&mut cat, "DROP INDEX u_n; DROP INDEX u_n IF EXISTS").len(),
-        2
-    );
+    assert_eq!(apply(&mut cat, "DROP INDEX u_n; DROP INDEX u_n IF EXISTS").len(), 2);
     assert!(fails(&mut cat, "DROP INDEX pk_u").contains("primary key"));
 }
 
@@ -171,70 +118,24 @@ fn keys_and_partitioning_are_checked() {
 fn alter_drop_stream_and_view_forms() {
     let mut cat = Catalog::default();
     apply(&mut cat, "CREATE TABLE t (a INTEGER NOT NULL, b INTEGER) LIMIT PARTITION ROWS 10; CREATE VIEW tv AS SELECT a, COUNT(*) AS n, SUM(b) AS s FROM t GROUP BY a;");
-    assert_eq!(
-        apply(
-            &mut cat,
-            "ALTER TABLE t ADD COLUMN c VARCHAR(3) DEFAULT 'x' NOT NULL"
-        ),
-        vec!["column C added to T"]
-    );
+    assert_eq!(apply(&mut cat, "ALTER TABLE t ADD COLUMN c VARCHAR(3) DEFAULT 'x' NOT NULL"), vec!["column C added to T"]);
     assert_eq!(cat.table("t").unwrap().columns.len(), 3);
-    assert_eq!(
-        cat.table("tv")
-            .unwrap()
-            .columns
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>(),
-        vec!["A", "N", "S"]
-    );
+    assert_eq!(cat.table("tv").unwrap().columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["A", "N", "S"]);
     assert!(fails(&mut cat, "DROP TABLE t").contains("CASCADE"));
     assert!(fails(&mut cat, "DROP VIEW t").contains("use DROP TABLE"));
-    assert_eq!(
-        apply(&mut cat, "DROP TABLE t CASCADE"),
-        vec!["table T dropped (with views TV)"]
-    );
+    assert_eq!(apply(&mut cat, "DROP TABLE t CASCADE"), vec!["table T dropped (with views TV)"]);
     assert!(cat.table("tv").is_none());
-    assert_eq!(
-        apply(&mut cat, "DROP TABLE IF EXISTS t"),
-        vec!["table T does not exist; nothing dropped"]
-    );
+    assert_eq!(apply(&mut cat, "DROP TABLE IF EXISTS t"), vec!["table T does not exist; nothing dropped"]);
     apply(&mut cat, "CREATE STREAM s PARTITION ON COLUMN id EXPORT TO TARGET kafka1 (id BIGINT NOT NULL, v VARCHAR(5));");
     let s = cat.table("s").unwrap();
-    assert_eq!(
-        s.kind,
-        TableKind::Stream {
-            target: Some("KAFKA1".into())
-        }
-    );
+    assert_eq!(s.kind, TableKind::Stream { target: Some("KAFKA1".into()) });
     assert_eq!(s.partition_column, Some(0));
-    apply(
-        &mut cat,
-        "CREATE TABLE src (k INTEGER NOT NULL, v INTEGER);",
-    );
-    assert!(fails(
-        &mut cat,
-        "CREATE VIEW bad AS SELECT k, COUNT(*) FROM src WHERE v > 1 GROUP BY k"
-    )
-    .contains("not supported in materialized views"));
-    assert!(fails(
-        &mut cat,
-        "CREATE VIEW bad AS SELECT COUNT(*), k FROM src GROUP BY k"
-    )
-    .contains("must come before"));
-    assert!(fails(
-        &mut cat,
-        "CREATE VIEW bad AS SELECT k, AVG(v) FROM src GROUP BY k"
-    )
-    .contains("not supported"));
-    assert_eq!(
-        apply(
-            &mut cat,
-            "DR TABLE src; SET DR=ACTIVE; CREATE ROLE admin WITH sysproc; IMPORT CLASS a.b.C"
-        )
-        .len(),
-        4
-    );
+    apply(&mut cat, "CREATE TABLE src (k INTEGER NOT NULL, v INTEGER);");
+    assert!(fails(&mut cat, "CREATE VIEW bad AS SELECT k, COUNT(*) FROM src WHERE v > 1 GROUP BY k")
+        .contains("not supported in materialized views"));
+    assert!(fails(&mut cat, "CREATE VIEW bad AS SELECT COUNT(*), k FROM src GROUP BY k").contains("must come before"));
+    assert!(fails(&mut cat, "CREATE VIEW bad AS SELECT k, AVG(v) FROM src GROUP BY k").contains("not supported"));
+    assert_eq!(apply(&mut cat, "DR TABLE src; SET DR=ACTIVE; CREATE ROLE admin WITH sysproc; IMPORT CLASS a.b.C").len(), 4);
 }
 
 #[test]
@@ -247,67 +148,21 @@ fn procedure_forms_and_errors() {
          CREATE PROCEDURE Inline PARTITION ON TABLE t COLUMN id PARAMETER 1 FROM FILE 'x.lua' SOURCE $lua$ return function() end $lua$;
          CREATE PROCEDURE Each DIRECTED AS BEGIN SELECT COUNT(*) FROM t; END;",
     );
-    assert_eq!(
-        msgs,
-        vec![
-            "procedure GetT created",
-            "procedure Inline created",
-            "procedure Each created"
-        ]
-    );
+    assert_eq!(msgs, vec!["procedure GetT created", "procedure Inline created", "procedure Each created"]);
     assert_eq!(
         cat.procedure("inline").unwrap().body,
-        ProcedureBody::Lua {
-            path: "x.lua".into(),
-            source: " return function() end ".into()
-        }
+        ProcedureBody::Lua { path: "x.lua".into(), source: " return function() end ".into() }
     );
-    assert_eq!(
-        cat.procedure("each").unwrap().partitioning,
-        Partitioning::Directed
-    );
-    assert_eq!(
-        cat.procedure("each").unwrap().body,
-        ProcedureBody::Sql("SELECT COUNT(*) FROM t".into())
-    );
+    assert_eq!(cat.procedure("each").unwrap().partitioning, Partitioning::Directed);
+    assert_eq!(cat.procedure("each").unwrap().body, ProcedureBody::Sql("SELECT COUNT(*) FROM t".into()));
     assert!(fails(&mut cat, "CREATE PROCEDURE GetT AS SELECT 1").contains("already exists"));
-    assert_eq!(
-        apply(
-            &mut cat,
-            "CREATE OR REPLACE PROCEDURE GetT AS SELECT v FROM t"
-        ),
-        vec!["procedure GetT replaced"]
-    );
-    assert!(
-        fails(&mut cat, "CREATE PROCEDURE Bad AS SELECT nope FROM t")
-            .contains("unknown column NOPE")
-    );
-    assert!(fails(
-        &mut cat,
-        "CREATE PROCEDURE Bad PARTITION ON TABLE t COLUMN v AS SELECT 1"
-    )
-    .contains("not partitioned on that column"));
-    assert!(fails(
-        &mut cat,
-        "CREATE PROCEDURE Bad AS BEGIN SELECT 1; SELECT 2; END"
-    )
-    .contains("multi-statement"));
-    apply(
-        &mut cat,
-        "PARTITION PROCEDURE GetT ON TABLE t COLUMN id PARAMETER 0",
-    );
-    assert!(matches!(
-        cat.procedure("gett").unwrap().partitioning,
-        Partitioning::Single { parameter: 0, .. }
-    ));
-    assert_eq!(
-        apply(
-            &mut cat,
-            "DROP PROCEDURE GetT; DROP PROCEDURE GetT IF EXISTS"
-        )
-        .len(),
-        2
-    );
+    assert_eq!(apply(&mut cat, "CREATE OR REPLACE PROCEDURE GetT AS SELECT v FROM t"), vec!["procedure GetT replaced"]);
+    assert!(fails(&mut cat, "CREATE PROCEDURE Bad AS SELECT nope FROM t").contains("unknown column NOPE"));
+    assert!(fails(&mut cat, "CREATE PROCEDURE Bad PARTITION ON TABLE t COLUMN v AS SELECT 1").contains("not partitioned on that column"));
+    assert!(fails(&mut cat, "CREATE PROCEDURE Bad AS BEGIN SELECT 1; SELECT 2; END").contains("multi-statement"));
+    apply(&mut cat, "PARTITION PROCEDURE GetT ON TABLE t COLUMN id PARAMETER 0");
+    assert!(matches!(cat.procedure("gett").unwrap().partitioning, Partitioning::Single { parameter: 0, .. }));
+    assert_eq!(apply(&mut cat, "DROP PROCEDURE GetT; DROP PROCEDURE GetT IF EXISTS").len(), 2);
     assert!(fails(&mut cat, "DROP PROCEDURE GetT").contains("not found"));
     assert!(fails(&mut cat, "CREATE FUNCTION f FROM METHOD a.b").contains("not supported"));
 }

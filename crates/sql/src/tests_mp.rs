@@ -29,16 +29,9 @@ impl Mp {
     fn new() -> Mp {
         let one = Db::new(DDL);
         let sites = LocalSites::new(3, &one.cat).unwrap();
-        Mp {
-            cat: one.cat,
-            sites,
-        }
+        Mp { cat: one.cat, sites }
     }
-    fn run(
-        &mut self,
-        sql: &str,
-        params: &[Value],
-    ) -> lockstep_core::Result<lockstep_core::ResultTable> {
+    fn run(&mut self, sql: &str, params: &[Value]) -> lockstep_core::Result<lockstep_core::ResultTable> {
         let p = Arc::new(prepare(&self.cat, sql)?);
         execute_mp(&p, params, &ctx(), &mut self.sites)
     }
@@ -48,42 +41,24 @@ fn load(mp: &mut Mp, one: &mut Db) -> Vec<i64> {
     let mut counts = Vec::new();
     let mut both = |sql: &str, params: &[Value]| {
         let a = mp.run(sql, params).unwrap_or_else(|e| panic!("{sql}: {e}"));
-        let b = one
-            .try_run(sql, params)
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = one.try_run(sql, params).unwrap_or_else(|e| panic!("{sql}: {e}"));
         assert_eq!(a, b, "{sql}");
         counts.push(a.first_value().and_then(Value::as_i64).unwrap_or(-1));
     };
     for id in 0..30i64 {
         let owner = ["ann", "bob", "cy", "di"][(id % 4) as usize];
-        let bal = if id % 7 == 0 {
-            Value::Null
-        } else {
-            i(id * 10 - 100)
-        };
+        let bal = if id % 7 == 0 { Value::Null } else { i(id * 10 - 100) };
         both("INSERT INTO acct VALUES (?, ?, ?)", &[i(id), s(owner), bal]);
         for seq in 0..(id % 3) {
-            both(
-                "INSERT INTO txn VALUES (?, ?, ?)",
-                &[i(id), i(seq), i(id + seq)],
-            );
+            both("INSERT INTO txn VALUES (?, ?, ?)", &[i(id), i(seq), i(id + seq)]);
         }
     }
-    both(
-        "INSERT INTO kind VALUES (1, 'one'), (2, 'two'), (3, 'three')",
-        &[],
-    );
-    both(
-        "INSERT INTO acct VALUES (100, 'zed', 1), (101, 'zed', 2), (102, 'amy', 3)",
-        &[],
-    );
+    both("INSERT INTO kind VALUES (1, 'one'), (2, 'two'), (3, 'three')", &[]);
+    both("INSERT INTO acct VALUES (100, 'zed', 1), (101, 'zed', 2), (102, 'amy', 3)", &[]);
     both("UPDATE acct SET bal = bal + 1 WHERE owner = 'bob'", &[]);
     both("DELETE FROM acct WHERE bal > 150 AND bal < 170", &[]);
     both("UPDATE kind SET label = 'uno' WHERE k = 1", &[]);
-    both(
-        "INSERT INTO txn SELECT id, 100, bal FROM acct WHERE owner = 'cy' AND bal IS NOT NULL",
-        &[],
-    );
+    both("INSERT INTO txn SELECT id, 100, bal FROM acct WHERE owner = 'cy' AND bal IS NOT NULL", &[]);
     counts
 }
 
@@ -92,20 +67,9 @@ fn three_partitions_answer_like_one() {
     let mut mp = Mp::new();
     let mut one = Db::new(DDL);
     let counts = load(&mut mp, &mut one);
-    assert_eq!(
-        counts[counts.len() - 4..],
-        [8, 2, 1, 5],
-        "DML counts: update bob, delete, replicated update, insert-select"
-    );
+    assert_eq!(counts[counts.len() - 4..], [8, 2, 1, 5], "DML counts: update bob, delete, replicated update, insert-select");
     // Rows really are spread over the partitions.
-    let spread: Vec<usize> = (0..3)
-        .map(|p| {
-            mp.sites.partitions[p]
-                .table(mp.cat.table("acct").unwrap().id)
-                .unwrap()
-                .len()
-        })
-        .collect();
+    let spread: Vec<usize> = (0..3).map(|p| mp.sites.partitions[p].table(mp.cat.table("acct").unwrap().id).unwrap().len()).collect();
     assert!(spread.iter().all(|&n| n > 3), "{spread:?}");
     assert_eq!(spread.iter().sum::<usize>(), 31);
     let queries = [
@@ -134,26 +98,15 @@ fn three_partitions_answer_like_one() {
     }
     let p = prepare(&mp.cat, "SELECT owner FROM acct WHERE id = ?").unwrap();
     assert!(matches!(p.route, Route::PartitionParam { param: 0, .. }));
-    assert_eq!(
-        mp.run("SELECT owner FROM acct WHERE id = ?", &[i(13)])
-            .unwrap()
-            .rows,
-        vec![vec![s("bob")]]
-    );
+    assert_eq!(mp.run("SELECT owner FROM acct WHERE id = ?", &[i(13)]).unwrap().rows, vec![vec![s("bob")]]);
 }
 
 #[test]
 fn mp_errors_are_clear() {
     let mut mp = Mp::new();
     mp.run("INSERT INTO acct VALUES (1, 'a', 1)", &[]).unwrap();
-    let e = mp
-        .run("INSERT INTO acct VALUES (2, 'b', 1), (1, 'c', 1)", &[])
-        .unwrap_err();
+    let e = mp.run("INSERT INTO acct VALUES (2, 'b', 1), (1, 'c', 1)", &[]).unwrap_err();
     assert_eq!(e.kind, lockstep_core::ErrorKind::Constraint);
     assert_eq!(mp.sites.partition_count(), 3);
-    assert!(mp
-        .run("SELECT * FROM acct WHERE id = ?", &[])
-        .unwrap_err()
-        .message
-        .contains("expects 1 parameters"));
+    assert!(mp.run("SELECT * FROM acct WHERE id = ?", &[]).unwrap_err().message.contains("expects 1 parameters"));
 }

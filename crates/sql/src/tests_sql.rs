@@ -26,10 +26,7 @@ pub struct Db {
 
 pub fn ctx() -> ExecCtx {
     // 2024-03-01 12:00:00 UTC
-    ExecCtx {
-        txn_id: 1,
-        timestamp_micros: 1_709_294_400_000_000,
-    }
+    ExecCtx { txn_id: 1, timestamp_micros: 1_709_294_400_000_000 }
 }
 
 impl Db {
@@ -40,11 +37,7 @@ impl Db {
         }
         let mut part = Partition::new(0);
         part.apply_schema(&cat, &HashRing::new(1)).unwrap();
-        Db {
-            cat,
-            part,
-            ctx: ctx(),
-        }
+        Db { cat, part, ctx: ctx() }
     }
 
     pub fn try_run(&mut self, sql: &str, params: &[Value]) -> Result<ResultTable> {
@@ -53,8 +46,7 @@ impl Db {
     }
 
     pub fn run(&mut self, sql: &str) -> ResultTable {
-        self.try_run(sql, &[])
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        self.try_run(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     pub fn rows(&mut self, sql: &str) -> Vec<Vec<Value>> {
@@ -96,62 +88,20 @@ pub fn company() -> Db {
 #[test]
 fn filters_follow_three_valued_logic() {
     let mut db = company();
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE dept = 10 ORDER BY id"),
-        vec![vec![i(1)], vec![i(2)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE dept <> 10 ORDER BY id"),
-        vec![vec![i(3)], vec![i(5)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE NOT (dept = 10) ORDER BY id"),
-        vec![vec![i(3)], vec![i(5)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE dept IS NULL"),
-        vec![vec![i(4)]]
-    );
-    assert_eq!(
-        db.rows("SELECT COUNT(*) FROM emp WHERE dept IS NOT NULL"),
-        vec![vec![i(4)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE dept = NULL"),
-        Vec::<Vec<Value>>::new()
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE dept = 10 OR salary > 140 ORDER BY id"),
-        vec![vec![i(1)], vec![i(2)], vec![i(3)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE salary BETWEEN 100 AND 150 ORDER BY id"),
-        vec![vec![i(1)], vec![i(3)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE salary NOT BETWEEN 100 AND 150 ORDER BY id"),
-        vec![vec![i(2)], vec![i(4)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE id IN (2, 4, 9) ORDER BY id"),
-        vec![vec![i(2)], vec![i(4)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE dept NOT IN (10, NULL)"),
-        Vec::<Vec<Value>>::new()
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE name LIKE '_o%'"),
-        vec![vec![i(2)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE name NOT LIKE '%n%' AND id != 3 ORDER BY id"),
-        vec![vec![i(2)], vec![i(4)], vec![i(5)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE bonus > 1 ORDER BY id"),
-        vec![vec![i(1)], vec![i(3)]]
-    );
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept = 10 ORDER BY id"), vec![vec![i(1)], vec![i(2)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept <> 10 ORDER BY id"), vec![vec![i(3)], vec![i(5)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE NOT (dept = 10) ORDER BY id"), vec![vec![i(3)], vec![i(5)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept IS NULL"), vec![vec![i(4)]]);
+    assert_eq!(db.rows("SELECT COUNT(*) FROM emp WHERE dept IS NOT NULL"), vec![vec![i(4)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept = NULL"), Vec::<Vec<Value>>::new());
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept = 10 OR salary > 140 ORDER BY id"), vec![vec![i(1)], vec![i(2)], vec![i(3)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE salary BETWEEN 100 AND 150 ORDER BY id"), vec![vec![i(1)], vec![i(3)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE salary NOT BETWEEN 100 AND 150 ORDER BY id"), vec![vec![i(2)], vec![i(4)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE id IN (2, 4, 9) ORDER BY id"), vec![vec![i(2)], vec![i(4)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept NOT IN (10, NULL)"), Vec::<Vec<Value>>::new());
+    assert_eq!(db.rows("SELECT id FROM emp WHERE name LIKE '_o%'"), vec![vec![i(2)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE name NOT LIKE '%n%' AND id != 3 ORDER BY id"), vec![vec![i(2)], vec![i(4)], vec![i(5)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE bonus > 1 ORDER BY id"), vec![vec![i(1)], vec![i(3)]]);
 }
 
 #[test]
@@ -163,38 +113,21 @@ fn aggregates_ignore_nulls_and_group() {
     );
     assert_eq!(
         db.rows("SELECT dept, COUNT(*) AS n, SUM(salary) FROM emp GROUP BY dept ORDER BY dept"),
-        vec![
-            vec![N, i(1), i(50)],
-            vec![i(10), i(2), i(300)],
-            vec![i(20), i(2), i(150)]
-        ]
+        vec![vec![N, i(1), i(50)], vec![i(10), i(2), i(300)], vec![i(20), i(2), i(150)]]
     );
+    assert_eq!(db.rows("SELECT dept FROM emp GROUP BY dept HAVING COUNT(*) > 1 ORDER BY 1 DESC"), vec![vec![i(20)], vec![i(10)]]);
+    assert_eq!(db.rows("SELECT SUM(bonus), AVG(bonus) FROM emp"), vec![vec![dec("4.25"), dec("1.416666666666")]]);
+    assert_eq!(db.rows("SELECT COUNT(*), SUM(salary), MAX(id) FROM emp WHERE id > 100"), vec![vec![i(0), N, N]]);
+    assert_eq!(db.rows("SELECT dept, COUNT(*) FROM emp WHERE id > 100 GROUP BY dept"), Vec::<Vec<Value>>::new());
     assert_eq!(
-        db.rows("SELECT dept FROM emp GROUP BY dept HAVING COUNT(*) > 1 ORDER BY 1 DESC"),
-        vec![vec![i(20)], vec![i(10)]]
+        db.rows("SELECT dept + 1, MAX(salary) - MIN(salary) FROM emp WHERE dept IS NOT NULL GROUP BY dept + 1 ORDER BY 1"),
+        vec![vec![i(11), i(100)], vec![i(21), i(0)]]
     );
-    assert_eq!(
-        db.rows("SELECT SUM(bonus), AVG(bonus) FROM emp"),
-        vec![vec![dec("4.25"), dec("1.416666666666")]]
-    );
-    assert_eq!(
-        db.rows("SELECT COUNT(*), SUM(salary), MAX(id) FROM emp WHERE id > 100"),
-        vec![vec![i(0), N, N]]
-    );
-    assert_eq!(
-        db.rows("SELECT dept, COUNT(*) FROM emp WHERE id > 100 GROUP BY dept"),
-        Vec::<Vec<Value>>::new()
-    );
-    assert_eq!(db.rows("SELECT dept + 1, MAX(salary) - MIN(salary) FROM emp WHERE dept IS NOT NULL GROUP BY dept + 1 ORDER BY 1"), vec![vec![i(11), i(100)], vec![i(21), i(0)]]);
     let t = db.run("SELECT dept, COUNT(*) AS n FROM emp GROUP BY dept");
     assert_eq!(t.columns[0].name, "DEPT".into());
     assert_eq!(t.columns[1].name, "N".into());
-    assert!(db
-        .err("SELECT name, COUNT(*) FROM emp GROUP BY dept")
-        .contains("GROUP BY"));
-    assert!(db
-        .err("SELECT id FROM emp WHERE COUNT(*) > 1")
-        .contains("WHERE"));
+    assert!(db.err("SELECT name, COUNT(*) FROM emp GROUP BY dept").contains("GROUP BY"));
+    assert!(db.err("SELECT id FROM emp WHERE COUNT(*) > 1").contains("WHERE"));
 }
 
 #[test]
@@ -202,85 +135,34 @@ fn joins_inner_left_and_comma() {
     let mut db = company();
     assert_eq!(
         db.rows("SELECT e.name, d.title FROM emp e JOIN dept d ON e.dept = d.id ORDER BY e.id"),
-        vec![
-            vec![s("ann"), s("eng")],
-            vec![s("bob"), s("eng")],
-            vec![s("cy"), s("ops")],
-            vec![s("ed"), s("ops")]
-        ]
+        vec![vec![s("ann"), s("eng")], vec![s("bob"), s("eng")], vec![s("cy"), s("ops")], vec![s("ed"), s("ops")]]
     );
     assert_eq!(
         db.rows("SELECT d.title, e.name FROM dept d LEFT JOIN emp e ON e.dept = d.id AND e.salary > 100 ORDER BY d.id, e.name"),
         vec![vec![s("eng"), s("bob")], vec![s("ops"), s("cy")], vec![s("hr"), N]]
     );
-    assert_eq!(
-        db.rows(
-            "SELECT d.title FROM dept d LEFT OUTER JOIN emp e ON e.dept = d.id WHERE e.id IS NULL"
-        ),
-        vec![vec![s("hr")]]
-    );
-    assert_eq!(
-        db.rows("SELECT COUNT(*) FROM emp, dept WHERE emp.dept = dept.id AND dept.title = 'eng'"),
-        vec![vec![i(2)]]
-    );
+    assert_eq!(db.rows("SELECT d.title FROM dept d LEFT OUTER JOIN emp e ON e.dept = d.id WHERE e.id IS NULL"), vec![vec![s("hr")]]);
+    assert_eq!(db.rows("SELECT COUNT(*) FROM emp, dept WHERE emp.dept = dept.id AND dept.title = 'eng'"), vec![vec![i(2)]]);
     assert_eq!(db.rows("SELECT COUNT(*) FROM emp, dept"), vec![vec![i(15)]]);
     let t = db.run("SELECT * FROM dept d JOIN emp e ON d.id = e.dept WHERE e.id = 3");
-    assert_eq!(
-        t.columns
-            .iter()
-            .map(|c| c.name.as_ref())
-            .collect::<Vec<_>>(),
-        vec!["ID", "TITLE", "ID", "NAME", "DEPT", "SALARY", "BONUS"]
-    );
-    assert_eq!(
-        t.rows,
-        vec![vec![
-            i(20),
-            s("ops"),
-            i(3),
-            s("cy"),
-            i(20),
-            i(150),
-            dec("2.25")
-        ]]
-    );
+    assert_eq!(t.columns.iter().map(|c| c.name.as_ref()).collect::<Vec<_>>(), vec!["ID", "TITLE", "ID", "NAME", "DEPT", "SALARY", "BONUS"]);
+    assert_eq!(t.rows, vec![vec![i(20), s("ops"), i(3), s("cy"), i(20), i(150), dec("2.25")]]);
     assert_eq!(
         db.rows("SELECT e.* FROM emp e, dept d WHERE e.dept = d.id AND d.id = 20 AND e.id = 5"),
         vec![vec![i(5), s("ed"), i(20), N, dec("0.5")]]
     );
     assert!(db.err("SELECT id FROM emp, dept").contains("ambiguous"));
-    assert!(db
-        .err("SELECT nope FROM emp")
-        .contains("unknown column NOPE"));
-    assert!(db
-        .err("SELECT x.id FROM emp")
-        .contains("unknown table or alias X"));
-    assert!(db
-        .err("SELECT * FROM nothere")
-        .contains("object not found: NOTHERE"));
+    assert!(db.err("SELECT nope FROM emp").contains("unknown column NOPE"));
+    assert!(db.err("SELECT x.id FROM emp").contains("unknown table or alias X"));
+    assert!(db.err("SELECT * FROM nothere").contains("object not found: NOTHERE"));
 }
 
 #[test]
 fn order_limit_offset_distinct() {
     let mut db = company();
-    assert_eq!(
-        db.rows("SELECT salary FROM emp ORDER BY salary"),
-        vec![
-            vec![N],
-            vec![i(50)],
-            vec![i(100)],
-            vec![i(150)],
-            vec![i(200)]
-        ]
-    );
-    assert_eq!(
-        db.rows("SELECT salary FROM emp ORDER BY salary DESC LIMIT 2"),
-        vec![vec![i(200)], vec![i(150)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp ORDER BY id LIMIT 2 OFFSET 3"),
-        vec![vec![i(4)], vec![i(5)]]
-    );
+    assert_eq!(db.rows("SELECT salary FROM emp ORDER BY salary"), vec![vec![N], vec![i(50)], vec![i(100)], vec![i(150)], vec![i(200)]]);
+    assert_eq!(db.rows("SELECT salary FROM emp ORDER BY salary DESC LIMIT 2"), vec![vec![i(200)], vec![i(150)]]);
+    assert_eq!(db.rows("SELECT id FROM emp ORDER BY id LIMIT 2 OFFSET 3"), vec![vec![i(4)], vec![i(5)]]);
     // Rows streamed in index order (no sort step): LIMIT 0, OFFSET alone, OFFSET past the
     // end, and a join, whose rows stream too.
     assert_eq!(db.rows("SELECT id FROM emp ORDER BY id LIMIT 0"), Vec::<Vec<Value>>::new());
@@ -290,73 +172,40 @@ fn order_limit_offset_distinct() {
         db.rows("SELECT e.id, d.title FROM emp e, dept d WHERE d.id = e.dept AND e.id >= 2 ORDER BY e.id LIMIT 2 OFFSET 1"),
         vec![vec![i(3), s("ops")], vec![i(5), s("ops")]]
     );
-    assert_eq!(
-        db.rows("SELECT id AS k FROM emp ORDER BY k DESC LIMIT 1"),
-        vec![vec![i(5)]]
-    );
-    assert_eq!(
-        db.rows("SELECT name FROM emp WHERE salary IS NOT NULL ORDER BY salary * -1 LIMIT 1"),
-        vec![vec![s("bob")]]
-    );
-    assert_eq!(
-        db.rows("SELECT DISTINCT dept FROM emp ORDER BY dept"),
-        vec![vec![N], vec![i(10)], vec![i(20)]]
-    );
-    assert_eq!(
-        db.rows("SELECT id FROM emp WHERE dept = 10 ORDER BY salary DESC"),
-        vec![vec![i(2)], vec![i(1)]]
-    );
-    let p = prepare(
-        &db.cat,
-        "SELECT id FROM emp WHERE dept = ? ORDER BY salary DESC LIMIT ?",
-    )
-    .unwrap();
-    assert!(
-        crate::explain(&p).contains("REVERSE"),
-        "{}",
-        crate::explain(&p)
-    );
-    assert_eq!(
-        execute(&p, &[i(10), i(1)], &db.ctx, &mut db.part)
-            .unwrap()
-            .rows,
-        vec![vec![i(2)]]
-    );
-    assert!(db
-        .err("SELECT DISTINCT dept FROM emp ORDER BY salary")
-        .contains("DISTINCT"));
-    assert!(db
-        .err("SELECT id FROM emp ORDER BY 3")
-        .contains("position 3"));
+    assert_eq!(db.rows("SELECT id AS k FROM emp ORDER BY k DESC LIMIT 1"), vec![vec![i(5)]]);
+    assert_eq!(db.rows("SELECT name FROM emp WHERE salary IS NOT NULL ORDER BY salary * -1 LIMIT 1"), vec![vec![s("bob")]]);
+    assert_eq!(db.rows("SELECT DISTINCT dept FROM emp ORDER BY dept"), vec![vec![N], vec![i(10)], vec![i(20)]]);
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept = 10 ORDER BY salary DESC"), vec![vec![i(2)], vec![i(1)]]);
+    let p = prepare(&db.cat, "SELECT id FROM emp WHERE dept = ? ORDER BY salary DESC LIMIT ?").unwrap();
+    assert!(crate::explain(&p).contains("REVERSE"), "{}", crate::explain(&p));
+    assert_eq!(execute(&p, &[i(10), i(1)], &db.ctx, &mut db.part).unwrap().rows, vec![vec![i(2)]]);
+    assert!(db.err("SELECT DISTINCT dept FROM emp ORDER BY salary").contains("DISTINCT"));
+    assert!(db.err("SELECT id FROM emp ORDER BY 3").contains("position 3"));
 }
 
 #[test]
 fn expressions_and_types() {
     let mut db = company();
-    assert_eq!(
-        db.rows("SELECT 7 / 2, -7 / 2, 7 % 3, 1 + 2 * 3, 7.0 / 2"),
-        vec![vec![i(3), i(-3), i(1), i(7), dec("3.5")]]
-    );
+    assert_eq!(db.rows("SELECT 7 / 2, -7 / 2, 7 % 3, 1 + 2 * 3, 7.0 / 2"), vec![vec![i(3), i(-3), i(1), i(7), dec("3.5")]]);
     assert!(db.err("SELECT 1 / 0").contains("division by zero"));
-    assert!(db
-        .err("SELECT 9223372036854775807 + 1")
-        .contains("overflow"));
-    assert_eq!(
-        db.rows("SELECT name || '!' FROM emp WHERE id = 1"),
-        vec![vec![s("ann!")]]
-    );
+    assert!(db.err("SELECT 9223372036854775807 + 1").contains("overflow"));
+    assert_eq!(db.rows("SELECT name || '!' FROM emp WHERE id = 1"), vec![vec![s("ann!")]]);
     assert_eq!(
         db.rows("SELECT CASE WHEN salary > 120 THEN 'hi' WHEN salary IS NULL THEN 'none' ELSE 'lo' END FROM emp ORDER BY id"),
         vec![vec![s("lo")], vec![s("hi")], vec![s("hi")], vec![s("lo")], vec![s("none")]]
     );
-    assert_eq!(db.rows("SELECT CASE dept WHEN 10 THEN 'a' WHEN 20 THEN 'b' END FROM emp WHERE id IN (1, 4)ORDER BY id"), vec![vec![s("a")], vec![N]]);
     assert_eq!(
-        db.rows(
-            "SELECT COALESCE(salary, -1), NULLIF(dept, 10) FROM emp WHERE id IN (2, 5) ORDER BY id"
-        ),
+        db.rows("SELECT CASE dept WHEN 10 THEN 'a' WHEN 20 THEN 'b' END FROM emp WHERE id IN (1, 4)ORDER BY id"),
+        vec![vec![s("a")], vec![N]]
+    );
+    assert_eq!(
+        db.rows("SELECT COALESCE(salary, -1), NULLIF(dept, 10) FROM emp WHERE id IN (2, 5) ORDER BY id"),
         vec![vec![i(200), N], vec![i(-1), i(20)]]
     );
-    assert_eq!(db.rows("SELECT CAST(bonus AS INTEGER), CAST(id AS VARCHAR), CAST('12' AS BIGINT) FROM emp WHERE id = 3"), vec![vec![i(2), s("3"), i(12)]]);
+    assert_eq!(
+        db.rows("SELECT CAST(bonus AS INTEGER), CAST(id AS VARCHAR), CAST('12' AS BIGINT) FROM emp WHERE id = 3"),
+        vec![vec![i(2), s("3"), i(12)]]
+    );
     let t = db.run("SELECT salary + 1, salary * 1.5, bonus + 1, id, COUNT(*) FROM emp GROUP BY salary, bonus, id");
     let types: Vec<_> = t.columns.iter().map(|c| c.ty).collect();
     use lockstep_core::DataType::*;
@@ -402,44 +251,20 @@ fn string_and_math_functions() {
     let f = |x: f64| Value::Float(x);
     assert_eq!(
         r,
-        vec![vec![
-            dec("1.235"),
-            f(3.0),
-            f(2.0),
-            dec("-1.24"),
-            f(3.0),
-            i(1),
-            f(1024.0),
-            f(4.0),
-            f(1.0),
-            f(0.0),
-            dec("-1"),
-            dec("-2")
-        ]]
+        vec![vec![dec("1.235"), f(3.0), f(2.0), dec("-1.24"), f(3.0), i(1), f(1024.0), f(4.0), f(1.0), f(0.0), dec("-1"), dec("-2")]]
     );
-    assert_eq!(
-        db.rows("SELECT UPPER(NULL), ABS(NULL), CONCAT('a', NULL) FROM t"),
-        vec![vec![N, N, N]]
-    );
+    assert_eq!(db.rows("SELECT UPPER(NULL), ABS(NULL), CONCAT('a', NULL) FROM t"), vec![vec![N, N, N]]);
     assert!(db.err("SELECT SQRT(-1) FROM t").contains("negative"));
 }
 
 #[test]
 fn time_functions_use_the_transaction_clock() {
-    let mut db = Db::new(
-        "CREATE TABLE ev (id INTEGER NOT NULL, ts TIMESTAMP DEFAULT NOW, PRIMARY KEY (id));",
-    );
+    let mut db = Db::new("CREATE TABLE ev (id INTEGER NOT NULL, ts TIMESTAMP DEFAULT NOW, PRIMARY KEY (id));");
     db.run("INSERT INTO ev (id) VALUES (1)");
     db.run("INSERT INTO ev VALUES (2, '2024-02-29 13:45:07.250')");
     let now = Value::Timestamp(ctx().timestamp_micros);
-    assert_eq!(
-        db.rows("SELECT ts FROM ev WHERE id = 1"),
-        vec![vec![now.clone()]]
-    );
-    assert_eq!(
-        db.rows("SELECT NOW, CURRENT_TIMESTAMP, NOW() FROM ev WHERE id = 1"),
-        vec![vec![now.clone(), now.clone(), now]]
-    );
+    assert_eq!(db.rows("SELECT ts FROM ev WHERE id = 1"), vec![vec![now.clone()]]);
+    assert_eq!(db.rows("SELECT NOW, CURRENT_TIMESTAMP, NOW() FROM ev WHERE id = 1"), vec![vec![now.clone(), now.clone(), now]]);
     let r = db.rows(
         "SELECT EXTRACT(YEAR FROM ts), EXTRACT(MONTH FROM ts), DAY(ts), HOUR(ts), MINUTE(ts), SECOND(ts), DAYOFWEEK(ts), DAYOFYEAR(ts), WEEK(ts), QUARTER(ts), \
          DATEADD(MONTH, 1, ts), TRUNCATE(DAY, ts), SINCE_EPOCH(SECOND, ts), TO_TIMESTAMP(SECOND, 86400), FROM_UNIXTIME(60) FROM ev WHERE id = 2",
@@ -465,81 +290,35 @@ fn time_functions_use_the_transaction_clock() {
             ts("1970-01-01 00:01:00"),
         ]]
     );
-    assert_eq!(
-        db.rows("SELECT id FROM ev WHERE ts < '2024-03-01' "),
-        vec![vec![i(2)]]
-    );
+    assert_eq!(db.rows("SELECT id FROM ev WHERE ts < '2024-03-01' "), vec![vec![i(2)]]);
 }
 
 #[test]
 fn dml_counts_defaults_and_constraints() {
-    let mut db = Db::new(
-        "CREATE TABLE kv (k VARCHAR(8) NOT NULL, v INTEGER DEFAULT 7, w TINYINT, PRIMARY KEY (k));",
-    );
+    let mut db = Db::new("CREATE TABLE kv (k VARCHAR(8) NOT NULL, v INTEGER DEFAULT 7, w TINYINT, PRIMARY KEY (k));");
     assert_eq!(db.rows("INSERT INTO kv (k) VALUES ('a')"), vec![vec![i(1)]]);
-    assert_eq!(
-        db.run("INSERT INTO kv VALUES ('b', 1, 1), ('c', 2, 2)")
-            .columns[0]
-            .name,
-        "modified_tuples".into()
-    );
-    assert_eq!(
-        db.rows("SELECT k, v, w FROM kv WHERE k = 'a'"),
-        vec![vec![s("a"), i(7), N]]
-    );
-    let dup = db
-        .try_run("INSERT INTO kv VALUES ('d', 1, 1), ('a', 1, 1)", &[])
-        .unwrap_err();
+    assert_eq!(db.run("INSERT INTO kv VALUES ('b', 1, 1), ('c', 2, 2)").columns[0].name, "modified_tuples".into());
+    assert_eq!(db.rows("SELECT k, v, w FROM kv WHERE k = 'a'"), vec![vec![s("a"), i(7), N]]);
+    let dup = db.try_run("INSERT INTO kv VALUES ('d', 1, 1), ('a', 1, 1)", &[]).unwrap_err();
     assert_eq!(dup.kind, lockstep_core::ErrorKind::Constraint, "{dup}");
-    assert_eq!(
-        db.rows("SELECT COUNT(*) FROM kv"),
-        vec![vec![i(3)]],
-        "failed statement must leave nothing behind"
-    );
-    assert!(db
-        .try_run("INSERT INTO kv VALUES ('toolongvalue', 1, 1)", &[])
-        .is_err());
-    assert!(db
-        .err("INSERT INTO kv (v) VALUES (1)")
-        .contains("no default"));
-    assert!(db
-        .err("INSERT INTO kv VALUES ('z', 'x', 1)")
-        .contains("column V"));
-    assert_eq!(
-        db.rows("UPDATE kv SET v = v + 10 WHERE v < 5"),
-        vec![vec![i(2)]]
-    );
-    assert_eq!(
-        db.rows("SELECT v FROM kv ORDER BY k"),
-        vec![vec![i(7)], vec![i(11)], vec![i(12)]]
-    );
+    assert_eq!(db.rows("SELECT COUNT(*) FROM kv"), vec![vec![i(3)]], "failed statement must leave nothing behind");
+    assert!(db.try_run("INSERT INTO kv VALUES ('toolongvalue', 1, 1)", &[]).is_err());
+    assert!(db.err("INSERT INTO kv (v) VALUES (1)").contains("no default"));
+    assert!(db.err("INSERT INTO kv VALUES ('z', 'x', 1)").contains("column V"));
+    assert_eq!(db.rows("UPDATE kv SET v = v + 10 WHERE v < 5"), vec![vec![i(2)]]);
+    assert_eq!(db.rows("SELECT v FROM kv ORDER BY k"), vec![vec![i(7)], vec![i(11)], vec![i(12)]]);
     assert!(db.try_run("UPDATE kv SET w = 200", &[]).is_err());
-    assert_eq!(
-        db.rows("SELECT w FROM kv ORDER BY k"),
-        vec![vec![N], vec![i(1)], vec![i(2)]],
-        "failed UPDATE is undone"
-    );
-    assert_eq!(
-        db.rows("UPSERT INTO kv (k, w) VALUES ('b', 9)"),
-        vec![vec![i(1)]]
-    );
-    assert_eq!(
-        db.rows("UPSERT INTO kv VALUES ('e', 5, 5)"),
-        vec![vec![i(1)]]
-    );
+    assert_eq!(db.rows("SELECT w FROM kv ORDER BY k"), vec![vec![N], vec![i(1)], vec![i(2)]], "failed UPDATE is undone");
+    assert_eq!(db.rows("UPSERT INTO kv (k, w) VALUES ('b', 9)"), vec![vec![i(1)]]);
+    assert_eq!(db.rows("UPSERT INTO kv VALUES ('e', 5, 5)"), vec![vec![i(1)]]);
     assert_eq!(
         db.rows("SELECT k, v, w FROM kv WHERE k IN ('b', 'e') ORDER BY k"),
         vec![vec![s("b"), i(11), i(9)], vec![s("e"), i(5), i(5)]]
     );
     assert_eq!(db.rows("DELETE FROM kv WHERE k > 'b'"), vec![vec![i(2)]]);
-    assert_eq!(
-        db.rows("INSERT INTO kv SELECT k || 'x', v, w FROM kv"),
-        vec![vec![i(2)]]
-    );
+    assert_eq!(db.rows("INSERT INTO kv SELECT k || 'x', v, w FROM kv"), vec![vec![i(2)]]);
     assert_eq!(db.rows("DELETE FROM kv"), vec![vec![i(4)]]);
-    assert!(db
-        .err("UPSERT INTO kv (v) VALUES (1)")
-        .contains("primary key"));
+    assert!(db.err("UPSERT INTO kv (v) VALUES (1)").contains("primary key"));
 }
 
 #[test]
@@ -548,36 +327,16 @@ fn parameters_are_typed_counted_and_coerced() {
     let p = prepare(&db.cat, "SELECT name FROM emp WHERE id = ? AND salary > ?").unwrap();
     use lockstep_core::DataType::*;
     assert_eq!(p.param_types, vec![Some(Integer), Some(BigInt)]);
-    assert_eq!(
-        execute(&p, &[s("2"), i(0)], &db.ctx, &mut db.part)
-            .unwrap()
-            .rows,
-        vec![vec![s("bob")]]
-    );
+    assert_eq!(execute(&p, &[s("2"), i(0)], &db.ctx, &mut db.part).unwrap().rows, vec![vec![s("bob")]]);
     let e = execute(&p, &[i(1)], &db.ctx, &mut db.part).unwrap_err();
     assert!(e.message.contains("expects 2 parameters"), "{e}");
     let e = execute(&p, &[s("abc"), i(1)], &db.ctx, &mut db.part).unwrap_err();
     assert!(e.message.contains("parameter 1"), "{e}");
     let ins = prepare(&db.cat, "INSERT INTO dept VALUES (?, ?)").unwrap();
     assert_eq!(ins.param_types, vec![Some(Integer), Some(Varchar)]);
-    assert_eq!(
-        execute(&ins, &[i(40), s("ops2")], &db.ctx, &mut db.part)
-            .unwrap()
-            .rows,
-        vec![vec![i(1)]]
-    );
+    assert_eq!(execute(&ins, &[i(40), s("ops2")], &db.ctx, &mut db.part).unwrap().rows, vec![vec![i(1)]]);
     let arr = prepare(&db.cat, "SELECT id FROM dept WHERE id IN ? ORDER BY id").unwrap();
-    assert_eq!(
-        execute(
-            &arr,
-            &[Value::Array(vec![i(10), i(40)])],
-            &db.ctx,
-            &mut db.part
-        )
-        .unwrap()
-        .rows,
-        vec![vec![i(10)], vec![i(40)]]
-    );
+    assert_eq!(execute(&arr, &[Value::Array(vec![i(10), i(40)])], &db.ctx, &mut db.part).unwrap().rows, vec![vec![i(10)], vec![i(40)]]);
 }
 
 #[test]
@@ -591,10 +350,7 @@ fn access_paths_are_chosen_from_indexes() {
     assert!(ex("SELECT * FROM emp WHERE name = 'x'").contains("SEQUENTIAL SCAN"));
     assert!(ex("SELECT * FROM emp ORDER BY id LIMIT 3").contains("index order"));
     let j = ex("SELECT * FROM dept d JOIN emp e ON e.dept = d.id");
-    assert!(
-        j.contains("NESTED LOOP JOIN: INDEX PREFIX LOOKUP of E"),
-        "{j}"
-    );
+    assert!(j.contains("NESTED LOOP JOIN: INDEX PREFIX LOOKUP of E"), "{j}");
 }
 
 /// Rows found through an index lookup skip re-checking the `column = ?` terms the lookup
@@ -643,10 +399,7 @@ fn lookups_skip_only_the_equalities_their_index_guarantees() {
     assert_eq!(db.rows("SELECT v FROM kv ORDER BY v"), vec![vec![i(0)], vec![i(10)], vec![i(30)]]);
     // A join: the inner level's lookup key comes from the outer row, not a parameter, and
     // stays checked.
-    assert_eq!(
-        db.rows("SELECT a.v, b.v FROM kv a, kv b WHERE b.k = a.k AND b.ks = a.ks AND a.k = 'b'"),
-        vec![vec![i(30), i(30)]]
-    );
+    assert_eq!(db.rows("SELECT a.v, b.v FROM kv a, kv b WHERE b.k = a.k AND b.ks = a.ks AND a.k = 'b'"), vec![vec![i(30), i(30)]]);
 }
 
 #[test]
@@ -663,77 +416,23 @@ fn routing_decisions() {
         (p.route, p.writes_replicated)
     };
     use lockstep_core::DataType::BigInt;
-    let sp0 = Route::PartitionParam {
-        param: 0,
-        key_type: BigInt,
-    };
-    assert_eq!(
-        route("SELECT bal FROM acct WHERE id = ?"),
-        (sp0.clone(), false)
-    );
-    assert_eq!(
-        route("SELECT bal FROM acct WHERE owner = ? AND id = ?"),
-        (
-            Route::PartitionParam {
-                param: 1,
-                key_type: BigInt
-            },
-            false
-        )
-    );
-    assert_eq!(
-        route("SELECT bal FROM acct WHERE id = 5"),
-        (Route::PartitionConst(i(5)), false)
-    );
-    assert_eq!(
-        route("SELECT bal FROM acct WHERE owner = ?"),
-        (Route::All, false)
-    );
-    assert_eq!(
-        route("SELECT bal FROM acct WHERE id = ? OR id = 3"),
-        (Route::All, false)
-    );
-    assert_eq!(
-        route("SELECT * FROM acct a JOIN hist h ON h.acct = a.id WHERE a.id = ?"),
-        (sp0.clone(), false)
-    );
-    assert_eq!(
-        route("SELECT * FROM acct a, hist h WHERE a.id = ? AND h.acct = ?"),
-        (Route::All, false)
-    );
-    assert_eq!(
-        route("SELECT * FROM acct a, rates r WHERE a.id = ?"),
-        (sp0.clone(), false)
-    );
+    let sp0 = Route::PartitionParam { param: 0, key_type: BigInt };
+    assert_eq!(route("SELECT bal FROM acct WHERE id = ?"), (sp0.clone(), false));
+    assert_eq!(route("SELECT bal FROM acct WHERE owner = ? AND id = ?"), (Route::PartitionParam { param: 1, key_type: BigInt }, false));
+    assert_eq!(route("SELECT bal FROM acct WHERE id = 5"), (Route::PartitionConst(i(5)), false));
+    assert_eq!(route("SELECT bal FROM acct WHERE owner = ?"), (Route::All, false));
+    assert_eq!(route("SELECT bal FROM acct WHERE id = ? OR id = 3"), (Route::All, false));
+    assert_eq!(route("SELECT * FROM acct a JOIN hist h ON h.acct = a.id WHERE a.id = ?"), (sp0.clone(), false));
+    assert_eq!(route("SELECT * FROM acct a, hist h WHERE a.id = ? AND h.acct = ?"), (Route::All, false));
+    assert_eq!(route("SELECT * FROM acct a, rates r WHERE a.id = ?"), (sp0.clone(), false));
     assert_eq!(route("SELECT * FROM rates"), (Route::AnyPartition, false));
-    assert_eq!(
-        route("INSERT INTO acct VALUES (?, ?, ?)"),
-        (sp0.clone(), false)
-    );
-    assert_eq!(
-        route("INSERT INTO acct (owner, id) VALUES (1, 7)"),
-        (Route::PartitionConst(i(7)), false)
-    );
-    assert_eq!(
-        route("INSERT INTO acct VALUES (1, 1, 1), (2, 1, 1)"),
-        (Route::All, false)
-    );
-    assert_eq!(
-        route("UPDATE acct SET bal = bal + ? WHERE id = ?"),
-        (
-            Route::PartitionParam {
-                param: 1,
-                key_type: BigInt
-            },
-            false
-        )
-    );
+    assert_eq!(route("INSERT INTO acct VALUES (?, ?, ?)"), (sp0.clone(), false));
+    assert_eq!(route("INSERT INTO acct (owner, id) VALUES (1, 7)"), (Route::PartitionConst(i(7)), false));
+    assert_eq!(route("INSERT INTO acct VALUES (1, 1, 1), (2, 1, 1)"), (Route::All, false));
+    assert_eq!(route("UPDATE acct SET bal = bal + ? WHERE id = ?"), (Route::PartitionParam { param: 1, key_type: BigInt }, false));
     assert_eq!(route("DELETE FROM acct WHERE bal < 0"), (Route::All, false));
     assert_eq!(route("UPDATE rates SET r = 1"), (Route::All, true));
-    assert_eq!(
-        route("INSERT INTO rates VALUES ('EUR', 1.0)"),
-        (Route::All, true)
-    );
+    assert_eq!(route("INSERT INTO rates VALUES ('EUR', 1.0)"), (Route::All, true));
     // Setting the partition column is allowed only to the value it has (VoltDB's
     // default T.update sets every column); moving a row is an error when it runs.
     assert!(prepare(&db.cat, "UPDATE acct SET id = 5").is_ok());
@@ -758,17 +457,11 @@ fn views_stay_in_step_with_dml() {
     db.run("INSERT INTO votes VALUES (1, 'MA', 1), (2, 'MA', 1), (3, 'NY', 2)");
     assert_eq!(
         db.rows("SELECT state, cand, n, maxp FROM v_state ORDER BY state"),
-        vec![
-            vec![s("MA"), i(1), i(2), i(2)],
-            vec![s("NY"), i(2), i(1), i(3)]
-        ]
+        vec![vec![s("MA"), i(1), i(2), i(2)], vec![s("NY"), i(2), i(1), i(3)]]
     );
     db.run("UPDATE votes SET state = 'NY' WHERE phone = 2");
     db.run("DELETE FROM votes WHERE phone = 3");
-    assert_eq!(
-        db.rows("SELECT state, n FROM v_state ORDER BY state"),
-        vec![vec![s("MA"), i(1)], vec![s("NY"), i(1)]]
-    );
+    assert_eq!(db.rows("SELECT state, n FROM v_state ORDER BY state"), vec![vec![s("MA"), i(1)], vec![s("NY"), i(1)]]);
     assert!(db.err("DELETE FROM v_state").contains("read-only"));
 }
 
@@ -776,9 +469,7 @@ fn views_stay_in_step_with_dml() {
 fn streams_accept_insert_only() {
     let mut db = Db::new("CREATE STREAM ev PARTITION ON COLUMN id EXPORT TO TARGET out (id INTEGER NOT NULL, msg VARCHAR(10));");
     assert_eq!(db.rows("INSERT INTO ev VALUES (1, 'x')"), vec![vec![i(1)]]);
-    assert!(db
-        .err("SELECT * FROM ev")
-        .contains("stream EV cannot be queried"));
+    assert!(db.err("SELECT * FROM ev").contains("stream EV cannot be queried"));
     assert!(db.err("DELETE FROM ev").contains("INSERT only"));
 }
 
@@ -786,12 +477,8 @@ fn streams_accept_insert_only() {
 fn select_without_from_and_unsupported_forms() {
     let mut db = company();
     assert_eq!(db.rows("SELECT 1 + 1, 'x'"), vec![vec![i(2), s("x")]]);
-    assert!(db
-        .err("SELECT id FROM emp WHERE id IN (SELECT id FROM dept)")
-        .contains("not supported"));
-    assert!(db
-        .err("SELECT id FROM emp UNION SELECT id FROM dept")
-        .contains("not supported"));
+    assert!(db.err("SELECT id FROM emp WHERE id IN (SELECT id FROM dept)").contains("not supported"));
+    assert!(db.err("SELECT id FROM emp UNION SELECT id FROM dept").contains("not supported"));
     assert!(db.err("SELEC 1").contains("syntax error"));
     assert!(prepare(&db.cat, "CREATE TABLE x (a INT)").is_err());
 }
@@ -800,17 +487,13 @@ fn select_without_from_and_unsupported_forms() {
 /// still come once, in order, with a filter applied and a LIMIT stopping inside a batch.
 #[test]
 fn scans_and_ranges_over_many_batches_keep_order_filters_and_limits() {
-    let mut db = Db::new(
-        "CREATE TABLE kv (k VARCHAR(8) NOT NULL, grp INTEGER NOT NULL, v VARBINARY(64), PRIMARY KEY (k, grp));",
-    );
+    let mut db = Db::new("CREATE TABLE kv (k VARCHAR(8) NOT NULL, grp INTEGER NOT NULL, v VARBINARY(64), PRIMARY KEY (k, grp));");
     // Keys inserted out of order, so row ids and key order differ; some rows deleted.
     for n in (0..40).rev() {
         db.run(&format!("INSERT INTO kv VALUES ('k{n:02}', {}, x'{n:02x}')", n % 3));
     }
     db.run("DELETE FROM kv WHERE k IN ('k05', 'k17')");
-    let keys = |rows: Vec<Vec<Value>>| -> Vec<String> {
-        rows.into_iter().map(|r| r[0].to_string()).collect()
-    };
+    let keys = |rows: Vec<Vec<Value>>| -> Vec<String> { rows.into_iter().map(|r| r[0].to_string()).collect() };
     let want = |ns: &mut dyn Iterator<Item = i32>| -> Vec<String> { ns.map(|n| format!("k{n:02}")).collect() };
     assert_eq!(
         keys(db.rows("SELECT k FROM kv WHERE k >= 'k03' AND grp = 1 ORDER BY k LIMIT 9")),

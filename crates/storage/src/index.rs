@@ -20,9 +20,9 @@ use std::ops::Bound;
 use foldhash::fast::FixedState;
 use lockstep_core::{IndexDef, Value};
 
+use crate::key::{Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
 use crate::row_hash::RowHash;
 use crate::slots::Slots;
-use crate::key::{Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
 use crate::RowId;
 
 /// A fixed seed: hashes (and so any order derived from them) are the same on every run.
@@ -49,11 +49,8 @@ fn key_is_hashed(nulls_distinct: bool, columns: &[usize], row: &[Value]) -> bool
 /// Every row of `slots` as an entry of the ordered set over `columns`, sorted first (the
 /// set is then built from sorted input in one pass).
 fn ordered_entries(slots: &Slots, columns: &[usize]) -> BTreeSet<Entry> {
-    let mut entries: Vec<Entry> = slots
-        .iter()
-        .enumerate()
-        .filter_map(|(id, row)| Some(Entry::new(row.as_deref()?, columns, id as RowId)))
-        .collect();
+    let mut entries: Vec<Entry> =
+        slots.iter().enumerate().filter_map(|(id, row)| Some(Entry::new(row.as_deref()?, columns, id as RowId))).collect();
     entries.sort_unstable();
     entries.into_iter().collect()
 }
@@ -96,11 +93,7 @@ pub(crate) struct Index {
 
 impl Index {
     pub(crate) fn new(def: &IndexDef) -> Index {
-        Self::with_columns(
-            def.columns.clone().into_boxed_slice(),
-            def.unique || def.assume_unique || def.primary,
-            true,
-        )
+        Self::with_columns(def.columns.clone().into_boxed_slice(), def.unique || def.assume_unique || def.primary, true)
     }
 
     pub(crate) fn with_columns(columns: Box<[usize]>, unique: bool, nulls_distinct: bool) -> Index {
@@ -140,12 +133,7 @@ impl Index {
     }
 
     /// The row other than `except` whose key equals `row`'s, for a unique index.
-    pub(crate) fn conflict(
-        &self,
-        slots: &Slots,
-        row: &[Value],
-        except: Option<RowId>,
-    ) -> Option<RowId> {
+    pub(crate) fn conflict(&self, slots: &Slots, row: &[Value], except: Option<RowId>) -> Option<RowId> {
         let hash = self.hash.as_ref()?;
         if !self.hashed(row) {
             return None;
@@ -195,11 +183,7 @@ impl Index {
     /// Removes row `id`, whose values are `row` (still in its slot or just taken out).
     pub(crate) fn remove(&mut self, row: &[Value], id: RowId) {
         if let Some(ordered) = self.ordered.get_mut() {
-            let probe = RowProbe {
-                values: row,
-                columns: &self.columns,
-                row: id,
-            };
+            let probe = RowProbe { values: row, columns: &self.columns, row: id };
             let removed = ordered.remove(&probe as &dyn Probe);
             debug_assert!(removed, "row {id} was not indexed");
         }
@@ -214,9 +198,7 @@ impl Index {
     /// Rows whose key starts with `key`, in index order. A full key of a unique index is
     /// one hash probe and allocates nothing.
     pub(crate) fn lookup<'a>(&'a self, slots: &Slots, key: &[Value]) -> Lookup<'a> {
-        if key.len() == self.columns.len()
-            && (!self.nulls_distinct || !key.iter().any(Value::is_null))
-        {
+        if key.len() == self.columns.len() && (!self.nulls_distinct || !key.iter().any(Value::is_null)) {
             if let Some(hash) = &self.hash {
                 let h = hash_values(key.iter());
                 let cols = &self.columns;
@@ -241,25 +223,13 @@ impl Index {
         // A probe never equals an entry, so every bound becomes an Included probe placed
         // just before or just after the entries its prefix covers.
         let lo_probe = match lo {
-            Bound::Included(k) => Some(PrefixProbe {
-                key: k,
-                flag: FLAG_LOW,
-            }),
-            Bound::Excluded(k) => Some(PrefixProbe {
-                key: k,
-                flag: FLAG_HIGH,
-            }),
+            Bound::Included(k) => Some(PrefixProbe { key: k, flag: FLAG_LOW }),
+            Bound::Excluded(k) => Some(PrefixProbe { key: k, flag: FLAG_HIGH }),
             Bound::Unbounded => None,
         };
         let hi_probe = match hi {
-            Bound::Included(k) => Some(PrefixProbe {
-                key: k,
-                flag: FLAG_HIGH,
-            }),
-            Bound::Excluded(k) => Some(PrefixProbe {
-                key: k,
-                flag: FLAG_LOW,
-            }),
+            Bound::Included(k) => Some(PrefixProbe { key: k, flag: FLAG_HIGH }),
+            Bound::Excluded(k) => Some(PrefixProbe { key: k, flag: FLAG_LOW }),
             Bound::Unbounded => None,
         };
         if let (Some(l), Some(h)) = (&lo_probe, &hi_probe) {
@@ -276,10 +246,7 @@ impl Index {
             Some(p) => Bound::Included(p),
             None => Bound::Unbounded,
         };
-        let iter = self
-            .ordered(slots)
-            .range::<dyn Probe, _>((lo_bound, hi_bound))
-            .map(|e| e.row);
+        let iter = self.ordered(slots).range::<dyn Probe, _>((lo_bound, hi_bound)).map(|e| e.row);
         if reverse {
             Box::new(iter.rev())
         } else {

@@ -100,11 +100,7 @@ impl Entry {
     /// The entry of row `row` (stored as `values`) over the index columns `columns`.
     pub(crate) fn new(values: &[Value], columns: &[usize], row: RowId) -> Entry {
         let value = |c: &usize| values[*c].clone();
-        Entry {
-            first: columns.first().map(value),
-            rest: columns.iter().skip(1).map(value).collect(),
-            row,
-        }
+        Entry { first: columns.first().map(value), rest: columns.iter().skip(1).map(value).collect(), row }
     }
 
     /// The key's values in order.
@@ -159,10 +155,7 @@ impl Ord for Entry {
     /// [`compare`] for two entries (same width, same flag), without its dynamic dispatch:
     /// inserts and bulk builds compare entries with each other most of the time.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.first
-            .cmp(&other.first)
-            .then_with(|| self.rest[..].cmp(&other.rest[..]))
-            .then_with(|| self.row.cmp(&other.row))
+        self.first.cmp(&other.first).then_with(|| self.rest[..].cmp(&other.rest[..])).then_with(|| self.row.cmp(&other.row))
     }
 }
 
@@ -226,19 +219,9 @@ mod tests {
     #[test]
     fn prefix_probes_bracket_the_entries_they_prefix() {
         let key = [Value::Int(2)];
-        let low = PrefixProbe {
-            key: &key,
-            flag: FLAG_LOW,
-        };
-        let high = PrefixProbe {
-            key: &key,
-            flag: FLAG_HIGH,
-        };
-        for e in [
-            entry(&[2, i64::MIN], 0),
-            entry(&[2, 7], 5),
-            entry(&[2, i64::MAX], u32::MAX),
-        ] {
+        let low = PrefixProbe { key: &key, flag: FLAG_LOW };
+        let high = PrefixProbe { key: &key, flag: FLAG_HIGH };
+        for e in [entry(&[2, i64::MIN], 0), entry(&[2, 7], 5), entry(&[2, i64::MAX], u32::MAX)] {
             assert_eq!(compare(&low, &e), Ordering::Less);
             assert_eq!(compare(&high, &e), Ordering::Greater);
         }

@@ -25,8 +25,8 @@ mod table;
 mod validate;
 mod view;
 
-pub use partition::{ExportRow, Partition};
 pub use index::Lookup;
+pub use partition::{ExportRow, Partition};
 pub use table::{Table, TABLE_ROWS_MAX};
 
 /// A row's slot number within one table of one partition.

@@ -27,24 +27,12 @@ enum Undo {
     /// Row `id` was inserted: delete it.
     Insert { table: TableId, id: RowId },
     /// Row `id` was deleted: put it back in its slot.
-    Delete {
-        table: TableId,
-        id: RowId,
-        row: Box<[Value]>,
-    },
+    Delete { table: TableId, id: RowId, row: Box<[Value]> },
     /// Row `id` was replaced: put the old values back.
-    Update {
-        table: TableId,
-        id: RowId,
-        row: Box<[Value]>,
-    },
+    Update { table: TableId, id: RowId, row: Box<[Value]> },
     /// Some columns of row `id` were set in place (a view's counters, an UPDATE's SET
     /// columns): set them back.
-    SetColumns {
-        table: TableId,
-        id: RowId,
-        old: Vec<(usize, Value)>,
-    },
+    SetColumns { table: TableId, id: RowId, old: Vec<(usize, Value)> },
     /// A stream row was appended to the pending exports: drop it.
     Export,
 }
@@ -69,10 +57,7 @@ fn unknown(id: TableId) -> Error {
 
 impl Partition {
     pub fn new(id: u32) -> Self {
-        Partition {
-            id,
-            ..Default::default()
-        }
+        Partition { id, ..Default::default() }
     }
 
     pub fn id(&self) -> u32 {
@@ -109,9 +94,7 @@ impl Partition {
         match t.def().kind {
             TableKind::Table => Ok(t),
             TableKind::View(_) => Err(Error::sql(format!("cannot {verb} view {}", t.name()))),
-            TableKind::Stream { .. } => {
-                Err(Error::sql(format!("cannot {verb} stream {}", t.name())))
-            }
+            TableKind::Stream { .. } => Err(Error::sql(format!("cannot {verb} stream {}", t.name()))),
         }
     }
 
@@ -136,17 +119,10 @@ impl Partition {
             let t = p.check_writable(table, "upsert into")?;
             let def = t.def().clone();
             let Some(pk) = def.indexes.iter().position(|i| i.primary) else {
-                return Err(Error::sql(format!(
-                    "UPSERT needs a primary key, and {} has none",
-                    def.name
-                )));
+                return Err(Error::sql(format!("UPSERT needs a primary key, and {} has none", def.name)));
             };
             let row = check_row(&def, row)?;
-            let key: Vec<Value> = def.indexes[pk]
-                .columns
-                .iter()
-                .map(|&c| row[c].clone())
-                .collect();
+            let key: Vec<Value> = def.indexes[pk].columns.iter().map(|&c| row[c].clone()).collect();
             let found = t.lookup_iter(pk, &key).next();
             match found {
                 Some(id) => p.update_checked(table, id, row),
@@ -199,10 +175,7 @@ impl Partition {
         self.atomically(|p| {
             p.check_writable(table, "delete from")?;
             let Some(row) = p.table_mut(table)?.take_row(id) else {
-                return Err(Error::sql(format!(
-                    "row {id} of {} does not exist",
-                    p.table(table)?.name()
-                )));
+                return Err(Error::sql(format!("row {id} of {} does not exist", p.table(table)?.name())));
             };
             // The undo entry goes first, so a failure in a view still restores the row.
             let for_views = p.views_of.contains_key(&table).then(|| row.clone());
@@ -279,10 +252,7 @@ impl Partition {
             TableKind::View(_) => Err(Error::sql(format!("cannot insert into view {}", t.name()))),
             TableKind::Stream { .. } => {
                 self.after_insert(table, &row)?;
-                self.exports.push(ExportRow {
-                    stream: table,
-                    row: row.into_vec(),
-                });
+                self.exports.push(ExportRow { stream: table, row: row.into_vec() });
                 self.undo.push(Undo::Export);
                 Ok(RowId::MAX)
             }
@@ -305,10 +275,7 @@ impl Partition {
     fn update_checked(&mut self, table: TableId, id: RowId, row: Box<[Value]>) -> Result<()> {
         let t = self.table_mut(table)?;
         if t.get(id).is_none() {
-            return Err(Error::sql(format!(
-                "row {id} of {} does not exist",
-                t.name()
-            )));
+            return Err(Error::sql(format!("row {id} of {} does not exist", t.name())));
         }
         t.check_unique(&row, Some(id))?;
         let has_views = self.views_of.contains_key(&table);
@@ -316,11 +283,7 @@ impl Partition {
         let old = self.table_mut(table)?.replace_row(id, row);
         // The undo entry goes first, so a failure in a view still restores the row.
         let old_for_views = has_views.then(|| old.clone());
-        self.undo.push(Undo::Update {
-            table,
-            id,
-            row: old,
-        });
+        self.undo.push(Undo::Update { table, id, row: old });
         if let (Some(old), Some(new)) = (old_for_views, new) {
             self.after_delete(table, &old)?;
             self.after_insert(table, &new)?;
@@ -364,27 +327,11 @@ impl Partition {
     fn apply_view_change(&mut self, view: TableId, change: ViewChange) -> Result<()> {
         let t = self.table_mut(view)?;
         let undo = match change {
-            ViewChange::Insert(row) => Undo::Insert {
-                table: view,
-                id: t.push_row(row)?,
-            },
-            ViewChange::Update(id, changes) => Undo::SetColumns {
-                table: view,
-                id,
-                old: t.set_columns(id, changes),
-            },
+            ViewChange::Insert(row) => Undo::Insert { table: view, id: t.push_row(row)? },
+            ViewChange::Update(id, changes) => Undo::SetColumns { table: view, id, old: t.set_columns(id, changes) },
             ViewChange::Delete(id) => match t.take_row(id) {
-                Some(row) => Undo::Delete {
-                    table: view,
-                    id,
-                    row,
-                },
-                None => {
-                    return Err(Error::unexpected(format!(
-                        "view {} lost group row {id}",
-                        t.name()
-                    )))
-                }
+                Some(row) => Undo::Delete { table: view, id, row },
+                None => return Err(Error::unexpected(format!("view {} lost group row {id}", t.name()))),
             },
         };
         self.undo.push(undo);

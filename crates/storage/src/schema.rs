@@ -8,9 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use lockstep_core::{
-    Catalog, Error, HashRing, Result, TableDef, TableId, TableKind, Value, ViewAggregate,
-};
+use lockstep_core::{Catalog, Error, HashRing, Result, TableDef, TableId, TableKind, Value, ViewAggregate};
 
 use crate::partition::Partition;
 use crate::table::Table;
@@ -48,10 +46,7 @@ impl Partition {
             }
         }
         for vid in to_populate {
-            let Some(mut vt) = built
-                .remove(&vid)
-                .or_else(|| self.tables.get(&vid).map(|t| Table::new(t.def().clone())))
-            else {
+            let Some(mut vt) = built.remove(&vid).or_else(|| self.tables.get(&vid).map(|t| Table::new(t.def().clone()))) else {
                 continue;
             };
             if !vt.is_empty() {
@@ -60,9 +55,7 @@ impl Partition {
             let Some(vdef) = vt.def().view().cloned() else {
                 continue;
             };
-            let source = built
-                .get(&vdef.source)
-                .or_else(|| self.tables.get(&vdef.source));
+            let source = built.get(&vdef.source).or_else(|| self.tables.get(&vdef.source));
             if let Some(source) = source {
                 view::populate(&mut vt, &vdef, source)?;
             }
@@ -70,11 +63,7 @@ impl Partition {
         }
         // Everything built: now change the partition.
         // A snapshot in progress keeps the old storage of dropped and rebuilt tables.
-        let dropped: Vec<TableId> = self
-            .tables
-            .keys()
-            .filter(|id| catalog.table_by_id(*id).is_none())
-            .collect();
+        let dropped: Vec<TableId> = self.tables.keys().filter(|id| catalog.table_by_id(*id).is_none()).collect();
         for id in dropped {
             if let Some(old) = self.tables.remove(&id) {
                 self.detach_for_snapshot(id, old);
@@ -102,12 +91,7 @@ impl Partition {
 /// Rejects definitions storage cannot hold (the DDL layer should never produce them).
 fn check_def(catalog: &Catalog, def: &TableDef) -> Result<()> {
     let width = def.columns.len();
-    let bad = |what: String| {
-        Err(Error::sql(format!(
-            "invalid definition of {}: {what}",
-            def.name
-        )))
-    };
+    let bad = |what: String| Err(Error::sql(format!("invalid definition of {}: {what}", def.name)));
     for ix in &def.indexes {
         if let Some(c) = ix.columns.iter().find(|&&c| c >= width) {
             return bad(format!("index {} names column {c}", ix.name));
@@ -124,19 +108,12 @@ fn check_def(catalog: &Catalog, def: &TableDef) -> Result<()> {
         return bad("a view cannot be defined on another view".into());
     }
     if width != v.group_by.len() + v.aggregates.len() {
-        return bad(format!(
-            "{width} columns for {} GROUP BY columns and {} aggregates",
-            v.group_by.len(),
-            v.aggregates.len()
-        ));
+        return bad(format!("{width} columns for {} GROUP BY columns and {} aggregates", v.group_by.len(), v.aggregates.len()));
     }
     let src_width = source.columns.len();
     let inputs = v.aggregates.iter().filter_map(|a| match a {
         ViewAggregate::CountStar => None,
-        ViewAggregate::Count(c)
-        | ViewAggregate::Sum(c)
-        | ViewAggregate::Min(c)
-        | ViewAggregate::Max(c) => Some(c),
+        ViewAggregate::Count(c) | ViewAggregate::Sum(c) | ViewAggregate::Min(c) | ViewAggregate::Max(c) => Some(c),
     });
     if v.group_by.iter().chain(inputs).any(|&c| c >= src_width) {
         return bad("a view column names a source column out of range".into());
@@ -152,28 +129,17 @@ fn rebuild(old: &Table, def: &Arc<TableDef>, ring: &HashRing, partition: u32) ->
     }
     let old_def = old.def();
     // Columns are matched by name, so ADD, DROP and type changes all come out right.
-    let sources: Vec<Option<usize>> = def
-        .columns
-        .iter()
-        .map(|c| old_def.column_index(&c.name))
-        .collect();
+    let sources: Vec<Option<usize>> = def.columns.iter().map(|c| old_def.column_index(&c.name)).collect();
     for (col, src) in def.columns.iter().zip(&sources) {
         if src.is_none() && col.default.is_none() && !col.nullable {
-            return Err(Error::sql(format!(
-                "cannot add NOT NULL column {} without a default to {}: it has rows",
-                col.name, def.name
-            )));
+            return Err(Error::sql(format!("cannot add NOT NULL column {} without a default to {}: it has rows", col.name, def.name)));
         }
     }
     // Rows are filtered when the table becomes partitioned (or on another column).
-    let filter = def
-        .partition_column
-        .filter(|&c| match old_def.partition_column {
-            None => true,
-            Some(o) => !old_def.columns[o]
-                .name
-                .eq_ignore_ascii_case(&def.columns[c].name),
-        });
+    let filter = def.partition_column.filter(|&c| match old_def.partition_column {
+        None => true,
+        Some(o) => !old_def.columns[o].name.eq_ignore_ascii_case(&def.columns[c].name),
+    });
     let mut slots = Vec::with_capacity(old.scan().size_hint().0);
     for (id, row) in old.scan() {
         slots.resize_with(id as usize, || None);

@@ -59,12 +59,7 @@ pub(crate) struct SnapshotScan {
 impl Table {
     /// Appends up to `max_rows` rows as of begin to `out`, visiting at most `max_slots`
     /// slots. Returns the slots visited.
-    fn scan_chunk(
-        &mut self,
-        max_rows: usize,
-        max_slots: usize,
-        out: &mut Vec<Vec<Value>>,
-    ) -> usize {
+    fn scan_chunk(&mut self, max_rows: usize, max_slots: usize, out: &mut Vec<Vec<Value>>) -> usize {
         let width = self.def().columns.len();
         let mut visited = 0;
         while out.len() < max_rows && visited < max_slots {
@@ -93,27 +88,17 @@ impl Partition {
     /// on restore and streams hold no rows.
     pub fn begin_snapshot(&mut self) -> Result<()> {
         if self.snapshot.is_some() {
-            return Err(Error::unexpected(format!(
-                "partition {}: a snapshot is already in progress",
-                self.id()
-            )));
+            return Err(Error::unexpected(format!("partition {}: a snapshot is already in progress", self.id())));
         }
         if self.in_transaction() {
-            return Err(Error::unexpected(format!(
-                "partition {}: a snapshot must begin between transactions",
-                self.id()
-            )));
+            return Err(Error::unexpected(format!("partition {}: a snapshot must begin between transactions", self.id())));
         }
         let mut scan = SnapshotScan::default();
         for (id, t) in self.tables.iter_mut() {
             if !matches!(t.def().kind, TableKind::Table) {
                 continue;
             }
-            t.cow = Some(CowScan {
-                begin_len: t.slots().len() as RowId,
-                cursor: 0,
-                before: HashMap::new(),
-            });
+            t.cow = Some(CowScan { begin_len: t.slots().len() as RowId, cursor: 0, before: HashMap::new() });
             scan.tables.push(id);
         }
         self.snapshot = Some(scan);
@@ -193,14 +178,7 @@ mod tests {
     use super::*;
 
     fn col(name: &str, ty: DataType) -> ColumnDef {
-        ColumnDef {
-            name: name.into(),
-            ty,
-            size: 0,
-            in_bytes: false,
-            nullable: true,
-            default: None,
-        }
+        ColumnDef { name: name.into(), ty, size: 0, in_bytes: false, nullable: true, default: None }
     }
 
     /// KV(K BIGINT PRIMARY KEY, V VARCHAR) named `name`.
@@ -209,13 +187,7 @@ mod tests {
             id: 0,
             name: name.into(),
             columns: vec![col("K", DataType::BigInt), col("V", DataType::Varchar)],
-            indexes: vec![IndexDef {
-                name: format!("PK_{name}"),
-                columns: vec![0],
-                unique: true,
-                assume_unique: false,
-                primary: true,
-            }],
+            indexes: vec![IndexDef { name: format!("PK_{name}"), columns: vec![0], unique: true, assume_unique: false, primary: true }],
             partition_column: None,
             kind: TableKind::Table,
         }
@@ -223,10 +195,7 @@ mod tests {
 
     fn setup(names: &[&str]) -> (Catalog, Partition, Vec<TableId>) {
         let mut catalog = Catalog::default();
-        let ids = names
-            .iter()
-            .map(|n| catalog.add_table(kv(n)).unwrap().id)
-            .collect();
+        let ids = names.iter().map(|n| catalog.add_table(kv(n)).unwrap().id).collect();
         let mut p = Partition::new(0);
         p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
         (catalog, p, ids)
@@ -248,11 +217,7 @@ mod tests {
     }
 
     /// Drains the snapshot, running `between` after every chunk.
-    fn drain(
-        p: &mut Partition,
-        max_rows: usize,
-        mut between: impl FnMut(&mut Partition),
-    ) -> BTreeMap<TableId, Vec<Vec<Value>>> {
+    fn drain(p: &mut Partition, max_rows: usize, mut between: impl FnMut(&mut Partition)) -> BTreeMap<TableId, Vec<Vec<Value>>> {
         let mut out: BTreeMap<TableId, Vec<Vec<Value>>> = BTreeMap::new();
         while let Some(chunk) = p.snapshot_chunk(max_rows) {
             let n: usize = chunk.iter().map(|(_, r)| r.len()).sum();
@@ -270,11 +235,7 @@ mod tests {
     }
 
     fn find(p: &Partition, t: TableId, k: i64) -> Option<RowId> {
-        p.table(t)
-            .unwrap()
-            .lookup(0, &[Value::Int(k)])
-            .first()
-            .copied()
+        p.table(t).unwrap().lookup(0, &[Value::Int(k)]).first().copied()
     }
 
     #[test]
@@ -293,8 +254,7 @@ mod tests {
         let got = drain(&mut p, 3, |p| {
             step += 1;
             let id = find(p, a, step).unwrap_or_else(|| find(p, b, step).unwrap());
-            p.update(a, find(p, a, step).unwrap_or(id), row(step, "changed"))
-                .unwrap();
+            p.update(a, find(p, a, step).unwrap_or(id), row(step, "changed")).unwrap();
             if let Some(id) = find(p, b, 9 - step) {
                 p.delete(b, id).unwrap();
             }
@@ -332,18 +292,10 @@ mod tests {
     fn begin_twice_or_inside_a_transaction_is_refused() {
         let (_, mut p, _) = setup(&["A"]);
         p.begin();
-        assert!(p
-            .begin_snapshot()
-            .unwrap_err()
-            .message
-            .contains("between transactions"));
+        assert!(p.begin_snapshot().unwrap_err().message.contains("between transactions"));
         p.commit();
         p.begin_snapshot().unwrap();
-        assert!(p
-            .begin_snapshot()
-            .unwrap_err()
-            .message
-            .contains("already in progress"));
+        assert!(p.begin_snapshot().unwrap_err().message.contains("already in progress"));
         p.end_snapshot();
         p.begin_snapshot().unwrap();
     }
@@ -375,10 +327,7 @@ mod tests {
         let (_, mut p, ids) = setup(&["A", "B"]);
         p.insert(ids[1], row(1, "b")).unwrap();
         p.begin_snapshot().unwrap();
-        assert_eq!(
-            p.snapshot_chunk(10),
-            Some(vec![(ids[0], vec![]), (ids[1], vec![row(1, "b")])])
-        );
+        assert_eq!(p.snapshot_chunk(10), Some(vec![(ids[0], vec![]), (ids[1], vec![row(1, "b")])]));
         assert_eq!(p.snapshot_chunk(10), None);
     }
 
@@ -393,11 +342,9 @@ mod tests {
             q.insert(ids[0], row(k, "v")).unwrap();
         }
         assert_eq!(p.state_hash(), q.state_hash());
-        q.update(ids[0], find(&q, ids[0], 3).unwrap(), row(3, "w"))
-            .unwrap();
+        q.update(ids[0], find(&q, ids[0], 3).unwrap(), row(3, "w")).unwrap();
         assert_ne!(p.state_hash(), q.state_hash());
-        q.update(ids[0], find(&q, ids[0], 3).unwrap(), row(3, "v"))
-            .unwrap();
+        q.update(ids[0], find(&q, ids[0], 3).unwrap(), row(3, "v")).unwrap();
         assert_eq!(p.state_hash(), q.state_hash());
         q.delete(ids[0], find(&q, ids[0], 4).unwrap()).unwrap();
         assert_ne!(p.state_hash(), q.state_hash());

@@ -76,10 +76,7 @@ impl Table {
             // A view's group index must find NULL groups too, so it hashes NULL keys. Use
             // the declared index over the group-by columns, or add an internal one.
             let group: Box<[usize]> = (0..layout.group_len).collect();
-            let pos = indexes
-                .iter()
-                .position(|i| i.columns == group)
-                .unwrap_or(indexes.len());
+            let pos = indexes.iter().position(|i| i.columns == group).unwrap_or(indexes.len());
             let index = Index::with_columns(group, true, false);
             if pos == indexes.len() {
                 indexes.push(index);
@@ -88,16 +85,7 @@ impl Table {
             }
             layout.group_index = pos;
         }
-        Table {
-            def,
-            slots: Slots::default(),
-            free: Vec::new(),
-            len: 0,
-            indexes,
-            view,
-            row_heap_bytes: 0,
-            cow: None,
-        }
+        Table { def, slots: Slots::default(), free: Vec::new(), len: 0, indexes, view, row_heap_bytes: 0, cow: None }
     }
 
     pub fn def(&self) -> &Arc<TableDef> {
@@ -152,10 +140,7 @@ impl Table {
     /// All rows in RowId order (deterministic).
     pub fn scan(&self) -> impl Iterator<Item = (RowId, &[Value])> + '_ {
         let width = self.def.columns.len();
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(move |(i, r)| r.as_deref().map(|r| (i as RowId, &r[..width])))
+        self.slots.iter().enumerate().filter_map(move |(i, r)| r.as_deref().map(|r| (i as RowId, &r[..width])))
     }
 
     /// Rows whose key in index number `index` (position in def().indexes) equals `key`, or
@@ -176,13 +161,7 @@ impl Table {
     }
 
     /// Rows of index `index` between two key prefixes, ascending or descending.
-    pub fn range(
-        &self,
-        index: usize,
-        lo: Bound<&[Value]>,
-        hi: Bound<&[Value]>,
-        reverse: bool,
-    ) -> Box<dyn Iterator<Item = RowId> + '_> {
+    pub fn range(&self, index: usize, lo: Bound<&[Value]>, hi: Bound<&[Value]>, reverse: bool) -> Box<dyn Iterator<Item = RowId> + '_> {
         match self.indexes.get(index) {
             Some(ix) => ix.range(&self.slots, lo, hi, reverse),
             None => Box::new(std::iter::empty()),
@@ -214,10 +193,7 @@ impl Table {
                 None => ("UNIQUE", "GROUP BY"),
             };
             let key = describe_key(ix.columns.iter().map(|&c| &row[c]));
-            return Err(Error::constraint(format!(
-                "Constraint violation: {what} \"{name}\" on {}: duplicate key ({key})",
-                self.def.name
-            )));
+            return Err(Error::constraint(format!("Constraint violation: {what} \"{name}\" on {}: duplicate key ({key})", self.def.name)));
         }
         Ok(())
     }
@@ -227,10 +203,7 @@ impl Table {
         let id = match self.free.pop() {
             Some(id) => id,
             None if self.slots.len() >= TABLE_ROWS_MAX => {
-                return Err(Error::sql(format!(
-                    "table {} is full: {TABLE_ROWS_MAX} rows in this partition",
-                    self.def.name
-                )))
+                return Err(Error::sql(format!("table {} is full: {TABLE_ROWS_MAX} rows in this partition", self.def.name)))
             }
             None => {
                 self.slots.push(None);
@@ -244,12 +217,7 @@ impl Table {
     /// Puts a row back in slot `id`, which must be the most recently freed (undo of a delete).
     pub(crate) fn restore_row(&mut self, id: RowId, row: Box<[Value]>) {
         let top = self.free.pop();
-        assert_eq!(
-            top,
-            Some(id),
-            "undo restores row {id} of {} out of order",
-            self.def.name
-        );
+        assert_eq!(top, Some(id), "undo restores row {id} of {} out of order", self.def.name);
         self.fill(id, row);
     }
 
@@ -365,18 +333,9 @@ impl Table {
 
     /// Builds storage for `def` from rows kept in their slots, checking unique indexes.
     /// Rows must already have the stored width of `def`.
-    pub(crate) fn from_slots(
-        def: Arc<TableDef>,
-        slots: Vec<Slot>,
-    ) -> Result<Table> {
+    pub(crate) fn from_slots(def: Arc<TableDef>, slots: Vec<Slot>) -> Result<Table> {
         let mut table = Table::new(def);
-        table.free = slots
-            .iter()
-            .enumerate()
-            .rev()
-            .filter(|(_, r)| r.is_none())
-            .map(|(i, _)| i as RowId)
-            .collect();
+        table.free = slots.iter().enumerate().rev().filter(|(_, r)| r.is_none()).map(|(i, _)| i as RowId).collect();
         table.len = slots.len() - table.free.len();
         table.row_heap_bytes = slots.iter().flatten().map(|r| heap_bytes(r)).sum();
         table.slots = Slots::from(slots);

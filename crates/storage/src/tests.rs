@@ -5,69 +5,33 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use lockstep_core::{
-    Catalog, ColumnDef, DataType, ErrorKind, HashRing, IndexDef, TableDef, TableId, TableKind,
-    Value, ViewAggregate, ViewDef,
+    Catalog, ColumnDef, DataType, ErrorKind, HashRing, IndexDef, TableDef, TableId, TableKind, Value, ViewAggregate, ViewDef,
 };
 use proptest::prelude::*;
 
 use crate::{ExportRow, Partition, RowId, Table};
 
 fn col(name: &str, ty: DataType, nullable: bool) -> ColumnDef {
-    ColumnDef {
-        name: name.into(),
-        ty,
-        size: 50,
-        in_bytes: false,
-        nullable,
-        default: None,
-    }
+    ColumnDef { name: name.into(), ty, size: 50, in_bytes: false, nullable, default: None }
 }
 
 fn index(name: &str, columns: &[usize], unique: bool, primary: bool) -> IndexDef {
-    IndexDef {
-        name: name.into(),
-        columns: columns.to_vec(),
-        unique,
-        assume_unique: false,
-        primary,
-    }
+    IndexDef { name: name.into(), columns: columns.to_vec(), unique, assume_unique: false, primary }
 }
 
 fn table_def(name: &str, columns: Vec<ColumnDef>, indexes: Vec<IndexDef>) -> TableDef {
-    TableDef {
-        id: 0,
-        name: name.into(),
-        columns,
-        indexes,
-        partition_column: None,
-        kind: TableKind::Table,
-    }
+    TableDef { id: 0, name: name.into(), columns, indexes, partition_column: None, kind: TableKind::Table }
 }
 
-fn view_def(
-    name: &str,
-    source: TableId,
-    columns: Vec<ColumnDef>,
-    group_by: Vec<usize>,
-    aggs: Vec<ViewAggregate>,
-) -> TableDef {
+fn view_def(name: &str, source: TableId, columns: Vec<ColumnDef>, group_by: Vec<usize>, aggs: Vec<ViewAggregate>) -> TableDef {
     let k = group_by.len();
     TableDef {
         id: 0,
         name: name.into(),
         columns,
-        indexes: vec![index(
-            &format!("PK_{name}"),
-            &(0..k).collect::<Vec<_>>(),
-            true,
-            true,
-        )],
+        indexes: vec![index(&format!("PK_{name}"), &(0..k).collect::<Vec<_>>(), true, true)],
         partition_column: None,
-        kind: TableKind::View(ViewDef {
-            source,
-            group_by,
-            aggregates: aggs,
-        }),
+        kind: TableKind::View(ViewDef { source, group_by, aggregates: aggs }),
     }
 }
 
@@ -90,20 +54,13 @@ fn contestants() -> TableDef {
             col("CODE", DataType::Integer, true),
             col("SCORE", DataType::BigInt, true),
         ],
-        vec![
-            index("PK_CONTESTANTS", &[0], true, true),
-            index("UQ_CODE", &[2], true, false),
-            index("IX_SCORE", &[3], false, false),
-        ],
+        vec![index("PK_CONTESTANTS", &[0], true, true), index("UQ_CODE", &[2], true, false), index("IX_SCORE", &[3], false, false)],
     )
 }
 
 fn setup(defs: Vec<TableDef>) -> (Catalog, Partition, Vec<TableId>) {
     let mut catalog = Catalog::default();
-    let ids = defs
-        .into_iter()
-        .map(|d| catalog.add_table(d).unwrap().id)
-        .collect();
+    let ids = defs.into_iter().map(|d| catalog.add_table(d).unwrap().id).collect();
     let mut p = Partition::new(0);
     p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
     (catalog, p, ids)
@@ -114,10 +71,7 @@ fn rows(t: &Table) -> Vec<Vec<Value>> {
 }
 
 fn lookup_rows(t: &Table, ix: usize, key: &[Value]) -> Vec<Vec<Value>> {
-    t.lookup(ix, key)
-        .into_iter()
-        .map(|id| t.get(id).unwrap().to_vec())
-        .collect()
+    t.lookup(ix, key).into_iter().map(|id| t.get(id).unwrap().to_vec()).collect()
 }
 
 /// Every index holds exactly the scan's rows under their current keys, in key order, and
@@ -125,10 +79,8 @@ fn lookup_rows(t: &Table, ix: usize, key: &[Value]) -> Vec<Vec<Value>> {
 fn assert_consistent(p: &Partition) {
     for t in p.tables() {
         for (n, ix) in t.indexes().iter().enumerate() {
-            let mut expected: Vec<(Vec<Value>, RowId)> = t
-                .scan()
-                .map(|(id, r)| (ix.columns.iter().map(|&c| r[c].clone()).collect(), id))
-                .collect();
+            let mut expected: Vec<(Vec<Value>, RowId)> =
+                t.scan().map(|(id, r)| (ix.columns.iter().map(|&c| r[c].clone()).collect(), id)).collect();
             expected.sort();
             // A unique index builds its ordered set on first range use (from the rows, so
             // it is right by construction); once it exists it must be kept exact.
@@ -136,26 +88,11 @@ fn assert_consistent(p: &Partition) {
                 assert_eq!(entries, expected, "index {n} of {}", t.name());
             }
             let is_view = t.def().view().is_some();
-            let unique = t
-                .def()
-                .indexes
-                .get(n)
-                .is_none_or(|d| d.unique || d.primary || d.assume_unique);
+            let unique = t.def().indexes.get(n).is_none_or(|d| d.unique || d.primary || d.assume_unique);
             if unique {
-                let with_key = expected
-                    .iter()
-                    .filter(|(k, _)| is_view || !k.iter().any(Value::is_null))
-                    .count();
-                assert_eq!(
-                    ix.hashed_len(),
-                    with_key,
-                    "hash of index {n} of {}",
-                    t.name()
-                );
-                for (k, id) in expected
-                    .iter()
-                    .filter(|(k, _)| is_view || !k.iter().any(Value::is_null))
-                {
+                let with_key = expected.iter().filter(|(k, _)| is_view || !k.iter().any(Value::is_null)).count();
+                assert_eq!(ix.hashed_len(), with_key, "hash of index {n} of {}", t.name());
+                for (k, id) in expected.iter().filter(|(k, _)| is_view || !k.iter().any(Value::is_null)) {
                     assert_eq!(t.lookup(n, k), vec![*id]);
                 }
             }
@@ -169,19 +106,12 @@ fn insert_coerces_and_lookups_find_rows() {
     let t = ids[0];
     let id = p.insert(t, vec![s("1"), s("Edwina"), i(10), i(5)]).unwrap();
     p.insert(t, vec![i(2), s("Kurt"), i(20), i(5)]).unwrap();
-    p.insert(t, vec![i(3), Value::Null, Value::Null, i(1)])
-        .unwrap();
+    p.insert(t, vec![i(3), Value::Null, Value::Null, i(1)]).unwrap();
     let table = p.table(t).unwrap();
     assert_eq!(table.len(), 3);
     assert_eq!(table.get(id).unwrap(), &[i(1), s("Edwina"), i(10), i(5)]);
-    assert_eq!(
-        lookup_rows(table, 0, &[i(2)]),
-        vec![vec![i(2), s("Kurt"), i(20), i(5)]]
-    );
-    assert_eq!(
-        lookup_rows(table, 1, &[i(10)]),
-        vec![vec![i(1), s("Edwina"), i(10), i(5)]]
-    );
+    assert_eq!(lookup_rows(table, 0, &[i(2)]), vec![vec![i(2), s("Kurt"), i(20), i(5)]]);
+    assert_eq!(lookup_rows(table, 1, &[i(10)]), vec![vec![i(1), s("Edwina"), i(10), i(5)]]);
     assert_eq!(table.lookup(2, &[i(5)]), vec![0, 1]);
     assert_eq!(table.lookup(0, &[i(9)]), Vec::<RowId>::new());
     assert!(p.table(99).is_err());
@@ -193,56 +123,21 @@ fn constraint_violations_name_the_constraint_and_table() {
     let (_, mut p, ids) = setup(vec![contestants()]);
     let t = ids[0];
     p.insert(t, vec![i(1), s("a"), i(10), Value::Null]).unwrap();
-    let err = p
-        .insert(t, vec![i(1), s("b"), i(11), Value::Null])
-        .unwrap_err();
+    let err = p.insert(t, vec![i(1), s("b"), i(11), Value::Null]).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Constraint);
-    assert_eq!(
-        err.message,
-        "Constraint violation: PRIMARY KEY \"PK_CONTESTANTS\" on CONTESTANTS: duplicate key (1)"
-    );
-    let err = p
-        .insert(t, vec![i(2), s("b"), i(10), Value::Null])
-        .unwrap_err();
-    assert_eq!(
-        err.message,
-        "Constraint violation: UNIQUE \"UQ_CODE\" on CONTESTANTS: duplicate key (10)"
-    );
-    let err = p
-        .insert(t, vec![Value::Null, s("b"), i(12), Value::Null])
-        .unwrap_err();
-    assert_eq!(
-        err.message,
-        "Constraint violation: column ID of CONTESTANTS is NOT NULL"
-    );
-    let err = p
-        .insert(
-            t,
-            vec![i(3), Value::from("x".repeat(51)), i(12), Value::Null],
-        )
-        .unwrap_err();
-    assert_eq!(
-        err.message,
-        "Value too long for column NAME of CONTESTANTS: 51 characters, limit 50"
-    );
+    assert_eq!(err.message, "Constraint violation: PRIMARY KEY \"PK_CONTESTANTS\" on CONTESTANTS: duplicate key (1)");
+    let err = p.insert(t, vec![i(2), s("b"), i(10), Value::Null]).unwrap_err();
+    assert_eq!(err.message, "Constraint violation: UNIQUE \"UQ_CODE\" on CONTESTANTS: duplicate key (10)");
+    let err = p.insert(t, vec![Value::Null, s("b"), i(12), Value::Null]).unwrap_err();
+    assert_eq!(err.message, "Constraint violation: column ID of CONTESTANTS is NOT NULL");
+    let err = p.insert(t, vec![i(3), Value::from("x".repeat(51)), i(12), Value::Null]).unwrap_err();
+    assert_eq!(err.message, "Value too long for column NAME of CONTESTANTS: 51 characters, limit 50");
     // An update to another row's key fails the same way; updating a row to itself is fine.
     let id2 = p.insert(t, vec![i(2), s("b"), i(20), Value::Null]).unwrap();
-    let err = p
-        .update(t, id2, vec![i(1), s("b"), i(20), Value::Null])
-        .unwrap_err();
-    assert_eq!(
-        err.message,
-        "Constraint violation: PRIMARY KEY \"PK_CONTESTANTS\" on CONTESTANTS: duplicate key (1)"
-    );
-    p.update(t, id2, vec![i(2), s("c"), i(20), Value::Null])
-        .unwrap();
-    assert_eq!(
-        rows(p.table(t).unwrap()),
-        vec![
-            vec![i(1), s("a"), i(10), Value::Null],
-            vec![i(2), s("c"), i(20), Value::Null]
-        ]
-    );
+    let err = p.update(t, id2, vec![i(1), s("b"), i(20), Value::Null]).unwrap_err();
+    assert_eq!(err.message, "Constraint violation: PRIMARY KEY \"PK_CONTESTANTS\" on CONTESTANTS: duplicate key (1)");
+    p.update(t, id2, vec![i(2), s("c"), i(20), Value::Null]).unwrap();
+    assert_eq!(rows(p.table(t).unwrap()), vec![vec![i(1), s("a"), i(10), Value::Null], vec![i(2), s("c"), i(20), Value::Null]]);
     assert_consistent(&p);
 }
 
@@ -250,13 +145,9 @@ fn constraint_violations_name_the_constraint_and_table() {
 fn unique_indexes_allow_several_nulls() {
     let (_, mut p, ids) = setup(vec![contestants()]);
     for k in 1..=3 {
-        p.insert(ids[0], vec![i(k), Value::Null, Value::Null, Value::Null])
-            .unwrap();
+        p.insert(ids[0], vec![i(k), Value::Null, Value::Null, Value::Null]).unwrap();
     }
-    assert_eq!(
-        p.table(ids[0]).unwrap().lookup(1, &[Value::Null]),
-        vec![0, 1, 2]
-    );
+    assert_eq!(p.table(ids[0]).unwrap().lookup(1, &[Value::Null]), vec![0, 1, 2]);
     assert_consistent(&p);
 }
 
@@ -265,8 +156,7 @@ fn rollback_restores_rows_indexes_and_row_ids() {
     let (_, mut p, ids) = setup(vec![contestants()]);
     let t = ids[0];
     for k in 0..4 {
-        p.insert(t, vec![i(k), s("n"), i(100 + k), i(k % 2)])
-            .unwrap();
+        p.insert(t, vec![i(k), s("n"), i(100 + k), i(k % 2)]).unwrap();
     }
     p.commit();
     let before = rows(p.table(t).unwrap());
@@ -276,10 +166,8 @@ fn rollback_restores_rows_indexes_and_row_ids() {
     // Reuses a freed slot, then the rollback must still put rows 1 and 2 back in place.
     let reused = p.insert(t, vec![i(9), s("new"), i(109), i(7)]).unwrap();
     assert_eq!(reused, 2);
-    p.update(t, 0, vec![i(0), s("changed"), i(500), i(3)])
-        .unwrap();
-    p.update(t, 3, vec![i(1), s("takes 1"), i(103), i(1)])
-        .unwrap();
+    p.update(t, 0, vec![i(0), s("changed"), i(500), i(3)]).unwrap();
+    p.update(t, 3, vec![i(1), s("takes 1"), i(103), i(1)]).unwrap();
     assert_consistent(&p);
     p.rollback();
     let table = p.table(t).unwrap();
@@ -341,10 +229,7 @@ fn savepoints_undo_only_the_statement() {
     p.insert(t, vec![i(2), s("b"), i(2), i(2)]).unwrap();
     p.delete(t, 0).unwrap();
     p.rollback_to(sp);
-    assert_eq!(
-        rows(p.table(t).unwrap()),
-        vec![vec![i(1), s("a"), i(1), i(1)]]
-    );
+    assert_eq!(rows(p.table(t).unwrap()), vec![vec![i(1), s("a"), i(1), i(1)]]);
     p.commit();
     assert_eq!(p.savepoint(), 0);
     p.rollback();
@@ -367,35 +252,19 @@ fn a_failed_write_leaves_no_trace() {
 
 #[test]
 fn upsert_inserts_or_replaces_by_primary_key() {
-    let (_, mut p, ids) = setup(vec![
-        contestants(),
-        table_def("NOPK", vec![col("A", DataType::Integer, true)], vec![]),
-    ]);
+    let (_, mut p, ids) = setup(vec![contestants(), table_def("NOPK", vec![col("A", DataType::Integer, true)], vec![])]);
     let t = ids[0];
     p.upsert(t, vec![i(1), s("a"), i(1), i(1)]).unwrap();
     p.upsert(t, vec![i(1), s("b"), i(1), i(2)]).unwrap();
     p.upsert(t, vec![i(2), s("c"), i(2), i(2)]).unwrap();
-    assert_eq!(
-        rows(p.table(t).unwrap()),
-        vec![
-            vec![i(1), s("b"), i(1), i(2)],
-            vec![i(2), s("c"), i(2), i(2)]
-        ]
-    );
+    assert_eq!(rows(p.table(t).unwrap()), vec![vec![i(1), s("b"), i(1), i(2)], vec![i(2), s("c"), i(2), i(2)]]);
     let err = p.upsert(ids[1], vec![i(1)]).unwrap_err();
     assert_eq!(err.message, "UPSERT needs a primary key, and NOPK has none");
     assert_consistent(&p);
 }
 
 fn two_column_table() -> TableDef {
-    table_def(
-        "T",
-        vec![
-            col("A", DataType::Integer, false),
-            col("B", DataType::Integer, false),
-        ],
-        vec![index("PK_T", &[0, 1], true, true)],
-    )
+    table_def("T", vec![col("A", DataType::Integer, false), col("B", DataType::Integer, false)], vec![index("PK_T", &[0, 1], true, true)])
 }
 
 /// A single-column unique index answers point lookups from its hash: its ordered set is
@@ -420,10 +289,7 @@ fn a_single_column_unique_index_builds_its_order_on_first_range() {
     assert!(!p.table(t).unwrap().indexes()[0].has_ordered());
     let first = |p: &Partition| -> Vec<i64> {
         let table = p.table(t).unwrap();
-        table
-            .range(0, Bound::Unbounded, Bound::Unbounded, false)
-            .map(|id| table.get(id).unwrap()[0].as_i64().unwrap())
-            .collect()
+        table.range(0, Bound::Unbounded, Bound::Unbounded, false).map(|id| table.get(id).unwrap()[0].as_i64().unwrap()).collect()
     };
     assert_eq!(first(&p), vec![1, 2, 3]);
     assert!(p.table(t).unwrap().indexes()[0].has_ordered());
@@ -454,33 +320,15 @@ fn ranges_use_key_prefixes_and_run_both_ways() {
         .collect()
     };
     let two = [i(2)];
-    assert_eq!(
-        keys(table.range(0, Bound::Included(&two), Bound::Included(&two), false)),
-        vec![(2, 1), (2, 2), (2, 3)]
-    );
-    assert_eq!(
-        keys(table.range(0, Bound::Excluded(&two), Bound::Unbounded, false)),
-        vec![(3, 1), (3, 2), (3, 3)]
-    );
-    assert_eq!(
-        keys(table.range(0, Bound::Unbounded, Bound::Excluded(&two), true)),
-        vec![(1, 3), (1, 2), (1, 1)]
-    );
+    assert_eq!(keys(table.range(0, Bound::Included(&two), Bound::Included(&two), false)), vec![(2, 1), (2, 2), (2, 3)]);
+    assert_eq!(keys(table.range(0, Bound::Excluded(&two), Bound::Unbounded, false)), vec![(3, 1), (3, 2), (3, 3)]);
+    assert_eq!(keys(table.range(0, Bound::Unbounded, Bound::Excluded(&two), true)), vec![(1, 3), (1, 2), (1, 1)]);
     let lo = [i(1), i(3)];
     let hi = [i(2), i(2)];
-    assert_eq!(
-        keys(table.range(0, Bound::Excluded(&lo), Bound::Included(&hi), false)),
-        vec![(2, 1), (2, 2)]
-    );
+    assert_eq!(keys(table.range(0, Bound::Excluded(&lo), Bound::Included(&hi), false)), vec![(2, 1), (2, 2)]);
     // Inverted bounds give nothing rather than panicking.
-    assert_eq!(
-        keys(table.range(0, Bound::Included(&hi), Bound::Excluded(&lo), false)),
-        vec![]
-    );
-    assert_eq!(
-        keys(table.range(0, Bound::Excluded(&two), Bound::Excluded(&two), false)),
-        vec![]
-    );
+    assert_eq!(keys(table.range(0, Bound::Included(&hi), Bound::Excluded(&lo), false)), vec![]);
+    assert_eq!(keys(table.range(0, Bound::Excluded(&two), Bound::Excluded(&two), false)), vec![]);
     assert_eq!(lookup_rows(table, 0, &two).len(), 3);
     assert_eq!(table.lookup(0, &[i(2), i(3)]), vec![5]);
 }
@@ -511,13 +359,7 @@ fn votes_with_view() -> (Catalog, Partition, TableId, TableId) {
             col("HIGH", DataType::BigInt, true),
         ],
         vec![1],
-        vec![
-            ViewAggregate::CountStar,
-            ViewAggregate::Sum(3),
-            ViewAggregate::Count(3),
-            ViewAggregate::Min(3),
-            ViewAggregate::Max(3),
-        ],
+        vec![ViewAggregate::CountStar, ViewAggregate::Sum(3), ViewAggregate::Count(3), ViewAggregate::Min(3), ViewAggregate::Max(3)],
     );
     let vid = catalog.add_table(view).unwrap().id;
     p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
@@ -530,18 +372,15 @@ fn vote(phone: i64, state: &str, amount: Option<i64>) -> Vec<Value> {
 
 fn group(p: &Partition, view: TableId, key: &str) -> Option<Vec<Value>> {
     let t = p.table(view).unwrap();
-    t.lookup(0, &[s(key)])
-        .first()
-        .map(|&id| t.get(id).unwrap().to_vec())
+    t.lookup(0, &[s(key)]).first().map(|&id| t.get(id).unwrap().to_vec())
 }
 
 /// A bulk load gives the same partition as inserting the rows one by one: rows, indexes
 /// and views (same state hash), and it refuses a duplicate key naming the constraint.
 #[test]
 fn a_bulk_load_equals_row_by_row_inserts() {
-    let rows: Vec<Vec<Value>> = (0..500)
-        .map(|n| vote(n * 7 % 501, ["MA", "NY", "CA"][n as usize % 3], (n % 4 != 0).then_some(n)))
-        .collect();
+    let rows: Vec<Vec<Value>> =
+        (0..500).map(|n| vote(n * 7 % 501, ["MA", "NY", "CA"][n as usize % 3], (n % 4 != 0).then_some(n))).collect();
     let (_, mut by_insert, t, v) = votes_with_view();
     by_insert.begin();
     for r in &rows {
@@ -576,29 +415,17 @@ fn views_follow_inserts_updates_and_deletes() {
     let b = p.insert(votes, vote(2, "MA", Some(9))).unwrap();
     p.insert(votes, vote(3, "MA", None)).unwrap();
     p.insert(votes, vote(4, "NY", Some(2))).unwrap();
-    assert_eq!(
-        group(&p, v, "MA").unwrap(),
-        vec![s("MA"), i(3), i(14), i(2), i(5), i(9)]
-    );
+    assert_eq!(group(&p, v, "MA").unwrap(), vec![s("MA"), i(3), i(14), i(2), i(5), i(9)]);
     // Deleting the current MAX recomputes it from the remaining rows.
     p.delete(votes, b).unwrap();
-    assert_eq!(
-        group(&p, v, "MA").unwrap(),
-        vec![s("MA"), i(2), i(5), i(1), i(5), i(5)]
-    );
+    assert_eq!(group(&p, v, "MA").unwrap(), vec![s("MA"), i(2), i(5), i(1), i(5), i(5)]);
     // Deleting the last non-NULL amount makes SUM, MIN and MAX NULL.
     p.delete(votes, a).unwrap();
-    assert_eq!(
-        group(&p, v, "MA").unwrap(),
-        vec![s("MA"), i(1), Value::Null, i(0), Value::Null, Value::Null]
-    );
+    assert_eq!(group(&p, v, "MA").unwrap(), vec![s("MA"), i(1), Value::Null, i(0), Value::Null, Value::Null]);
     // An update moves the row between groups; the emptied group disappears.
     p.update(votes, 2, vote(3, "NY", Some(1))).unwrap();
     assert_eq!(group(&p, v, "MA"), None);
-    assert_eq!(
-        group(&p, v, "NY").unwrap(),
-        vec![s("NY"), i(2), i(3), i(2), i(1), i(2)]
-    );
+    assert_eq!(group(&p, v, "NY").unwrap(), vec![s("NY"), i(2), i(3), i(2), i(1), i(2)]);
     assert_eq!(p.table(v).unwrap().len(), 1);
     assert_consistent(&p);
 }
@@ -617,10 +444,7 @@ fn rollback_restores_views() {
     assert_eq!(p.table(v).unwrap().len(), 2);
     p.rollback();
     assert_eq!(rows(p.table(v).unwrap()), before);
-    assert_eq!(
-        group(&p, v, "MA").unwrap(),
-        vec![s("MA"), i(2), i(6), i(2), i(1), i(5)]
-    );
+    assert_eq!(group(&p, v, "MA").unwrap(), vec![s("MA"), i(2), i(6), i(2), i(1), i(5)]);
     assert_consistent(&p);
 }
 
@@ -631,10 +455,7 @@ fn views_without_count_star_keep_a_hidden_count() {
     let view = view_def(
         "BY_SCORE",
         t,
-        vec![
-            col("SCORE", DataType::BigInt, true),
-            col("MAXCODE", DataType::Integer, true),
-        ],
+        vec![col("SCORE", DataType::BigInt, true), col("MAXCODE", DataType::Integer, true)],
         vec![3],
         vec![ViewAggregate::Max(2)],
     );
@@ -647,10 +468,7 @@ fn views_without_count_star_keep_a_hidden_count() {
     // NULL group keys form one group; the hidden count is not visible.
     assert_eq!(rows(vt), vec![vec![i(7), i(20)], vec![Value::Null, i(30)]]);
     p.delete(t, 1).unwrap();
-    assert_eq!(
-        rows(p.table(v).unwrap()),
-        vec![vec![i(7), i(10)], vec![Value::Null, i(30)]]
-    );
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![i(7), i(10)], vec![Value::Null, i(30)]]);
     p.delete(t, 0).unwrap();
     assert_eq!(rows(p.table(v).unwrap()), vec![vec![Value::Null, i(30)]]);
     assert_consistent(&p);
@@ -696,20 +514,13 @@ fn a_new_view_is_populated_from_existing_rows() {
     let view = view_def(
         "PARITY",
         t,
-        vec![
-            col("SCORE", DataType::BigInt, true),
-            col("N", DataType::BigInt, false),
-            col("S", DataType::BigInt, true),
-        ],
+        vec![col("SCORE", DataType::BigInt, true), col("N", DataType::BigInt, false), col("S", DataType::BigInt, true)],
         vec![3],
         vec![ViewAggregate::CountStar, ViewAggregate::Sum(2)],
     );
     let v = catalog.add_table(view).unwrap().id;
     p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
-    assert_eq!(
-        rows(p.table(v).unwrap()),
-        vec![vec![i(0), i(3), i(6)], vec![i(1), i(2), i(4)]]
-    );
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![i(0), i(3), i(6)], vec![i(1), i(2), i(4)]]);
     assert_consistent(&p);
 }
 
@@ -723,10 +534,7 @@ fn a_sum_overflow_in_a_view_undoes_the_whole_write() {
     assert_eq!(p.savepoint(), sp);
     assert_eq!(p.table(votes).unwrap().len(), 1);
     let max = i(i64::MAX);
-    assert_eq!(
-        group(&p, v, "MA").unwrap(),
-        vec![s("MA"), i(1), max.clone(), i(1), max.clone(), max]
-    );
+    assert_eq!(group(&p, v, "MA").unwrap(), vec![s("MA"), i(1), max.clone(), i(1), max.clone(), max]);
     assert_consistent(&p);
 }
 
@@ -737,22 +545,10 @@ fn views_and_streams_reject_direct_writes() {
     p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
     p.insert(votes, vote(1, "MA", Some(1))).unwrap();
     let row = vec![s("MA"), i(1), i(1), i(1), i(1), i(1)];
-    assert_eq!(
-        p.insert(v, row.clone()).unwrap_err().message,
-        "cannot insert into view V"
-    );
-    assert_eq!(
-        p.update(v, 0, row).unwrap_err().message,
-        "cannot update view V"
-    );
-    assert_eq!(
-        p.delete(v, 0).unwrap_err().message,
-        "cannot delete from view V"
-    );
-    assert_eq!(
-        p.delete(st, 0).unwrap_err().message,
-        "cannot delete from stream EVENTS"
-    );
+    assert_eq!(p.insert(v, row.clone()).unwrap_err().message, "cannot insert into view V");
+    assert_eq!(p.update(v, 0, row).unwrap_err().message, "cannot update view V");
+    assert_eq!(p.delete(v, 0).unwrap_err().message, "cannot delete from view V");
+    assert_eq!(p.delete(st, 0).unwrap_err().message, "cannot delete from stream EVENTS");
     assert_eq!(p.table(v).unwrap().len(), 1);
 }
 
@@ -782,27 +578,17 @@ fn an_equal_definition_keeps_the_storage() {
     p.apply_schema(&again, &HashRing::new(1)).unwrap();
     let t = p.table(ids[0]).unwrap();
     assert!(Arc::ptr_eq(t.def(), again.table_by_id(ids[0]).unwrap()));
-    assert_eq!(
-        t.scan()
-            .map(|(id, r)| (id, r[0].clone()))
-            .collect::<Vec<_>>(),
-        vec![(0, i(2)), (1, i(3))]
-    );
+    assert_eq!(t.scan().map(|(id, r)| (id, r[0].clone())).collect::<Vec<_>>(), vec![(0, i(2)), (1, i(3))]);
 }
 
 fn stream_def() -> TableDef {
     TableDef {
         id: 0,
         name: "EVENTS".into(),
-        columns: vec![
-            col("K", DataType::Integer, false),
-            col("MSG", DataType::Varchar, true),
-        ],
+        columns: vec![col("K", DataType::Integer, false), col("MSG", DataType::Varchar, true)],
         indexes: vec![],
         partition_column: None,
-        kind: TableKind::Stream {
-            target: Some("file".into()),
-        },
+        kind: TableKind::Stream { target: Some("file".into()) },
     }
 }
 
@@ -813,10 +599,7 @@ fn stream_rows_are_exported_only_on_commit() {
     let view = view_def(
         "EVENT_COUNTS",
         st,
-        vec![
-            col("K", DataType::Integer, false),
-            col("N", DataType::BigInt, false),
-        ],
+        vec![col("K", DataType::Integer, false), col("N", DataType::BigInt, false)],
         vec![0],
         vec![ViewAggregate::CountStar],
     );
@@ -833,19 +616,7 @@ fn stream_rows_are_exported_only_on_commit() {
     p.insert(st, vec![i(2), s("d")]).unwrap();
     assert!(p.insert(st, vec![Value::Null, s("e")]).is_err());
     let exported = p.commit();
-    assert_eq!(
-        exported,
-        vec![
-            ExportRow {
-                stream: st,
-                row: vec![i(2), s("c")]
-            },
-            ExportRow {
-                stream: st,
-                row: vec![i(2), s("d")]
-            }
-        ]
-    );
+    assert_eq!(exported, vec![ExportRow { stream: st, row: vec![i(2), s("c")] }, ExportRow { stream: st, row: vec![i(2), s("d")] }]);
     assert_eq!(rows(p.table(v).unwrap()), vec![vec![i(2), i(2)]]);
     assert_eq!(p.commit(), vec![]);
 }
@@ -865,19 +636,13 @@ fn apply_schema_adds_columns_with_defaults_and_drops_tables() {
     catalog.replace_table(def.clone()).unwrap();
     catalog.drop_table("T").unwrap();
     p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
-    assert_eq!(
-        rows(p.table(t).unwrap()),
-        vec![vec![i(1), s("a"), i(1), i(1), i(3), Value::Null]]
-    );
+    assert_eq!(rows(p.table(t).unwrap()), vec![vec![i(1), s("a"), i(1), i(1), i(3), Value::Null]]);
     assert!(p.table(ids[1]).is_err());
     // A NOT NULL column without a default cannot be added to a table with rows.
     def.columns.push(col("REQUIRED", DataType::Integer, false));
     catalog.replace_table(def).unwrap();
     let err = p.apply_schema(&catalog, &HashRing::new(1)).unwrap_err();
-    assert_eq!(
-        err.message,
-        "cannot add NOT NULL column REQUIRED without a default to CONTESTANTS: it has rows"
-    );
+    assert_eq!(err.message, "cannot add NOT NULL column REQUIRED without a default to CONTESTANTS: it has rows");
     assert_eq!(p.table(t).unwrap().def().columns.len(), 6);
     assert_consistent(&p);
 }
@@ -894,10 +659,7 @@ fn apply_schema_builds_and_drops_indexes() {
     def.indexes.push(index("UQ_NAME", &[1], true, false));
     catalog.replace_table(def.clone()).unwrap();
     let err = p.apply_schema(&catalog, &HashRing::new(1)).unwrap_err();
-    assert_eq!(
-        err.message,
-        "Constraint violation: UNIQUE \"UQ_NAME\" on CONTESTANTS: duplicate key (a)"
-    );
+    assert_eq!(err.message, "Constraint violation: UNIQUE \"UQ_NAME\" on CONTESTANTS: duplicate key (a)");
     // The old storage is untouched.
     assert_eq!(p.table(t).unwrap().def().indexes.len(), 3);
     assert_eq!(p.table(t).unwrap().len(), 2);
@@ -939,9 +701,7 @@ fn partitioning_a_table_keeps_only_this_partitions_rows() {
         }
         total += table.len();
         // Freed slots are reused.
-        let id = p
-            .insert(t, vec![i(100 + p.id() as i64), s("x"), i(100), i(0)])
-            .unwrap();
+        let id = p.insert(t, vec![i(100 + p.id() as i64), s("x"), i(100), i(0)]).unwrap();
         assert!((id as usize) < 20);
         assert_consistent(p);
     }
@@ -957,10 +717,7 @@ fn memory_estimate_grows_with_rows() {
     }
     let full = p.table(ids[0]).unwrap().memory_bytes();
     // At least the row arrays themselves: 100 rows × 4 values.
-    assert!(
-        full >= empty + 100 * 4 * std::mem::size_of::<Value>(),
-        "{empty} → {full}"
-    );
+    assert!(full >= empty + 100 * 4 * std::mem::size_of::<Value>(), "{empty} → {full}");
 }
 
 #[derive(Clone, Debug)]
@@ -1091,4 +848,3 @@ proptest! {
         }
     }
 }
-

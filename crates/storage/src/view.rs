@@ -32,11 +32,7 @@ impl ViewLayout {
         let group_len = view.group_by.len();
         let width = def.columns.len();
         let mut hidden_len = 0;
-        let count_pos = match view
-            .aggregates
-            .iter()
-            .position(|a| *a == ViewAggregate::CountStar)
-        {
+        let count_pos = match view.aggregates.iter().position(|a| *a == ViewAggregate::CountStar) {
             Some(i) => group_len + i,
             None => {
                 hidden_len += 1;
@@ -53,13 +49,7 @@ impl ViewLayout {
                 })
             })
             .collect();
-        ViewLayout {
-            group_len,
-            group_index: 0,
-            hidden_len,
-            count_pos,
-            nonnull_pos,
-        }
+        ViewLayout { group_len, group_index: 0, hidden_len, count_pos, nonnull_pos }
     }
 }
 
@@ -103,10 +93,7 @@ impl<'a> Changing<'a> {
 fn input_column(agg: ViewAggregate) -> Option<usize> {
     match agg {
         ViewAggregate::CountStar => None,
-        ViewAggregate::Count(c)
-        | ViewAggregate::Sum(c)
-        | ViewAggregate::Min(c)
-        | ViewAggregate::Max(c) => Some(c),
+        ViewAggregate::Count(c) | ViewAggregate::Sum(c) | ViewAggregate::Min(c) | ViewAggregate::Max(c) => Some(c),
     }
 }
 
@@ -124,38 +111,18 @@ fn input(view_table: &Table, vdef: &ViewDef, i: usize, src: &[Value]) -> Result<
         // COUNT only needs to know NULL or not.
         ViewAggregate::Count(_) => Ok(src[c].clone()),
         _ if src[c].is_null() => Ok(Value::Null),
-        _ => src[c]
-            .coerce_to(col.ty)
-            .map_err(|e| e.context(format!("column {} of view {}", col.name, view_table.name()))),
+        _ => src[c].coerce_to(col.ty).map_err(|e| e.context(format!("column {} of view {}", col.name, view_table.name()))),
     }
 }
 
 /// `a + b` or `a - b` for a SUM column.
 fn add(a: &Value, b: &Value, subtract: bool, view: &Table, col: usize) -> Result<Value> {
-    let overflow = || {
-        Error::sql(format!(
-            "numeric overflow in column {} of view {}",
-            view.def().columns[col].name,
-            view.name()
-        ))
-    };
+    let overflow = || Error::sql(format!("numeric overflow in column {} of view {}", view.def().columns[col].name, view.name()));
     Ok(match (a, b) {
-        (Value::Int(x), Value::Int(y)) => Value::Int(
-            if subtract {
-                x.checked_sub(*y)
-            } else {
-                x.checked_add(*y)
-            }
-            .ok_or_else(overflow)?,
-        ),
-        (Value::Decimal(x), Value::Decimal(y)) => Value::Decimal(
-            if subtract {
-                x.checked_sub(*y)
-            } else {
-                x.checked_add(*y)
-            }
-            .ok_or_else(overflow)?,
-        ),
+        (Value::Int(x), Value::Int(y)) => Value::Int(if subtract { x.checked_sub(*y) } else { x.checked_add(*y) }.ok_or_else(overflow)?),
+        (Value::Decimal(x), Value::Decimal(y)) => {
+            Value::Decimal(if subtract { x.checked_sub(*y) } else { x.checked_add(*y) }.ok_or_else(overflow)?)
+        }
         (Value::Float(x), Value::Float(y)) => Value::Float(if subtract { x - y } else { x + y }),
         _ => {
             return Err(Error::sql(format!(
@@ -180,10 +147,7 @@ fn find_group(view_table: &Table, layout: &ViewLayout, key: &[Value]) -> Option<
 }
 
 fn layout(view_table: &Table) -> Result<&ViewLayout> {
-    view_table
-        .view
-        .as_ref()
-        .ok_or_else(|| Error::unexpected(format!("{} is not a view", view_table.name())))
+    view_table.view.as_ref().ok_or_else(|| Error::unexpected(format!("{} is not a view", view_table.name())))
 }
 
 /// The change to the view when `src` is added to its source.
@@ -220,11 +184,7 @@ pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Re
             ViewAggregate::Count(_) => Value::Int(int(cur) + !v.is_null() as i64),
             _ if v.is_null() => continue,
             ViewAggregate::Sum(_) => {
-                let sum = if cur.is_null() {
-                    v
-                } else {
-                    add(cur, &v, false, view_table, k + i)?
-                };
+                let sum = if cur.is_null() { v } else { add(cur, &v, false, view_table, k + i)? };
                 if let Some(p) = layout.nonnull_pos[i] {
                     row.set(p, Value::Int(int(row.get(p)) + 1));
                 }
@@ -240,20 +200,12 @@ pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Re
 }
 
 /// The change to the view when `src` is removed from `source` (which no longer holds it).
-pub(crate) fn on_delete(
-    view_table: &Table,
-    vdef: &ViewDef,
-    src: &[Value],
-    source: &Table,
-) -> Result<ViewChange> {
+pub(crate) fn on_delete(view_table: &Table, vdef: &ViewDef, src: &[Value], source: &Table) -> Result<ViewChange> {
     let layout = layout(view_table)?;
     let key = group_key(vdef, src, 0);
     let k = layout.group_len;
     let Some(id) = find_group(view_table, layout, &key) else {
-        return Err(Error::unexpected(format!(
-            "view {} has no group for a deleted row",
-            view_table.name()
-        )));
+        return Err(Error::unexpected(format!("view {} has no group for a deleted row", view_table.name())));
     };
     let mut row = Changing::new(view_table.get_full(id).unwrap_or_default());
     let count = int(row.get(layout.count_pos)) - 1;
@@ -322,21 +274,13 @@ fn recompute_extremes(
     };
     // An index whose leading columns are the group-by columns finds the group's rows
     // directly; otherwise scan the source.
-    let group_index = source.indexes().iter().position(|ix| {
-        k > 0 && ix.columns.len() >= k && ix.columns[..k].iter().all(|c| vdef.group_by.contains(c))
-    });
+    let group_index =
+        source.indexes().iter().position(|ix| k > 0 && ix.columns.len() >= k && ix.columns[..k].iter().all(|c| vdef.group_by.contains(c)));
     match group_index {
         Some(pos) => {
             let columns = &source.indexes()[pos].columns[..k];
-            let probe: Vec<Value> = columns
-                .iter()
-                .map(|c| {
-                    vdef.group_by
-                        .iter()
-                        .position(|g| g == c)
-                        .map_or(Value::Null, |j| key[j].clone())
-                })
-                .collect();
+            let probe: Vec<Value> =
+                columns.iter().map(|c| vdef.group_by.iter().position(|g| g == c).map_or(Value::Null, |j| key[j].clone())).collect();
             for id in source.lookup(pos, &probe) {
                 if let Some(src) = source.get(id) {
                     visit(src)?;

@@ -34,10 +34,7 @@ impl<'a> Reader<'a> {
     /// The next `n` bytes, or an error naming `what` if the message is shorter.
     pub fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(malformed(format!(
-                "{what} needs {n} bytes but only {} remain",
-                self.remaining()
-            )));
+            return Err(malformed(format!("{what} needs {n} bytes but only {} remain", self.remaining())));
         }
         let out = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -95,9 +92,7 @@ impl<'a> Reader<'a> {
     pub fn str(&mut self, what: &str) -> Result<Option<&'a str>> {
         match self.varbinary(what)? {
             None => Ok(None),
-            Some(b) => std::str::from_utf8(b)
-                .map(Some)
-                .map_err(|_| malformed(format!("{what} is not valid UTF-8"))),
+            Some(b) => std::str::from_utf8(b).map(Some).map_err(|_| malformed(format!("{what} is not valid UTF-8"))),
         }
     }
 
@@ -108,17 +103,13 @@ impl<'a> Reader<'a> {
 
     /// `required_string`, borrowed from the message.
     pub fn required_str(&mut self, what: &str) -> Result<&'a str> {
-        self.str(what)?
-            .ok_or_else(|| malformed(format!("{what} is NULL")))
+        self.str(what)?.ok_or_else(|| malformed(format!("{what} is NULL")))
     }
 
     /// Fails unless every byte has been consumed.
     pub fn expect_end(&self, what: &str) -> Result<()> {
         if self.remaining() != 0 {
-            return Err(malformed(format!(
-                "{} unexpected bytes after {what}",
-                self.remaining()
-            )));
+            return Err(malformed(format!("{} unexpected bytes after {what}", self.remaining())));
         }
         Ok(())
     }
@@ -180,23 +171,13 @@ mod tests {
     fn short_reads_are_errors_naming_the_field() {
         let mut r = Reader::new(&[0, 0, 0, 9, b'a']);
         let err = r.varbinary("procedure name").unwrap_err();
-        assert_eq!(
-            err.message,
-            "wire protocol violation: procedure name needs 9 bytes but only 1 remain"
-        );
+        assert_eq!(err.message, "wire protocol violation: procedure name needs 9 bytes but only 1 remain");
     }
 
     #[test]
     fn null_and_negative_lengths() {
-        assert_eq!(
-            Reader::new(&[0xff, 0xff, 0xff, 0xff])
-                .varbinary("x")
-                .unwrap(),
-            None
-        );
-        assert!(Reader::new(&[0xff, 0xff, 0xff, 0xfe])
-            .varbinary("x")
-            .is_err());
+        assert_eq!(Reader::new(&[0xff, 0xff, 0xff, 0xff]).varbinary("x").unwrap(), None);
+        assert!(Reader::new(&[0xff, 0xff, 0xff, 0xfe]).varbinary("x").is_err());
         assert!(Reader::new(&[0, 0, 0, 1, 0xff]).string("s").is_err());
     }
 

@@ -21,9 +21,7 @@ pub fn decode_frame_with_limit(buf: &mut BytesMut, max_bytes: usize) -> Result<O
     }
     let len = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
     if len < 1 || len as usize > max_bytes {
-        return Err(malformed(format!(
-            "frame length {len} is outside 1..={max_bytes}"
-        )));
+        return Err(malformed(format!("frame length {len} is outside 1..={max_bytes}")));
     }
     let len = len as usize;
     if buf.len() < 4 + len {
@@ -58,20 +56,12 @@ mod tests {
 
     #[test]
     fn bad_lengths_are_errors() {
-        for prefix in [
-            [0u8, 0, 0, 0],
-            [0xff, 0xff, 0xff, 0xff],
-            [0x03, 0x20, 0x00, 0x01],
-        ] {
+        for prefix in [[0u8, 0, 0, 0], [0xff, 0xff, 0xff, 0xff], [0x03, 0x20, 0x00, 0x01]] {
             let mut buf = BytesMut::from(&prefix[..]);
             assert!(decode_frame(&mut buf).is_err(), "{prefix:?}");
         }
         let mut buf = BytesMut::from(&[0x03u8, 0x20, 0x00, 0x00][..]);
-        assert_eq!(
-            decode_frame(&mut buf).unwrap(),
-            None,
-            "exactly the maximum is allowed"
-        );
+        assert_eq!(decode_frame(&mut buf).unwrap(), None, "exactly the maximum is allowed");
     }
 
     #[test]

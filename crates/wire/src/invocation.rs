@@ -41,14 +41,7 @@ pub struct Invocation {
 impl Invocation {
     /// A plain call with no extensions.
     pub fn new(procedure: impl Into<String>, handle: i64, params: Vec<Value>) -> Self {
-        Invocation {
-            procedure: procedure.into(),
-            handle,
-            timeout_ms: None,
-            all_partition: false,
-            partition_destination: None,
-            params,
-        }
+        Invocation { procedure: procedure.into(), handle, timeout_ms: None, all_partition: false, partition_destination: None, params }
     }
 }
 
@@ -84,9 +77,7 @@ fn decode_invocation_into(payload: &[u8], codes: Option<&mut Vec<WireType>>) -> 
         return Err(malformed("procedure name is empty"));
     }
     if procedure.len() > PROCEDURE_NAME_MAX_BYTES {
-        return Err(malformed(format!(
-            "procedure name longer than {PROCEDURE_NAME_MAX_BYTES} bytes"
-        )));
+        return Err(malformed(format!("procedure name longer than {PROCEDURE_NAME_MAX_BYTES} bytes")));
     }
     let handle = r.i64("client handle")?;
     let mut inv = Invocation::new(procedure, handle, Vec::new());
@@ -102,28 +93,18 @@ fn decode_invocation_into(payload: &[u8], codes: Option<&mut Vec<WireType>>) -> 
 fn read_extensions(r: &mut Reader, inv: &mut Invocation) -> Result<()> {
     let count = r.i8("extension count")?;
     if count < 0 || count as u8 > EXTENSION_COUNT_MAX {
-        return Err(malformed(format!(
-            "extension count {count} is outside 0..={EXTENSION_COUNT_MAX}"
-        )));
+        return Err(malformed(format!("extension count {count} is outside 0..={EXTENSION_COUNT_MAX}")));
     }
     for _ in 0..count {
         let ty = r.u8("extension type")?;
         let len_code = r.u8("extension length")?;
         if len_code > EXTENSION_LEN_CODE_MAX {
-            return Err(malformed(format!(
-                "extension length code {len_code} is too large"
-            )));
+            return Err(malformed(format!("extension length code {len_code} is too large")));
         }
-        let len = if len_code == 0 {
-            0
-        } else {
-            1usize << (len_code - 1)
-        };
+        let len = if len_code == 0 { 0 } else { 1usize << (len_code - 1) };
         let value = r.bytes(len, "extension value")?;
         let as_i32 = |name: &str| -> Result<i32> {
-            let b: [u8; 4] = value
-                .try_into()
-                .map_err(|_| malformed(format!("{name} extension must be 4 bytes, not {len}")))?;
+            let b: [u8; 4] = value.try_into().map_err(|_| malformed(format!("{name} extension must be 4 bytes, not {len}")))?;
             Ok(i32::from_be_bytes(b))
         };
         match ty {
@@ -132,9 +113,7 @@ fn read_extensions(r: &mut Reader, inv: &mut Invocation) -> Result<()> {
                 inv.timeout_ms = (ms != -1).then_some(ms);
             }
             EXT_ALL_PARTITION => inv.all_partition = true,
-            EXT_PARTITION_DESTINATION => {
-                inv.partition_destination = Some(as_i32("partition destination")?)
-            }
+            EXT_PARTITION_DESTINATION => inv.partition_destination = Some(as_i32("partition destination")?),
             _ => {} // unknown extensions are skipped by their length
         }
     }
@@ -147,15 +126,9 @@ pub fn encode_invocation(inv: &Invocation, out: &mut Vec<u8>) -> Result<()> {
 }
 
 /// `encode_invocation` with integer wire-type hints per parameter (see `encode_params_typed`).
-pub fn encode_invocation_typed(
-    inv: &Invocation,
-    hints: &[WireType],
-    out: &mut Vec<u8>,
-) -> Result<()> {
+pub fn encode_invocation_typed(inv: &Invocation, hints: &[WireType], out: &mut Vec<u8>) -> Result<()> {
     if inv.procedure.is_empty() || inv.procedure.len() > PROCEDURE_NAME_MAX_BYTES {
-        return Err(Error::graceful(format!(
-            "procedure name must be 1 to {PROCEDURE_NAME_MAX_BYTES} bytes"
-        )));
+        return Err(Error::graceful(format!("procedure name must be 1 to {PROCEDURE_NAME_MAX_BYTES} bytes")));
     }
     // Room for the header and typical parameters at once, instead of growing step by step.
     out.reserve(INVOCATION_HEADER_BYTES_MAX + inv.procedure.len() + PARAM_BYTES_TYPICAL * inv.params.len());
@@ -164,12 +137,7 @@ pub fn encode_invocation_typed(
     put_i8(out, 2);
     put_string(out, &inv.procedure);
     put_i64(out, inv.handle);
-    let count = inv.timeout_ms.is_some() as i8
-        + if inv.partition_destination.is_some() {
-            2
-        } else {
-            inv.all_partition as i8
-        };
+    let count = inv.timeout_ms.is_some() as i8 + if inv.partition_destination.is_some() { 2 } else { inv.all_partition as i8 };
     put_i8(out, count);
     if let Some(ms) = inv.timeout_ms {
         put_i8(out, EXT_BATCH_TIMEOUT as i8);
@@ -200,9 +168,7 @@ mod tests {
 
     #[test]
     fn version_0_and_1_decode() {
-        let mut v0 = vec![
-            0, 0, 0, 0, 1, b'P', 0, 0, 0, 0, 0, 0, 0, 5, 0, 1, 5, 0, 0, 0, 7,
-        ];
+        let mut v0 = vec![0, 0, 0, 0, 1, b'P', 0, 0, 0, 0, 0, 0, 0, 5, 0, 1, 5, 0, 0, 0, 7];
         let inv = decode_invocation(&v0).unwrap();
         assert_eq!(inv, Invocation::new("P", 5, vec![Value::Int(7)]));
         let mut v1 = vec![1, 1, 0, 0, 0x13, 0x88];
@@ -212,27 +178,18 @@ mod tests {
         v1_none.extend_from_slice(&v0[1..]);
         assert_eq!(decode_invocation(&v1_none).unwrap().timeout_ms, None);
         v0.push(0);
-        assert!(decode_invocation(&v0)
-            .unwrap_err()
-            .message
-            .contains("1 unexpected bytes"));
+        assert!(decode_invocation(&v0).unwrap_err().message.contains("1 unexpected bytes"));
     }
 
     #[test]
     fn unknown_extensions_are_skipped_and_bad_counts_refused() {
         // name "P", handle 1, 2 extensions: type 9 with 8 bytes, ALL_PARTITION; no params.
-        let mut b = vec![
-            2, 0, 0, 0, 1, b'P', 0, 0, 0, 0, 0, 0, 0, 1, 2, 9, 4, 1, 2, 3, 4, 5, 6, 7, 8, 2, 0, 0,
-            0,
-        ];
+        let mut b = vec![2, 0, 0, 0, 1, b'P', 0, 0, 0, 0, 0, 0, 0, 1, 2, 9, 4, 1, 2, 3, 4, 5, 6, 7, 8, 2, 0, 0, 0];
         let inv = decode_invocation(&b).unwrap();
         assert!(inv.all_partition);
         assert_eq!(inv.partition_destination, None);
         b[14] = 31;
-        assert!(decode_invocation(&b)
-            .unwrap_err()
-            .message
-            .contains("extension count 31"));
+        assert!(decode_invocation(&b).unwrap_err().message.contains("extension count 31"));
         b[14] = 0xff;
         assert!(decode_invocation(&b).is_err());
     }
@@ -240,10 +197,7 @@ mod tests {
     #[test]
     fn empty_procedure_name_is_refused() {
         let b = [2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0];
-        assert!(decode_invocation(&b)
-            .unwrap_err()
-            .message
-            .contains("procedure name is empty"));
+        assert!(decode_invocation(&b).unwrap_err().message.contains("procedure name is empty"));
         let mut out = Vec::new();
         assert!(encode_invocation(&Invocation::new("", 1, vec![]), &mut out).is_err());
     }

@@ -108,18 +108,12 @@ pub struct LoginError {
 }
 
 fn reject(code: LoginCode, reason: impl std::fmt::Display) -> LoginError {
-    LoginError {
-        code,
-        error: Error::graceful(format!("login rejected: {reason}")),
-    }
+    LoginError { code, error: Error::graceful(format!("login rejected: {reason}")) }
 }
 
 /// Decodes a login frame's payload, following the real server's rules (§1.2.1).
 pub fn decode_login_request(payload: &[u8]) -> std::result::Result<LoginRequest, LoginError> {
-    let violation = |e: Error| LoginError {
-        code: LoginCode::ProtocolViolation,
-        error: e,
-    };
+    let violation = |e: Error| LoginError { code: LoginCode::ProtocolViolation, error: e };
     let mut r = Reader::new(payload);
     let version = r.u8("login version").map_err(violation)?;
     let scheme = match version {
@@ -127,67 +121,27 @@ pub fn decode_login_request(payload: &[u8]) -> std::result::Result<LoginRequest,
         1 => match r.i8("hash scheme").map_err(violation)? {
             0 => HashScheme::Sha1,
             1 => HashScheme::Sha256,
-            2 => {
-                return Err(reject(
-                    LoginCode::AuthFailed,
-                    "Kerberos (SPNEGO) login is not supported",
-                ))
-            }
-            other => {
-                return Err(reject(
-                    LoginCode::ProtocolViolation,
-                    format!("unknown hash scheme {other}"),
-                ))
-            }
+            2 => return Err(reject(LoginCode::AuthFailed, "Kerberos (SPNEGO) login is not supported")),
+            other => return Err(reject(LoginCode::ProtocolViolation, format!("unknown hash scheme {other}"))),
         },
-        other => {
-            return Err(reject(
-                LoginCode::ProtocolViolation,
-                format!("unknown login version {other}"),
-            ))
-        }
+        other => return Err(reject(LoginCode::ProtocolViolation, format!("unknown login version {other}"))),
     };
     let service = r.required_string("service name").map_err(violation)?;
     if service.len() > SERVICE_NAME_MAX_BYTES {
-        return Err(reject(
-            LoginCode::ProtocolViolation,
-            "service name too long",
-        ));
+        return Err(reject(LoginCode::ProtocolViolation, "service name too long"));
     }
     let username = r.string("username").map_err(violation)?.unwrap_or_default();
     if username.len() > USERNAME_MAX_BYTES {
-        return Err(reject(
-            LoginCode::ProtocolViolation,
-            format!("username longer than {USERNAME_MAX_BYTES} bytes"),
-        ));
+        return Err(reject(LoginCode::ProtocolViolation, format!("username longer than {USERNAME_MAX_BYTES} bytes")));
     }
     if r.remaining() != scheme.digest_len() {
-        return Err(reject(
-            LoginCode::AuthFailed,
-            format!(
-                "password digest is {} bytes, expected {}",
-                r.remaining(),
-                scheme.digest_len()
-            ),
-        ));
+        return Err(reject(LoginCode::AuthFailed, format!("password digest is {} bytes, expected {}", r.remaining(), scheme.digest_len())));
     }
-    let digest = r
-        .bytes(scheme.digest_len(), "password digest")
-        .map_err(violation)?
-        .to_vec();
+    let digest = r.bytes(scheme.digest_len(), "password digest").map_err(violation)?.to_vec();
     if service != SERVICE_DATABASE {
-        return Err(reject(
-            LoginCode::UnknownService,
-            format!("unknown service {service:?}"),
-        ));
+        return Err(reject(LoginCode::UnknownService, format!("unknown service {service:?}")));
     }
-    Ok(LoginRequest {
-        version,
-        scheme,
-        service,
-        username,
-        digest,
-    })
+    Ok(LoginRequest { version, scheme, service, username, digest })
 }
 
 /// Appends a login request frame. Version 0 implies SHA-1 and has no scheme byte.
@@ -238,11 +192,7 @@ pub fn encode_login_response(resp: &LoginResponse, out: &mut Vec<u8>) {
         }
         LoginResponse::Failure(code) => {
             // A failure must never read as success on the other side.
-            let code = if *code == LoginCode::Success {
-                LoginCode::AuthFailed
-            } else {
-                *code
-            };
+            let code = if *code == LoginCode::Success { LoginCode::AuthFailed } else { *code };
             put_i8(out, code.code());
         }
     }
@@ -254,9 +204,7 @@ pub fn decode_login_response(payload: &[u8]) -> Result<LoginResponse> {
     let mut r = Reader::new(payload);
     let version = r.i8("login response version")?;
     if version == 2 {
-        return Err(malformed(
-            "server asked for Kerberos authentication, which is not supported",
-        ));
+        return Err(malformed("server asked for Kerberos authentication, which is not supported"));
     }
     let code = r.i8("login result code")?;
     if code != 0 {
@@ -270,13 +218,7 @@ pub fn decode_login_response(payload: &[u8]) -> Result<LoginResponse> {
     if build.len() > BUILD_STRING_MAX_BYTES {
         return Err(malformed("build string too long"));
     }
-    Ok(LoginResponse::Success(LoginSuccess {
-        host_id,
-        connection_id,
-        cluster_start_ms,
-        leader_ipv4,
-        build,
-    }))
+    Ok(LoginResponse::Success(LoginSuccess { host_id, connection_id, cluster_start_ms, leader_ipv4, build }))
 }
 
 #[cfg(test)]
@@ -290,22 +232,12 @@ mod tests {
     }
 
     fn request(version: u8, scheme: HashScheme) -> LoginRequest {
-        LoginRequest {
-            version,
-            scheme,
-            service: "database".into(),
-            username: "alice".into(),
-            digest: vec![7; scheme.digest_len()],
-        }
+        LoginRequest { version, scheme, service: "database".into(), username: "alice".into(), digest: vec![7; scheme.digest_len()] }
     }
 
     #[test]
     fn both_versions_and_schemes_round_trip() {
-        for (v, s) in [
-            (0, HashScheme::Sha1),
-            (1, HashScheme::Sha1),
-            (1, HashScheme::Sha256),
-        ] {
+        for (v, s) in [(0, HashScheme::Sha1), (1, HashScheme::Sha1), (1, HashScheme::Sha256)] {
             let req = request(v, s);
             assert_eq!(decode_login_request(&payload(&req)).unwrap(), req);
         }
@@ -315,48 +247,27 @@ mod tests {
     fn digest_length_must_match_the_scheme() {
         let mut req = request(1, HashScheme::Sha256);
         req.digest = vec![1; 20];
-        assert_eq!(
-            decode_login_request(&payload(&req)).unwrap_err().code,
-            LoginCode::AuthFailed
-        );
+        assert_eq!(decode_login_request(&payload(&req)).unwrap_err().code, LoginCode::AuthFailed);
     }
 
     #[test]
     fn unknown_scheme_version_and_service_have_their_codes() {
         let mut p = payload(&request(1, HashScheme::Sha256));
         p[1] = 9;
-        assert_eq!(
-            decode_login_request(&p).unwrap_err().code,
-            LoginCode::ProtocolViolation
-        );
+        assert_eq!(decode_login_request(&p).unwrap_err().code, LoginCode::ProtocolViolation);
         p[0] = 4;
-        assert_eq!(
-            decode_login_request(&p).unwrap_err().code,
-            LoginCode::ProtocolViolation
-        );
+        assert_eq!(decode_login_request(&p).unwrap_err().code, LoginCode::ProtocolViolation);
         let mut req = request(1, HashScheme::Sha256);
         req.service = "export".into();
-        assert_eq!(
-            decode_login_request(&payload(&req)).unwrap_err().code,
-            LoginCode::UnknownService
-        );
-        assert_eq!(
-            decode_login_request(&[]).unwrap_err().code,
-            LoginCode::ProtocolViolation
-        );
+        assert_eq!(decode_login_request(&payload(&req)).unwrap_err().code, LoginCode::UnknownService);
+        assert_eq!(decode_login_request(&[]).unwrap_err().code, LoginCode::ProtocolViolation);
     }
 
     #[test]
     fn failure_response_is_six_bytes() {
         let mut out = Vec::new();
-        encode_login_response(
-            &LoginResponse::Failure(LoginCode::TooManyConnections),
-            &mut out,
-        );
+        encode_login_response(&LoginResponse::Failure(LoginCode::TooManyConnections), &mut out);
         assert_eq!(out, vec![0, 0, 0, 2, 0, 1]);
-        assert_eq!(
-            decode_login_response(&out[4..]).unwrap(),
-            LoginResponse::Failure(LoginCode::TooManyConnections)
-        );
+        assert_eq!(decode_login_response(&out[4..]).unwrap(), LoginResponse::Failure(LoginCode::TooManyConnections));
     }
 }

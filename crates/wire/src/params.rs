@@ -12,10 +12,7 @@ pub const PARAM_COUNT_MAX: usize = 32767;
 pub const ARRAY_COUNT_MAX: usize = 32767;
 
 fn unsupported(code: WireType) -> Error {
-    Error::graceful(format!(
-        "{} parameters are not supported",
-        types::name(code)
-    ))
+    Error::graceful(format!("{} parameters are not supported", types::name(code)))
 }
 
 /// Reads a parameter set into values, with each parameter's wire type code (ARRAY for arrays).
@@ -110,15 +107,9 @@ fn decode_array(r: &mut Reader, what: &str) -> Result<Value> {
             Ok(Value::Array(out))
         }
         types::VOLTTABLE | types::GEOGRAPHY | types::GEOGRAPHY_POINT => {
-            Err(Error::graceful(format!(
-                "arrays of {} parameters are not supported",
-                types::name(elem)
-            )))
+            Err(Error::graceful(format!("arrays of {} parameters are not supported", types::name(elem))))
         }
-        other => Err(malformed(format!(
-            "{what}: arrays of {} are not allowed",
-            types::name(other)
-        ))),
+        other => Err(malformed(format!("{what}: arrays of {} are not allowed", types::name(other)))),
     }
 }
 
@@ -147,25 +138,14 @@ pub fn encode_params(params: &[Value], out: &mut Vec<u8>) -> Result<()> {
 /// the wire type of integer parameter i (so a call can send INTEGER where a peer expects it).
 pub fn encode_params_typed(params: &[Value], hints: &[WireType], out: &mut Vec<u8>) -> Result<()> {
     if params.len() > PARAM_COUNT_MAX {
-        return Err(Error::graceful(format!(
-            "{} parameters is more than the maximum of {PARAM_COUNT_MAX}",
-            params.len()
-        )));
+        return Err(Error::graceful(format!("{} parameters is more than the maximum of {PARAM_COUNT_MAX}", params.len())));
     }
     put_i16(out, params.len() as i16);
     for (i, p) in params.iter().enumerate() {
-        let bad = || {
-            Error::graceful(format!(
-                "parameter {} ({}) cannot be sent",
-                i + 1,
-                p.describe()
-            ))
-        };
+        let bad = || Error::graceful(format!("parameter {} ({}) cannot be sent", i + 1, p.describe()));
         match p {
             Value::Null => put_i8(out, types::NULL),
-            Value::Array(items) => {
-                encode_array(items, out).map_err(|e| e.context(format!("parameter {}", i + 1)))?
-            }
+            Value::Array(items) => encode_array(items, out).map_err(|e| e.context(format!("parameter {}", i + 1)))?,
             v => {
                 let mut code = natural_code(v).ok_or_else(bad)?;
                 if let (Value::Int(n), Some(&hint)) = (v, hints.get(i)) {
@@ -197,22 +177,14 @@ fn fits_integer(code: WireType, v: i64) -> bool {
 
 fn encode_array(items: &[Value], out: &mut Vec<u8>) -> Result<()> {
     if items.len() > ARRAY_COUNT_MAX {
-        return Err(Error::graceful(format!(
-            "array of {} elements is over {ARRAY_COUNT_MAX}",
-            items.len()
-        )));
+        return Err(Error::graceful(format!("array of {} elements is over {ARRAY_COUNT_MAX}", items.len())));
     }
     // The element type is that of the first non-NULL element; all-NULL arrays go as BIGINT.
     let mut elem = types::BIGINT;
     if let Some(first) = items.iter().find(|v| !v.is_null()) {
         elem = match natural_code(first) {
             Some(c) if c != types::BOOLEAN => c,
-            _ => {
-                return Err(Error::graceful(format!(
-                    "arrays of {} are not supported",
-                    first.describe()
-                )))
-            }
+            _ => return Err(Error::graceful(format!("arrays of {} are not supported", first.describe()))),
         };
     }
     put_i8(out, types::ARRAY);
@@ -220,15 +192,10 @@ fn encode_array(items: &[Value], out: &mut Vec<u8>) -> Result<()> {
     put_i16(out, items.len() as i16);
     for v in items {
         if !v.is_null() && natural_code(v) != Some(elem) {
-            return Err(Error::graceful(
-                "an array's elements must all have the same type",
-            ));
+            return Err(Error::graceful("an array's elements must all have the same type"));
         }
         if !scalar::write(out, elem, v) {
-            return Err(Error::graceful(format!(
-                "array element {} cannot be sent",
-                v.describe()
-            )));
+            return Err(Error::graceful(format!("array element {} cannot be sent", v.describe())));
         }
     }
     Ok(())
@@ -262,26 +229,11 @@ mod tests {
 
     #[test]
     fn unsupported_types_say_so() {
-        assert_eq!(
-            decode(&[0, 1, 21, 0, 0, 0, 0]).unwrap_err().message,
-            "VOLTTABLE parameters are not supported"
-        );
-        assert_eq!(
-            decode(&[0, 1, 26]).unwrap_err().message,
-            "GEOGRAPHY_POINT parameters are not supported"
-        );
-        assert!(decode(&[0, 1, 99])
-            .unwrap_err()
-            .message
-            .contains("unknown type code 99"));
-        assert!(decode(&[0xff, 0xff])
-            .unwrap_err()
-            .message
-            .contains("negative parameter count"));
-        assert!(
-            decode(&[0x7f, 0xff]).is_err(),
-            "count larger than the message"
-        );
+        assert_eq!(decode(&[0, 1, 21, 0, 0, 0, 0]).unwrap_err().message, "VOLTTABLE parameters are not supported");
+        assert_eq!(decode(&[0, 1, 26]).unwrap_err().message, "GEOGRAPHY_POINT parameters are not supported");
+        assert!(decode(&[0, 1, 99]).unwrap_err().message.contains("unknown type code 99"));
+        assert!(decode(&[0xff, 0xff]).unwrap_err().message.contains("negative parameter count"));
+        assert!(decode(&[0x7f, 0xff]).is_err(), "count larger than the message");
     }
 
     #[test]
@@ -289,10 +241,7 @@ mod tests {
         let bytes = [0, 4, 3, 5, 4, 0x80, 0, 5, 0, 0, 0, 9, 23, 1];
         let mut r = Reader::new(&bytes);
         let (values, codes) = decode_params_typed(&mut r).unwrap();
-        assert_eq!(
-            values,
-            vec![Value::Int(5), Value::Null, Value::Int(9), Value::Bool(true)]
-        );
+        assert_eq!(values, vec![Value::Int(5), Value::Null, Value::Int(9), Value::Bool(true)]);
         assert_eq!(codes, vec![3, 4, 5, 23]);
     }
 
@@ -309,11 +258,7 @@ mod tests {
     #[test]
     fn mixed_and_nested_arrays_are_refused() {
         let mut out = Vec::new();
-        assert!(encode_params(
-            &[Value::Array(vec![Value::Int(1), Value::from("a")])],
-            &mut out
-        )
-        .is_err());
+        assert!(encode_params(&[Value::Array(vec![Value::Int(1), Value::from("a")])], &mut out).is_err());
         assert!(encode_params(&[Value::Array(vec![Value::Array(vec![])])], &mut out).is_err());
         assert!(encode_params(&[Value::Int(i64::MIN)], &mut out).is_err());
     }

@@ -2,9 +2,7 @@
 
 use lockstep_core::{Error, Result, ResultTable};
 
-use crate::codec::{
-    begin_len, malformed, patch_len, put_i16, put_i32, put_i64, put_i8, put_string, Reader,
-};
+use crate::codec::{begin_len, malformed, patch_len, put_i16, put_i32, put_i64, put_i8, put_string, Reader};
 use crate::table::{decode_table, encode_table};
 
 /// Most result tables in one response (the int16 count's range).
@@ -59,11 +57,7 @@ impl Response {
 
     /// A failure response carrying the error's status and message.
     pub fn error(handle: i64, err: &Error) -> Self {
-        Response {
-            status: err.kind.status_code(),
-            status_string: Some(err.message.clone()),
-            ..Response::success(handle, Vec::new())
-        }
+        Response { status: err.kind.status_code(), status_string: Some(err.message.clone()), ..Response::success(handle, Vec::new()) }
     }
 }
 
@@ -104,9 +98,7 @@ pub fn encode_response(r: &Response, out: &mut Vec<u8>) -> usize {
 fn bounded_string(r: &mut Reader, what: &str) -> Result<String> {
     let s = r.string(what)?.unwrap_or_default();
     if s.len() > STATUS_STRING_MAX_BYTES {
-        return Err(malformed(format!(
-            "{what} longer than {STATUS_STRING_MAX_BYTES} bytes"
-        )));
+        return Err(malformed(format!("{what} longer than {STATUS_STRING_MAX_BYTES} bytes")));
     }
     Ok(s)
 }
@@ -120,10 +112,7 @@ pub fn decode_response(payload: &[u8]) -> Result<Response> {
 
 /// A response payload's head and its tables, each read by `table`, with nothing left over.
 /// The tables are collected as they are read: no room is reserved from the untrusted count.
-pub(crate) fn decode_with<T, C: FromIterator<T>>(
-    payload: &[u8],
-    mut table: impl FnMut(&mut Reader) -> Result<T>,
-) -> Result<(Head, C)> {
+pub(crate) fn decode_with<T, C: FromIterator<T>>(payload: &[u8], mut table: impl FnMut(&mut Reader) -> Result<T>) -> Result<(Head, C)> {
     let mut r = Reader::new(payload);
     let head = decode_head(&mut r)?;
     let tables = (0..head.table_count).map(|_| table(&mut r)).collect::<Result<C>>()?;
@@ -147,22 +136,12 @@ fn decode_head(r: &mut Reader) -> Result<Head> {
     let handle = r.i64("client handle")?;
     let flags = r.u8("response flags")?;
     if flags & (FLAG_SERIALIZED_EXCEPTION | FLAG_HASHES) != 0 {
-        return Err(malformed(format!(
-            "response flags {flags:#04x} carry fields we do not support"
-        )));
+        return Err(malformed(format!("response flags {flags:#04x} carry fields we do not support")));
     }
     let status = r.i8("status")?;
-    let status_string = if flags & FLAG_STATUS_STRING != 0 {
-        Some(bounded_string(r, "status string")?)
-    } else {
-        None
-    };
+    let status_string = if flags & FLAG_STATUS_STRING != 0 { Some(bounded_string(r, "status string")?) } else { None };
     let app_status = r.i8("app status")?;
-    let app_status_string = if flags & FLAG_APP_STATUS_STRING != 0 {
-        Some(bounded_string(r, "app status string")?)
-    } else {
-        None
-    };
+    let app_status_string = if flags & FLAG_APP_STATUS_STRING != 0 { Some(bounded_string(r, "app status string")?) } else { None };
     let cluster_round_trip_ms = r.i32("cluster round-trip time")?;
     let count = r.i16("table count")?;
     if count < 0 {

@@ -3,9 +3,7 @@
 
 use lockstep_core::{decimal, DataType, Result, Value};
 
-use crate::codec::{
-    malformed, put_f64, put_i128, put_i16, put_i32, put_i64, put_i8, put_varbinary, Reader,
-};
+use crate::codec::{malformed, put_f64, put_i128, put_i16, put_i32, put_i64, put_i8, put_varbinary, Reader};
 use crate::types::{self, WireType};
 
 /// Reads one value of scalar type `code`.
@@ -52,10 +50,7 @@ pub fn read(r: &mut Reader, code: WireType, what: &str) -> Result<Value> {
             Some(b) => Value::Bytes(b.into()),
         },
         other => {
-            return Err(malformed(format!(
-                "{what} has unsupported type {}",
-                types::name(other)
-            )));
+            return Err(malformed(format!("{what} has unsupported type {}", types::name(other))));
         }
     })
 }
@@ -107,15 +102,9 @@ fn fits(ty: DataType, v: &Value) -> bool {
     match (ty, v) {
         (_, Value::Null) => true,
         (DataType::TinyInt, Value::Bool(_)) => true,
-        (DataType::TinyInt, Value::Int(i)) => {
-            int_in(*i, i8::MIN as i64 + 1, i8::MAX as i64).is_some()
-        }
-        (DataType::SmallInt, Value::Int(i)) => {
-            int_in(*i, i16::MIN as i64 + 1, i16::MAX as i64).is_some()
-        }
-        (DataType::Integer, Value::Int(i)) => {
-            int_in(*i, i32::MIN as i64 + 1, i32::MAX as i64).is_some()
-        }
+        (DataType::TinyInt, Value::Int(i)) => int_in(*i, i8::MIN as i64 + 1, i8::MAX as i64).is_some(),
+        (DataType::SmallInt, Value::Int(i)) => int_in(*i, i16::MIN as i64 + 1, i16::MAX as i64).is_some(),
+        (DataType::Integer, Value::Int(i)) => int_in(*i, i32::MIN as i64 + 1, i32::MAX as i64).is_some(),
         (DataType::BigInt, Value::Int(i)) => *i != i64::MIN,
         (DataType::Float, Value::Float(f)) => *f > types::FLOAT_NULL || f.is_nan(),
         (DataType::Varchar, Value::Str(_)) => true,
@@ -144,10 +133,7 @@ mod tests {
             (types::SMALLINT, vec![0x80, 0]),
             (types::INTEGER, vec![0x80, 0, 0, 0]),
             (types::BIGINT, vec![0x80, 0, 0, 0, 0, 0, 0, 0]),
-            (
-                types::FLOAT,
-                vec![0xff, 0xee, 0x42, 0xd1, 0x30, 0x77, 0x3b, 0x76],
-            ),
+            (types::FLOAT, vec![0xff, 0xee, 0x42, 0xd1, 0x30, 0x77, 0x3b, 0x76]),
             (types::FLOAT, (-f64::MAX).to_be_bytes().to_vec()),
             (types::TIMESTAMP, vec![0x80, 0, 0, 0, 0, 0, 0, 0]),
             (types::STRING, vec![0xff; 4]),
@@ -158,36 +144,19 @@ mod tests {
                 d
             }),
         ] {
-            assert_eq!(
-                read(&mut Reader::new(&bytes), code, "x").unwrap(),
-                Value::Null,
-                "type {code}"
-            );
+            assert_eq!(read(&mut Reader::new(&bytes), code, "x").unwrap(), Value::Null, "type {code}");
             assert_eq!(enc(code, &Value::Null).unwrap().len(), bytes.len());
         }
-        assert_eq!(
-            enc(types::FLOAT, &Value::Null).unwrap(),
-            vec![0xff, 0xee, 0x42, 0xd1, 0x30, 0x77, 0x3b, 0x76]
-        );
+        assert_eq!(enc(types::FLOAT, &Value::Null).unwrap(), vec![0xff, 0xee, 0x42, 0xd1, 0x30, 0x77, 0x3b, 0x76]);
     }
 
     #[test]
     fn values_that_do_not_fit_are_refused_or_converted() {
         assert_eq!(enc(types::TINYINT, &Value::Int(200)), None);
-        assert_eq!(
-            enc(types::TINYINT, &Value::Int(-128)),
-            None,
-            "the sentinel is not a value"
-        );
+        assert_eq!(enc(types::TINYINT, &Value::Int(-128)), None, "the sentinel is not a value");
         assert_eq!(enc(types::TINYINT, &Value::Bool(true)), Some(vec![1]));
-        assert_eq!(
-            enc(types::INTEGER, &Value::from("7")),
-            Some(vec![0, 0, 0, 7])
-        );
-        assert_eq!(
-            enc(types::FLOAT, &Value::Int(2)),
-            Some(2.0f64.to_be_bytes().to_vec())
-        );
+        assert_eq!(enc(types::INTEGER, &Value::from("7")), Some(vec![0, 0, 0, 7]));
+        assert_eq!(enc(types::FLOAT, &Value::Int(2)), Some(2.0f64.to_be_bytes().to_vec()));
         assert_eq!(enc(types::BIGINT, &Value::from("x")), None);
     }
 }

@@ -48,11 +48,7 @@ pub fn encode_table(t: &ResultTable, out: &mut Vec<u8>) {
         if let Some(ahead) = t.rows.get(i + PREFETCH_ROWS_AHEAD) {
             prefetch_values(ahead, PREFETCH_LINES_PER_VALUE);
         }
-        debug_assert_eq!(
-            row.len(),
-            t.columns.len(),
-            "row width differs from the schema"
-        );
+        debug_assert_eq!(row.len(), t.columns.len(), "row width differs from the schema");
         let row_at = begin_len(out);
         for (c, v) in t.columns.iter().zip(row) {
             let code = column_code(c.ty);
@@ -112,18 +108,13 @@ fn encode_header(columns: &[ResultColumn], out: &mut Vec<u8>) {
 pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
     let total = r.i32("table length")?;
     if total < 0 || total as usize > r.remaining() {
-        return Err(malformed(format!(
-            "table length {total} exceeds the {} bytes left",
-            r.remaining()
-        )));
+        return Err(malformed(format!("table length {total} exceeds the {} bytes left", r.remaining())));
     }
     let end = r.position() + total as usize;
     let header_len = r.i32("table header length")?;
     // A table length under 4 leaves `end` behind the position here.
     if header_len < 0 || header_len as usize > end.saturating_sub(r.position()) {
-        return Err(malformed(format!(
-            "table header length {header_len} does not fit its table"
-        )));
+        return Err(malformed(format!("table header length {header_len} does not fit its table")));
     }
     let header = r.bytes(header_len as usize, "table header")?;
     let columns = header_columns(header)?;
@@ -143,9 +134,7 @@ pub fn decode_table(r: &mut Reader) -> Result<ResultTable> {
             row.push(scalar::read(r, code as i8, &col.name)?);
         }
         if row_len < 0 || r.position() - row_start != row_len as usize {
-            return Err(malformed(format!(
-                "row length {row_len} does not match its content"
-            )));
+            return Err(malformed(format!("row length {row_len} does not match its content")));
         }
         rows.push(row);
     }
@@ -192,20 +181,14 @@ fn parse_header(header: &[u8]) -> Result<Arc<[ResultColumn]>> {
     let _status = r.i8("table status")?;
     let ncols = r.i16("column count")?;
     if ncols < 0 || ncols as usize > COLUMN_COUNT_MAX {
-        return Err(malformed(format!(
-            "column count {ncols} is outside 0..={COLUMN_COUNT_MAX}"
-        )));
+        return Err(malformed(format!("column count {ncols} is outside 0..={COLUMN_COUNT_MAX}")));
     }
     let ncols = ncols as usize;
     let codes = r.bytes(ncols, "column types")?;
     let mut columns = Vec::with_capacity(ncols);
     for &code in codes {
-        let ty = DataType::from_wire_code(code as i8).ok_or_else(|| {
-            malformed(format!(
-                "column type {} is not supported",
-                types::name(code as i8)
-            ))
-        })?;
+        let ty = DataType::from_wire_code(code as i8)
+            .ok_or_else(|| malformed(format!("column type {} is not supported", types::name(code as i8))))?;
         let name = r.required_str("column name")?;
         if name.len() > COLUMN_NAME_MAX_BYTES {
             return Err(malformed("column name too long"));
@@ -213,10 +196,7 @@ fn parse_header(header: &[u8]) -> Result<Arc<[ResultColumn]>> {
         columns.push(ResultColumn { name: name.into(), ty });
     }
     if r.remaining() != 0 {
-        return Err(malformed(format!(
-            "table header length {} does not match its content",
-            header.len()
-        )));
+        return Err(malformed(format!("table header length {} does not match its content", header.len())));
     }
     Ok(columns.into())
 }
@@ -242,9 +222,8 @@ mod tests {
     fn rows_of_long_text_and_bytes_come_back_whole_and_in_order() {
         // More rows than the encoder looks ahead, with values spanning many cache lines.
         let mut t = ResultTable::with_columns(&[("V", DataType::Varbinary), ("K", DataType::Varchar)]);
-        let rows: Vec<Vec<Value>> = (0..5u8)
-            .map(|i| vec![Value::Bytes(vec![i; 3000].into()), Value::from("key-".repeat(20 + i as usize).as_str())])
-            .collect();
+        let rows: Vec<Vec<Value>> =
+            (0..5u8).map(|i| vec![Value::Bytes(vec![i; 3000].into()), Value::from("key-".repeat(20 + i as usize).as_str())]).collect();
         for row in &rows {
             t.push(row.clone());
         }
@@ -261,10 +240,7 @@ mod tests {
         encode_table(&t, &mut out);
         let row_len_at = out.len() - 8;
         out[row_len_at + 3] = 5;
-        assert!(decode_table(&mut Reader::new(&out))
-            .unwrap_err()
-            .message
-            .contains("row length 5"));
+        assert!(decode_table(&mut Reader::new(&out)).unwrap_err().message.contains("row length 5"));
         out[3] += 1;
         assert!(decode_table(&mut Reader::new(&out)).is_err());
 

@@ -10,10 +10,7 @@ use crate::*;
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 fn payload(frame: &[u8]) -> Vec<u8> {
@@ -27,9 +24,7 @@ const SHA256_EMPTY: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495
 
 #[test]
 fn login_request_vector() {
-    let bytes = hex(&format!(
-        "00000032 01 01 00000008 6461746162617365 00000000 {SHA256_EMPTY}"
-    ));
+    let bytes = hex(&format!("00000032 01 01 00000008 6461746162617365 00000000 {SHA256_EMPTY}"));
     let req = LoginRequest {
         version: 1,
         scheme: HashScheme::Sha256,
@@ -46,8 +41,7 @@ fn login_request_vector() {
 #[test]
 fn login_success_vector() {
     let build = "10.1.1 voltdb-10.1.1-0-gf24e902-local";
-    let mut bytes =
-        hex("00000043 00 00 00000000 0000000000000001 00000174876e8000 7f000001 00000025");
+    let mut bytes = hex("00000043 00 00 00000000 0000000000000001 00000174876e8000 7f000001 00000025");
     bytes.extend_from_slice(build.as_bytes());
     let resp = LoginResponse::Success(LoginSuccess {
         host_id: 0,
@@ -74,11 +68,7 @@ fn check_invocation(vector: &str, inv: &Invocation, types: &[i8]) {
 
 #[test]
 fn ping_vector() {
-    check_invocation(
-        "00000015 02 00000005 4050696e67 7fffffffffffffff 00 0000",
-        &Invocation::new("@Ping", i64::MAX, vec![]),
-        &[],
-    );
+    check_invocation("00000015 02 00000005 4050696e67 7fffffffffffffff 00 0000", &Invocation::new("@Ping", i64::MAX, vec![]), &[]);
 }
 
 #[test]
@@ -96,11 +86,7 @@ fn extensions_vector() {
     inv.timeout_ms = Some(5000);
     inv.all_partition = true;
     inv.partition_destination = Some(3);
-    check_invocation(
-        "00000029 02 00000006 4d7950726f63 0000000000000009 03 010300001388 0200 030300000003 0001 05 00000001",
-        &inv,
-        &[5],
-    );
+    check_invocation("00000029 02 00000006 4d7950726f63 0000000000000009 03 010300001388 0200 030300000003 0001 05 00000001", &inv, &[5]);
 }
 
 #[test]
@@ -131,14 +117,9 @@ fn vote_vector_with_every_type() {
 
 #[test]
 fn ping_response_vector() {
-    let bytes = hex(
-        "00000037 00 7fffffffffffffff 20 01 00000007 53554343455353 80 00000000 0001 \
-         00000016 0000000e 80 0001 06 00000006 535441545553 00000000",
-    );
-    let mut resp = Response::success(
-        i64::MAX,
-        vec![ResultTable::with_columns(&[("STATUS", DataType::BigInt)])],
-    );
+    let bytes = hex("00000037 00 7fffffffffffffff 20 01 00000007 53554343455353 80 00000000 0001 \
+         00000016 0000000e 80 0001 06 00000006 535441545553 00000000");
+    let mut resp = Response::success(i64::MAX, vec![ResultTable::with_columns(&[("STATUS", DataType::BigInt)])]);
     resp.status_string = Some("SUCCESS".into());
     let mut out = Vec::new();
     assert_eq!(encode_response(&resp, &mut out), bytes.len());
@@ -161,10 +142,8 @@ fn error_response_vector() {
 
 #[test]
 fn table_vector() {
-    let bytes = hex(
-        "0000003c 00000013 80 0002 06 09 00000002 4944 00000004 4e414d45 00000002 \
-         0000000d 0000000000000001 00000001 61  0000000c 8000000000000000 ffffffff",
-    );
+    let bytes = hex("0000003c 00000013 80 0002 06 09 00000002 4944 00000004 4e414d45 00000002 \
+         0000000d 0000000000000001 00000001 61  0000000c 8000000000000000 ffffffff");
     let mut t = ResultTable::with_columns(&[("ID", DataType::BigInt), ("NAME", DataType::Varchar)]);
     t.push(vec![Value::Int(1), Value::from("a")]);
     t.push(vec![Value::Null, Value::Null]);
@@ -182,21 +161,13 @@ fn scalar_of(ty: DataType) -> BoxedStrategy<Value> {
     let v = match ty {
         DataType::TinyInt => (-127i64..=127).prop_map(Value::Int).boxed(),
         DataType::SmallInt => (-32767i64..=32767).prop_map(Value::Int).boxed(),
-        DataType::Integer => ((i32::MIN as i64 + 1)..=(i32::MAX as i64))
-            .prop_map(Value::Int)
-            .boxed(),
+        DataType::Integer => ((i32::MIN as i64 + 1)..=(i32::MAX as i64)).prop_map(Value::Int).boxed(),
         DataType::BigInt => ((i64::MIN + 1)..=i64::MAX).prop_map(Value::Int).boxed(),
         DataType::Float => (-1.0e300f64..1.0e300).prop_map(Value::Float).boxed(),
-        DataType::Decimal => ((i128::MIN + 1)..=i128::MAX)
-            .prop_map(Value::Decimal)
-            .boxed(),
+        DataType::Decimal => ((i128::MIN + 1)..=i128::MAX).prop_map(Value::Decimal).boxed(),
         DataType::Varchar => ".{0,20}".prop_map(Value::from).boxed(),
-        DataType::Varbinary => proptest::collection::vec(any::<u8>(), 0..20)
-            .prop_map(|b| Value::Bytes(b.into()))
-            .boxed(),
-        DataType::Timestamp => ((i64::MIN + 1)..=i64::MAX)
-            .prop_map(Value::Timestamp)
-            .boxed(),
+        DataType::Varbinary => proptest::collection::vec(any::<u8>(), 0..20).prop_map(|b| Value::Bytes(b.into())).boxed(),
+        DataType::Timestamp => ((i64::MIN + 1)..=i64::MAX).prop_map(Value::Timestamp).boxed(),
         DataType::Boolean => any::<bool>().prop_map(Value::Bool).boxed(),
     };
     prop_oneof![1 => Just(Value::Null), 5 => v].boxed()
@@ -219,10 +190,7 @@ fn any_type() -> impl Strategy<Value = DataType> {
 }
 
 fn any_param() -> BoxedStrategy<Value> {
-    let scalar = prop_oneof![
-        any_type().prop_flat_map(scalar_of),
-        any::<bool>().prop_map(Value::Bool),
-    ];
+    let scalar = prop_oneof![any_type().prop_flat_map(scalar_of), any::<bool>().prop_map(Value::Bool),];
     // Arrays of one element kind; integer arrays go as BIGINT, so only BIGINT-range values.
     let array_type = proptest::sample::select(vec![
         DataType::BigInt,
@@ -232,23 +200,15 @@ fn any_param() -> BoxedStrategy<Value> {
         DataType::Varbinary,
         DataType::Timestamp,
     ]);
-    let array = array_type
-        .prop_flat_map(|t| proptest::collection::vec(scalar_of(t), 0..5))
-        .prop_map(Value::Array);
+    let array = array_type.prop_flat_map(|t| proptest::collection::vec(scalar_of(t), 0..5)).prop_map(Value::Array);
     prop_oneof![4 => scalar, 1 => array].boxed()
 }
 
 fn any_table() -> impl Strategy<Value = ResultTable> {
     proptest::collection::vec((any_type(), "[A-Z_]{1,8}"), 1..6).prop_flat_map(|cols| {
         let row = cols.iter().map(|(t, _)| scalar_of(*t)).collect::<Vec<_>>();
-        let columns: Vec<ResultColumn> = cols
-            .into_iter()
-            .map(|(ty, name)| ResultColumn { name: name.into(), ty })
-            .collect();
-        proptest::collection::vec(row, 0..5).prop_map(move |rows| ResultTable {
-            columns: columns.clone().into(),
-            rows,
-        })
+        let columns: Vec<ResultColumn> = cols.into_iter().map(|(ty, name)| ResultColumn { name: name.into(), ty }).collect();
+        proptest::collection::vec(row, 0..5).prop_map(move |rows| ResultTable { columns: columns.clone().into(), rows })
     })
 }
 
@@ -280,17 +240,15 @@ fn any_response() -> impl Strategy<Value = Response> {
         any::<i32>(),
         proptest::collection::vec(any_table(), 0..3),
     )
-        .prop_map(
-            |(handle, status, status_string, app_status, app_status_string, rt, tables)| Response {
-                handle,
-                status,
-                status_string,
-                app_status,
-                app_status_string,
-                cluster_round_trip_ms: rt,
-                tables,
-            },
-        )
+        .prop_map(|(handle, status, status_string, app_status, app_status_string, rt, tables)| Response {
+            handle,
+            status,
+            status_string,
+            app_status,
+            app_status_string,
+            cluster_round_trip_ms: rt,
+            tables,
+        })
 }
 
 proptest! {

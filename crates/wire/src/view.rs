@@ -58,10 +58,7 @@ impl ResponseView {
 
     /// Every table decoded: the response `decode_response` would have made.
     pub fn to_response(&self) -> Result<Response> {
-        let tables = (0..self.tables.len())
-            .filter_map(|i| self.table(i))
-            .map(|t| t.to_table())
-            .collect::<Result<Vec<_>>>()?;
+        let tables = (0..self.tables.len()).filter_map(|i| self.table(i)).map(|t| t.to_table()).collect::<Result<Vec<_>>>()?;
         Ok(Response {
             handle: self.handle,
             status: self.status,

@@ -33,7 +33,9 @@ impl Query {
             Query::Count(t) => ("ls_count", vec![Value::from(t.as_str())]),
             Query::DeleteAll(t) => ("ls_truncate", vec![Value::from(t.as_str())]),
             Query::VotesOverLimit(n) => ("ls_voter_over_limit", vec![Value::Int(*n)]),
-            Query::UpsertProduct(id, name, cost) => ("ls_upsert_product", vec![Value::Int(*id), Value::from(name.as_str()), Value::Int(*cost)]),
+            Query::UpsertProduct(id, name, cost) => {
+                ("ls_upsert_product", vec![Value::Int(*id), Value::from(name.as_str()), Value::Int(*cost)])
+            }
             Query::SumBalance => ("ls_charging_sum_balance", vec![]),
             Query::NegativeBalances => ("ls_charging_negative_balances", vec![]),
             Query::Reservations => ("ls_charging_reservations", vec![]),

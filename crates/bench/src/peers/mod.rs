@@ -36,9 +36,9 @@ pub enum Target {
 /// Parses `lockstep://HOST:PORT`, `postgres://…`, `tarantool://[USER[:PASSWORD]@]HOST:PORT`
 /// or `redis://…`.
 pub fn parse_target(s: &str) -> Result<Target, Error> {
-    let (scheme, rest) = s
-        .split_once("://")
-        .ok_or_else(|| Error::graceful(format!("--target {s}: use lockstep://, postgres://, tarantool:// or redis:// followed by the address")))?;
+    let (scheme, rest) = s.split_once("://").ok_or_else(|| {
+        Error::graceful(format!("--target {s}: use lockstep://, postgres://, tarantool:// or redis:// followed by the address"))
+    })?;
     if rest.is_empty() {
         return Err(Error::graceful(format!("--target {s}: no address")));
     }

@@ -49,9 +49,7 @@ fn param(v: &Value, ty: &Type) -> Result<Param, Error> {
         (Value::Int(i), t) if *t == Type::INT4 => Box::new(i32::try_from(*i).map_err(|_| mismatch())?),
         (Value::Int(i), t) if *t == Type::INT2 => Box::new(i16::try_from(*i).map_err(|_| mismatch())?),
         (Value::Str(s), t) if *t == Type::TEXT || *t == Type::VARCHAR => Box::new(s.to_string()),
-        (Value::Bytes(b), t) if *t == Type::TEXT || *t == Type::VARCHAR => {
-            Box::new(String::from_utf8(b.to_vec()).map_err(|_| mismatch())?)
-        }
+        (Value::Bytes(b), t) if *t == Type::TEXT || *t == Type::VARCHAR => Box::new(String::from_utf8(b.to_vec()).map_err(|_| mismatch())?),
         (Value::Bytes(b), t) if *t == Type::BYTEA => Box::new(b.to_vec()),
         (Value::Str(s), t) if *t == Type::BYTEA => Box::new(s.as_bytes().to_vec()),
         _ => return Err(mismatch()),

@@ -83,12 +83,9 @@ pub fn answer(proc: &str, raw: Raw) -> Answer {
         Ok(rows) => rows,
         Err(message) => {
             return match message.find(ABORT_MARK) {
-                Some(at) => Answer::new(
-                    STATUS_USER_ABORT,
-                    Some(message[at + ABORT_MARK.len()..].trim().to_string()),
-                    APP_STATUS_UNSET,
-                    Vec::new(),
-                ),
+                Some(at) => {
+                    Answer::new(STATUS_USER_ABORT, Some(message[at + ABORT_MARK.len()..].trim().to_string()), APP_STATUS_UNSET, Vec::new())
+                }
                 None => Answer::new(STATUS_GRACEFUL_FAILURE, Some(message), APP_STATUS_UNSET, Vec::new()),
             };
         }
@@ -157,7 +154,16 @@ mod tests {
 
     #[test]
     fn report_quota_usage_is_split_into_four_tables() {
-        let row = vec![Value::Int(45), Value::Int(10), Value::Int(50), Value::Int(7), Value::Int(3), Value::Int(900), Value::Int(1000), Value::Int(2)];
+        let row = vec![
+            Value::Int(45),
+            Value::Int(10),
+            Value::Int(50),
+            Value::Int(7),
+            Value::Int(3),
+            Value::Int(900),
+            Value::Int(1000),
+            Value::Int(2),
+        ];
         let a = answer("ReportQuotaUsage", Ok(vec![row]));
         assert_eq!(a.app_status, 45);
         assert_eq!(a.table_count(), 4);

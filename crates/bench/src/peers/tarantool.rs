@@ -78,9 +78,8 @@ impl TarantoolPeer {
     /// Opens `pool` connections to host:port as `user`.
     pub async fn connect(addr: &str, user: &str, password: &str, pool: usize) -> Result<TarantoolPeer, Error> {
         let pool = pool.clamp(1, POOL_MAX);
-        let clients: Vec<Client> = (0..pool)
-            .map(|_| ClientConfig::new(addr, user, password).set_timeout_time_ms(CALL_TIMEOUT_MS).build())
-            .collect();
+        let clients: Vec<Client> =
+            (0..pool).map(|_| ClientConfig::new(addr, user, password).set_timeout_time_ms(CALL_TIMEOUT_MS).build()).collect();
         let peer = TarantoolPeer { clients, next: AtomicUsize::new(0) };
         for c in &peer.clients {
             c.ping().await.map_err(|e| Error::unavailable(format!("cannot reach Tarantool at {addr}: {e} (is it running there?)")))?;

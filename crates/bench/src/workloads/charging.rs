@@ -19,13 +19,8 @@ use crate::workload::{populate, Check, Workload};
 use crate::workloads::classify;
 
 /// Products: (id, name, unit cost), as the demo loads them.
-pub const PRODUCTS: [(i64, &str, i64); 5] = [
-    (0, "web site", 0),
-    (1, "SMS", 1),
-    (2, "domestic data/GB", 20),
-    (3, "roaming data/GB", 342),
-    (4, "domestic calls/min", 3),
-];
+pub const PRODUCTS: [(i64, &str, i64); 5] =
+    [(0, "web site", 0), (1, "SMS", 1), (2, "domestic data/GB", 20), (3, "roaming data/GB", 342), (4, "domestic calls/min", 3)];
 /// Opening credit of each user (the demo's README example).
 pub const INITIAL_CREDIT: i64 = 100_000;
 /// Every this-many events of a user is an AddCredit (the demo's 80/20 mix).
@@ -37,7 +32,7 @@ pub const ADD_CREDIT_INTERVAL: u64 = 5;
 /// short run here gives each user only a few events, and a cycle starting at zero for
 /// everyone made AddCredit about 3% of calls instead of 20%.
 pub fn adds_credit(user: i64, events: u64) -> bool {
-    (events + user.rem_euclid(ADD_CREDIT_INTERVAL as i64) as u64) % ADD_CREDIT_INTERVAL == 0
+    (events + user.rem_euclid(ADD_CREDIT_INTERVAL as i64) as u64).is_multiple_of(ADD_CREDIT_INTERVAL)
 }
 /// Share of calls that repeat the user's previous transaction id.
 pub const DUPLICATE_SHARE: f64 = 0.01;
@@ -168,13 +163,28 @@ impl Charging {
     }
 
     /// Resends an applied transaction id: it must be answered 46 and change nothing.
-    async fn duplicate(&self, conn: &Conn, rng: &mut Rng, user: i64, st: &UserState, txn: String, kind: &'static str) -> (&'static str, Done) {
+    async fn duplicate(
+        &self,
+        conn: &Conn,
+        rng: &mut Rng,
+        user: i64,
+        st: &UserState,
+        txn: String,
+        kind: &'static str,
+    ) -> (&'static str, Done) {
         self.dups_sent.fetch_add(1, Ordering::Relaxed);
         let params = if kind == "AddCredit" {
             vec![Value::Int(user), Value::Int(rng.range(100, 399)), Value::from(txn.as_str())]
         } else {
             let p = rng.range(0, 4) as usize;
-            vec![Value::Int(user), Value::Int(p as i64), Value::Int(10), Value::Int(50), Value::Int(st.sessions[p]), Value::from(txn.as_str())]
+            vec![
+                Value::Int(user),
+                Value::Int(p as i64),
+                Value::Int(10),
+                Value::Int(50),
+                Value::Int(st.sessions[p]),
+                Value::from(txn.as_str()),
+            ]
         };
         let r = conn.call(kind, params).await;
         let done = classify(r, |a| {
@@ -261,7 +271,8 @@ impl Workload for Charging {
 
     async fn check(&self, conn: &Conn) -> Check {
         let mut c = Check::new();
-        let expected = self.baseline_money.load(Ordering::Relaxed) + self.credits.load(Ordering::Relaxed) - self.spent.load(Ordering::Relaxed);
+        let expected =
+            self.baseline_money.load(Ordering::Relaxed) + self.credits.load(Ordering::Relaxed) - self.spent.load(Ordering::Relaxed);
         match Self::total_balance(conn).await {
             Ok(total) => c.expect(
                 total == expected,

@@ -80,11 +80,7 @@ fn sub_nbr(s_id: i64) -> String {
 
 impl Tatp {
     pub fn new(subscribers: Option<u64>, fk_mode: FkMode) -> Tatp {
-        Tatp {
-            subscribers: subscribers.unwrap_or(100_000).max(1) as i64,
-            fk_mode,
-            counts: Default::default(),
-        }
+        Tatp { subscribers: subscribers.unwrap_or(100_000).max(1) as i64, fk_mode, counts: Default::default() }
     }
 
     pub fn fk_mode(&self) -> FkMode {
@@ -256,7 +252,10 @@ impl Workload for Tatp {
                     conn.call("UpdateSubscriberData", vec![Value::Int(s_id), Value::Int(c), Value::Int(b), Value::Int(a)]).await,
                     |r| hit_if(r.int(1, 0, 0) == Some(1)),
                 ),
-                4 => Box::pin(self.by_sub_nbr(conn, s_id, "UpdateLocation", "UpdateLocationMultiPartition", vec![Value::Int(location)])).await,
+                4 => {
+                    Box::pin(self.by_sub_nbr(conn, s_id, "UpdateLocation", "UpdateLocationMultiPartition", vec![Value::Int(location)]))
+                        .await
+                }
                 5 => {
                     let args = vec![Value::Int(c), Value::Int(b), Value::Int(a)];
                     Box::pin(self.by_sub_nbr(conn, s_id, "InsertCallForwarding", "InsertCallForwardingMultiPartition", args)).await

@@ -19,9 +19,8 @@ pub const CONTESTANTS: i64 = 6;
 pub const MAX_VOTES: i64 = 2;
 const CONTESTANT_NAMES: &str = "Edwina Burnam,Tabatha Gehling,Kelly Clauss,Jessie Alloway,Alana Bregman,Jessie Eichman,Allie Rogalski,Nita Coster,Kurt Walser,Ericka Dieter,Loraine Nygren,Tania Mattioli";
 /// Some of the area codes `Initialize` loads; calls come from these.
-const AREA_CODES: [i64; 24] = [
-    201, 202, 203, 205, 206, 207, 208, 209, 210, 212, 213, 214, 215, 216, 217, 218, 219, 224, 225, 228, 229, 231, 234, 239,
-];
+const AREA_CODES: [i64; 24] =
+    [201, 202, 203, 205, 206, 207, 208, 209, 210, 212, 213, 214, 215, 216, 217, 218, 219, 224, 225, 228, 229, 231, 234, 239];
 
 pub struct Voter {
     /// Distinct phone numbers per area code; small values make the vote limit bite.
@@ -95,10 +94,14 @@ impl Workload for Voter {
         }
         match conn.call("Results", vec![]).await {
             Ok(a) if a.is_success() => {
-                let sum: i64 = a.rows(0).iter().filter_map(|r| match r.get(2) {
-                    Some(Value::Int(v)) => Some(*v),
-                    _ => None,
-                }).sum();
+                let sum: i64 = a
+                    .rows(0)
+                    .iter()
+                    .filter_map(|r| match r.get(2) {
+                        Some(Value::Int(v)) => Some(*v),
+                        _ => None,
+                    })
+                    .sum();
                 c.expect(sum == accepted, format!("Results total {sum} = votes accepted {accepted}"));
             }
             Ok(a) => c.expect(false, format!("Results failed: {}", a.describe())),

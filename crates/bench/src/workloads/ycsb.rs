@@ -191,7 +191,8 @@ impl Ycsb {
         versions.sent[f] += 1;
         let version = versions.sent[f];
         let data = pack(&[(format!("field{f}"), field_value(i, f, version))]);
-        let r = conn.call_in_order("Put", vec![Self::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(data.into())], versions).await;
+        let r =
+            conn.call_in_order("Put", vec![Self::keyspace(), Value::from(key_of(i).as_str()), Value::Bytes(data.into())], versions).await;
         let done = classify(r, |_| Done::ok("written"));
         if matches!(done, Done::Ok { .. }) {
             let mut versions = self.versions[i as usize].lock().await;

@@ -64,10 +64,8 @@ fn unquoted(word: &str) -> Value {
     if let Ok(i) = word.parse::<i64>() {
         return Value::Int(i);
     }
-    let looks_numeric = word
-        .chars()
-        .all(|c| c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E'))
-        && word.chars().any(|c| c.is_ascii_digit());
+    let looks_numeric =
+        word.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')) && word.chars().any(|c| c.is_ascii_digit());
     match word.parse::<f64>() {
         Ok(f) if looks_numeric && f.is_finite() => Value::Float(f),
         _ => Value::Str(word.to_string().into()),
@@ -80,8 +78,7 @@ fn find_from_file(sql: &str) -> Option<(String, usize)> {
     // Byte-wise on purpose: the keywords are ASCII, and slicing stays on char boundaries
     // because every index we slice at follows an ASCII byte.
     let b = sql.as_bytes();
-    let word_at =
-        |i: usize, w: &[u8]| b.len() >= i + w.len() && b[i..i + w.len()].eq_ignore_ascii_case(w);
+    let word_at = |i: usize, w: &[u8]| b.len() >= i + w.len() && b[i..i + w.len()].eq_ignore_ascii_case(w);
     let skip_ws = |mut i: usize| {
         while i < b.len() && b[i].is_ascii_whitespace() {
             i += 1;
@@ -114,13 +111,8 @@ fn find_from_file(sql: &str) -> Option<(String, usize)> {
 /// For `CREATE PROCEDURE … FROM FILE 'p'` (without a SOURCE clause), reads `p` relative to
 /// `base_dir` and appends ` SOURCE $lockstep$<text>$lockstep$`; other statements pass as is.
 pub fn inline_procedure_source(sql: &str, base_dir: &Path) -> Result<String, String> {
-    let head: Vec<String> = sql
-        .split_whitespace()
-        .take(4)
-        .map(|w| w.to_ascii_uppercase())
-        .collect();
-    if head.first().map(String::as_str) != Some("CREATE") || !head.iter().any(|w| w == "PROCEDURE")
-    {
+    let head: Vec<String> = sql.split_whitespace().take(4).map(|w| w.to_ascii_uppercase()).collect();
+    if head.first().map(String::as_str) != Some("CREATE") || !head.iter().any(|w| w == "PROCEDURE") {
         return Ok(sql.to_string());
     }
     let Some((rel, end)) = find_from_file(sql) else {
@@ -130,27 +122,15 @@ pub fn inline_procedure_source(sql: &str, base_dir: &Path) -> Result<String, Str
         return Ok(sql.to_string());
     }
     let path = base_dir.join(&rel);
-    let meta = std::fs::metadata(&path)
-        .map_err(|e| format!("cannot read procedure file {}: {e}", path.display()))?;
+    let meta = std::fs::metadata(&path).map_err(|e| format!("cannot read procedure file {}: {e}", path.display()))?;
     if meta.len() > PROCEDURE_FILE_MAX_BYTES {
-        return Err(format!(
-            "procedure file {} is larger than {PROCEDURE_FILE_MAX_BYTES} bytes",
-            path.display()
-        ));
+        return Err(format!("procedure file {} is larger than {PROCEDURE_FILE_MAX_BYTES} bytes", path.display()));
     }
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read procedure file {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read procedure file {}: {e}", path.display()))?;
     if text.contains(SOURCE_TAG) {
-        return Err(format!(
-            "procedure file {} contains {SOURCE_TAG}, which the shell uses to quote it",
-            path.display()
-        ));
+        return Err(format!("procedure file {} contains {SOURCE_TAG}, which the shell uses to quote it", path.display()));
     }
-    Ok(format!(
-        "{} SOURCE {SOURCE_TAG}{text}{SOURCE_TAG}{}",
-        &sql[..end],
-        &sql[end..]
-    ))
+    Ok(format!("{} SOURCE {SOURCE_TAG}{text}{SOURCE_TAG}{}", &sql[..end], &sql[end..]))
 }
 
 #[cfg(test)]
@@ -160,8 +140,7 @@ mod tests {
     #[test]
     fn exec_arguments_in_sqlcmd_style() {
         assert_eq!(
-            parse_exec_args("5551234567, 'CA' 3 NULL \"it's\" 'a''b' 1.5 -7 X'0A' 2024-01-01")
-                .unwrap(),
+            parse_exec_args("5551234567, 'CA' 3 NULL \"it's\" 'a''b' 1.5 -7 X'0A' 2024-01-01").unwrap(),
             vec![
                 Value::Int(5551234567),
                 Value::from("CA"),
@@ -175,10 +154,7 @@ mod tests {
                 Value::from("2024-01-01"),
             ]
         );
-        assert_eq!(
-            parse_exec_args("'null', ''").unwrap(),
-            vec![Value::from("null"), Value::from("")]
-        );
+        assert_eq!(parse_exec_args("'null', ''").unwrap(), vec![Value::from("null"), Value::from("")]);
         assert_eq!(parse_exec_args("  ").unwrap(), vec![]);
         assert!(parse_exec_args("'open").is_err());
     }
@@ -189,16 +165,9 @@ mod tests {
         std::fs::create_dir_all(dir.join("procedures")).unwrap();
         std::fs::write(dir.join("procedures/p.lua"), "return function() end\n").unwrap();
         let sql = "CREATE PROCEDURE P PARTITION ON TABLE t COLUMN id FROM FILE 'procedures/p.lua'";
-        assert_eq!(
-            inline_procedure_source(sql, &dir).unwrap(),
-            format!("{sql} SOURCE $lockstep$return function() end\n$lockstep$")
-        );
-        let missing =
-            inline_procedure_source("create procedure Q from file 'nope.lua'", &dir).unwrap_err();
-        assert!(
-            missing.starts_with("cannot read procedure file"),
-            "{missing}"
-        );
+        assert_eq!(inline_procedure_source(sql, &dir).unwrap(), format!("{sql} SOURCE $lockstep$return function() end\n$lockstep$"));
+        let missing = inline_procedure_source("create procedure Q from file 'nope.lua'", &dir).unwrap_err();
+        assert!(missing.starts_with("cannot read procedure file"), "{missing}");
         assert!(missing.contains("nope.lua"), "{missing}");
         // Other statements, and strings that merely contain the words, pass unchanged.
         let other = "INSERT INTO t VALUES ('FROM FILE ''x''')";

@@ -17,11 +17,7 @@ pub enum Format {
 /// A DML result: one BIGINT column `modified_tuples`, one row.
 pub fn modified_count(t: &ResultTable) -> Option<i64> {
     match (&t.columns[..], &t.rows[..]) {
-        ([c], [row])
-            if c.name.eq_ignore_ascii_case("modified_tuples") && c.ty == DataType::BigInt =>
-        {
-            row.first().and_then(Value::as_i64)
-        }
+        ([c], [row]) if c.name.eq_ignore_ascii_case("modified_tuples") && c.ty == DataType::BigInt => row.first().and_then(Value::as_i64),
         _ => None,
     }
 }
@@ -80,11 +76,7 @@ pub fn csv_field(v: &Value) -> String {
 
 fn render_csv(t: &ResultTable) -> String {
     let mut out = String::new();
-    let header: Vec<String> = t
-        .columns
-        .iter()
-        .map(|c| csv_field(&Value::Str(c.name.to_string().into())))
-        .collect();
+    let header: Vec<String> = t.columns.iter().map(|c| csv_field(&Value::Str(c.name.to_string().into()))).collect();
     out.push_str(&header.join(","));
     out.push_str("\r\n");
     for row in &t.rows {
@@ -100,9 +92,7 @@ fn json_value(v: &Value) -> serde_json::Value {
     match v {
         Value::Null => J::Null,
         Value::Int(i) => J::from(*i),
-        Value::Float(f) => serde_json::Number::from_f64(*f)
-            .map(J::Number)
-            .unwrap_or(J::Null),
+        Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
         Value::Bool(b) => J::Bool(*b),
         Value::Array(items) => J::Array(items.iter().map(json_value).collect()),
         // Decimals keep every digit as text; timestamps and bytes print as the shell shows them.
@@ -112,11 +102,7 @@ fn json_value(v: &Value) -> serde_json::Value {
 
 fn render_json(t: &ResultTable) -> String {
     let columns: Vec<&str> = t.columns.iter().map(|c| c.name.as_ref()).collect();
-    let rows: Vec<Vec<serde_json::Value>> = t
-        .rows
-        .iter()
-        .map(|r| r.iter().map(json_value).collect())
-        .collect();
+    let rows: Vec<Vec<serde_json::Value>> = t.rows.iter().map(|r| r.iter().map(json_value).collect()).collect();
     let obj = serde_json::json!({ "columns": columns, "rows": rows });
     format!("{obj}\n")
 }
@@ -126,8 +112,7 @@ mod tests {
     use super::*;
 
     fn table() -> ResultTable {
-        let mut t =
-            ResultTable::with_columns(&[("ID", DataType::BigInt), ("NAME", DataType::Varchar)]);
+        let mut t = ResultTable::with_columns(&[("ID", DataType::BigInt), ("NAME", DataType::Varchar)]);
         t.push(vec![Value::Int(1), Value::from("a,b")]);
         t.push(vec![Value::Null, Value::from("say \"hi\"\nbye")]);
         t
@@ -139,10 +124,7 @@ mod tests {
         assert_eq!(csv_field(&Value::from("a,b")), "\"a,b\"");
         assert_eq!(csv_field(&Value::from("q\"q")), "\"q\"\"q\"");
         assert_eq!(csv_field(&Value::Null), "");
-        assert_eq!(
-            render(&table(), Format::Csv).unwrap(),
-            "ID,NAME\r\n1,\"a,b\"\r\n,\"say \"\"hi\"\"\nbye\"\r\n"
-        );
+        assert_eq!(render(&table(), Format::Csv).unwrap(), "ID,NAME\r\n1,\"a,b\"\r\n,\"say \"\"hi\"\"\nbye\"\r\n");
     }
 
     #[test]
@@ -157,15 +139,9 @@ mod tests {
     fn dml_counts_print_as_rows_affected() {
         let t = ResultTable::modified(3);
         assert_eq!(render(&t, Format::Table).unwrap(), "(3 rows affected)\n");
-        assert_eq!(
-            render(&ResultTable::modified(1), Format::Table).unwrap(),
-            "(1 row affected)\n"
-        );
+        assert_eq!(render(&ResultTable::modified(1), Format::Table).unwrap(), "(1 row affected)\n");
         assert_eq!(render(&t, Format::Csv), None);
         let out = render(&table(), Format::Table).unwrap();
-        assert!(
-            out.contains("NAME") && out.contains("NULL") && out.ends_with("(2 rows returned)\n"),
-            "{out}"
-        );
+        assert!(out.contains("NAME") && out.contains("NULL") && out.ends_with("(2 rows returned)\n"), "{out}");
     }
 }

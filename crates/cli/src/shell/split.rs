@@ -7,9 +7,7 @@
 const BLOCK_DEPTH_MAX: u32 = 1000;
 
 /// Words that begin a one-line shell directive when they start a statement.
-const DIRECTIVES: &[&str] = &[
-    "exec", "execute", "help", "quit", "exit", "show", "file", "load", "remove",
-];
+const DIRECTIVES: &[&str] = &["exec", "execute", "help", "quit", "exit", "show", "file", "load", "remove"];
 
 /// One unit of work for the shell.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,10 +118,7 @@ impl Splitter {
         }
         let text = trimmed.trim_end_matches(';').trim_end().to_string();
         let words: Vec<&str> = text.split_whitespace().collect();
-        if words.len() == 3
-            && words[0].eq_ignore_ascii_case("file")
-            && words[1].eq_ignore_ascii_case("-inlinebatch")
-        {
+        if words.len() == 3 && words[0].eq_ignore_ascii_case("file") && words[1].eq_ignore_ascii_case("-inlinebatch") {
             self.inline = Some((words[2].to_string(), String::new()));
             return Some(None);
         }
@@ -146,11 +141,7 @@ impl Splitter {
         match self.lex.clone() {
             Lex::SingleQuote | Lex::DoubleQuote => {
                 self.buf.push(c);
-                let close = if self.lex == Lex::SingleQuote {
-                    '\''
-                } else {
-                    '"'
-                };
+                let close = if self.lex == Lex::SingleQuote { '\'' } else { '"' };
                 if c == close {
                     // A doubled quote is an escaped quote, not the end.
                     if next == Some(close) {
@@ -244,15 +235,10 @@ impl Splitter {
         if self.head.len() < 4 {
             self.head.push(w.clone());
         }
-        let is_create_proc = self.head.first().is_some_and(|h| h == "CREATE")
-            && self.head.iter().any(|h| h == "PROCEDURE");
+        let is_create_proc = self.head.first().is_some_and(|h| h == "CREATE") && self.head.iter().any(|h| h == "PROCEDURE");
         match (self.body_depth, w.as_str()) {
-            (None, "BEGIN") if is_create_proc && self.prev_word == "AS" => {
-                self.body_depth = Some(1)
-            }
-            (Some(d), "BEGIN" | "CASE") if d > 0 => {
-                self.body_depth = Some((d + 1).min(BLOCK_DEPTH_MAX))
-            }
+            (None, "BEGIN") if is_create_proc && self.prev_word == "AS" => self.body_depth = Some(1),
+            (Some(d), "BEGIN" | "CASE") if d > 0 => self.body_depth = Some((d + 1).min(BLOCK_DEPTH_MAX)),
             (Some(d), "END") if d > 0 => self.body_depth = Some(d - 1),
             _ => {}
         }
@@ -301,14 +287,7 @@ mod tests {
     #[test]
     fn semicolons_inside_quotes_and_comments_do_not_split() {
         let items = split_script("SELECT 'a;b', \"c;d\" FROM t; -- x; y\nINSERT INTO t VALUES ('it''s;');\n/* ; */ SELECT 1;");
-        assert_eq!(
-            items,
-            vec![
-                sql("SELECT 'a;b', \"c;d\" FROM t"),
-                sql("INSERT INTO t VALUES ('it''s;')"),
-                sql("/* ; */ SELECT 1")
-            ]
-        );
+        assert_eq!(items, vec![sql("SELECT 'a;b', \"c;d\" FROM t"), sql("INSERT INTO t VALUES ('it''s;')"), sql("/* ; */ SELECT 1")]);
     }
 
     #[test]
@@ -316,10 +295,7 @@ mod tests {
         let mut s = Splitter::new();
         assert_eq!(s.push_line("SELECT *"), vec![]);
         assert!(!s.is_idle());
-        assert_eq!(
-            s.push_line("FROM t;  SELECT 2"),
-            vec![sql("SELECT *\nFROM t")]
-        );
+        assert_eq!(s.push_line("FROM t;  SELECT 2"), vec![sql("SELECT *\nFROM t")]);
         assert_eq!(s.finish(), Some(sql("SELECT 2")));
         assert!(s.is_idle());
         assert_eq!(split_script("-- only a comment\n\n"), vec![]);
@@ -327,21 +303,14 @@ mod tests {
 
     #[test]
     fn dollar_quotes_hold_semicolons() {
-        let items = split_script(
-            "CREATE PROCEDURE p AS $lua$\nreturn function() x(); end\n$lua$;\nSELECT $$a;b$$;",
-        );
-        assert_eq!(
-            items,
-            vec![
-                sql("CREATE PROCEDURE p AS $lua$\nreturn function() x(); end\n$lua$"),
-                sql("SELECT $$a;b$$")
-            ]
-        );
+        let items = split_script("CREATE PROCEDURE p AS $lua$\nreturn function() x(); end\n$lua$;\nSELECT $$a;b$$;");
+        assert_eq!(items, vec![sql("CREATE PROCEDURE p AS $lua$\nreturn function() x(); end\n$lua$"), sql("SELECT $$a;b$$")]);
     }
 
     #[test]
     fn procedure_bodies_run_to_their_end() {
-        let text = "CREATE PROCEDURE p AS BEGIN\n  UPDATE t SET x = CASE WHEN y > 0 THEN 1 ELSE 2 END;\n  SELECT * FROM t;\nEND;\nSELECT 1;";
+        let text =
+            "CREATE PROCEDURE p AS BEGIN\n  UPDATE t SET x = CASE WHEN y > 0 THEN 1 ELSE 2 END;\n  SELECT * FROM t;\nEND;\nSELECT 1;";
         let items = split_script(text);
         assert_eq!(items.len(), 2, "{items:?}");
         assert!(matches!(&items[0], Item::Sql(s) if s.ends_with("SELECT * FROM t;\nEND")));
@@ -363,9 +332,6 @@ mod tests {
             ]
         );
         // A directive word in the middle of a statement is just SQL.
-        assert_eq!(
-            split_script("SELECT\nexec FROM t;"),
-            vec![sql("SELECT\nexec FROM t")]
-        );
+        assert_eq!(split_script("SELECT\nexec FROM t;"), vec![sql("SELECT\nexec FROM t")]);
     }
 }

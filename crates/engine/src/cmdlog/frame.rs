@@ -31,10 +31,7 @@ pub enum Frame<'a> {
     End,
     /// Not an intact record; the reason, and where the frame claims to end if its length
     /// field was plausible and the bytes are all there (so later frames can be examined).
-    Bad {
-        reason: String,
-        claimed_end: Option<usize>,
-    },
+    Bad { reason: String, claimed_end: Option<usize> },
 }
 
 fn u32_at(buf: &[u8], at: usize) -> u32 {
@@ -52,36 +49,24 @@ pub fn read_frame(buf: &[u8], at: usize) -> Frame<'_> {
         return Frame::End;
     }
     if left < FRAME_HEADER_BYTES {
-        return Frame::Bad {
-            reason: format!("a frame header is cut short ({left} of {FRAME_HEADER_BYTES} bytes)"),
-            claimed_end: None,
-        };
+        return Frame::Bad { reason: format!("a frame header is cut short ({left} of {FRAME_HEADER_BYTES} bytes)"), claimed_end: None };
     }
     let len = u32_at(buf, at) as usize;
     let crc = u32_at(buf, at + 4);
     if len == 0 || len > RECORD_SIZE_MAX_BYTES {
-        return Frame::Bad {
-            reason: format!("bad record length {len} (limit {RECORD_SIZE_MAX_BYTES} bytes)"),
-            claimed_end: None,
-        };
+        return Frame::Bad { reason: format!("bad record length {len} (limit {RECORD_SIZE_MAX_BYTES} bytes)"), claimed_end: None };
     }
     let start = at + FRAME_HEADER_BYTES;
     if left - FRAME_HEADER_BYTES < len {
         return Frame::Bad {
-            reason: format!(
-                "a record of {len} bytes is cut short ({} bytes present)",
-                left - FRAME_HEADER_BYTES
-            ),
+            reason: format!("a record of {len} bytes is cut short ({} bytes present)", left - FRAME_HEADER_BYTES),
             claimed_end: None,
         };
     }
     let body = &buf[start..start + len];
     let end = start + len;
     if crc32c::crc32c(body) != crc {
-        return Frame::Bad {
-            reason: "checksum mismatch".into(),
-            claimed_end: Some(end),
-        };
+        return Frame::Bad { reason: "checksum mismatch".into(), claimed_end: Some(end) };
     }
     Frame::Record { body, end }
 }
@@ -96,39 +81,15 @@ mod tests {
         put_frame(&mut buf, b"hello");
         put_frame(&mut buf, b"world!");
         assert_eq!(buf.len(), framed_len(b"hello") + framed_len(b"world!"));
-        assert_eq!(
-            read_frame(&buf, 0),
-            Frame::Record {
-                body: b"hello",
-                end: 13
-            }
-        );
-        assert_eq!(
-            read_frame(&buf, 13),
-            Frame::Record {
-                body: b"world!",
-                end: 27
-            }
-        );
+        assert_eq!(read_frame(&buf, 0), Frame::Record { body: b"hello", end: 13 });
+        assert_eq!(read_frame(&buf, 13), Frame::Record { body: b"world!", end: 27 });
         assert_eq!(read_frame(&buf, 27), Frame::End);
         let bad = |b: &[u8], at| match read_frame(b, at) {
-            Frame::Bad {
-                reason,
-                claimed_end,
-            } => (reason, claimed_end),
+            Frame::Bad { reason, claimed_end } => (reason, claimed_end),
             other => panic!("expected a bad frame, got {other:?}"),
         };
-        assert_eq!(
-            bad(&buf[..20], 13),
-            ("a frame header is cut short (7 of 8 bytes)".into(), None)
-        );
-        assert_eq!(
-            bad(&buf[..25], 13),
-            (
-                "a record of 6 bytes is cut short (4 bytes present)".into(),
-                None
-            )
-        );
+        assert_eq!(bad(&buf[..20], 13), ("a frame header is cut short (7 of 8 bytes)".into(), None));
+        assert_eq!(bad(&buf[..25], 13), ("a record of 6 bytes is cut short (4 bytes present)".into(), None));
         let mut flipped = buf.clone();
         flipped[10] ^= 1;
         assert_eq!(bad(&flipped, 0), ("checksum mismatch".into(), Some(13)));
@@ -139,9 +100,6 @@ mod tests {
         assert_eq!(read_frame(&ahead, 27), Frame::End);
         assert_eq!(read_frame(&[0u8; 5], 0), Frame::End);
         ahead.push(1);
-        assert_eq!(
-            bad(&ahead, 27).0,
-            format!("bad record length 0 (limit {RECORD_SIZE_MAX_BYTES} bytes)")
-        );
+        assert_eq!(bad(&ahead, 27).0, format!("bad record length 0 (limit {RECORD_SIZE_MAX_BYTES} bytes)"));
     }
 }

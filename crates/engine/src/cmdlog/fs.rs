@@ -34,7 +34,7 @@ pub struct RealFs;
 struct RealFile(File);
 
 /// Zeros written per call while extending a segment.
-const ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 impl LogFile for RealFile {
     fn write_all_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {

@@ -55,17 +55,12 @@ impl fmt::Display for TailRepair {
 }
 
 fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::unexpected(format!(
-        "command log: cannot {what} {}: {e}",
-        path.display()
-    ))
+    Error::unexpected(format!("command log: cannot {what} {}: {e}", path.display()))
 }
 
 /// Reads a whole segment file, refusing files too large to be one.
 fn read_segment(path: &Path) -> Result<Vec<u8>> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| io_error("read", path, e))?
-        .len();
+    let len = std::fs::metadata(path).map_err(|e| io_error("read", path, e))?.len();
     if len > SEGMENT_FILE_MAX_BYTES {
         return Err(Error::unexpected(format!(
             "command log: {} is {len} bytes, more than a segment can be ({SEGMENT_FILE_MAX_BYTES})",
@@ -91,23 +86,10 @@ fn scan(buf: &[u8]) -> Scan {
                 at = end;
                 records += 1;
             }
-            Frame::End => {
-                return Scan {
-                    records,
-                    good_len: at,
-                    damage: None,
-                }
-            }
-            Frame::Bad {
-                reason,
-                claimed_end,
-            } => {
+            Frame::End => return Scan { records, good_len: at, damage: None },
+            Frame::Bad { reason, claimed_end } => {
                 let intact_after = claimed_end.map_or(0, |end| count_intact(buf, end));
-                return Scan {
-                    records,
-                    good_len: at,
-                    damage: Some((reason, intact_after)),
-                };
+                return Scan { records, good_len: at, damage: Some((reason, intact_after)) };
             }
         }
     }
@@ -138,13 +120,8 @@ pub fn repair_last_segment(dir: &Path) -> Result<(Option<TailRepair>, u64)> {
     }
     // The writer appends where the file ends, so it is cut to its records: after damage,
     // or after the zeros the writer laid down ahead of them (no damage: nothing to report).
-    let file = OpenOptions::new()
-        .write(true)
-        .open(&last.path)
-        .map_err(|e| io_error("open", &last.path, e))?;
-    file.set_len(s.good_len as u64)
-        .and_then(|_| file.sync_all())
-        .map_err(|e| io_error("cut the unused tail of", &last.path, e))?;
+    let file = OpenOptions::new().write(true).open(&last.path).map_err(|e| io_error("open", &last.path, e))?;
+    file.set_len(s.good_len as u64).and_then(|_| file.sync_all()).map_err(|e| io_error("cut the unused tail of", &last.path, e))?;
     let Some((reason, intact_after)) = s.damage else {
         return Ok((None, next_seq));
     };
@@ -179,14 +156,7 @@ impl LogReader {
         let (repair, _) = repair_last_segment(dir)?;
         let segments = list_segments(dir)?;
         let next_seq = segments.first().map_or(0, |s| s.first_seq);
-        Ok(LogReader {
-            segments,
-            next_segment: 0,
-            current: None,
-            next_seq,
-            repair,
-            stopped: false,
-        })
+        Ok(LogReader { segments, next_segment: 0, current: None, next_seq, repair, stopped: false })
     }
 
     /// What opening cut from the newest segment, if it was damaged.
@@ -228,13 +198,8 @@ impl LogReader {
             };
             match read_frame(buf, *at) {
                 Frame::Record { body, end } => {
-                    let record = Record::decode(body).map_err(|e| {
-                        e.context(format!(
-                            "command log {} record at byte {}",
-                            path.display(),
-                            *at
-                        ))
-                    })?;
+                    let record =
+                        Record::decode(body).map_err(|e| e.context(format!("command log {} record at byte {}", path.display(), *at)))?;
                     *at = end;
                     let seq = self.next_seq;
                     self.next_seq += 1;
@@ -313,24 +278,13 @@ mod tests {
                 // Torn bytes that are all zeros (the top of a length) read as the end.
                 None => assert!(buf[boundary..cut].iter().all(|&b| b == 0), "cut {cut} not reported"),
                 Some(r) => {
-                    assert_eq!(
-                        (r.offset, r.bytes_dropped),
-                        (boundary as u64, (cut - boundary) as u64)
-                    );
-                    assert_eq!(
-                        (r.records_kept, r.intact_records_dropped),
-                        (whole as u64, 0)
-                    );
+                    assert_eq!((r.offset, r.bytes_dropped), (boundary as u64, (cut - boundary) as u64));
+                    assert_eq!((r.records_kept, r.intact_records_dropped), (whole as u64, 0));
                     assert_eq!(r.file, path);
                 }
             }
             let got: Vec<LogEntry> = reader.map(|e| e.unwrap()).collect();
-            let expected: Vec<LogEntry> = (0..whole)
-                .map(|i| LogEntry {
-                    seq: i as u64,
-                    record: rec(i as i64),
-                })
-                .collect();
+            let expected: Vec<LogEntry> = (0..whole).map(|i| LogEntry { seq: i as u64, record: rec(i as i64) }).collect();
             assert_eq!(got, expected, "cut at {cut}");
             assert_eq!(std::fs::metadata(&path).unwrap().len(), boundary as u64);
             // New records follow the last intact one, in the same file.
@@ -339,13 +293,7 @@ mod tests {
             drop(log);
             let after = read_all(dir.path());
             assert_eq!(after.len(), whole + 1);
-            assert_eq!(
-                after[whole],
-                LogEntry {
-                    seq: whole as u64,
-                    record: rec(99)
-                }
-            );
+            assert_eq!(after[whole], LogEntry { seq: whole as u64, record: rec(99) });
         }
     }
 
@@ -361,9 +309,7 @@ mod tests {
         assert_eq!(repair.offset, ends[1] as u64);
         assert_eq!(repair.bytes_dropped, (buf.len() - ends[1]) as u64);
         assert_eq!((repair.records_kept, repair.intact_records_dropped), (2, 2));
-        assert!(repair
-            .to_string()
-            .contains("2 intact records after the damage"));
+        assert!(repair.to_string().contains("2 intact records after the damage"));
         let seqs: Vec<u64> = reader.map(|e| e.unwrap().seq).collect();
         assert_eq!(seqs, vec![0, 1]);
     }
@@ -393,18 +339,13 @@ mod tests {
         let results: Vec<Result<LogEntry>> = LogReader::open(dir.path()).unwrap().collect();
         assert_eq!(results.len(), 3);
         let err = results[2].as_ref().unwrap_err();
-        assert!(err
-            .message
-            .contains("starts at record 5 but the log so far ends at record 2"));
+        assert!(err.message.contains("starts at record 5 but the log so far ends at record 2"));
     }
 
     #[test]
     fn segments_rotate_and_truncate_before_drops_covered_ones() {
         let dir = TempDir::new("rotate");
-        let options = LogOptions {
-            segment_size_max_bytes: 100,
-            ..LogOptions::default()
-        };
+        let options = LogOptions { segment_size_max_bytes: 100, ..LogOptions::default() };
         let log = CommandLog::open_with(dir.path(), Durability::Sync, options).unwrap();
         for i in 0..20 {
             assert_eq!(append_sync(&log, i), i as u64);
@@ -414,10 +355,7 @@ mod tests {
         let firsts: Vec<u64> = segs.iter().map(|s| s.first_seq).collect();
         assert_eq!(firsts, vec![0, 3, 6, 9, 12, 15, 18]);
         let all = read_all(dir.path());
-        assert_eq!(
-            all.iter().map(|e| e.seq).collect::<Vec<_>>(),
-            (0..20).collect::<Vec<u64>>()
-        );
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), (0..20).collect::<Vec<u64>>());
         assert_eq!(all[7].record, rec(7));
         assert_eq!(log.truncate_before(7).unwrap(), 2);
         let left = read_all(dir.path());
@@ -427,9 +365,6 @@ mod tests {
         assert_eq!(append_sync(&log, 20), 20);
         drop(log);
         let left = read_all(dir.path());
-        assert_eq!(
-            left.iter().map(|e| e.seq).collect::<Vec<_>>(),
-            vec![18, 19, 20]
-        );
+        assert_eq!(left.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![18, 19, 20]);
     }
 }

@@ -27,20 +27,11 @@ pub enum Record {
         params: Vec<Value>,
     },
     /// A single-partition ad-hoc statement.
-    AdHocSp {
-        txn_id: i64,
-        partition: u32,
-        sql: String,
-        params: Vec<Value>,
-    },
+    AdHocSp { txn_id: i64, partition: u32, sql: String, params: Vec<Value> },
     /// Site `partition` entered multi-partition transaction `mp_txn_id` here in its order.
     MpMarker { partition: u32, mp_txn_id: i64 },
     /// A multi-partition transaction: a procedure, "@AdHoc" (SQL as parameter 0) or "@DDL".
-    Mp {
-        txn_id: i64,
-        procedure: String,
-        params: Vec<Value>,
-    },
+    Mp { txn_id: i64, procedure: String, params: Vec<Value> },
     /// A snapshot of the state at this point of the log was taken.
     SnapshotTaken { txn_id: i64, snapshot_id: u64 },
 }
@@ -68,52 +59,32 @@ impl Record {
     /// Appends the record's body bytes; fails only for parameters that cannot be encoded.
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<()> {
         match self {
-            Record::Sp {
-                txn_id,
-                partition,
-                procedure,
-                params,
-            } => {
+            Record::Sp { txn_id, partition, procedure, params } => {
                 put_i8(out, KIND_SP);
                 put_i64(out, *txn_id);
                 put_u32(out, *partition);
                 put_string(out, procedure);
                 encode_params(params, out)?;
             }
-            Record::AdHocSp {
-                txn_id,
-                partition,
-                sql,
-                params,
-            } => {
+            Record::AdHocSp { txn_id, partition, sql, params } => {
                 put_i8(out, KIND_ADHOC_SP);
                 put_i64(out, *txn_id);
                 put_u32(out, *partition);
                 put_string(out, sql);
                 encode_params(params, out)?;
             }
-            Record::MpMarker {
-                partition,
-                mp_txn_id,
-            } => {
+            Record::MpMarker { partition, mp_txn_id } => {
                 put_i8(out, KIND_MP_MARKER);
                 put_u32(out, *partition);
                 put_i64(out, *mp_txn_id);
             }
-            Record::Mp {
-                txn_id,
-                procedure,
-                params,
-            } => {
+            Record::Mp { txn_id, procedure, params } => {
                 put_i8(out, KIND_MP);
                 put_i64(out, *txn_id);
                 put_string(out, procedure);
                 encode_params(params, out)?;
             }
-            Record::SnapshotTaken {
-                txn_id,
-                snapshot_id,
-            } => {
+            Record::SnapshotTaken { txn_id, snapshot_id } => {
                 put_i8(out, KIND_SNAPSHOT_TAKEN);
                 put_i64(out, *txn_id);
                 put_i64(out, *snapshot_id as i64);
@@ -139,24 +110,14 @@ impl Record {
                 sql: r.required_string("SQL text")?,
                 params: decode_params(&mut r)?,
             },
-            KIND_MP_MARKER => Record::MpMarker {
-                partition: r.i32("partition")? as u32,
-                mp_txn_id: r.i64("transaction id")?,
-            },
+            KIND_MP_MARKER => Record::MpMarker { partition: r.i32("partition")? as u32, mp_txn_id: r.i64("transaction id")? },
             KIND_MP => Record::Mp {
                 txn_id: r.i64("transaction id")?,
                 procedure: r.required_string("procedure name")?,
                 params: decode_params(&mut r)?,
             },
-            KIND_SNAPSHOT_TAKEN => Record::SnapshotTaken {
-                txn_id: r.i64("transaction id")?,
-                snapshot_id: r.i64("snapshot id")? as u64,
-            },
-            other => {
-                return Err(Error::unexpected(format!(
-                    "command log record has unknown kind {other} (written by a newer version?)"
-                )))
-            }
+            KIND_SNAPSHOT_TAKEN => Record::SnapshotTaken { txn_id: r.i64("transaction id")?, snapshot_id: r.i64("snapshot id")? as u64 },
+            other => return Err(Error::unexpected(format!("command log record has unknown kind {other} (written by a newer version?)"))),
         };
         r.expect_end("command log record")?;
         Ok(record)
@@ -191,45 +152,28 @@ mod tests {
             proptest::collection::vec(any::<u8>(), 0..20).prop_map(|b| Value::Bytes(b.into())),
             (i64::MIN + 1..=i64::MAX).prop_map(Value::Timestamp),
             any::<bool>().prop_map(Value::Bool),
-            proptest::collection::vec(i64::MIN + 1..=i64::MAX, 0..5)
-                .prop_map(|v| Value::Array(v.into_iter().map(Value::Int).collect())),
+            proptest::collection::vec(i64::MIN + 1..=i64::MAX, 0..5).prop_map(|v| Value::Array(v.into_iter().map(Value::Int).collect())),
         ]
     }
 
     fn record() -> impl Strategy<Value = Record> {
         let params = || proptest::collection::vec(value(), 0..6);
         prop_oneof![
-            (any::<i64>(), any::<u32>(), ".{0,12}", params()).prop_map(
-                |(txn_id, partition, procedure, params)| Record::Sp {
-                    txn_id,
-                    partition,
-                    procedure: procedure.into(),
-                    params
-                }
-            ),
-            (any::<i64>(), any::<u32>(), ".{0,30}", params()).prop_map(
-                |(txn_id, partition, sql, params)| Record::AdHocSp {
-                    txn_id,
-                    partition,
-                    sql,
-                    params
-                }
-            ),
-            (any::<u32>(), any::<i64>()).prop_map(|(partition, mp_txn_id)| Record::MpMarker {
-                partition,
-                mp_txn_id
-            }),
-            (any::<i64>(), ".{0,12}", params()).prop_map(|(txn_id, procedure, params)| {
-                Record::Mp {
-                    txn_id,
-                    procedure,
-                    params,
-                }
-            }),
-            (any::<i64>(), any::<u64>()).prop_map(|(txn_id, snapshot_id)| Record::SnapshotTaken {
+            (any::<i64>(), any::<u32>(), ".{0,12}", params()).prop_map(|(txn_id, partition, procedure, params)| Record::Sp {
                 txn_id,
-                snapshot_id
+                partition,
+                procedure: procedure.into(),
+                params
             }),
+            (any::<i64>(), any::<u32>(), ".{0,30}", params()).prop_map(|(txn_id, partition, sql, params)| Record::AdHocSp {
+                txn_id,
+                partition,
+                sql,
+                params
+            }),
+            (any::<u32>(), any::<i64>()).prop_map(|(partition, mp_txn_id)| Record::MpMarker { partition, mp_txn_id }),
+            (any::<i64>(), ".{0,12}", params()).prop_map(|(txn_id, procedure, params)| { Record::Mp { txn_id, procedure, params } }),
+            (any::<i64>(), any::<u64>()).prop_map(|(txn_id, snapshot_id)| Record::SnapshotTaken { txn_id, snapshot_id }),
         ]
     }
 
@@ -250,12 +194,7 @@ mod tests {
 
     #[test]
     fn an_sp_record_has_this_exact_encoding() {
-        let r = Record::Sp {
-            txn_id: 7,
-            partition: 2,
-            procedure: "Vote".into(),
-            params: vec![Value::Int(5)],
-        };
+        let r = Record::Sp { txn_id: 7, partition: 2, procedure: "Vote".into(), params: vec![Value::Int(5)] };
         let mut expected = vec![1, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 2, 0, 0, 0, 4];
         expected.extend_from_slice(b"Vote");
         expected.extend_from_slice(&[0, 1, 6, 0, 0, 0, 0, 0, 0, 0, 5]);
@@ -265,20 +204,9 @@ mod tests {
 
     #[test]
     fn unknown_kinds_and_trailing_bytes_are_refused() {
-        assert!(Record::decode(&[9])
-            .unwrap_err()
-            .message
-            .contains("unknown kind 9"));
-        let mut body = Record::MpMarker {
-            partition: 1,
-            mp_txn_id: 2,
-        }
-        .encode()
-        .unwrap();
+        assert!(Record::decode(&[9]).unwrap_err().message.contains("unknown kind 9"));
+        let mut body = Record::MpMarker { partition: 1, mp_txn_id: 2 }.encode().unwrap();
         body.push(0);
-        assert!(Record::decode(&body)
-            .unwrap_err()
-            .message
-            .contains("unexpected bytes"));
+        assert!(Record::decode(&body).unwrap_err().message.contains("unexpected bytes"));
     }
 }

@@ -33,17 +33,11 @@ pub fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
 }
 
 fn parse_name(name: &str) -> Option<u64> {
-    name.strip_prefix(PREFIX)?
-        .strip_suffix(SUFFIX)?
-        .parse()
-        .ok()
+    name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?.parse().ok()
 }
 
 fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::unexpected(format!(
-        "command log: cannot {what} {}: {e}",
-        path.display()
-    ))
+    Error::unexpected(format!("command log: cannot {what} {}: {e}", path.display()))
 }
 
 /// The segments in `dir`, in log order; none if the directory does not exist yet.
@@ -58,10 +52,7 @@ pub fn list_segments(dir: &Path) -> Result<Vec<Segment>> {
         let entry = entry.map_err(|e| io_error("list", dir, e))?;
         let name = entry.file_name();
         if let Some(first_seq) = name.to_str().and_then(parse_name) {
-            out.push(Segment {
-                first_seq,
-                path: entry.path(),
-            });
+            out.push(Segment { first_seq, path: entry.path() });
         }
     }
     out.sort();
@@ -90,9 +81,7 @@ pub fn truncate_before(dir: &Path, seq: u64) -> Result<usize> {
 
 /// Makes file creations and deletions in `dir` durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error("sync directory", dir, e))
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error("sync directory", dir, e))
 }
 
 #[cfg(test)]
@@ -107,13 +96,7 @@ mod tests {
             std::fs::write(segment_path(dir.path(), seq), b"").unwrap();
         }
         std::fs::write(dir.path().join("probe.tmp"), b"").unwrap();
-        let firsts = |d: &Path| -> Vec<u64> {
-            list_segments(d)
-                .unwrap()
-                .iter()
-                .map(|s| s.first_seq)
-                .collect()
-        };
+        let firsts = |d: &Path| -> Vec<u64> { list_segments(d).unwrap().iter().map(|s| s.first_seq).collect() };
         assert_eq!(firsts(dir.path()), vec![0, 10, 25, 100]);
         assert_eq!(truncate_before(dir.path(), 9).unwrap(), 0);
         // seq 25 is the first record of the third segment: the first two are covered.

@@ -17,10 +17,7 @@ impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "lockstep-durability-{tag}-{}-{n}",
-            std::process::id()
-        ));
+        let path = std::env::temp_dir().join(format!("lockstep-durability-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         TempDir(path)
@@ -85,15 +82,10 @@ impl LogFile for FaultyFile {
     fn write_all_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
         if self.faults.fail_writes.load(Ordering::SeqCst) {
             self.inner.write_all_at(&buf[..buf.len() / 2], offset)?;
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                "injected: no space left",
-            ));
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "injected: no space left"));
         }
         self.inner.write_all_at(buf, offset)?;
-        self.faults
-            .written_bytes
-            .fetch_add(buf.len() as u64, Ordering::SeqCst);
+        self.faults.written_bytes.fetch_add(buf.len() as u64, Ordering::SeqCst);
         Ok(())
     }
 
@@ -125,10 +117,7 @@ impl LogFile for FaultyFile {
 impl LogFs for FaultyFs {
     fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
         let inner = RealFs.open(path)?;
-        Ok(Box::new(FaultyFile {
-            inner,
-            faults: self.0.clone(),
-        }))
+        Ok(Box::new(FaultyFile { inner, faults: self.0.clone() }))
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
@@ -142,10 +131,7 @@ pub fn rec(i: i64) -> Record {
         txn_id: i,
         partition: (i % 3) as u32,
         procedure: "Vote".into(),
-        params: vec![
-            lockstep_core::Value::Int(i),
-            lockstep_core::Value::from("x"),
-        ],
+        params: vec![lockstep_core::Value::Int(i), lockstep_core::Value::from("x")],
     }
 }
 

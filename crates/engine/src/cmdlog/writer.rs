@@ -26,9 +26,7 @@ use lockstep_core::{Error, Result};
 use crate::cmdlog::frame::{put_frame, RECORD_SIZE_MAX_BYTES};
 use crate::cmdlog::fs::{LogFile, LogFs, RealFs};
 use crate::cmdlog::reader::repair_last_segment;
-use crate::cmdlog::segment::{
-    list_segments, segment_path, truncate_before, SEGMENT_SIZE_MAX_BYTES,
-};
+use crate::cmdlog::segment::{list_segments, segment_path, truncate_before, SEGMENT_SIZE_MAX_BYTES};
 
 /// Records that may wait for the logger; appends block beyond this (backpressure).
 pub const APPEND_QUEUE_MAX: usize = 16 * 1024;
@@ -145,11 +143,7 @@ impl Shared {
     }
 
     fn failed_error(&self) -> Error {
-        let why = self
-            .last_error
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
+        let why = self.last_error.lock().map(|s| s.clone()).unwrap_or_default();
         Error::unavailable(format!(
             "the command log cannot write to disk ({why}); writes are refused until it can, \
              reads still work"
@@ -187,20 +181,11 @@ impl CommandLog {
     /// and new records are appended after the last intact one.
     pub fn open_with(dir: &Path, mode: Durability, options: LogOptions) -> Result<CommandLog> {
         let shared = Arc::new(Shared::default());
-        let mut log = CommandLog {
-            mode,
-            dir: dir.to_path_buf(),
-            queue_max: options.queue_max.max(1),
-            tx: None,
-            thread: None,
-            shared,
-        };
+        let mut log = CommandLog { mode, dir: dir.to_path_buf(), queue_max: options.queue_max.max(1), tx: None, thread: None, shared };
         if mode == Durability::Off {
             return Ok(log);
         }
-        std::fs::create_dir_all(dir).map_err(|e| {
-            Error::unexpected(format!("command log: cannot create {}: {e}", dir.display()))
-        })?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::unexpected(format!("command log: cannot create {}: {e}", dir.display())))?;
         let (_, next_seq) = repair_last_segment(dir)?;
         log.shared.next_seq.store(next_seq, Ordering::SeqCst);
         let current_first_seq = list_segments(dir)?.last().map(|s| s.first_seq);
@@ -255,10 +240,7 @@ impl CommandLog {
             Err(e)
         };
         if body.is_empty() || body.len() > RECORD_SIZE_MAX_BYTES {
-            let e = Error::graceful(format!(
-                "a command log record of {} bytes is outside 1..={RECORD_SIZE_MAX_BYTES}",
-                body.len()
-            ));
+            let e = Error::graceful(format!("a command log record of {} bytes is outside 1..={RECORD_SIZE_MAX_BYTES}", body.len()));
             return refuse(e, ack);
         }
         let Some(tx) = &self.tx else {
@@ -435,8 +417,7 @@ impl Logger {
         if self.shared.failed.load(Ordering::SeqCst) {
             return Some(self.retry_interval);
         }
-        self.sync_due
-            .map(|due| due.saturating_duration_since(Instant::now()))
+        self.sync_due.map(|due| due.saturating_duration_since(Instant::now()))
     }
 
     fn tick(&mut self) {
@@ -522,9 +503,7 @@ impl Logger {
         self.next_seq += n;
         self.shared.next_seq.store(self.next_seq, Ordering::SeqCst);
         self.shared.records.fetch_add(n, Ordering::Relaxed);
-        self.shared
-            .bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.shared.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         match self.mode {
             Durability::Sync => {
                 if let Err(e) = self.sync_if_dirty() {
@@ -593,16 +572,9 @@ impl Logger {
             }
             None => fresh,
         };
-        let file = self
-            .fs
-            .open(&path)
-            .map_err(|e| io_failure("open", &path, e))?;
-        self.fs
-            .sync_dir(&self.dir)
-            .map_err(|e| io_failure("sync directory", &self.dir, e))?;
-        let len = std::fs::metadata(&path)
-            .map(|m| m.len())
-            .map_err(|e| io_failure("stat", &path, e))?;
+        let file = self.fs.open(&path).map_err(|e| io_failure("open", &path, e))?;
+        self.fs.sync_dir(&self.dir).map_err(|e| io_failure("sync directory", &self.dir, e))?;
+        let len = std::fs::metadata(&path).map(|m| m.len()).map_err(|e| io_failure("stat", &path, e))?;
         // The newest segment's zeros were cut when the log was opened (`repair_last_segment`).
         self.good_len = len;
         self.written_len = len;
@@ -622,15 +594,12 @@ impl Logger {
             return Ok(());
         }
         let start = Instant::now();
-        file.sync_data()
-            .map_err(|e| io_failure("sync", &self.dir, e))?;
+        file.sync_data().map_err(|e| io_failure("sync", &self.dir, e))?;
         self.synced_len = self.written_len;
         self.good_len = self.written_len;
         self.shared.syncs.fetch_add(1, Ordering::Relaxed);
         let us = start.elapsed().as_micros().min(u64::MAX as u128) as u64;
-        self.shared
-            .last_sync_latency_us
-            .store(us, Ordering::Relaxed);
+        self.shared.last_sync_latency_us.store(us, Ordering::Relaxed);
         Ok(())
     }
 
@@ -679,11 +648,7 @@ impl Logger {
             return;
         }
         if let Some(file) = self.file.as_mut() {
-            if file
-                .set_len(self.good_len)
-                .and_then(|_| file.sync_data())
-                .is_err()
-            {
+            if file.set_len(self.good_len).and_then(|_| file.sync_data()).is_err() {
                 return;
             }
             self.written_len = self.good_len;
@@ -709,11 +674,7 @@ mod tests {
 
     fn faulty(retry_interval_ms: u64) -> (Arc<Faults>, LogOptions) {
         let faults = Arc::new(Faults::default());
-        let options = LogOptions {
-            fs: Arc::new(FaultyFs(faults.clone())),
-            retry_interval_ms,
-            ..LogOptions::default()
-        };
+        let options = LogOptions { fs: Arc::new(FaultyFs(faults.clone())), retry_interval_ms, ..LogOptions::default() };
         (faults, options)
     }
 
@@ -753,26 +714,18 @@ mod tests {
         // The first record's sync is held at the gate while 999 more queue up behind it.
         faults.close_gate();
         append(0);
-        wait_until("the first sync", || {
-            faults.sync_waiting.load(Ordering::SeqCst)
-        });
+        wait_until("the first sync", || faults.sync_waiting.load(Ordering::SeqCst));
         for i in 1..1000 {
             append(i);
         }
-        assert!(
-            acks.lock().unwrap().is_empty(),
-            "acknowledged before the sync"
-        );
+        assert!(acks.lock().unwrap().is_empty(), "acknowledged before the sync");
         faults.open_gate();
         log.flush_and_sync().unwrap();
         let acks = acks.lock().unwrap().clone();
         assert_eq!(acks, (0..1000).map(|s| (s, true)).collect::<Vec<_>>());
         assert_eq!(faults.syncs.load(Ordering::SeqCst), 2, "one sync per batch");
         let stats = log.stats();
-        assert_eq!(
-            (stats.records, stats.syncs, stats.next_seq, stats.failed),
-            (1000, 2, 1000, false)
-        );
+        assert_eq!((stats.records, stats.syncs, stats.next_seq, stats.failed), (1000, 2, 1000, false));
         assert_eq!(stats.bytes, end);
         drop(log);
         assert_eq!(read_all(dir.path()).len(), 1000);
@@ -838,39 +791,21 @@ mod tests {
     fn async_mode_acks_at_once_and_syncs_on_its_timer_or_on_flush() {
         let dir = TempDir::new("async");
         let (faults, options) = faulty(10);
-        let log = CommandLog::open_with(
-            dir.path(),
-            Durability::Async {
-                flush_ms: 3_600_000,
-            },
-            options,
-        )
-        .unwrap();
+        let log = CommandLog::open_with(dir.path(), Durability::Async { flush_ms: 3_600_000 }, options).unwrap();
         for i in 0..10 {
             assert_eq!(append_wait(&log, i).unwrap(), i as u64);
         }
-        assert_eq!(
-            faults.syncs.load(Ordering::SeqCst),
-            0,
-            "no sync before the window ends"
-        );
+        assert_eq!(faults.syncs.load(Ordering::SeqCst), 0, "no sync before the window ends");
         log.flush_and_sync().unwrap();
         assert_eq!(faults.syncs.load(Ordering::SeqCst), 1);
         log.flush_and_sync().unwrap();
-        assert_eq!(
-            faults.syncs.load(Ordering::SeqCst),
-            1,
-            "nothing new to sync"
-        );
+        assert_eq!(faults.syncs.load(Ordering::SeqCst), 1, "nothing new to sync");
         drop(log);
 
         let (faults, options) = faulty(10);
-        let log =
-            CommandLog::open_with(dir.path(), Durability::Async { flush_ms: 1 }, options).unwrap();
+        let log = CommandLog::open_with(dir.path(), Durability::Async { flush_ms: 1 }, options).unwrap();
         assert_eq!(append_wait(&log, 10).unwrap(), 10);
-        wait_until("the timed sync", || {
-            faults.syncs.load(Ordering::SeqCst) == 1
-        });
+        wait_until("the timed sync", || faults.syncs.load(Ordering::SeqCst) == 1);
         drop(log);
         assert_eq!(read_all(dir.path()).len(), 11);
     }
@@ -906,10 +841,7 @@ mod tests {
         let err = append_wait(&log, 1).unwrap_err();
         assert!(err.message.contains("injected: no space left"), "{err}");
         let refused = log.append(&rec(2).encode().unwrap(), None).unwrap_err();
-        assert!(
-            refused.message.contains("writes are refused until it can"),
-            "{refused}"
-        );
+        assert!(refused.message.contains("writes are refused until it can"), "{refused}");
         assert_eq!(refused.kind, lockstep_core::ErrorKind::Unavailable);
         assert!(log.stats().failed);
         assert!(log.flush_and_sync().is_err());
@@ -920,20 +852,14 @@ mod tests {
         assert_eq!(append_wait(&log, 3), Ok(1));
 
         faults.fail_syncs.store(true, Ordering::SeqCst);
-        assert!(
-            append_wait(&log, 4).is_err(),
-            "written but not synced: not acknowledged"
-        );
+        assert!(append_wait(&log, 4).is_err(), "written but not synced: not acknowledged");
         faults.fail_syncs.store(false, Ordering::SeqCst);
         wait_until("recovery", || !log.stats().failed);
         assert_eq!(append_wait(&log, 5), Ok(2));
         assert_eq!(log.stats().failures, 2);
         drop(log);
 
-        let records: Vec<(u64, Record)> = read_all(dir.path())
-            .into_iter()
-            .map(|e| (e.seq, e.record))
-            .collect();
+        let records: Vec<(u64, Record)> = read_all(dir.path()).into_iter().map(|e| (e.seq, e.record)).collect();
         assert_eq!(records, vec![(0, rec(0)), (1, rec(3)), (2, rec(5))]);
     }
 
@@ -944,23 +870,13 @@ mod tests {
         assert_eq!(append_wait(&log, 0), Ok(0));
         assert_eq!(append_wait(&log, 1), Ok(1));
         let big = vec![0u8; RECORD_SIZE_MAX_BYTES + 1];
-        assert!(log
-            .append(&big, None)
-            .unwrap_err()
-            .message
-            .contains("outside 1..="));
+        assert!(log.append(&big, None).unwrap_err().message.contains("outside 1..="));
         drop(log);
         let log = CommandLog::open(dir.path(), Durability::Sync).unwrap();
         assert_eq!(log.stats().next_seq, 2);
         assert_eq!(append_wait(&log, 2), Ok(2));
         drop(log);
-        assert_eq!(
-            read_all(dir.path())
-                .iter()
-                .map(|e| e.seq)
-                .collect::<Vec<_>>(),
-            vec![0, 1, 2]
-        );
+        assert_eq!(read_all(dir.path()).iter().map(|e| e.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
     }
 
     #[test]
@@ -997,9 +913,12 @@ mod tests {
         let mut i = 3;
         while list_segments(dir.path()).unwrap().len() < 2 {
             let (tx, rx) = bounded(1);
-            log.append(&big(i).encode().unwrap(), Some(Box::new(move |r| {
-                let _ = tx.send(r);
-            })))
+            log.append(
+                &big(i).encode().unwrap(),
+                Some(Box::new(move |r| {
+                    let _ = tx.send(r);
+                })),
+            )
             .unwrap();
             assert_eq!(rx.recv().unwrap(), Ok(i as u64));
             i += 1;

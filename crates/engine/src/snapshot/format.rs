@@ -74,19 +74,14 @@ pub fn decode_section_header(b: &[u8; SECTION_HEADER_BYTES]) -> Result<(u8, usiz
         return Err(corrupt(format!("unknown section kind {kind}")));
     }
     if len > SECTION_SIZE_MAX_BYTES {
-        return Err(corrupt(format!(
-            "section of {len} bytes is over {SECTION_SIZE_MAX_BYTES}"
-        )));
+        return Err(corrupt(format!("section of {len} bytes is over {SECTION_SIZE_MAX_BYTES}")));
     }
     Ok((kind, len, crc))
 }
 
 pub fn encode_table(name: &str, types: &[DataType]) -> Result<Vec<u8>> {
     if types.len() > COLUMN_COUNT_MAX {
-        return Err(Error::unexpected(format!(
-            "table {name} has {} columns",
-            types.len()
-        )));
+        return Err(Error::unexpected(format!("table {name} has {} columns", types.len())));
     }
     let mut out = Vec::new();
     put_string(&mut out, name);
@@ -107,10 +102,7 @@ pub fn decode_table(body: &[u8]) -> Result<SnapshotItem> {
     let mut types = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let code = r.i8("column type")?;
-        types.push(
-            DataType::from_wire_code(code)
-                .ok_or_else(|| corrupt(format!("column type code {code}")))?,
-        );
+        types.push(DataType::from_wire_code(code).ok_or_else(|| corrupt(format!("column type code {code}")))?);
     }
     r.expect_end("table section")?;
     Ok(SnapshotItem::Table { name, types })
@@ -119,18 +111,11 @@ pub fn decode_table(body: &[u8]) -> Result<SnapshotItem> {
 /// Appends one row's values, encoded by column type.
 pub fn encode_row(out: &mut Vec<u8>, types: &[DataType], row: &[Value]) -> Result<()> {
     if row.len() != types.len() {
-        return Err(Error::unexpected(format!(
-            "snapshot row has {} values for {} columns",
-            row.len(),
-            types.len()
-        )));
+        return Err(Error::unexpected(format!("snapshot row has {} values for {} columns", row.len(), types.len())));
     }
     for (v, t) in row.iter().zip(types) {
         if !scalar::write(out, t.wire_code(), v) {
-            return Err(Error::unexpected(format!(
-                "snapshot cannot store {} in a {t} column",
-                v.describe()
-            )));
+            return Err(Error::unexpected(format!("snapshot cannot store {} in a {t} column", v.describe())));
         }
     }
     Ok(())

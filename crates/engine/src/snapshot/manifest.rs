@@ -37,25 +37,15 @@ impl Manifest {
     /// Reads and checks the manifest of the snapshot in `dir`.
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST_FILE);
-        let len = std::fs::metadata(&path)
-            .map_err(|e| io_error("read", &path, e))?
-            .len();
+        let len = std::fs::metadata(&path).map_err(|e| io_error("read", &path, e))?.len();
         if len > MANIFEST_SIZE_MAX_BYTES {
-            return Err(Error::unexpected(format!(
-                "{} is too large ({len} bytes)",
-                path.display()
-            )));
+            return Err(Error::unexpected(format!("{} is too large ({len} bytes)", path.display())));
         }
         let text = std::fs::read(&path).map_err(|e| io_error("read", &path, e))?;
-        let m: Manifest = serde_json::from_slice(&text).map_err(|e| {
-            Error::unexpected(format!("{} is not a valid manifest: {e}", path.display()))
-        })?;
+        let m: Manifest =
+            serde_json::from_slice(&text).map_err(|e| Error::unexpected(format!("{} is not a valid manifest: {e}", path.display())))?;
         if m.format != FORMAT_VERSION {
-            return Err(Error::unexpected(format!(
-                "{} has format {}, this version reads {FORMAT_VERSION}",
-                path.display(),
-                m.format
-            )));
+            return Err(Error::unexpected(format!("{} has format {}, this version reads {FORMAT_VERSION}", path.display(), m.format)));
         }
         Ok(m)
     }

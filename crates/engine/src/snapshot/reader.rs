@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use lockstep_core::{DataType, Result};
 
 use crate::snapshot::format::{
-    corrupt, decode_end, decode_header, decode_rows, decode_section_header, decode_table,
-    HEADER_BYTES, KIND_END, KIND_ROWS, KIND_TABLE, SECTION_HEADER_BYTES,
+    corrupt, decode_end, decode_header, decode_rows, decode_section_header, decode_table, HEADER_BYTES, KIND_END, KIND_ROWS, KIND_TABLE,
+    SECTION_HEADER_BYTES,
 };
 use crate::snapshot::manifest::{FileEntry, Manifest};
 use crate::snapshot::{format::SnapshotItem, io_error, partition_file_name, CATALOG_FILE};
@@ -83,9 +83,7 @@ pub fn verify(dir: &Path) -> Result<SnapshotInfo> {
     let m = Manifest::read(dir)?;
     for p in 0..m.partitions {
         if m.file(&partition_file_name(p)).is_none() {
-            return Err(corrupt(format!(
-                "the manifest lists no file for partition {p}"
-            )));
+            return Err(corrupt(format!("the manifest lists no file for partition {p}")));
         }
     }
     if m.file(CATALOG_FILE).is_none() {
@@ -119,8 +117,7 @@ pub fn scan_snapshots(root: &Path) -> Result<SnapshotScan> {
             }
         }
     }
-    out.complete
-        .sort_by_key(|s| std::cmp::Reverse((s.txn_id, s.id)));
+    out.complete.sort_by_key(|s| std::cmp::Reverse((s.txn_id, s.id)));
     out.rejected.sort();
     Ok(out)
 }
@@ -141,12 +138,7 @@ fn dir_id(dir: &Path) -> Option<u64> {
 pub fn prune(root: &Path, keep: usize) -> Result<usize> {
     let scan = scan_snapshots(root)?;
     let newest_id = scan.complete.iter().map(|s| s.id).max();
-    let mut doomed: Vec<PathBuf> = scan
-        .complete
-        .iter()
-        .skip(keep)
-        .map(|s| s.dir.clone())
-        .collect();
+    let mut doomed: Vec<PathBuf> = scan.complete.iter().skip(keep).map(|s| s.dir.clone()).collect();
     for (dir, _) in &scan.rejected {
         if matches!((dir_id(dir), newest_id), (Some(d), Some(n)) if d < n) {
             doomed.push(dir.clone());
@@ -169,10 +161,7 @@ impl SnapshotReader {
     /// Opens the snapshot in `dir`, reading its manifest (files are verified as read).
     pub fn open(dir: &Path) -> Result<SnapshotReader> {
         let manifest = Manifest::read(dir)?;
-        Ok(SnapshotReader {
-            dir: dir.to_path_buf(),
-            manifest,
-        })
+        Ok(SnapshotReader { dir: dir.to_path_buf(), manifest })
     }
 
     pub fn manifest(&self) -> &Manifest {
@@ -185,21 +174,13 @@ impl SnapshotReader {
         let path = self.dir.join(CATALOG_FILE);
         let bytes = std::fs::read(&path).map_err(|e| io_error("read", &path, e))?;
         if bytes.len() as u64 != entry.size || crc32c::crc32c(&bytes) != entry.crc32c {
-            return Err(corrupt(format!(
-                "{} does not match the manifest",
-                path.display()
-            )));
+            return Err(corrupt(format!("{} does not match the manifest", path.display())));
         }
         String::from_utf8(bytes).map_err(|_| corrupt(format!("{} is not UTF-8", path.display())))
     }
 
     fn entry(&self, name: &str) -> Result<&FileEntry> {
-        self.manifest.file(name).ok_or_else(|| {
-            corrupt(format!(
-                "the manifest of {} lists no {name}",
-                self.dir.display()
-            ))
-        })
+        self.manifest.file(name).ok_or_else(|| corrupt(format!("the manifest of {} lists no {name}", self.dir.display())))
     }
 
     /// Partition `p`'s image.
@@ -224,10 +205,7 @@ impl SnapshotReader {
         r.read_exact(&mut header)?;
         let (partition, txn_id) = decode_header(&header)?;
         if partition != p || txn_id != self.manifest.txn_id {
-            return Err(corrupt(format!(
-                "{} is for partition {partition} at transaction {txn_id}",
-                r.path.display()
-            )));
+            return Err(corrupt(format!("{} is for partition {partition} at transaction {txn_id}", r.path.display())));
         }
         r.partition = partition;
         r.txn_id = txn_id;
@@ -283,11 +261,7 @@ impl PartitionReader {
             let mut body = vec![0u8; len];
             self.read_exact(&mut body)?;
             if crc32c::crc32c(&body) != crc {
-                return Err(corrupt(format!(
-                    "{}: checksum mismatch in the section ending at byte {}",
-                    self.path.display(),
-                    self.size
-                )));
+                return Err(corrupt(format!("{}: checksum mismatch in the section ending at byte {}", self.path.display(), self.size)));
             }
             match kind {
                 KIND_TABLE => {
@@ -300,10 +274,7 @@ impl PartitionReader {
                 }
                 KIND_ROWS => {
                     let Some(types) = &self.types else {
-                        return Err(corrupt(format!(
-                            "{}: rows before any table",
-                            self.path.display()
-                        )));
+                        return Err(corrupt(format!("{}: rows before any table", self.path.display())));
                     };
                     let rows = decode_rows(&body, types)?;
                     self.rows += rows.len() as u64;
@@ -327,22 +298,11 @@ impl PartitionReader {
             )));
         }
         let mut extra = [0u8; 1];
-        if self
-            .input
-            .read(&mut extra)
-            .map_err(|e| io_error("read", &self.path, e))?
-            != 0
-        {
-            return Err(corrupt(format!(
-                "{} has bytes after its end",
-                self.path.display()
-            )));
+        if self.input.read(&mut extra).map_err(|e| io_error("read", &self.path, e))? != 0 {
+            return Err(corrupt(format!("{} has bytes after its end", self.path.display())));
         }
         if (self.size, self.crc) != (self.entry.size, self.entry.crc32c) {
-            return Err(corrupt(format!(
-                "{} does not match the manifest",
-                self.path.display()
-            )));
+            return Err(corrupt(format!("{} does not match the manifest", self.path.display())));
         }
         self.done = true;
         Ok(())
@@ -391,9 +351,7 @@ mod tests {
     /// Writes snapshot `id` at `txn_id`: partition p holds table T with `rows[p]` rows
     /// (in two `write_rows` calls) and an empty table E.
     fn write_snapshot(root: &Path, id: u64, txn_id: i64, rows: &[i64]) -> SnapshotInfo {
-        let b =
-            SnapshotBuilder::create(root, id, txn_id, rows.len() as u32, "CREATE TABLE T (...);")
-                .unwrap();
+        let b = SnapshotBuilder::create(root, id, txn_id, rows.len() as u32, "CREATE TABLE T (...);").unwrap();
         let mut files = Vec::new();
         for (p, &n) in rows.iter().enumerate() {
             let mut w = b.partition_writer(p as u32).unwrap();
@@ -442,20 +400,12 @@ mod tests {
         assert_eq!(r.catalog_text().unwrap(), "CREATE TABLE T (...);");
         for (p, n) in [(0u32, 10i64), (1, 3000)] {
             let (tables, chunks) = read_partition(&r, p).unwrap();
-            let expected: Tables = [
-                ("E".to_string(), vec![]),
-                ("T".to_string(), (0..n).map(row).collect()),
-            ]
-            .into();
+            let expected: Tables = [("E".to_string(), vec![]), ("T".to_string(), (0..n).map(row).collect())].into();
             assert_eq!(tables, expected, "partition {p}");
             // 3000 rows of ~470 bytes do not fit one 1 MiB chunk.
             assert_eq!(chunks, if p == 0 { 1 } else { 2 }, "partition {p}");
         }
-        assert!(r
-            .partition(2)
-            .unwrap_err()
-            .message
-            .contains("lists no partition-2.snap"));
+        assert!(r.partition(2).unwrap_err().message.contains("lists no partition-2.snap"));
     }
 
     #[test]
@@ -474,24 +424,11 @@ mod tests {
         let scan = scan_snapshots(root.path()).unwrap();
         assert_eq!(scan.complete, vec![good]);
         assert_eq!(scan.rejected.len(), 2);
-        assert!(
-            scan.rejected[0]
-                .1
-                .contains(&format!("the manifest says {} bytes", bytes.len())),
-            "{:?}",
-            scan.rejected
-        );
-        assert!(
-            scan.rejected[1].1.contains("manifest.json"),
-            "{:?}",
-            scan.rejected
-        );
+        assert!(scan.rejected[0].1.contains(&format!("the manifest says {} bytes", bytes.len())), "{:?}", scan.rejected);
+        assert!(scan.rejected[1].1.contains("manifest.json"), "{:?}", scan.rejected);
         // Reading the corrupt one directly fails on its checksum too.
         let r = SnapshotReader::open(&corrupt_one.dir).unwrap();
-        assert!(read_partition(&r, 0)
-            .unwrap_err()
-            .message
-            .contains("checksum mismatch"));
+        assert!(read_partition(&r, 0).unwrap_err().message.contains("checksum mismatch"));
     }
 
     #[test]
@@ -503,11 +440,7 @@ mod tests {
         }
         SnapshotBuilder::create(root.path(), 9, 90, 1, "").unwrap(); // in progress
         assert_eq!(prune(root.path(), 2).unwrap(), 3);
-        let ids: Vec<u64> = list_snapshots(root.path())
-            .unwrap()
-            .iter()
-            .map(|s| s.id)
-            .collect();
+        let ids: Vec<u64> = list_snapshots(root.path()).unwrap().iter().map(|s| s.id).collect();
         assert_eq!(ids, vec![4, 3]);
         assert!(root.path().join("9").exists());
         assert!(!root.path().join("0").exists());
@@ -519,27 +452,12 @@ mod tests {
         let root = TempDir::new("snap-errors");
         let b = SnapshotBuilder::create(root.path(), 1, 1, 1, "").unwrap();
         let mut w = b.partition_writer(0).unwrap();
-        assert!(w
-            .write_rows(&[vec![Value::Int(1)]])
-            .unwrap_err()
-            .message
-            .contains("before begin_table"));
+        assert!(w.write_rows(&[vec![Value::Int(1)]]).unwrap_err().message.contains("before begin_table"));
         w.begin_table("T", &[DataType::TinyInt]).unwrap();
         let err = w.write_rows(&[vec![Value::Int(1000)]]).unwrap_err();
-        assert!(
-            err.message
-                .contains("cannot store BIGINT 1000 in a TINYINT column"),
-            "{err}"
-        );
+        assert!(err.message.contains("cannot store BIGINT 1000 in a TINYINT column"), "{err}");
         assert!(b.partition_writer(1).is_err());
-        assert!(b
-            .complete(vec![])
-            .unwrap_err()
-            .message
-            .contains("partition 0 was not written"));
-        assert!(
-            SnapshotBuilder::create(root.path(), 1, 1, 1, "").is_err(),
-            "ids are not reused"
-        );
+        assert!(b.complete(vec![]).unwrap_err().message.contains("partition 0 was not written"));
+        assert!(SnapshotBuilder::create(root.path(), 1, 1, 1, "").is_err(), "ids are not reused");
     }
 }

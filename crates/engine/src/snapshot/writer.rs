@@ -13,9 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use lockstep_core::{DataType, Error, Result, Value};
 
-use crate::snapshot::format::{
-    encode_end, encode_header, encode_row, encode_table, section, KIND_END, KIND_ROWS, KIND_TABLE,
-};
+use crate::snapshot::format::{encode_end, encode_header, encode_row, encode_table, section, KIND_END, KIND_ROWS, KIND_TABLE};
 use crate::snapshot::manifest::{FileEntry, Manifest, FORMAT_VERSION};
 use crate::snapshot::reader::SnapshotInfo;
 use crate::snapshot::{io_error, partition_file_name, CATALOG_FILE, MANIFEST_FILE};
@@ -24,9 +22,7 @@ use crate::snapshot::{io_error, partition_file_name, CATALOG_FILE, MANIFEST_FILE
 pub const CHUNK_BYTES_TARGET: usize = 1024 * 1024;
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error("sync directory", dir, e))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error("sync directory", dir, e))
 }
 
 /// Writes one partition's image.
@@ -50,11 +46,7 @@ impl SnapshotWriter {
     pub fn create(dir: &Path, partition: u32, txn_id: i64) -> Result<SnapshotWriter> {
         let name = partition_file_name(partition);
         let path = dir.join(&name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| io_error("create", &path, e))?;
+        let file = OpenOptions::new().write(true).create_new(true).open(&path).map_err(|e| io_error("create", &path, e))?;
         let mut w = SnapshotWriter {
             path,
             name,
@@ -72,9 +64,7 @@ impl SnapshotWriter {
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out
-            .write_all(bytes)
-            .map_err(|e| io_error("write", &self.path, e))?;
+        self.out.write_all(bytes).map_err(|e| io_error("write", &self.path, e))?;
         self.crc = crc32c::crc32c_append(self.crc, bytes);
         self.size += bytes.len() as u64;
         Ok(())
@@ -104,9 +94,7 @@ impl SnapshotWriter {
     /// Adds rows of the current table.
     pub fn write_rows(&mut self, rows: &[Vec<Value>]) -> Result<()> {
         let Some(types) = self.types.take() else {
-            return Err(Error::unexpected(
-                "snapshot rows written before begin_table",
-            ));
+            return Err(Error::unexpected("snapshot rows written before begin_table"));
         };
         let result = (|| {
             for row in rows {
@@ -128,17 +116,9 @@ impl SnapshotWriter {
         self.flush_chunk()?;
         let end = encode_end(self.tables, self.rows);
         self.put(&section(KIND_END, &end))?;
-        let file = self
-            .out
-            .into_inner()
-            .map_err(|e| io_error("write", &self.path, e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| io_error("sync", &self.path, e))?;
-        Ok(FileEntry {
-            name: self.name,
-            size: self.size,
-            crc32c: self.crc,
-        })
+        let file = self.out.into_inner().map_err(|e| io_error("write", &self.path, e.into_error()))?;
+        file.sync_all().map_err(|e| io_error("sync", &self.path, e))?;
+        Ok(FileEntry { name: self.name, size: self.size, crc32c: self.crc })
     }
 }
 
@@ -153,13 +133,7 @@ pub struct SnapshotBuilder {
 
 impl SnapshotBuilder {
     /// Creates `<root>/<id>/` (which must not exist) and writes the catalog's DDL text.
-    pub fn create(
-        root: &Path,
-        id: u64,
-        txn_id: i64,
-        partitions: u32,
-        catalog_text: &str,
-    ) -> Result<Self> {
+    pub fn create(root: &Path, id: u64, txn_id: i64, partitions: u32, catalog_text: &str) -> Result<Self> {
         std::fs::create_dir_all(root).map_err(|e| io_error("create", root, e))?;
         let dir = root.join(id.to_string());
         std::fs::create_dir(&dir).map_err(|e| io_error("create", &dir, e))?;
@@ -167,21 +141,9 @@ impl SnapshotBuilder {
         let path = dir.join(CATALOG_FILE);
         let bytes = catalog_text.as_bytes();
         let mut f = File::create(&path).map_err(|e| io_error("create", &path, e))?;
-        f.write_all(bytes)
-            .and_then(|_| f.sync_all())
-            .map_err(|e| io_error("write", &path, e))?;
-        let catalog = FileEntry {
-            name: CATALOG_FILE.into(),
-            size: bytes.len() as u64,
-            crc32c: crc32c::crc32c(bytes),
-        };
-        Ok(SnapshotBuilder {
-            dir,
-            id,
-            txn_id,
-            partitions,
-            catalog,
-        })
+        f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io_error("write", &path, e))?;
+        let catalog = FileEntry { name: CATALOG_FILE.into(), size: bytes.len() as u64, crc32c: crc32c::crc32c(bytes) };
+        Ok(SnapshotBuilder { dir, id, txn_id, partitions, catalog })
     }
 
     /// The snapshot's directory, for `SnapshotWriter::create`.
@@ -204,34 +166,21 @@ impl SnapshotBuilder {
         for p in 0..self.partitions {
             let name = partition_file_name(p);
             let Some(f) = files.iter().find(|f| f.name == name) else {
-                return Err(Error::unexpected(format!(
-                    "snapshot {}: partition {p} was not written",
-                    self.id
-                )));
+                return Err(Error::unexpected(format!("snapshot {}: partition {p} was not written", self.id)));
             };
             all.push(f.clone());
         }
         all.push(self.catalog);
-        let created_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let manifest = Manifest {
-            format: FORMAT_VERSION,
-            id: self.id,
-            txn_id: self.txn_id,
-            partitions: self.partitions,
-            created_unix_ms,
-            files: all,
-        };
-        let text = serde_json::to_vec_pretty(&manifest)
-            .map_err(|e| Error::unexpected(format!("cannot encode the snapshot manifest: {e}")))?;
+        let created_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let manifest =
+            Manifest { format: FORMAT_VERSION, id: self.id, txn_id: self.txn_id, partitions: self.partitions, created_unix_ms, files: all };
+        let text =
+            serde_json::to_vec_pretty(&manifest).map_err(|e| Error::unexpected(format!("cannot encode the snapshot manifest: {e}")))?;
         // Every file's contents and name must be on disk before the manifest says so.
         sync_dir(&self.dir)?;
         let tmp = self.dir.join(format!("{MANIFEST_FILE}.tmp"));
         let mut f = File::create(&tmp).map_err(|e| io_error("create", &tmp, e))?;
-        f.write_all(&text)
-            .and_then(|_| f.sync_all())
-            .map_err(|e| io_error("write", &tmp, e))?;
+        f.write_all(&text).and_then(|_| f.sync_all()).map_err(|e| io_error("write", &tmp, e))?;
         let path = self.dir.join(MANIFEST_FILE);
         std::fs::rename(&tmp, &path).map_err(|e| io_error("rename", &tmp, e))?;
         sync_dir(&self.dir)?;
@@ -250,27 +199,14 @@ mod tests {
     use crate::snapshot::reader::SnapshotReader;
 
     fn catalog() -> Catalog {
-        let col = |name: &str, ty| ColumnDef {
-            name: name.into(),
-            ty,
-            size: 0,
-            in_bytes: false,
-            nullable: true,
-            default: None,
-        };
+        let col = |name: &str, ty| ColumnDef { name: name.into(), ty, size: 0, in_bytes: false, nullable: true, default: None };
         let mut c = Catalog::default();
         for name in ["ACCOUNTS", "EVENTS"] {
             c.add_table(TableDef {
                 id: 0,
                 name: name.into(),
                 columns: vec![col("ID", DataType::BigInt), col("NOTE", DataType::Varchar)],
-                indexes: vec![IndexDef {
-                    name: format!("PK_{name}"),
-                    columns: vec![0],
-                    unique: true,
-                    assume_unique: false,
-                    primary: true,
-                }],
+                indexes: vec![IndexDef { name: format!("PK_{name}"), columns: vec![0], unique: true, assume_unique: false, primary: true }],
                 partition_column: None,
                 kind: TableKind::Table,
             })
@@ -292,8 +228,7 @@ mod tests {
         let ids: Vec<_> = c.tables().map(|t| t.id).collect();
         for k in 0..500 {
             for &t in &ids {
-                live.insert(t, vec![Value::Int(k), Value::Str(format!("v{k}").into())])
-                    .unwrap();
+                live.insert(t, vec![Value::Int(k), Value::Str(format!("v{k}").into())]).unwrap();
             }
         }
         live.commit();
@@ -319,8 +254,7 @@ mod tests {
             let t = ids[k % 2];
             let id = live.table(t).unwrap().lookup(0, &[Value::Int(k as i64)])[0];
             live.delete(t, id).unwrap();
-            live.insert(t, vec![Value::Int(10_000 + k as i64), Value::Null])
-                .unwrap();
+            live.insert(t, vec![Value::Int(10_000 + k as i64), Value::Null]).unwrap();
             live.commit();
             k += 1;
         }
