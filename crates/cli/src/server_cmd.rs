@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use lockstep_engine::cmdlog::Durability;
+use lockstep_engine::memory::MemoryLimit;
 use lockstep_engine::{Engine, EngineConfig};
 use lockstep_server::config::FileConfig;
 use lockstep_server::{serve, Front, ServerConfig};
@@ -36,8 +37,24 @@ pub struct ServerArgs {
     /// Complete snapshots to keep on disk.
     #[arg(long)]
     snapshots_keep: Option<usize>,
+    /// Client connections open at once; more are refused ("Server has too many connections").
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Close a logged-in connection that sends nothing for this many seconds (0: never).
+    #[arg(long)]
+    idle_timeout: Option<u64>,
+    /// Stop a query (or a procedure's statement) that runs longer than this, in
+    /// milliseconds (0: no limit); a call may ask for less (VoltDB's per-call timeout).
+    #[arg(long)]
+    query_timeout_ms: Option<u64>,
+    /// Above this much memory, writes are refused with a clear error and reads go on, until
+    /// memory falls below it again: bytes with an optional k/m/g suffix, a percentage of
+    /// the machine's memory (default 80%), or "off".
+    #[arg(long)]
+    memory_limit: Option<String>,
     /// TOML file with the same keys (listen, data, sites, procedures, command_log,
-    /// flush_ms, snapshot_interval, snapshots_keep); flags win.
+    /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
+    /// query_timeout_ms, memory_limit); flags win.
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -54,11 +71,15 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
         data: args.data,
         sites: args.sites,
         procedures: args.procedures,
-        in_flight_per_connection: None,
         command_log: args.command_log,
         flush_ms: args.flush_ms,
         snapshot_interval: args.snapshot_interval,
         snapshots_keep: args.snapshots_keep,
+        max_connections: args.max_connections,
+        idle_timeout_s: args.idle_timeout,
+        query_timeout_ms: args.query_timeout_ms,
+        memory_limit: args.memory_limit,
+        ..FileConfig::default()
     }
     .apply_to(&mut c);
     Ok(c)
@@ -68,6 +89,8 @@ pub fn run(args: ServerArgs) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LOCKSTEP_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match start(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -98,17 +121,27 @@ fn start(args: ServerArgs) -> Result<(), String> {
     if let Some(k) = config.snapshots_keep {
         engine_config.snapshots_keep = k.max(1);
     }
+    engine_config.memory_limit = match &config.memory_limit {
+        Some(text) => MemoryLimit::parse(text).map_err(|e| e.message)?,
+        None => MemoryLimit::default(),
+    };
+    engine_config.release_memory = Some(crate::alloc::release_freed_memory);
+    if let Some(ms) = config.query_timeout_ms {
+        engine_config.query_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+    }
     let sites = engine_config.sites;
-    let engine = Engine::start(engine_config).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("front")
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the network runtime: {e}"))?;
+    // The port first, then the data directory (locked, then recovered): a second server
+    // started by mistake stops here, before it reads or writes anything.
+    let listener =
+        runtime.block_on(tokio::net::TcpListener::bind(&config.listen)).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let engine = Engine::start(engine_config).map_err(|e| e.to_string())?;
     let result = runtime.block_on(async {
-        let listener =
-            tokio::net::TcpListener::bind(&config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         engine.shared().set_client_address(addr);
         println!(
@@ -120,11 +153,29 @@ fn start(args: ServerArgs) -> Result<(), String> {
         serve(listener, front, stop_signal()).await;
         Ok::<(), String>(())
     });
+    exit_if_stuck(SHUTDOWN_GRACE);
     // Open connections are simply dropped: their calls have been answered or never will be.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     engine.shutdown();
     println!("lockstep stopped");
     result
+}
+
+/// How long a stop may take before the process exits without waiting for it.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Ends the process if the stop has not finished within `grace`: a stop must not wait on a
+/// site that is busy (a long query, a runaway call). Leaving at once is as safe as a crash:
+/// everything acknowledged is in the command log (in async mode, up to its flush window).
+fn exit_if_stuck(grace: std::time::Duration) {
+    let spawned = std::thread::Builder::new().name("stop-deadline".into()).spawn(move || {
+        std::thread::sleep(grace);
+        eprintln!("lockstep: the stop did not finish within {} s (a partition is still busy): exiting now", grace.as_secs());
+        std::process::exit(1);
+    });
+    if let Err(e) = spawned {
+        eprintln!("lockstep: cannot start the stop deadline ({e}); stopping without one");
+    }
 }
 
 async fn stop_signal() {

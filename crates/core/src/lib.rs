@@ -7,6 +7,7 @@ pub mod error;
 pub mod hash;
 pub mod prefetch;
 pub mod table;
+pub mod throttle;
 pub mod time;
 pub mod value;
 

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::cmdlog::Durability;
+use crate::memory::MemoryLimit;
 
 /// Default instructions a Lua procedure may run per call before it is stopped.
 pub const LUA_INSTRUCTION_BUDGET_DEFAULT: u64 = 100_000_000;
@@ -30,7 +31,18 @@ pub struct EngineConfig {
     pub snapshot_interval_s: Option<u64>,
     /// Complete snapshots to keep; older ones are deleted.
     pub snapshots_keep: usize,
+    /// Above this much resident memory writes are refused (see `memory.rs`).
+    pub memory_limit: MemoryLimit,
+    /// Hands memory the allocator holds freed back to the system; sites call it when they
+    /// idle while memory is over the limit (the binary sets it for its allocator).
+    pub release_memory: Option<fn()>,
+    /// How long a query may run before it is stopped (None: no limit); a call may ask for
+    /// less. Replay of the command log never has one.
+    pub query_timeout: Option<std::time::Duration>,
 }
+
+/// VoltDB's default query timeout.
+pub const QUERY_TIMEOUT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl EngineConfig {
     /// Defaults for a data directory: one site per core, procedures under `<data>/procedures`.
@@ -46,6 +58,9 @@ impl EngineConfig {
             durability: Durability::Sync,
             snapshot_interval_s: None,
             snapshots_keep: SNAPSHOTS_KEEP_DEFAULT,
+            memory_limit: MemoryLimit::default(),
+            release_memory: None,
+            query_timeout: Some(QUERY_TIMEOUT_DEFAULT),
         }
     }
 }

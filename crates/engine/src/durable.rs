@@ -41,8 +41,36 @@ pub fn with_encoded<T>(record: &Record, f: impl FnOnce(&[u8]) -> T) -> Result<T>
     result
 }
 
+/// Logged transactions that failed when replayed. A logged transaction succeeded when it
+/// ran and execution is deterministic, so a failure means the log no longer reproduces
+/// what it acknowledged: recovery stops rather than start without it.
+#[derive(Default)]
+pub struct ReplayErrors {
+    count: AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+impl ReplayErrors {
+    /// Records a failed replay; `what` names the transaction and the error.
+    pub fn record(&self, what: String) {
+        tracing::error!("a replayed transaction failed: {what}");
+        if self.count.fetch_add(1, Ordering::SeqCst) == 0 {
+            *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some(what);
+        }
+    }
+
+    /// How many failed and the first one's description, if any failed.
+    pub fn take(&self) -> Option<(u64, String)> {
+        let count = self.count.swap(0, Ordering::SeqCst);
+        let first = self.first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        (count > 0).then(|| (count, first.unwrap_or_default()))
+    }
+}
+
 pub struct Durable {
     pub log: CommandLog,
+    /// Failures seen while replaying the log at start-up.
+    pub replay_errors: ReplayErrors,
     write_fence: AtomicBool,
     /// Records appended with an acknowledgement that has not run yet, by the partition whose
     /// data they changed; the last slot counts multi-partition records.
@@ -52,7 +80,7 @@ pub struct Durable {
 impl Durable {
     pub fn new(log: CommandLog, partitions: u32) -> Self {
         let unacknowledged = (0..=partitions).map(|_| AtomicU64::new(0)).collect();
-        Durable { log, write_fence: AtomicBool::new(false), unacknowledged }
+        Durable { log, replay_errors: ReplayErrors::default(), write_fence: AtomicBool::new(false), unacknowledged }
     }
 
     /// The counter of `partition`'s records; None (or an unknown partition) is the

@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{unbounded, Sender};
+use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
 use lockstep_core::{Catalog, Error, HashRing, Result, Value};
 use lockstep_sql::Route;
 
 use crate::cmdlog::{self, CommandLog, Durability};
 use crate::config::EngineConfig;
+use crate::datadir::DataDirLock;
 use crate::ddl::FsDdlEnv;
 use crate::durable::Durable;
+use crate::memory::MemoryGuard;
 use crate::mp::{Coordinator, MpWork, SiteLink};
 use crate::outcome::{Outcome, Reply};
 use crate::recovery;
@@ -22,6 +24,11 @@ use crate::site::{Site, SiteLinks, SiteMsg, SpWork};
 use crate::snapshot::SnapshotReader;
 use crate::store::CatalogStore;
 use crate::sysprocs;
+
+/// Messages a site's queue holds at most; a client's call beyond them is refused.
+pub const SITE_QUEUE_CALLS_MAX: usize = 65_536;
+/// Clients' multi-partition calls and DDL waiting for the coordinator at most.
+pub const MP_QUEUE_CALLS_MAX: usize = 4_096;
 
 /// One call of a procedure, as a front end received it.
 #[derive(Clone, Debug, Default)]
@@ -66,6 +73,10 @@ pub struct Shared {
     pub stats: crate::stats::EngineStats,
     /// Set by `@Pause`: calls that write are refused until `@Resume`.
     paused: AtomicBool,
+    /// The resource monitor: writes are refused while memory is over `--memory-limit`.
+    pub memory: Arc<MemoryGuard>,
+    /// Clients' calls queued for the coordinator (see `submit_mp`).
+    mp_queued: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -80,6 +91,15 @@ impl Shared {
 
     pub fn is_paused(&self) -> bool {
         self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Why a write may not start now (paused, or memory over the limit), if it may not.
+    /// Writes that free memory (`frees_memory`: DELETE, DROP) pass the memory limit.
+    fn refuse_write(&self, frees_memory: bool) -> Option<Error> {
+        if self.is_paused() {
+            return Some(sysprocs::paused_error());
+        }
+        (!frees_memory && self.memory.refuses_writes()).then(|| self.memory.error())
     }
 
     pub fn client_address(&self) -> Option<std::net::SocketAddr> {
@@ -98,15 +118,33 @@ impl Shared {
         }
     }
 
+    /// Hands the coordinator a client's call, unless `MP_QUEUE_CALLS_MAX` wait already.
+    fn submit_mp(&self, work: MpWork) {
+        if self.mp_queued.fetch_add(1, Ordering::Relaxed) >= MP_QUEUE_CALLS_MAX {
+            self.mp_queued.fetch_sub(1, Ordering::Relaxed);
+            return fail_work(work, || {
+                Error::unavailable(format!(
+                    "the server is overloaded: {MP_QUEUE_CALLS_MAX} multi-partition calls are waiting; slow down and retry"
+                ))
+            });
+        }
+        self.send_mp(work);
+    }
+
+    /// The coordinator took a call `submit_mp` queued.
+    pub(crate) fn mp_call_taken(&self) {
+        self.mp_queued.fetch_sub(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn send_mp(&self, work: MpWork) {
         let sender = self.mp.lock().ok().and_then(|g| g.clone());
         match sender {
             Some(tx) => {
                 if let Err(e) = tx.send(work) {
-                    fail_work(e.0);
+                    fail_work(e.0, shutting_down);
                 }
             }
-            None => fail_work(work),
+            None => fail_work(work, shutting_down),
         }
     }
 
@@ -117,10 +155,21 @@ impl Shared {
             }
             return;
         };
-        if let Err(e) = tx.send(msg) {
-            if let SiteMsg::Call { reply, .. } = e.0 {
-                reply(Outcome::error(Error::unavailable("the server is shutting down")));
-            }
+        // A client's call never waits for room (the front end's thread must not block): a
+        // full queue refuses it. The engine's own messages wait, as the queue drains.
+        let sent = match msg {
+            SiteMsg::Call { .. } => tx.try_send(msg).map_err(|e| match e {
+                TrySendError::Full(m) => (m, true),
+                TrySendError::Disconnected(m) => (m, false),
+            }),
+            other => tx.send(other).map_err(|e| (e.0, false)),
+        };
+        if let Err((SiteMsg::Call { reply, .. }, full)) = sent {
+            reply(Outcome::error(if full {
+                Error::unavailable(format!("partition {site} is overloaded: {SITE_QUEUE_CALLS_MAX} calls are waiting; slow down and retry"))
+            } else {
+                shutting_down()
+            }));
         }
     }
 
@@ -129,8 +178,13 @@ impl Shared {
     }
 }
 
-fn fail_work(work: MpWork) {
-    let e = || Outcome::error(Error::unavailable("the server is shutting down"));
+fn shutting_down() -> Error {
+    Error::unavailable("the server is shutting down")
+}
+
+/// Answers the caller of work that will not run, with `error`.
+fn fail_work(work: MpWork, error: impl Fn() -> Error) {
+    let e = || Outcome::error(error());
     match work {
         MpWork::Proc { reply, .. } | MpWork::Statements { reply, .. } | MpWork::Ddl { reply, .. } => reply(e()),
         MpWork::Snapshot { reply: Some(reply) } | MpWork::Restore { reply, .. } => reply(e()),
@@ -142,6 +196,8 @@ fn fail_work(work: MpWork) {
 pub struct Engine {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Ownership of the data directory, given up when the engine has shut down.
+    data_dir_lock: Mutex<Option<DataDirLock>>,
 }
 
 impl Engine {
@@ -152,14 +208,20 @@ impl Engine {
         if config.sites == 0 || config.sites > 1024 {
             return Err(Error::graceful(format!("--sites must be between 1 and 1024, not {}", config.sites)));
         }
+        // Before anything in the directory is read: another process may own it.
+        let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let store = CatalogStore::open(&config.data_dir)?;
         let env = FsDdlEnv::new(config.procedure_dir.clone());
         let log_dir = cmdlog::log_dir(&config.data_dir);
         let logging = config.durability != Durability::Off;
         let base = if logging { recovery::newest_snapshot(&config.data_dir)? } else { None };
-        let log_reader = if logging { Some(recovery::open_log(&log_dir)?) } else { None };
-        let mut log_reader = log_reader;
+        let mut log_reader = if logging { Some(recovery::open_log(&log_dir)?) } else { None };
         let log_is_empty = log_reader.as_mut().is_none_or(|r| r.peek().is_none());
+        // The log must know the snapshot it starts from (refused here, before anything runs).
+        let base_in_log = match (&base, log_reader.as_mut()) {
+            (Some(b), Some(reader)) => recovery::skip_to_snapshot(reader, b)?,
+            _ => true,
+        };
         // The catalog to start from: the snapshot's; or, with nothing logged yet, the catalog
         // file (a first start with the log on); or empty when the log holds every change.
         let records: Vec<String> = match &base {
@@ -176,13 +238,14 @@ impl Engine {
         let ring = HashRing::new(config.sites);
         let log = CommandLog::open(&log_dir, config.durability)?;
         let durable = Arc::new(Durable::new(log, config.sites));
+        let memory = MemoryGuard::start(config.memory_limit);
         let (mp_tx, mp_rx) = unbounded();
         let mut links = Vec::new();
         let mut sites = Vec::new();
         let mut threads = Vec::new();
         let mut starting = Vec::new();
         for id in 0..config.sites {
-            let (queue_tx, queue_rx) = unbounded();
+            let (queue_tx, queue_rx) = bounded(SITE_QUEUE_CALLS_MAX);
             let (to_site_tx, to_site_rx) = unbounded();
             let (from_site_tx, from_site_rx) = unbounded();
             let site_links = SiteLinks {
@@ -191,6 +254,7 @@ impl Engine {
                 mp_out: from_site_tx,
                 coordinator: mp_tx.clone(),
                 durable: durable.clone(),
+                memory: memory.clone(),
             };
             // A site's Lua state cannot move between threads: build the site on its own.
             let (site_config, site_catalog, site_ring) = (config.clone(), catalog.clone(), ring.clone());
@@ -220,6 +284,8 @@ impl Engine {
             client_address: std::sync::OnceLock::new(),
             stats: Default::default(),
             paused: AtomicBool::new(false),
+            memory,
+            mp_queued: Default::default(),
             durable,
         });
         let coordinator_shared = shared.clone();
@@ -229,19 +295,28 @@ impl Engine {
             move || Coordinator::new(coordinator_shared, links, catalog, records, store, mp_rx, replaying),
             Coordinator::run,
         )?);
-        let engine = Arc::new(Engine { shared, threads: Mutex::new(threads) });
+        let engine = Arc::new(Engine { shared, threads: Mutex::new(threads), data_dir_lock: Mutex::new(Some(data_dir_lock)) });
         if let Some(reader) = log_reader {
             let replayed = recovery::replay(&engine, reader, base.as_ref())?;
             // A fresh snapshot makes the next recovery short and gives a catalog that came
-            // from the catalog file a base in the log's world; wait for it, so a crash soon
-            // after start cannot lose that base.
-            if replayed > 0 || (base.is_none() && engine.catalog().tables().next().is_some()) {
+            // from the catalog file, or a snapshot the (new, empty) log does not know, a base
+            // in the log's world; wait for it, so a crash soon after start cannot lose it.
+            let catalog_without_base = base.is_none() && engine.catalog().tables().next().is_some();
+            let needs_base = !base_in_log || catalog_without_base;
+            if replayed > 0 || needs_base {
                 let (tx, rx) = crossbeam_channel::bounded(1);
                 engine.snapshot(Box::new(move |o| {
                     let _ = tx.send(o);
                 }));
                 match rx.recv() {
                     Ok(o) if o.is_success() => {}
+                    // Without it the next restart could not tell what the log holds.
+                    Ok(o) if needs_base => {
+                        return Err(Error::unexpected(format!(
+                            "cannot take the snapshot that starts the command log: {}",
+                            o.status_string.unwrap_or_default()
+                        )))
+                    }
                     Ok(o) => tracing::warn!("the snapshot after recovery failed: {}", o.status_string.unwrap_or_default()),
                     Err(_) => return Err(Error::unexpected("the coordinator stopped during recovery")),
                 }
@@ -279,14 +354,16 @@ impl Engine {
         let Some(info) = lockstep_core::get_ignoring_case(&view.procs, &call.procedure) else {
             return reply(Outcome::error(Error::unexpected(format!("Procedure {} was not found", call.procedure))));
         };
-        if !info.read_only && self.shared.is_paused() {
-            return reply(Outcome::error(sysprocs::paused_error()));
+        if !info.read_only {
+            if let Some(e) = self.shared.refuse_write(false) {
+                return reply(Outcome::error(e));
+            }
         }
         match self.route(info, call) {
             Ok(Routed::Site(site, params)) => {
                 self.shared.send_site(site, SiteMsg::Call { work: SpWork::Proc(info.name.clone()), params, reply })
             }
-            Ok(Routed::Mp(params)) => self.shared.send_mp(MpWork::Proc { name: info.name.to_string(), params, reply }),
+            Ok(Routed::Mp(params)) => self.shared.submit_mp(MpWork::Proc { name: info.name.to_string(), params, reply }),
             Err(e) => reply(Outcome::error(e)),
         }
     }
@@ -355,11 +432,14 @@ impl Engine {
             Err(e) => return reply(Outcome::error(e)),
         };
         let ddl = statements.iter().filter(|s| lockstep_sql::is_ddl(s)).count();
-        if ddl > 0 && self.shared.is_paused() {
-            return reply(Outcome::error(sysprocs::paused_error()));
+        if ddl > 0 {
+            let drops_only = statements.iter().all(|s| s.trim_start().get(..4).is_some_and(|w| w.eq_ignore_ascii_case("DROP")));
+            if let Some(e) = self.shared.refuse_write(drops_only) {
+                return reply(Outcome::error(e));
+            }
         }
         if ddl == statements.len() {
-            return self.shared.send_mp(MpWork::Ddl { statements, reply });
+            return self.shared.submit_mp(MpWork::Ddl { statements, reply });
         }
         if ddl > 0 {
             return reply(Outcome::error(Error::sql("DDL and other statements cannot be mixed in one @AdHoc call; send them separately")));
@@ -375,8 +455,9 @@ impl Engine {
                 Err(e) => return reply(Outcome::error(e)),
             }
         }
-        if self.shared.is_paused() && stmts.iter().any(|p| !p.read_only) {
-            return reply(Outcome::error(sysprocs::paused_error()));
+        let writes = stmts.iter().filter(|p| !p.read_only);
+        if let Some(e) = writes.clone().next().and_then(|_| self.shared.refuse_write(writes.clone().all(|p| p.frees_memory()))) {
+            return reply(Outcome::error(e));
         }
         if stmts.len() == 1 {
             let p = &stmts[0];
@@ -402,7 +483,7 @@ impl Engine {
                 return self.shared.send_site(site, SiteMsg::Call { work, params, reply });
             }
         }
-        self.shared.send_mp(MpWork::Statements { stmts, params, reply });
+        self.shared.submit_mp(MpWork::Statements { stmts, params, reply });
     }
 
     /// Stops accepting calls, lets queued work finish, and joins every thread.
@@ -416,6 +497,7 @@ impl Engine {
         for t in threads {
             let _ = t.join();
         }
+        drop(self.data_dir_lock.lock().map(|mut l| l.take()));
     }
 }
 

@@ -4,10 +4,12 @@
 
 pub mod cmdlog;
 pub mod config;
+pub mod datadir;
 pub mod ddl;
 pub mod durable;
 pub mod engine;
 pub mod export;
+pub mod memory;
 pub mod mp;
 pub mod name_cache;
 pub mod outcome;

@@ -222,6 +222,9 @@ impl Coordinator {
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
+            if matches!(work, MpWork::Proc { .. } | MpWork::Statements { .. } | MpWork::Ddl { .. }) {
+                self.shared.mp_call_taken();
+            }
             match work {
                 MpWork::Proc { name, params, reply } => {
                     let started = std::time::Instant::now();
@@ -436,7 +439,7 @@ impl Coordinator {
             }
         };
         if let Err(e) = result {
-            tracing::warn!(txn_id, "a replayed multi-partition transaction failed: {e}");
+            self.durable.replay_errors.record(format!("multi-partition transaction {txn_id} ({procedure}): {e}"));
         }
     }
 
@@ -655,9 +658,13 @@ impl Coordinator {
         }
         let Some(pending) = self.snapshot.take() else { return };
         let root = snapshot::snapshots_dir(&self.shared.config.data_dir);
-        let completed = match pending.failed {
-            Some(e) => Err(e),
-            None => pending.builder.complete(pending.files.into_iter().flatten().collect()),
+        // A complete snapshot must be findable in the log (recovery refuses one that is
+        // not): its `SnapshotTaken` record goes to disk before its manifest does, in async
+        // mode too.
+        let record_durable = if pending.log_seq.is_some() { self.durable.log.flush_and_sync() } else { Ok(()) };
+        let completed = match (pending.failed, record_durable) {
+            (Some(e), _) | (None, Err(e)) => Err(e),
+            (None, Ok(())) => pending.builder.complete(pending.files.into_iter().flatten().collect()),
         };
         let outcome = match completed {
             Ok(info) => {

@@ -58,24 +58,42 @@ pub fn open_log(dir: &Path) -> Result<Peekable<LogReader>> {
     Ok(reader.peekable())
 }
 
-/// Replays the log after snapshot `base` (the whole log without one). Returns how many
-/// transactions were replayed, once every site and the coordinator have run them.
+/// Moves `log` past snapshot `base`'s `SnapshotTaken` record: the records before it are in
+/// the snapshot. Returns false when the log is empty (a new log: the snapshot is where it
+/// starts). Refuses, before anything has started, when the log holds records but not that
+/// one: which of them the snapshot holds is then unknown, and starting could drop
+/// acknowledged transactions.
+pub fn skip_to_snapshot(log: &mut Peekable<LogReader>, base: &SnapshotInfo) -> Result<bool> {
+    let mut skipped = 0u64;
+    for entry in log.by_ref() {
+        if matches!(entry?.record, Record::SnapshotTaken { snapshot_id, .. } if snapshot_id == base.id) {
+            return Ok(true);
+        }
+        skipped += 1;
+    }
+    if skipped == 0 {
+        return Ok(false);
+    }
+    let snapshots = base.dir.parent().unwrap_or(&base.dir);
+    let data_dir = snapshots.parent().unwrap_or(snapshots);
+    Err(Error::graceful(format!(
+        "the newest snapshot ({}) is not recorded in the command log ({skipped} records in {}), so which logged \
+         transactions it already holds is unknown and starting could lose acknowledged ones. The server did not start \
+         and changed nothing. If the snapshot was copied in, or taken with the command log off, move it out of {} to \
+         recover from the log; to start from the snapshot alone and discard the log, move {} aside.",
+        base.dir.display(),
+        crate::cmdlog::log_dir(data_dir).display(),
+        snapshots.display(),
+        crate::cmdlog::log_dir(data_dir).display(),
+    )))
+}
+
+/// Replays `log` (already past its base snapshot, see `skip_to_snapshot`) and returns how
+/// many transactions ran, once every site and the coordinator have run them. Stops when a
+/// logged transaction fails again: the log would then not reproduce what it acknowledged.
 pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<&SnapshotInfo>) -> Result<u64> {
     let shared = engine.shared().clone();
     let started = Instant::now();
-    // Records up to the snapshot's are already in it.
-    if let Some(id) = base.map(|b| b.id) {
-        let mut found = false;
-        for entry in log.by_ref() {
-            if matches!(entry?.record, Record::SnapshotTaken { snapshot_id, .. } if snapshot_id == id) {
-                found = true;
-                break;
-            }
-        }
-        if !found {
-            tracing::warn!("the command log has no record of snapshot {id}: nothing after it is replayed");
-        }
-    }
     let sites = engine.partition_count();
     let changed_sites = |written: u32| {
         Error::graceful(format!(
@@ -148,9 +166,136 @@ pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<&
         );
         rx.recv().map_err(|_| Error::unexpected(format!("partition {p} stopped during recovery")))?;
     }
+    if let Some((failed, first)) = shared.durable.replay_errors.take() {
+        return Err(Error::unexpected(format!(
+            "recovery stopped: {failed} logged transaction(s) failed when replayed (the first: {first}). The log no longer \
+             reproduces the state it acknowledged, so the server did not start. Keep the data directory as it is; to start \
+             from the newest snapshot alone, discarding the transactions logged after it, move {} aside.",
+            crate::cmdlog::log_dir(&shared.config.data_dir).display()
+        )));
+    }
     if count > 0 {
         let secs = started.elapsed().as_secs_f64();
         eprintln!("recovery: replayed {count} transactions in {secs:.2} s ({:.0} per second)", count as f64 / secs.max(1e-9));
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use lockstep_core::Value;
+
+    use crate::cmdlog::testing::TempDir;
+    use crate::cmdlog::{log_dir, CommandLog, Durability, Record};
+    use crate::{Engine, EngineConfig, Outcome};
+
+    fn start(dir: &Path) -> lockstep_core::Result<Arc<Engine>> {
+        let mut config = EngineConfig::new(dir);
+        config.sites = 2;
+        config.durability = Durability::Sync;
+        Engine::start(config)
+    }
+
+    fn adhoc(engine: &Engine, sql: &str) -> Outcome {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        engine.adhoc(sql, vec![], Box::new(move |o| tx.send(o).unwrap()));
+        rx.recv().unwrap()
+    }
+
+    fn ok(engine: &Engine, sql: &str) {
+        let o = adhoc(engine, sql);
+        assert!(o.is_success(), "{sql}: {:?}", o.status_string);
+    }
+
+    fn count(engine: &Engine) -> Value {
+        adhoc(engine, "SELECT COUNT(*) FROM t").tables[0].rows[0][0].clone()
+    }
+
+    /// A table with `rows` rows, logged and not yet in any snapshot.
+    fn with_rows(dir: &Path, rows: i64) {
+        let engine = start(dir).unwrap();
+        ok(&engine, "CREATE TABLE t (k BIGINT NOT NULL PRIMARY KEY)");
+        ok(&engine, "PARTITION TABLE t ON COLUMN k");
+        for k in 0..rows {
+            ok(&engine, &format!("INSERT INTO t VALUES ({k})"));
+        }
+        engine.shutdown();
+    }
+
+    fn snapshot(engine: &Engine) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        engine.snapshot(Box::new(move |o| tx.send(o).unwrap()));
+        assert!(rx.recv().unwrap().is_success());
+    }
+
+    fn append(dir: &Path, record: &Record) {
+        let log = CommandLog::open(&log_dir(dir), Durability::Sync).unwrap();
+        crate::durable::with_encoded(record, |body| log.append(body, None)).unwrap().unwrap();
+        log.flush_and_sync().unwrap();
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_logged_transaction_that_fails_on_replay_stops_recovery() {
+        let dir = TempDir::new("replay-fails");
+        with_rows(dir.path(), 5);
+        // A record that cannot run again: its table does not exist.
+        let sql = "INSERT INTO missing VALUES (1)".to_string();
+        append(dir.path(), &Record::AdHocSp { txn_id: i64::MAX / 2, partition: 0, sql, params: vec![] });
+        let refused = start(dir.path()).err().expect("recovery must not start past a transaction it cannot replay");
+        assert!(refused.message.contains("recovery stopped: 1 logged transaction(s) failed"), "{}", refused.message);
+        assert!(refused.message.to_lowercase().contains("missing"), "names what failed: {}", refused.message);
+    }
+
+    #[test]
+    fn a_snapshot_the_log_does_not_know_is_refused_and_nothing_is_lost() {
+        let (ours, theirs) = (TempDir::new("foreign-ours"), TempDir::new("foreign-theirs"));
+        with_rows(ours.path(), 7);
+        // Another directory's snapshot, newer than anything here, copied in.
+        let other = start(theirs.path()).unwrap();
+        ok(&other, "CREATE TABLE t (k BIGINT NOT NULL PRIMARY KEY)");
+        ok(&other, "INSERT INTO t VALUES (1)");
+        snapshot(&other);
+        other.shutdown();
+        let foreign = crate::snapshot::list_snapshots(&crate::snapshot::snapshots_dir(theirs.path())).unwrap().remove(0);
+        let copied = crate::snapshot::snapshots_dir(ours.path()).join(foreign.dir.file_name().unwrap());
+        copy_dir(&foreign.dir, &copied);
+
+        let refused = start(ours.path()).err().expect("a snapshot that is not in the log must stop recovery");
+        assert!(refused.message.contains("is not recorded in the command log"), "{}", refused.message);
+        // Moved out, as the message says: the log brings every row back.
+        std::fs::remove_dir_all(&copied).unwrap();
+        let engine = start(ours.path()).unwrap();
+        assert_eq!(count(&engine), Value::Int(7));
+        engine.shutdown();
+    }
+
+    #[test]
+    fn a_snapshot_with_a_new_empty_log_becomes_the_logs_base() {
+        let dir = TempDir::new("new-log");
+        with_rows(dir.path(), 3);
+        let engine = start(dir.path()).unwrap();
+        snapshot(&engine);
+        engine.shutdown();
+        // The log is thrown away (a user moved it aside): the snapshot alone is the start...
+        std::fs::remove_dir_all(log_dir(dir.path())).unwrap();
+        let engine = start(dir.path()).unwrap();
+        assert_eq!(count(&engine), Value::Int(3));
+        ok(&engine, "INSERT INTO t VALUES (100)");
+        engine.shutdown();
+        // ...and the new log knows it, so the next start replays what came after.
+        let engine = start(dir.path()).unwrap();
+        assert_eq!(count(&engine), Value::Int(4));
+        engine.shutdown();
+    }
 }

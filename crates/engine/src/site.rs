@@ -16,6 +16,7 @@ use crate::cmdlog::Record;
 use crate::config::EngineConfig;
 use crate::durable::Durable;
 use crate::export::ExportWriter;
+use crate::memory::MemoryGuard;
 use crate::mp::MpWork;
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope, StatementRunner};
@@ -29,6 +30,8 @@ const ANSWERS_HELD_MAX: usize = 16;
 /// Rows a site writes to a snapshot between two transactions: small, so a transaction
 /// never waits long behind snapshot work.
 const SNAPSHOT_CHUNK_ROWS: usize = 256;
+/// Over the memory limit, an idle site gives freed memory back at most this often.
+const RELEASE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What a single-partition call runs.
 pub enum SpWork {
@@ -125,6 +128,10 @@ pub struct Site {
     durable: Arc<Durable>,
     /// Where finished snapshot files are reported.
     coordinator: Sender<MpWork>,
+    memory: Arc<MemoryGuard>,
+    /// Hands freed memory back to the system (see `EngineConfig::release_memory`).
+    release_memory: Option<fn()>,
+    released_at: Option<std::time::Instant>,
     snapshot: Option<SiteSnapshot>,
     /// Answers ready to go out, sent when the queue runs dry or `ANSWERS_HELD_MAX` wait.
     answers: Vec<(Outcome, Reply)>,
@@ -149,6 +156,7 @@ pub struct SiteLinks {
     pub mp_out: Sender<Result<ResultTable>>,
     pub coordinator: Sender<MpWork>,
     pub durable: Arc<Durable>,
+    pub memory: Arc<MemoryGuard>,
 }
 
 impl Site {
@@ -179,6 +187,9 @@ impl Site {
             stats: ProcStats::default(),
             durable: links.durable,
             coordinator: links.coordinator,
+            memory: links.memory,
+            release_memory: config.release_memory,
+            released_at: None,
             snapshot: None,
             answers: Vec::with_capacity(ANSWERS_HELD_MAX),
             waiting: Vec::with_capacity(ANSWERS_HELD_MAX),
@@ -226,6 +237,10 @@ impl Site {
                     if let Err(e) = self.export.flush() {
                         tracing::error!(site = self.id, "export flush failed: {e}");
                     }
+                    // Over the memory limit, what this thread freed may be all it takes.
+                    if self.memory.refuses_writes() {
+                        self.release_freed_memory();
+                    }
                     // Blocks. Yielding the core a few hundred times first, to spare the
                     // waker a futex call, gave no more throughput on 2 vCPUs and cost a
                     // third of the server's CPU at 10K calls/s.
@@ -269,6 +284,17 @@ impl Site {
         self.send_answers();
         if let Err(e) = self.export.flush() {
             tracing::error!(site = self.id, "export flush failed: {e}");
+        }
+    }
+
+    /// Hands memory this thread freed back to the system, at most once per
+    /// `RELEASE_INTERVAL` (it walks the thread's heap).
+    fn release_freed_memory(&mut self) {
+        let Some(release) = self.release_memory else { return };
+        let now = std::time::Instant::now();
+        if self.released_at.is_none_or(|t| now.duration_since(t) >= RELEASE_INTERVAL) {
+            self.released_at = Some(now);
+            release();
         }
     }
 
@@ -390,7 +416,7 @@ impl Site {
                 if let Some(reply) = reply {
                     self.answer(Outcome::error(e), reply);
                 } else {
-                    tracing::warn!(site = self.id, txn_id, "a replayed transaction failed: {e}");
+                    self.durable.replay_errors.record(format!("transaction {txn_id} on partition {}: {e}", self.id));
                 }
             }
         }

@@ -18,6 +18,10 @@ pub struct InFlight {
     kib: AtomicUsize,
     calls_max: usize,
     kib_max: usize,
+    /// Answer bytes encoded and not yet taken by the client: while over the limit, no
+    /// more calls are read, so a client that does not read cannot make the server hold more.
+    answer_bytes: AtomicUsize,
+    answer_bytes_max: usize,
     /// Set while the reader waits for room; whoever gives a slot back then wakes it.
     reader_waiting: AtomicBool,
     room: Notify,
@@ -27,25 +31,34 @@ pub struct InFlight {
 pub struct Slot {
     window: Arc<InFlight>,
     kib: usize,
+    /// The share of the server-wide budget for large requests that the call's frame took.
+    _large_request: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Slot {
+    /// Keeps `permit` until the call is answered.
+    pub fn hold(&mut self, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
+        self._large_request = permit;
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         self.window.calls.fetch_sub(1, Ordering::SeqCst);
         self.window.kib.fetch_sub(self.kib, Ordering::SeqCst);
-        if self.window.reader_waiting.swap(false, Ordering::SeqCst) {
-            self.window.room.notify_one();
-        }
+        self.window.wake_reader();
     }
 }
 
 impl InFlight {
-    pub fn new(calls_max: usize, kib_max: usize) -> Arc<InFlight> {
+    pub fn new(calls_max: usize, kib_max: usize, answer_bytes_max: usize) -> Arc<InFlight> {
         Arc::new(InFlight {
             calls: AtomicUsize::new(0),
             kib: AtomicUsize::new(0),
             calls_max: calls_max.max(1),
             kib_max: kib_max.max(1),
+            answer_bytes: AtomicUsize::new(0),
+            answer_bytes_max: answer_bytes_max.max(1),
             reader_waiting: AtomicBool::new(false),
             room: Notify::new(),
         })
@@ -67,11 +80,34 @@ impl InFlight {
         }
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.kib.fetch_add(kib, Ordering::SeqCst);
-        Slot { window: self.clone(), kib }
+        Slot { window: self.clone(), kib, _large_request: None }
     }
 
     fn fits(&self, kib: usize) -> bool {
-        self.calls.load(Ordering::SeqCst) < self.calls_max && self.kib.load(Ordering::SeqCst) + kib <= self.kib_max
+        self.calls.load(Ordering::SeqCst) < self.calls_max
+            && self.kib.load(Ordering::SeqCst) + kib <= self.kib_max
+            && self.answer_bytes.load(Ordering::SeqCst) < self.answer_bytes_max
+    }
+
+    fn wake_reader(&self) {
+        if self.reader_waiting.swap(false, Ordering::SeqCst) {
+            self.room.notify_one();
+        }
+    }
+
+    /// The writer encoded `n` bytes of answers for the client.
+    pub fn answers_encoded(&self, n: usize) {
+        self.answer_bytes.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// The client took `n` bytes of answers off the socket's buffer.
+    pub fn answers_written(&self, n: usize) {
+        self.answer_bytes.fetch_sub(n, Ordering::SeqCst);
+        self.wake_reader();
+    }
+
+    fn answer_bytes_pending(&self) -> usize {
+        self.answer_bytes.load(Ordering::Relaxed)
     }
 
     fn calls_in_flight(&self) -> usize {
@@ -114,6 +150,7 @@ impl LiveClients {
             ("CLIENT_HOSTNAME", V),
             ("ADMIN", T),
             ("OUTSTANDING_REQUEST_BYTES", B),
+            // VoltDB counts answers waiting; we count their bytes.
             ("OUTSTANDING_RESPONSE_MESSAGES", B),
             ("OUTSTANDING_TRANSACTIONS", B),
         ]);
@@ -128,7 +165,7 @@ impl LiveClients {
                 Value::Str(w.peer.to_string().into()),
                 Value::Int(0),
                 Value::Int(w.in_flight.kib_in_flight() as i64 * 1024),
-                Value::Int(0),
+                Value::Int(w.in_flight.answer_bytes_pending() as i64),
                 Value::Int(w.in_flight.calls_in_flight() as i64),
             ]);
         }
@@ -143,7 +180,7 @@ mod tests {
     #[tokio::test]
     async fn rows_show_what_each_window_holds() {
         let live = LiveClients::default();
-        let in_flight = InFlight::new(10, 100);
+        let in_flight = InFlight::new(10, 100, 1000);
         let _held = (in_flight.take(2).await, in_flight.take(3).await, in_flight.take(0).await);
         live.add(7, Window { peer: "127.0.0.1:9".parse().unwrap(), in_flight });
         let t = live.table();
@@ -166,8 +203,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn unread_answers_stop_the_reader_until_the_client_takes_them() {
+        let w = InFlight::new(100, 100, 1000);
+        w.answers_encoded(999);
+        let first = take_now(&w, 1).expect("999 bytes waiting is under the 1000-byte limit");
+        w.answers_encoded(1);
+        assert!(take_now(&w, 1).is_none(), "1000 bytes of unread answers stop new calls");
+        w.answers_written(500);
+        assert!(take_now(&w, 1).is_some(), "the client read some: calls are taken again");
+        drop(first);
+    }
+
+    #[tokio::test]
     async fn a_full_window_makes_the_reader_wait_until_an_answer_frees_a_slot() {
-        let w = InFlight::new(2, 10);
+        let w = InFlight::new(2, 10, 1000);
         let a = take_now(&w, 4).expect("room for the first call");
         let b = take_now(&w, 4).expect("room for the second call");
         assert!(take_now(&w, 1).is_none(), "a third call exceeds the 2-call window");

@@ -6,6 +6,15 @@ use serde::Deserialize;
 
 /// Calls one connection may have in flight before the server stops reading it.
 pub const IN_FLIGHT_PER_CONNECTION_DEFAULT: usize = 5000;
+/// Client connections open at once (logged in or logging in); more are refused with
+/// VoltDB's "Server has too many connections" login answer.
+pub const MAX_CONNECTIONS_DEFAULT: usize = 5000;
+/// A logged-in connection that sends nothing for this long is closed (the VoltDB client
+/// pings an idle connection every 40 s or so, ours every 60 s).
+pub const IDLE_TIMEOUT_S_DEFAULT: u64 = 300;
+/// A frame that has begun must be complete, and unread answers must make progress, within
+/// this many seconds (VoltDB's client hang-up timeout is 30 s as well).
+pub const CLIENT_TIMEOUT_S_DEFAULT: u64 = 30;
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -14,6 +23,15 @@ pub struct ServerConfig {
     pub sites: Option<u32>,
     pub procedures: Option<PathBuf>,
     pub in_flight_per_connection: usize,
+    pub max_connections: usize,
+    /// Seconds a logged-in connection may stay silent; 0 keeps it forever.
+    pub idle_timeout_s: u64,
+    /// Seconds a begun frame may take to complete, and unread answers may sit still.
+    pub client_timeout_s: u64,
+    /// Milliseconds a query may run (0: no limit); None for the engine's default.
+    pub query_timeout_ms: Option<u64>,
+    /// `--memory-limit` as given (bytes with k/m/g, a percentage, or "off").
+    pub memory_limit: Option<String>,
     /// "off", "async" or "sync" (default sync).
     pub command_log: Option<String>,
     pub flush_ms: Option<u64>,
@@ -29,6 +47,11 @@ impl Default for ServerConfig {
             sites: None,
             procedures: None,
             in_flight_per_connection: IN_FLIGHT_PER_CONNECTION_DEFAULT,
+            max_connections: MAX_CONNECTIONS_DEFAULT,
+            idle_timeout_s: IDLE_TIMEOUT_S_DEFAULT,
+            client_timeout_s: CLIENT_TIMEOUT_S_DEFAULT,
+            query_timeout_ms: None,
+            memory_limit: None,
             command_log: None,
             flush_ms: None,
             snapshot_interval: None,
@@ -46,6 +69,11 @@ pub struct FileConfig {
     pub sites: Option<u32>,
     pub procedures: Option<PathBuf>,
     pub in_flight_per_connection: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub idle_timeout_s: Option<u64>,
+    pub client_timeout_s: Option<u64>,
+    pub query_timeout_ms: Option<u64>,
+    pub memory_limit: Option<String>,
     pub command_log: Option<String>,
     pub flush_ms: Option<u64>,
     pub snapshot_interval: Option<u64>,
@@ -74,6 +102,21 @@ impl FileConfig {
         }
         if let Some(v) = self.in_flight_per_connection {
             c.in_flight_per_connection = v;
+        }
+        if let Some(v) = self.max_connections {
+            c.max_connections = v.max(1);
+        }
+        if let Some(v) = self.idle_timeout_s {
+            c.idle_timeout_s = v;
+        }
+        if let Some(v) = self.client_timeout_s {
+            c.client_timeout_s = v.max(1);
+        }
+        if self.query_timeout_ms.is_some() {
+            c.query_timeout_ms = self.query_timeout_ms;
+        }
+        if self.memory_limit.is_some() {
+            c.memory_limit = self.memory_limit;
         }
         if self.command_log.is_some() {
             c.command_log = self.command_log;

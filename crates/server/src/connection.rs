@@ -1,29 +1,33 @@
 //! One client connection: login, then a reader that decodes invocations and submits them,
 //! and a writer that batches answers into few socket writes. A connection with too many
-//! calls (or too many request bytes) in flight is not read until answers drain
+//! calls, request bytes or unread answer bytes in flight is not read until answers drain
 //! (backpressure through TCP, as VoltDB does); a malformed frame closes only this connection.
+//! Time limits close connections that stall: a frame that never completes, answers the
+//! client never reads, and (after `--idle-timeout`) a connection that sends nothing.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use lockstep_core::throttle::Throttle;
 use lockstep_core::{Error, Value};
 use lockstep_engine::{sysprocs, Call, Outcome};
 use lockstep_wire::{
-    decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginResponse,
-    LoginSuccess, Response,
+    decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginCode,
+    LoginResponse, LoginSuccess, Response,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use crate::clients::{InFlight, Slot, Window};
 use crate::Front;
 
 /// A client must finish logging in within this time (as VoltDB's server).
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A refused client gets this long to send its login before the refusal is written.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Login frames are small; anything bigger is not a login.
 const LOGIN_FRAME_MAX_BYTES: usize = 16 * 1024;
 /// Answers gathered into one write at most.
@@ -32,6 +36,17 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Request bytes one connection may have in flight before the server stops reading it
 /// (VoltDB stops reading at 8 MiB of pending requests). Counted in KiB.
 const IN_FLIGHT_REQUEST_KIB_MAX: usize = 8 * 1024;
+/// Encoded answers one connection may leave unread before the server stops reading its
+/// calls (and stops taking more answers off the engine for it).
+const UNREAD_ANSWER_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Frames above this size reserve their bytes in the server-wide budget before they are read.
+pub const LARGE_FRAME_BYTES: usize = 1024 * 1024;
+/// The server-wide budget for large frames being read or being run, in KiB: 20 clients
+/// half-sending 49 MiB frames must not hold a gigabyte.
+pub const LARGE_REQUESTS_KIB_MAX: usize = 256 * 1024;
+
+/// Bad connections (malformed frames, failed logins) logged per window; the rest counted.
+static CLOSED_CONNECTIONS_LOG: Throttle = Throttle::new(20, Duration::from_secs(60));
 
 /// An answer on its way to the writer; its slot in the window is freed once encoded.
 struct Answer {
@@ -51,52 +66,144 @@ impl From<(i64, Outcome)> for Answer {
     }
 }
 
+/// Logs why a connection ended, at most `CLOSED_CONNECTIONS_LOG`'s rate.
+fn log_closed(peer: SocketAddr, id: i64, reason: &str) {
+    if let Some(suppressed) = CLOSED_CONNECTIONS_LOG.admit() {
+        if suppressed > 0 {
+            tracing::warn!(%peer, connection = id, suppressed, "closing connection: {reason} ({suppressed} similar lines suppressed)");
+        } else {
+            tracing::warn!(%peer, connection = id, "closing connection: {reason}");
+        }
+    }
+}
+
 pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Front>) {
     let _ = socket.set_nodelay(true);
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     match tokio::time::timeout(LOGIN_TIMEOUT, login(&mut socket, &mut buf, id, &front)).await {
         Ok(Ok(())) => {}
-        Ok(Err(reason)) => {
-            tracing::info!(%peer, "login failed: {reason}");
-            return;
-        }
-        Err(_) => {
-            tracing::info!(%peer, "login timed out");
-            return;
-        }
+        Ok(Err(reason)) => return log_closed(peer, id, &format!("login failed: {reason}")),
+        Err(_) => return log_closed(peer, id, "login timed out"),
     }
-    let (mut reader, writer) = socket.into_split();
+    let (reader, writer) = socket.into_split();
     let (tx, rx) = mpsc::unbounded_channel::<Answer>();
-    let writer_task = tokio::spawn(write_answers(writer, rx, front.clone()));
-    let in_flight = InFlight::new(front.config.in_flight_per_connection, IN_FLIGHT_REQUEST_KIB_MAX);
+    let in_flight = InFlight::new(front.config.in_flight_per_connection, IN_FLIGHT_REQUEST_KIB_MAX, UNREAD_ANSWER_BYTES_MAX);
+    let mut writer_task = tokio::spawn(write_answers(writer, rx, in_flight.clone(), front.clone()));
     front.live.add(id, Window { peer, in_flight: in_flight.clone() });
-    let reason = loop {
-        match decode_frame(&mut buf) {
-            Ok(Some(frame)) => {
-                // Backpressure: wait for slots before taking on more work; meanwhile the
-                // socket is not read, so TCP slows the client down.
-                let slot = in_flight.take(frame.len() / 1024 + 1).await;
-                if let Err(reason) = dispatch(&frame, slot, id, &tx, &front) {
-                    break reason;
-                }
-                continue;
-            }
-            Ok(None) => {}
-            Err(e) => break format!("malformed frame: {e}"),
-        }
-        match reader.read_buf(&mut buf).await {
-            Ok(0) => break String::new(),
-            Ok(_) => {}
-            Err(e) => break format!("read failed: {e}"),
-        }
+    let reason = tokio::select! {
+        reason = read_calls(reader, buf, &in_flight, id, &tx, &front) => reason,
+        // The writer gave up on a client that does not read: stop reading it too.
+        hung_up = &mut writer_task => hung_up.unwrap_or_else(|e| format!("the writer failed: {e}")),
     };
     if !reason.is_empty() {
-        tracing::warn!(%peer, connection = id, "closing connection: {reason}");
+        log_closed(peer, id, &reason);
     }
     front.subscribers.remove(id);
     front.live.remove(id);
     drop(tx);
-    let _ = writer_task.await;
+    if !writer_task.is_finished() {
+        let _ = writer_task.await;
+    }
+}
+
+/// Reads calls until the client closes the connection or breaks a rule; returns why (empty
+/// for a plain close).
+async fn read_calls(
+    mut reader: impl AsyncRead + Unpin,
+    mut buf: BytesMut,
+    in_flight: &Arc<InFlight>,
+    id: i64,
+    tx: &mpsc::UnboundedSender<Answer>,
+    front: &Arc<Front>,
+) -> String {
+    let idle_timeout = (front.config.idle_timeout_s > 0).then(|| Duration::from_secs(front.config.idle_timeout_s));
+    // A frame that has begun must be complete within this time: a client that trickles a
+    // byte a second is closed, not kept forever.
+    let frame_timeout = Duration::from_secs(front.config.client_timeout_s);
+    // When the frame now in `buf` began to arrive, and its share of the large-request budget.
+    let mut frame_started: Option<Instant> = None;
+    let mut large: Option<OwnedSemaphorePermit> = None;
+    loop {
+        match decode_frame(&mut buf) {
+            Ok(Some(frame)) => {
+                frame_started = (!buf.is_empty()).then(Instant::now);
+                // Backpressure: wait for slots before taking on more work; meanwhile the
+                // socket is not read, so TCP slows the client down.
+                let mut slot = in_flight.take(frame.len() / 1024 + 1).await;
+                slot.hold(large.take());
+                if let Err(reason) = dispatch(&frame, slot, id, tx, front) {
+                    return reason;
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => return format!("malformed frame: {e}"),
+        }
+        if !buf.is_empty() && frame_started.is_none() {
+            frame_started = Some(Instant::now());
+        }
+        let deadline = match frame_started {
+            Some(t) => Some(t + frame_timeout),
+            None => idle_timeout.map(|d| Instant::now() + d),
+        };
+        let late = || match frame_started {
+            Some(_) => format!("a frame was not complete {} s after it began", frame_timeout.as_secs()),
+            None => format!("idle for {} s (--idle-timeout)", front.config.idle_timeout_s),
+        };
+        if large.is_none() {
+            if let Some(len) = announced_len(&buf).filter(|len| *len > LARGE_FRAME_BYTES) {
+                let kib = len.div_ceil(1024).min(LARGE_REQUESTS_KIB_MAX) as u32;
+                match until(deadline, front.large_requests.clone().acquire_many_owned(kib)).await {
+                    Some(Ok(permit)) => large = Some(permit),
+                    Some(Err(_)) => return "the server is stopping".into(),
+                    None => return late(),
+                }
+                buf.reserve(len + 4 - buf.len().min(len + 4));
+            }
+        }
+        match until(deadline, reader.read_buf(&mut buf)).await {
+            None => return late(),
+            Some(Ok(0)) => return String::new(),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return format!("read failed: {e}"),
+        }
+    }
+}
+
+/// The length a frame's prefix announces, once the prefix is there.
+fn announced_len(buf: &[u8]) -> Option<usize> {
+    let prefix: [u8; 4] = buf.get(..4)?.try_into().ok()?;
+    usize::try_from(i32::from_be_bytes(prefix)).ok()
+}
+
+/// Runs `f` until `deadline` (forever without one); None if the deadline came first.
+async fn until<T>(deadline: Option<Instant>, f: impl std::future::Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d.into(), f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// Answers a connection over the limit with VoltDB's "Server has too many connections"
+/// (after its login frame, so the client reads the answer rather than a reset).
+pub async fn refuse(mut socket: TcpStream) {
+    let mut buf = BytesMut::with_capacity(LOGIN_FRAME_MAX_BYTES);
+    let read_login = async {
+        loop {
+            match decode_frame_with_limit(&mut buf, LOGIN_FRAME_MAX_BYTES) {
+                Ok(None) => {}
+                Ok(Some(_)) | Err(_) => return,
+            }
+            if !matches!(socket.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, read_login).await;
+    let mut out = Vec::new();
+    encode_login_response(&LoginResponse::Failure(LoginCode::TooManyConnections), &mut out);
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, socket.write_all(&out)).await;
+    let _ = socket.shutdown().await;
 }
 
 /// Reads and answers the login frame.
@@ -209,8 +316,9 @@ fn subscribe(params: &[Value], id: i64, tx: &mpsc::UnboundedSender<Answer>, fron
     Outcome::tables(Vec::new())
 }
 
-/// Encodes an answer; returns whether it asks for the server to stop.
-fn encode_answer(a: Answer, out: &mut Vec<u8>) -> bool {
+/// Encodes an answer, counting its bytes as unread; returns whether it asks for the server to stop.
+fn encode_answer(a: Answer, out: &mut Vec<u8>, window: &InFlight) -> bool {
+    let before = out.len();
     let then_shutdown = a.then_shutdown;
     let o = a.outcome;
     let r = Response {
@@ -223,30 +331,82 @@ fn encode_answer(a: Answer, out: &mut Vec<u8>) -> bool {
         tables: o.tables,
     };
     encode_response(&r, out);
+    window.answers_encoded(out.len() - before);
     then_shutdown
 }
 
-/// Writes answers as they come, gathering whatever is ready into one write.
-async fn write_answers(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Answer>, front: Arc<Front>) {
-    let mut out = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
-    while let Some(first) = rx.recv().await {
-        let mut shutdown = encode_answer(first, &mut out);
-        while out.len() < WRITE_BATCH_MAX_BYTES {
+/// Writes answers as they come, gathering whatever is ready into one write, and keeps
+/// taking answers while a write is blocked, up to `UNREAD_ANSWER_BYTES_MAX` (the reader
+/// stops taking calls from then on). Returns why it stopped early: a client whose unread
+/// answers make no progress for `client_timeout_s` is let go.
+async fn write_answers(
+    mut writer: impl AsyncWrite + Unpin,
+    mut rx: mpsc::UnboundedReceiver<Answer>,
+    window: Arc<InFlight>,
+    front: Arc<Front>,
+) -> String {
+    // Encoded answers; `out[sent..]` is not written yet.
+    let mut out: Vec<u8> = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
+    let mut sent = 0;
+    let mut shutdown = false;
+    let mut open = true;
+    // A client whose unread answers make no progress for this long has hung up in all but
+    // name (VoltDB's client hang-up timeout): the connection is closed.
+    let hangup_timeout = Duration::from_secs(front.config.client_timeout_s);
+    let mut progress = Instant::now();
+    loop {
+        // Everything ready, without waiting.
+        while open && out.len() - sent < UNREAD_ANSWER_BYTES_MAX {
             match rx.try_recv() {
-                Ok(a) => shutdown |= encode_answer(a, &mut out),
-                Err(_) => break,
+                Ok(a) => shutdown |= encode_answer(a, &mut out, &window),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
             }
         }
-        let written = writer.write_all(&out).await.is_ok();
-        if shutdown {
-            // The caller has its answer (if it is still there): now stop the server.
-            let _ = writer.flush().await;
-            front.shutdown.notify_one();
+        if sent == out.len() {
+            out.clear();
+            sent = 0;
+            if shutdown {
+                // The caller has its answer (if it is still there): now stop the server.
+                shutdown = false;
+                let _ = writer.flush().await;
+                front.shutdown.notify_one();
+            }
+            if !open {
+                let _ = writer.shutdown().await;
+                return String::new();
+            }
+            match rx.recv().await {
+                Some(a) => shutdown |= encode_answer(a, &mut out, &window),
+                None => open = false,
+            }
+            progress = Instant::now();
+            continue;
         }
-        if !written {
-            return;
+        let unsent = out.len() - sent;
+        let room = open && unsent < UNREAD_ANSWER_BYTES_MAX;
+        tokio::select! {
+            biased;
+            written = writer.write(&out[sent..sent + unsent.min(WRITE_BATCH_MAX_BYTES)]) => match written {
+                Ok(0) | Err(_) => return String::new(),
+                Ok(n) => {
+                    sent += n;
+                    window.answers_written(n);
+                    progress = Instant::now();
+                    // Drop what is written once it is most of the buffer (amortised copies).
+                    if sent > WRITE_BATCH_MAX_BYTES && sent * 2 > out.len() {
+                        out.drain(..sent);
+                        sent = 0;
+                    }
+                }
+            },
+            a = rx.recv(), if room => match a {
+                Some(a) => shutdown |= encode_answer(a, &mut out, &window),
+                None => open = false,
+            },
+            _ = tokio::time::sleep_until((progress + hangup_timeout).into()) => {
+                return format!("the client left {unsent} bytes of answers unread for {} s", hangup_timeout.as_secs());
+            }
         }
-        out.clear();
     }
-    let _ = writer.shutdown().await;
 }

@@ -10,14 +10,17 @@ use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+use lockstep_core::throttle::Throttle;
 use lockstep_engine::Engine;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 
 pub use config::ServerConfig;
 
-/// Connections accepted at once; more wait in the listen backlog.
-pub const CONNECTIONS_MAX: usize = 1000;
+/// Refusals being written at once; beyond them a connection over the limit is just closed.
+const REFUSALS_IN_PROGRESS_MAX: usize = 64;
+/// Refused connections logged per window; the rest are counted.
+static REFUSED_LOG: Throttle = Throttle::new(5, std::time::Duration::from_secs(60));
 
 /// State every connection shares.
 pub struct Front {
@@ -30,6 +33,8 @@ pub struct Front {
     pub subscribers: push::Subscribers,
     /// In-flight windows of the open connections (`@Statistics LIVECLIENTS`).
     pub live: clients::LiveClients,
+    /// The server-wide budget for large frames, in KiB (see `connection::LARGE_FRAME_BYTES`).
+    pub large_requests: Arc<Semaphore>,
 }
 
 impl Front {
@@ -42,6 +47,7 @@ impl Front {
             shutdown: Notify::new(),
             subscribers,
             live: Default::default(),
+            large_requests: Arc::new(Semaphore::new(connection::LARGE_REQUESTS_KIB_MAX)),
         })
     }
 
@@ -50,31 +56,42 @@ impl Front {
     }
 }
 
-/// Accepts connections until `stop` completes or a client calls `@Shutdown`.
+/// Accepts connections until `stop` completes or a client calls `@Shutdown`. Past
+/// `max_connections`, a new connection is answered "Server has too many connections".
 pub async fn serve(listener: TcpListener, front: Arc<Front>, stop: impl Future<Output = ()>) {
-    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let slots = Arc::new(Semaphore::new(front.config.max_connections));
+    let refusals = Arc::new(Semaphore::new(REFUSALS_IN_PROGRESS_MAX));
     tokio::pin!(stop);
     loop {
-        let permit = tokio::select! {
-            _ = &mut stop => break,
-            _ = front.shutdown.notified() => break,
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-        };
         let accepted = tokio::select! {
             _ = &mut stop => break,
             _ = front.shutdown.notified() => break,
             a = listener.accept() => a,
         };
         match accepted {
-            Ok((socket, peer)) => {
-                let front = front.clone();
-                let id = front.connection_id();
-                tokio::spawn(async move {
-                    connection::run(socket, peer, id, front).await;
-                    drop(permit);
-                });
-            }
+            Ok((socket, peer)) => match slots.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let front = front.clone();
+                    let id = front.connection_id();
+                    tokio::spawn(async move {
+                        connection::run(socket, peer, id, front).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    if let Some(suppressed) = REFUSED_LOG.admit() {
+                        tracing::warn!(%peer, suppressed, "connection refused: {} connections are open (--max-connections)", front.config.max_connections);
+                    }
+                    if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                        tokio::spawn(async move {
+                            connection::refuse(socket).await;
+                            drop(permit);
+                        });
+                    }
+                }
+            },
             Err(e) => {
+                // Out of file descriptors, usually: wait for connections to close.
                 tracing::warn!("accept failed: {e}");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }

@@ -100,6 +100,13 @@ fn parse_one(sql: &str) -> Result<Statement> {
     }
 }
 
+impl Prepared {
+    /// Whether running it can only free memory (a DELETE): allowed above the memory limit.
+    pub fn frees_memory(&self) -> bool {
+        matches!(self.plan, Plan::Delete(_))
+    }
+}
+
 /// Parses, binds, types, plans and routes one DML or SELECT statement.
 pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
     if is_ddl(sql) {
