@@ -14,10 +14,20 @@ fi
 "$bin" server &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT INT TERM
+# Wait until it answers; if it stopped instead (its data directory or port is taken by a
+# server already running, say), say so rather than talk to another server.
 for _ in $(seq 1 100); do
+  kill -0 $server 2>/dev/null || break
   "$bin" sql -c "exec @Ping" >/dev/null 2>&1 && break
   sleep 0.1
 done
+sleep 0.2
+if ! kill -0 $server 2>/dev/null; then
+  trap - EXIT
+  wait $server || true
+  echo "The server did not start (see its message above); is another Lockstep already running here?" >&2
+  exit 1
+fi
 
 # Load the app once (the catalog survives restarts in ./lockstep-data).
 if ! "$bin" sql --format csv -c "exec @SystemCatalog PROCEDURES" | grep -qi '^,,Vote,'; then
