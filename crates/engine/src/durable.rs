@@ -147,7 +147,8 @@ impl Durable {
         let _ = self.log.append(
             body,
             Some(Box::new(move |r| {
-                me.unacknowledged_of(partition).fetch_sub(1, Ordering::SeqCst);
+                let before = me.unacknowledged_of(partition).fetch_sub(1, Ordering::SeqCst);
+                assert!(before > 0, "a log record was acknowledged twice");
                 ack(&me, r)
             })),
         );

@@ -200,8 +200,9 @@ impl Registry {
         match &entry.imp {
             ProcImpl::Sql(p) => {
                 if params.len() != p.param_types.len() {
+                    // VoltDB's words, which its users' code may look for.
                     return Err(Error::graceful(format!(
-                        "procedure {} expects {} parameters but received {}",
+                        "PROCEDURE {} EXPECTS {} PARAMS, BUT RECEIVED {}",
                         entry.name,
                         p.param_types.len(),
                         params.len()

@@ -17,12 +17,14 @@ pub struct TxnIdGenerator {
     partition: i64,
     last_ms: i64,
     counter: i64,
+    /// The last id made.
+    last_id: i64,
 }
 
 impl TxnIdGenerator {
     pub fn new(partition: u32) -> Self {
         assert!(partition < (1 << PARTITION_BITS), "partition id out of range");
-        TxnIdGenerator { partition: partition as i64, last_ms: 0, counter: 0 }
+        TxnIdGenerator { partition: partition as i64, last_ms: 0, counter: 0, last_id: i64::MIN }
     }
 
     fn now_ms() -> i64 {
@@ -43,7 +45,11 @@ impl TxnIdGenerator {
             self.last_ms += 1;
             self.counter = 0;
         }
-        (self.last_ms << (COUNTER_BITS + PARTITION_BITS)) | (self.counter << PARTITION_BITS) | self.partition
+        let id = (self.last_ms << (COUNTER_BITS + PARTITION_BITS)) | (self.counter << PARTITION_BITS) | self.partition;
+        // Ids only grow: replay order and the command log's order rely on it.
+        assert!(id > self.last_id, "transaction id {id} does not follow {}", self.last_id);
+        self.last_id = id;
+        id
     }
 }
 

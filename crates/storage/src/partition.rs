@@ -189,6 +189,8 @@ impl Partition {
 
     /// Starts a transaction (an undo scope).
     pub fn begin(&mut self) {
+        // Transactions never nest: whatever ran before has committed or rolled back.
+        assert!(!self.in_txn, "a transaction began inside another");
         self.in_txn = true;
     }
 
@@ -203,6 +205,7 @@ impl Partition {
     pub fn rollback(&mut self) {
         self.rollback_to(0);
         self.in_txn = false;
+        assert!(self.undo.is_empty(), "rollback left undo entries behind");
         debug_assert!(self.exports.is_empty(), "rollback left stream rows behind");
     }
 

@@ -390,7 +390,6 @@ mod tests {
                 }
             }
             Op::RolledBack(k) => {
-                p.begin();
                 if let Some(id) = find(p, t, *k) {
                     p.delete(t, id).unwrap();
                 }
