@@ -15,7 +15,7 @@ use lockstep_core::{Error, Value};
 use lockstep_engine::{sysprocs, Call, Outcome};
 use lockstep_wire::{
     decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginCode,
-    LoginResponse, LoginSuccess, Response,
+    LoginResponse, LoginSuccess, Response, FRAME_SIZE_MAX_BYTES,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -331,6 +331,25 @@ fn encode_answer(a: Answer, out: &mut Vec<u8>, window: &InFlight) -> bool {
         tables: o.tables,
     };
     encode_response(&r, out);
+    // No client accepts a frame over the protocol's limit: say so instead of sending one.
+    let size = out.len() - before;
+    if size > FRAME_SIZE_MAX_BYTES + 4 {
+        out.truncate(before);
+        let e = Error::graceful(format!(
+            "the answer is {size} bytes, more than the {FRAME_SIZE_MAX_BYTES}-byte limit of a message: ask for fewer rows or smaller values"
+        ));
+        let o = Outcome::error(e);
+        let r = Response {
+            handle: r.handle,
+            status: o.status,
+            status_string: o.status_string,
+            app_status: o.app_status,
+            app_status_string: None,
+            cluster_round_trip_ms: r.cluster_round_trip_ms,
+            tables: Vec::new(),
+        };
+        encode_response(&r, out);
+    }
     window.answers_encoded(out.len() - before);
     then_shutdown
 }
