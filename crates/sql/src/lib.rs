@@ -18,6 +18,7 @@ mod expr;
 mod func;
 mod lex;
 mod mp;
+mod nesting;
 mod plan;
 mod plan_dml;
 mod route;
@@ -26,6 +27,8 @@ pub mod testing;
 
 #[cfg(test)]
 mod tests_ddl;
+#[cfg(test)]
+mod tests_depth;
 #[cfg(test)]
 mod tests_mp;
 #[cfg(test)]
@@ -37,8 +40,6 @@ use std::sync::Arc;
 use lockstep_core::{Catalog, DataType, Error, HashRing, Result, ResultColumn, ResultTable, Value};
 use lockstep_storage::Partition;
 use sqlparser::ast::Statement;
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
 pub use ddl::{apply_ddl, DdlEnv, DdlOutcome};
 pub use explain::explain;
@@ -92,7 +93,7 @@ pub struct Prepared {
 }
 
 fn parse_one(sql: &str) -> Result<Statement> {
-    let mut stmts = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| Error::sql(format!("SQL syntax error: {e}")))?;
+    let mut stmts = nesting::parse_statements(sql, "")?;
     match stmts.len() {
         1 => Ok(stmts.remove(0)),
         0 => Err(Error::sql("no SQL statement given")),
