@@ -11,6 +11,8 @@ use std::cmp::Ordering;
 use lockstep_core::{decimal, DataType, Error, Result, Value};
 
 use crate::func::{self, Func};
+use crate::limits::{Limits, Watch};
+use crate::ExecCtx;
 
 /// Deepest expression the text of a statement may nest, and the binder may build, in
 /// levels. What bounds it is the stack: every level costs a frame of `Expr::eval` (under
@@ -91,10 +93,19 @@ pub enum Expr {
     Cast(Box<Expr>, DataType),
 }
 
-/// What an expression may read besides the row: parameters and the transaction clock.
+/// What an expression may read besides the row (parameters and the transaction clock),
+/// and what the statement running it may spend (its deadline's watch, its memory caps).
 pub struct Env<'a> {
     pub params: &'a [Value],
     pub now_micros: i64,
+    pub watch: Watch,
+    pub limits: Limits,
+}
+
+impl<'a> Env<'a> {
+    pub fn new(params: &'a [Value], ctx: &ExecCtx) -> Env<'a> {
+        Env { params, now_micros: ctx.timestamp_micros, watch: Watch::new(ctx.deadline), limits: ctx.limits }
+    }
 }
 
 /// NULL, for a column or parameter position past the end.
@@ -559,7 +570,7 @@ mod tests {
     use super::*;
 
     fn env() -> Env<'static> {
-        Env { params: &[], now_micros: 0 }
+        Env::new(&[], &ExecCtx::new(0, 0))
     }
 
     fn c(v: Value) -> Box<Expr> {
