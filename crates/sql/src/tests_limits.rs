@@ -44,6 +44,14 @@ fn passed() -> Deadline {
     Deadline { started: now.checked_sub(Duration::from_secs(1)).unwrap_or(now), at: now }
 }
 
+/// The error of `r`; a table would be too long to print, so a success shows its size.
+fn failure(r: Result<ResultTable>, what: &str) -> lockstep_core::Error {
+    match r {
+        Ok(t) => panic!("{what} should fail but gave {} rows", t.rows.len()),
+        Err(e) => e,
+    }
+}
+
 fn with_limits(limits: Limits) -> ExecCtx {
     ExecCtx { limits, ..ctx() }
 }
@@ -56,7 +64,7 @@ fn a_cross_join_past_its_deadline_fails_with_voltdbs_message_and_changes_nothing
     let count = "SELECT COUNT(*) FROM a, b WHERE a.name <> b.name OR a.id = b.id";
     let short = Deadline::after(Duration::from_millis(20)).unwrap_or_else(passed);
     db.ctx = with_deadline(short);
-    let e = db.try_run(count, &[]).expect_err("a short deadline must stop millions of rows");
+    let e = failure(db.try_run(count, &[]), "a short deadline must stop millions of rows");
     assert!(is_query_timeout(&e), "{}", e.message);
     let secs = e.message.strip_prefix("A SQL query was terminated after ").and_then(|m| m.split(' ').next()).unwrap_or("");
     assert!(secs.len() >= 5 && secs.as_bytes()[secs.len() - 4] == b'.', "X.XXX seconds in {}", e.message);
@@ -64,7 +72,7 @@ fn a_cross_join_past_its_deadline_fails_with_voltdbs_message_and_changes_nothing
     assert_eq!(e.kind, lockstep_core::ErrorKind::Graceful);
     // DML over the same join rolls back what it did before the deadline.
     db.ctx = with_deadline(Deadline::after(Duration::from_millis(20)).unwrap_or_else(passed));
-    let e = db.try_run("INSERT INTO c SELECT a.id * 10000 + b.id FROM a, b", &[]).expect_err("stopped");
+    let e = failure(db.try_run("INSERT INTO c SELECT a.id * 10000 + b.id FROM a, b", &[]), "stopped");
     assert!(is_query_timeout(&e), "{}", e.message);
     db.ctx = ctx();
     assert_eq!(db.rows("SELECT COUNT(*) FROM c"), vec![vec![i(0)]]);
@@ -78,7 +86,7 @@ fn a_passed_deadline_stops_a_scan_but_not_a_point_read() {
     load(&mut db, "a", SCAN_ROWS);
     db.ctx = with_deadline(passed());
     for sql in ["SELECT * FROM a", "SELECT name FROM a ORDER BY name DESC", "SELECT name, COUNT(*) FROM a GROUP BY name", "DELETE FROM a"] {
-        let e = db.try_run(sql, &[]).expect_err(sql);
+        let e = failure(db.try_run(sql, &[]), sql);
         assert!(is_query_timeout(&e), "{sql}: {}", e.message);
     }
     // A point read never gets to look at the clock.
@@ -129,9 +137,9 @@ fn run_mp(cat: &Catalog, sites: &mut Counting, sql: &str, ctx: &ExecCtx) -> Resu
 #[test]
 fn a_passed_deadline_stops_a_multi_partition_read() {
     let (cat, mut sites, _) = accounts(3 * SCAN_ROWS);
-    let e = run_mp(&cat, &mut sites, "SELECT * FROM acct", &with_deadline(passed())).expect_err("past its deadline");
+    let e = failure(run_mp(&cat, &mut sites, "SELECT * FROM acct", &with_deadline(passed())), "past its deadline");
     assert!(is_query_timeout(&e), "{}", e.message);
-    let e = run_mp(&cat, &mut sites, "SELECT owner, COUNT(*) FROM acct GROUP BY owner", &with_deadline(passed())).expect_err("past");
+    let e = failure(run_mp(&cat, &mut sites, "SELECT owner, COUNT(*) FROM acct GROUP BY owner", &with_deadline(passed())), "past");
     assert!(is_query_timeout(&e), "{}", e.message);
 }
 
@@ -194,7 +202,7 @@ fn an_answer_past_its_cap_fails_while_it_is_built() {
         let p = prepare(&db.cat, sql).unwrap_or_else(|e| panic!("{e}"));
         let Plan::Select(plan) = &p.plan else { panic!("{sql} is a SELECT") };
         let src = Endless { rows: 1_000_000, visited: 0.into() };
-        let e = run_select(plan, &src, &Env::new(&[], &capped), false).expect_err(sql);
+        let e = failure(run_select(plan, &src, &Env::new(&[], &capped), false), sql);
         assert!(e.message.contains(&format!("{CAP_BYTES} bytes")), "{sql}: {}", e.message);
         // A row is over 20 bytes: the cap was met within the first thousand rows.
         assert!(src.visited.get() <= 1_000, "{sql}: read {} rows before failing", src.visited.get());
@@ -208,7 +216,7 @@ fn an_answer_past_its_cap_fails_while_it_is_built() {
     assert_eq!(db.rows(top), want);
     assert_eq!(want[0], vec![i(SCAN_ROWS - 3), Value::from(format!("name {:05}", SCAN_ROWS - 3).as_str())]);
     assert_eq!(db.rows("SELECT id FROM a LIMIT 3").len(), 3);
-    let e = db.try_run("SELECT * FROM a", &[]).expect_err("too big");
+    let e = failure(db.try_run("SELECT * FROM a", &[]), "too big");
     assert!(e.message.contains("LIMIT"), "{}", e.message);
 }
 
@@ -216,13 +224,13 @@ fn an_answer_past_its_cap_fails_while_it_is_built() {
 fn multi_partition_reads_hold_their_gather_and_answer_caps() {
     let (cat, mut sites, _) = accounts(3_000);
     let rows_cap = with_limits(Limits { gather_rows_max: 100, ..Limits::DEFAULT });
-    let e = run_mp(&cat, &mut sites, "SELECT * FROM acct ORDER BY id", &rows_cap).expect_err("too many rows");
+    let e = failure(run_mp(&cat, &mut sites, "SELECT * FROM acct ORDER BY id", &rows_cap), "too many rows");
     assert!(e.message.contains("more than 100 rows"), "{}", e.message);
     let bytes_cap = with_limits(Limits { gather_bytes_max: 5_000, ..Limits::DEFAULT });
-    let e = run_mp(&cat, &mut sites, "SELECT * FROM acct WHERE bal > 0", &bytes_cap).expect_err("too many bytes");
+    let e = failure(run_mp(&cat, &mut sites, "SELECT * FROM acct WHERE bal > 0", &bytes_cap), "too many bytes");
     assert!(e.message.contains("5000 bytes"), "{}", e.message);
     let answer_cap = with_limits(Limits { result_bytes_max: 5_000, ..Limits::DEFAULT });
-    let e = run_mp(&cat, &mut sites, "SELECT * FROM acct", &answer_cap).expect_err("answer too big");
+    let e = failure(run_mp(&cat, &mut sites, "SELECT * FROM acct", &answer_cap), "answer too big");
     assert!(e.message.contains("5000 bytes") && e.message.contains("answer"), "{}", e.message);
     // Under the caps, the same reads work.
     assert_eq!(run_mp(&cat, &mut sites, "SELECT COUNT(*) FROM acct WHERE id < 50", &rows_cap).map(|t| t.rows), Ok(vec![vec![i(50)]]));
