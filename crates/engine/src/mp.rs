@@ -360,8 +360,7 @@ impl Coordinator {
         let txn_id = self.begin(replay_id, logged);
         let durable = logged.then(|| self.log_record(record.map(|r| with_txn_id(r, txn_id))));
         let ts = timestamp_micros(txn_id);
-        let mut runner =
-            MpRunner { sites: ParkedSites { links: &self.links, ring: &self.shared.ring }, ctx: ExecCtx { txn_id, timestamp_micros: ts } };
+        let mut runner = MpRunner { sites: ParkedSites { links: &self.links, ring: &self.shared.ring }, ctx: ExecCtx::new(txn_id, ts) };
         let call = CallContext { txn_id, timestamp_micros: ts, partition: None };
         let registry = &mut self.registry;
         let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));

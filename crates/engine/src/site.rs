@@ -361,7 +361,7 @@ impl Site {
             }
             None => self.ids.next_id(),
         };
-        let ctx = ExecCtx { txn_id, timestamp_micros: timestamp_micros(txn_id) };
+        let ctx = ExecCtx::new(txn_id, timestamp_micros(txn_id));
         let started = std::time::Instant::now();
         self.part.begin();
         let result = catch_unwind(AssertUnwindSafe(|| -> Result<ProcOutput> {

@@ -59,6 +59,12 @@ pub struct AggCtx {
     pub aggs: Vec<AggSpec>,
 }
 
+/// Stack left below which `bind` moves to a new stack segment: more than one level of
+/// binding needs (about 22 KB in a debug build), with room for what it calls.
+const BIND_STACK_RED_ZONE_BYTES: usize = 128 * 1024;
+/// Size of each stack segment `bind` adds when it runs short.
+const BIND_STACK_SEGMENT_BYTES: usize = 1024 * 1024;
+
 pub struct Binder {
     pub param_types: Vec<Option<DataType>>,
     pub agg: Option<AggCtx>,
@@ -171,14 +177,25 @@ impl Binder {
     }
 
     /// Binds an expression over the aggregated row (when grouping) or the input row.
+    ///
+    /// Recursion here costs tens of KB of stack per level in debug builds, so each level
+    /// runs on a stack that `stacker` extends on the heap when little is left (as
+    /// sqlparser's parser does): binding never overflows whatever thread prepares.
+    /// The tree it returns is at most `EXPR_DEPTH_MAX` deep, which is what bounds the
+    /// evaluator's recursion.
     pub fn bind(&mut self, e: &ast::Expr, scope: &[Source]) -> Result<Typed> {
         if self.depth >= EXPR_DEPTH_MAX {
-            return Err(Error::sql(format!("expression is nested more than {EXPR_DEPTH_MAX} levels deep")));
+            return Err(too_deep());
         }
         self.depth += 1;
-        let r = self.bind_inner(e, scope);
+        let r = stacker::maybe_grow(BIND_STACK_RED_ZONE_BYTES, BIND_STACK_SEGMENT_BYTES, || self.bind_inner(e, scope));
         self.depth -= 1;
-        r
+        match r {
+            // Some forms build more levels than they have (NOT BETWEEN, say): check the
+            // whole tree once it is built.
+            Ok(t) if self.depth == 0 && t.expr.depth() > EXPR_DEPTH_MAX => Err(too_deep()),
+            r => r,
+        }
     }
 
     /// Binds over the input row only, reporting whether an aggregate call was present.
@@ -213,7 +230,10 @@ impl Binder {
                     return self.bind_aggregate(f, scope);
                 }
             }
+            // The trial binds this same node again: it is not a level deeper.
+            self.depth -= 1;
             let (trial, had_agg) = self.bind_input(e, scope);
+            self.depth += 1;
             if !had_agg {
                 let t = trial?;
                 if let Some(k) = self.group_position(&t.expr) {
@@ -280,9 +300,15 @@ impl Binder {
                 let x = self.bind(expr, scope)?;
                 let lo = self.bind(low, scope)?;
                 let hi = self.bind(high, scope)?;
-                let ge = self.comparison(CmpOp::Ge, x.clone(), lo)?;
-                let le = self.comparison(CmpOp::Le, x, hi)?;
-                let both = Expr::And(Box::new(ge), Box::new(le));
+                let both = if matches!(x.expr, Expr::Column(_) | Expr::Param(_) | Expr::Const(_)) {
+                    let ge = self.comparison(CmpOp::Ge, x.clone(), lo)?;
+                    let le = self.comparison(CmpOp::Le, x, hi)?;
+                    Expr::And(Box::new(ge), Box::new(le))
+                } else {
+                    let lo = self.compared_with(&x, lo)?;
+                    let hi = self.compared_with(&x, hi)?;
+                    Expr::Between(Box::new(x.expr), Box::new(lo), Box::new(hi))
+                };
                 Typed { expr: if *negated { Expr::Not(Box::new(both)) } else { both }, ty: Some(DataType::Boolean) }
             }
             A::Like { negated, any, expr, pattern, escape_char } => {
@@ -542,6 +568,14 @@ impl Binder {
         Ok(Expr::Cmp(op, Box::new(l), Box::new(r)))
     }
 
+    /// `b`, typed and converted for comparison with `a`, an expression that is neither a
+    /// constant nor a parameter (as `comparison` would, without building the comparison).
+    fn compared_with(&mut self, a: &Typed, b: Typed) -> Result<Expr> {
+        self.infer_param(&b, a.ty);
+        check_comparable(a.ty, b.ty)?;
+        Ok(coerce_const(b.expr, a.ty))
+    }
+
     fn function(&mut self, f: &ast::Function, scope: &[Source]) -> Result<Typed> {
         let name = function_name(f);
         if is_agg_name(&name).is_some() {
@@ -662,6 +696,10 @@ impl Binder {
         };
         Ok(Typed { expr: Expr::Column(ctx.group.len() + pos), ty: Some(ty) })
     }
+}
+
+fn too_deep() -> Error {
+    Error::sql(format!("expression is nested more than {EXPR_DEPTH_MAX} levels deep: simplify it or split it"))
 }
 
 fn not_grouped(name: &str) -> Error {

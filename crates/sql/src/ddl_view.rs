@@ -3,8 +3,6 @@
 
 use lockstep_core::{Catalog, ColumnDef, DataType, Error, IndexDef, Result, TableDef, TableKind, ViewAggregate, ViewDef};
 use sqlparser::ast::{self as ast, SelectItem, SetExpr, TableFactor};
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
 use crate::bind::{ident_name, object_name};
 use crate::ddl::DdlOutcome;
@@ -29,7 +27,7 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
     let names = if c.peek().is_some_and(|t| t.is_punct("(")) { Some(c.name_list("a column name")?) } else { None };
     c.expect_word("AS")?;
     let text = c.rest();
-    let stmts = Parser::parse_sql(&GenericDialect {}, text).map_err(|e| Error::sql(format!("SQL syntax error in view {name}: {e}")))?;
+    let stmts = crate::nesting::parse_statements(text, &format!(" in view {name}"))?;
     let q = match stmts.as_slice() {
         [ast::Statement::Query(q)] => q,
         _ => return Err(Error::sql(format!("view {name} must be defined by one SELECT"))),

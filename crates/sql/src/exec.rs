@@ -3,15 +3,16 @@
 //! from every partition at the multi-partition coordinator.
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ops::Bound;
 
-use lockstep_core::{decimal, Error, Result, ResultTable, Value};
+use lockstep_core::{Error, Result, ResultTable, Value};
 use lockstep_storage::{Partition, Table as StoreTable};
 
 use crate::access::{eval_keys, eval_range, Access, KeyValues, RangeKeys};
-use crate::bind::{AggFunc, AggSpec};
-use crate::expr::{arith, sort_cmp, ArithOp, Env, Expr};
+use crate::exec_agg::{aggregate, finish_groups, merge_partials};
+use crate::expr::{sort_cmp, Env, Expr};
+use crate::limits::{row_bytes, DEADLINE_CHECK_ROWS};
 use crate::plan::{Level, SelectPlan, SortKey};
 
 /// Where a level's candidate rows come from, with keys already evaluated.
@@ -228,6 +229,7 @@ pub fn join_rows(plan: &SelectPlan, src: &dyn RowSource, env: &Env, emit: &mut d
             let p = probe(l, &l.access, &[], env)?;
             let on = filters(l, src);
             src.each(0, &p, &mut |_, row| {
+                env.watch.tick()?;
                 if !all_hold(on, row, env)? || !all_hold(&l.post, row, env)? {
                     return Ok(true);
                 }
@@ -261,6 +263,7 @@ fn join_level(
     let mut matched = false;
     let mut go_on = true;
     src.each(j, &p, &mut |_, row| {
+        env.watch.tick()?;
         buf[off..off + w].clone_from_slice(row);
         if !all_hold(on, buf, env)? {
             return Ok(true);
@@ -295,81 +298,78 @@ fn count_of(e: &Option<Expr>, env: &Env, what: &str) -> Result<Option<usize>> {
     }
 }
 
-/// Running state of one aggregate in one group.
-#[derive(Clone)]
-struct Acc {
-    value: Value,
-    count: i64,
-    seen: Option<HashSet<Value>>,
+/// Output rows with their sort keys, before DISTINCT / ORDER BY / LIMIT, and the bytes
+/// they hold (capped by `Limits::result_bytes_max` as they come). When only the first
+/// `keep` rows in sort order can be answered (ORDER BY … LIMIT, no DISTINCT), the rows are
+/// cut back to those every so often, so a top-N over a large table holds about N rows.
+pub struct Collected<'p> {
+    rows: Vec<(Vec<Value>, Vec<Value>)>,
+    bytes: usize,
+    keep: Option<usize>,
+    order: &'p [(SortKey, bool)],
 }
 
-impl Acc {
-    fn new(spec: &AggSpec) -> Acc {
-        Acc { value: Value::Null, count: 0, seen: spec.distinct.then(HashSet::new) }
+/// Fewest rows a top-N collection holds before it is cut back (it is cut back at twice N).
+const TOP_N_CUT_ROWS_MIN: usize = 1024;
+
+impl<'p> Collected<'p> {
+    fn new(order: &'p [(SortKey, bool)], keep: Option<usize>) -> Self {
+        Collected { rows: Vec::new(), bytes: 0, keep, order }
     }
 
-    fn add(&mut self, spec: &AggSpec, row: &[Value], env: &Env) -> Result<()> {
-        let v = match &spec.arg {
-            None => {
-                self.count += 1;
-                return Ok(());
+    pub fn push(&mut self, output: Vec<Value>, hidden: Vec<Value>, env: &Env) -> Result<()> {
+        self.bytes = self.bytes.saturating_add(row_bytes(&output) + row_bytes(&hidden));
+        self.rows.push((output, hidden));
+        if let Some(k) = self.keep {
+            if self.rows.len() >= k.saturating_mul(2).max(TOP_N_CUT_ROWS_MIN) || self.bytes > env.limits.result_bytes_max {
+                self.cut_back(k, env)?;
             }
-            Some(a) => a.eval(row, env)?,
-        };
-        if v.is_null() {
-            return Ok(());
         }
-        if let Some(seen) = &mut self.seen {
-            if seen.contains(&v) {
-                return Ok(());
-            }
-            seen.insert(v.clone());
-        }
-        self.count += 1;
-        match spec.func {
-            AggFunc::CountStar | AggFunc::Count => {}
-            AggFunc::Sum | AggFunc::Avg => {
-                self.value =
-                    if self.value.is_null() { v } else { arith(ArithOp::Add, std::mem::replace(&mut self.value, Value::Null), v)? };
-            }
-            AggFunc::Min => {
-                if self.value.is_null() || sort_cmp(&v, &self.value) == Ordering::Less {
-                    self.value = v;
-                }
-            }
-            AggFunc::Max => {
-                if self.value.is_null() || sort_cmp(&v, &self.value) == Ordering::Greater {
-                    self.value = v;
-                }
-            }
+        if self.bytes > env.limits.result_bytes_max {
+            return Err(env.limits.result_too_big());
         }
         Ok(())
     }
 
-    fn result(&self, spec: &AggSpec) -> Result<Value> {
-        Ok(match spec.func {
-            AggFunc::CountStar | AggFunc::Count => Value::Int(self.count),
-            AggFunc::Sum | AggFunc::Min | AggFunc::Max => self.value.clone(),
-            AggFunc::Avg => match &self.value {
-                Value::Null => Value::Null,
-                // VoltDB truncates the average of integers.
-                Value::Int(s) => Value::Int(s / self.count),
-                Value::Float(s) => Value::Float(s / self.count as f64),
-                Value::Decimal(s) => {
-                    Value::Decimal(decimal::div(*s, decimal::from_i64(self.count)).ok_or_else(|| Error::sql("numeric overflow in AVG"))?)
-                }
-                v => return Err(Error::sql(format!("AVG of {}", v.describe()))),
-            },
-        })
+    /// Keeps the first `k` rows in sort order. The sort is stable and rows kept earlier
+    /// come first, so the rows kept are those a full sort would put first.
+    fn cut_back(&mut self, k: usize, env: &Env) -> Result<()> {
+        self.sort(env)?;
+        self.rows.truncate(k);
+        self.bytes = self.rows.iter().map(|(o, h)| row_bytes(o) + row_bytes(h)).sum();
+        Ok(())
+    }
+
+    /// Sorts by the ORDER BY keys, looking at the deadline before and after a large sort.
+    fn sort(&mut self, env: &Env) -> Result<()> {
+        let large = self.rows.len() >= DEADLINE_CHECK_ROWS as usize;
+        if large {
+            env.watch.check()?;
+        }
+        let order = self.order;
+        self.rows.sort_by(|a, b| compare_rows(order, a, b));
+        if large {
+            env.watch.check()?;
+        }
+        Ok(())
     }
 }
 
-/// Output rows with their sort keys, before DISTINCT / ORDER BY / LIMIT.
-struct Collected {
-    rows: Vec<(Vec<Value>, Vec<Value>)>,
+fn compare_rows(order: &[(SortKey, bool)], a: &(Vec<Value>, Vec<Value>), b: &(Vec<Value>, Vec<Value>)) -> Ordering {
+    for (k, desc) in order {
+        let (x, y) = match k {
+            SortKey::Output(i) => (&a.0[*i], &b.0[*i]),
+            SortKey::Hidden(i) => (&a.1[*i], &b.1[*i]),
+        };
+        let o = sort_cmp(x, y);
+        if o != Ordering::Equal {
+            return if *desc { o.reverse() } else { o };
+        }
+    }
+    Ordering::Equal
 }
 
-fn eval_all(exprs: &[Expr], row: &[Value], env: &Env) -> Result<Vec<Value>> {
+pub(crate) fn eval_all(exprs: &[Expr], row: &[Value], env: &Env) -> Result<Vec<Value>> {
     let mut out = Vec::with_capacity(exprs.len());
     for e in exprs {
         // Most outputs are plain columns (`SELECT *` of a 34-column row, say): `eval_ref`
@@ -384,69 +384,54 @@ fn eval_all(exprs: &[Expr], row: &[Value], env: &Env) -> Result<Vec<Value>> {
 pub fn run_select(plan: &SelectPlan, src: &dyn RowSource, env: &Env, force_sort: bool) -> Result<ResultTable> {
     if streams(plan, force_sort) {
         let mut t = ResultTable::new(plan.columns.clone());
+        let mut bytes = 0usize;
         each_streamed(plan, src, env, &mut |row| {
-            t.rows.push(eval_all(&plan.output, row, env)?);
+            let out = eval_all(&plan.output, row, env)?;
+            bytes = bytes.saturating_add(row_bytes(&out));
+            if bytes > env.limits.result_bytes_max {
+                return Err(env.limits.result_too_big());
+            }
+            t.rows.push(out);
             Ok(true)
         })?;
         return Ok(t);
     }
+    let need_sort = !plan.order.is_empty() && (!plan.sorted_by_index || force_sort);
+    collect_select(plan, env, need_sort, &mut |out| match &plan.agg {
+        None => join_rows(plan, src, env, &mut |row| {
+            out.push(eval_all(&plan.output, row, env)?, eval_all(&plan.hidden, row, env)?, env)?;
+            Ok(true)
+        }),
+        Some(agg) => {
+            let groups = aggregate(plan, agg, src, env)?;
+            finish_groups(plan, agg, groups, env, out)
+        }
+    })
+}
+
+/// Finishes a multi-partition aggregate read from each partition's `partial_rows`.
+pub fn run_select_merged(plan: &SelectPlan, partials: Vec<ResultTable>, env: &Env) -> Result<ResultTable> {
+    let agg = plan.agg.as_ref().ok_or_else(|| Error::unexpected("merging partial aggregates of a plan without aggregates"))?;
+    let mut partials = Some(partials);
+    collect_select(plan, env, !plan.order.is_empty(), &mut |out| {
+        let groups = merge_partials(agg, partials.take().unwrap_or_default(), env)?;
+        finish_groups(plan, agg, groups, env, out)
+    })
+}
+
+/// Collects output rows with `fill`, then applies DISTINCT, ORDER BY and LIMIT/OFFSET.
+fn collect_select(
+    plan: &SelectPlan,
+    env: &Env,
+    need_sort: bool,
+    fill: &mut dyn FnMut(&mut Collected) -> Result<()>,
+) -> Result<ResultTable> {
     let limit = count_of(&plan.limit, env, "LIMIT")?;
     let offset = count_of(&plan.offset, env, "OFFSET")?.unwrap_or(0);
-    let need_sort = !plan.order.is_empty() && (!plan.sorted_by_index || force_sort);
-    let mut out = Collected { rows: Vec::new() };
-    match &plan.agg {
-        None => {
-            join_rows(plan, src, env, &mut |row| {
-                let o = eval_all(&plan.output, row, env)?;
-                let h = eval_all(&plan.hidden, row, env)?;
-                out.rows.push((o, h));
-                Ok(true)
-            })?;
-        }
-        Some(agg) => {
-            // Groups by key; without GROUP BY there is one, and no index is needed.
-            let mut index: HashMap<Vec<Value>, usize, foldhash::fast::FixedState> = HashMap::default();
-            let mut groups: Vec<(Vec<Value>, Vec<Acc>)> = Vec::new();
-            join_rows(plan, src, env, &mut |row| {
-                let g = if agg.group.is_empty() {
-                    if groups.is_empty() {
-                        groups.push((Vec::new(), agg.aggs.iter().map(Acc::new).collect()));
-                    }
-                    0
-                } else {
-                    let key = eval_all(&agg.group, row, env)?;
-                    match index.get(&key) {
-                        Some(&g) => g,
-                        None => {
-                            index.insert(key.clone(), groups.len());
-                            groups.push((key, agg.aggs.iter().map(Acc::new).collect()));
-                            groups.len() - 1
-                        }
-                    }
-                };
-                for (acc, spec) in groups[g].1.iter_mut().zip(&agg.aggs) {
-                    acc.add(spec, row, env)?;
-                }
-                Ok(true)
-            })?;
-            if groups.is_empty() && agg.group.is_empty() {
-                groups.push((Vec::new(), agg.aggs.iter().map(Acc::new).collect()));
-            }
-            for (key, accs) in groups {
-                let mut row = key;
-                for (acc, spec) in accs.iter().zip(&agg.aggs) {
-                    row.push(acc.result(spec)?);
-                }
-                if let Some(h) = &plan.having {
-                    if !h.holds(&row, env)? {
-                        continue;
-                    }
-                }
-                out.rows.push((eval_all(&plan.output, &row, env)?, eval_all(&plan.hidden, &row, env)?));
-            }
-        }
-    }
-    Ok(finish(plan, out, need_sort, offset, limit))
+    let keep = if need_sort && !plan.distinct { limit.map(|l| l.saturating_add(offset)) } else { None };
+    let mut out = Collected::new(&plan.order, keep);
+    fill(&mut out)?;
+    finish(plan, out, need_sort, offset, limit, env)
 }
 
 /// Runs a SELECT plan over `src`, handing each output row to `emit` (false stops): rows
@@ -502,28 +487,23 @@ fn each_streamed(plan: &SelectPlan, src: &dyn RowSource, env: &Env, emit: &mut d
     })
 }
 
-fn finish(plan: &SelectPlan, mut c: Collected, need_sort: bool, offset: usize, limit: Option<usize>) -> ResultTable {
+fn finish(plan: &SelectPlan, mut c: Collected, need_sort: bool, offset: usize, limit: Option<usize>, env: &Env) -> Result<ResultTable> {
     if plan.distinct {
+        let large = c.rows.len() >= DEADLINE_CHECK_ROWS as usize;
+        if large {
+            env.watch.check()?;
+        }
         let mut seen = HashSet::new();
         c.rows.retain(|(o, _)| seen.insert(o.clone()));
+        if large {
+            env.watch.check()?;
+        }
     }
     if need_sort {
-        c.rows.sort_by(|a, b| {
-            for (k, desc) in &plan.order {
-                let (x, y) = match k {
-                    SortKey::Output(i) => (&a.0[*i], &b.0[*i]),
-                    SortKey::Hidden(i) => (&a.1[*i], &b.1[*i]),
-                };
-                let o = sort_cmp(x, y);
-                if o != Ordering::Equal {
-                    return if *desc { o.reverse() } else { o };
-                }
-            }
-            Ordering::Equal
-        });
+        c.sort(env)?;
     }
     let mut t = ResultTable::new(plan.columns.clone());
     let take = limit.unwrap_or(usize::MAX);
     t.rows = c.rows.into_iter().skip(offset).take(take).map(|(o, _)| o).collect();
-    t
+    Ok(t)
 }

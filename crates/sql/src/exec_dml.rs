@@ -56,6 +56,7 @@ pub fn insert_rows(p: &InsertPlan, rows: Vec<Vec<Value>>, part: &mut Partition, 
     let tid = p.table.id;
     let mut n = 0u64;
     for vals in rows {
+        env.watch.tick()?;
         if p.upsert {
             upsert_row(p, vals, part, env)?;
         } else {
@@ -114,6 +115,7 @@ fn matching_rows<T>(level: &Level, part: &Partition, env: &Env, mut keep: impl F
     let pr = probe(level, &level.access, &[], env)?;
     let mut out = Vec::new();
     each_in_table(table, &pr, &mut |id, row| {
+        env.watch.tick()?;
         for c in &level.residual {
             if !c.holds(row, env)? {
                 return Ok(true);
@@ -140,6 +142,7 @@ pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64
     })?;
     let n = changes.len() as u64;
     for (id, sets) in changes {
+        env.watch.tick()?;
         part.update_columns(table.id, id, sets)?;
     }
     Ok(n)
@@ -166,6 +169,7 @@ pub fn run_delete(p: &DeletePlan, part: &mut Partition, env: &Env) -> Result<u64
     let tid = p.level.source.table.id;
     let n = rows.len() as u64;
     for (id, _) in rows {
+        env.watch.tick()?;
         part.delete(tid, id)?;
     }
     Ok(n)

@@ -1,8 +1,9 @@
 //! Bound scalar expressions and their evaluation, with SQL's three-valued logic.
 //!
 //! Columns are positions in the row the expression is evaluated on (a table row, a joined
-//! row, or an aggregated row), fixed by the binder. Depth is bounded by the binder
-//! (`EXPR_DEPTH_MAX`), so the recursive evaluator cannot be driven arbitrarily deep.
+//! row, or an aggregated row), fixed by the binder. Depth is bounded by the text's nesting
+//! check and the binder (`EXPR_DEPTH_MAX`), so the recursive evaluator cannot be driven
+//! arbitrarily deep.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -10,9 +11,16 @@ use std::cmp::Ordering;
 use lockstep_core::{decimal, DataType, Error, Result, Value};
 
 use crate::func::{self, Func};
+use crate::limits::{Limits, Watch};
+use crate::ExecCtx;
 
-/// Deepest expression tree the binder accepts.
-pub const EXPR_DEPTH_MAX: usize = 64;
+/// Deepest expression the text of a statement may nest, and the binder may build, in
+/// levels. What bounds it is the stack: every level costs a frame of `Expr::eval` (under
+/// 3 KB in a debug build, the largest; far less optimised), so the deepest expression
+/// evaluates in about 750 KB of debug stack, leaving most of a 2 MiB thread (the engine's
+/// sites and tokio workers) to its callers. `nesting` and the tests in `tests_depth`
+/// hold every entry point to it.
+pub const EXPR_DEPTH_MAX: usize = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArithOp {
@@ -71,6 +79,10 @@ pub enum Expr {
     Concat(Box<Expr>, Box<Expr>),
     IsNull(Box<Expr>, bool),
     InList(Box<Expr>, Vec<Expr>, bool),
+    /// `x BETWEEN lo AND hi` for an `x` that is not a column, parameter or constant (those
+    /// become `x >= lo AND x <= hi`, which index ranges understand): `x` is kept once, so
+    /// nested BETWEENs do not double the tree at every level.
+    Between(Box<Expr>, Box<Expr>, Box<Expr>),
     Like(Box<Expr>, Box<Expr>, bool),
     Case {
         operand: Option<Box<Expr>>,
@@ -81,10 +93,19 @@ pub enum Expr {
     Cast(Box<Expr>, DataType),
 }
 
-/// What an expression may read besides the row: parameters and the transaction clock.
+/// What an expression may read besides the row (parameters and the transaction clock),
+/// and what the statement running it may spend (its deadline's watch, its memory caps).
 pub struct Env<'a> {
     pub params: &'a [Value],
     pub now_micros: i64,
+    pub watch: Watch,
+    pub limits: Limits,
+}
+
+impl<'a> Env<'a> {
+    pub fn new(params: &'a [Value], ctx: &ExecCtx) -> Env<'a> {
+        Env { params, now_micros: ctx.timestamp_micros, watch: Watch::new(ctx.deadline), limits: ctx.limits }
+    }
 }
 
 /// NULL, for a column or parameter position past the end.
@@ -103,106 +124,30 @@ impl Expr {
     }
 
     /// Evaluates over `row`.
+    ///
+    /// This recurses once per level of the tree, so its frame is what bounds how deep an
+    /// expression may be (`EXPR_DEPTH_MAX`): the arms that need many temporaries live in
+    /// functions of their own, never inlined, so that they cost stack only when they run.
     pub fn eval(&self, row: &[Value], env: &Env) -> Result<Value> {
-        Ok(match self {
-            Expr::Const(v) => v.clone(),
-            Expr::Param(i) => env.params.get(*i).cloned().unwrap_or(Value::Null),
-            Expr::Column(i) => row.get(*i).cloned().unwrap_or(Value::Null),
-            Expr::Neg(e) => negate(e.eval(row, env)?)?,
-            Expr::Not(e) => match e.eval(row, env)?.truth() {
-                None => Value::Null,
-                Some(b) => Value::Bool(!b),
-            },
-            Expr::Arith(op, a, b) => arith(*op, a.eval(row, env)?, b.eval(row, env)?)?,
-            Expr::Cmp(op, a, b) => {
-                let (x, y) = (a.eval_ref(row, env)?, b.eval_ref(row, env)?);
-                compare(*op, &x, &y)?
-            }
-            Expr::And(a, b) => {
-                let x = a.eval(row, env)?.truth();
-                if x == Some(false) {
-                    return Ok(Value::Bool(false));
-                }
-                match (x, b.eval(row, env)?.truth()) {
-                    (_, Some(false)) => Value::Bool(false),
-                    (Some(true), Some(true)) => Value::Bool(true),
-                    _ => Value::Null,
-                }
-            }
-            Expr::Or(a, b) => {
-                let x = a.eval(row, env)?.truth();
-                if x == Some(true) {
-                    return Ok(Value::Bool(true));
-                }
-                match (x, b.eval(row, env)?.truth()) {
-                    (_, Some(true)) => Value::Bool(true),
-                    (Some(false), Some(false)) => Value::Bool(false),
-                    _ => Value::Null,
-                }
-            }
-            Expr::Concat(a, b) => match (a.eval(row, env)?, b.eval(row, env)?) {
-                (Value::Null, _) | (_, Value::Null) => Value::Null,
-                (x, y) => Value::Str(format!("{}{}", text_of(&x), text_of(&y)).into()),
-            },
-            Expr::IsNull(e, neg) => Value::Bool(e.eval_ref(row, env)?.is_null() != *neg),
-            Expr::InList(e, list, neg) => {
-                let v = e.eval_ref(row, env)?;
-                if v.is_null() {
-                    return Ok(Value::Null);
-                }
-                let mut saw_null = false;
-                for item in list {
-                    let w = item.eval_ref(row, env)?;
-                    if let Value::Array(items) = &*w {
-                        // `IN ?` with an array parameter.
-                        for x in items {
-                            match v.sql_cmp(x) {
-                                Some(Ordering::Equal) => return Ok(Value::Bool(!neg)),
-                                None => saw_null = true,
-                                _ => {}
-                            }
-                        }
-                        continue;
-                    }
-                    match v.sql_cmp(&w) {
-                        Some(Ordering::Equal) => return Ok(Value::Bool(!neg)),
-                        None => saw_null = true,
-                        _ => {}
-                    }
-                }
-                if saw_null {
-                    Value::Null
-                } else {
-                    Value::Bool(*neg)
-                }
-            }
-            Expr::Like(e, p, neg) => match (&*e.eval_ref(row, env)?, &*p.eval_ref(row, env)?) {
-                (Value::Null, _) | (_, Value::Null) => Value::Null,
-                (Value::Str(s), Value::Str(pat)) => Value::Bool(like(s, pat) != *neg),
-                (x, _) => return Err(Error::sql(format!("LIKE needs VARCHAR operands, not {}", x.describe()))),
-            },
-            Expr::Case { operand, whens, otherwise } => {
-                let op = match operand {
-                    Some(o) => Some(o.eval_ref(row, env)?),
-                    None => None,
-                };
-                for (w, then) in whens {
-                    let hit = match &op {
-                        Some(v) => v.sql_cmp(&*w.eval_ref(row, env)?) == Some(Ordering::Equal),
-                        None => w.eval_ref(row, env)?.truth() == Some(true),
-                    };
-                    if hit {
-                        return then.eval(row, env);
-                    }
-                }
-                match otherwise {
-                    Some(e) => e.eval(row, env)?,
-                    None => Value::Null,
-                }
-            }
-            Expr::Func(f, args) => func::call(*f, args, row, env)?,
-            Expr::Cast(e, ty) => cast(e.eval(row, env)?, *ty)?,
-        })
+        match self {
+            Expr::Const(v) => Ok(v.clone()),
+            Expr::Param(i) => Ok(env.params.get(*i).cloned().unwrap_or(Value::Null)),
+            Expr::Column(i) => Ok(row.get(*i).cloned().unwrap_or(Value::Null)),
+            Expr::Neg(e) => negate(e.eval(row, env)?),
+            Expr::Not(e) => Ok(not(e.eval(row, env)?)),
+            Expr::Arith(op, a, b) => eval_arith(*op, a, b, row, env),
+            Expr::Cmp(op, a, b) => eval_cmp(*op, a, b, row, env),
+            Expr::And(a, b) => eval_and(a, b, row, env),
+            Expr::Or(a, b) => eval_or(a, b, row, env),
+            Expr::Concat(a, b) => eval_concat(a, b, row, env),
+            Expr::IsNull(e, neg) => Ok(Value::Bool(e.eval_ref(row, env)?.is_null() != *neg)),
+            Expr::InList(e, list, neg) => eval_in_list(e, list, *neg, row, env),
+            Expr::Between(x, lo, hi) => eval_between(x, lo, hi, row, env),
+            Expr::Like(e, p, neg) => eval_like(e, p, *neg, row, env),
+            Expr::Case { operand, whens, otherwise } => eval_case(operand.as_deref(), whens, otherwise.as_deref(), row, env),
+            Expr::Func(f, args) => func::call(*f, args, row, env),
+            Expr::Cast(e, ty) => cast(e.eval(row, env)?, *ty),
+        }
     }
 
     /// True when the expression holds (NULL counts as false), for filters.
@@ -223,6 +168,11 @@ impl Expr {
             Expr::InList(e, l, _) => {
                 e.visit_columns(f);
                 l.iter().for_each(|x| x.visit_columns(f));
+            }
+            Expr::Between(x, lo, hi) => {
+                x.visit_columns(f);
+                lo.visit_columns(f);
+                hi.visit_columns(f);
             }
             Expr::Case { operand, whens, otherwise } => {
                 if let Some(o) = operand {
@@ -254,6 +204,11 @@ impl Expr {
                 e.map_columns(map);
                 l.iter_mut().for_each(|x| x.map_columns(map));
             }
+            Expr::Between(x, lo, hi) => {
+                x.map_columns(map);
+                lo.map_columns(map);
+                hi.map_columns(map);
+            }
             Expr::Case { operand, whens, otherwise } => {
                 if let Some(o) = operand {
                     o.map_columns(map);
@@ -268,6 +223,30 @@ impl Expr {
             }
             Expr::Func(_, args) => args.iter_mut().for_each(|x| x.map_columns(map)),
         }
+    }
+
+    /// Levels of the tree (a constant is 1 deep). Called on trees the binder built, which
+    /// are at most a few levels deeper than `EXPR_DEPTH_MAX`, and with a frame far smaller
+    /// than `eval`'s.
+    pub fn depth(&self) -> usize {
+        let below = match self {
+            Expr::Const(_) | Expr::Param(_) | Expr::Column(_) => 0,
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.depth(),
+            Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
+                a.depth().max(b.depth())
+            }
+            Expr::InList(e, l, _) => l.iter().map(Expr::depth).fold(e.depth(), usize::max),
+            Expr::Between(x, lo, hi) => x.depth().max(lo.depth()).max(hi.depth()),
+            Expr::Case { operand, whens, otherwise } => {
+                let mut d = operand.as_ref().map_or(0, |o| o.depth()).max(otherwise.as_ref().map_or(0, |o| o.depth()));
+                for (w, t) in whens {
+                    d = d.max(w.depth()).max(t.depth());
+                }
+                d
+            }
+            Expr::Func(_, args) => args.iter().map(Expr::depth).max().unwrap_or(0),
+        };
+        below + 1
     }
 
     /// The highest column position read, if any.
@@ -301,6 +280,133 @@ impl Expr {
     /// True for a constant or a parameter: a value fixed for the whole statement.
     pub fn is_fixed(&self) -> bool {
         matches!(self, Expr::Const(_) | Expr::Param(_))
+    }
+}
+
+/// NOT: unknown stays unknown.
+fn not(v: Value) -> Value {
+    match v.truth() {
+        None => Value::Null,
+        Some(b) => Value::Bool(!b),
+    }
+}
+
+fn eval_arith(op: ArithOp, a: &Expr, b: &Expr, row: &[Value], env: &Env) -> Result<Value> {
+    arith(op, a.eval(row, env)?, b.eval(row, env)?)
+}
+
+/// AND, evaluating `b` only when `a` is not false.
+fn eval_and(a: &Expr, b: &Expr, row: &[Value], env: &Env) -> Result<Value> {
+    let x = a.eval(row, env)?.truth();
+    if x == Some(false) {
+        return Ok(Value::Bool(false));
+    }
+    Ok(match (x, b.eval(row, env)?.truth()) {
+        (_, Some(false)) => Value::Bool(false),
+        (Some(true), Some(true)) => Value::Bool(true),
+        _ => Value::Null,
+    })
+}
+
+/// OR, evaluating `b` only when `a` is not true.
+fn eval_or(a: &Expr, b: &Expr, row: &[Value], env: &Env) -> Result<Value> {
+    let x = a.eval(row, env)?.truth();
+    if x == Some(true) {
+        return Ok(Value::Bool(true));
+    }
+    Ok(match (x, b.eval(row, env)?.truth()) {
+        (_, Some(true)) => Value::Bool(true),
+        (Some(false), Some(false)) => Value::Bool(false),
+        _ => Value::Null,
+    })
+}
+
+/// `a op b`, comparing in place (a filter comparing a 1 KB column must not copy it).
+fn eval_cmp(op: CmpOp, a: &Expr, b: &Expr, row: &[Value], env: &Env) -> Result<Value> {
+    let (x, y) = (a.eval_ref(row, env)?, b.eval_ref(row, env)?);
+    compare(op, &x, &y)
+}
+
+/// `x || y`: NULL when either is.
+#[inline(never)]
+fn eval_concat(a: &Expr, b: &Expr, row: &[Value], env: &Env) -> Result<Value> {
+    Ok(match (a.eval(row, env)?, b.eval(row, env)?) {
+        (Value::Null, _) | (_, Value::Null) => Value::Null,
+        (x, y) => Value::Str(format!("{}{}", text_of(&x), text_of(&y)).into()),
+    })
+}
+
+/// `e [NOT] IN (list)`, where an item may be an array parameter (`IN ?`).
+#[inline(never)]
+fn eval_in_list(e: &Expr, list: &[Expr], neg: bool, row: &[Value], env: &Env) -> Result<Value> {
+    let v = e.eval_ref(row, env)?;
+    if v.is_null() {
+        return Ok(Value::Null);
+    }
+    let mut saw_null = false;
+    for item in list {
+        let w = item.eval_ref(row, env)?;
+        if let Value::Array(items) = &*w {
+            for x in items {
+                match v.sql_cmp(x) {
+                    Some(Ordering::Equal) => return Ok(Value::Bool(!neg)),
+                    None => saw_null = true,
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        match v.sql_cmp(&w) {
+            Some(Ordering::Equal) => return Ok(Value::Bool(!neg)),
+            None => saw_null = true,
+            _ => {}
+        }
+    }
+    Ok(if saw_null { Value::Null } else { Value::Bool(neg) })
+}
+
+/// `x >= lo AND x <= hi` with `x` evaluated once.
+#[inline(never)]
+fn eval_between(x: &Expr, lo: &Expr, hi: &Expr, row: &[Value], env: &Env) -> Result<Value> {
+    let v = x.eval_ref(row, env)?;
+    let ge = compare(CmpOp::Ge, &v, &*lo.eval_ref(row, env)?)?.truth();
+    if ge == Some(false) {
+        return Ok(Value::Bool(false));
+    }
+    Ok(match (ge, compare(CmpOp::Le, &v, &*hi.eval_ref(row, env)?)?.truth()) {
+        (_, Some(false)) => Value::Bool(false),
+        (Some(true), Some(true)) => Value::Bool(true),
+        _ => Value::Null,
+    })
+}
+
+#[inline(never)]
+fn eval_like(e: &Expr, p: &Expr, neg: bool, row: &[Value], env: &Env) -> Result<Value> {
+    Ok(match (&*e.eval_ref(row, env)?, &*p.eval_ref(row, env)?) {
+        (Value::Null, _) | (_, Value::Null) => Value::Null,
+        (Value::Str(s), Value::Str(pat)) => Value::Bool(like(s, pat) != neg),
+        (x, _) => return Err(Error::sql(format!("LIKE needs VARCHAR operands, not {}", x.describe()))),
+    })
+}
+
+#[inline(never)]
+fn eval_case(operand: Option<&Expr>, whens: &[(Expr, Expr)], otherwise: Option<&Expr>, row: &[Value], env: &Env) -> Result<Value> {
+    let op = match operand {
+        Some(o) => Some(o.eval_ref(row, env)?),
+        None => None,
+    };
+    for (w, then) in whens {
+        let hit = match &op {
+            Some(v) => v.sql_cmp(&*w.eval_ref(row, env)?) == Some(Ordering::Equal),
+            None => w.eval_ref(row, env)?.truth() == Some(true),
+        };
+        if hit {
+            return then.eval(row, env);
+        }
+    }
+    match otherwise {
+        Some(e) => e.eval(row, env),
+        None => Ok(Value::Null),
     }
 }
 
@@ -464,7 +570,7 @@ mod tests {
     use super::*;
 
     fn env() -> Env<'static> {
-        Env { params: &[], now_micros: 0 }
+        Env::new(&[], &ExecCtx::new(0, 0))
     }
 
     fn c(v: Value) -> Box<Expr> {

@@ -341,6 +341,14 @@ pub fn call(f: Func, args: &[Expr], row: &[Value], env: &Env) -> Result<Value> {
     if vals.iter().any(Value::is_null) {
         return Ok(Value::Null);
     }
+    apply(f, &vals)
+}
+
+/// Applies `f` to its evaluated arguments (none NULL). Kept apart from `call`, and never
+/// inlined into it, so the large frame this match needs (in debug builds above all) is not
+/// on the stack once per level of nested calls: `call` recurses through `Expr::eval`.
+#[inline(never)]
+fn apply(f: Func, vals: &[Value]) -> Result<Value> {
     let v0 = &vals[0];
     Ok(match f {
         Func::Abs => match v0 {

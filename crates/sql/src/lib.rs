@@ -12,12 +12,15 @@ mod ddl_parse;
 mod ddl_proc;
 mod ddl_view;
 mod exec;
+mod exec_agg;
 mod exec_dml;
 mod explain;
 mod expr;
 mod func;
 mod lex;
+mod limits;
 mod mp;
+mod nesting;
 mod plan;
 mod plan_dml;
 mod route;
@@ -26,6 +29,10 @@ pub mod testing;
 
 #[cfg(test)]
 mod tests_ddl;
+#[cfg(test)]
+mod tests_depth;
+#[cfg(test)]
+mod tests_limits;
 #[cfg(test)]
 mod tests_mp;
 #[cfg(test)]
@@ -37,21 +44,34 @@ use std::sync::Arc;
 use lockstep_core::{Catalog, DataType, Error, HashRing, Result, ResultColumn, ResultTable, Value};
 use lockstep_storage::Partition;
 use sqlparser::ast::Statement;
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
 pub use ddl::{apply_ddl, DdlEnv, DdlOutcome};
 pub use explain::explain;
+pub use limits::{is_query_timeout, Deadline, Limits, DEADLINE_CHECK_ROWS, GATHER_BYTES_MAX, GATHER_ROWS_MAX, RESULT_BYTES_MAX};
 pub use mp::execute_mp;
 pub use plan_dml::DEFAULT_NOW_SENTINEL;
 pub use script::{is_ddl, split_statements};
 
-/// What a statement may read besides its parameters.
+/// What a statement may read besides its parameters, and what it may spend.
 #[derive(Clone, Copy, Debug)]
 pub struct ExecCtx {
     pub txn_id: i64,
     /// NOW / CURRENT_TIMESTAMP: the transaction's timestamp, never the clock.
     pub timestamp_micros: i64,
+    /// When the statement must stop (the query timeout), or None for no limit: the replay
+    /// of the command log runs without one. Expiry fails the statement with VoltDB's
+    /// "A SQL query was terminated after X.XXX seconds because it exceeded the query
+    /// timeout period." (`is_query_timeout`), a graceful failure.
+    pub deadline: Option<Deadline>,
+    /// The memory caps (answer bytes, rows and bytes gathered by a multi-partition read).
+    pub limits: Limits,
+}
+
+impl ExecCtx {
+    /// A context with no deadline and the default caps.
+    pub fn new(txn_id: i64, timestamp_micros: i64) -> ExecCtx {
+        ExecCtx { txn_id, timestamp_micros, deadline: None, limits: Limits::DEFAULT }
+    }
 }
 
 /// Where a statement must run.
@@ -92,7 +112,7 @@ pub struct Prepared {
 }
 
 fn parse_one(sql: &str) -> Result<Statement> {
-    let mut stmts = Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| Error::sql(format!("SQL syntax error: {e}")))?;
+    let mut stmts = nesting::parse_statements(sql, "")?;
     match stmts.len() {
         1 => Ok(stmts.remove(0)),
         0 => Err(Error::sql("no SQL statement given")),
@@ -180,7 +200,7 @@ pub fn execute(p: &Prepared, params: &[Value], ctx: &ExecCtx, part: &mut Partiti
 }
 
 pub(crate) fn execute_coerced(p: &Prepared, params: &[Value], ctx: &ExecCtx, part: &mut Partition) -> Result<ResultTable> {
-    let env = expr::Env { params, now_micros: ctx.timestamp_micros };
+    let env = expr::Env::new(params, ctx);
     if let Plan::Select(s) = &p.plan {
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::run_select(s, &src, &env, false);
@@ -202,7 +222,7 @@ pub fn execute_each(
     row: &mut dyn FnMut(&[Value]) -> Result<bool>,
 ) -> Result<u64> {
     let params = coerce_params(p, params)?;
-    let env = expr::Env { params: &params, now_micros: ctx.timestamp_micros };
+    let env = expr::Env::new(&params, ctx);
     if let Plan::Select(s) = &p.plan {
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::each_select_row(s, &src, &env, row);

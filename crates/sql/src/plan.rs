@@ -130,7 +130,8 @@ fn from_items<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<
                 JoinOperator::Join(c) | JoinOperator::Inner(c) => (false, c),
                 JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (true, c),
                 JoinOperator::CrossJoin(c) => (false, c),
-                other => return Err(unsupported(format!("join {other:?}").split('(').next().unwrap_or("this join").to_string())),
+                // Not `{other:?}`: that would print the whole ON expression, recursively.
+                _ => return Err(unsupported("this kind of join (use [INNER] JOIN, LEFT [OUTER] JOIN or CROSS JOIN)")),
             };
             let on = match c {
                 JoinConstraint::On(e) => Some(e),
@@ -411,7 +412,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
     };
     if !no_from_filter.is_empty() {
         // SELECT … WHERE … without FROM: filter the single empty row via HAVING-like check.
-        let cond = no_from_filter.into_iter().reduce(|a, b| Expr::And(Box::new(a), Box::new(b)));
+        let cond = and_balanced(no_from_filter);
         plan.having = match (plan.having.take(), cond) {
             (Some(h), Some(c)) => Some(Expr::And(Box::new(h), Box::new(c))),
             (h, c) => h.or(c),
@@ -436,6 +437,24 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
         l.gather_filter = l.on.clone();
     }
     Ok(plan)
+}
+
+/// The conjunction of `terms` as a balanced tree: WHERE's terms were split apart, and
+/// chaining them back one after another could build a tree far deeper than the one they
+/// came from (a balanced `(a AND b) AND (c AND d)` …), deeper than `eval` may recurse.
+fn and_balanced(mut terms: Vec<Expr>) -> Option<Expr> {
+    while terms.len() > 1 {
+        let mut next = Vec::with_capacity(terms.len().div_ceil(2));
+        let mut it = terms.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) => Expr::And(Box::new(a), Box::new(b)),
+                None => a,
+            });
+        }
+        terms = next;
+    }
+    terms.pop()
 }
 
 fn column_name(sources: &[Source], qual: Option<&ast::Ident>, id: &ast::Ident) -> String {

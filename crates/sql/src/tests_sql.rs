@@ -26,7 +26,7 @@ pub struct Db {
 
 pub fn ctx() -> ExecCtx {
     // 2024-03-01 12:00:00 UTC
-    ExecCtx { txn_id: 1, timestamp_micros: 1_709_294_400_000_000 }
+    ExecCtx::new(1, 1_709_294_400_000_000)
 }
 
 impl Db {
