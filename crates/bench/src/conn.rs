@@ -214,7 +214,13 @@ impl Conn {
                     let mut p = Vec::with_capacity(params.len() + 1);
                     p.push(Value::Int(key));
                     p.extend(params.iter().cloned());
-                    let call = Call { procedure: proc.to_string(), params: p, partition_destination: Some(partition), all_partition: true };
+                    let call = Call {
+                        procedure: proc.to_string(),
+                        params: p,
+                        partition_destination: Some(partition),
+                        all_partition: true,
+                        ..Call::default()
+                    };
                     pending.push(e.start(call));
                 }
                 let mut out = Vec::with_capacity(pending.len());

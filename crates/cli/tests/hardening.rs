@@ -296,3 +296,56 @@ async fn a_stop_ends_the_process_while_a_partition_is_busy() {
     assert!(stderr.contains("did not finish within"), "{stderr}");
     busy.abort();
 }
+
+/// Reads one whole answer off a raw socket.
+fn read_response(s: &mut TcpStream) -> lockstep_wire::Response {
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    lockstep_wire::decode_response(&body).unwrap()
+}
+
+/// A replicated table of `rows` rows: four copies of it cross-joined are billions of rows.
+async fn cross_join_table(client: &Client, rows: i64) {
+    adhoc(client, "CREATE TABLE t (k INTEGER NOT NULL PRIMARY KEY)").await;
+    for k in 0..rows {
+        client.call("T.insert", vec![Value::Int(k)]).await.expect("insert");
+    }
+}
+
+const ENDLESS: &str = "SELECT COUNT(*) FROM t a, t b, t c, t d";
+
+#[tokio::test]
+async fn a_query_stops_at_the_query_timeout_and_its_partition_serves_again() {
+    let dir = TempDir::new("query-timeout");
+    let server = Server::start_with(&dir.0, &["--sites", "2", "--query-timeout-ms", "500"], "127.0.0.1:0");
+    let client = server.client().await;
+    cross_join_table(&client, 300).await;
+    let r = client.call("@AdHoc", vec![Value::Str(ENDLESS.into())]).await.expect("call");
+    assert_ne!(r.status, 1, "billions of rows cannot be counted in half a second");
+    let msg = r.status_string.unwrap_or_default();
+    assert!(msg.contains("A SQL query was terminated after") && msg.contains("exceeded the query timeout period"), "{msg}");
+    // The partition it held serves at once afterwards.
+    assert_eq!(count(&client, "t").await, Value::Int(300));
+}
+
+#[tokio::test]
+async fn a_call_can_ask_for_a_shorter_timeout_than_the_servers() {
+    let dir = TempDir::new("call-timeout");
+    // The server's own limit is far away (10 minutes); the call asks for 300 ms.
+    let server = Server::start_with(&dir.0, &["--sites", "1", "--query-timeout-ms", "600000"], "127.0.0.1:0");
+    let client = server.client().await;
+    cross_join_table(&client, 300).await;
+    let mut raw = raw_login(&server.addr);
+    let mut inv = Invocation::new("@AdHoc", 7, vec![Value::Str(ENDLESS.into())]);
+    inv.timeout_ms = Some(300);
+    let mut out = Vec::new();
+    encode_invocation(&inv, &mut out).unwrap();
+    raw.write_all(&out).unwrap();
+    let r = read_response(&mut raw);
+    assert_eq!(r.handle, 7);
+    let msg = r.status_string.unwrap_or_default();
+    assert!(msg.contains("exceeded the query timeout period"), "{msg}");
+}

@@ -39,6 +39,9 @@ pub struct Call {
     pub partition_destination: Option<i32>,
     /// Set by every-partition calls (VoltDB's ALL_PARTITION extension).
     pub all_partition: bool,
+    /// The caller's query timeout in ms (VoltDB's BATCH_TIMEOUT): it can only shorten the
+    /// server's; 0 or a negative value leaves the server's in force.
+    pub timeout_ms: Option<i32>,
 }
 
 /// The catalog as the front ends see it, replaced whole on every schema change.
@@ -342,6 +345,18 @@ impl Engine {
         self.shared.view().catalog.clone()
     }
 
+    /// The query timeout of a call that asked for `timeout_ms` (see `Call::timeout_ms`).
+    pub fn call_timeout(&self, timeout_ms: Option<i32>) -> Option<std::time::Duration> {
+        let server = self.shared.config.query_timeout;
+        match timeout_ms.and_then(|ms| u64::try_from(ms).ok()).filter(|ms| *ms > 0) {
+            Some(ms) => {
+                let asked = std::time::Duration::from_millis(ms);
+                Some(server.map_or(asked, |s| s.min(asked)))
+            }
+            None => server,
+        }
+    }
+
     /// Runs a call; `reply` gets its outcome exactly once, on some engine thread.
     pub fn submit(&self, call: Call, reply: Reply) {
         if self.shared.shutting_down.load(Ordering::Relaxed) {
@@ -359,11 +374,12 @@ impl Engine {
                 return reply(Outcome::error(e));
             }
         }
+        let timeout = self.call_timeout(call.timeout_ms);
         match self.route(info, call) {
             Ok(Routed::Site(site, params)) => {
-                self.shared.send_site(site, SiteMsg::Call { work: SpWork::Proc(info.name.clone()), params, reply })
+                self.shared.send_site(site, SiteMsg::Call { work: SpWork::Proc(info.name.clone()), params, timeout, reply })
             }
-            Ok(Routed::Mp(params)) => self.shared.submit_mp(MpWork::Proc { name: info.name.to_string(), params, reply }),
+            Ok(Routed::Mp(params)) => self.shared.submit_mp(MpWork::Proc { name: info.name.to_string(), params, timeout, reply }),
             Err(e) => reply(Outcome::error(e)),
         }
     }
@@ -426,6 +442,11 @@ impl Engine {
     /// Runs `@AdHoc` SQL: DDL through the coordinator, a statement pinned to one partition on
     /// that site, everything else as one multi-partition transaction.
     pub fn adhoc(&self, sql: &str, params: Vec<Value>, reply: Reply) {
+        self.adhoc_within(sql, params, self.shared.config.query_timeout, reply)
+    }
+
+    /// `adhoc` stopped after `timeout` (None: never).
+    pub fn adhoc_within(&self, sql: &str, params: Vec<Value>, timeout: Option<std::time::Duration>, reply: Reply) {
         let statements = match lockstep_sql::split_statements(sql) {
             Ok(s) if s.is_empty() => return reply(Outcome::error(Error::sql("no SQL statement given"))),
             Ok(s) => s,
@@ -480,10 +501,10 @@ impl Engine {
             };
             if let (Some(site), Some(p)) = (site, stmts.first()) {
                 let work = SpWork::Statement(p.clone());
-                return self.shared.send_site(site, SiteMsg::Call { work, params, reply });
+                return self.shared.send_site(site, SiteMsg::Call { work, params, timeout, reply });
             }
         }
-        self.shared.submit_mp(MpWork::Statements { stmts, params, reply });
+        self.shared.submit_mp(MpWork::Statements { stmts, params, timeout, reply });
     }
 
     /// Stops accepting calls, lets queued work finish, and joins every thread.

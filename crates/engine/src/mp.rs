@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use lockstep_core::{Catalog, Error, HashRing, Result, ResultTable, Value};
 use lockstep_procs::{CallContext, ProcOutput};
-use lockstep_sql::{ExecCtx, Prepared, SiteAccess, SiteFn, Target};
+use lockstep_sql::{Deadline, ExecCtx, Limits, Prepared, SiteAccess, SiteFn, Target};
 
 use crate::cmdlog::Record;
 use crate::ddl::{self, FsDdlEnv};
@@ -31,12 +31,15 @@ pub enum MpWork {
     Proc {
         name: String,
         params: Vec<Value>,
+        /// The query timeout (None: no limit).
+        timeout: Option<std::time::Duration>,
         reply: Reply,
     },
     /// Planned ad-hoc statements run as one transaction; `params` bind the single statement.
     Statements {
         stmts: Vec<Arc<Prepared>>,
         params: Vec<Value>,
+        timeout: Option<std::time::Duration>,
         reply: Reply,
     },
     /// DDL statements, applied in order; stops at the first failure.
@@ -226,19 +229,20 @@ impl Coordinator {
                 self.shared.mp_call_taken();
             }
             match work {
-                MpWork::Proc { name, params, reply } => {
+                MpWork::Proc { name, params, timeout, reply } => {
                     let started = std::time::Instant::now();
                     let read_only = self.registry.reads_only(&name);
                     let record = (!read_only).then(|| Record::Mp { txn_id: 0, procedure: name.clone(), params: params.clone() });
-                    let outcome = self.logged_transaction(None, record, |reg, runner, call| reg.call(&name, &params, call, runner));
+                    let outcome =
+                        self.logged_transaction(None, timeout, record, |reg, runner, call| reg.call(&name, &params, call, runner));
                     self.record(&name, started, &params, &outcome);
                     self.answer(read_only, outcome, reply);
                 }
-                MpWork::Statements { stmts, params, reply } => {
+                MpWork::Statements { stmts, params, timeout, reply } => {
                     let started = std::time::Instant::now();
                     let read_only = stmts.iter().all(|p| p.read_only);
                     let record = (!read_only).then(|| adhoc_record(&stmts, &params));
-                    let outcome = self.logged_transaction(None, record, |_, runner, _| run_statements(runner, &stmts, &params));
+                    let outcome = self.logged_transaction(None, timeout, record, |_, runner, _| run_statements(runner, &stmts, &params));
                     self.record(crate::stats::ADHOC_PROCEDURE, started, &params, &outcome);
                     self.answer(read_only, outcome, reply);
                 }
@@ -265,7 +269,7 @@ impl Coordinator {
                 MpWork::Restore { id, reply } => {
                     let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::from(id.as_str())] };
                     let outcome = match self.restore_fn(&id) {
-                        Ok(f) => self.logged_transaction(None, Some(record), |_, runner, _| restore(runner, f)),
+                        Ok(f) => self.logged_transaction(None, None, Some(record), |_, runner, _| restore(runner, f)),
                         Err(e) => Outcome::error(e),
                     };
                     if outcome.is_success() {
@@ -350,6 +354,7 @@ impl Coordinator {
     fn logged_transaction(
         &mut self,
         replay_id: Option<i64>,
+        timeout: Option<std::time::Duration>,
         record: Option<Record>,
         body: impl FnOnce(&mut Registry, &mut MpRunner, &CallContext) -> Result<ProcOutput>,
     ) -> Outcome {
@@ -360,7 +365,14 @@ impl Coordinator {
         let txn_id = self.begin(replay_id, logged);
         let durable = logged.then(|| self.log_record(record.map(|r| with_txn_id(r, txn_id))));
         let ts = timestamp_micros(txn_id);
-        let mut runner = MpRunner { sites: ParkedSites { links: &self.links, ring: &self.shared.ring }, ctx: ExecCtx::new(txn_id, ts) };
+        let mut ctx = ExecCtx::new(txn_id, ts);
+        if replay_id.is_some() {
+            // It ran to its end once: no cap may stop it now (and no deadline does).
+            ctx.limits = Limits::UNLIMITED;
+        } else {
+            ctx.deadline = timeout.and_then(Deadline::after);
+        }
+        let mut runner = MpRunner { sites: ParkedSites { links: &self.links, ring: &self.shared.ring }, ctx };
         let call = CallContext { txn_id, timestamp_micros: ts, partition: None };
         let registry = &mut self.registry;
         let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
@@ -410,7 +422,7 @@ impl Coordinator {
                     .and_then(|ss| ss.iter().map(|s| lockstep_sql::prepare(&self.catalog, s).map(Arc::new)).collect());
                 match prepared {
                     Ok(stmts) => {
-                        let o = self.logged_transaction(Some(txn_id), None, |_, runner, _| run_statements(runner, &stmts, &params));
+                        let o = self.logged_transaction(Some(txn_id), None, None, |_, runner, _| run_statements(runner, &stmts, &params));
                         outcome_result(o)
                     }
                     Err(e) => {
@@ -424,7 +436,7 @@ impl Coordinator {
             "@SnapshotRestore" => {
                 let id = params.first().map(|v| v.to_string()).unwrap_or_default();
                 match self.restore_fn(&id) {
-                    Ok(f) => outcome_result(self.logged_transaction(Some(txn_id), None, |_, runner, _| restore(runner, f))),
+                    Ok(f) => outcome_result(self.logged_transaction(Some(txn_id), None, None, |_, runner, _| restore(runner, f))),
                     Err(e) => {
                         self.begin(Some(txn_id), false);
                         self.end(false);
@@ -433,7 +445,7 @@ impl Coordinator {
                 }
             }
             name => {
-                let o = self.logged_transaction(Some(txn_id), None, |reg, runner, call| reg.call(name, &params, call, runner));
+                let o = self.logged_transaction(Some(txn_id), None, None, |reg, runner, call| reg.call(name, &params, call, runner));
                 outcome_result(o)
             }
         };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use lockstep_core::{Catalog, DataType, Error, HashRing, Result, ResultTable, TableId, Value};
 use lockstep_procs::{CallContext, ProcOutput};
-use lockstep_sql::{ExecCtx, Prepared, SiteFn};
+use lockstep_sql::{Deadline, ExecCtx, Limits, Prepared, SiteFn};
 use lockstep_storage::Partition;
 
 use crate::cmdlog::Record;
@@ -46,9 +46,11 @@ pub enum SpWork {
 
 /// A message on a site's queue.
 pub enum SiteMsg {
+    /// A client's call; `timeout` is its query timeout (None: no limit).
     Call {
         work: SpWork,
         params: Vec<Value>,
+        timeout: Option<std::time::Duration>,
         reply: Reply,
     },
     /// A logged transaction run again during recovery, with its original id.
@@ -89,6 +91,14 @@ pub enum MpMsg {
     },
     Commit,
     Rollback,
+}
+
+/// How a single-partition transaction came to run.
+enum Run {
+    /// A client's call, answered through `reply`, stopped after `timeout` (None: never).
+    Live { reply: Reply, timeout: Option<std::time::Duration> },
+    /// A logged transaction run again during recovery, with its original id.
+    Replay(i64),
 }
 
 /// Runs statements on the site's own partition.
@@ -251,8 +261,8 @@ impl Site {
                 }
             };
             match msg {
-                SiteMsg::Call { work, params, reply } => self.run_single(work, params, Some(reply), None),
-                SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, None, Some(txn_id)),
+                SiteMsg::Call { work, params, timeout, reply } => self.run_single(work, params, Run::Live { reply, timeout }),
+                SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, Run::Replay(txn_id)),
                 SiteMsg::MpBegin { txn_id, log_marker } => {
                     // The transaction may hold the site for a while: answer the callers first.
                     self.send_answers();
@@ -353,15 +363,22 @@ impl Site {
 
     /// Runs one single-partition transaction. A live call (`reply`) that changed data is
     /// logged before it is answered; a replayed one (`replay_id`) runs with its logged id.
-    fn run_single(&mut self, work: SpWork, params: Vec<Value>, reply: Option<Reply>, replay_id: Option<i64>) {
-        let txn_id = match replay_id {
-            Some(id) => {
+    fn run_single(&mut self, work: SpWork, params: Vec<Value>, run: Run) {
+        let (txn_id, reply, replay_id, timeout) = match run {
+            Run::Replay(id) => {
                 self.ids.advance_past(id);
-                id
+                (id, None, Some(id), None)
             }
-            None => self.ids.next_id(),
+            Run::Live { reply, timeout } => (self.ids.next_id(), Some(reply), None, timeout),
         };
-        let ctx = ExecCtx::new(txn_id, timestamp_micros(txn_id));
+        let mut ctx = ExecCtx::new(txn_id, timestamp_micros(txn_id));
+        if replay_id.is_some() {
+            // A replayed transaction ran to its end once: no cap may stop it now (and it
+            // has no deadline).
+            ctx.limits = Limits::UNLIMITED;
+        } else {
+            ctx.deadline = timeout.and_then(Deadline::after);
+        }
         let started = std::time::Instant::now();
         self.part.begin();
         let result = catch_unwind(AssertUnwindSafe(|| -> Result<ProcOutput> {

@@ -30,8 +30,9 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
                 Ok(s) => s,
                 Err(e) => return reply(Outcome::error(e)),
             };
+            let timeout = engine.call_timeout(call.timeout_ms);
             let params = call.params.into_iter().skip(1).collect();
-            return engine.adhoc(&sql, params, reply);
+            return engine.adhoc_within(&sql, params, timeout, reply);
         }
         "@statistics" => return stats::statistics(engine, &call, reply),
         "@quiesce" => return quiesce(engine, reply),

@@ -280,6 +280,7 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, tx: &mpsc::UnboundedSender<Answer
         params: inv.params,
         partition_destination: inv.partition_destination,
         all_partition: inv.all_partition,
+        timeout_ms: inv.timeout_ms,
     };
     let reply_front = front.clone();
     front.engine.submit(
