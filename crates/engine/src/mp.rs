@@ -88,6 +88,11 @@ pub struct SiteLink {
 struct ParkedSites<'a> {
     links: &'a [SiteLink],
     ring: &'a HashRing,
+    /// The transaction is one read: once it has gathered what it needs, the sites commit
+    /// and go back to their queues while the coordinator joins, sorts or merges.
+    release_after_reads: bool,
+    /// The sites were let go early: the transaction's end sends them nothing more.
+    released: bool,
 }
 
 impl ParkedSites<'_> {
@@ -109,11 +114,23 @@ impl SiteAccess for ParkedSites<'_> {
         self.links.len() as u32
     }
 
+    fn reads_done(&mut self) {
+        if self.release_after_reads && !self.released {
+            self.released = true;
+            for l in self.links {
+                let _ = l.to_site.send(MpMsg::Commit);
+            }
+        }
+    }
+
     fn ring(&self) -> &HashRing {
         self.ring
     }
 
     fn run(&mut self, target: Target, f: SiteFn) -> Result<Vec<ResultTable>> {
+        if self.released {
+            return Err(Error::unexpected("a multi-partition read asked its partitions for more after letting them go"));
+        }
         match target {
             Target::All => self.send_all(|| MpMsg::Fragment(f.clone())),
             Target::One(p) => {
@@ -234,15 +251,17 @@ impl Coordinator {
                     let read_only = self.registry.reads_only(&name);
                     let record = (!read_only).then(|| Record::Mp { txn_id: 0, procedure: name.clone(), params: params.clone() });
                     let outcome =
-                        self.logged_transaction(None, timeout, record, |reg, runner, call| reg.call(&name, &params, call, runner));
+                        self.logged_transaction(None, timeout, false, record, |reg, runner, call| reg.call(&name, &params, call, runner));
                     self.record(&name, started, &params, &outcome);
                     self.answer(read_only, outcome, reply);
                 }
                 MpWork::Statements { stmts, params, timeout, reply } => {
                     let started = std::time::Instant::now();
                     let read_only = stmts.iter().all(|p| p.read_only);
+                    let one_read = read_only && stmts.len() == 1;
                     let record = (!read_only).then(|| adhoc_record(&stmts, &params));
-                    let outcome = self.logged_transaction(None, timeout, record, |_, runner, _| run_statements(runner, &stmts, &params));
+                    let outcome =
+                        self.logged_transaction(None, timeout, one_read, record, |_, runner, _| run_statements(runner, &stmts, &params));
                     self.record(crate::stats::ADHOC_PROCEDURE, started, &params, &outcome);
                     self.answer(read_only, outcome, reply);
                 }
@@ -269,7 +288,7 @@ impl Coordinator {
                 MpWork::Restore { id, reply } => {
                     let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::from(id.as_str())] };
                     let outcome = match self.restore_fn(&id) {
-                        Ok(f) => self.logged_transaction(None, None, Some(record), |_, runner, _| restore(runner, f)),
+                        Ok(f) => self.logged_transaction(None, None, false, Some(record), |_, runner, _| restore(runner, f)),
                         Err(e) => Outcome::error(e),
                     };
                     if outcome.is_success() {
@@ -355,6 +374,7 @@ impl Coordinator {
         &mut self,
         replay_id: Option<i64>,
         timeout: Option<std::time::Duration>,
+        one_read: bool,
         record: Option<Record>,
         body: impl FnOnce(&mut Registry, &mut MpRunner, &CallContext) -> Result<ProcOutput>,
     ) -> Outcome {
@@ -372,11 +392,14 @@ impl Coordinator {
         } else {
             ctx.deadline = timeout.and_then(Deadline::after);
         }
-        let mut runner = MpRunner { sites: ParkedSites { links: &self.links, ring: &self.shared.ring }, ctx };
+        let sites = ParkedSites { links: &self.links, ring: &self.shared.ring, release_after_reads: one_read, released: false };
+        let mut runner = MpRunner { sites, ctx };
         let call = CallContext { txn_id, timestamp_micros: ts, partition: None };
         let registry = &mut self.registry;
         let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
-        self.end(result.is_ok());
+        if !runner.sites.released {
+            self.end(result.is_ok());
+        }
         let outcome = Outcome::from_result(result);
         match durable.map(|rx| rx.recv().unwrap_or_else(|_| Err(Error::unavailable("the command log is shut down")))) {
             Some(Err(e)) => {
@@ -422,7 +445,8 @@ impl Coordinator {
                     .and_then(|ss| ss.iter().map(|s| lockstep_sql::prepare(&self.catalog, s).map(Arc::new)).collect());
                 match prepared {
                     Ok(stmts) => {
-                        let o = self.logged_transaction(Some(txn_id), None, None, |_, runner, _| run_statements(runner, &stmts, &params));
+                        let o = self
+                            .logged_transaction(Some(txn_id), None, false, None, |_, runner, _| run_statements(runner, &stmts, &params));
                         outcome_result(o)
                     }
                     Err(e) => {
@@ -436,7 +460,7 @@ impl Coordinator {
             "@SnapshotRestore" => {
                 let id = params.first().map(|v| v.to_string()).unwrap_or_default();
                 match self.restore_fn(&id) {
-                    Ok(f) => outcome_result(self.logged_transaction(Some(txn_id), None, None, |_, runner, _| restore(runner, f))),
+                    Ok(f) => outcome_result(self.logged_transaction(Some(txn_id), None, false, None, |_, runner, _| restore(runner, f))),
                     Err(e) => {
                         self.begin(Some(txn_id), false);
                         self.end(false);
@@ -445,7 +469,7 @@ impl Coordinator {
                 }
             }
             name => {
-                let o = self.logged_transaction(Some(txn_id), None, None, |reg, runner, call| reg.call(name, &params, call, runner));
+                let o = self.logged_transaction(Some(txn_id), None, false, None, |reg, runner, call| reg.call(name, &params, call, runner));
                 outcome_result(o)
             }
         };
@@ -543,7 +567,7 @@ impl Coordinator {
         let live = replay_id.is_none() && self.durable.logging();
         let txn_id = self.begin(replay_id, live);
         let durable = (live && record.is_some()).then(|| self.log_record(record.map(|r| with_txn_id(r, txn_id))));
-        let sites = ParkedSites { links: &self.links, ring: &self.shared.ring };
+        let sites = ParkedSites { links: &self.links, ring: &self.shared.ring, release_after_reads: false, released: false };
         let result = sites.send_all(|| MpMsg::Schema(catalog.clone())).map(|_| ());
         self.end(true);
         match durable.map(|rx| rx.recv().unwrap_or_else(|_| Err(Error::unavailable("the command log is shut down")))) {

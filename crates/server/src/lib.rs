@@ -61,6 +61,7 @@ impl Front {
 pub async fn serve(listener: TcpListener, front: Arc<Front>, stop: impl Future<Output = ()>) {
     let slots = Arc::new(Semaphore::new(front.config.max_connections));
     let refusals = Arc::new(Semaphore::new(REFUSALS_IN_PROGRESS_MAX));
+    let releaser = tokio::spawn(release_memory_while_over_the_limit(front.clone()));
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -95,6 +96,22 @@ pub async fn serve(listener: TcpListener, front: Arc<Front>, stop: impl Future<O
                 tracing::warn!("accept failed: {e}");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
+        }
+    }
+    releaser.abort();
+}
+
+/// While memory is over the limit, hands back what the front end's threads freed: a call's
+/// parameters are allocated here and freed by a site, and the allocator returns such
+/// memory only through the thread that allocated it.
+async fn release_memory_while_over_the_limit(front: Arc<Front>) {
+    let shared = front.engine.shared().clone();
+    let Some(release) = shared.config.release_memory else { return };
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        if shared.memory.refuses_writes() {
+            release();
         }
     }
 }

@@ -264,6 +264,9 @@ pub trait SiteAccess {
     fn ring(&self) -> &HashRing;
     /// Runs `f` on the targeted partitions; one result per partition, in partition order.
     fn run(&mut self, target: Target, f: SiteFn) -> Result<Vec<ResultTable>>;
+    /// A read has everything it needs from the partitions; what is left (a join, a sort,
+    /// a merge) runs on what was gathered. The caller may let the partitions go on.
+    fn reads_done(&mut self) {}
 }
 
 #[cfg(test)]

@@ -209,9 +209,11 @@ fn select_everywhere(
 ) -> Result<ResultTable> {
     if pushes_down(s) {
         let partials = gather_partials(p, s, params, ctx, sites)?;
+        sites.reads_done();
         return run_select_merged(s, partials, env);
     }
     let gathered = gather(p, s, params, ctx, sites)?;
+    sites.reads_done();
     run_select(s, &gathered, env, true)
 }
 
