@@ -10,6 +10,7 @@ use crossbeam_channel::{unbounded, Sender};
 use lockstep_core::{Catalog, Error, HashRing, Result, Value};
 use lockstep_sql::Route;
 
+use crate::auth::{self, AdHocKind, Principal};
 use crate::cmdlog::{self, CommandLog, Durability};
 use crate::config::EngineConfig;
 use crate::ddl::FsDdlEnv;
@@ -32,6 +33,9 @@ pub struct Call {
     pub partition_destination: Option<i32>,
     /// Set by every-partition calls (VoltDB's ALL_PARTITION extension).
     pub all_partition: bool,
+    /// The logged-in caller, whose permissions are checked; None with security off (and
+    /// for the server's own calls): everything is allowed.
+    pub principal: Option<Arc<crate::auth::Principal>>,
 }
 
 /// The catalog as the front ends see it, replaced whole on every schema change.
@@ -279,6 +283,9 @@ impl Engine {
         let Some(info) = lockstep_core::get_ignoring_case(&view.procs, &call.procedure) else {
             return reply(Outcome::error(Error::unexpected(format!("Procedure {} was not found", call.procedure))));
         };
+        if let Err(e) = auth::check_procedure(call.principal.as_deref(), &view.catalog, &info.name, &info.access) {
+            return reply(Outcome::error(e));
+        }
         if !info.read_only && self.shared.is_paused() {
             return reply(Outcome::error(sysprocs::paused_error()));
         }
@@ -349,12 +356,23 @@ impl Engine {
     /// Runs `@AdHoc` SQL: DDL through the coordinator, a statement pinned to one partition on
     /// that site, everything else as one multi-partition transaction.
     pub fn adhoc(&self, sql: &str, params: Vec<Value>, reply: Reply) {
+        self.adhoc_as(None, sql, params, reply)
+    }
+
+    /// `adhoc` for a caller whose permissions are checked (None: security off): SQLREAD for
+    /// statements that only read, SQL for writes, ADMIN for DDL.
+    pub fn adhoc_as(&self, principal: Option<&Principal>, sql: &str, params: Vec<Value>, reply: Reply) {
         let statements = match lockstep_sql::split_statements(sql) {
             Ok(s) if s.is_empty() => return reply(Outcome::error(Error::sql("no SQL statement given"))),
             Ok(s) => s,
             Err(e) => return reply(Outcome::error(e)),
         };
         let ddl = statements.iter().filter(|s| lockstep_sql::is_ddl(s)).count();
+        if ddl > 0 {
+            if let Err(e) = auth::check_adhoc(principal, &self.catalog(), AdHocKind::Ddl) {
+                return reply(Outcome::error(e));
+            }
+        }
         if ddl > 0 && self.shared.is_paused() {
             return reply(Outcome::error(sysprocs::paused_error()));
         }
@@ -374,6 +392,10 @@ impl Engine {
                 Ok(p) => stmts.push(Arc::new(p)),
                 Err(e) => return reply(Outcome::error(e)),
             }
+        }
+        let kind = if stmts.iter().all(|p| p.read_only) { AdHocKind::Read } else { AdHocKind::Write };
+        if let Err(e) = auth::check_adhoc(principal, &catalog, kind) {
+            return reply(Outcome::error(e));
         }
         if self.shared.is_paused() && stmts.iter().any(|p| !p.read_only) {
             return reply(Outcome::error(sysprocs::paused_error()));
