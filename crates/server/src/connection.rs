@@ -9,13 +9,12 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use lockstep_core::{Error, Value};
-use lockstep_engine::{sysprocs, Call, Outcome};
+use lockstep_engine::{auth, sysprocs, Call, Outcome, Principal};
 use lockstep_wire::{
-    decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginResponse,
-    LoginSuccess, Response,
+    decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginError,
+    LoginResponse, LoginSuccess, Response,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -51,21 +50,43 @@ impl From<(i64, Outcome)> for Answer {
     }
 }
 
-pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Front>) {
+pub async fn run(socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Front>) {
     let _ = socket.set_nodelay(true);
+    let Some(acceptor) = front.security.tls().cloned() else {
+        let (reader, writer) = socket.into_split();
+        return serve(reader, writer, peer, id, front).await;
+    };
+    // TLS on the client port: the handshake comes first (VoltDB's SSL mode), within the
+    // login time. A client that does not speak TLS fails here and only its socket closes.
+    match tokio::time::timeout(LOGIN_TIMEOUT, acceptor.accept(socket)).await {
+        Ok(Ok(tls)) => {
+            let (reader, writer) = tokio::io::split(tls);
+            serve(reader, writer, peer, id, front).await
+        }
+        Ok(Err(e)) => tracing::info!(%peer, "TLS handshake failed (the client port requires TLS): {e}"),
+        Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+    }
+}
+
+/// Logs the client in, then reads and answers its calls until it leaves.
+async fn serve<R, W>(mut reader: R, mut writer: W, peer: SocketAddr, id: i64, front: Arc<Front>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
-    match tokio::time::timeout(LOGIN_TIMEOUT, login(&mut socket, &mut buf, id, &front)).await {
-        Ok(Ok(())) => {}
+    let principal = match tokio::time::timeout(LOGIN_TIMEOUT, login(&mut reader, &mut writer, &mut buf, id, &front)).await {
+        Ok(Ok(p)) => p,
         Ok(Err(reason)) => {
             tracing::info!(%peer, "login failed: {reason}");
+            let _ = writer.shutdown().await;
             return;
         }
         Err(_) => {
             tracing::info!(%peer, "login timed out");
             return;
         }
-    }
-    let (mut reader, writer) = socket.into_split();
+    };
     let (tx, rx) = mpsc::unbounded_channel::<Answer>();
     let writer_task = tokio::spawn(write_answers(writer, rx, front.clone()));
     let in_flight = InFlight::new(front.config.in_flight_per_connection, IN_FLIGHT_REQUEST_KIB_MAX);
@@ -76,7 +97,7 @@ pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Fr
                 // Backpressure: wait for slots before taking on more work; meanwhile the
                 // socket is not read, so TCP slows the client down.
                 let slot = in_flight.take(frame.len() / 1024 + 1).await;
-                if let Err(reason) = dispatch(&frame, slot, id, &tx, &front) {
+                if let Err(reason) = dispatch(&frame, slot, id, principal.as_ref(), &tx, &front) {
                     break reason;
                 }
                 continue;
@@ -99,21 +120,29 @@ pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Fr
     let _ = writer_task.await;
 }
 
-/// Reads and answers the login frame.
-async fn login(socket: &mut TcpStream, buf: &mut BytesMut, id: i64, front: &Front) -> Result<(), String> {
+/// Reads and answers the login frame; the logged-in user when security is on.
+async fn login<R, W>(reader: &mut R, writer: &mut W, buf: &mut BytesMut, id: i64, front: &Front) -> Result<Option<Arc<Principal>>, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let frame = loop {
         match decode_frame_with_limit(buf, LOGIN_FRAME_MAX_BYTES) {
             Ok(Some(f)) => break f,
             Ok(None) => {}
             Err(e) => return Err(e.to_string()),
         }
-        if socket.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
+        if reader.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
             return Err("closed before logging in".into());
         }
     };
     let mut out = Vec::new();
-    let result = match decode_login_request(&frame) {
-        Ok(_) => {
+    let checked = decode_login_request(&frame).and_then(|req| match front.security.login(&req) {
+        Ok(principal) => Ok(principal),
+        Err(code) => Err(LoginError { code, error: Error::graceful(format!("user {:?}: wrong user name or password", req.username)) }),
+    });
+    let result = match checked {
+        Ok(principal) => {
             let ok = LoginSuccess {
                 host_id: sysprocs::HOST_ID,
                 connection_id: id,
@@ -122,24 +151,39 @@ async fn login(socket: &mut TcpStream, buf: &mut BytesMut, id: i64, front: &Fron
                 build: sysprocs::BUILD_STRING.to_string(),
             };
             encode_login_response(&LoginResponse::Success(ok), &mut out);
-            Ok(())
+            Ok(principal)
         }
         Err(e) => {
             encode_login_response(&LoginResponse::Failure(e.code), &mut out);
             Err(e.error.message)
         }
     };
-    socket.write_all(&out).await.map_err(|e| e.to_string())?;
+    writer.write_all(&out).await.map_err(|e| e.to_string())?;
+    writer.flush().await.map_err(|e| e.to_string())?;
     result
 }
 
 /// Decodes one invocation and starts it. An Err closes the connection.
-fn dispatch(frame: &[u8], slot: Slot, id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
+fn dispatch(
+    frame: &[u8],
+    slot: Slot,
+    id: i64,
+    principal: Option<&Arc<Principal>>,
+    tx: &mpsc::UnboundedSender<Answer>,
+    front: &Arc<Front>,
+) -> Result<(), String> {
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
     let handle = inv.handle;
     // Only system procedures need their name lower-cased (user procedure names keep case).
     let lower = if inv.procedure.starts_with('@') { inv.procedure.to_ascii_lowercase() } else { String::new() };
+    // The system procedures answered here are checked here; the engine checks the rest.
+    if let (Some(who), true) = (principal, matches!(lower.as_str(), "@subscribe" | "@statistics" | "@shutdown")) {
+        if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), &lower, &inv.procedure) {
+            let _ = tx.send(Answer { handle, outcome: Outcome::error(e), round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
+            return Ok(());
+        }
+    }
     match lower.as_str() {
         "@subscribe" => {
             let outcome = subscribe(&inv.params, id, tx, front);
@@ -173,6 +217,7 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, tx: &mpsc::UnboundedSender<Answer
         params: inv.params,
         partition_destination: inv.partition_destination,
         all_partition: inv.all_partition,
+        principal: principal.cloned(),
     };
     let reply_front = front.clone();
     front.engine.submit(
@@ -227,7 +272,7 @@ fn encode_answer(a: Answer, out: &mut Vec<u8>) -> bool {
 }
 
 /// Writes answers as they come, gathering whatever is ready into one write.
-async fn write_answers(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Answer>, front: Arc<Front>) {
+async fn write_answers<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::UnboundedReceiver<Answer>, front: Arc<Front>) {
     let mut out = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
     while let Some(first) = rx.recv().await {
         let mut shutdown = encode_answer(first, &mut out);
@@ -237,7 +282,8 @@ async fn write_answers(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiv
                 Err(_) => break,
             }
         }
-        let written = writer.write_all(&out).await.is_ok();
+        // The flush is a no-op on TCP; TLS may hold the tail of a record until it.
+        let written = writer.write_all(&out).await.is_ok() && writer.flush().await.is_ok();
         if shutdown {
             // The caller has its answer (if it is still there): now stop the server.
             let _ = writer.flush().await;
