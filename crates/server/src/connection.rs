@@ -180,7 +180,13 @@ fn dispatch(
     // The system procedures answered here are checked here; the engine checks the rest.
     if let (Some(who), true) = (principal, matches!(lower.as_str(), "@subscribe" | "@statistics" | "@shutdown")) {
         if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), &lower, &inv.procedure) {
-            let _ = tx.send(Answer { handle, outcome: Outcome::error(e), round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
+            let _ = tx.send(Answer {
+                handle,
+                outcome: Outcome::error(e),
+                round_trip: started.elapsed(),
+                _slot: Some(slot),
+                then_shutdown: false,
+            });
             return Ok(());
         }
     }

@@ -233,13 +233,7 @@ mod tests {
     use super::*;
 
     fn request(user: &str, scheme: HashScheme, password: &str) -> LoginRequest {
-        LoginRequest {
-            version: 1,
-            scheme,
-            service: "database".into(),
-            username: user.into(),
-            digest: scheme.hash(password.as_bytes()),
-        }
+        LoginRequest { version: 1, scheme, service: "database".into(), username: user.into(), digest: scheme.hash(password.as_bytes()) }
     }
 
     fn secured(users: &[UserEntry]) -> Security {

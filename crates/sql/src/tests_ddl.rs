@@ -173,7 +173,14 @@ fn roles_and_allow_lists() {
     let mut cat = Catalog::default();
     apply(&mut cat, "CREATE TABLE t (id INTEGER NOT NULL PRIMARY KEY); PARTITION TABLE t ON COLUMN id;");
     let msgs = apply(&mut cat, "CREATE ROLE Ops WITH sqlread, DefaultProc; CREATE ROLE nobody; CREATE ROLE legacy WITH sysproc, adhoc");
-    assert_eq!(msgs, vec!["role ops created with SQLREAD, DEFAULTPROC", "role nobody created with no permissions", "role legacy created with ADMIN, SQL"]);
+    assert_eq!(
+        msgs,
+        vec![
+            "role ops created with SQLREAD, DEFAULTPROC",
+            "role nobody created with no permissions",
+            "role legacy created with ADMIN, SQL"
+        ]
+    );
     assert_eq!(cat.role_permissions("OPS"), Some(Permissions::SQLREAD.union(Permissions::DEFAULTPROC)));
     assert!(fails(&mut cat, "CREATE ROLE ops").contains("already exists"));
     assert!(fails(&mut cat, "CREATE ROLE administrator").contains("already exists"));
