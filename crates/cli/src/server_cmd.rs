@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use lockstep_engine::cmdlog::Durability;
 use lockstep_engine::{Engine, EngineConfig};
 use lockstep_server::config::FileConfig;
+use lockstep_server::security::{OnOff, Security};
 use lockstep_server::{serve, Front, ServerConfig};
 
 #[derive(clap::Args)]
@@ -37,9 +38,21 @@ pub struct ServerArgs {
     #[arg(long)]
     snapshots_keep: Option<usize>,
     /// TOML file with the same keys (listen, data, sites, procedures, command_log,
-    /// flush_ms, snapshot_interval, snapshots_keep); flags win.
+    /// flush_ms, snapshot_interval, snapshots_keep, security, tls_cert, tls_key) and the
+    /// [[users]] that `lockstep user add` writes; flags win.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Security: on checks every login against the configured users and every call against
+    /// their roles' permissions; off (the default) accepts anyone and allows everything.
+    #[arg(long, value_parser = ["on", "off"])]
+    security: Option<String>,
+    /// TLS on the client port: this PEM certificate (chain); needs --tls-key. Clients must
+    /// then speak TLS.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
 }
 
 /// Defaults, then the TOML file, then the flags: flags take the same keys as the file and
@@ -59,6 +72,10 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
         flush_ms: args.flush_ms,
         snapshot_interval: args.snapshot_interval,
         snapshots_keep: args.snapshots_keep,
+        security: args.security.as_deref().map(|v| OnOff(v == "on")),
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        users: None,
     }
     .apply_to(&mut c);
     Ok(c)
@@ -99,7 +116,17 @@ fn start(args: ServerArgs) -> Result<(), String> {
         engine_config.snapshots_keep = k.max(1);
     }
     let sites = engine_config.sites;
+    let security = Security::from_config(&config.security)?;
     let engine = Engine::start(engine_config).map_err(|e| e.to_string())?;
+    if let Err(e) = security.check_can_start(&engine.catalog()) {
+        engine.shutdown();
+        return Err(e);
+    }
+    tracing::info!(
+        "security {}, client port {}",
+        if security.enabled() { "on" } else { "off" },
+        if security.tls().is_some() { "TLS only" } else { "plain TCP" }
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("front")
@@ -116,7 +143,7 @@ fn start(args: ServerArgs) -> Result<(), String> {
             engine.shared().durable.log.mode_name(),
             config.data_dir.display()
         );
-        let front = Front::new(engine.clone(), config.clone());
+        let front = Front::with_security(engine.clone(), config.clone(), security);
         serve(listener, front, stop_signal()).await;
         Ok::<(), String>(())
     });

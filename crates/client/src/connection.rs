@@ -21,6 +21,8 @@ use crate::error::ClientError;
 pub const LOGIN_TIMEOUT_MS: u64 = 30_000;
 /// Largest login response we read (it is 34 bytes plus a build string).
 const LOGIN_RESPONSE_MAX_BYTES: usize = 64 * 1024;
+/// The first byte of a TLS alert record.
+const TLS_ALERT_RECORD: u8 = 21;
 /// Frames gathered into one socket write, at most this many bytes (one syscall, many calls).
 const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
 /// Read buffer growth step.
@@ -154,6 +156,10 @@ where
     write.flush().await?;
     let mut len = [0u8; 4];
     read.read_exact(&mut len).await?;
+    // A TLS alert record (type 21, version 3.x) where a length should be: a TLS-only port.
+    if len[0] == TLS_ALERT_RECORD && len[1] == 3 {
+        return Err(ClientError::Login("the server requires TLS on this port: connect with TLS (--tls, or --tls-ca FILE)".into()));
+    }
     let len = i32::from_be_bytes(len);
     if len < 1 || len as usize > LOGIN_RESPONSE_MAX_BYTES {
         return Err(ClientError::Protocol(format!("login response length {len} is out of range")));
