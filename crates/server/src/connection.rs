@@ -108,6 +108,8 @@ where
         match reader.read_buf(&mut buf).await {
             Ok(0) => break String::new(),
             Ok(_) => {}
+            // TLS: a client that leaves without close_notify has still just left.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break String::new(),
             Err(e) => break format!("read failed: {e}"),
         }
     };
