@@ -143,7 +143,13 @@ impl LoginArgs {
         } else {
             None
         };
-        Ok(ClientConfig { username: self.user.clone(), password: self.password.clone(), max_in_flight: window.max(1), tls, ..ClientConfig::default() })
+        Ok(ClientConfig {
+            username: self.user.clone(),
+            password: self.password.clone(),
+            max_in_flight: window.max(1),
+            tls,
+            ..ClientConfig::default()
+        })
     }
 }
 
@@ -250,8 +256,13 @@ impl Conn {
                     let mut p = Vec::with_capacity(params.len() + 1);
                     p.push(Value::Int(key));
                     p.extend(params.iter().cloned());
-                    let call =
-                        Call { procedure: proc.to_string(), params: p, partition_destination: Some(partition), all_partition: true, ..Call::default() };
+                    let call = Call {
+                        procedure: proc.to_string(),
+                        params: p,
+                        partition_destination: Some(partition),
+                        all_partition: true,
+                        ..Call::default()
+                    };
                     pending.push(e.start(call));
                 }
                 let mut out = Vec::with_capacity(pending.len());

@@ -83,7 +83,12 @@ fn add(name: &str, roles: &[String], password_stdin: bool, path: &Path) -> Resul
     let replaced = put_user(&mut doc, &entry)?;
     save(path, &doc)?;
     let verb = if replaced { "updated" } else { "added" };
-    println!("user {name} {verb} in {} with roles {}; (re)start the server with --config {} to apply", path.display(), roles.join(", "), path.display());
+    println!(
+        "user {name} {verb} in {} with roles {}; (re)start the server with --config {} to apply",
+        path.display(),
+        roles.join(", "),
+        path.display()
+    );
     Ok(())
 }
 
