@@ -180,7 +180,7 @@ fn dispatch(
     // Only system procedures need their name lower-cased (user procedure names keep case).
     let lower = if inv.procedure.starts_with('@') { inv.procedure.to_ascii_lowercase() } else { String::new() };
     // The system procedures answered here are checked here; the engine checks the rest.
-    if let (Some(who), true) = (principal, matches!(lower.as_str(), "@subscribe" | "@statistics" | "@shutdown")) {
+    if let Some(who) = principal.filter(|_| matches!(lower.as_str(), "@subscribe" | "@statistics" | "@shutdown")) {
         if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), &lower, &inv.procedure) {
             let _ = tx.send(Answer {
                 handle,
