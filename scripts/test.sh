@@ -5,7 +5,7 @@
 #      the real `lockstep` binary on 127.0.0.1 and drive it over TCP);
 #   2. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
 #      Central) and its JDBC driver against the real server.
-# Installs what the tests need when it is missing (a JDK 17 and Maven; PostgreSQL 15, Redis
+# Installs what the tests need when it is missing (a JDK 17, Maven and openssl; PostgreSQL 15, Redis
 # and Tarantool for the side-by-side adapters' tests; all from Debian).
 # Set LOCKSTEP_LONG=1 to also run the long soak and crash loops.
 set -euo pipefail
@@ -20,6 +20,14 @@ if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -q
   $sudo apt-get install -y -q openjdk-17-jdk-headless maven
+fi
+# compat/java's SecurityTest makes its TLS certificate with openssl (and its trust store with
+# the JDK's keytool).
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "installing openssl for the TLS compatibility test"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q openssl
 fi
 
 # The peers the side-by-side adapters are tested against (PostgreSQL, Redis, Tarantool).

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use lockstep_client::{Client, ClientConfig, ResponseView};
+use lockstep_client::{client_tls_config, Client, ClientConfig, ResponseView};
 use lockstep_core::{Error, ResultTable, Value};
 use lockstep_engine::{Call, Engine, EngineConfig, Outcome};
 
@@ -116,6 +116,43 @@ impl Answer {
     }
 }
 
+/// Who connects to a Lockstep server, and how: the flags `lockstep sql` and `lockstep bench`
+/// share for a server with security on or TLS on its client port.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct LoginArgs {
+    /// User name to log in as (needed when the server runs with --security on).
+    #[arg(long, default_value = "")]
+    pub user: String,
+    /// Password of --user (default: the LOCKSTEP_PASSWORD environment variable).
+    #[arg(long, env = "LOCKSTEP_PASSWORD", default_value = "", hide_env_values = true)]
+    pub password: String,
+    /// Speak TLS to the server (its client port was started with --tls-cert/--tls-key).
+    #[arg(long)]
+    pub tls: bool,
+    /// Trust the server certificate(s) in this PEM file (implies --tls; default: the
+    /// system's trusted roots).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl LoginArgs {
+    /// The client configuration these flags describe, with room for `window` calls in flight.
+    pub fn client_config(&self, window: usize) -> Result<ClientConfig, Error> {
+        let tls = if self.tls || self.tls_ca.is_some() {
+            Some(client_tls_config(self.tls_ca.as_deref()).map_err(|e| Error::graceful(e.to_string()))?)
+        } else {
+            None
+        };
+        Ok(ClientConfig {
+            username: self.user.clone(),
+            password: self.password.clone(),
+            max_in_flight: window.max(1),
+            tls,
+            ..ClientConfig::default()
+        })
+    }
+}
+
 /// A connection to a server or an engine in this process. Cheap to clone.
 #[derive(Clone)]
 pub enum Conn {
@@ -147,7 +184,12 @@ fn err(message: impl Into<String>) -> Error {
 impl Conn {
     /// Connects to a server with room for `window` calls in flight.
     pub async fn connect(addr: &str, window: usize) -> Result<Conn, Error> {
-        let config = ClientConfig { max_in_flight: window.max(1), ..ClientConfig::default() };
+        Self::connect_as(addr, &LoginArgs::default(), window).await
+    }
+
+    /// Connects to a server as `login` says (user, password, TLS).
+    pub async fn connect_as(addr: &str, login: &LoginArgs, window: usize) -> Result<Conn, Error> {
+        let config = login.client_config(window)?;
         let client = Client::connect(addr, config)
             .await
             .map_err(|e| err(format!("cannot connect to {addr}: {e} (is `lockstep server` running there?)")))?;

@@ -99,6 +99,9 @@ pub struct BenchArgs {
     /// Threads driving the load (on a small machine the server needs the other cores).
     #[arg(long, default_value_t = 1)]
     pub client_threads: usize,
+    /// --user, --password, --tls, --tls-ca: for a server with security or TLS on.
+    #[command(flatten)]
+    pub login: conn::LoginArgs,
 }
 
 /// Runs the benchmark; returns the process exit code (0 when the run and its check passed).
@@ -163,7 +166,7 @@ async fn run_async(args: BenchArgs) -> Result<i32, Error> {
             return Err(Error::unexpected("a peer target did not connect to a peer"));
         };
         // Room for the window plus every-partition fan-out and periodic queries.
-        Conn::connect(server, args.window.saturating_mul(4).max(1024)).await?
+        Conn::connect_as(server, &args.login, args.window.saturating_mul(4).max(1024)).await?
     };
     let name = args.workload.to_ascii_lowercase();
     let ycsb = |m| Arc::new(workloads::ycsb::Ycsb::new(m, args.scale, args.scan_all));

@@ -1,14 +1,17 @@
-//! The `lockstep` command: `server` starts a node, `sql` is the shell, `bench` measures.
+//! The `lockstep` command: `server` starts a node, `sql` is the shell, `bench` measures,
+//! `user` keeps the users of a server with security on.
 
 mod alloc;
 mod bench_cmd;
 mod server_cmd;
 mod shell;
+mod user_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use lockstep_bench::conn::LoginArgs;
 
 #[global_allocator]
 static GLOBAL: alloc::MiMalloc = alloc::MiMalloc;
@@ -35,7 +38,11 @@ enum Command {
         /// Server address.
         #[arg(long, default_value = "127.0.0.1:21212")]
         server: String,
+        #[command(flatten)]
+        login: LoginArgs,
     },
+    /// Users of a server with --security on, in its TOML config: add, list, remove.
+    User(user_cmd::UserArgs),
 }
 
 #[derive(clap::Args)]
@@ -52,6 +59,9 @@ struct SqlArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: shell::Format,
+    /// --user, --password, --tls, --tls-ca: for a server with security or TLS on.
+    #[command(flatten)]
+    login: LoginArgs,
 }
 
 /// Turns transparent huge pages off for this process unless `MIMALLOC_ALLOW_THP` says
@@ -78,18 +88,25 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Server(args) => server_cmd::run(args),
         Command::Bench(args) => ExitCode::from(bench_cmd::run(args).clamp(0, 255) as u8),
-        Command::Snapshot { action, server } => {
+        Command::Snapshot { action, server, login } => {
             let proc = if action == "save" { "@SnapshotSave" } else { "@SnapshotScan" };
-            let opts = shell::ShellOptions { server, commands: vec![format!("exec {proc}")], file: None, format: shell::Format::Table };
-            run_shell(opts)
+            let commands = vec![format!("exec {proc}")];
+            run_shell(server, commands, None, shell::Format::Table, &login)
         }
-        Command::Sql(args) => {
-            run_shell(shell::ShellOptions { server: args.server, commands: args.commands, file: args.file, format: args.format })
-        }
+        Command::Sql(args) => run_shell(args.server, args.commands, args.file, args.format, &args.login),
+        Command::User(args) => user_cmd::run(args),
     }
 }
 
-fn run_shell(opts: shell::ShellOptions) -> ExitCode {
+fn run_shell(server: String, commands: Vec<String>, file: Option<PathBuf>, format: shell::Format, login: &LoginArgs) -> ExitCode {
+    let client = match login.client_config(lockstep_client::MAX_IN_FLIGHT_DEFAULT) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            return ExitCode::FAILURE;
+        }
+    };
+    let opts = shell::ShellOptions { server, commands, file, format, client };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

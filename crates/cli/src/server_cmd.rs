@@ -8,6 +8,7 @@ use lockstep_engine::cmdlog::Durability;
 use lockstep_engine::memory::MemoryLimit;
 use lockstep_engine::{Engine, EngineConfig};
 use lockstep_server::config::FileConfig;
+use lockstep_server::security::{OnOff, Security};
 use lockstep_server::{serve, Front, ServerConfig};
 
 #[derive(clap::Args)]
@@ -54,9 +55,21 @@ pub struct ServerArgs {
     memory_limit: Option<String>,
     /// TOML file with the same keys (listen, data, sites, procedures, command_log,
     /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
-    /// query_timeout_ms, memory_limit); flags win.
+    /// client_timeout_s, query_timeout_ms, memory_limit, security, tls_cert, tls_key) and
+    /// the [[users]] that `lockstep user add` writes; flags win.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Security: on checks every login against the configured users and every call against
+    /// their roles' permissions; off (the default) accepts anyone and allows everything.
+    #[arg(long, value_parser = ["on", "off"])]
+    security: Option<String>,
+    /// TLS on the client port: this PEM certificate (chain); needs --tls-key. Clients must
+    /// then speak TLS.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
 }
 
 /// Defaults, then the TOML file, then the flags: flags take the same keys as the file and
@@ -79,6 +92,9 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
         idle_timeout_s: args.idle_timeout,
         query_timeout_ms: args.query_timeout_ms,
         memory_limit: args.memory_limit,
+        security: args.security.as_deref().map(|v| OnOff(v == "on")),
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
         ..FileConfig::default()
     }
     .apply_to(&mut c);
@@ -130,6 +146,8 @@ fn start(args: ServerArgs) -> Result<(), String> {
         engine_config.query_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms));
     }
     let sites = engine_config.sites;
+    // Users and certificates are checked before anything else is touched.
+    let security = Security::from_config(&config.security)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("front")
@@ -141,6 +159,15 @@ fn start(args: ServerArgs) -> Result<(), String> {
     let listener =
         runtime.block_on(tokio::net::TcpListener::bind(&config.listen)).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let engine = Engine::start(engine_config).map_err(|e| e.to_string())?;
+    if let Err(e) = security.check_can_start(&engine.catalog()) {
+        engine.shutdown();
+        return Err(e);
+    }
+    tracing::info!(
+        "security {}, client port {}",
+        if security.enabled() { "on" } else { "off" },
+        if security.tls().is_some() { "TLS only" } else { "plain TCP" }
+    );
     let result = runtime.block_on(async {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         engine.shared().set_client_address(addr);
@@ -149,7 +176,7 @@ fn start(args: ServerArgs) -> Result<(), String> {
             engine.shared().durable.log.mode_name(),
             config.data_dir.display()
         );
-        let front = Front::new(engine.clone(), config.clone());
+        let front = Front::with_security(engine.clone(), config.clone(), security);
         serve(listener, front, stop_signal()).await;
         Ok::<(), String>(())
     });

@@ -45,17 +45,25 @@ pub struct ShellOptions {
     /// A script given with -f.
     pub file: Option<PathBuf>,
     pub format: Format,
+    /// User, password and TLS.
+    pub client: ClientConfig,
 }
 
 impl Default for ShellOptions {
     fn default() -> Self {
-        ShellOptions { server: "127.0.0.1:21212".into(), commands: Vec::new(), file: None, format: Format::Table }
+        ShellOptions {
+            server: "127.0.0.1:21212".into(),
+            commands: Vec::new(),
+            file: None,
+            format: Format::Table,
+            client: ClientConfig::default(),
+        }
     }
 }
 
 /// Runs the shell; returns the process exit code (0 when every statement succeeded).
 pub async fn run(opts: ShellOptions) -> i32 {
-    let client = match Client::connect(&opts.server, ClientConfig::default()).await {
+    let client = match Client::connect(&opts.server, opts.client.clone()).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cannot connect to {}: {e}", opts.server);

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use lockstep_core::Value;
 use lockstep_wire::response::status;
 use lockstep_wire::types::{INTEGER, STRING};
-use lockstep_wire::{decode_response, encode_invocation_typed, Invocation, Response, ResponseView, FRAME_SIZE_MAX_BYTES};
+use lockstep_wire::{decode_response, encode_invocation_typed, HashScheme, Invocation, Response, ResponseView, FRAME_SIZE_MAX_BYTES};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::connection::Connection;
@@ -27,11 +27,21 @@ pub struct ClientConfig {
     pub password: String,
     /// Calls in flight at once; further callers wait (1..=MAX_IN_FLIGHT_LIMIT).
     pub max_in_flight: usize,
+    /// How the password is hashed for login: SHA-256 (VoltDB's client's default) or SHA-1.
+    pub hash_scheme: HashScheme,
+    /// TLS (see `client_tls_config`); None speaks plain TCP.
+    pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig { username: String::new(), password: String::new(), max_in_flight: MAX_IN_FLIGHT_DEFAULT }
+        ClientConfig {
+            username: String::new(),
+            password: String::new(),
+            max_in_flight: MAX_IN_FLIGHT_DEFAULT,
+            hash_scheme: HashScheme::Sha256,
+            tls: None,
+        }
     }
 }
 
@@ -95,7 +105,7 @@ impl Client {
         let mut connections: Vec<Connection> = Vec::with_capacity(addrs.len());
         for addr in addrs {
             let addr = addr.as_ref();
-            let conn = Connection::open(addr, &config.username, &config.password).await?;
+            let conn = Connection::open(addr, &config).await?;
             if let Some(first) = connections.first() {
                 let a = (first.login.cluster_start_ms, first.login.leader_ipv4);
                 if (conn.login.cluster_start_ms, conn.login.leader_ipv4) != a {

@@ -8,20 +8,21 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use lockstep_wire::{
-    decode_frame, decode_login_response, encode_login_request, response_handle, HashScheme, LoginRequest, LoginResponse, LoginSuccess,
+    decode_frame, decode_login_response, encode_login_request, response_handle, LoginRequest, LoginResponse, LoginSuccess,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::client::ClientConfig;
 use crate::error::ClientError;
-use crate::sha256::sha256;
 
 /// How long connecting plus login may take.
 pub const LOGIN_TIMEOUT_MS: u64 = 30_000;
 /// Largest login response we read (it is 34 bytes plus a build string).
 const LOGIN_RESPONSE_MAX_BYTES: usize = 64 * 1024;
+/// The first byte of a TLS alert record.
+const TLS_ALERT_RECORD: u8 = 21;
 /// Frames gathered into one socket write, at most this many bytes (one syscall, many calls).
 const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
 /// Read buffer growth step.
@@ -57,23 +58,38 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects and logs in with a SHA-256 digest of the password.
-    pub async fn open(addr: &str, username: &str, password: &str) -> Result<Connection, ClientError> {
-        let login = async {
-            let mut stream = TcpStream::connect(addr).await?;
-            stream.set_nodelay(true)?;
-            let login = login(&mut stream, username, password).await?;
-            Ok::<_, ClientError>((stream, login))
+    /// Connects (over TLS when configured) and logs in with the configured digest of the password.
+    pub async fn open(addr: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
+        let timeout = Duration::from_millis(LOGIN_TIMEOUT_MS);
+        let timed_out = |_| ClientError::Io(format!("connecting to {addr} timed out"));
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.map_err(timed_out)??;
+        stream.set_nodelay(true)?;
+        let Some(tls) = &config.tls else {
+            let (mut read, mut write) = stream.into_split();
+            let login = tokio::time::timeout(timeout, login(&mut read, &mut write, config)).await.map_err(timed_out)??;
+            return Ok(Self::start(login, read, write));
         };
-        let (stream, login) = tokio::time::timeout(Duration::from_millis(LOGIN_TIMEOUT_MS), login)
-            .await
-            .map_err(|_| ClientError::Io(format!("connecting to {addr} timed out")))??;
-        let (read, write) = stream.into_split();
+        let name = crate::tls::server_name(addr)?;
+        let connector = tokio_rustls::TlsConnector::from(tls.clone());
+        let handshake =
+            async { connector.connect(name, stream).await.map_err(|e| ClientError::Io(format!("TLS handshake with {addr} failed: {e}"))) };
+        let stream = tokio::time::timeout(timeout, handshake).await.map_err(timed_out)??;
+        let (mut read, mut write) = tokio::io::split(stream);
+        let login = tokio::time::timeout(timeout, login(&mut read, &mut write, config)).await.map_err(timed_out)??;
+        Ok(Self::start(login, read, write))
+    }
+
+    /// Starts the writer and reader tasks of a logged-in connection.
+    fn start<R, W>(login: LoginSuccess, read: R, write: W) -> Connection
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let pending = Arc::new(Shared::default());
         let (frames, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(write, rx, pending.clone()));
         tokio::spawn(read_loop(read, pending.clone()));
-        Ok(Connection { login, frames, pending })
+        Connection { login, frames, pending }
     }
 
     /// Whether the connection is still usable.
@@ -121,25 +137,35 @@ fn close(pending: &Shared, err: ClientError) {
     }
 }
 
-async fn login(stream: &mut TcpStream, username: &str, password: &str) -> Result<LoginSuccess, ClientError> {
+async fn login<R, W>(read: &mut R, write: &mut W, config: &ClientConfig) -> Result<LoginSuccess, ClientError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let scheme = config.hash_scheme;
     let req = LoginRequest {
         version: 1,
-        scheme: HashScheme::Sha256,
+        scheme,
         service: "database".into(),
-        username: username.into(),
-        digest: sha256(password.as_bytes()).to_vec(),
+        username: config.username.clone(),
+        digest: scheme.hash(config.password.as_bytes()),
     };
     let mut out = Vec::new();
     encode_login_request(&req, &mut out);
-    stream.write_all(&out).await?;
+    write.write_all(&out).await?;
+    write.flush().await?;
     let mut len = [0u8; 4];
-    stream.read_exact(&mut len).await?;
+    read.read_exact(&mut len).await?;
+    // A TLS alert record (type 21, version 3.x) where a length should be: a TLS-only port.
+    if len[0] == TLS_ALERT_RECORD && len[1] == 3 {
+        return Err(ClientError::Login("the server requires TLS on this port: connect with TLS (--tls, or --tls-ca FILE)".into()));
+    }
     let len = i32::from_be_bytes(len);
     if len < 1 || len as usize > LOGIN_RESPONSE_MAX_BYTES {
         return Err(ClientError::Protocol(format!("login response length {len} is out of range")));
     }
     let mut payload = vec![0u8; len as usize];
-    stream.read_exact(&mut payload).await?;
+    read.read_exact(&mut payload).await?;
     match decode_login_response(&payload).map_err(|e| ClientError::Protocol(e.message))? {
         LoginResponse::Success(s) => Ok(s),
         LoginResponse::Failure(code) => Err(ClientError::Login(code.describe().to_string())),
@@ -147,7 +173,7 @@ async fn login(stream: &mut TcpStream, username: &str, password: &str) -> Result
 }
 
 /// Writes queued frames, gathering whatever is already queued into one write.
-async fn write_loop(mut write: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, pending: Arc<Shared>) {
+async fn write_loop<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, pending: Arc<Shared>) {
     let mut batch = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
     while let Some(first) = rx.recv().await {
         // Let the other ready tasks run first: a call wakes this task at once (tokio runs a
@@ -162,7 +188,13 @@ async fn write_loop(mut write: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<V
                 Err(_) => break,
             }
         }
-        if let Err(e) = write.write_all(&batch).await {
+        // The flush is a no-op on TCP; TLS may hold the tail of a record until it.
+        if let Err(e) = async {
+            write.write_all(&batch).await?;
+            write.flush().await
+        }
+        .await
+        {
             close(&pending, ClientError::ConnectionLost(format!("write failed: {e}")));
             return;
         }
@@ -182,7 +214,7 @@ fn frame_rest(buf: &[u8]) -> usize {
 
 /// Reads responses and hands each to the call waiting for its handle, undecoded: the call
 /// decodes it, all at once or in place. On EOF or a bad frame fails every call.
-async fn read_loop(mut read: OwnedReadHalf, pending: Arc<Shared>) {
+async fn read_loop<R: AsyncRead + Unpin>(mut read: R, pending: Arc<Shared>) {
     let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let err = loop {
         match decode_frame(&mut buf) {

@@ -16,7 +16,7 @@ mod client;
 mod connection;
 mod error;
 pub mod routing;
-pub mod sha256;
+pub mod tls;
 
 #[cfg(test)]
 mod mock;
@@ -27,4 +27,5 @@ pub use client::{Client, ClientConfig, MAX_IN_FLIGHT_DEFAULT, MAX_IN_FLIGHT_LIMI
 pub use connection::LOGIN_TIMEOUT_MS;
 pub use error::ClientError;
 pub use lockstep_wire::response::status;
-pub use lockstep_wire::{Response, ResponseView, RowView, TableView};
+pub use lockstep_wire::{HashScheme, Response, ResponseView, RowView, TableView};
+pub use tls::client_tls_config;

@@ -1,4 +1,4 @@
-//! The catalog: tables, streams, views, indexes and procedures, as plain data.
+//! The catalog: tables, streams, views, indexes, procedures and roles, as plain data.
 //!
 //! DDL is interpreted by the `sql` crate into changes of this structure; every site holds
 //! storage shaped by it. Table ids are never reused, so a plan made for a dropped table can
@@ -128,7 +128,98 @@ pub struct ProcedureDef {
     pub partitioning: Partitioning,
     /// Set when declared `FROM CLASS a.b.Name` (the Lua file is `Name.lua`).
     pub class_name: Option<String>,
+    /// Roles allowed to call it besides those with ALLPROC (`ALLOW r, …`), lower-case.
+    pub allow: Vec<String>,
 }
+
+/// What a role lets its users do: VoltDB's permissions, one bit each. A role's set is kept
+/// as declared; `implied` adds what each permission implies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Permissions(u8);
+
+impl Permissions {
+    pub const NONE: Permissions = Permissions(0);
+    /// Everything: DDL, system procedures that change state, and all of the below.
+    pub const ADMIN: Permissions = Permissions(1);
+    /// Ad-hoc SQL that writes (implies SQLREAD and DEFAULTPROC).
+    pub const SQL: Permissions = Permissions(1 << 1);
+    /// Ad-hoc SQL that only reads.
+    pub const SQLREAD: Permissions = Permissions(1 << 2);
+    /// Every default procedure (`T.insert` …; implies DEFAULTPROCREAD).
+    pub const DEFAULTPROC: Permissions = Permissions(1 << 3);
+    /// The default procedures that only read (`T.select`).
+    pub const DEFAULTPROCREAD: Permissions = Permissions(1 << 4);
+    /// Every user-defined procedure.
+    pub const ALLPROC: Permissions = Permissions(1 << 5);
+
+    /// Names as DDL spells them, with VoltDB's legacy aliases last.
+    const NAMES: [(&'static str, Permissions); 8] = [
+        ("ADMIN", Permissions::ADMIN),
+        ("SQL", Permissions::SQL),
+        ("SQLREAD", Permissions::SQLREAD),
+        ("DEFAULTPROC", Permissions::DEFAULTPROC),
+        ("DEFAULTPROCREAD", Permissions::DEFAULTPROCREAD),
+        ("ALLPROC", Permissions::ALLPROC),
+        ("SYSPROC", Permissions::ADMIN),
+        ("ADHOC", Permissions::SQL),
+    ];
+
+    /// A permission by name, in any case (SYSPROC = ADMIN and ADHOC = SQL, as VoltDB).
+    pub fn parse(word: &str) -> Option<Permissions> {
+        Self::NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(word)).map(|(_, p)| *p)
+    }
+
+    pub const fn union(self, other: Permissions) -> Permissions {
+        Permissions(self.0 | other.0)
+    }
+
+    /// Whether every permission of `other` is in this set.
+    pub const fn contains(self, other: Permissions) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The set with what its permissions imply, as VoltDB: ADMIN implies everything, SQL
+    /// implies SQLREAD and DEFAULTPROC, DEFAULTPROC implies DEFAULTPROCREAD.
+    pub const fn implied(self) -> Permissions {
+        if self.contains(Permissions::ADMIN) {
+            return Permissions(0x3f);
+        }
+        let mut p = self;
+        if p.contains(Permissions::SQL) {
+            p = p.union(Permissions::SQLREAD).union(Permissions::DEFAULTPROC);
+        }
+        if p.contains(Permissions::DEFAULTPROC) {
+            p = p.union(Permissions::DEFAULTPROCREAD);
+        }
+        p
+    }
+
+    /// The raw bits (a connection caches them beside a catalog version).
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    pub const fn from_bits(bits: u8) -> Permissions {
+        Permissions(bits & 0x3f)
+    }
+
+    /// The canonical names of the permissions in the set.
+    pub fn names(self) -> Vec<&'static str> {
+        Self::NAMES[..6].iter().filter(|(_, p)| self.contains(*p)).map(|(n, _)| *n).collect()
+    }
+}
+
+/// A role created by `CREATE ROLE name [WITH permission, …]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoleDef {
+    /// Lower-case: role names are matched in any case.
+    pub name: String,
+    pub permissions: Permissions,
+}
+
+/// The roles every database has (VoltDB's): they cannot be created or dropped.
+pub const BUILTIN_ROLES: [(&str, Permissions); 2] =
+    [("administrator", Permissions::ADMIN), ("user", Permissions::SQL.union(Permissions::ALLPROC))];
 
 /// The whole schema. Cheap to clone: definitions are shared.
 #[derive(Clone, Debug, Default)]
@@ -136,6 +227,7 @@ pub struct Catalog {
     tables: BTreeMap<String, Arc<TableDef>>,
     by_id: BTreeMap<TableId, Arc<TableDef>>,
     procedures: BTreeMap<String, Arc<ProcedureDef>>,
+    roles: BTreeMap<String, Arc<RoleDef>>,
     next_table_id: TableId,
     /// Bumped by every change, so cached plans know when to re-plan.
     pub version: u64,
@@ -244,11 +336,89 @@ impl Catalog {
         self.version += 1;
         Ok(def)
     }
+
+    /// The permissions a role grants as declared (built-in or created), if it exists.
+    pub fn role_permissions(&self, name: &str) -> Option<Permissions> {
+        if let Some((_, p)) = BUILTIN_ROLES.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            return Some(*p);
+        }
+        self.roles.get(&key(name)).map(|r| r.permissions)
+    }
+
+    /// The roles created by DDL, in name order (the built-in ones are not listed).
+    pub fn roles(&self) -> impl Iterator<Item = &Arc<RoleDef>> {
+        self.roles.values()
+    }
+
+    /// Adds a role; its name must not be taken (the built-in names are).
+    pub fn add_role(&mut self, name: &str, permissions: Permissions) -> Result<Arc<RoleDef>> {
+        if self.role_permissions(name).is_some() {
+            return Err(Error::sql(format!("role {name} already exists")));
+        }
+        let def = Arc::new(RoleDef { name: key(name), permissions });
+        self.roles.insert(def.name.clone(), def.clone());
+        self.version += 1;
+        Ok(def)
+    }
+
+    /// Drops a created role. A built-in role, or one that a procedure still ALLOWs, stays:
+    /// the catalog must never refer to a role it does not have.
+    pub fn drop_role(&mut self, name: &str) -> Result<Arc<RoleDef>> {
+        if BUILTIN_ROLES.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            return Err(Error::sql(format!("role {name} is built in and cannot be dropped")));
+        }
+        let k = key(name);
+        let users: Vec<&str> = self.procedures.values().filter(|p| p.allow.contains(&k)).map(|p| p.name.as_str()).collect();
+        if !users.is_empty() {
+            return Err(Error::sql(format!(
+                "role {name} is allowed on procedures {}: drop them or recreate them without ALLOW {name} first",
+                users.join(", ")
+            )));
+        }
+        let def = self.roles.remove(&k).ok_or_else(|| Error::sql(format!("role {name} does not exist")))?;
+        self.version += 1;
+        Ok(def)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{get_ignoring_case, NameMap};
+    use super::{get_ignoring_case, Catalog, NameMap, Permissions};
+
+    #[test]
+    fn permissions_imply_as_voltdb() {
+        let all = ["ADMIN", "SQL", "SQLREAD", "DEFAULTPROC", "DEFAULTPROCREAD", "ALLPROC"];
+        assert_eq!(Permissions::ADMIN.implied().names(), all.to_vec());
+        assert_eq!(Permissions::SQL.implied().names(), vec!["SQL", "SQLREAD", "DEFAULTPROC", "DEFAULTPROCREAD"]);
+        assert_eq!(Permissions::DEFAULTPROC.implied().names(), vec!["DEFAULTPROC", "DEFAULTPROCREAD"]);
+        assert_eq!(Permissions::SQLREAD.implied(), Permissions::SQLREAD);
+        assert_eq!(Permissions::ALLPROC.implied(), Permissions::ALLPROC);
+        assert!(!Permissions::SQLREAD.implied().contains(Permissions::DEFAULTPROCREAD));
+    }
+
+    #[test]
+    fn permission_names_and_aliases_parse_in_any_case() {
+        assert_eq!(Permissions::parse("sysproc"), Some(Permissions::ADMIN));
+        assert_eq!(Permissions::parse("AdHoc"), Some(Permissions::SQL));
+        assert_eq!(Permissions::parse("defaultprocread"), Some(Permissions::DEFAULTPROCREAD));
+        assert_eq!(Permissions::parse("root"), None);
+    }
+
+    #[test]
+    fn roles_are_added_found_and_dropped_in_any_case() {
+        let mut c = Catalog::default();
+        assert_eq!(c.role_permissions("Administrator"), Some(Permissions::ADMIN));
+        assert!(c.add_role("USER", Permissions::SQL).is_err());
+        let v = c.version;
+        c.add_role("Ops", Permissions::SQLREAD).unwrap();
+        assert!(c.version > v);
+        assert_eq!(c.role_permissions("ops"), Some(Permissions::SQLREAD));
+        assert!(c.add_role("OPS", Permissions::SQL).is_err());
+        assert!(c.drop_role("administrator").is_err());
+        c.drop_role("OPS").unwrap();
+        assert_eq!(c.role_permissions("ops"), None);
+        assert!(c.drop_role("ops").is_err());
+    }
 
     #[test]
     fn names_are_found_in_any_ascii_case_and_at_any_length() {

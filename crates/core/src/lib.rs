@@ -12,8 +12,8 @@ pub mod time;
 pub mod value;
 
 pub use catalog::{
-    get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, ProcedureBody, ProcedureDef, TableDef, TableId, TableKind,
-    ViewAggregate, ViewDef,
+    get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, Permissions, ProcedureBody, ProcedureDef, RoleDef, TableDef,
+    TableId, TableKind, ViewAggregate, ViewDef, BUILTIN_ROLES,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use hash::HashRing;

@@ -12,7 +12,9 @@ use crate::store::procedure_ddl;
 /// Largest Lua source file accepted.
 pub const LUA_FILE_SIZE_MAX_BYTES: u64 = 4 * 1024 * 1024;
 
-/// Resolves procedure files against the procedure directory, then the working directory.
+/// Finds procedure files in the procedure directory, and only there: `FROM FILE` and
+/// `FROM CLASS` may not read anything outside it (after `..` and symbolic links), so DDL
+/// cannot be used to read the server's other files.
 pub struct FsDdlEnv {
     procedure_dir: PathBuf,
 }
@@ -29,21 +31,62 @@ impl FsDdlEnv {
         }
         std::fs::read_to_string(path).map_err(|e| Error::sql(format!("cannot read {}: {e}", path.display())))
     }
+
+    fn outside(&self, requested: &str) -> Error {
+        Error::sql(format!(
+            "procedure file '{requested}' is outside the procedure directory {}: FROM FILE reads only files in that directory (put the file there, or send its source inline with FROM FILE '…' SOURCE $$…$$, as `lockstep sql -f` does)",
+            self.procedure_dir.display()
+        ))
+    }
+}
+
+/// `path` with `.` and `..` resolved by their names alone, without the file system.
+fn lexical_normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Where `requested` leads once resolved, if that is inside `dir`: Err(true) when it leads
+/// outside, Err(false) when there is no such file. A path whose names alone (`..`, an
+/// absolute path) leave the directory is refused before anything outside is looked at,
+/// so the answer never tells whether a file outside exists.
+fn confined(dir: &Path, requested: &Path) -> std::result::Result<PathBuf, bool> {
+    let joined = if requested.is_absolute() { requested.to_path_buf() } else { dir.join(requested) };
+    let absolute = |p: &Path| std::path::absolute(p).map(|p| lexical_normalize(&p)).map_err(|_| false);
+    if !absolute(&joined)?.starts_with(absolute(dir)?) {
+        return Err(true);
+    }
+    let real_dir = dir.canonicalize().map_err(|_| false)?;
+    let real = joined.canonicalize().map_err(|_| false)?;
+    if !real.starts_with(&real_dir) {
+        return Err(true);
+    }
+    if real.is_file() {
+        Ok(real)
+    } else {
+        Err(false)
+    }
 }
 
 impl DdlEnv for FsDdlEnv {
     fn read_file(&self, path: &str) -> Result<(String, String)> {
-        let p = Path::new(path);
-        let candidates = if p.is_absolute() { vec![p.to_path_buf()] } else { vec![self.procedure_dir.join(p), p.to_path_buf()] };
-        for c in &candidates {
-            if c.is_file() {
-                return Ok((path.to_string(), Self::read(c)?));
-            }
+        match confined(&self.procedure_dir, Path::new(path)) {
+            Ok(real) => Ok((path.to_string(), Self::read(&real)?)),
+            Err(true) => Err(self.outside(path)),
+            Err(false) => Err(Error::sql(format!(
+                "procedure file '{path}' not found in the procedure directory {}; with `lockstep sql -f` the shell sends the file itself",
+                self.procedure_dir.display()
+            ))),
         }
-        Err(Error::sql(format!(
-            "procedure file '{path}' not found (looked in {} and the working directory); with `lockstep sql -f` the shell sends the file itself",
-            self.procedure_dir.display()
-        )))
     }
 
     fn find_class(&self, class_name: &str) -> Result<(String, String)> {
@@ -58,15 +101,20 @@ impl DdlEnv for FsDdlEnv {
     }
 }
 
-/// The Lua file `FROM CLASS a.b.Short` binds to: `Short.lua`, else `short.lua`.
+/// Whether `short` can name a class (and so a file name without any path in it).
+fn is_class_name(short: &str) -> bool {
+    !short.is_empty() && short.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$')
+}
+
+/// The Lua file `FROM CLASS a.b.Short` binds to: `Short.lua`, else `short.lua`, inside the
+/// procedure directory (a symbolic link out of it does not count).
 fn lua_file_for_class(procedure_dir: &Path, short: &str) -> Option<(String, PathBuf)> {
+    if !is_class_name(short) {
+        return None;
+    }
     [format!("{short}.lua"), format!("{}.lua", short.to_ascii_lowercase())]
         .into_iter()
-        .map(|file| {
-            let p = procedure_dir.join(&file);
-            (file, p)
-        })
-        .find(|(_, p)| p.is_file())
+        .find_map(|file| confined(procedure_dir, Path::new(&file)).ok().map(|p| (file, p)))
 }
 
 /// Entries read from a jar's central directory at most (a procedure jar holds a few dozen).
@@ -220,6 +268,34 @@ mod tests {
         out.extend(dir_start.to_le_bytes());
         out.extend(0u16.to_le_bytes());
         out
+    }
+
+    #[test]
+    fn procedure_files_are_read_only_inside_the_procedure_directory() {
+        let root = std::env::temp_dir().join(format!("lockstep-ddl-confine-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("procs");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/Ok.lua"), "return function() return 1 end").unwrap();
+        std::fs::write(root.join("secret.txt"), "top-secret-token").unwrap();
+        std::os::unix::fs::symlink(root.join("secret.txt"), dir.join("Leak.lua")).unwrap();
+        let env = FsDdlEnv::new(dir.clone());
+        assert!(env.read_file("sub/Ok.lua").unwrap().1.contains("return 1"));
+        assert!(env.read_file("./sub/../sub/Ok.lua").is_ok());
+        assert!(env.read_file(dir.join("sub/Ok.lua").to_str().unwrap()).is_ok());
+        let absolute = root.join("secret.txt");
+        for outside in ["../secret.txt", "sub/../../secret.txt", absolute.to_str().unwrap(), "/etc/passwd", "Leak.lua", "../nothing"] {
+            let e = env.read_file(outside).unwrap_err();
+            assert!(e.message.contains("outside the procedure directory"), "{outside}: {e}");
+            assert!(!e.message.contains("top-secret-token"), "{e}");
+        }
+        assert!(env.read_file("missing.lua").unwrap_err().message.contains("not found"));
+        // FROM CLASS: a symbolic link out of the directory does not count, nor does a path.
+        assert!(env.find_class("a.b.Leak").unwrap_err().message.contains("has no Lua procedure"));
+        assert!(lua_file_for_class(&dir, "../secret").is_none());
+        std::fs::write(dir.join("Vote.lua"), "return function() return 2 end").unwrap();
+        assert!(env.find_class("voter.Vote").unwrap().1.contains("return 2"));
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

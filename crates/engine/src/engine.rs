@@ -10,6 +10,7 @@ use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
 use lockstep_core::{Catalog, Error, HashRing, Result, Value};
 use lockstep_sql::Route;
 
+use crate::auth::{self, AdHocKind, Principal};
 use crate::cmdlog::{self, CommandLog, Durability};
 use crate::config::EngineConfig;
 use crate::datadir::DataDirLock;
@@ -42,6 +43,9 @@ pub struct Call {
     /// The caller's query timeout in ms (VoltDB's BATCH_TIMEOUT): it can only shorten the
     /// server's; 0 or a negative value leaves the server's in force.
     pub timeout_ms: Option<i32>,
+    /// The logged-in caller, whose permissions are checked; None with security off (and
+    /// for the server's own calls): everything is allowed.
+    pub principal: Option<Arc<crate::auth::Principal>>,
 }
 
 /// The catalog as the front ends see it, replaced whole on every schema change.
@@ -369,6 +373,9 @@ impl Engine {
         let Some(info) = lockstep_core::get_ignoring_case(&view.procs, &call.procedure) else {
             return reply(Outcome::error(Error::unexpected(format!("Procedure {} was not found", call.procedure))));
         };
+        if let Err(e) = auth::check_procedure(call.principal.as_deref(), &view.catalog, &info.name, &info.access) {
+            return reply(Outcome::error(e));
+        }
         if !info.read_only {
             if let Some(e) = self.shared.refuse_write(false) {
                 return reply(Outcome::error(e));
@@ -442,11 +449,20 @@ impl Engine {
     /// Runs `@AdHoc` SQL: DDL through the coordinator, a statement pinned to one partition on
     /// that site, everything else as one multi-partition transaction.
     pub fn adhoc(&self, sql: &str, params: Vec<Value>, reply: Reply) {
-        self.adhoc_within(sql, params, self.shared.config.query_timeout, reply)
+        self.adhoc_as(None, sql, params, self.shared.config.query_timeout, reply)
     }
 
-    /// `adhoc` stopped after `timeout` (None: never).
-    pub fn adhoc_within(&self, sql: &str, params: Vec<Value>, timeout: Option<std::time::Duration>, reply: Reply) {
+    /// `adhoc` for a caller whose permissions are checked (None: security off): SQLREAD for
+    /// statements that only read, SQL for writes, ADMIN for DDL; stopped after `timeout`
+    /// (None: never).
+    pub fn adhoc_as(
+        &self,
+        principal: Option<&Principal>,
+        sql: &str,
+        params: Vec<Value>,
+        timeout: Option<std::time::Duration>,
+        reply: Reply,
+    ) {
         let statements = match lockstep_sql::split_statements(sql) {
             Ok(s) if s.is_empty() => return reply(Outcome::error(Error::sql("no SQL statement given"))),
             Ok(s) => s,
@@ -454,6 +470,9 @@ impl Engine {
         };
         let ddl = statements.iter().filter(|s| lockstep_sql::is_ddl(s)).count();
         if ddl > 0 {
+            if let Err(e) = auth::check_adhoc(principal, &self.catalog(), AdHocKind::Ddl) {
+                return reply(Outcome::error(e));
+            }
             let drops_only = statements.iter().all(|s| s.trim_start().get(..4).is_some_and(|w| w.eq_ignore_ascii_case("DROP")));
             if let Some(e) = self.shared.refuse_write(drops_only) {
                 return reply(Outcome::error(e));
@@ -475,6 +494,10 @@ impl Engine {
                 Ok(p) => stmts.push(Arc::new(p)),
                 Err(e) => return reply(Outcome::error(e)),
             }
+        }
+        let kind = if stmts.iter().all(|p| p.read_only) { AdHocKind::Read } else { AdHocKind::Write };
+        if let Err(e) = auth::check_adhoc(principal, &catalog, kind) {
+            return reply(Outcome::error(e));
         }
         let writes = stmts.iter().filter(|p| !p.read_only);
         if let Some(e) = writes.clone().next().and_then(|_| self.shared.refuse_write(writes.clone().all(|p| p.frees_memory()))) {

@@ -2,6 +2,7 @@
 //! multi-partition coordinator, routing of calls, system procedures, the catalog store and
 //! export of stream rows.
 
+pub mod auth;
 pub mod cmdlog;
 pub mod config;
 pub mod datadir;
@@ -22,6 +23,7 @@ pub mod store;
 pub mod sysprocs;
 pub mod txn_id;
 
+pub use auth::Principal;
 pub use config::EngineConfig;
 pub use engine::{Call, Engine};
 pub use outcome::{Outcome, Reply};

@@ -71,6 +71,8 @@ pub struct ProcInfo {
     /// Partition column type for single-partition procedures.
     pub key_type: Option<DataType>,
     pub param: Option<usize>,
+    /// Who may call it (see `auth`).
+    pub access: crate::auth::ProcAccess,
 }
 
 /// Which procedures a registry holds.
@@ -278,7 +280,8 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
             ProcRoute::Single { param, key_type } => (Some(*param), Some(*key_type)),
             _ => (None, None),
         };
-        out.push(ProcInfo { name: def.name.as_str().into(), route, read_only, key_type, param });
+        let access = crate::auth::ProcAccess::User { allow: def.allow.as_slice().into() };
+        out.push(ProcInfo { name: def.name.as_str().into(), route, read_only, key_type, param, access });
     }
     for table in catalog.tables() {
         for (suffix, route) in crud_routes(table) {
@@ -286,7 +289,9 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
                 ProcRoute::Single { param, key_type } => (Some(*param), Some(*key_type)),
                 _ => (None, None),
             };
-            out.push(ProcInfo { name: format!("{}.{}", table.name, suffix).into(), route, read_only: suffix == "select", key_type, param });
+            let read_only = suffix == "select";
+            let access = crate::auth::ProcAccess::Default { read_only };
+            out.push(ProcInfo { name: format!("{}.{}", table.name, suffix).into(), route, read_only, key_type, param, access });
         }
     }
     out

@@ -65,6 +65,11 @@ fn quote(s: &str) -> String {
 /// DDL that recreates a procedure exactly, with its Lua source inline.
 pub fn procedure_ddl(def: &ProcedureDef) -> String {
     let mut s = format!("CREATE OR REPLACE PROCEDURE {}", def.name);
+    if !def.allow.is_empty() {
+        // Quoted: a role name is matched in any case, and may have been quoted when created.
+        let roles: Vec<String> = def.allow.iter().map(|r| format!("\"{}\"", r.replace('"', "\"\""))).collect();
+        s.push_str(&format!(" ALLOW {}", roles.join(", ")));
+    }
     match &def.partitioning {
         Partitioning::Single { table, column, parameter, .. } => {
             s.push_str(&format!(" PARTITION ON TABLE {table} COLUMN {column} PARAMETER {parameter}"))

@@ -24,6 +24,11 @@ pub(crate) fn str_param(call: &Call, i: usize, what: &str) -> Result<String> {
 
 pub fn submit(engine: &Engine, call: Call, reply: Reply) {
     let name = call.procedure.to_ascii_lowercase();
+    if let Some(who) = call.principal.as_deref() {
+        if let Err(e) = crate::auth::check_system(Some(who), &engine.catalog(), &name, &call.procedure) {
+            return reply(Outcome::error(e));
+        }
+    }
     match name.as_str() {
         "@adhoc" => {
             let sql = match str_param(&call, 0, "the SQL text") {
@@ -32,7 +37,7 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
             };
             let timeout = engine.call_timeout(call.timeout_ms);
             let params = call.params.into_iter().skip(1).collect();
-            return engine.adhoc_within(&sql, params, timeout, reply);
+            return engine.adhoc_as(call.principal.as_deref(), &sql, params, timeout, reply);
         }
         "@statistics" => return stats::statistics(engine, &call, reply),
         "@quiesce" => return quiesce(engine, reply),
@@ -932,6 +937,53 @@ mod tests {
         let tuples: i64 = column(stats, "TUPLE_COUNT").iter().filter_map(Value::as_i64).sum();
         assert_eq!(tuples, 1);
         assert!(run(&e, "@Quiesce", vec![]).is_success());
+        e.shutdown();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn run_as(engine: &Engine, who: &Arc<crate::Principal>, procedure: &str, params: Vec<Value>) -> Outcome {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let call = Call { procedure: procedure.into(), params, principal: Some(who.clone()), ..Default::default() };
+        engine.submit(call, Box::new(move |o| tx.send(o).unwrap()));
+        rx.recv().unwrap()
+    }
+
+    /// Each kind of call is checked in `Engine::submit`, and roles changed by DDL count from
+    /// the next call.
+    #[test]
+    fn calls_are_checked_against_the_callers_permissions() {
+        let (e, dir) = engine("auth");
+        adhoc(&e, "CREATE TABLE a (id INTEGER NOT NULL PRIMARY KEY, v INTEGER)");
+        adhoc(&e, "PARTITION TABLE a ON COLUMN id");
+        adhoc(&e, "CREATE ROLE reader WITH sqlread, defaultprocread");
+        adhoc(&e, "CREATE PROCEDURE Count ALLOW reader AS SELECT COUNT(*) FROM a");
+        adhoc(&e, "CREATE PROCEDURE Wipe AS DELETE FROM a");
+        let reader = Arc::new(crate::Principal::new("rita", &["reader".to_string()]));
+        let admin = Arc::new(crate::Principal::new("root", &["administrator".to_string()]));
+        let sql = |t: &str| vec![Value::Str(t.into())];
+        let refused = |o: Outcome, needed: &str| {
+            assert_eq!(o.status, -3, "{:?}", o.status_string);
+            let m = o.status_string.unwrap_or_default();
+            assert!(m.contains("User rita") && m.contains(needed), "{m}");
+        };
+        assert!(run_as(&e, &reader, "@AdHoc", sql("SELECT COUNT(*) FROM a")).is_success());
+        refused(run_as(&e, &reader, "@AdHoc", sql("INSERT INTO a VALUES (1, 1)")), "SQL permission");
+        refused(run_as(&e, &reader, "@AdHoc", sql("CREATE TABLE b (x INTEGER)")), "ADMIN");
+        assert!(run_as(&e, &reader, "Count", vec![]).is_success());
+        refused(run_as(&e, &reader, "Wipe", vec![]), "ALLPROC");
+        assert!(run_as(&e, &reader, "A.select", vec![Value::Int(1)]).is_success());
+        refused(run_as(&e, &reader, "A.insert", vec![Value::Int(1), Value::Int(1)]), "DEFAULTPROC");
+        refused(run_as(&e, &reader, "@Pause", vec![]), "ADMIN");
+        refused(run_as(&e, &reader, "@SnapshotSave", vec![]), "ADMIN");
+        assert!(run_as(&e, &reader, "@Ping", vec![]).is_success());
+        assert!(run_as(&e, &reader, "@SystemCatalog", sql("TABLES")).is_success());
+        // DDL by an administrator changes what the connected reader may do at once.
+        assert!(run_as(&e, &admin, "@AdHoc", sql("DROP PROCEDURE Count")).is_success());
+        assert!(run_as(&e, &admin, "@AdHoc", sql("DROP ROLE reader")).is_success());
+        refused(run_as(&e, &reader, "@AdHoc", sql("SELECT COUNT(*) FROM a")), "SQLREAD");
+        assert!(run_as(&e, &admin, "@AdHoc", sql("CREATE ROLE reader WITH sql")).is_success());
+        assert!(run_as(&e, &reader, "@AdHoc", sql("INSERT INTO a VALUES (1, 1)")).is_success());
+        assert!(run_as(&e, &admin, "Wipe", vec![]).is_success());
         e.shutdown();
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::security::{OnOff, SecurityConfig, UserEntry};
+
 /// Calls one connection may have in flight before the server stops reading it.
 pub const IN_FLIGHT_PER_CONNECTION_DEFAULT: usize = 5000;
 /// Client connections open at once (logged in or logging in); more are refused with
@@ -37,6 +39,8 @@ pub struct ServerConfig {
     pub flush_ms: Option<u64>,
     pub snapshot_interval: Option<u64>,
     pub snapshots_keep: Option<usize>,
+    /// Users, `security` on/off and TLS of the client port (see `security.rs`).
+    pub security: SecurityConfig,
 }
 
 impl Default for ServerConfig {
@@ -56,6 +60,7 @@ impl Default for ServerConfig {
             flush_ms: None,
             snapshot_interval: None,
             snapshots_keep: None,
+            security: SecurityConfig::default(),
         }
     }
 }
@@ -78,6 +83,11 @@ pub struct FileConfig {
     pub flush_ms: Option<u64>,
     pub snapshot_interval: Option<u64>,
     pub snapshots_keep: Option<usize>,
+    /// Security: `security = "on"|"off"`, `tls_cert`, `tls_key` (PEM files), `[[users]]`.
+    pub security: Option<OnOff>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub users: Option<Vec<UserEntry>>,
 }
 
 impl FileConfig {
@@ -87,7 +97,8 @@ impl FileConfig {
     }
 
     /// Applies the file's settings; the caller applies command-line flags afterwards, so they win.
-    pub fn apply_to(self, c: &mut ServerConfig) {
+    pub fn apply_to(mut self, c: &mut ServerConfig) {
+        self.apply_security_to(&mut c.security);
         if let Some(v) = self.listen {
             c.listen = v;
         }
@@ -129,6 +140,21 @@ impl FileConfig {
         }
         if self.snapshots_keep.is_some() {
             c.snapshots_keep = self.snapshots_keep;
+        }
+    }
+
+    fn apply_security_to(&mut self, c: &mut SecurityConfig) {
+        if let Some(OnOff(on)) = self.security.take() {
+            c.enabled = on;
+        }
+        if let Some(v) = self.tls_cert.take() {
+            c.tls_cert = Some(v);
+        }
+        if let Some(v) = self.tls_key.take() {
+            c.tls_key = Some(v);
+        }
+        if let Some(users) = self.users.take() {
+            c.users = users;
         }
     }
 }

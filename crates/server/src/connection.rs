@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use lockstep_core::throttle::Throttle;
 use lockstep_core::{Error, Value};
-use lockstep_engine::{sysprocs, Call, Outcome};
+use lockstep_engine::{auth, sysprocs, Call, Outcome, Principal};
 use lockstep_wire::{
     decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginCode,
-    LoginResponse, LoginSuccess, Response, FRAME_SIZE_MAX_BYTES,
+    LoginError, LoginResponse, LoginSuccess, Response, FRAME_SIZE_MAX_BYTES,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -77,21 +77,45 @@ fn log_closed(peer: SocketAddr, id: i64, reason: &str) {
     }
 }
 
-pub async fn run(mut socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Front>) {
+pub async fn run(socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Front>) {
     let _ = socket.set_nodelay(true);
-    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
-    match tokio::time::timeout(LOGIN_TIMEOUT, login(&mut socket, &mut buf, id, &front)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(reason)) => return log_closed(peer, id, &format!("login failed: {reason}")),
-        Err(_) => return log_closed(peer, id, "login timed out"),
+    let Some(acceptor) = front.security.tls().cloned() else {
+        let (reader, writer) = socket.into_split();
+        return serve(reader, writer, peer, id, front).await;
+    };
+    // TLS on the client port: the handshake comes first (VoltDB's SSL mode), within the
+    // login time. A client that does not speak TLS fails here and only its socket closes.
+    match tokio::time::timeout(LOGIN_TIMEOUT, acceptor.accept(socket)).await {
+        Ok(Ok(tls)) => {
+            let (reader, writer) = tokio::io::split(tls);
+            serve(reader, writer, peer, id, front).await
+        }
+        Ok(Err(e)) => log_closed(peer, id, &format!("TLS handshake failed (the client port requires TLS): {e}")),
+        Err(_) => log_closed(peer, id, "TLS handshake timed out"),
     }
-    let (reader, writer) = socket.into_split();
+}
+
+/// Logs the client in, then reads and answers its calls until it leaves.
+async fn serve<R, W>(mut reader: R, mut writer: W, peer: SocketAddr, id: i64, front: Arc<Front>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let principal = match tokio::time::timeout(LOGIN_TIMEOUT, login(&mut reader, &mut writer, &mut buf, id, &front)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(reason)) => {
+            let _ = writer.shutdown().await;
+            return log_closed(peer, id, &format!("login failed: {reason}"));
+        }
+        Err(_) => return log_closed(peer, id, "login timed out"),
+    };
     let (tx, rx) = mpsc::unbounded_channel::<Answer>();
     let in_flight = InFlight::new(front.config.in_flight_per_connection, IN_FLIGHT_REQUEST_KIB_MAX, UNREAD_ANSWER_BYTES_MAX);
     let mut writer_task = tokio::spawn(write_answers(writer, rx, in_flight.clone(), front.clone()));
     front.live.add(id, Window { peer, in_flight: in_flight.clone() });
     let reason = tokio::select! {
-        reason = read_calls(reader, buf, &in_flight, id, &tx, &front) => reason,
+        reason = read_calls(reader, buf, &in_flight, id, principal.as_ref(), &tx, &front) => reason,
         // The writer gave up on a client that does not read: stop reading it too.
         hung_up = &mut writer_task => hung_up.unwrap_or_else(|e| format!("the writer failed: {e}")),
     };
@@ -113,6 +137,7 @@ async fn read_calls(
     mut buf: BytesMut,
     in_flight: &Arc<InFlight>,
     id: i64,
+    principal: Option<&Arc<Principal>>,
     tx: &mpsc::UnboundedSender<Answer>,
     front: &Arc<Front>,
 ) -> String {
@@ -131,7 +156,7 @@ async fn read_calls(
                 // socket is not read, so TCP slows the client down.
                 let mut slot = in_flight.take(frame.len() / 1024 + 1).await;
                 slot.hold(large.take());
-                if let Err(reason) = dispatch(&frame, slot, id, tx, front) {
+                if let Err(reason) = dispatch(&frame, slot, id, principal, tx, front) {
                     return reason;
                 }
                 continue;
@@ -165,6 +190,8 @@ async fn read_calls(
             None => return late(),
             Some(Ok(0)) => return String::new(),
             Some(Ok(_)) => {}
+            // TLS: a client that leaves without close_notify has still just left.
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return String::new(),
             Some(Err(e)) => return format!("read failed: {e}"),
         }
     }
@@ -206,21 +233,29 @@ pub async fn refuse(mut socket: TcpStream) {
     let _ = socket.shutdown().await;
 }
 
-/// Reads and answers the login frame.
-async fn login(socket: &mut TcpStream, buf: &mut BytesMut, id: i64, front: &Front) -> Result<(), String> {
+/// Reads and answers the login frame; the logged-in user when security is on.
+async fn login<R, W>(reader: &mut R, writer: &mut W, buf: &mut BytesMut, id: i64, front: &Front) -> Result<Option<Arc<Principal>>, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let frame = loop {
         match decode_frame_with_limit(buf, LOGIN_FRAME_MAX_BYTES) {
             Ok(Some(f)) => break f,
             Ok(None) => {}
             Err(e) => return Err(e.to_string()),
         }
-        if socket.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
+        if reader.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
             return Err("closed before logging in".into());
         }
     };
     let mut out = Vec::new();
-    let result = match decode_login_request(&frame) {
-        Ok(_) => {
+    let checked = decode_login_request(&frame).and_then(|req| match front.security.login(&req) {
+        Ok(principal) => Ok(principal),
+        Err(code) => Err(LoginError { code, error: Error::graceful(format!("user {:?}: wrong user name or password", req.username)) }),
+    });
+    let result = match checked {
+        Ok(principal) => {
             let ok = LoginSuccess {
                 host_id: sysprocs::HOST_ID,
                 connection_id: id,
@@ -229,24 +264,45 @@ async fn login(socket: &mut TcpStream, buf: &mut BytesMut, id: i64, front: &Fron
                 build: sysprocs::BUILD_STRING.to_string(),
             };
             encode_login_response(&LoginResponse::Success(ok), &mut out);
-            Ok(())
+            Ok(principal)
         }
         Err(e) => {
             encode_login_response(&LoginResponse::Failure(e.code), &mut out);
             Err(e.error.message)
         }
     };
-    socket.write_all(&out).await.map_err(|e| e.to_string())?;
+    writer.write_all(&out).await.map_err(|e| e.to_string())?;
+    writer.flush().await.map_err(|e| e.to_string())?;
     result
 }
 
 /// Decodes one invocation and starts it. An Err closes the connection.
-fn dispatch(frame: &[u8], slot: Slot, id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
+fn dispatch(
+    frame: &[u8],
+    slot: Slot,
+    id: i64,
+    principal: Option<&Arc<Principal>>,
+    tx: &mpsc::UnboundedSender<Answer>,
+    front: &Arc<Front>,
+) -> Result<(), String> {
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
     let handle = inv.handle;
     // Only system procedures need their name lower-cased (user procedure names keep case).
     let lower = if inv.procedure.starts_with('@') { inv.procedure.to_ascii_lowercase() } else { String::new() };
+    // The system procedures answered here are checked here; the engine checks the rest.
+    if let Some(who) = principal.filter(|_| matches!(lower.as_str(), "@subscribe" | "@statistics" | "@shutdown")) {
+        if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), &lower, &inv.procedure) {
+            let _ = tx.send(Answer {
+                handle,
+                outcome: Outcome::error(e),
+                round_trip: started.elapsed(),
+                _slot: Some(slot),
+                then_shutdown: false,
+            });
+            return Ok(());
+        }
+    }
     match lower.as_str() {
         "@subscribe" => {
             let outcome = subscribe(&inv.params, id, tx, front);
@@ -281,6 +337,7 @@ fn dispatch(frame: &[u8], slot: Slot, id: i64, tx: &mpsc::UnboundedSender<Answer
         partition_destination: inv.partition_destination,
         all_partition: inv.all_partition,
         timeout_ms: inv.timeout_ms,
+        principal: principal.cloned(),
     };
     let reply_front = front.clone();
     front.engine.submit(
@@ -374,6 +431,7 @@ async fn write_answers(
     // name (VoltDB's client hang-up timeout): the connection is closed.
     let hangup_timeout = Duration::from_secs(front.config.client_timeout_s);
     let mut progress = Instant::now();
+    let mut unflushed = false;
     loop {
         // Everything ready, without waiting.
         while open && out.len() - sent < UNREAD_ANSWER_BYTES_MAX {
@@ -386,10 +444,18 @@ async fn write_answers(
         if sent == out.len() {
             out.clear();
             sent = 0;
+            // A no-op on TCP; TLS may hold the tail of a record until it.
+            if unflushed {
+                unflushed = false;
+                match tokio::time::timeout(hangup_timeout, writer.flush()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return String::new(),
+                    Err(_) => return format!("the client left answers unread for {} s", hangup_timeout.as_secs()),
+                }
+            }
             if shutdown {
                 // The caller has its answer (if it is still there): now stop the server.
                 shutdown = false;
-                let _ = writer.flush().await;
                 front.shutdown.notify_one();
             }
             if !open {
@@ -411,6 +477,7 @@ async fn write_answers(
                 Ok(0) | Err(_) => return String::new(),
                 Ok(n) => {
                     sent += n;
+                    unflushed = true;
                     window.answers_written(n);
                     progress = Instant::now();
                     // Drop what is written once it is most of the buffer (amortised copies).

@@ -5,6 +5,7 @@ pub mod clients;
 pub mod config;
 pub mod connection;
 pub mod push;
+pub mod security;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -35,10 +36,18 @@ pub struct Front {
     pub live: clients::LiveClients,
     /// The server-wide budget for large frames, in KiB (see `connection::LARGE_FRAME_BYTES`).
     pub large_requests: Arc<Semaphore>,
+    /// Users, login checks and TLS of the client port.
+    pub security: security::Security,
 }
 
 impl Front {
+    /// A front end with security off and no TLS, whatever `config.security` says; a server
+    /// builds its `Security` from the configuration and uses `with_security`.
     pub fn new(engine: Arc<Engine>, config: ServerConfig) -> Arc<Front> {
+        Self::with_security(engine, config, security::Security::off())
+    }
+
+    pub fn with_security(engine: Arc<Engine>, config: ServerConfig, security: security::Security) -> Arc<Front> {
         let subscribers = push::Subscribers::new(engine.catalog().version);
         Arc::new(Front {
             engine,
@@ -48,6 +57,7 @@ impl Front {
             subscribers,
             live: Default::default(),
             large_requests: Arc::new(Semaphore::new(connection::LARGE_REQUESTS_KIB_MAX)),
+            security,
         })
     }
 

@@ -4,7 +4,7 @@
 //! LIMIT PARTITION ROWS, PARTITION … — is not sqlparser's), except view queries and SQL
 //! procedure bodies, which are ordinary SQL.
 
-use lockstep_core::{Catalog, ColumnDef, Error, IndexDef, Result, TableDef, TableKind};
+use lockstep_core::{Catalog, ColumnDef, Error, IndexDef, Permissions, Result, TableDef, TableKind};
 
 use crate::ddl_parse::{column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX};
 use crate::{ddl_proc, ddl_view};
@@ -60,7 +60,7 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
                     c.expect_word("INDEX")?;
                     create_index(catalog, c, true, what == "ASSUMEUNIQUE")
                 }
-                "ROLE" => done("CREATE ROLE ignored: Lockstep has no roles"),
+                "ROLE" => create_role(catalog, c),
                 "FUNCTION" | "AGGREGATE" => Err(Error::sql(format!("CREATE {what} (Java user functions) is not supported"))),
                 other => Err(Error::sql(format!("CREATE {other} is not supported"))),
             }
@@ -71,7 +71,7 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
                 "TABLE" | "VIEW" | "STREAM" => drop_table(catalog, c, &what),
                 "INDEX" => drop_index(catalog, c),
                 "PROCEDURE" => ddl_proc::drop_procedure(catalog, c),
-                "ROLE" => done("DROP ROLE ignored: Lockstep has no roles"),
+                "ROLE" => drop_role(catalog, c),
                 other => Err(Error::sql(format!("DROP {other} is not supported"))),
             }
         }
@@ -92,6 +92,51 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
         "SET" => done("SET ignored: Lockstep has no cross-datacenter replication settings"),
         other => Err(Error::sql(format!("{other} is not a DDL statement Lockstep knows"))),
     }
+}
+
+/// `CREATE ROLE name [WITH permission, …]`: a role grants its users the permissions named.
+fn create_role(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
+    let name = c.ident("a role name")?;
+    let mut permissions = Permissions::NONE;
+    if c.eat_word("WITH") {
+        loop {
+            let word = c.ident("a permission")?;
+            let p = Permissions::parse(&word).ok_or_else(|| {
+                Error::sql(format!(
+                    "unknown permission {word} in CREATE ROLE {name}: use ADMIN, SQL, SQLREAD, DEFAULTPROC, DEFAULTPROCREAD or ALLPROC"
+                ))
+            })?;
+            permissions = permissions.union(p);
+            if !c.eat_punct(",") {
+                break;
+            }
+        }
+    }
+    c.expect_end()?;
+    let role = catalog.add_role(&name, permissions)?;
+    let names = permissions.names();
+    let with = if names.is_empty() { " with no permissions".to_string() } else { format!(" with {}", names.join(", ")) };
+    done(format!("role {} created{with}", role.name))
+}
+
+/// `DROP ROLE [IF EXISTS] name [IF EXISTS]`.
+fn drop_role(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
+    let mut if_exists = false;
+    if c.eat_word("IF") {
+        c.expect_word("EXISTS")?;
+        if_exists = true;
+    }
+    let name = c.ident("a role name")?;
+    if c.eat_word("IF") {
+        c.expect_word("EXISTS")?;
+        if_exists = true;
+    }
+    c.expect_end()?;
+    if if_exists && catalog.role_permissions(&name).is_none() {
+        return done(format!("role {} does not exist; nothing dropped", name.to_ascii_lowercase()));
+    }
+    let role = catalog.drop_role(&name)?;
+    done(format!("role {} dropped", role.name))
 }
 
 /// `( column defs and constraints )`

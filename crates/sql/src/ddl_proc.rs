@@ -38,6 +38,23 @@ fn partition_clause(catalog: &Catalog, c: &mut Cursor, proc_name: &str) -> Resul
     Ok(Partitioning::Single { table: t.name.clone(), column: t.columns[col].name.clone(), parameter, key_type: t.columns[col].ty })
 }
 
+/// `ALLOW role, …`: the roles (which must exist) whose users may call the procedure even
+/// without ALLPROC; added to `allow` in lower case, each once.
+fn allow_clause(catalog: &Catalog, c: &mut Cursor, allow: &mut Vec<String>) -> Result<()> {
+    loop {
+        let role = c.ident("a role name")?.to_ascii_lowercase();
+        if catalog.role_permissions(&role).is_none() {
+            return Err(Error::sql(format!("ALLOW names role {role}, which does not exist: CREATE ROLE {role} first")));
+        }
+        if !allow.contains(&role) {
+            allow.push(role);
+        }
+        if !c.eat_punct(",") {
+            return Ok(());
+        }
+    }
+}
+
 /// The one statement of an `AS` body (`BEGIN … END` with a single statement is accepted).
 fn sql_body(text: &str, proc_name: &str) -> Result<String> {
     let trimmed = text.trim();
@@ -68,13 +85,10 @@ pub fn create_procedure(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv,
     let unnamed = c.is_word("FROM") || (c.is_word("PARTITION") && c.peek_at(1).is_some_and(|t| t.is_word("ON")));
     let mut name = if unnamed { String::new() } else { c.name_as_written("a procedure name")? };
     let mut partitioning = Partitioning::Multi;
+    let mut allow = Vec::new();
     loop {
         if c.eat_word("ALLOW") {
-            // Roles are not enforced; skip the list.
-            c.ident("a role name")?;
-            while c.eat_punct(",") {
-                c.ident("a role name")?;
-            }
+            allow_clause(catalog, c, &mut allow)?;
         } else if c.eat_word("PARTITION") {
             let shown = if name.is_empty() { "(from class)".to_string() } else { name.clone() };
             partitioning = partition_clause(catalog, c, &shown)?;
@@ -131,7 +145,7 @@ pub fn create_procedure(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv,
             "procedure {name} already exists: use CREATE OR REPLACE PROCEDURE, or DROP PROCEDURE {name} first"
         )));
     }
-    catalog.put_procedure(ProcedureDef { name: name.clone(), body, partitioning, class_name });
+    catalog.put_procedure(ProcedureDef { name: name.clone(), body, partitioning, class_name, allow });
     Ok(DdlOutcome { message: format!("procedure {name} {}", if existed { "replaced" } else { "created" }) })
 }
 

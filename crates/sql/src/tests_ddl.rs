@@ -166,3 +166,34 @@ fn procedure_forms_and_errors() {
     assert!(fails(&mut cat, "DROP PROCEDURE GetT").contains("not found"));
     assert!(fails(&mut cat, "CREATE FUNCTION f FROM METHOD a.b").contains("not supported"));
 }
+
+#[test]
+fn roles_and_allow_lists() {
+    use lockstep_core::Permissions;
+    let mut cat = Catalog::default();
+    apply(&mut cat, "CREATE TABLE t (id INTEGER NOT NULL PRIMARY KEY); PARTITION TABLE t ON COLUMN id;");
+    let msgs = apply(&mut cat, "CREATE ROLE Ops WITH sqlread, DefaultProc; CREATE ROLE nobody; CREATE ROLE legacy WITH sysproc, adhoc");
+    assert_eq!(
+        msgs,
+        vec![
+            "role ops created with SQLREAD, DEFAULTPROC",
+            "role nobody created with no permissions",
+            "role legacy created with ADMIN, SQL"
+        ]
+    );
+    assert_eq!(cat.role_permissions("OPS"), Some(Permissions::SQLREAD.union(Permissions::DEFAULTPROC)));
+    assert!(fails(&mut cat, "CREATE ROLE ops").contains("already exists"));
+    assert!(fails(&mut cat, "CREATE ROLE administrator").contains("already exists"));
+    assert!(fails(&mut cat, "CREATE ROLE r WITH everything").contains("unknown permission EVERYTHING"));
+    apply(&mut cat, "CREATE PROCEDURE GetT ALLOW ops, OPS, user PARTITION ON TABLE t COLUMN id AS SELECT id FROM t WHERE id = ?");
+    assert_eq!(cat.procedure("gett").unwrap().allow, vec!["ops".to_string(), "user".to_string()]);
+    apply(&mut cat, "PARTITION PROCEDURE GetT ON TABLE t COLUMN id PARAMETER 0");
+    assert_eq!(cat.procedure("gett").unwrap().allow, vec!["ops".to_string(), "user".to_string()]);
+    assert!(fails(&mut cat, "CREATE PROCEDURE P2 ALLOW ghosts AS SELECT 1").contains("role ghosts, which does not exist"));
+    assert!(fails(&mut cat, "DROP ROLE ops").contains("allowed on procedures GetT"));
+    assert!(fails(&mut cat, "DROP ROLE user").contains("built in"));
+    assert_eq!(apply(&mut cat, "DROP PROCEDURE GetT; DROP ROLE Ops"), vec!["procedure GetT dropped", "role ops dropped"]);
+    assert_eq!(cat.role_permissions("ops"), None);
+    assert!(fails(&mut cat, "DROP ROLE ops").contains("does not exist"));
+    assert_eq!(apply(&mut cat, "DROP ROLE IF EXISTS ops; DROP ROLE ops IF EXISTS").len(), 2);
+}

@@ -18,8 +18,8 @@ pub use invocation::{
     PROCEDURE_NAME_MAX_BYTES,
 };
 pub use login::{
-    decode_login_request, decode_login_response, encode_login_request, encode_login_response, HashScheme, LoginCode, LoginError,
-    LoginRequest, LoginResponse, LoginSuccess,
+    decode_login_request, decode_login_response, encode_login_request, encode_login_response, from_hex, to_hex, HashScheme, LoginCode,
+    LoginError, LoginRequest, LoginResponse, LoginSuccess,
 };
 pub use params::{decode_params, decode_params_typed, encode_params, encode_params_typed, PARAM_COUNT_MAX};
 pub use response::{decode_response, encode_response, response_handle, status, Response};

@@ -35,6 +35,50 @@ impl HashScheme {
             HashScheme::Sha256 => 1,
         }
     }
+
+    /// The scheme's name, as in configuration files and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            HashScheme::Sha1 => "sha1",
+            HashScheme::Sha256 => "sha256",
+        }
+    }
+
+    /// H(data): what a client sends for the password `data` (`digest_len` bytes).
+    pub fn hash(self, data: &[u8]) -> Vec<u8> {
+        use sha1::Digest as _;
+        match self {
+            HashScheme::Sha1 => sha1::Sha1::digest(data).to_vec(),
+            HashScheme::Sha256 => sha2::Sha256::digest(data).to_vec(),
+        }
+    }
+
+    /// What a server keeps for `password`, as VoltDB's does: H(H(password)), in lower-case
+    /// hex. It is not what a client sends, so a stolen file does not log anyone in.
+    pub fn stored_hex(self, password: &str) -> String {
+        to_hex(&self.hash(&self.hash(password.as_bytes())))
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    s
+}
+
+/// The bytes of a hex string (either case); None if it is not hex.
+pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = text.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    b.chunks_exact(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
 }
 
 /// A decoded login request.
@@ -261,6 +305,37 @@ mod tests {
         req.service = "export".into();
         assert_eq!(decode_login_request(&payload(&req)).unwrap_err().code, LoginCode::UnknownService);
         assert_eq!(decode_login_request(&[]).unwrap_err().code, LoginCode::ProtocolViolation);
+    }
+
+    fn hex(d: &[u8]) -> String {
+        to_hex(d)
+    }
+
+    #[test]
+    fn digests_are_the_known_ones() {
+        assert_eq!(hex(&HashScheme::Sha256.hash(b"")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(hex(&HashScheme::Sha256.hash(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(hex(&HashScheme::Sha1.hash(b"abc")), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        for s in [HashScheme::Sha1, HashScheme::Sha256] {
+            assert_eq!(s.hash(b"x").len(), s.digest_len());
+        }
+    }
+
+    #[test]
+    fn the_stored_form_is_the_digest_of_the_digest() {
+        for s in [HashScheme::Sha1, HashScheme::Sha256] {
+            let sent = s.hash(b"secret");
+            assert_eq!(s.stored_hex("secret"), hex(&s.hash(&sent)));
+            assert_ne!(s.stored_hex("secret"), hex(&sent));
+        }
+    }
+
+    #[test]
+    fn hex_round_trips_and_rejects_non_hex() {
+        assert_eq!(from_hex(&to_hex(&[0, 0xab, 0xff])).unwrap(), vec![0, 0xab, 0xff]);
+        assert_eq!(from_hex("ABcd").unwrap(), vec![0xab, 0xcd]);
+        assert!(from_hex("abc").is_none());
+        assert!(from_hex("zz").is_none());
     }
 
     #[test]

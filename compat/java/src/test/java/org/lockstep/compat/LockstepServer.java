@@ -34,6 +34,8 @@ public final class LockstepServer implements AutoCloseable {
 
     private final Path dataDir;
     private final Path logFile;
+    /** Flags added to every start of this server (security, TLS, a config file). */
+    private final List<String> extraArgs = new ArrayList<>();
     private Process process;
     private int port;
     /** Lines the current process printed on stdout. */
@@ -69,6 +71,16 @@ public final class LockstepServer implements AutoCloseable {
         return server;
     }
 
+    /** Starts a server with a fresh data directory and these extra flags. */
+    public static LockstepServer startWith(String name, List<String> args) throws IOException {
+        Path data = Files.createTempDirectory("lockstep-compat-" + name + "-").resolve("data");
+        Files.createDirectories(data.resolve("procedures"));
+        LockstepServer server = new LockstepServer(data);
+        server.extraArgs.addAll(args);
+        server.launch("127.0.0.1:0");
+        return server;
+    }
+
     public int port() {
         return port;
     }
@@ -84,8 +96,10 @@ public final class LockstepServer implements AutoCloseable {
     }
 
     private void launch(String listen) throws IOException {
-        ProcessBuilder pb = new ProcessBuilder(binary().toString(), "server", "--listen", listen,
-                "--data", dataDir.toString(), "--sites", Integer.toString(SITES));
+        List<String> command = new ArrayList<>(List.of(binary().toString(), "server", "--listen", listen,
+                "--data", dataDir.toString(), "--sites", Integer.toString(SITES)));
+        command.addAll(extraArgs);
+        ProcessBuilder pb = new ProcessBuilder(command);
         pb.redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
         process = pb.start();
         BufferedReader out = new BufferedReader(
