@@ -4,9 +4,13 @@
 //! See README.md for the Lua API procedures see. The engine implements [`TxnHost`] and owns
 //! one [`LuaRuntime`] per site thread.
 
+mod bytecode;
 mod convert;
 mod errors;
+mod freeze;
+mod meter;
 mod output;
+mod pattern;
 mod raw_result;
 mod raw_stmt;
 mod result_obj;

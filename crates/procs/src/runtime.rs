@@ -33,6 +33,9 @@ pub struct Proc {
     /// The name as first loaded, for error messages.
     name: String,
     body: Function,
+    /// How many parameters the body declares, when it takes exactly that many (not `...`):
+    /// a call passing another number is refused, as VoltDB refuses it. Read once here.
+    fixed_params: Option<usize>,
 }
 
 /// The Lua stored-procedure runtime of one thread. Not `Send`: create it on its thread.
@@ -134,6 +137,12 @@ fn count_instructions(lua: &Lua, shared: &Rc<Shared>, budget: u64) -> mlua::Resu
     })
 }
 
+/// VoltDB's answer to a call with the wrong number of parameters (GRACEFUL_FAILURE, in its
+/// words).
+fn wrong_param_count(name: &str, expected: usize, received: usize) -> Error {
+    Error::graceful(format!("PROCEDURE {name} EXPECTS {expected} PARAMS, BUT RECEIVED {received}"))
+}
+
 fn internal(e: mlua::Error) -> Error {
     Error::unexpected(format!("Lua runtime: {}", lua_message(&e)))
 }
@@ -183,7 +192,14 @@ impl LuaRuntime {
         let shared = self.shared.clone();
         let slot = PrepareSlot::set(&shared, prepare);
         // A module's top level is always counted: loads are rare and have no host to restart.
-        let returned = self.counted(|_| chunk.call::<LuaValue>(()))?;
+        // Freezing is part of the load: what the body reaches becomes read-only.
+        let returned = self.counted(|rt| {
+            let returned = chunk.call::<LuaValue>(())?;
+            if let LuaValue::Function(body) = &returned {
+                rt.sandbox.freeze(body)?;
+            }
+            Ok::<_, mlua::Error>(returned)
+        })?;
         drop(slot);
         let fatal = self.shared.take_fatal();
         let body = match (returned, fatal) {
@@ -198,7 +214,9 @@ impl LuaRuntime {
             (Ok(_), Some(fatal)) => return Err(self.error(name, Some(fatal), &mlua::Error::RuntimeError(String::new()))),
             (Err(e), fatal) => return Err(self.error(name, fatal, &e)),
         };
-        let proc = Rc::new(Proc { name: name.to_string(), body });
+        let info = body.info();
+        let fixed_params = (!info.is_vararg).then_some(usize::from(info.num_params));
+        let proc = Rc::new(Proc { name: name.to_string(), body, fixed_params });
         self.procs.insert(name.to_ascii_lowercase(), proc.clone());
         Ok(proc)
     }
@@ -227,6 +245,11 @@ impl LuaRuntime {
     pub fn call_proc(&mut self, proc: &Proc, params: &[Value], ctx: &CallContext, host: &mut dyn TxnHost) -> Result<ProcOutput> {
         if params.len() > CALL_PARAMS_MAX {
             return Err(Error::graceful(format!("procedure {}: {} parameters; the limit is {CALL_PARAMS_MAX}", proc.name, params.len())));
+        }
+        if let Some(expected) = proc.fixed_params {
+            if params.len() != expected {
+                return Err(wrong_param_count(&proc.name, expected, params.len()));
+            }
         }
         let watch = self.watch.clone();
         if let Some(done) = self.attempt(proc, params, ctx, host, watch.as_deref()) {
@@ -306,6 +329,12 @@ impl LuaRuntime {
     /// How many calls ran past their time limit and ran again counted.
     pub fn reruns(&self) -> u64 {
         self.reruns
+    }
+
+    /// The Lua state (tests force garbage collections through it).
+    #[cfg(test)]
+    pub(crate) fn lua(&self) -> &Lua {
+        &self.lua
     }
 
     fn error(&self, procedure: &str, fatal: Option<Fatal>, err: &mlua::Error) -> Error {

@@ -139,6 +139,19 @@ impl Shared {
         }
     }
 
+    /// Adds `units` (VM instructions, or work counted as such: see `meter`) to the call's
+    /// count; false once the count is past the budget.
+    pub(crate) fn charge(&self, units: u64) -> bool {
+        let used = self.instructions.get().saturating_add(units);
+        self.instructions.set(used);
+        used <= self.instruction_budget
+    }
+
+    /// Whether a call is running (a host is lent), rather than a module loading.
+    pub(crate) fn in_call(&self) -> bool {
+        self.host.get().is_some()
+    }
+
     pub(crate) fn is_fatal(&self) -> bool {
         self.fatal.borrow().is_some()
     }

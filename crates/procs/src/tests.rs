@@ -213,7 +213,7 @@ end
     )
     .unwrap();
     let mut host = FakeHost::new(|stmt, _| Ok(ResultTable::scalar(if stmt == 0 { "A" } else { "B" }, stmt as i64)));
-    let out = call(&mut rt, "B", &[], &mut host).unwrap();
+    let out = call(&mut rt, "B", &[Value::Null], &mut host).unwrap();
     assert_eq!(out.tables, vec![ResultTable::scalar("B", 1), ResultTable::scalar("A", 0)]);
     assert_eq!(host.batches, vec![2]);
     assert_eq!(host.calls, vec![(0, vec![Value::Int(1)]), (1, vec![Value::from("two"), Value::Int(2)])]);
@@ -353,7 +353,7 @@ fn app_status_is_reported_and_reset_between_calls() {
     let mut host = FakeHost::modified();
     let out = call(&mut rt, "S", &[Value::Bool(true)], &mut host).unwrap();
     assert_eq!((out.app_status, out.app_status_string), (7, Some("seven".to_string())));
-    let out = call(&mut rt, "S", &[], &mut host).unwrap();
+    let out = call(&mut rt, "S", &[Value::Null], &mut host).unwrap();
     assert_eq!((out.app_status, out.app_status_string), (-128, None));
     let err = run("set_app_status(200)", &[]).unwrap_err();
     assert!(
@@ -616,7 +616,7 @@ fn errors_name_the_procedure_the_file_and_the_line() {
     let mut rt = runtime();
     load(&mut rt, "Vote", "local ins = sql 'INSERT INTO votes VALUES (?)'\nreturn function(t)\n  if t then return ins:exec(1) end\n  local x = nil\n  return x.field\nend").unwrap();
     let mut host = FakeHost::new(|_, _| Err(Error::constraint("duplicate key in VOTES")));
-    let err = call(&mut rt, "Vote", &[], &mut host).unwrap_err();
+    let err = call(&mut rt, "Vote", &[Value::Null], &mut host).unwrap_err();
     assert_eq!(err, Error::unexpected("procedure Vote: procedures/vote.lua:5: attempt to index a nil value (local 'x')"));
     // A failed statement keeps its kind, gets the location, and pcall cannot hide it.
     let err = call(&mut rt, "Vote", &[Value::Bool(true)], &mut host).unwrap_err();
@@ -676,6 +676,7 @@ end
         Value::Timestamp(77),
         Value::Null,
         Value::Array(vec![Value::Int(5), Value::Int(6)]),
+        Value::Null,
     ];
     let out = call(&mut rt, "Conv", &params, &mut host).unwrap();
     assert_eq!(
@@ -731,6 +732,26 @@ fn decimal_parameters_reach_lua_as_text_in_arrays_too() {
     );
 }
 
+#[test]
+fn a_call_with_the_wrong_number_of_parameters_is_refused_as_voltdb_refuses_it() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Vote",
+        "local ins = sql 'INSERT INTO votes VALUES (?, ?, ?)'\nreturn function(phone, contestant, max_votes)\n  return ins:exec(phone, contestant, max_votes)\nend",
+    )
+    .unwrap();
+    let mut host = FakeHost::modified();
+    for n in [0, 2, 4] {
+        let params = vec![Value::Int(1); n];
+        let err = call(&mut rt, "vote", &params, &mut host).unwrap_err();
+        assert_eq!(err, Error::graceful(format!("PROCEDURE Vote EXPECTS 3 PARAMS, BUT RECEIVED {n}")));
+    }
+    assert!(host.calls.is_empty(), "a refused call ran: {:?}", host.calls);
+    assert_eq!(call(&mut rt, "Vote", &[Value::Int(1), Value::Int(2), Value::Null], &mut host).unwrap().tables, vec![ResultTable::scalar("", 1)]);
+}
+
+/// A body declared with `...` takes any number of arguments.
 #[test]
 fn missing_and_extra_arguments_follow_lua_rules() {
     let out = run("local a, b = ...; return {a, b == nil, select('#', ...)}", &[Value::Int(1)]).unwrap();
@@ -856,8 +877,8 @@ end
     );
 }
 
-/// A result object lives as Lua keeps it: across calls while it is not returned, freed by
-/// the garbage collector, and unusable once an earlier call returned it.
+/// A result object lives as Lua keeps it during the call, is freed by the garbage
+/// collector, and cannot be kept across calls: module-level state is read-only.
 #[test]
 fn query_results_live_until_collected_or_returned() {
     let mut rt = runtime();
@@ -866,12 +887,10 @@ fn query_results_live_until_collected_or_returned() {
         "Keep",
         r#"
 local q = sql "SELECT * FROM t WHERE k IN ?"
-local kept
 return function(mode)
-  if mode == "keep" then kept = q:query(7) return #kept end
+  local kept = q:query(7)
   if mode == "use" then return {kept[1].i, #kept, kept:columns()[1], kept[0] == nil, kept.nothing == nil} end
-  if mode == "return" then return kept end
-  if mode == "again" then return pcall(function() return #kept end) end
+  if mode == "return" then return kept, kept end
   if mode == "paths" then return q:query(7), q:query({7}), (pcall(q.query, 5, 7)) end
   for i = 1, 20000 do local r = q:query(7) end
 end
@@ -883,7 +902,6 @@ end
     let live = || crate::result_obj::HELD_COUNT.with(|n| n.get());
     let before = live();
     let mode = |m: &str| [Value::from(m)];
-    assert_eq!(call(&mut rt, "Keep", &mode("keep"), &mut host).unwrap().tables, vec![ResultTable::scalar("", 2)]);
     let used = call(&mut rt, "Keep", &mode("use"), &mut host).unwrap().tables;
     assert_eq!(
         used,
@@ -895,23 +913,26 @@ end
             one(DataType::TinyInt, Value::Int(1)),
         ]
     );
-    assert_eq!(call(&mut rt, "Keep", &mode("return"), &mut host).unwrap().tables, vec![every_type_table(dec)]);
-    let again = call(&mut rt, "Keep", &mode("again"), &mut host).unwrap().tables;
-    assert_eq!(again[0], one(DataType::TinyInt, Value::Int(0)));
-    assert_eq!(again[1], one(DataType::Varchar, Value::from("this result was already returned by an earlier call")));
-    let err = call(&mut rt, "Keep", &mode("return"), &mut host).unwrap_err();
-    assert!(err.message.contains("returned a result already returned by an earlier call"), "{}", err.message);
+    // Returned twice, it is copied.
+    assert_eq!(call(&mut rt, "Keep", &mode("return"), &mut host).unwrap().tables, vec![every_type_table(dec), every_type_table(dec)]);
 
     // The fast path (scalar arguments) and the slow one (an array) make equal results; a
     // call on something that is not a statement fails.
     let (paths, fast) = counting_fast_calls(|| call(&mut rt, "Keep", &mode("paths"), &mut host).unwrap().tables);
-    assert_eq!(fast, 1);
+    assert_eq!(fast, 2);
     assert_eq!(paths[..3], [every_type_table(dec), every_type_table(dec), one(DataType::TinyInt, Value::Int(0))]);
 
     // Twenty thousand results made and dropped: the collector frees them as it goes, and
     // closing the Lua state frees the rest.
     call(&mut rt, "Keep", &mode("churn"), &mut host).unwrap();
     assert!(live() - before < 10_000, "{} results still alive", live() - before);
+
+    // A module cannot keep a result for a later call, in a variable or in a table.
+    let err = load(&mut rt, "InVariable", "local q = sql 'SELECT 1'\nlocal kept\nreturn function()\n  kept = q:query()\nend").unwrap_err();
+    assert!(err.message.contains("procedures/invariable.lua:4: assigns to 'kept'"), "{}", err.message);
+    load(&mut rt, "InTable", "local q = sql 'SELECT 1'\nlocal box = {}\nreturn function()\n  box[1] = q:query()\nend").unwrap();
+    let err = call(&mut rt, "InTable", &[], &mut host).unwrap_err();
+    assert!(err.message.contains("procedures/intable.lua:4: cannot change field '1' of a module-level table"), "{}", err.message);
     drop(rt);
     assert_eq!(live(), before);
 }
@@ -1048,4 +1069,325 @@ end
         let err = run(&format!("return {code}"), &[]).unwrap_err();
         assert!(err.message.contains(needle), "{code}: {}", err.message);
     }
+}
+
+/// Runs `f` on a thread of its own and fails the test if it has not finished within two
+/// minutes: what it checks would otherwise hang the test run.
+fn finishes(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = done.send(());
+    });
+    if finished.recv_timeout(std::time::Duration::from_secs(120)).is_err() {
+        panic!("{what} did not finish (or its thread failed: see its panic above)");
+    }
+}
+
+#[test]
+fn finalizers_and_weak_tables_are_refused_and_the_runtime_keeps_working() {
+    finishes("the finalizer checks", || {
+        let mut rt = runtime();
+        let looping = "function() while true do end end";
+        for (code, needle) in [
+            (format!("setmetatable({{}}, {{__gc = {looping}}})"), "a metatable with __gc (a finalizer) is not allowed"),
+            ("setmetatable({}, {__gc = false})".to_string(), "__gc"),
+            ("setmetatable({}, {__mode = 'k'})".to_string(), "weak tables (__mode) are not allowed"),
+        ] {
+            let err = run(&code, &[]).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Unexpected, "{code}");
+            assert!(err.message.contains(&format!("procedures/p.lua:2: setmetatable: ")), "{code}: {}", err.message);
+            assert!(err.message.contains(needle), "{code}: {}", err.message);
+        }
+        // At module level too.
+        let err = load(&mut rt, "Gc", &format!("local t = setmetatable({{}}, {{__gc = {looping}}})\nreturn function() end")).unwrap_err();
+        assert!(err.message.contains("procedures/gc.lua:1: setmetatable: a metatable with __gc"), "{}", err.message);
+        // A __gc added after setmetatable marks nothing (Lua 5.4 marks objects for
+        // finalization in setmetatable only): collecting the table runs no finalizer.
+        load(
+            &mut rt,
+            "Late",
+            &format!("return function()\n  local mt = {{}}\n  local t = setmetatable({{}}, mt)\n  mt.__gc = {looping}\n  return 1\nend"),
+        )
+        .unwrap();
+        let mut host = FakeHost::modified();
+        assert_eq!(call(&mut rt, "Late", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 1)]);
+        rt.lua().gc_collect().unwrap();
+        rt.lua().gc_collect().unwrap();
+        // A module-level metatable that gained a __gc after its first use is refused later.
+        load(
+            &mut rt,
+            "Class",
+            &format!("local mt = {{}}\nlocal first = setmetatable({{}}, mt)\nmt.__gc = {looping}\nreturn function()\n  local t = setmetatable({{}}, mt)\n  return t\nend"),
+        )
+        .unwrap();
+        let err = call(&mut rt, "Class", &[], &mut host).unwrap_err();
+        assert!(err.message.contains("procedures/class.lua:5: setmetatable: a metatable with __gc"), "{}", err.message);
+        // The runtime keeps working.
+        load(&mut rt, "Ok", "return function() return 7 end").unwrap();
+        assert_eq!(call(&mut rt, "Ok", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 7)]);
+    });
+}
+
+/// `__close` handlers run with hooks on: the budget stops one that loops, counted or watched.
+#[test]
+fn a_looping_close_handler_is_stopped_by_the_budget() {
+    finishes("the __close checks", || {
+        let src = "return function()\n  local x <close> = setmetatable({}, {__close = function() while true do end end})\n  return 1\nend";
+        let config = LuaConfig { instruction_budget: 1_000_000, ..LuaConfig::default() };
+        for mut rt in [LuaRuntime::new(config).unwrap(), watched_runtime()] {
+            load(&mut rt, "Close", src).unwrap();
+            let err = call(&mut rt, "Close", &[], &mut FakeHost::modified()).unwrap_err();
+            assert!(err.message.starts_with("procedure Close exceeded its instruction budget"), "{}", err.message);
+        }
+    });
+}
+
+#[test]
+fn module_level_variables_cannot_be_assigned_by_the_body() {
+    let mut rt = runtime();
+    for (name, src, at) in [
+        ("Counter", "local n = 0\nreturn function()\n  n = n + 1\n  return n\nend", "procedures/counter.lua:3: assigns to 'n'"),
+        (
+            "Helper",
+            "local last\nlocal function remember(x)\n  last = x\nend\nreturn function(x)\n  remember(x)\n  return last\nend",
+            "procedures/helper.lua:3: assigns to 'last'",
+        ),
+        ("Env", "return function()\n  _ENV = {}\nend", "procedures/env.lua:2: assigns to '_ENV'"),
+        (
+            "Loaded",
+            "local bump = load('local n = 0 return function() n = n + 1 return n end', '=bump')()\nreturn function() return bump() end",
+            "bump:1: assigns to 'n'",
+        ),
+    ] {
+        let err = load(&mut rt, name, src).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unexpected, "{name}");
+        assert!(err.message.starts_with(&format!("procedure {name}: {at}, a variable of the module's top level")), "{}", err.message);
+        assert!(err.message.contains("keep changing state in the database"), "{}", err.message);
+        assert!(!rt.has(name));
+    }
+    // Variables of the body, and of functions the body or a helper calls, are per call.
+    load(
+        &mut rt,
+        "PerCall",
+        "local BASE = 10\nlocal function count_to(n)\n  local c = 0\n  for _ = 1, n do c = c + 1 end\n  return c\nend\n\
+         return function(n)\n  local total = BASE\n  local add = function(x) total = total + x end\n  add(count_to(n))\n  return total\nend",
+    )
+    .unwrap();
+    let mut host = FakeHost::modified();
+    for _ in 0..3 {
+        assert_eq!(call(&mut rt, "PerCall", &[Value::Int(5)], &mut host).unwrap().tables, vec![ResultTable::scalar("", 15)]);
+    }
+}
+
+#[test]
+fn module_level_tables_are_read_only_after_the_load_and_read_as_before() {
+    let mut rt = runtime();
+    let mut host = FakeHost::modified();
+    for (name, src, needle) in [
+        ("Tally", "local state = {n = 0}\nreturn function()\n  state.n = state.n + 1\n  return state.n\nend", "procedures/tally.lua:3: cannot change field 'n'"),
+        ("Cache", "local cache = {}\nreturn function(k)\n  cache[k] = 1\nend", "procedures/cache.lua:3: cannot change field 'x'"),
+        ("Deep", "local t = {inner = {1, 2}}\nreturn function()\n  t.inner[1] = 5\nend", "procedures/deep.lua:3: cannot change field '1'"),
+        ("Insert", "local list = {}\nreturn function()\n  table.insert(list, 1)\nend", "cannot change field '1'"),
+        ("Meta", "local t = {}\nreturn function()\n  setmetatable(t, {})\nend", "cannot change a protected metatable"),
+    ] {
+        load(&mut rt, name, src).unwrap();
+        let err = call(&mut rt, name, &[Value::from("x")][..usize::from(name == "Cache")], &mut host).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unexpected, "{name}");
+        assert!(err.message.contains(needle), "{name}: {}", err.message);
+        if name != "Meta" {
+            assert!(err.message.contains("module-level state is read-only once the module has loaded"), "{}", err.message);
+        }
+    }
+    // Reads see what the module built: indexing, #, pairs, ipairs, next, the raw functions,
+    // the table library, tables as keys, and identities.
+    load(
+        &mut rt,
+        "Reads",
+        r##"
+local KEY = {}
+local LIST = {10, 20, 30}
+local NAMES = {a = 1, b = 2, [KEY] = "by table"}
+local NESTED = {list = LIST}
+return function()
+  local sum, n = 0, 0
+  for _, v in ipairs(LIST) do sum = sum + v end
+  for k, v in pairs(NAMES) do n = n + 1 end
+  local m = 0
+  for k in next, NAMES do m = m + 1 end
+  return {#LIST, sum, n, m, NAMES[KEY], NESTED.list == LIST, rawget(LIST, 2), rawlen(LIST),
+          table.concat(LIST, ","), select("#", table.unpack(LIST)), next({}) == nil, next(LIST) ~= nil,
+          type(LIST), getmetatable(LIST) == false}
+end
+"##,
+    )
+    .unwrap();
+    let out = call(&mut rt, "Reads", &[], &mut host).unwrap().tables;
+    let ints = |v: i64| ResultTable::scalar("", v);
+    let yes = || one(DataType::TinyInt, Value::Int(1));
+    assert_eq!(
+        out,
+        vec![
+            ints(3),
+            ints(60),
+            ints(3),
+            ints(3),
+            one(DataType::Varchar, Value::from("by table")),
+            yes(),
+            ints(20),
+            ints(3),
+            one(DataType::Varchar, Value::from("10,20,30")),
+            ints(3),
+            yes(),
+            yes(),
+            one(DataType::Varchar, Value::from("table")),
+            yes(),
+        ]
+    );
+    // Rust reads module-level tables too: as an array parameter, as returned values, and
+    // in result_table (whose fast path still takes them).
+    let texts = load(
+        &mut rt,
+        "Rust",
+        r#"
+local q = sql "SELECT * FROM t WHERE k IN ?"
+local IDS = {7, 8}
+local NAMES = {"a"}
+local ROWS = {{1}, {2}}
+local CODES = {4, 5}
+return function(mode)
+  if mode == "param" then return q:exec(IDS) end
+  if mode == "codes" then return CODES end
+  return result_table(NAMES, ROWS)
+end
+"#,
+    )
+    .unwrap();
+    assert_eq!(texts.len(), 1);
+    call(&mut rt, "Rust", &[Value::from("param")], &mut host).unwrap();
+    assert_eq!(host.calls.last().unwrap().1, vec![Value::Array(vec![Value::Int(7), Value::Int(8)])]);
+    assert_eq!(call(&mut rt, "Rust", &[Value::from("codes")], &mut host).unwrap().tables, vec![ints(4), ints(5)]);
+    let (out, fast) = counting_fast_calls(|| call(&mut rt, "Rust", &[Value::from("rows")], &mut host).unwrap().tables);
+    assert_eq!(fast, 1);
+    let mut expected = ResultTable::with_columns(&[("a", DataType::BigInt)]);
+    expected.push(vec![Value::Int(1)]);
+    expected.push(vec![Value::Int(2)]);
+    assert_eq!(out, vec![expected]);
+}
+
+/// Classes kept by the module keep working: methods, metamethods, objects made per call
+/// (which may change) and objects made at load (which may not).
+#[test]
+fn module_level_classes_and_objects_keep_working() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Points",
+        r#"
+local Point = {}
+Point.__index = Point
+Point.__add = function(a, b) return Point.new(a.x + b.x, a.y + b.y) end
+Point.__tostring = function(p) return "(" .. p.x .. "," .. p.y .. ")" end
+function Point.new(x, y) return setmetatable({x = x, y = y}, Point) end
+function Point:sum() return self.x + self.y end
+local ORIGIN = Point.new(0, 0)
+local Memo = setmetatable({}, {__index = function(t, k) return k * 2 end})
+return function(a, b)
+  local p = Point.new(a, b)
+  p.x = p.x + 1
+  local q = p + ORIGIN
+  local changed = pcall(function() ORIGIN.x = 5 end)
+  local grew = pcall(function() Point.extra = 1 end)
+  return {p:sum(), ORIGIN:sum(), tostring(q), tostring(ORIGIN), getmetatable(p) == Point,
+          getmetatable(ORIGIN) == Point, changed, grew, Memo[21]}
+end
+"#,
+    )
+    .unwrap();
+    let out = call(&mut rt, "Points", &[Value::Int(1), Value::Int(2)], &mut FakeHost::modified()).unwrap().tables;
+    let yes = one(DataType::TinyInt, Value::Int(1));
+    let no = one(DataType::TinyInt, Value::Int(0));
+    assert_eq!(
+        out,
+        vec![
+            ResultTable::scalar("", 4),
+            ResultTable::scalar("", 0),
+            one(DataType::Varchar, Value::from("(2,2)")),
+            one(DataType::Varchar, Value::from("(0,0)")),
+            yes.clone(),
+            yes,
+            no.clone(),
+            no,
+            ResultTable::scalar("", 42),
+        ]
+    );
+}
+
+/// A call that runs past its watch limit runs again; since it can change nothing but the
+/// database (which the host undoes), the second run sees what the first did.
+#[test]
+fn a_call_run_again_never_shows_a_doubled_effect() {
+    let mut rt = watched_runtime();
+    load(
+        &mut rt,
+        "Work",
+        "local ins = sql [[INSERT INTO t VALUES (?)]]\nlocal LIMIT = {n = 3}\n\
+         return function(spin)\n  local seen = {}\n  for i = 1, LIMIT.n do seen[#seen + 1] = ins:exec(i) end\n  \
+         local x = 0\n  for i = 1, spin do x = x + 1 end\n  return #seen\nend",
+    )
+    .unwrap();
+    load(&mut rt, "Tally", "local state = {n = 0}\nreturn function(spin)\n  for i = 1, spin do end\n  state.n = state.n + 1\n  return state.n\nend")
+        .unwrap();
+    for round in 0..3 {
+        // 8 million loop turns take far longer than the 5 ms limit: the first run stops and
+        // the call runs again, counted.
+        let mut host = FakeHost::modified();
+        let reruns = rt.reruns();
+        let out = rt.call("Work", &[Value::Int(8_000_000)], &ctx(round), &mut host).unwrap();
+        assert_eq!(out.tables, vec![ResultTable::scalar("", 3)], "round {round}");
+        assert_eq!((host.restarts, rt.reruns() - reruns), (1, 1));
+        assert_eq!(host.calls.len(), 3);
+        // The counter procedure fails the same way in both runs, every time.
+        let err = rt.call("Tally", &[Value::Int(8_000_000)], &ctx(round), &mut host).unwrap_err();
+        assert!(err.message.contains("procedures/tally.lua:4: cannot change field 'n' of a module-level table"), "{}", err.message);
+    }
+}
+
+/// Every procedure of the kits under apps/ loads, and Voter's behave.
+#[test]
+fn the_kit_procedures_still_load_and_run() {
+    let apps = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../apps");
+    let mut loaded = 0;
+    let mut rt = runtime();
+    for app in std::fs::read_dir(&apps).unwrap() {
+        let dir = app.unwrap().path().join("procedures");
+        let Ok(files) = std::fs::read_dir(&dir) else { continue };
+        for file in files {
+            let path = file.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("lua") {
+                continue;
+            }
+            let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+            let src = std::fs::read_to_string(&path).unwrap();
+            let mut texts = Vec::new();
+            rt.load(&name, &path.display().to_string(), &src, &mut prepare_into(&mut texts)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            loaded += 1;
+        }
+    }
+    assert!(loaded >= 28, "only {loaded} kit procedures found under {}", apps.display());
+    // Initialize reads its module-level area codes and splits the names with gmatch.
+    let mut host = FakeHost::new(|stmt, _| {
+        Ok(if stmt == 0 {
+            let mut t = ResultTable::with_columns(&[("N", DataType::BigInt)]);
+            t.push(vec![Value::Int(0)]);
+            t
+        } else {
+            ResultTable::modified(1)
+        })
+    });
+    let out = call(&mut rt, "Initialize", &[Value::Int(2), Value::from("Edwina,Jessie,Ryan")], &mut host).unwrap();
+    assert_eq!(out.tables, vec![ResultTable::scalar("", 2)]);
+    assert_eq!(host.calls.len(), 1 + 2 + 289);
+    assert_eq!(host.calls[1], (1, vec![Value::from("Edwina"), Value::Int(1)]));
+    assert_eq!(host.calls[3], (2, vec![Value::Int(201), Value::from("NJ")]));
 }
