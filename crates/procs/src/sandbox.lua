@@ -203,28 +203,34 @@ end
 -- Calls `visit` on every table and function reachable from `root` through upvalues, table
 -- keys, values and metatables, once each, skipping what the sandbox owns.
 local function walk(root, visit)
-  local seen, stack = {}, { root }
+  local seen, stack = {}, {}
+  -- Only tables and functions are stacked: the stack stays as small as their count.
+  local function push(v)
+    local tv = type(v)
+    if (tv == "table" or tv == "function") and not seen[v] and not owned[v] then
+      seen[v] = true
+      stack[#stack + 1] = v
+    end
+  end
+  push(root)
   while stack[1] ~= nil do
     local v = stack[#stack]
     stack[#stack] = nil
     local tv = type(v)
-    if (tv == "table" or tv == "function") and not seen[v] and not owned[v] then
-      seen[v] = true
-      visit(v, tv)
-      if tv == "table" then
-        for k, x in next, v do
-          stack[#stack + 1] = k
-          stack[#stack + 1] = x
-        end
-        stack[#stack + 1] = raw.getmetatable(v)
-      elseif raw.function_kind(v) == "lua" then
-        local i = 1
-        while true do
-          local name, x = raw.upvalue(v, i)
-          if name == nil then break end
-          stack[#stack + 1] = x
-          i = i + 1
-        end
+    visit(v, tv)
+    if tv == "table" then
+      for k, x in next, v do
+        push(k)
+        push(x)
+      end
+      push(raw.getmetatable(v))
+    elseif raw.function_kind(v) == "lua" then
+      local i = 1
+      while true do
+        local name, x = raw.upvalue(v, i)
+        if name == nil then break end
+        push(x)
+        i = i + 1
       end
     end
   end

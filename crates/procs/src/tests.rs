@@ -1391,3 +1391,40 @@ fn the_kit_procedures_still_load_and_run() {
     assert_eq!(host.calls[1], (1, vec![Value::from("Edwina"), Value::Int(1)]));
     assert_eq!(host.calls[3], (2, vec![Value::Int(201), Value::from("NJ")]));
 }
+
+/// One procedure cannot take the heap its site's other procedures share: its module may keep
+/// only so much, and no call can keep anything.
+#[test]
+fn one_procedure_cannot_keep_the_heap_of_its_site() {
+    const LIMIT: usize = 4 * 1024 * 1024;
+    let config = LuaConfig { memory_limit_bytes: 64 * 1024 * 1024, procedure_memory_limit_bytes: LIMIT, ..LuaConfig::default() };
+    let mut rt = LuaRuntime::new(config).unwrap();
+    let mut host = FakeHost::modified();
+    load(&mut rt, "Small", "local t = {}\nfor i = 1, 1000 do t[i] = i end\nreturn function() return #t end").unwrap();
+    // A module building a large table is stopped while it loads, with a clear message.
+    let err = load(&mut rt, "Big", "local big = {}\nfor i = 1, 2e6 do big[i] = i end\nreturn function() return #big end").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Graceful);
+    assert_eq!(
+        err.message,
+        format!(
+            "procedure Big: its module needs more Lua memory than that while it loads; a procedure may keep {LIMIT} bytes \
+             (procedure_memory_limit_bytes): build large tables inside the body, or keep large data in the database"
+        )
+    );
+    assert!(!rt.has("Big"));
+    // A body that tries to keep what it builds across calls fails at the first write.
+    load(&mut rt, "Grow", "local kept = {}\nreturn function(n)\n  for i = 1, n do kept[i] = string.rep('x', 1000) end\nend").unwrap();
+    let err = call(&mut rt, "Grow", &[Value::Int(200_000)], &mut host).unwrap_err();
+    assert!(err.message.contains("procedures/grow.lua:3: cannot change field '1' of a module-level table"), "{}", err.message);
+    // The others keep working, and what each module keeps is reported.
+    assert_eq!(call(&mut rt, "Small", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 1000)]);
+    let memory = rt.procedure_memory();
+    assert_eq!(memory.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["Grow", "Small"]);
+    let small = memory[1].1;
+    assert!((16_000..LIMIT).contains(&small), "Small keeps {small} bytes");
+    // With no per-procedure limit the same module loads, and its size is reported.
+    let config = LuaConfig { procedure_memory_limit_bytes: 0, ..config };
+    let mut rt = LuaRuntime::new(config).unwrap();
+    load(&mut rt, "Big", "local big = {}\nfor i = 1, 2e6 do big[i] = i end\nreturn function() return #big end").unwrap();
+    assert!(rt.procedure_memory()[0].1 > 2_000_000 * 16, "{:?}", rt.procedure_memory());
+}
