@@ -8,6 +8,7 @@ mod bytecode;
 mod convert;
 mod errors;
 mod freeze;
+mod libs;
 mod meter;
 mod output;
 mod pattern;
@@ -21,6 +22,8 @@ mod shared;
 mod stmt;
 mod watch;
 
+#[cfg(test)]
+mod differential;
 #[cfg(test)]
 mod tests;
 

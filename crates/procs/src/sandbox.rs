@@ -57,6 +57,9 @@ impl Sandbox {
                 _ => None,
             })
         })?;
+        // The libraries' long-running functions charge the budget (see libs.rs): installed
+        // before the sandbox copies the libraries.
+        crate::libs::install(lua, shared)?;
         let raw = crate::freeze::helpers(lua, shared)?;
         let (base, new_env, freeze): (Table, Function, Function) =
             lua.load(include_str!("sandbox.lua")).set_name("=sandbox").call((is_fatal, random, field, raw))?;

@@ -179,11 +179,20 @@ extern "C" fn on_overtime_signal(_: libc::c_int) {
     }
 }
 
+/// The error a stopped call unwinds with.
+pub(crate) const STOP_MESSAGE: &std::ffi::CStr = c"the call ran past its time limit and will run again, counted";
+
+/// Whether the watchdog has stopped the call running on this thread: long library work
+/// (pattern matching) looks, since no hook runs inside a C function.
+pub(crate) fn stop_requested() -> bool {
+    STOPPED.get()
+}
+
 /// Raises an error at every instruction, so that no `pcall` keeps the call going.
 unsafe extern "C-unwind" fn stop(lua: *mut ffi::lua_State, _: *mut ffi::lua_Debug) {
     // SAFETY: a count hook may raise an error.
     unsafe {
-        ffi::lua_pushstring(lua, c"the call ran past its time limit and will run again, counted".as_ptr());
+        ffi::lua_pushstring(lua, STOP_MESSAGE.as_ptr());
         ffi::lua_error(lua);
     }
 }
