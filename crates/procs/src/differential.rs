@@ -109,7 +109,7 @@ fn same_gmatch(p: &Pair, s: &[u8], pat: &[u8], init: Option<i64>) {
 fn same_everywhere(p: &Pair, s: &[u8], pat: &[u8], init: Option<i64>) {
     for name in ["find", "match"] {
         for plain in [None, Some(true)] {
-            let mut args = |lua: &Lua| {
+            let args = |lua: &Lua| {
                 let mut a = vec![bytes(lua, s), bytes(lua, pat)];
                 if init.is_some() || plain.is_some() {
                     a.push(init.map_or(LuaValue::Nil, LuaValue::Integer));

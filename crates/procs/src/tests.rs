@@ -1428,3 +1428,98 @@ fn one_procedure_cannot_keep_the_heap_of_its_site() {
     load(&mut rt, "Big", "local big = {}\nfor i = 1, 2e6 do big[i] = i end\nreturn function() return #big end").unwrap();
     assert!(rt.procedure_memory()[0].1 > 2_000_000 * 16, "{:?}", rt.procedure_memory());
 }
+
+/// Work inside library functions, where no hook runs, counts against the budget: a
+/// pathological pattern ends with the budget error like a Lua loop, counted or watched,
+/// and pcall cannot catch it.
+#[test]
+fn a_pathological_pattern_ends_with_the_budget_error() {
+    finishes("the pattern checks", || {
+        let src = "return function(catch)\n  local s = string.rep('a', 3000)\n  if catch then return pcall(string.find, s, '(.-)(.-)(.-)(.-)x') end\n  return s:find('(.-)(.-)(.-)(.-)x')\nend";
+        let counted = LuaRuntime::new(LuaConfig { instruction_budget: 10_000_000, ..LuaConfig::default() }).unwrap();
+        for (mut rt, budget, restarts) in [(counted, 10_000_000, 0), (watched_runtime(), 25_000_000, 1)] {
+            load(&mut rt, "Slow", src).unwrap();
+            for catch in [false, true] {
+                let mut host = FakeHost::modified();
+                let err = rt.call("Slow", &[Value::Bool(catch)], &ctx(1), &mut host).unwrap_err();
+                assert_eq!(err.kind, ErrorKind::Graceful);
+                assert!(err.message.starts_with(&format!("procedure Slow exceeded its instruction budget of {budget} instructions")), "{}", err.message);
+                assert_eq!(host.restarts, restarts, "catch {catch}");
+            }
+            load(&mut rt, "Fine", "return function() return ('key = value'):match('(%w+)%s*=%s*(%w+)') end").unwrap();
+            let out = rt.call("Fine", &[], &ctx(2), &mut FakeHost::modified()).unwrap();
+            assert_eq!(out.tables, vec![one(DataType::Varchar, Value::from("key")), one(DataType::Varchar, Value::from("value"))]);
+        }
+    });
+}
+
+/// Library calls whose loops an argument, a length or a metamethod makes huge end with the
+/// budget error instead of spinning outside the hooks.
+#[test]
+fn library_loops_outside_the_hooks_are_charged() {
+    finishes("the library checks", || {
+        let mut rt = LuaRuntime::new(LuaConfig { instruction_budget: 10_000_000, ..LuaConfig::default() }).unwrap();
+        for (name, body) in [
+            ("Rep", "return #string.rep('', math.maxinteger)"),
+            // 80 entries whose border (#t) is 2^40 + 1.
+            ("Sparse", "local t = {true, true}\n  for i = 2, 40 do t[(1 << i) + 1] = true t[1 << i] = true end\n  table.insert(t, 1, 'x')"),
+            ("Remove", "local t = setmetatable({}, {__len = function() return math.maxinteger end})\n  table.remove(t, 1)"),
+            ("Concat", "return table.concat(setmetatable({}, {__index = table.concat}), '', 1, math.maxinteger)"),
+            ("Move", "table.move({}, 1, math.maxinteger, 2)"),
+            ("Sort", "local t = setmetatable({}, {__len = function() return 2^31 - 2 end, __index = rawlen, __newindex = rawequal})\n  table.sort(t)"),
+            ("Format", "local s = string.rep('x', 1e6)\n  for i = 1, 1e9 do local f = string.format('%s', s) end"),
+            ("Utf8", "local s = 'a' .. string.rep('\\x80', 1e6)\n  local step = utf8.codes(s)\n  for i = 1, 1e9 do step(s, 1) end"),
+            ("Plain", "local s = string.rep('a', 1e6)\n  for i = 1, 1e9 do s:find(string.rep('a', 1000) .. 'b', 1, true) end"),
+            ("Load", "local s = string.rep(' ', 1e6)\n  for i = 1, 1e9 do load(s) end"),
+        ] {
+            load(&mut rt, name, &format!("return function()\n  {body}\nend")).unwrap();
+            let err = call(&mut rt, name, &[], &mut FakeHost::modified()).expect_err(name);
+            assert!(err.message.starts_with(&format!("procedure {name} exceeded its instruction budget")), "{name}: {}", err.message);
+        }
+    });
+}
+
+/// table.sort chooses its pivots from the data, never the clock: equal elements end in the
+/// same order in every run. McIlroy's adversary (a comparator that decides values as it is
+/// asked) drives the sort into the badly split partitions where Lua's own sort draws a new
+/// pivot from the clock, after which the comparisons asked, and so the result, would vary.
+#[test]
+fn sorting_is_deterministic() {
+    let src = r#"
+return function()
+  local n = 1500
+  local val, gas, solid, candidate = {}, 1500, 0, nil
+  local ids = {}
+  for i = 1, n do ids[i] = i val[i] = gas end
+  table.sort(ids, function(x, y)
+    if val[x] == gas and val[y] == gas then
+      solid = solid + 1
+      if x == candidate then val[x] = solid else val[y] = solid end
+    end
+    if val[x] == gas then candidate = x elseif val[y] == gas then candidate = y end
+    return val[x] < val[y]
+  end)
+  return table.concat(ids, ",")
+end
+"#;
+    let sorted = || {
+        let mut rt = runtime();
+        load(&mut rt, "Sort", src).unwrap();
+        call(&mut rt, "Sort", &[], &mut FakeHost::modified()).unwrap().tables
+    };
+    let first = sorted();
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(sorted(), first);
+    }
+}
+
+#[test]
+fn a_module_cannot_keep_a_gmatch_iterator() {
+    let mut rt = runtime();
+    let err = load(&mut rt, "Words", "local words = string.gmatch('a b c', '%a+')\nreturn function() return words() end").unwrap_err();
+    assert!(err.message.starts_with("procedure Words: the module keeps a string.gmatch iterator"), "{}", err.message);
+    // Made inside the body, it is per call.
+    load(&mut rt, "Words", "local TEXT = 'a b c'\nreturn function()\n  local n = 0\n  for w in TEXT:gmatch('%a+') do n = n + 1 end\n  return n\nend").unwrap();
+    assert_eq!(call(&mut rt, "Words", &[], &mut FakeHost::modified()).unwrap().tables, vec![ResultTable::scalar("", 3)]);
+}
