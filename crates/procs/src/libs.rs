@@ -44,7 +44,9 @@ pub(crate) fn install(lua: &Lua, shared: &Rc<Shared>) -> mlua::Result<()> {
 
 unsafe fn install_raw(l: *mut ffi::lua_State, shared: *mut c_void) {
     ffi::lua_getglobal(l, c"string".as_ptr());
-    for (name, f) in [(c"find", pattern::find as CFunction), (c"match", pattern::match_), (c"gmatch", pattern::gmatch), (c"gsub", pattern::gsub)] {
+    for (name, f) in
+        [(c"find", pattern::find as CFunction), (c"match", pattern::match_), (c"gmatch", pattern::gmatch), (c"gsub", pattern::gsub)]
+    {
         set_closure(l, shared, name, f);
     }
     for (name, f) in [
@@ -223,11 +225,7 @@ unsafe extern "C-unwind" fn utf8_offset(l: *mut ffi::lua_State) -> c_int {
     let default = if n >= 0 { 1 } else { len as ffi::lua_Integer + 1 };
     let from = utf8_position(ffi::luaL_optinteger(l, 3, default), len);
     let results = call_wrapped(l);
-    let moved = if ffi::lua_isinteger(l, -1) != 0 {
-        ffi::lua_tointegerx(l, -1, std::ptr::null_mut()).abs_diff(from)
-    } else {
-        len as u64
-    };
+    let moved = if ffi::lua_isinteger(l, -1) != 0 { ffi::lua_tointegerx(l, -1, std::ptr::null_mut()).abs_diff(from) } else { len as u64 };
     meter::charge(l, moved / UTF8_BYTES_PER_INSTRUCTION);
     results
 }

@@ -680,7 +680,7 @@ pub(crate) unsafe extern "C-unwind" fn gsub(l: *mut ffi::lua_State) -> c_int {
         match end {
             Some(e) if e != last_match => {
                 n += 1;
-                changed = add_value(l, &mut m, &mut b, s, e, tr) | changed;
+                changed |= add_value(l, &mut m, &mut b, s, e, tr);
                 s = e;
                 last_match = e;
             }

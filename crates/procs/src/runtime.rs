@@ -240,7 +240,13 @@ impl LuaRuntime {
     }
 
     /// Compiles and runs the module chunk, then freezes what its body reaches: the body.
-    fn run_module(&mut self, name: &str, path: &str, source: &str, prepare: &mut dyn FnMut(&str) -> Result<StmtInfo>) -> Result<Function, Failed> {
+    fn run_module(
+        &mut self,
+        name: &str,
+        path: &str,
+        source: &str,
+        prepare: &mut dyn FnMut(&str) -> Result<StmtInfo>,
+    ) -> Result<Function, Failed> {
         let env = self.sandbox.new_env().map_err(|e| Failed::from_lua(internal, e))?;
         let chunk = self
             .lua

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
 use mlua::{AnyUserData, LightUserData, Lua, LuaString, MultiValue, Table, UserData, UserDataFields, Value as LuaValue};
 
-use crate::{convert, freeze};
 use crate::errors::{located, located_host_error};
 use crate::result_obj::{self, Held};
 use crate::shared::{Fatal, Shared};
+use crate::{convert, freeze};
 use crate::{raw_result, raw_stmt};
 
 /// Longest SQL text `sql()` accepts.

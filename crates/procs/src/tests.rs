@@ -748,7 +748,10 @@ fn a_call_with_the_wrong_number_of_parameters_is_refused_as_voltdb_refuses_it() 
         assert_eq!(err, Error::graceful(format!("PROCEDURE Vote EXPECTS 3 PARAMS, BUT RECEIVED {n}")));
     }
     assert!(host.calls.is_empty(), "a refused call ran: {:?}", host.calls);
-    assert_eq!(call(&mut rt, "Vote", &[Value::Int(1), Value::Int(2), Value::Null], &mut host).unwrap().tables, vec![ResultTable::scalar("", 1)]);
+    assert_eq!(
+        call(&mut rt, "Vote", &[Value::Int(1), Value::Int(2), Value::Null], &mut host).unwrap().tables,
+        vec![ResultTable::scalar("", 1)]
+    );
 }
 
 /// A body declared with `...` takes any number of arguments.
@@ -1096,7 +1099,7 @@ fn finalizers_and_weak_tables_are_refused_and_the_runtime_keeps_working() {
         ] {
             let err = run(&code, &[]).unwrap_err();
             assert_eq!(err.kind, ErrorKind::Unexpected, "{code}");
-            assert!(err.message.contains(&format!("procedures/p.lua:2: setmetatable: ")), "{code}: {}", err.message);
+            assert!(err.message.contains("procedures/p.lua:2: setmetatable: "), "{code}: {}", err.message);
             assert!(err.message.contains(needle), "{code}: {}", err.message);
         }
         // At module level too.
@@ -1185,7 +1188,11 @@ fn module_level_tables_are_read_only_after_the_load_and_read_as_before() {
     let mut rt = runtime();
     let mut host = FakeHost::modified();
     for (name, src, needle) in [
-        ("Tally", "local state = {n = 0}\nreturn function()\n  state.n = state.n + 1\n  return state.n\nend", "procedures/tally.lua:3: cannot change field 'n'"),
+        (
+            "Tally",
+            "local state = {n = 0}\nreturn function()\n  state.n = state.n + 1\n  return state.n\nend",
+            "procedures/tally.lua:3: cannot change field 'n'",
+        ),
         ("Cache", "local cache = {}\nreturn function(k)\n  cache[k] = 1\nend", "procedures/cache.lua:3: cannot change field 'x'"),
         ("Deep", "local t = {inner = {1, 2}}\nreturn function()\n  t.inner[1] = 5\nend", "procedures/deep.lua:3: cannot change field '1'"),
         ("Insert", "local list = {}\nreturn function()\n  table.insert(list, 1)\nend", "cannot change field '1'"),
@@ -1336,8 +1343,12 @@ fn a_call_run_again_never_shows_a_doubled_effect() {
          local x = 0\n  for i = 1, spin do x = x + 1 end\n  return #seen\nend",
     )
     .unwrap();
-    load(&mut rt, "Tally", "local state = {n = 0}\nreturn function(spin)\n  for i = 1, spin do end\n  state.n = state.n + 1\n  return state.n\nend")
-        .unwrap();
+    load(
+        &mut rt,
+        "Tally",
+        "local state = {n = 0}\nreturn function(spin)\n  for i = 1, spin do end\n  state.n = state.n + 1\n  return state.n\nend",
+    )
+    .unwrap();
     for round in 0..3 {
         // 8 million loop turns take far longer than the 5 ms limit: the first run stops and
         // the call runs again, counted.
@@ -1443,7 +1454,11 @@ fn a_pathological_pattern_ends_with_the_budget_error() {
                 let mut host = FakeHost::modified();
                 let err = rt.call("Slow", &[Value::Bool(catch)], &ctx(1), &mut host).unwrap_err();
                 assert_eq!(err.kind, ErrorKind::Graceful);
-                assert!(err.message.starts_with(&format!("procedure Slow exceeded its instruction budget of {budget} instructions")), "{}", err.message);
+                assert!(
+                    err.message.starts_with(&format!("procedure Slow exceeded its instruction budget of {budget} instructions")),
+                    "{}",
+                    err.message
+                );
                 assert_eq!(host.restarts, restarts, "catch {catch}");
             }
             load(&mut rt, "Fine", "return function() return ('key = value'):match('(%w+)%s*=%s*(%w+)') end").unwrap();
@@ -1520,6 +1535,11 @@ fn a_module_cannot_keep_a_gmatch_iterator() {
     let err = load(&mut rt, "Words", "local words = string.gmatch('a b c', '%a+')\nreturn function() return words() end").unwrap_err();
     assert!(err.message.starts_with("procedure Words: the module keeps a string.gmatch iterator"), "{}", err.message);
     // Made inside the body, it is per call.
-    load(&mut rt, "Words", "local TEXT = 'a b c'\nreturn function()\n  local n = 0\n  for w in TEXT:gmatch('%a+') do n = n + 1 end\n  return n\nend").unwrap();
+    load(
+        &mut rt,
+        "Words",
+        "local TEXT = 'a b c'\nreturn function()\n  local n = 0\n  for w in TEXT:gmatch('%a+') do n = n + 1 end\n  return n\nend",
+    )
+    .unwrap();
     assert_eq!(call(&mut rt, "Words", &[], &mut FakeHost::modified()).unwrap().tables, vec![ResultTable::scalar("", 3)]);
 }
