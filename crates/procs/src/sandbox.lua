@@ -83,11 +83,45 @@ base.xpcall = function(f, handler, ...)
     return handler(e)
   end, ...))
 end
+-- A metatable made during a call is copied when set: a field added to it afterwards does
+-- not reach the objects already given it. Lua reads __mode from the metatable at every
+-- collection, so without the copy `mt.__mode = "k"` after setmetatable would still make a
+-- weak table. The copy is kept, and reused while the table has the same fields;
+-- getmetatable gives back the table itself. (A module-level table cannot change: it is
+-- used as it is.)
+local copy_of = setmetatable({}, { __mode = "k" })
+local original_of = setmetatable({}, { __mode = "k" })
+
+local function same_fields(a, b)
+  local n = 0
+  for k, v in next, a do
+    if rawget(b, k) ~= v then return false end
+    n = n + 1
+  end
+  for _ in next, b do n = n - 1 end
+  return n == 0
+end
+
+local function snapshot(mt)
+  local copy = copy_of[mt]
+  if copy and same_fields(mt, copy) then return copy end
+  copy = {}
+  for k, v in next, mt do copy[k] = v end
+  copy_of[mt], original_of[copy] = copy, mt
+  return copy
+end
+
 base.setmetatable = function(t, mt)
   if type(mt) == "table" then
-    -- A module-level table used as a metatable: its contents hold the metamethods.
-    mt = frozen_real[mt] or mt
-    check_metatable(mt)
+    local real = frozen_real[mt]
+    if real then
+      -- A module-level table used as a metatable: its contents hold the metamethods.
+      check_metatable(real)
+      mt = real
+    else
+      check_metatable(mt)
+      mt = snapshot(mt)
+    end
   end
   return setmetatable(t, mt)
 end
@@ -96,7 +130,7 @@ base.getmetatable = function(...)
     error("bad argument #1 to 'getmetatable' (value expected)", 2)
   end
   local mt = getmetatable((...))
-  return proxy_of[mt] or mt
+  return proxy_of[mt] or original_of[mt] or mt
 end
 -- The raw functions see a frozen table's contents (its proxy holds none).
 base.rawget = function(t, k) return rawget(frozen_real[t] or t, k) end
@@ -263,7 +297,11 @@ local function proxy_meta(t, mt, proxy)
     return function(_, k) return next(t, k) end, self, nil
   end
   local protect = mt and rawget(mt, "__metatable")
-  if protect == nil then protect = (mt and proxy[mt]) or false end
+  if protect == nil then
+    -- What getmetatable gave for `t` during the load (the table given to setmetatable,
+    -- not its copy), as the module now sees it.
+    protect = (mt and (proxy[original_of[mt]] or proxy[mt])) or false
+  end
   fm.__metatable = protect
   fm[raw.frozen_key] = t
   return fm

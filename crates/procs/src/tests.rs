@@ -1132,6 +1132,37 @@ fn finalizers_and_weak_tables_are_refused_and_the_runtime_keeps_working() {
     });
 }
 
+/// Lua reads `__mode` from a metatable at every collection, so adding it after
+/// setmetatable would still make a weak table, whose contents depend on when the collector
+/// ran. The metatable a call sets is copied: later fields do not reach the object.
+#[test]
+fn a_mode_added_after_setmetatable_makes_no_weak_table() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Late",
+        r#"
+return function()
+  local mt = {}
+  local t = setmetatable({}, mt)
+  mt.__mode = "k"
+  t[{}] = true
+  for i = 1, 200000 do local garbage = {i} end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  mt.__mode = nil
+  mt.__index = function() return "late" end
+  local u = setmetatable({}, mt)
+  return n, getmetatable(t) == mt, t.x == nil, u.x
+end
+"#,
+    )
+    .unwrap();
+    let out = call(&mut rt, "Late", &[], &mut FakeHost::modified());
+    let yes = one(DataType::TinyInt, Value::Int(1));
+    assert_eq!(out.unwrap().tables, vec![ResultTable::scalar("", 1), yes.clone(), yes, one(DataType::Varchar, Value::from("late"))]);
+}
+
 /// `__close` handlers run with hooks on: the budget stops one that loops, counted or watched.
 #[test]
 fn a_looping_close_handler_is_stopped_by_the_budget() {
