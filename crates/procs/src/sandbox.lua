@@ -270,6 +270,11 @@ local function walk(root, visit)
   end
 end
 
+-- `#` and pairs() of a proxy, shared by all: they find the contents through frozen_real.
+local function proxy_len(self) return rawlen(frozen_real[self]) end
+local function proxy_next(self, k) return next(frozen_real[self], k) end
+local function proxy_pairs(self) return proxy_next, self, nil end
+
 -- The metatable of the proxy of `t`, whose own metatable is `mt` (or nil).
 local function proxy_meta(t, mt, proxy)
   local fm = {}
@@ -292,10 +297,8 @@ local function proxy_meta(t, mt, proxy)
     end
   end
   fm.__newindex = deny_module_write
-  fm.__len = (mt and rawget(mt, "__len")) or function() return rawlen(t) end
-  fm.__pairs = (mt and rawget(mt, "__pairs")) or function(self)
-    return function(_, k) return next(t, k) end, self, nil
-  end
+  fm.__len = (mt and rawget(mt, "__len")) or proxy_len
+  fm.__pairs = (mt and rawget(mt, "__pairs")) or proxy_pairs
   local protect = mt and rawget(mt, "__metatable")
   if protect == nil then
     -- What getmetatable gave for `t` during the load (the table given to setmetatable,
