@@ -94,7 +94,7 @@ impl Registry {
     pub fn new(scope: Scope, instruction_budget: u64, memory_limit_bytes: usize) -> Result<Self> {
         // A site can undo a call and run it again (its runner's `restart`); a coordinator's
         // call has fragments on other sites, so its instructions are always counted.
-        let config = LuaConfig { instruction_budget, memory_limit_bytes, restartable: scope == Scope::Site };
+        let config = LuaConfig { instruction_budget, memory_limit_bytes, restartable: scope == Scope::Site, ..LuaConfig::default() };
         Ok(Registry { scope, procs: NameMap::default(), recent: NameCache::default(), lua: LuaRuntime::new(config)? })
     }
 

@@ -45,6 +45,7 @@ pub(crate) fn scalar_to_lua(lua: &Lua, v: &Value) -> mlua::Result<LuaValue> {
 pub(crate) fn to_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result<Value, String> {
     match v {
         LuaValue::Table(t) => {
+            let t = crate::freeze::readable(t.clone());
             let len = t.raw_len();
             if len > ARRAY_PARAM_LEN_MAX {
                 return Err(format!("parameter {pos} is an array of {len} values; the limit is {ARRAY_PARAM_LEN_MAX}"));

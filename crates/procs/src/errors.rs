@@ -78,7 +78,7 @@ pub(crate) fn call_error(
         Some(Fatal::Host(e)) => e.context(format_args!("procedure {procedure}")),
         Some(Fatal::Budget) => Error::graceful(format!(
             "procedure {procedure} exceeded its instruction budget of {instruction_budget} \
-             instructions (an endless loop?)"
+             instructions (an endless loop, or a pattern or library call doing too much work?)"
         )),
         Some(Fatal::Memory) => memory_error(procedure, memory_limit_bytes),
         None if matches!(err, mlua::Error::MemoryError(_)) => memory_error(procedure, memory_limit_bytes),

@@ -4,9 +4,14 @@
 //! See README.md for the Lua API procedures see. The engine implements [`TxnHost`] and owns
 //! one [`LuaRuntime`] per site thread.
 
+mod bytecode;
 mod convert;
 mod errors;
+mod freeze;
+mod libs;
+mod meter;
 mod output;
+mod pattern;
 mod raw_result;
 mod raw_stmt;
 mod result_obj;
@@ -17,6 +22,8 @@ mod shared;
 mod stmt;
 mod watch;
 
+#[cfg(test)]
+mod differential;
 #[cfg(test)]
 mod tests;
 
@@ -91,15 +98,27 @@ pub struct LuaConfig {
     /// The host can undo a call (`TxnHost::restart`). Calls then run watched: timed, not
     /// counted, and run again counted only when they run too long (see `watch.rs`).
     pub restartable: bool,
+    /// Heap one procedure's module may keep once loaded (its constants, statements and
+    /// functions, measured after a full collection), so that one procedure cannot take the
+    /// heap its site's other procedures share; 0 means no limit.
+    pub procedure_memory_limit_bytes: usize,
 }
 
 /// Default per-call instruction budget: roughly a second of pure Lua on a modern core.
 pub const INSTRUCTION_BUDGET_DEFAULT: u64 = 100_000_000;
 /// Default heap limit of one runtime (all loaded procedures and their garbage).
 pub const MEMORY_LIMIT_DEFAULT_BYTES: usize = 256 * 1024 * 1024;
+/// Default heap one procedure's module may keep: an eighth of the default heap limit, room
+/// for large constant tables.
+pub const PROCEDURE_MEMORY_LIMIT_DEFAULT_BYTES: usize = 32 * 1024 * 1024;
 
 impl Default for LuaConfig {
     fn default() -> Self {
-        LuaConfig { instruction_budget: INSTRUCTION_BUDGET_DEFAULT, memory_limit_bytes: MEMORY_LIMIT_DEFAULT_BYTES, restartable: false }
+        LuaConfig {
+            instruction_budget: INSTRUCTION_BUDGET_DEFAULT,
+            memory_limit_bytes: MEMORY_LIMIT_DEFAULT_BYTES,
+            restartable: false,
+            procedure_memory_limit_bytes: PROCEDURE_MEMORY_LIMIT_DEFAULT_BYTES,
+        }
     }
 }

@@ -67,6 +67,7 @@ pub(crate) fn tables(procedure: &str, shared: &Shared, returned: MultiValue) -> 
                 return Err(out.bad("a bound statement (run it with batch)"));
             }
             LuaValue::Table(t) => {
+                let t = crate::freeze::readable(t);
                 let len = t.raw_len();
                 if len == 0 && t.clone().pairs::<LuaValue, LuaValue>().next().is_some() {
                     return Err(out.bad("a table that is not an array"));

@@ -16,6 +16,7 @@ use std::ffi::{c_int, CStr};
 use lockstep_core::{DataType, ResultTable, Value};
 use mlua::ffi;
 
+use crate::freeze::open_at;
 use crate::raw_stmt::{finish, Next};
 use crate::result_obj::{self, Held};
 use crate::shared::Fatal;
@@ -41,7 +42,10 @@ pub(crate) unsafe extern "C-unwind" fn result_table(l: *mut ffi::lua_State) -> c
 
 /// Parses the arguments and pushes the result object; never raises.
 unsafe fn make(l: *mut ffi::lua_State) -> Next {
-    let (Some(parsed), Some(shared)) = (parse(l), result_obj::shared(l)) else {
+    let Some(shared) = result_obj::shared(l).filter(|s| s.in_call()) else {
+        return Next::Slow;
+    };
+    let Some(parsed) = parse(l) else {
         return Next::Slow;
     };
     let mut table = ResultTable::new(built_columns(shared, &parsed.names, &parsed.types));
@@ -63,6 +67,11 @@ unsafe fn parse<'a>(l: *mut ffi::lua_State) -> Option<Parsed<'a>> {
     if ffi::lua_gettop(l) != 2 || ffi::lua_type(l, 1) != ffi::LUA_TTABLE || ffi::lua_type(l, 2) != ffi::LUA_TTABLE {
         return None;
     }
+    // A frozen module-level table is read through its contents; another table with a
+    // metatable goes to the slow path.
+    if !open_at(l, 1) || !open_at(l, 2) {
+        return None;
+    }
     let ncols = ffi::lua_rawlen(l, 1);
     if ncols == 0 || ncols > RESULT_COLUMNS_MAX {
         return None;
@@ -77,7 +86,7 @@ unsafe fn parse<'a>(l: *mut ffi::lua_State) -> Option<Parsed<'a>> {
     let mut rows = Vec::with_capacity(nrows);
     let mut types: Vec<Option<DataType>> = vec![None; ncols];
     for r in 1..=nrows {
-        if ffi::lua_rawgeti(l, 2, r as ffi::lua_Integer) != ffi::LUA_TTABLE {
+        if ffi::lua_rawgeti(l, 2, r as ffi::lua_Integer) != ffi::LUA_TTABLE || !open_at(l, -1) {
             ffi::lua_pop(l, 1);
             return None;
         }

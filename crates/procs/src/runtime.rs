@@ -33,6 +33,40 @@ pub struct Proc {
     /// The name as first loaded, for error messages.
     name: String,
     body: Function,
+    /// How many parameters the body declares, when it takes exactly that many (not `...`):
+    /// a call passing another number is refused, as VoltDB refuses it. Read once here.
+    fixed_params: Option<usize>,
+    /// The heap its module kept when it loaded.
+    memory_bytes: usize,
+}
+
+/// Why a module failed to load.
+enum Failed {
+    /// It ran out of Lua memory (the limit decides the message).
+    Memory,
+    Other(Error),
+}
+
+impl Failed {
+    fn from_lua(other: impl FnOnce(mlua::Error) -> Error, e: mlua::Error) -> Failed {
+        match e {
+            mlua::Error::MemoryError(_) => Failed::Memory,
+            e => Failed::Other(other(e)),
+        }
+    }
+}
+
+/// A module that keeps (or needs while it loads) more heap than a procedure may.
+fn module_too_big(name: &str, kept: Option<usize>, limit: usize) -> Error {
+    let what = match kept {
+        Some(n) => format!("keeps {n} bytes of Lua memory once loaded"),
+        None => "needs more Lua memory than that while it loads".to_string(),
+    };
+    Error::graceful(format!(
+        "procedure {name}: its module {what}; a procedure may keep {limit} bytes \
+         (procedure_memory_limit_bytes): build large tables inside the body, or keep large data \
+         in the database"
+    ))
 }
 
 /// The Lua stored-procedure runtime of one thread. Not `Send`: create it on its thread.
@@ -134,6 +168,12 @@ fn count_instructions(lua: &Lua, shared: &Rc<Shared>, budget: u64) -> mlua::Resu
     })
 }
 
+/// VoltDB's answer to a call with the wrong number of parameters (GRACEFUL_FAILURE, in its
+/// words).
+fn wrong_param_count(name: &str, expected: usize, received: usize) -> Error {
+    Error::graceful(format!("PROCEDURE {name} EXPECTS {expected} PARAMS, BUT RECEIVED {received}"))
+}
+
 fn internal(e: mlua::Error) -> Error {
     Error::unexpected(format!("Lua runtime: {}", lua_message(&e)))
 }
@@ -154,14 +194,19 @@ impl LuaRuntime {
                 None
             }
         };
-        shared.apply_heap_limit(&lua).map_err(internal)?;
+        shared.apply_heap_limit(&lua, None).map_err(internal)?;
         Ok(LuaRuntime { lua, shared, sandbox, procs: NameMap::default(), config, watch, reruns: 0 })
     }
 
     /// Loads (or replaces) procedure `name` from Lua source; `path` names the file in error
     /// messages. Runs the module chunk once: each `sql [[...]]` calls `prepare`. The chunk
-    /// must return the body function. On error the previous version (if any) stays loaded.
+    /// must return the body function, and what the body can reach is then frozen (see
+    /// `freeze` in sandbox.lua). On error the previous version (if any) stays loaded.
     /// Returns the procedure, for `call_proc`.
+    ///
+    /// What the module keeps is measured (after a full collection): more than
+    /// `procedure_memory_limit_bytes` fails the load, and while the module runs the heap
+    /// limit is lowered to that much above what was in use.
     pub fn load(&mut self, name: &str, path: &str, source: &str, prepare: &mut dyn FnMut(&str) -> Result<StmtInfo>) -> Result<Rc<Proc>> {
         if name.is_empty() || name.len() > PROC_NAME_MAX_BYTES {
             return Err(Error::graceful(format!("procedure name '{name}' must be 1 to {PROC_NAME_MAX_BYTES} bytes long")));
@@ -169,7 +214,40 @@ impl LuaRuntime {
         if source.len() > SOURCE_MAX_BYTES {
             return Err(Error::graceful(format!("procedure {name}: {path} is {} bytes; the limit is {SOURCE_MAX_BYTES}", source.len())));
         }
-        let env = self.sandbox.new_env().map_err(internal)?;
+        let limit = self.config.procedure_memory_limit_bytes;
+        let before = self.settled_memory()?;
+        let cap = (limit > 0).then(|| before.saturating_add(limit));
+        // Whether the lowered limit, not the site's, is the one a memory error ran into.
+        let capped = cap.is_some_and(|c| self.config.memory_limit_bytes == 0 || c < self.config.memory_limit_bytes);
+        self.shared.apply_heap_limit(&self.lua, cap).map_err(internal)?;
+        let loaded = self.run_module(name, path, source, prepare);
+        self.shared.apply_heap_limit(&self.lua, None).map_err(internal)?;
+        let body = match loaded {
+            Ok(body) => body,
+            Err(Failed::Memory) if capped => return Err(module_too_big(name, None, limit)),
+            Err(Failed::Memory) => return Err(self.error(name, Some(Fatal::Memory), &mlua::Error::RuntimeError(String::new()))),
+            Err(Failed::Other(e)) => return Err(e),
+        };
+        let kept = self.settled_memory()?.saturating_sub(before);
+        if limit > 0 && kept > limit {
+            return Err(module_too_big(name, Some(kept), limit));
+        }
+        let info = body.info();
+        let fixed_params = (!info.is_vararg).then_some(usize::from(info.num_params));
+        let proc = Rc::new(Proc { name: name.to_string(), body, fixed_params, memory_bytes: kept });
+        self.procs.insert(name.to_ascii_lowercase(), proc.clone());
+        Ok(proc)
+    }
+
+    /// Compiles and runs the module chunk, then freezes what its body reaches: the body.
+    fn run_module(
+        &mut self,
+        name: &str,
+        path: &str,
+        source: &str,
+        prepare: &mut dyn FnMut(&str) -> Result<StmtInfo>,
+    ) -> Result<Function, Failed> {
+        let env = self.sandbox.new_env().map_err(|e| Failed::from_lua(internal, e))?;
         let chunk = self
             .lua
             .load(source)
@@ -177,30 +255,51 @@ impl LuaRuntime {
             .set_environment(env)
             .set_mode(ChunkMode::Text)
             .into_function()
-            .map_err(|e| Error::graceful(format!("procedure {name}: {}", lua_message(&e))))?;
+            .map_err(|e| Failed::from_lua(|e| Error::graceful(format!("procedure {name}: {}", lua_message(&e))), e))?;
 
         self.shared.reset(CallContext::default());
         let shared = self.shared.clone();
         let slot = PrepareSlot::set(&shared, prepare);
         // A module's top level is always counted: loads are rare and have no host to restart.
-        let returned = self.counted(|_| chunk.call::<LuaValue>(()))?;
+        // Freezing is part of the load: what the body reaches becomes read-only.
+        let returned = self
+            .counted(|rt| {
+                let returned = chunk.call::<LuaValue>(())?;
+                if let LuaValue::Function(body) = &returned {
+                    rt.sandbox.freeze(body)?;
+                }
+                Ok::<_, mlua::Error>(returned)
+            })
+            .map_err(Failed::Other)?;
         drop(slot);
         let fatal = self.shared.take_fatal();
-        let body = match (returned, fatal) {
-            (Ok(LuaValue::Function(body)), None) => body,
-            (Ok(other), None) => {
-                return Err(Error::graceful(format!(
-                    "procedure {name}: {path} must end with `return function(...) ... end` (the \
-                     body), but it returned a {}",
-                    other.type_name()
-                )))
-            }
-            (Ok(_), Some(fatal)) => return Err(self.error(name, Some(fatal), &mlua::Error::RuntimeError(String::new()))),
-            (Err(e), fatal) => return Err(self.error(name, fatal, &e)),
-        };
-        let proc = Rc::new(Proc { name: name.to_string(), body });
-        self.procs.insert(name.to_ascii_lowercase(), proc.clone());
-        Ok(proc)
+        match (returned, fatal) {
+            (Ok(LuaValue::Function(body)), None) => Ok(body),
+            (Ok(other), None) => Err(Failed::Other(Error::graceful(format!(
+                "procedure {name}: {path} must end with `return function(...) ... end` (the \
+                 body), but it returned a {}",
+                other.type_name()
+            )))),
+            (_, Some(Fatal::Memory)) | (Err(mlua::Error::MemoryError(_)), None) => Err(Failed::Memory),
+            (Ok(_), Some(fatal)) => Err(Failed::Other(self.error(name, Some(fatal), &mlua::Error::RuntimeError(String::new())))),
+            (Err(e), fatal) => Err(Failed::Other(self.error(name, fatal, &e))),
+        }
+    }
+
+    /// The heap in use after a full collection. (Objects with finalizers, result objects
+    /// here, are freed by the next one: the figure may include a few of those.) A load
+    /// costs two collections, one on each side; a rebuild loads every procedure again.
+    fn settled_memory(&self) -> Result<usize> {
+        self.lua.gc_collect().map_err(internal)?;
+        Ok(self.lua.used_memory())
+    }
+
+    /// The heap each loaded procedure's module keeps, by name (as loaded), measured when it
+    /// loaded; sorted by name.
+    pub fn procedure_memory(&self) -> Vec<(String, usize)> {
+        let mut all: Vec<(String, usize)> = self.procs.values().map(|p| (p.name.clone(), p.memory_bytes)).collect();
+        all.sort();
+        all
     }
 
     /// Forgets procedure `name` (no-op when it is not loaded).
@@ -227,6 +326,11 @@ impl LuaRuntime {
     pub fn call_proc(&mut self, proc: &Proc, params: &[Value], ctx: &CallContext, host: &mut dyn TxnHost) -> Result<ProcOutput> {
         if params.len() > CALL_PARAMS_MAX {
             return Err(Error::graceful(format!("procedure {}: {} parameters; the limit is {CALL_PARAMS_MAX}", proc.name, params.len())));
+        }
+        if let Some(expected) = proc.fixed_params {
+            if params.len() != expected {
+                return Err(wrong_param_count(&proc.name, expected, params.len()));
+            }
         }
         let watch = self.watch.clone();
         if let Some(done) = self.attempt(proc, params, ctx, host, watch.as_deref()) {
@@ -306,6 +410,12 @@ impl LuaRuntime {
     /// How many calls ran past their time limit and ran again counted.
     pub fn reruns(&self) -> u64 {
         self.reruns
+    }
+
+    /// The Lua state (tests force garbage collections through it).
+    #[cfg(test)]
+    pub(crate) fn lua(&self) -> &Lua {
+        &self.lua
     }
 
     fn error(&self, procedure: &str, fatal: Option<Fatal>, err: &mlua::Error) -> Error {

@@ -25,6 +25,8 @@ pub(crate) fn libs() -> StdLib {
 pub(crate) struct Sandbox {
     /// Makes a fresh, empty procedure environment.
     new_env: Function,
+    /// Makes what a loaded body can reach read-only (see sandbox.lua).
+    freeze: Function,
 }
 
 impl Sandbox {
@@ -55,8 +57,12 @@ impl Sandbox {
                 _ => None,
             })
         })?;
-        let (base, new_env): (Table, Function) =
-            lua.load(include_str!("sandbox.lua")).set_name("=sandbox").call((is_fatal, random, field))?;
+        // The libraries' long-running functions charge the budget (see libs.rs): installed
+        // before the sandbox copies the libraries.
+        crate::libs::install(lua, shared)?;
+        let raw = crate::freeze::helpers(lua, shared)?;
+        let (base, new_env, freeze): (Table, Function, Function) =
+            lua.load(include_str!("sandbox.lua")).set_name("=sandbox").call((is_fatal, random, field, raw))?;
 
         let s = shared.clone();
         base.raw_set(
@@ -79,12 +85,18 @@ impl Sandbox {
             lua.create_function(move |lua, (code, text): (LuaValue, LuaValue)| set_app_status(lua, &s, code, text))?,
         )?;
         crate::stmt::register(lua, &base, shared)?;
-        Ok(Sandbox { new_env })
+        Ok(Sandbox { new_env, freeze })
     }
 
     /// A fresh environment for one procedure: reads fall through to the base, writes fail.
     pub(crate) fn new_env(&self) -> mlua::Result<Table> {
         self.new_env.call(())
+    }
+
+    /// Freezes the module state `body` reaches: its tables become read-only, and a function
+    /// assigning to a module-level variable is an error.
+    pub(crate) fn freeze(&self, body: &Function) -> mlua::Result<()> {
+        self.freeze.call(body)
     }
 }
 

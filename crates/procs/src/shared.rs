@@ -19,15 +19,14 @@ pub(crate) type LiveResults = RefCell<std::collections::HashSet<usize, foldhash:
 /// Restores the heap limit lifted by [`Shared::lift_heap_limit`] when dropped.
 pub(crate) struct HeapLimitLift<'a> {
     lua: &'a Lua,
+    /// The limit in force before the lift (a module load sets a lower one for a while).
     limit: usize,
 }
 
 impl<'a> HeapLimitLift<'a> {
-    /// Lifts `limit` (the limit in force; 0 for none) until the guard drops.
-    pub(crate) fn new(lua: &'a Lua, limit: usize) -> Self {
-        if limit > 0 {
-            let _ = lua.set_memory_limit(0);
-        }
+    /// Lifts the limit in force (when `limited`: a limit is configured) until the guard drops.
+    pub(crate) fn new(lua: &'a Lua, limited: bool) -> Self {
+        let limit = if limited { lua.set_memory_limit(0).unwrap_or(0) } else { 0 };
         HeapLimitLift { lua, limit }
     }
 }
@@ -103,11 +102,15 @@ impl Shared {
         }
     }
 
-    /// Sets the Lua heap limit (at start-up; a lift restores it by itself).
-    pub(crate) fn apply_heap_limit(&self, lua: &Lua) -> mlua::Result<()> {
-        if self.memory_limit_bytes > 0 {
-            lua.set_memory_limit(self.memory_limit_bytes)?;
-        }
+    /// Sets the Lua heap limit: the configured one, or the lower of it and `below` (while a
+    /// module loads). A lift restores whatever limit is in force by itself.
+    pub(crate) fn apply_heap_limit(&self, lua: &Lua, below: Option<usize>) -> mlua::Result<()> {
+        let limit = match (self.memory_limit_bytes, below) {
+            (configured, None) => configured,
+            (0, Some(b)) => b,
+            (configured, Some(b)) => configured.min(b),
+        };
+        lua.set_memory_limit(limit)?;
         Ok(())
     }
 
@@ -117,7 +120,7 @@ impl Shared {
     /// bounded by the rows it converts, and the limit is back before Lua code runs again, so
     /// a procedure over it still fails at its next allocation.
     pub(crate) fn lift_heap_limit<'a>(&self, lua: &'a Lua) -> HeapLimitLift<'a> {
-        HeapLimitLift::new(lua, self.memory_limit_bytes)
+        HeapLimitLift::new(lua, self.memory_limit_bytes > 0)
     }
 
     /// Resets everything a call or a load may have left behind, for a call in `call` (a
@@ -137,6 +140,19 @@ impl Shared {
         if slot.is_none() {
             *slot = Some(fatal);
         }
+    }
+
+    /// Adds `units` (VM instructions, or work counted as such: see `meter`) to the call's
+    /// count; false once the count is past the budget.
+    pub(crate) fn charge(&self, units: u64) -> bool {
+        let used = self.instructions.get().saturating_add(units);
+        self.instructions.set(used);
+        used <= self.instruction_budget
+    }
+
+    /// Whether a call is running (a host is lent), rather than a module loading.
+    pub(crate) fn in_call(&self) -> bool {
+        self.host.get().is_some()
     }
 
     pub(crate) fn is_fatal(&self) -> bool {

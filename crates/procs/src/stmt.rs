@@ -8,10 +8,10 @@ use std::sync::Arc;
 use lockstep_core::{DataType, ResultColumn, ResultTable, Value};
 use mlua::{AnyUserData, LightUserData, Lua, LuaString, MultiValue, Table, UserData, UserDataFields, Value as LuaValue};
 
-use crate::convert;
 use crate::errors::{located, located_host_error};
 use crate::result_obj::{self, Held};
 use crate::shared::{Fatal, Shared};
+use crate::{convert, freeze};
 use crate::{raw_result, raw_stmt};
 
 /// Longest SQL text `sql()` accepts.
@@ -142,6 +142,10 @@ impl Stmt {
     /// `stmt:bind(...)`: checks the arguments now (errors point at the bind), then keeps
     /// them in a plain table, or converted in a [`Bound`] when one is an array.
     fn bind(&self, lua: &Lua, ud: AnyUserData, args: MultiValue) -> mlua::Result<LuaValue> {
+        // A bound statement is a plain table: kept by the module, a call could change it.
+        if !self.shared.in_call() {
+            return Err(outside_body(lua));
+        }
         if args.iter().any(|a| matches!(a, LuaValue::Table(_))) {
             let params = self.params(lua, &args)?;
             return Ok(LuaValue::UserData(lua.create_userdata(Bound { id: self.id, params })?));
@@ -304,6 +308,7 @@ fn batch(lua: &Lua, shared: &Shared, args: MultiValue) -> mlua::Result<MultiValu
     let (items, as_array): (Vec<LuaValue>, bool) = match args.front() {
         // One table is the array form, unless it is itself a bound statement.
         Some(LuaValue::Table(t)) if args.len() == 1 && !is_bound(shared, t) => {
+            let t = freeze::readable(t.clone());
             let len = t.raw_len();
             if len > BATCH_LEN_MAX {
                 return Err(batch_too_long(lua, len));
@@ -396,9 +401,14 @@ fn batch_too_long(lua: &Lua, len: usize) -> mlua::Error {
 /// `result_table({"name", "count"}, {{"a", 1}, {"b", 2}})`: a result built in Lua. Column
 /// types come from the first non-nil value of each column (VARCHAR when all are nil).
 fn result_table(lua: &Lua, shared: &Shared, (names, rows): (LuaValue, LuaValue)) -> mlua::Result<AnyUserData> {
+    if !shared.in_call() {
+        // A result is consumed when a call returns it: the module cannot keep one.
+        return Err(located(lua, "result_table() runs only inside the procedure body, not while the module loads"));
+    }
     let (LuaValue::Table(names_table), LuaValue::Table(rows)) = (names, rows) else {
         return Err(located(lua, "result_table(names, rows) takes an array of column names and an array of rows"));
     };
+    let (names_table, rows) = (freeze::readable(names_table), freeze::readable(rows));
     let ncols = names_table.raw_len();
     if ncols == 0 || ncols > RESULT_COLUMNS_MAX {
         return Err(located(lua, format_args!("result_table() needs 1 to {RESULT_COLUMNS_MAX} column names")));
@@ -417,6 +427,7 @@ fn result_table(lua: &Lua, shared: &Shared, (names, rows): (LuaValue, LuaValue))
         let LuaValue::Table(row) = rows.raw_get::<LuaValue>(r)? else {
             return Err(located(lua, format_args!("result_table() row {r} is not an array")));
         };
+        let row = freeze::readable(row);
         let mut out = Vec::with_capacity(ncols);
         for c in 1..=ncols {
             let (v, ty) = convert::to_cell(&row.raw_get::<LuaValue>(c)?)

@@ -213,7 +213,7 @@ end
     )
     .unwrap();
     let mut host = FakeHost::new(|stmt, _| Ok(ResultTable::scalar(if stmt == 0 { "A" } else { "B" }, stmt as i64)));
-    let out = call(&mut rt, "B", &[], &mut host).unwrap();
+    let out = call(&mut rt, "B", &[Value::Null], &mut host).unwrap();
     assert_eq!(out.tables, vec![ResultTable::scalar("B", 1), ResultTable::scalar("A", 0)]);
     assert_eq!(host.batches, vec![2]);
     assert_eq!(host.calls, vec![(0, vec![Value::Int(1)]), (1, vec![Value::from("two"), Value::Int(2)])]);
@@ -353,7 +353,7 @@ fn app_status_is_reported_and_reset_between_calls() {
     let mut host = FakeHost::modified();
     let out = call(&mut rt, "S", &[Value::Bool(true)], &mut host).unwrap();
     assert_eq!((out.app_status, out.app_status_string), (7, Some("seven".to_string())));
-    let out = call(&mut rt, "S", &[], &mut host).unwrap();
+    let out = call(&mut rt, "S", &[Value::Null], &mut host).unwrap();
     assert_eq!((out.app_status, out.app_status_string), (-128, None));
     let err = run("set_app_status(200)", &[]).unwrap_err();
     assert!(
@@ -616,7 +616,7 @@ fn errors_name_the_procedure_the_file_and_the_line() {
     let mut rt = runtime();
     load(&mut rt, "Vote", "local ins = sql 'INSERT INTO votes VALUES (?)'\nreturn function(t)\n  if t then return ins:exec(1) end\n  local x = nil\n  return x.field\nend").unwrap();
     let mut host = FakeHost::new(|_, _| Err(Error::constraint("duplicate key in VOTES")));
-    let err = call(&mut rt, "Vote", &[], &mut host).unwrap_err();
+    let err = call(&mut rt, "Vote", &[Value::Null], &mut host).unwrap_err();
     assert_eq!(err, Error::unexpected("procedure Vote: procedures/vote.lua:5: attempt to index a nil value (local 'x')"));
     // A failed statement keeps its kind, gets the location, and pcall cannot hide it.
     let err = call(&mut rt, "Vote", &[Value::Bool(true)], &mut host).unwrap_err();
@@ -676,6 +676,7 @@ end
         Value::Timestamp(77),
         Value::Null,
         Value::Array(vec![Value::Int(5), Value::Int(6)]),
+        Value::Null,
     ];
     let out = call(&mut rt, "Conv", &params, &mut host).unwrap();
     assert_eq!(
@@ -731,6 +732,29 @@ fn decimal_parameters_reach_lua_as_text_in_arrays_too() {
     );
 }
 
+#[test]
+fn a_call_with_the_wrong_number_of_parameters_is_refused_as_voltdb_refuses_it() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Vote",
+        "local ins = sql 'INSERT INTO votes VALUES (?, ?, ?)'\nreturn function(phone, contestant, max_votes)\n  return ins:exec(phone, contestant, max_votes)\nend",
+    )
+    .unwrap();
+    let mut host = FakeHost::modified();
+    for n in [0, 2, 4] {
+        let params = vec![Value::Int(1); n];
+        let err = call(&mut rt, "vote", &params, &mut host).unwrap_err();
+        assert_eq!(err, Error::graceful(format!("PROCEDURE Vote EXPECTS 3 PARAMS, BUT RECEIVED {n}")));
+    }
+    assert!(host.calls.is_empty(), "a refused call ran: {:?}", host.calls);
+    assert_eq!(
+        call(&mut rt, "Vote", &[Value::Int(1), Value::Int(2), Value::Null], &mut host).unwrap().tables,
+        vec![ResultTable::scalar("", 1)]
+    );
+}
+
+/// A body declared with `...` takes any number of arguments.
 #[test]
 fn missing_and_extra_arguments_follow_lua_rules() {
     let out = run("local a, b = ...; return {a, b == nil, select('#', ...)}", &[Value::Int(1)]).unwrap();
@@ -856,8 +880,8 @@ end
     );
 }
 
-/// A result object lives as Lua keeps it: across calls while it is not returned, freed by
-/// the garbage collector, and unusable once an earlier call returned it.
+/// A result object lives as Lua keeps it during the call, is freed by the garbage
+/// collector, and cannot be kept across calls: module-level state is read-only.
 #[test]
 fn query_results_live_until_collected_or_returned() {
     let mut rt = runtime();
@@ -866,12 +890,10 @@ fn query_results_live_until_collected_or_returned() {
         "Keep",
         r#"
 local q = sql "SELECT * FROM t WHERE k IN ?"
-local kept
 return function(mode)
-  if mode == "keep" then kept = q:query(7) return #kept end
+  local kept = q:query(7)
   if mode == "use" then return {kept[1].i, #kept, kept:columns()[1], kept[0] == nil, kept.nothing == nil} end
-  if mode == "return" then return kept end
-  if mode == "again" then return pcall(function() return #kept end) end
+  if mode == "return" then return kept, kept end
   if mode == "paths" then return q:query(7), q:query({7}), (pcall(q.query, 5, 7)) end
   for i = 1, 20000 do local r = q:query(7) end
 end
@@ -883,7 +905,6 @@ end
     let live = || crate::result_obj::HELD_COUNT.with(|n| n.get());
     let before = live();
     let mode = |m: &str| [Value::from(m)];
-    assert_eq!(call(&mut rt, "Keep", &mode("keep"), &mut host).unwrap().tables, vec![ResultTable::scalar("", 2)]);
     let used = call(&mut rt, "Keep", &mode("use"), &mut host).unwrap().tables;
     assert_eq!(
         used,
@@ -895,23 +916,26 @@ end
             one(DataType::TinyInt, Value::Int(1)),
         ]
     );
-    assert_eq!(call(&mut rt, "Keep", &mode("return"), &mut host).unwrap().tables, vec![every_type_table(dec)]);
-    let again = call(&mut rt, "Keep", &mode("again"), &mut host).unwrap().tables;
-    assert_eq!(again[0], one(DataType::TinyInt, Value::Int(0)));
-    assert_eq!(again[1], one(DataType::Varchar, Value::from("this result was already returned by an earlier call")));
-    let err = call(&mut rt, "Keep", &mode("return"), &mut host).unwrap_err();
-    assert!(err.message.contains("returned a result already returned by an earlier call"), "{}", err.message);
+    // Returned twice, it is copied.
+    assert_eq!(call(&mut rt, "Keep", &mode("return"), &mut host).unwrap().tables, vec![every_type_table(dec), every_type_table(dec)]);
 
     // The fast path (scalar arguments) and the slow one (an array) make equal results; a
     // call on something that is not a statement fails.
     let (paths, fast) = counting_fast_calls(|| call(&mut rt, "Keep", &mode("paths"), &mut host).unwrap().tables);
-    assert_eq!(fast, 1);
+    assert_eq!(fast, 2);
     assert_eq!(paths[..3], [every_type_table(dec), every_type_table(dec), one(DataType::TinyInt, Value::Int(0))]);
 
     // Twenty thousand results made and dropped: the collector frees them as it goes, and
     // closing the Lua state frees the rest.
     call(&mut rt, "Keep", &mode("churn"), &mut host).unwrap();
     assert!(live() - before < 10_000, "{} results still alive", live() - before);
+
+    // A module cannot keep a result for a later call, in a variable or in a table.
+    let err = load(&mut rt, "InVariable", "local q = sql 'SELECT 1'\nlocal kept\nreturn function()\n  kept = q:query()\nend").unwrap_err();
+    assert!(err.message.contains("procedures/invariable.lua:4: assigns to 'kept'"), "{}", err.message);
+    load(&mut rt, "InTable", "local q = sql 'SELECT 1'\nlocal box = {}\nreturn function()\n  box[1] = q:query()\nend").unwrap();
+    let err = call(&mut rt, "InTable", &[], &mut host).unwrap_err();
+    assert!(err.message.contains("procedures/intable.lua:4: cannot change field '1' of a module-level table"), "{}", err.message);
     drop(rt);
     assert_eq!(live(), before);
 }
@@ -1048,4 +1072,505 @@ end
         let err = run(&format!("return {code}"), &[]).unwrap_err();
         assert!(err.message.contains(needle), "{code}: {}", err.message);
     }
+}
+
+/// Runs `f` on a thread of its own and fails the test if it has not finished within two
+/// minutes: what it checks would otherwise hang the test run.
+fn finishes(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = done.send(());
+    });
+    if finished.recv_timeout(std::time::Duration::from_secs(120)).is_err() {
+        panic!("{what} did not finish (or its thread failed: see its panic above)");
+    }
+}
+
+#[test]
+fn finalizers_and_weak_tables_are_refused_and_the_runtime_keeps_working() {
+    finishes("the finalizer checks", || {
+        let mut rt = runtime();
+        let looping = "function() while true do end end";
+        for (code, needle) in [
+            (format!("setmetatable({{}}, {{__gc = {looping}}})"), "a metatable with __gc (a finalizer) is not allowed"),
+            ("setmetatable({}, {__gc = false})".to_string(), "__gc"),
+            ("setmetatable({}, {__mode = 'k'})".to_string(), "weak tables (__mode) are not allowed"),
+        ] {
+            let err = run(&code, &[]).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Unexpected, "{code}");
+            assert!(err.message.contains("procedures/p.lua:2: setmetatable: "), "{code}: {}", err.message);
+            assert!(err.message.contains(needle), "{code}: {}", err.message);
+        }
+        // At module level too.
+        let err = load(&mut rt, "Gc", &format!("local t = setmetatable({{}}, {{__gc = {looping}}})\nreturn function() end")).unwrap_err();
+        assert!(err.message.contains("procedures/gc.lua:1: setmetatable: a metatable with __gc"), "{}", err.message);
+        // A __gc added after setmetatable marks nothing (Lua 5.4 marks objects for
+        // finalization in setmetatable only): collecting the table runs no finalizer.
+        load(
+            &mut rt,
+            "Late",
+            &format!("return function()\n  local mt = {{}}\n  local t = setmetatable({{}}, mt)\n  mt.__gc = {looping}\n  return 1\nend"),
+        )
+        .unwrap();
+        let mut host = FakeHost::modified();
+        assert_eq!(call(&mut rt, "Late", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 1)]);
+        rt.lua().gc_collect().unwrap();
+        rt.lua().gc_collect().unwrap();
+        // A module-level metatable that gained a __gc after its first use is refused later.
+        load(
+            &mut rt,
+            "Class",
+            &format!("local mt = {{}}\nlocal first = setmetatable({{}}, mt)\nmt.__gc = {looping}\nreturn function()\n  local t = setmetatable({{}}, mt)\n  return t\nend"),
+        )
+        .unwrap();
+        let err = call(&mut rt, "Class", &[], &mut host).unwrap_err();
+        assert!(err.message.contains("procedures/class.lua:5: setmetatable: a metatable with __gc"), "{}", err.message);
+        // The runtime keeps working.
+        load(&mut rt, "Ok", "return function() return 7 end").unwrap();
+        assert_eq!(call(&mut rt, "Ok", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 7)]);
+    });
+}
+
+/// Lua reads `__mode` from a metatable at every collection, so adding it after
+/// setmetatable would still make a weak table, whose contents depend on when the collector
+/// ran. The metatable a call sets is copied: later fields do not reach the object.
+#[test]
+fn a_mode_added_after_setmetatable_makes_no_weak_table() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Late",
+        r#"
+return function()
+  local mt = {}
+  local t = setmetatable({}, mt)
+  mt.__mode = "k"
+  t[{}] = true
+  for i = 1, 200000 do local garbage = {i} end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  mt.__mode = nil
+  mt.__index = function() return "late" end
+  local u = setmetatable({}, mt)
+  return n, getmetatable(t) == mt, t.x == nil, u.x
+end
+"#,
+    )
+    .unwrap();
+    let out = call(&mut rt, "Late", &[], &mut FakeHost::modified());
+    let yes = one(DataType::TinyInt, Value::Int(1));
+    assert_eq!(out.unwrap().tables, vec![ResultTable::scalar("", 1), yes.clone(), yes, one(DataType::Varchar, Value::from("late"))]);
+}
+
+/// `__close` handlers run with hooks on: the budget stops one that loops, counted or watched.
+#[test]
+fn a_looping_close_handler_is_stopped_by_the_budget() {
+    finishes("the __close checks", || {
+        let src = "return function()\n  local x <close> = setmetatable({}, {__close = function() while true do end end})\n  return 1\nend";
+        let config = LuaConfig { instruction_budget: 1_000_000, ..LuaConfig::default() };
+        for mut rt in [LuaRuntime::new(config).unwrap(), watched_runtime()] {
+            load(&mut rt, "Close", src).unwrap();
+            let err = call(&mut rt, "Close", &[], &mut FakeHost::modified()).unwrap_err();
+            assert!(err.message.starts_with("procedure Close exceeded its instruction budget"), "{}", err.message);
+        }
+    });
+}
+
+#[test]
+fn module_level_variables_cannot_be_assigned_by_the_body() {
+    let mut rt = runtime();
+    for (name, src, at) in [
+        ("Counter", "local n = 0\nreturn function()\n  n = n + 1\n  return n\nend", "procedures/counter.lua:3: assigns to 'n'"),
+        (
+            "Helper",
+            "local last\nlocal function remember(x)\n  last = x\nend\nreturn function(x)\n  remember(x)\n  return last\nend",
+            "procedures/helper.lua:3: assigns to 'last'",
+        ),
+        ("Env", "return function()\n  _ENV = {}\nend", "procedures/env.lua:2: assigns to '_ENV'"),
+        (
+            "Loaded",
+            "local bump = load('local n = 0 return function() n = n + 1 return n end', '=bump')()\nreturn function() return bump() end",
+            "bump:1: assigns to 'n'",
+        ),
+    ] {
+        let err = load(&mut rt, name, src).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unexpected, "{name}");
+        assert!(err.message.starts_with(&format!("procedure {name}: {at}, a variable of the module's top level")), "{}", err.message);
+        assert!(err.message.contains("keep changing state in the database"), "{}", err.message);
+        assert!(!rt.has(name));
+    }
+    // Variables of the body, and of functions the body or a helper calls, are per call.
+    load(
+        &mut rt,
+        "PerCall",
+        "local BASE = 10\nlocal function count_to(n)\n  local c = 0\n  for _ = 1, n do c = c + 1 end\n  return c\nend\n\
+         return function(n)\n  local total = BASE\n  local add = function(x) total = total + x end\n  add(count_to(n))\n  return total\nend",
+    )
+    .unwrap();
+    let mut host = FakeHost::modified();
+    for _ in 0..3 {
+        assert_eq!(call(&mut rt, "PerCall", &[Value::Int(5)], &mut host).unwrap().tables, vec![ResultTable::scalar("", 15)]);
+    }
+}
+
+#[test]
+fn module_level_tables_are_read_only_after_the_load_and_read_as_before() {
+    let mut rt = runtime();
+    let mut host = FakeHost::modified();
+    for (name, src, needle) in [
+        (
+            "Tally",
+            "local state = {n = 0}\nreturn function()\n  state.n = state.n + 1\n  return state.n\nend",
+            "procedures/tally.lua:3: cannot change field 'n'",
+        ),
+        ("Cache", "local cache = {}\nreturn function(k)\n  cache[k] = 1\nend", "procedures/cache.lua:3: cannot change field 'x'"),
+        ("Deep", "local t = {inner = {1, 2}}\nreturn function()\n  t.inner[1] = 5\nend", "procedures/deep.lua:3: cannot change field '1'"),
+        ("Insert", "local list = {}\nreturn function()\n  table.insert(list, 1)\nend", "cannot change field '1'"),
+        ("Meta", "local t = {}\nreturn function()\n  setmetatable(t, {})\nend", "cannot change a protected metatable"),
+    ] {
+        load(&mut rt, name, src).unwrap();
+        let err = call(&mut rt, name, &[Value::from("x")][..usize::from(name == "Cache")], &mut host).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unexpected, "{name}");
+        assert!(err.message.contains(needle), "{name}: {}", err.message);
+        if name != "Meta" {
+            assert!(err.message.contains("module-level state is read-only once the module has loaded"), "{}", err.message);
+        }
+    }
+    // Reads see what the module built: indexing, #, pairs, ipairs, next, the raw functions,
+    // the table library, tables as keys, and identities.
+    load(
+        &mut rt,
+        "Reads",
+        r##"
+local KEY = {}
+local LIST = {10, 20, 30}
+local NAMES = {a = 1, b = 2, [KEY] = "by table"}
+local NESTED = {list = LIST}
+return function()
+  local sum, n = 0, 0
+  for _, v in ipairs(LIST) do sum = sum + v end
+  for k, v in pairs(NAMES) do n = n + 1 end
+  local m = 0
+  for k in next, NAMES do m = m + 1 end
+  return {#LIST, sum, n, m, NAMES[KEY], NESTED.list == LIST, rawget(LIST, 2), rawlen(LIST),
+          table.concat(LIST, ","), select("#", table.unpack(LIST)), next({}) == nil, next(LIST) ~= nil,
+          type(LIST), getmetatable(LIST) == false}
+end
+"##,
+    )
+    .unwrap();
+    let out = call(&mut rt, "Reads", &[], &mut host).unwrap().tables;
+    let ints = |v: i64| ResultTable::scalar("", v);
+    let yes = || one(DataType::TinyInt, Value::Int(1));
+    assert_eq!(
+        out,
+        vec![
+            ints(3),
+            ints(60),
+            ints(3),
+            ints(3),
+            one(DataType::Varchar, Value::from("by table")),
+            yes(),
+            ints(20),
+            ints(3),
+            one(DataType::Varchar, Value::from("10,20,30")),
+            ints(3),
+            yes(),
+            yes(),
+            one(DataType::Varchar, Value::from("table")),
+            yes(),
+        ]
+    );
+    // Rust reads module-level tables too: as an array parameter, as returned values, and
+    // in result_table (whose fast path still takes them).
+    let texts = load(
+        &mut rt,
+        "Rust",
+        r#"
+local q = sql "SELECT * FROM t WHERE k IN ?"
+local IDS = {7, 8}
+local NAMES = {"a"}
+local ROWS = {{1}, {2}}
+local CODES = {4, 5}
+return function(mode)
+  if mode == "param" then return q:exec(IDS) end
+  if mode == "codes" then return CODES end
+  return result_table(NAMES, ROWS)
+end
+"#,
+    )
+    .unwrap();
+    assert_eq!(texts.len(), 1);
+    call(&mut rt, "Rust", &[Value::from("param")], &mut host).unwrap();
+    assert_eq!(host.calls.last().unwrap().1, vec![Value::Array(vec![Value::Int(7), Value::Int(8)])]);
+    assert_eq!(call(&mut rt, "Rust", &[Value::from("codes")], &mut host).unwrap().tables, vec![ints(4), ints(5)]);
+    let (out, fast) = counting_fast_calls(|| call(&mut rt, "Rust", &[Value::from("rows")], &mut host).unwrap().tables);
+    assert_eq!(fast, 1);
+    let mut expected = ResultTable::with_columns(&[("a", DataType::BigInt)]);
+    expected.push(vec![Value::Int(1)]);
+    expected.push(vec![Value::Int(2)]);
+    assert_eq!(out, vec![expected]);
+}
+
+/// Classes kept by the module keep working: methods, metamethods, objects made per call
+/// (which may change) and objects made at load (which may not).
+#[test]
+fn module_level_classes_and_objects_keep_working() {
+    let mut rt = runtime();
+    load(
+        &mut rt,
+        "Points",
+        r#"
+local Point = {}
+Point.__index = Point
+Point.__add = function(a, b) return Point.new(a.x + b.x, a.y + b.y) end
+Point.__tostring = function(p) return "(" .. p.x .. "," .. p.y .. ")" end
+function Point.new(x, y) return setmetatable({x = x, y = y}, Point) end
+function Point:sum() return self.x + self.y end
+local ORIGIN = Point.new(0, 0)
+local Memo = setmetatable({}, {__index = function(t, k) return k * 2 end})
+return function(a, b)
+  local p = Point.new(a, b)
+  p.x = p.x + 1
+  local q = p + ORIGIN
+  local changed = pcall(function() ORIGIN.x = 5 end)
+  local grew = pcall(function() Point.extra = 1 end)
+  return {p:sum(), ORIGIN:sum(), tostring(q), tostring(ORIGIN), getmetatable(p) == Point,
+          getmetatable(ORIGIN) == Point, changed, grew, Memo[21]}
+end
+"#,
+    )
+    .unwrap();
+    let out = call(&mut rt, "Points", &[Value::Int(1), Value::Int(2)], &mut FakeHost::modified()).unwrap().tables;
+    let yes = one(DataType::TinyInt, Value::Int(1));
+    let no = one(DataType::TinyInt, Value::Int(0));
+    assert_eq!(
+        out,
+        vec![
+            ResultTable::scalar("", 4),
+            ResultTable::scalar("", 0),
+            one(DataType::Varchar, Value::from("(2,2)")),
+            one(DataType::Varchar, Value::from("(0,0)")),
+            yes.clone(),
+            yes,
+            no.clone(),
+            no,
+            ResultTable::scalar("", 42),
+        ]
+    );
+}
+
+/// A call that runs past its watch limit runs again; since it can change nothing but the
+/// database (which the host undoes), the second run sees what the first did.
+#[test]
+fn a_call_run_again_never_shows_a_doubled_effect() {
+    let mut rt = watched_runtime();
+    load(
+        &mut rt,
+        "Work",
+        "local ins = sql [[INSERT INTO t VALUES (?)]]\nlocal LIMIT = {n = 3}\n\
+         return function(spin)\n  local seen = {}\n  for i = 1, LIMIT.n do seen[#seen + 1] = ins:exec(i) end\n  \
+         local x = 0\n  for i = 1, spin do x = x + 1 end\n  return #seen\nend",
+    )
+    .unwrap();
+    load(
+        &mut rt,
+        "Tally",
+        "local state = {n = 0}\nreturn function(spin)\n  for i = 1, spin do end\n  state.n = state.n + 1\n  return state.n\nend",
+    )
+    .unwrap();
+    for round in 0..3 {
+        // 8 million loop turns take far longer than the 5 ms limit: the first run stops and
+        // the call runs again, counted.
+        let mut host = FakeHost::modified();
+        let reruns = rt.reruns();
+        let out = rt.call("Work", &[Value::Int(8_000_000)], &ctx(round), &mut host).unwrap();
+        assert_eq!(out.tables, vec![ResultTable::scalar("", 3)], "round {round}");
+        assert_eq!((host.restarts, rt.reruns() - reruns), (1, 1));
+        assert_eq!(host.calls.len(), 3);
+        // The counter procedure fails the same way in both runs, every time.
+        let err = rt.call("Tally", &[Value::Int(8_000_000)], &ctx(round), &mut host).unwrap_err();
+        assert!(err.message.contains("procedures/tally.lua:4: cannot change field 'n' of a module-level table"), "{}", err.message);
+    }
+}
+
+/// Every procedure of the kits under apps/ loads, and Voter's behave.
+#[test]
+fn the_kit_procedures_still_load_and_run() {
+    let apps = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../apps");
+    let mut loaded = 0;
+    let mut rt = runtime();
+    for app in std::fs::read_dir(&apps).unwrap() {
+        let dir = app.unwrap().path().join("procedures");
+        let Ok(files) = std::fs::read_dir(&dir) else { continue };
+        for file in files {
+            let path = file.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("lua") {
+                continue;
+            }
+            let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+            let src = std::fs::read_to_string(&path).unwrap();
+            let mut texts = Vec::new();
+            rt.load(&name, &path.display().to_string(), &src, &mut prepare_into(&mut texts)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            loaded += 1;
+        }
+    }
+    assert!(loaded >= 28, "only {loaded} kit procedures found under {}", apps.display());
+    // Initialize reads its module-level area codes and splits the names with gmatch.
+    let mut host = FakeHost::new(|stmt, _| {
+        Ok(if stmt == 0 {
+            let mut t = ResultTable::with_columns(&[("N", DataType::BigInt)]);
+            t.push(vec![Value::Int(0)]);
+            t
+        } else {
+            ResultTable::modified(1)
+        })
+    });
+    let out = call(&mut rt, "Initialize", &[Value::Int(2), Value::from("Edwina,Jessie,Ryan")], &mut host).unwrap();
+    assert_eq!(out.tables, vec![ResultTable::scalar("", 2)]);
+    assert_eq!(host.calls.len(), 1 + 2 + 289);
+    assert_eq!(host.calls[1], (1, vec![Value::from("Edwina"), Value::Int(1)]));
+    assert_eq!(host.calls[3], (2, vec![Value::Int(201), Value::from("NJ")]));
+}
+
+/// One procedure cannot take the heap its site's other procedures share: its module may keep
+/// only so much, and no call can keep anything.
+#[test]
+fn one_procedure_cannot_keep_the_heap_of_its_site() {
+    const LIMIT: usize = 4 * 1024 * 1024;
+    let config = LuaConfig { memory_limit_bytes: 64 * 1024 * 1024, procedure_memory_limit_bytes: LIMIT, ..LuaConfig::default() };
+    let mut rt = LuaRuntime::new(config).unwrap();
+    let mut host = FakeHost::modified();
+    load(&mut rt, "Small", "local t = {}\nfor i = 1, 1000 do t[i] = i end\nreturn function() return #t end").unwrap();
+    // A module building a large table is stopped while it loads, with a clear message.
+    let err = load(&mut rt, "Big", "local big = {}\nfor i = 1, 2e6 do big[i] = i end\nreturn function() return #big end").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Graceful);
+    assert_eq!(
+        err.message,
+        format!(
+            "procedure Big: its module needs more Lua memory than that while it loads; a procedure may keep {LIMIT} bytes \
+             (procedure_memory_limit_bytes): build large tables inside the body, or keep large data in the database"
+        )
+    );
+    assert!(!rt.has("Big"));
+    // A body that tries to keep what it builds across calls fails at the first write.
+    load(&mut rt, "Grow", "local kept = {}\nreturn function(n)\n  for i = 1, n do kept[i] = string.rep('x', 1000) end\nend").unwrap();
+    let err = call(&mut rt, "Grow", &[Value::Int(200_000)], &mut host).unwrap_err();
+    assert!(err.message.contains("procedures/grow.lua:3: cannot change field '1' of a module-level table"), "{}", err.message);
+    // The others keep working, and what each module keeps is reported.
+    assert_eq!(call(&mut rt, "Small", &[], &mut host).unwrap().tables, vec![ResultTable::scalar("", 1000)]);
+    let memory = rt.procedure_memory();
+    assert_eq!(memory.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["Grow", "Small"]);
+    let small = memory[1].1;
+    assert!((16_000..LIMIT).contains(&small), "Small keeps {small} bytes");
+    // With no per-procedure limit the same module loads, and its size is reported.
+    let config = LuaConfig { procedure_memory_limit_bytes: 0, ..config };
+    let mut rt = LuaRuntime::new(config).unwrap();
+    load(&mut rt, "Big", "local big = {}\nfor i = 1, 2e6 do big[i] = i end\nreturn function() return #big end").unwrap();
+    assert!(rt.procedure_memory()[0].1 > 2_000_000 * 16, "{:?}", rt.procedure_memory());
+}
+
+/// Work inside library functions, where no hook runs, counts against the budget: a
+/// pathological pattern ends with the budget error like a Lua loop, counted or watched,
+/// and pcall cannot catch it.
+#[test]
+fn a_pathological_pattern_ends_with_the_budget_error() {
+    finishes("the pattern checks", || {
+        let src = "return function(catch)\n  local s = string.rep('a', 3000)\n  if catch then return pcall(string.find, s, '(.-)(.-)(.-)(.-)x') end\n  return s:find('(.-)(.-)(.-)(.-)x')\nend";
+        let counted = LuaRuntime::new(LuaConfig { instruction_budget: 10_000_000, ..LuaConfig::default() }).unwrap();
+        for (mut rt, budget, restarts) in [(counted, 10_000_000, 0), (watched_runtime(), 25_000_000, 1)] {
+            load(&mut rt, "Slow", src).unwrap();
+            for catch in [false, true] {
+                let mut host = FakeHost::modified();
+                let err = rt.call("Slow", &[Value::Bool(catch)], &ctx(1), &mut host).unwrap_err();
+                assert_eq!(err.kind, ErrorKind::Graceful);
+                assert!(
+                    err.message.starts_with(&format!("procedure Slow exceeded its instruction budget of {budget} instructions")),
+                    "{}",
+                    err.message
+                );
+                assert_eq!(host.restarts, restarts, "catch {catch}");
+            }
+            load(&mut rt, "Fine", "return function() return ('key = value'):match('(%w+)%s*=%s*(%w+)') end").unwrap();
+            let out = rt.call("Fine", &[], &ctx(2), &mut FakeHost::modified()).unwrap();
+            assert_eq!(out.tables, vec![one(DataType::Varchar, Value::from("key")), one(DataType::Varchar, Value::from("value"))]);
+        }
+    });
+}
+
+/// Library calls whose loops an argument, a length or a metamethod makes huge end with the
+/// budget error instead of spinning outside the hooks.
+#[test]
+fn library_loops_outside_the_hooks_are_charged() {
+    finishes("the library checks", || {
+        let mut rt = LuaRuntime::new(LuaConfig { instruction_budget: 10_000_000, ..LuaConfig::default() }).unwrap();
+        for (name, body) in [
+            ("Rep", "return #string.rep('', math.maxinteger)"),
+            // 80 entries whose border (#t) is 2^40 + 1.
+            ("Sparse", "local t = {true, true}\n  for i = 2, 40 do t[(1 << i) + 1] = true t[1 << i] = true end\n  table.insert(t, 1, 'x')"),
+            ("Remove", "local t = setmetatable({}, {__len = function() return math.maxinteger end})\n  table.remove(t, 1)"),
+            ("Concat", "return table.concat(setmetatable({}, {__index = table.concat}), '', 1, math.maxinteger)"),
+            ("Move", "table.move({}, 1, math.maxinteger, 2)"),
+            ("Sort", "local t = setmetatable({}, {__len = function() return 2^31 - 2 end, __index = rawlen, __newindex = rawequal})\n  table.sort(t)"),
+            ("Format", "local s = string.rep('x', 1e6)\n  for i = 1, 1e9 do local f = string.format('%s', s) end"),
+            ("Utf8", "local s = 'a' .. string.rep('\\x80', 1e6)\n  local step = utf8.codes(s)\n  for i = 1, 1e9 do step(s, 1) end"),
+            ("Plain", "local s = string.rep('a', 1e6)\n  for i = 1, 1e9 do s:find(string.rep('a', 1000) .. 'b', 1, true) end"),
+            ("Load", "local s = string.rep(' ', 1e6)\n  for i = 1, 1e9 do load(s) end"),
+        ] {
+            load(&mut rt, name, &format!("return function()\n  {body}\nend")).unwrap();
+            let err = call(&mut rt, name, &[], &mut FakeHost::modified()).expect_err(name);
+            assert!(err.message.starts_with(&format!("procedure {name} exceeded its instruction budget")), "{name}: {}", err.message);
+        }
+    });
+}
+
+/// table.sort chooses its pivots from the data, never the clock: equal elements end in the
+/// same order in every run. McIlroy's adversary (a comparator that decides values as it is
+/// asked) drives the sort into the badly split partitions where Lua's own sort draws a new
+/// pivot from the clock, after which the comparisons asked, and so the result, would vary.
+#[test]
+fn sorting_is_deterministic() {
+    let src = r#"
+return function()
+  local n = 1500
+  local val, gas, solid, candidate = {}, 1500, 0, nil
+  local ids = {}
+  for i = 1, n do ids[i] = i val[i] = gas end
+  table.sort(ids, function(x, y)
+    if val[x] == gas and val[y] == gas then
+      solid = solid + 1
+      if x == candidate then val[x] = solid else val[y] = solid end
+    end
+    if val[x] == gas then candidate = x elseif val[y] == gas then candidate = y end
+    return val[x] < val[y]
+  end)
+  return table.concat(ids, ",")
+end
+"#;
+    let sorted = || {
+        let mut rt = runtime();
+        load(&mut rt, "Sort", src).unwrap();
+        call(&mut rt, "Sort", &[], &mut FakeHost::modified()).unwrap().tables
+    };
+    let first = sorted();
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(sorted(), first);
+    }
+}
+
+#[test]
+fn a_module_cannot_keep_a_gmatch_iterator() {
+    let mut rt = runtime();
+    let err = load(&mut rt, "Words", "local words = string.gmatch('a b c', '%a+')\nreturn function() return words() end").unwrap_err();
+    assert!(err.message.starts_with("procedure Words: the module keeps a string.gmatch iterator"), "{}", err.message);
+    // Made inside the body, it is per call.
+    load(
+        &mut rt,
+        "Words",
+        "local TEXT = 'a b c'\nreturn function()\n  local n = 0\n  for w in TEXT:gmatch('%a+') do n = n + 1 end\n  return n\nend",
+    )
+    .unwrap();
+    assert_eq!(call(&mut rt, "Words", &[], &mut FakeHost::modified()).unwrap().tables, vec![ResultTable::scalar("", 3)]);
 }

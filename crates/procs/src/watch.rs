@@ -13,6 +13,21 @@
 //! instructions than its budget. A call that does not finish within it is reported as
 //! overtime: its host undoes it and it runs again, counting instructions, and that run
 //! decides the outcome.
+//!
+//! No hook runs inside a C function, so library functions whose work can be long charge it
+//! to the budget themselves and look at `stop_requested` as they go (`meter.rs`); the charge
+//! stays below the work's time at the bound above, so the argument holds for them too.
+//!
+//! Why running a call again is safe: the second run starts from exactly the state the first
+//! did. What the first run can have changed is (1) the database, which `TxnHost::restart`
+//! undoes; (2) Lua values it made, which nothing outside the call can reach afterwards;
+//! (3) its outputs in `Shared` (budget count, app status, `ctx.random`'s state), which every
+//! run resets. It cannot have changed the procedure's module: once a module has loaded,
+//! every table its body reaches is read-only and no function may assign to a module-level
+//! variable (`freeze` in sandbox.lua), a module cannot keep a stateful iterator, a bound
+//! statement or a result, and no code runs outside the call (finalizers are refused) or
+//! sees when the collector ran (weak tables are refused). The same holds for a call
+//! replayed from the command log after a crash.
 
 use std::cell::Cell;
 use std::ptr;
@@ -179,11 +194,20 @@ extern "C" fn on_overtime_signal(_: libc::c_int) {
     }
 }
 
+/// The error a stopped call unwinds with.
+pub(crate) const STOP_MESSAGE: &std::ffi::CStr = c"the call ran past its time limit and will run again, counted";
+
+/// Whether the watchdog has stopped the call running on this thread: long library work
+/// (pattern matching) looks, since no hook runs inside a C function.
+pub(crate) fn stop_requested() -> bool {
+    STOPPED.get()
+}
+
 /// Raises an error at every instruction, so that no `pcall` keeps the call going.
 unsafe extern "C-unwind" fn stop(lua: *mut ffi::lua_State, _: *mut ffi::lua_Debug) {
     // SAFETY: a count hook may raise an error.
     unsafe {
-        ffi::lua_pushstring(lua, c"the call ran past its time limit and will run again, counted".as_ptr());
+        ffi::lua_pushstring(lua, STOP_MESSAGE.as_ptr());
         ffi::lua_error(lua);
     }
 }
