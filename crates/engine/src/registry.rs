@@ -91,6 +91,11 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// What each Lua procedure's module keeps on this runtime's heap, in bytes.
+    pub fn procedure_memory(&self) -> Vec<(String, usize)> {
+        self.lua.procedure_memory()
+    }
+
     pub fn new(scope: Scope, instruction_budget: u64, memory_limit_bytes: usize) -> Result<Self> {
         // A site can undo a call and run it again (its runner's `restart`); a coordinator's
         // call has fragments on other sites, so its instructions are always counted.

@@ -14,6 +14,7 @@ use lockstep_storage::Partition;
 use crate::engine::{Call, Engine};
 use crate::name_cache::NameCache;
 use crate::outcome::{Outcome, Reply};
+use crate::registry::Registry;
 use crate::site::SiteMsg;
 use crate::sysprocs;
 
@@ -421,14 +422,16 @@ struct TableFigures {
 struct SiteFigures {
     procs: Vec<(String, ProcCounters)>,
     tables: Vec<TableFigures>,
+    /// What each Lua procedure's module keeps on the site's heap, in bytes.
+    modules: Vec<(String, usize)>,
 }
 
-fn site_figures(part: &Partition, procs: &ProcStats) -> SiteFigures {
+fn site_figures(part: &Partition, procs: &ProcStats, registry: &Registry) -> SiteFigures {
     let tables = part
         .tables()
         .map(|t| TableFigures { def: t.def().clone(), tuples: t.len() as u64, memory_bytes: t.memory_bytes() as u64 })
         .collect();
-    SiteFigures { procs: procs.snapshot(), tables }
+    SiteFigures { procs: procs.snapshot(), tables, modules: registry.procedure_memory() }
 }
 
 /// Estimated bytes of one index entry: its key values plus the tree's per-entry overhead.
@@ -456,10 +459,10 @@ pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
         }
         "LATENCY" => return reply(sync(vec![latency_table(&header, &shared.stats.latency.summary())])),
         "COMMANDLOG" => return reply(sync(vec![command_log_table(&header, engine)])),
-        "PROCEDURE" | "PROCEDUREPROFILE" | "TABLE" | "INDEX" | "MEMORY" => {}
+        "PROCEDURE" | "PROCEDUREPROFILE" | "PROCEDUREMEMORY" | "TABLE" | "INDEX" | "MEMORY" => {}
         other => {
             return reply(Outcome::error(Error::graceful(format!(
-                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS or TOPO"
+                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS or TOPO"
             ))))
         }
     }
@@ -473,6 +476,7 @@ pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
         let table = match selector.as_str() {
             "PROCEDURE" => procedure_table(&header, &sites, &mp),
             "PROCEDUREPROFILE" => procedure_profile_table(&header, &sites, &mp),
+            "PROCEDUREMEMORY" => procedure_memory_table(&header, &sites),
             "TABLE" => table_table(&header, &sites),
             "INDEX" => index_table(&header, &sites),
             _ => memory_table(&header, &sites),
@@ -481,7 +485,7 @@ pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
     });
     for site in 0..n {
         let g = gather.clone();
-        shared.send_site(site as u32, SiteMsg::Stats(Box::new(move |part, procs| g.put(site, site_figures(part, procs)))));
+        shared.send_site(site as u32, SiteMsg::Stats(Box::new(move |part, procs, registry| g.put(site, site_figures(part, procs, registry)))));
     }
 }
 
@@ -691,6 +695,21 @@ fn index_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
                 ]);
                 t.push(r);
             }
+        }
+    }
+    t
+}
+
+/// PROCEDUREMEMORY (Lockstep's own): what each Lua procedure's module keeps on each site's
+/// heap once loaded; a load over the per-procedure limit is refused.
+fn procedure_memory_table(h: &Header, sites: &[SiteFigures]) -> ResultTable {
+    use DataType::{BigInt as B, Varchar as V};
+    let mut t = table_with(Header::columns(true), &[("PROCEDURE", V), ("MODULE_BYTES", B)]);
+    for (i, s) in sites.iter().enumerate() {
+        for (name, bytes) in &s.modules {
+            let mut r = h.row(Some((i as i64, i as i64)));
+            r.extend([Value::from(name.as_str()), Value::Int(*bytes as i64)]);
+            t.push(r);
         }
     }
     t
