@@ -375,3 +375,115 @@ async fn partitions_serve_single_partition_calls_while_a_multi_partition_read_fi
     let joined = join.await.unwrap().expect("join");
     assert_eq!(joined.status, 1, "{:?}", joined.status_string);
 }
+
+/// `CREATE PROCEDURE` of an inline Lua source, partitioned on `table`'s column `k`.
+fn lua_procedure(name: &str, table: &str, source: &str) -> String {
+    format!("CREATE PROCEDURE {name} PARTITION ON TABLE {table} COLUMN k FROM FILE '{name}.lua' SOURCE $lua${source}$lua$")
+}
+
+async fn failure(client: &Client, proc: &str, params: Vec<Value>) -> String {
+    let r = client.call(proc, params).await.expect("call");
+    assert_ne!(r.status, 1, "{proc} must fail");
+    r.status_string.unwrap_or_default()
+}
+
+#[tokio::test]
+async fn procedures_cannot_keep_state_between_calls_and_replay_equals_what_was_acknowledged() {
+    let dir = TempDir::new("module-state");
+    let server = Server::start_with(&dir.0, &["--sites", "2", "--command-log", "sync"], "127.0.0.1:0");
+    let client = server.client().await;
+    adhoc(&client, "CREATE TABLE c (k BIGINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)").await;
+    adhoc(&client, "PARTITION TABLE c ON COLUMN k").await;
+    // A counter kept in a module-level variable is refused when the module loads...
+    let r = client
+        .call("@AdHoc", vec![Value::Str(lua_procedure("Tally", "c", "local n = 0 return function(k) n = n + 1 return n end").into())])
+        .await
+        .expect("call");
+    let msg = r.status_string.unwrap_or_default();
+    assert!(r.status != 1 && msg.contains("assigns to 'n'"), "{msg}");
+    // ...and one kept in a module-level table fails when it is written.
+    let cache = "local seen = {} return function(k) seen[k] = true return 1 end";
+    adhoc(&client, &lua_procedure("Remember", "c", cache)).await;
+    let msg = failure(&client, "Remember", vec![Value::Int(1)]).await;
+    assert!(msg.contains("of a module-level table"), "{msg}");
+    // State kept where it belongs, in a table, with a loop long enough that the watchdog
+    // stops the first run and the call runs again, counted: no effect happens twice.
+    let bump = "local get = sql [[SELECT n FROM c WHERE k = ?]] \
+        local put = sql [[UPSERT INTO c VALUES (?, ?)]] \
+        return function(k) local n = (get:values(k) or 0) + 1 put:exec(k, n) \
+        local x = 0 for i = 1, 3000000 do x = x + i end return n end";
+    adhoc(&client, &lua_procedure("Bump", "c", bump)).await;
+    for expected in 1..=12 {
+        let r = common::ok(&client, "Bump", vec![Value::Int(7)]).await;
+        assert_eq!(scalar(&r), Value::Int(expected), "each call adds exactly one");
+    }
+    let before = common::ok(&client, "@StateHash", vec![]).await.tables[0].rows.clone();
+    drop(client);
+    let pid = server.pid().to_string();
+    let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    drop(server);
+    let again = Server::start_with(&dir.0, &["--sites", "2"], "127.0.0.1:0");
+    let client = again.client().await;
+    assert_eq!(scalar(&adhoc(&client, "SELECT n FROM c WHERE k = 7").await), Value::Int(12));
+    assert_eq!(common::ok(&client, "@StateHash", vec![]).await.tables[0].rows, before, "replay must rebuild the acknowledged state");
+}
+
+#[tokio::test]
+async fn procedures_that_would_hang_or_misuse_a_partition_are_stopped_and_it_keeps_serving() {
+    let dir = TempDir::new("bad-procedures");
+    let server = Server::start(&dir.0, 1);
+    let client = server.client().await;
+    adhoc(&client, "CREATE TABLE v (k BIGINT NOT NULL PRIMARY KEY, a BIGINT, b BIGINT)").await;
+    adhoc(&client, "PARTITION TABLE v ON COLUMN k").await;
+    let finalizer = "return function(k) setmetatable({}, {__gc = function() while true do end end}) return 1 end";
+    adhoc(&client, &lua_procedure("Finalize", "v", finalizer)).await;
+    let msg = failure(&client, "Finalize", vec![Value::Int(1)]).await;
+    assert!(msg.contains("__gc"), "{msg}");
+    let pattern = "return function(k) return string.find(string.rep('a', 3000), '(.-)(.-)(.-)(.-)b') end";
+    adhoc(&client, &lua_procedure("Backtrack", "v", pattern)).await;
+    let msg = failure(&client, "Backtrack", vec![Value::Int(1)]).await;
+    assert!(msg.contains("exceeded its instruction budget"), "{msg}");
+    // VoltDB refuses a call whose parameter count does not match, and so do we.
+    let store = "local put = sql [[INSERT INTO v VALUES (?, ?, ?)]] return function(k, a, b) return put:exec(k, a, b) end";
+    adhoc(&client, &lua_procedure("Store", "v", store)).await;
+    let msg = failure(&client, "Store", vec![Value::Int(1), Value::Int(2)]).await;
+    assert!(msg.contains("PROCEDURE Store EXPECTS 3 PARAMS, BUT RECEIVED 2"), "{msg}");
+    assert_eq!(count(&client, "v").await, Value::Int(0), "the refused call stored nothing");
+    common::ok(&client, "Store", vec![Value::Int(1), Value::Int(2), Value::Int(3)]).await;
+    assert_eq!(count(&client, "v").await, Value::Int(1));
+    // What each module keeps is visible.
+    let memory = common::ok(&client, "@Statistics", vec![Value::Str("PROCEDUREMEMORY".into()), Value::Int(0)]).await;
+    let names: Vec<String> = memory.tables[0].rows.iter().map(|r| r[5].to_string()).collect();
+    assert!(names.iter().any(|n| n.eq_ignore_ascii_case("Store")), "{names:?}");
+}
+
+#[tokio::test]
+async fn one_statement_cannot_stop_the_server() {
+    let dir = TempDir::new("deep-sql");
+    let server = Server::start(&dir.0, 1);
+    let client = server.client().await;
+    adhoc(&client, "CREATE TABLE t (k INTEGER NOT NULL PRIMARY KEY)").await;
+    let chain = |op: &str| format!("1{}", format!(" {op} 1").repeat(33_000));
+    let statements = [
+        format!("SELECT {} FROM t", chain("+")),
+        format!("SELECT k FROM t WHERE {}", chain("AND")),
+        format!("SELECT k FROM t WHERE k = 1{}", " OR k = 1".repeat(33_000)),
+        format!("SELECT 'a'{} FROM t", " || 'a'".repeat(33_000)),
+        format!("SELECT {}1{} FROM t", "(".repeat(20_000), ")".repeat(20_000)),
+    ];
+    for sql in &statements {
+        for (proc, params) in [
+            ("@AdHoc", vec![Value::Str(sql.as_str().into())]),
+            ("@Explain", vec![Value::Str(sql.as_str().into())]),
+            ("@AdHoc", vec![Value::Str(format!("CREATE PROCEDURE Deep AS {sql}").into())]),
+            (
+                "@AdHoc",
+                vec![Value::Str(format!("CREATE VIEW deep (k, n) AS SELECT k, COUNT(*) FROM t WHERE {} GROUP BY k", chain("+")).into())],
+            ),
+        ] {
+            let r = client.call(proc, params).await.expect("the server must answer, not die");
+            assert_ne!(r.status, 1, "{proc} of a {}-byte statement", sql.len());
+        }
+    }
+    assert_eq!(client.call("@Ping", vec![]).await.expect("ping").status, 1);
+}

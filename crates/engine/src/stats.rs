@@ -485,7 +485,10 @@ pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
     });
     for site in 0..n {
         let g = gather.clone();
-        shared.send_site(site as u32, SiteMsg::Stats(Box::new(move |part, procs, registry| g.put(site, site_figures(part, procs, registry)))));
+        shared.send_site(
+            site as u32,
+            SiteMsg::Stats(Box::new(move |part, procs, registry| g.put(site, site_figures(part, procs, registry)))),
+        );
     }
 }
 
