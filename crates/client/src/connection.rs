@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use lockstep_wire::{
-    decode_frame, decode_login_response, encode_login_request, response_handle, LoginRequest, LoginResponse, LoginSuccess,
+    decode_frame, decode_login_response, encode_invocation, encode_login_request, response_handle, Invocation, LoginRequest, LoginResponse,
+    LoginSuccess,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -25,6 +26,11 @@ const LOGIN_RESPONSE_MAX_BYTES: usize = 64 * 1024;
 const TLS_ALERT_RECORD: u8 = 21;
 /// Frames gathered into one socket write, at most this many bytes (one syscall, many calls).
 const WRITE_BATCH_MAX_BYTES: usize = 256 * 1024;
+/// An idle connection is pinged this often, as VoltDB's client does, so a server's idle
+/// timeout never closes a connection that is only waiting (a shell at its prompt).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+/// The handle of keep-alive pings; calls take handles from 0 up, and the answer is dropped.
+const KEEPALIVE_HANDLE: i64 = i64::MIN + 1;
 /// Read buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Most room reserved at once for the rest of a large answer: a server announcing a huge
@@ -172,10 +178,20 @@ where
     }
 }
 
-/// Writes queued frames, gathering whatever is already queued into one write.
+/// Writes queued frames, gathering whatever is already queued into one write; pings the
+/// server when there has been nothing to write for `KEEPALIVE_INTERVAL`.
 async fn write_loop<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, pending: Arc<Shared>) {
     let mut batch = Vec::with_capacity(WRITE_BATCH_MAX_BYTES);
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = match rx.try_recv() {
+            Ok(frame) => frame,
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) => match tokio::time::timeout(KEEPALIVE_INTERVAL, rx.recv()).await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(_) => keepalive_frame(),
+            },
+        };
         // Let the other ready tasks run first: a call wakes this task at once (tokio runs a
         // woken task next), so without the yield every call would cost its own write, and on
         // loopback a write also wakes the server. After it, one write carries many calls.
@@ -201,6 +217,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Unbounded
     }
     // Every sender is gone: the client was dropped. Closing our half lets the server hang up.
     let _ = write.shutdown().await;
+}
+
+/// A `@Ping` whose answer nobody waits for (its handle is never a call's).
+fn keepalive_frame() -> Vec<u8> {
+    let mut frame = Vec::new();
+    // A fixed, valid invocation: encoding it cannot fail.
+    let _ = encode_invocation(&Invocation::new("@Ping", KEEPALIVE_HANDLE, Vec::new()), &mut frame);
+    frame
 }
 
 /// Bytes still to come of the frame at the front of `buf`, once its length prefix is in

@@ -317,3 +317,16 @@ async fn concurrent_all_partition_calls_cannot_deadlock_on_the_window() {
     }
     assert_eq!(client.in_flight(), 0);
 }
+
+#[tokio::test]
+async fn an_idle_connection_pings_the_server_so_its_idle_timeout_never_fires() {
+    // Everything but @Ping is answered by the mock itself; pings reach the test.
+    let others = mock::no_system_procs();
+    let auto: Auto = Arc::new(move |inv: &Invocation| if inv.procedure == "@Ping" { None } else { others(inv) });
+    let (_client, mut conn) = connect(auto, 10).await;
+    // Time stands still until every task waits; then it jumps to the next timer.
+    tokio::time::pause();
+    let ping = tokio::time::timeout(Duration::from_secs(120), conn.calls.recv()).await;
+    let ping = ping.expect("an idle connection must ping within its keep-alive interval").expect("a call");
+    assert_eq!(ping.procedure, "@Ping");
+}
