@@ -13,12 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub mod sql;
 
-/// Any input may use this much in one allocation (buffers of fixed size, catalogs).
-pub const ALLOC_BASE_BYTES: usize = 1024 * 1024;
-/// And this much more per byte of input (a decoded copy grows by doubling, a few times over).
-pub const ALLOC_PER_INPUT_BYTE: usize = 16;
-
-/// The largest single allocation allowed now; unlimited outside a target's body.
+/// The largest single allocation allowed now (`lockstep_wire::fuzzing::allocation_limit_bytes`
+/// of the input being run); unlimited outside a target's body.
 static ALLOC_LIMIT_BYTES: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// The system allocator, except that an allocation over the limit of the input being run
@@ -61,8 +57,7 @@ unsafe impl GlobalAlloc for LimitedAlloc {
 
 /// Runs `body` with allocations limited by the size of `data`.
 fn limited(data: &[u8], body: impl FnOnce(&[u8])) {
-    let limit = ALLOC_BASE_BYTES.saturating_add(data.len().saturating_mul(ALLOC_PER_INPUT_BYTE));
-    ALLOC_LIMIT_BYTES.store(limit, Ordering::Relaxed);
+    ALLOC_LIMIT_BYTES.store(lockstep_wire::fuzzing::allocation_limit_bytes(data.len()), Ordering::Relaxed);
     body(data);
     ALLOC_LIMIT_BYTES.store(usize::MAX, Ordering::Relaxed);
 }

@@ -14,6 +14,18 @@ use crate::{
     decode_params, decode_response, decode_table, encode_invocation_typed, encode_response, response_handle, ResponseView,
 };
 
+/// Any fuzz input may use this much in one allocation (buffers of fixed size, catalogs).
+pub const ALLOC_BASE_BYTES: usize = 1024 * 1024;
+/// And this much more per byte of input (a decoded copy grows by doubling, a few times over).
+pub const ALLOC_PER_INPUT_BYTE: usize = 16;
+
+/// The largest single allocation an input of `input_len` bytes justifies, for the fuzz
+/// targets and for the tests that replay their regressions: more means something reserved
+/// what a length field claimed before its bytes were there.
+pub fn allocation_limit_bytes(input_len: usize) -> usize {
+    ALLOC_BASE_BYTES.saturating_add(input_len.saturating_mul(ALLOC_PER_INPUT_BYTE))
+}
+
 /// How many decoders the first input byte chooses among.
 const DECODER_COUNT: u8 = 7;
 /// The smaller frame limit tried beside the real one (a login frame's, for example).

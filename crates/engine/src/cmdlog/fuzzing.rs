@@ -145,8 +145,10 @@ fn count_records(seg: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockstep_wire::fuzzing::allocation_limit_bytes;
+
     use crate::cmdlog::frame::put_frame;
-    use crate::cmdlog::testing::rec;
+    use crate::cmdlog::testing::{largest_allocation, rec};
 
     /// `fuzz/regressions/cmdlog` of the repository: every input that once broke the reader.
     fn regressions_dir() -> PathBuf {
@@ -154,16 +156,17 @@ mod tests {
     }
 
     #[test]
-    fn every_fuzz_regression_input_reads_without_a_panic() {
+    fn every_fuzz_regression_input_reads_without_a_panic_or_a_large_allocation() {
         let Ok(entries) = std::fs::read_dir(regressions_dir()) else {
             return;
         };
         for entry in entries {
             let path = entry.unwrap().path();
             let data = std::fs::read(&path).unwrap();
-            if std::panic::catch_unwind(|| read_log_from_bytes(&data)).is_err() {
-                panic!("fuzz regression {} fails again", path.display());
-            }
+            let (outcome, largest) = largest_allocation(|| std::panic::catch_unwind(|| read_log_from_bytes(&data)));
+            assert!(outcome.is_ok(), "fuzz regression {} fails again", path.display());
+            let limit = allocation_limit_bytes(data.len());
+            assert!(largest <= limit, "fuzz regression {}: {largest} bytes allocated at once, over {limit}", path.display());
         }
     }
 
