@@ -8,7 +8,7 @@
 # Targets (fuzz/src/lib.rs): wire, sql, cmdlog, snapshot. Each starts from its seed corpus
 # fuzz/corpus/<target>/; what a run finds is left in $LOCKSTEP_FUZZ_OUT/<target>/default/
 # (crashes/, hangs/, queue/; default fuzz/out). A crashing input belongs, once fixed, in
-# fuzz/regressions/<target>/, which the crates' ordinary tests replay (docs/fuzzing.md).
+# fuzz/regressions/<target>/, which the crates' ordinary tests replay (fuzz/README.md).
 #
 # Installs what it needs when missing: cargo-afl (crates.io, a pinned version), which
 # builds AFL++ from the source it ships for the active Rust toolchain (needs make and a C

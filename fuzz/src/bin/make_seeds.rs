@@ -97,13 +97,25 @@ fn wire() -> Seeds {
     let mut seeds = Vec::new();
     let mut stream = Vec::new();
     for (version, scheme) in [(0, HashScheme::Sha1), (1, HashScheme::Sha256)] {
-        let req = LoginRequest { version, scheme, service: SERVICE_DATABASE.into(), username: "admin".into(), digest: vec![7; scheme.digest_len()] };
+        let req = LoginRequest {
+            version,
+            scheme,
+            service: SERVICE_DATABASE.into(),
+            username: "admin".into(),
+            digest: vec![7; scheme.digest_len()],
+        };
         let mut out = Vec::new();
         encode_login_request(&req, &mut out);
         seeds.push(prefixed(login, &out[4..]));
         stream.extend_from_slice(&out);
     }
-    let success = LoginSuccess { host_id: 0, connection_id: 1, cluster_start_ms: 1_709_294_400_000, leader_ipv4: 0x7f00_0001, build: "lockstep".into() };
+    let success = LoginSuccess {
+        host_id: 0,
+        connection_id: 1,
+        cluster_start_ms: 1_709_294_400_000,
+        leader_ipv4: 0x7f00_0001,
+        build: "lockstep".into(),
+    };
     for resp in [LoginResponse::Success(success), LoginResponse::Failure(LoginCode::AuthFailed)] {
         let mut out = Vec::new();
         encode_login_response(&resp, &mut out);
@@ -198,11 +210,25 @@ fn lua_sql(source: &str) -> Vec<String> {
 /// Records of every kind.
 fn records() -> Vec<Record> {
     vec![
-        Record::Sp { txn_id: 1 << 20, partition: 1, procedure: "Vote".into(), params: vec![Value::Int(5_551_234_567), Value::Int(2), Value::Int(10)] },
-        Record::AdHocSp { txn_id: (1 << 20) + 1, partition: 0, sql: "DELETE FROM votes WHERE phone_number = ?".into(), params: vec![Value::Int(5)] },
+        Record::Sp {
+            txn_id: 1 << 20,
+            partition: 1,
+            procedure: "Vote".into(),
+            params: vec![Value::Int(5_551_234_567), Value::Int(2), Value::Int(10)],
+        },
+        Record::AdHocSp {
+            txn_id: (1 << 20) + 1,
+            partition: 0,
+            sql: "DELETE FROM votes WHERE phone_number = ?".into(),
+            params: vec![Value::Int(5)],
+        },
         Record::MpMarker { partition: 0, mp_txn_id: (1 << 20) + 2 },
         Record::MpMarker { partition: 1, mp_txn_id: (1 << 20) + 2 },
-        Record::Mp { txn_id: (1 << 20) + 2, procedure: "@AdHoc".into(), params: vec![Value::from("UPDATE contestants SET contestant_name = 'x'")] },
+        Record::Mp {
+            txn_id: (1 << 20) + 2,
+            procedure: "@AdHoc".into(),
+            params: vec![Value::from("UPDATE contestants SET contestant_name = 'x'")],
+        },
         Record::Sp { txn_id: (1 << 20) + 3, partition: 0, procedure: "Every".into(), params: every_value() },
         Record::SnapshotTaken { txn_id: (1 << 20) + 4, snapshot_id: 3 },
     ]

@@ -487,7 +487,8 @@ mod tests {
         let info = write_snapshot(root.path(), 1, 10, &[3000]);
         let file = info.dir.join(partition_file_name(0));
         let bytes = std::fs::read(&file).unwrap();
-        let table_section = SECTION_HEADER_BYTES + u32::from_be_bytes(bytes[HEADER_BYTES + 1..HEADER_BYTES + 5].try_into().unwrap()) as usize;
+        let table_section =
+            SECTION_HEADER_BYTES + u32::from_be_bytes(bytes[HEADER_BYTES + 1..HEADER_BYTES + 5].try_into().unwrap()) as usize;
         std::fs::write(&file, &bytes[..HEADER_BYTES + table_section + SECTION_HEADER_BYTES + 100]).unwrap();
         let r = SnapshotReader::open(&info.dir).unwrap();
         let mut pr = r.partition(0).unwrap();
