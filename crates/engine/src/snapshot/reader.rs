@@ -88,8 +88,11 @@ fn verify_file(dir: &Path, entry: &FileEntry) -> Result<()> {
 pub fn verify(dir: &Path) -> Result<SnapshotInfo> {
     let m = Manifest::read(dir)?;
     // One set of names, not a search of the list per partition: a damaged manifest may list
-    // many files.
-    let names: HashSet<&str> = m.files.iter().map(|f| f.name.as_str()).collect();
+    // many files. Each file is listed once (and so read once to be checked).
+    let mut names = HashSet::with_capacity(m.files.len());
+    if let Some(twice) = m.files.iter().find(|f| !names.insert(f.name.as_str())) {
+        return Err(corrupt(format!("the manifest of {} lists {} more than once", dir.display(), twice.name)));
+    }
     for p in 0..m.partitions {
         if !names.contains(partition_file_name(p).as_str()) {
             return Err(corrupt(format!("the manifest lists no file for partition {p}")));
@@ -497,6 +500,16 @@ mod tests {
         let (rows, largest) = largest_allocation(|| pr.next_item());
         assert!(rows.unwrap_err().message.contains("ends early"));
         assert!(largest <= BODY_PREALLOC_MAX_BYTES, "{largest} bytes reserved");
+    }
+
+    #[test]
+    fn a_manifest_listing_a_file_twice_is_refused() {
+        let root = TempDir::new("snap-twice");
+        let info = write_snapshot(root.path(), 1, 10, &[2]);
+        let mut m = Manifest::read(&info.dir).unwrap();
+        m.files.push(m.files[0].clone());
+        std::fs::write(info.dir.join(crate::snapshot::MANIFEST_FILE), serde_json::to_vec(&m).unwrap()).unwrap();
+        assert!(verify(&info.dir).unwrap_err().message.contains("lists partition-0.snap more than once"));
     }
 
     #[test]
