@@ -1,6 +1,6 @@
 //! The SQL front end under fuzzing: script splitting, `prepare` and `explain` against a
-//! catalog of the apps' tables, DDL applied to a copy of it, and statements run on two
-//! small partitions.
+//! catalog of the apps' tables, scripts of DDL and statements run against a copy of it, and
+//! statements run on two small partitions.
 //!
 //! Input layout: one selector byte, then SQL text (UTF-8, at most `SQL_INPUT_MAX_BYTES`).
 
@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use lockstep_core::{Catalog, DataType, Result, Value};
 use lockstep_sql::testing::LocalSites;
-use lockstep_sql::{apply_ddl, execute_mp, explain, prepare, split_statements, DdlEnv, ExecCtx};
+use lockstep_sql::{apply_ddl, execute_mp, explain, is_ddl, prepare, split_statements, DdlEnv, ExecCtx};
 
 /// Longer inputs are skipped: deeply nested expressions overflow the stack until the SQL
 /// layer limits nesting (issue #21); this keeps the fuzzer on everything else meanwhile.
@@ -82,13 +82,38 @@ pub fn run(data: &[u8]) {
                 }
             }
         }
-        2 => {
-            let mut cat = catalog().clone();
-            for s in statements() {
-                let _ = apply_ddl(&mut cat, &s, &NoFiles);
-            }
-        }
+        2 => schema_and_statements(&statements()),
         _ => execute(&statements()),
+    }
+}
+
+/// A script of DDL and statements against a copy of the catalog: each DDL statement
+/// changes the copy (and the partitions' schema, rows kept), each other statement is
+/// planned, explained and run on the partitions as the schema stands.
+fn schema_and_statements(statements: &[String]) {
+    let ctx = ExecCtx { txn_id: 1, timestamp_micros: 1_709_294_400_000_000 };
+    let mut cat = catalog().clone();
+    let mut sites: Option<LocalSites> = None;
+    for s in statements {
+        if is_ddl(s) {
+            if apply_ddl(&mut cat, s, &NoFiles).is_ok() {
+                if let Some(sites) = sites.as_mut() {
+                    let _ = sites.apply_schema(&cat);
+                }
+            }
+            continue;
+        }
+        let Ok(p) = prepare(&cat, s) else {
+            continue;
+        };
+        let _ = explain(&p);
+        if sites.is_none() {
+            sites = LocalSites::new(PARTITIONS, &cat).ok();
+        }
+        if let Some(sites) = sites.as_mut() {
+            let params: Vec<Value> = p.param_types.iter().map(|t| parameter(*t)).collect();
+            let _ = execute_mp(&Arc::new(p), &params, &ctx, sites);
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use lockstep_core::{DataType, ResultTable, Value};
 use lockstep_engine::cmdlog::fuzzing::{ScratchDir, FLAG_CONTIGUOUS_NAMES, FLAG_FIX_CHECKSUMS, SEGMENT_SEPARATOR};
 use lockstep_engine::cmdlog::{segment::list_segments, CommandLog, Durability, Record};
 use lockstep_engine::snapshot::fuzzing::FLAG_MANIFEST_FROM_INPUT;
-use lockstep_engine::snapshot::{partition_file_name, SnapshotBuilder, MANIFEST_FILE};
+use lockstep_engine::snapshot::{partition_file_name, Manifest, SnapshotBuilder};
 use lockstep_wire::login::SERVICE_DATABASE;
 use lockstep_wire::{
     encode_invocation, encode_login_request, encode_login_response, encode_params, encode_response, encode_table, HashScheme, Invocation,
@@ -160,7 +160,7 @@ fn wire() -> Seeds {
 /// Selectors as in `lockstep_fuzz::sql::run`: split, prepare, DDL, execute.
 fn sql(apps: &Path) -> Seeds {
     let (split, prepare, ddl, execute) = (0, 1, 2, 3);
-    let mut seeds = Vec::new();
+    let mut seeds = vec![prefixed(ddl, SCHEMA_SCRIPT.as_bytes())];
     let mut app_dirs: Vec<PathBuf> = std::fs::read_dir(apps).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     app_dirs.sort();
     for app in app_dirs {
@@ -186,6 +186,22 @@ fn sql(apps: &Path) -> Seeds {
     }
     seeds
 }
+
+/// A script that changes a schema with rows in it, for the DDL-and-statements entry point.
+const SCHEMA_SCRIPT: &str = "CREATE TABLE f (a INTEGER NOT NULL, b VARCHAR(10), PRIMARY KEY (a));
+PARTITION TABLE f ON COLUMN a;
+INSERT INTO f VALUES (1, 'x');
+INSERT INTO f VALUES (2, NULL);
+CREATE INDEX fi ON f (b);
+SELECT b, COUNT(*) FROM f GROUP BY b ORDER BY b;
+ALTER TABLE f ADD COLUMN c BIGINT DEFAULT 7;
+UPDATE f SET c = a + 1 WHERE a = ?;
+CREATE VIEW fv (b, n) AS SELECT b, COUNT(*) FROM f GROUP BY b;
+SELECT * FROM fv;
+DELETE FROM f WHERE a = 1;
+DROP VIEW fv;
+DROP TABLE f;
+";
 
 /// The SQL statements in a Lua procedure: `sql [[...]]` long strings that start with a
 /// statement keyword.
@@ -281,7 +297,10 @@ fn snapshot() -> Seeds {
     b.complete(vec![entry]).unwrap_or_else(|e| panic!("cannot complete the snapshot: {e}"));
     let dir = root.path().join("1");
     let file = std::fs::read(dir.join(partition_file_name(0))).unwrap_or_default();
-    let manifest = std::fs::read(dir.join(MANIFEST_FILE)).unwrap_or_default();
+    // The manifest as written, less its creation time, so that a rerun makes the same seed.
+    let mut manifest = Manifest::read(&dir).unwrap_or_else(|e| panic!("cannot read the manifest back: {e}"));
+    manifest.created_unix_ms = 0;
+    let manifest = serde_json::to_vec(&manifest).unwrap_or_else(|e| panic!("cannot write the manifest: {e}"));
     let mut seeds = vec![prefixed(0, &file), prefixed(1, &file), prefixed(1, &file[..file.len() - 30])];
     let mut with_manifest = vec![FLAG_MANIFEST_FROM_INPUT | 1];
     with_manifest.extend_from_slice(&(manifest.len() as u16).to_be_bytes());
