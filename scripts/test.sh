@@ -3,7 +3,9 @@
 #   0. `cargo fmt --check` and `cargo clippy -D warnings` over every crate and test;
 #   1. the Rust workspace: unit, property and integration tests (the integration tests start
 #      the real `lockstep` binary on 127.0.0.1 and drive it over TCP);
-#   2. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
+#   2. the fuzzers (scripts/fuzz.sh, AFL++ via cargo-afl): 25 s per target, or 15 minutes
+#      each (an hour in all) with LOCKSTEP_LONG=1; a crash or hang fails the run;
+#   3. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
 #      Central) and its JDBC driver against the real server.
 # Installs what the tests need when it is missing (a JDK 17, Maven and openssl; PostgreSQL 15, Redis
 # and Tarantool for the side-by-side adapters' tests; all from Debian).
@@ -40,4 +42,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Build once (tests and the server binary), then run the tests.
 cargo build --workspace --tests --bins
 cargo test --workspace --no-fail-fast
+# Coverage-guided fuzzing of the decoders, the SQL front end and the durability readers.
+if [ "${LOCKSTEP_LONG:-}" = 1 ]; then fuzz_seconds=900; else fuzz_seconds=25; fi
+bash scripts/fuzz.sh "$fuzz_seconds"
 bash compat/java/run.sh target/debug/lockstep

@@ -137,15 +137,17 @@ pub fn encode_invocation_typed(inv: &Invocation, hints: &[WireType], out: &mut V
     put_i8(out, 2);
     put_string(out, &inv.procedure);
     put_i64(out, inv.handle);
-    let count = inv.timeout_ms.is_some() as i8 + if inv.partition_destination.is_some() { 2 } else { inv.all_partition as i8 };
+    let count = inv.timeout_ms.is_some() as i8 + inv.all_partition as i8 + inv.partition_destination.is_some() as i8;
     put_i8(out, count);
     if let Some(ms) = inv.timeout_ms {
         put_i8(out, EXT_BATCH_TIMEOUT as i8);
         put_i8(out, LEN_CODE_4_BYTES as i8);
         put_i32(out, ms);
     }
-    // The Java client always sends ALL_PARTITION together with the destination.
-    if inv.all_partition || inv.partition_destination.is_some() {
+    // The Java client (and ours: `call_all_partitions`) sends ALL_PARTITION together with the
+    // destination. It is written only when the call carries it: it makes the server drop the
+    // first parameter, so a call with a destination alone must not gain it on the way.
+    if inv.all_partition {
         put_i8(out, EXT_ALL_PARTITION as i8);
         put_i8(out, 0);
     }
@@ -192,6 +194,20 @@ mod tests {
         assert!(decode_invocation(&b).unwrap_err().message.contains("extension count 31"));
         b[14] = 0xff;
         assert!(decode_invocation(&b).is_err());
+    }
+
+    /// Found by the fuzzer (fuzz/regressions/wire/invocation-destination-without-all-partition):
+    /// a destination without ALL_PARTITION came back from the encoder with it added.
+    #[test]
+    fn extensions_are_encoded_as_the_call_carries_them() {
+        for (all_partition, destination) in [(false, Some(3)), (true, None), (true, Some(4)), (false, None)] {
+            let mut inv = Invocation::new("P", 1, vec![Value::Int(1)]);
+            inv.all_partition = all_partition;
+            inv.partition_destination = destination;
+            let mut out = Vec::new();
+            encode_invocation(&inv, &mut out).unwrap();
+            assert_eq!(decode_invocation(&out[4..]).unwrap(), inv);
+        }
     }
 
     #[test]

@@ -3,6 +3,8 @@
 
 pub mod codec;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod invocation;
 pub mod login;
 pub mod params;

@@ -10,6 +10,8 @@
 
 pub mod frame;
 pub mod fs;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod reader;
 pub mod record;
 pub mod segment;

@@ -150,3 +150,47 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
     panic!("gave up waiting for {what}");
 }
+
+/// The system allocator, noting the largest single allocation each thread makes, so that
+/// tests can check that a reader reserves no more than the bytes it was given justify.
+pub struct LargestAlloc;
+
+thread_local! {
+    // Const-initialized and without a destructor: safe to touch from inside the allocator.
+    static LARGEST_ALLOC_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[global_allocator]
+static ALLOCATOR: LargestAlloc = LargestAlloc;
+
+impl LargestAlloc {
+    fn note(size: usize) {
+        let _ = LARGEST_ALLOC_BYTES.try_with(|l| l.set(l.get().max(size)));
+    }
+}
+
+// SAFETY: every call is passed to `System` unchanged; `note` only records a size.
+unsafe impl std::alloc::GlobalAlloc for LargestAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        Self::note(layout.size());
+        std::alloc::System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        Self::note(layout.size());
+        std::alloc::System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        Self::note(new_size);
+        std::alloc::System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        std::alloc::System.dealloc(ptr, layout)
+    }
+}
+
+/// What `f` returns, and the largest single allocation it made on this thread.
+pub fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    LARGEST_ALLOC_BYTES.with(|l| l.set(0));
+    let out = f();
+    (out, LARGEST_ALLOC_BYTES.with(|l| l.get()))
+}

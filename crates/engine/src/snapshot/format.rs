@@ -96,7 +96,8 @@ pub fn decode_table(body: &[u8]) -> Result<SnapshotItem> {
     let mut r = Reader::new(body);
     let name = r.required_string("table name")?;
     let n = r.i16("column count")?;
-    if n < 0 || n as usize > COLUMN_COUNT_MAX {
+    // A catalog table has at least one column; rows of none would take no bytes to claim.
+    if n < 1 || n as usize > COLUMN_COUNT_MAX {
         return Err(corrupt(format!("table {name} has {n} columns")));
     }
     let mut types = Vec::with_capacity(n as usize);
@@ -124,8 +125,13 @@ pub fn encode_row(out: &mut Vec<u8>, types: &[DataType], row: &[Value]) -> Resul
 pub fn decode_rows(body: &[u8], types: &[DataType]) -> Result<Vec<Vec<Value>>> {
     let mut r = Reader::new(body);
     let n = r.i32("row count")? as u32 as usize;
-    // Every value takes at least one byte, so the body bounds the count.
-    let mut rows = Vec::with_capacity(n.min(body.len()));
+    // Every row takes at least the smallest encoding of each of its values (and at least a
+    // byte), so the bytes left bound the count before anything is reserved or looped over.
+    let row_bytes_min = types.iter().map(|&t| encoded_bytes_min(t)).sum::<usize>().max(1);
+    if n > r.remaining() / row_bytes_min {
+        return Err(corrupt(format!("a row section claims {n} rows but holds {} bytes", body.len())));
+    }
+    let mut rows = Vec::with_capacity(n);
     for _ in 0..n {
         let mut row = Vec::with_capacity(types.len());
         for t in types {
@@ -135,6 +141,17 @@ pub fn decode_rows(body: &[u8], types: &[DataType]) -> Result<Vec<Vec<Value>>> {
     }
     r.expect_end("row section")?;
     Ok(rows)
+}
+
+/// The fewest bytes a value of type `t` takes (a NULL takes as many as any other value).
+fn encoded_bytes_min(t: DataType) -> usize {
+    match t {
+        DataType::TinyInt | DataType::Boolean => 1,
+        DataType::SmallInt => 2,
+        DataType::Integer | DataType::Varchar | DataType::Varbinary => 4,
+        DataType::BigInt | DataType::Float | DataType::Timestamp => 8,
+        DataType::Decimal => 16,
+    }
 }
 
 pub fn encode_end(tables: u64, rows: u64) -> Vec<u8> {
@@ -149,4 +166,41 @@ pub fn decode_end(body: &[u8]) -> Result<(u64, u64)> {
     let out = (r.i64("table count")? as u64, r.i64("row count")? as u64);
     r.expect_end("end section")?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmdlog::testing::largest_allocation;
+
+    /// Found while writing the snapshot fuzz target: a table of no columns let a row count
+    /// of billions loop without reading a byte, growing a vector of empty rows.
+    #[test]
+    fn a_table_without_columns_is_refused() {
+        let body = encode_table("T", &[]).unwrap();
+        assert!(decode_table(&body).unwrap_err().message.contains("table T has 0 columns"));
+        let (rows, largest) = largest_allocation(|| decode_rows(&[0xff, 0xff, 0xff, 0xff], &[]));
+        assert!(rows.unwrap_err().message.contains("claims 4294967295 rows but holds 4 bytes"));
+        assert!(largest < 1024, "{largest} bytes reserved");
+    }
+
+    #[test]
+    fn a_row_count_is_bounded_by_the_bytes_its_rows_need() {
+        let types = [DataType::BigInt, DataType::Varchar];
+        let mut body = 3u32.to_be_bytes().to_vec();
+        for i in 0..3 {
+            encode_row(&mut body, &types, &[Value::Int(i), Value::Null]).unwrap();
+        }
+        assert_eq!(decode_rows(&body, &types).unwrap().len(), 3);
+        // 12 bytes per row at least: 36 bytes hold 3 rows, not 4, and nothing is reserved
+        // for the rows claimed.
+        body[3] = 4;
+        let (rows, largest) = largest_allocation(|| decode_rows(&body, &types));
+        assert!(rows.unwrap_err().message.contains("claims 4 rows but holds 40 bytes"));
+        assert!(largest < 1024, "{largest} bytes reserved");
+        body[..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        let (rows, largest) = largest_allocation(|| decode_rows(&body, &types));
+        assert!(rows.is_err());
+        assert!(largest < 1024, "{largest} bytes reserved");
+    }
 }

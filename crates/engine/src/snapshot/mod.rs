@@ -13,6 +13,8 @@
 //! - `reader`: `SnapshotReader`, `list_snapshots`, `scan_snapshots` and `prune`.
 
 pub mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod manifest;
 pub mod reader;
 pub mod writer;

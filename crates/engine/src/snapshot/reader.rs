@@ -1,6 +1,7 @@
 //! Reading snapshots back: finding complete ones, verifying them, yielding their rows,
 //! and pruning old ones.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufReader, ErrorKind, Read};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,10 @@ use crate::snapshot::format::{
 };
 use crate::snapshot::manifest::{FileEntry, Manifest};
 use crate::snapshot::{format::SnapshotItem, io_error, partition_file_name, CATALOG_FILE};
+
+/// Most of a section body reserved before its bytes are read (a row chunk is about
+/// `CHUNK_BYTES_TARGET`; a longer body grows as it is read).
+const BODY_PREALLOC_MAX_BYTES: usize = 256 * 1024;
 
 /// A complete snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,7 +37,8 @@ impl SnapshotInfo {
             txn_id: m.txn_id,
             partitions: m.partitions,
             created_unix_ms: m.created_unix_ms,
-            total_bytes: m.files.iter().map(|f| f.size).sum(),
+            // Saturating: the sizes come from a file on disk, which may be damaged.
+            total_bytes: m.files.iter().fold(0u64, |sum, f| sum.saturating_add(f.size)),
             dir,
         }
     }
@@ -81,8 +87,14 @@ fn verify_file(dir: &Path, entry: &FileEntry) -> Result<()> {
 /// Checks that a snapshot directory is complete and every file matches its manifest.
 pub fn verify(dir: &Path) -> Result<SnapshotInfo> {
     let m = Manifest::read(dir)?;
+    // One set of names, not a search of the list per partition: a damaged manifest may list
+    // many files. Each file is listed once (and so read once to be checked).
+    let mut names = HashSet::with_capacity(m.files.len());
+    if let Some(twice) = m.files.iter().find(|f| !names.insert(f.name.as_str())) {
+        return Err(corrupt(format!("the manifest of {} lists {} more than once", dir.display(), twice.name)));
+    }
     for p in 0..m.partitions {
-        if m.file(&partition_file_name(p)).is_none() {
+        if !names.contains(partition_file_name(p).as_str()) {
             return Err(corrupt(format!("the manifest lists no file for partition {p}")));
         }
     }
@@ -249,6 +261,29 @@ impl PartitionReader {
         Ok(())
     }
 
+    /// A section body of `len` bytes. A length past the end of the file the manifest
+    /// describes is refused at once; otherwise the body grows as its bytes arrive, so a
+    /// damaged length field reserves no more memory than the file holds.
+    fn read_body(&mut self, len: usize) -> Result<Vec<u8>> {
+        let left = self.entry.size.saturating_sub(self.size);
+        if len as u64 > left {
+            return Err(corrupt(format!(
+                "{}: a section of {len} bytes at byte {} runs past the file's end ({left} bytes left of the {} the manifest records)",
+                self.path.display(),
+                self.size,
+                self.entry.size
+            )));
+        }
+        let mut body = Vec::with_capacity(len.min(BODY_PREALLOC_MAX_BYTES));
+        (&mut self.input).take(len as u64).read_to_end(&mut body).map_err(|e| io_error("read", &self.path, e))?;
+        if body.len() < len {
+            return Err(corrupt(format!("{} ends early", self.path.display())));
+        }
+        self.crc = crc32c::crc32c_append(self.crc, &body);
+        self.size += len as u64;
+        Ok(body)
+    }
+
     /// The next table header or chunk of rows; None after the end section.
     pub fn next_item(&mut self) -> Result<Option<SnapshotItem>> {
         loop {
@@ -258,8 +293,7 @@ impl PartitionReader {
             let mut h = [0u8; SECTION_HEADER_BYTES];
             self.read_exact(&mut h)?;
             let (kind, len, crc) = decode_section_header(&h)?;
-            let mut body = vec![0u8; len];
-            self.read_exact(&mut body)?;
+            let body = self.read_body(len)?;
             if crc32c::crc32c(&body) != crc {
                 return Err(corrupt(format!("{}: checksum mismatch in the section ending at byte {}", self.path.display(), self.size)));
             }
@@ -316,7 +350,8 @@ mod tests {
     use lockstep_core::{decimal, Value};
 
     use super::*;
-    use crate::cmdlog::testing::TempDir;
+    use crate::cmdlog::testing::{largest_allocation, TempDir};
+    use crate::snapshot::format::SECTION_SIZE_MAX_BYTES;
     use crate::snapshot::writer::SnapshotBuilder;
 
     const TYPES: [DataType; 8] = [
@@ -429,6 +464,59 @@ mod tests {
         // Reading the corrupt one directly fails on its checksum too.
         let r = SnapshotReader::open(&corrupt_one.dir).unwrap();
         assert!(read_partition(&r, 0).unwrap_err().message.contains("checksum mismatch"));
+    }
+
+    /// Found by the fuzzer (fuzz/regressions/snapshot/section-length-reserved-before-read):
+    /// a section's length field was allocated whole (up to 64 MiB) before its bytes were read.
+    #[test]
+    fn a_section_longer_than_the_file_is_refused_without_reserving_it() {
+        let root = TempDir::new("snap-long-section");
+        let info = write_snapshot(root.path(), 1, 10, &[5]);
+        let file = info.dir.join(partition_file_name(0));
+        let mut bytes = std::fs::read(&file).unwrap();
+        // The first section's length field, just after the file header and the kind byte.
+        bytes[HEADER_BYTES + 1..HEADER_BYTES + 5].copy_from_slice(&(SECTION_SIZE_MAX_BYTES as u32).to_be_bytes());
+        std::fs::write(&file, &bytes).unwrap();
+        let r = SnapshotReader::open(&info.dir).unwrap();
+        let mut pr = r.partition(0).unwrap();
+        let (item, largest) = largest_allocation(|| pr.next_item());
+        assert!(item.unwrap_err().message.contains("runs past the file's end"));
+        assert!(largest < BODY_PREALLOC_MAX_BYTES, "{largest} bytes reserved");
+    }
+
+    #[test]
+    fn a_file_shorter_than_its_manifest_says_ends_early_without_reserving_the_rest() {
+        let root = TempDir::new("snap-short-file");
+        let info = write_snapshot(root.path(), 1, 10, &[3000]);
+        let file = info.dir.join(partition_file_name(0));
+        let bytes = std::fs::read(&file).unwrap();
+        let table_section =
+            SECTION_HEADER_BYTES + u32::from_be_bytes(bytes[HEADER_BYTES + 1..HEADER_BYTES + 5].try_into().unwrap()) as usize;
+        std::fs::write(&file, &bytes[..HEADER_BYTES + table_section + SECTION_HEADER_BYTES + 100]).unwrap();
+        let r = SnapshotReader::open(&info.dir).unwrap();
+        let mut pr = r.partition(0).unwrap();
+        assert!(matches!(pr.next_item(), Ok(Some(SnapshotItem::Table { .. }))));
+        // The first row chunk is about 1 MiB; 100 bytes of it are there.
+        let (rows, largest) = largest_allocation(|| pr.next_item());
+        assert!(rows.unwrap_err().message.contains("ends early"));
+        assert!(largest <= BODY_PREALLOC_MAX_BYTES, "{largest} bytes reserved");
+    }
+
+    #[test]
+    fn a_manifest_listing_a_file_twice_is_refused() {
+        let root = TempDir::new("snap-twice");
+        let info = write_snapshot(root.path(), 1, 10, &[2]);
+        let mut m = Manifest::read(&info.dir).unwrap();
+        m.files.push(m.files[0].clone());
+        std::fs::write(info.dir.join(crate::snapshot::MANIFEST_FILE), serde_json::to_vec(&m).unwrap()).unwrap();
+        assert!(verify(&info.dir).unwrap_err().message.contains("lists partition-0.snap more than once"));
+    }
+
+    #[test]
+    fn the_total_size_of_a_damaged_manifest_saturates() {
+        let file = |name: &str| FileEntry { name: name.into(), size: u64::MAX, crc32c: 0 };
+        let m = Manifest { format: 1, id: 1, txn_id: 1, partitions: 1, created_unix_ms: 0, files: vec![file("a"), file("b")] };
+        assert_eq!(SnapshotInfo::new(&m, PathBuf::from("x")).total_bytes, u64::MAX);
     }
 
     #[test]
