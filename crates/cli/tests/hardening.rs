@@ -487,3 +487,31 @@ async fn one_statement_cannot_stop_the_server() {
     }
     assert_eq!(client.call("@Ping", vec![]).await.expect("ping").status, 1);
 }
+
+/// A Lua procedure whose loop is cheap in instructions but not in time (each append copies
+/// the whole string: two million of them copy two terabytes, minutes of work) is stopped at
+/// the query timeout, rolls back, and its partition serves the next call at once.
+#[tokio::test]
+async fn a_procedure_stops_at_the_query_timeout_and_its_partition_serves_again() {
+    let dir = TempDir::new("proc-timeout");
+    let server = Server::start_with(&dir.0, &["--sites", "1", "--query-timeout-ms", "1000"], "127.0.0.1:0");
+    let client = server.client().await;
+    adhoc(&client, "CREATE TABLE t (k INTEGER NOT NULL PRIMARY KEY)").await;
+    adhoc(&client, "PARTITION TABLE t ON COLUMN k").await;
+    adhoc(
+        &client,
+        "CREATE PROCEDURE Grow PARTITION ON TABLE t COLUMN k PARAMETER 0 FROM FILE 'grow.lua' SOURCE $lua$\
+         local ins = sql [[INSERT INTO t VALUES (?)]]\n\
+         return function(k, n)\n  ins:exec(k)\n  local s = ''\n  for i = 1, n do s = s .. 'x' end\n  return #s\nend$lua$",
+    )
+    .await;
+    let r = client.call("Grow", vec![Value::Int(1), Value::Int(2_000_000)]).await.expect("call");
+    assert_ne!(r.status, 1, "two terabytes cannot be copied in a second");
+    let msg = r.status_string.unwrap_or_default();
+    assert!(msg.starts_with("A procedure call was terminated after") && msg.contains("exceeded the query timeout period"), "{msg}");
+    // Its insert rolled back, and the partition serves at once.
+    assert_eq!(count(&client, "t").await, Value::Int(0));
+    let r = client.call("Grow", vec![Value::Int(2), Value::Int(1000)]).await.expect("call");
+    assert_eq!((r.status, scalar(&r)), (1, Value::Int(1000)), "{:?}", r.status_string);
+    assert_eq!(count(&client, "t").await, Value::Int(1));
+}

@@ -207,7 +207,7 @@ impl Coordinator {
     ) -> Result<Self> {
         let config = &shared.config;
         let mut registry = Registry::new(Scope::Coordinator, config.lua_instruction_budget, config.lua_memory_limit_bytes)?;
-        registry.rebuild(&catalog)?;
+        registry.rebuild(&catalog, None)?;
         let env = FsDdlEnv::new(config.procedure_dir.clone());
         let durable = shared.durable.clone();
         let next_snapshot_id = snapshot::scan_snapshots(&snapshot::snapshots_dir(&config.data_dir))
@@ -394,7 +394,11 @@ impl Coordinator {
         }
         let sites = ParkedSites { links: &self.links, ring: &self.shared.ring, release_after_reads: one_read, released: false };
         let mut runner = MpRunner { sites, ctx };
-        let call = CallContext { txn_id, timestamp_micros: ts, partition: None };
+        // A Lua body stops at the query timeout only when the transaction is not logged: a
+        // logged one is in the log before its body runs, and replaying it (with no limit)
+        // would then commit what the clock rolled back here.
+        let time_limit = if logged { None } else { crate::registry::time_limit(ctx.deadline) };
+        let call = CallContext { txn_id, timestamp_micros: ts, partition: None, time_limit };
         let registry = &mut self.registry;
         let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
         if !runner.sites.released {
@@ -526,12 +530,15 @@ impl Coordinator {
         let old = self.catalog.clone();
         let next = Arc::new(next);
         // Validate single-partition procedures on a scratch registry before any site sees them.
+        // A client's DDL may not hold the coordinator for long in a module's top level; the
+        // same change replayed in recovery has no limit, so a slow machine cannot fail it.
+        let load_limit = replay_id.is_none().then(|| std::time::Duration::from_millis(lockstep_procs::MODULE_LOAD_TIME_LIMIT_MS));
         let config = &self.shared.config;
         let valid = Registry::new(Scope::Site, config.lua_instruction_budget, config.lua_memory_limit_bytes)
-            .and_then(|mut scratch| scratch.rebuild(&next))
-            .and_then(|_| self.registry.rebuild(&next));
+            .and_then(|mut scratch| scratch.rebuild(&next, load_limit))
+            .and_then(|_| self.registry.rebuild(&next, load_limit));
         if let Err(e) = valid {
-            let _ = self.registry.rebuild(&old);
+            let _ = self.registry.rebuild(&old, None);
             if replay_id.is_some() {
                 // The sites are parked at this change's place in their logs: release them.
                 self.begin(replay_id, false);
@@ -547,7 +554,7 @@ impl Coordinator {
             // its "@DDLRevert" record only accounts for the markers).
             let revert = Record::Mp { txn_id: 0, procedure: "@DDLRevert".into(), params: Vec::new() };
             let _ = self.install_on_sites(old.clone(), Some(revert), replay_id);
-            let _ = self.registry.rebuild(&old);
+            let _ = self.registry.rebuild(&old, None);
             return Err(e);
         }
         if !self.replaying {
@@ -910,6 +917,26 @@ mod tests {
                 _ => assert_eq!(rows, 0, "read {tag} is after the rename"),
             }
         }
+        e.shutdown();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A multi-partition Lua call that only reads stops at its query timeout, as a
+    /// single-partition one does (its loop is cheap in instructions, a minute in time).
+    #[test]
+    fn a_multi_partition_read_stops_at_the_query_timeout() {
+        let (e, dir) = start("timeout");
+        let src = "CREATE PROCEDURE GrowLua FROM FILE 'g.lua' SOURCE $lua$local c = sql [[SELECT COUNT(*) AS n FROM t]]
+             return function(n) local s = '' for i = 1, n do s = s .. 'x' end return #s end$lua$";
+        assert!(run(&e, "@AdHoc", vec![Value::Str(src.into())]).is_success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let call = Call { procedure: "GrowLua".into(), params: vec![Value::Int(2_000_000)], timeout_ms: Some(300), ..Default::default() };
+        e.submit(call, Box::new(move |o| tx.send(o).unwrap()));
+        let o = rx.recv().unwrap();
+        let msg = o.status_string.unwrap_or_default();
+        assert!(msg.starts_with("A procedure call was terminated after"), "{msg}");
+        // The coordinator serves the next call at once.
+        assert_eq!(run(&e, "GrowLua", vec![Value::Int(100)]).tables[0].rows, vec![vec![Value::Int(100)]]);
         e.shutdown();
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use lockstep_core::{
     get_ignoring_case, Catalog, DataType, Error, NameMap, Partitioning, ProcedureBody, Result, ResultTable, TableDef, TableKind, Value,
 };
-use lockstep_procs::{each_row_of, CallContext, LuaConfig, LuaProc, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
-use lockstep_sql::{Prepared, Route};
+use lockstep_procs::{each_row_of, CallContext, LuaConfig, LuaProc, LuaRuntime, ProcOutput, StmtInfo, TimeLimit, TxnHost};
+use lockstep_sql::{Deadline, Prepared, Route};
 
 use crate::name_cache::NameCache;
 
@@ -113,10 +113,13 @@ impl Registry {
         }
     }
 
-    /// Re-plans every procedure of this scope against `catalog`. On error the registry is
+    /// Re-plans every procedure of this scope against `catalog`; a Lua module's top level
+    /// may run `load_time_limit` (`None`: no limit, for a catalog rebuilt at start-up or in
+    /// recovery, which must not fail on a slow machine). On error the registry is
     /// left as it was before the call for every procedure not yet rebuilt; the caller
     /// treats an error as "this catalog is invalid" and restores the previous one.
-    pub fn rebuild(&mut self, catalog: &Catalog) -> Result<()> {
+    pub fn rebuild(&mut self, catalog: &Catalog, load_time_limit: Option<std::time::Duration>) -> Result<()> {
+        self.lua.set_load_time_limit(load_time_limit);
         let mut procs = NameMap::default();
         for info in procedure_infos(catalog) {
             if (self.scope == Scope::Coordinator) != info.route.is_multi() {
@@ -224,6 +227,12 @@ impl Registry {
             }
         }
     }
+}
+
+/// The time limit of a procedure call whose statements stop at `deadline` (the query
+/// timeout of a live call; a replayed transaction has none).
+pub fn time_limit(deadline: Option<Deadline>) -> Option<TimeLimit> {
+    deadline.map(|d| TimeLimit { started: d.started, at: d.at })
 }
 
 fn not_found(name: &str) -> Error {

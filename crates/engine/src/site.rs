@@ -182,7 +182,7 @@ impl Site {
         let mut part = Partition::new(id);
         part.apply_schema(&catalog, &ring)?;
         let mut registry = Registry::new(Scope::Site, config.lua_instruction_budget, config.lua_memory_limit_bytes)?;
-        registry.rebuild(&catalog)?;
+        registry.rebuild(&catalog, None)?;
         let mut site = Site {
             id,
             part,
@@ -386,7 +386,9 @@ impl Site {
             let tables = |t| Ok(ProcOutput { tables: vec![t], app_status: -128, app_status_string: None });
             match &work {
                 SpWork::Proc(name) => {
-                    let call = CallContext { txn_id, timestamp_micros: ctx.timestamp_micros, partition: Some(self.id) };
+                    // The query timeout stops the Lua code as it stops the statements.
+                    let time_limit = crate::registry::time_limit(ctx.deadline);
+                    let call = CallContext { txn_id, timestamp_micros: ctx.timestamp_micros, partition: Some(self.id), time_limit };
                     self.registry.call_shared(name, &params, &call, &mut runner)
                 }
                 SpWork::Statement(p) => tables(runner.run(p, &params)?),
@@ -506,7 +508,9 @@ impl Site {
 
     fn adopt(&mut self, catalog: Arc<Catalog>) -> Result<()> {
         self.part.apply_schema(&catalog, &self.ring)?;
-        self.registry.rebuild(&catalog)?;
+        // No load time limit: the coordinator loaded these modules within its limit first
+        // (live DDL), and a catalog change replayed in recovery must not fail by the clock.
+        self.registry.rebuild(&catalog, None)?;
         self.catalog = catalog;
         Ok(())
     }

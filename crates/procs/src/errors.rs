@@ -1,9 +1,12 @@
 //! Turning Lua failures into Lockstep errors that name the procedure, the file and the line.
 
+use std::time::Duration;
+
 use lockstep_core::Error;
 use mlua::Lua;
 
 use crate::shared::Fatal;
+use crate::PROCEDURE_TIMEOUT_MESSAGE_START;
 
 /// How many wrapped causes of an mlua error we unwrap before giving up (they nest one level
 /// per Rust callback between the error and the caller, so a handful is plenty).
@@ -84,6 +87,29 @@ pub(crate) fn call_error(
         None if matches!(err, mlua::Error::MemoryError(_)) => memory_error(procedure, memory_limit_bytes),
         None => Error::unexpected(format!("procedure {procedure}: {}", lua_message(err))),
     }
+}
+
+/// The error of a call stopped by its time limit, `after` it began; `timeout` is the limit.
+/// It starts with VoltDB's words for its query timeout (a graceful failure: the call rolls
+/// back).
+pub(crate) fn timeout_error(procedure: &str, after: Duration, timeout: Duration) -> Error {
+    Error::graceful(format!(
+        "{PROCEDURE_TIMEOUT_MESSAGE_START} {:.3} seconds because it exceeded the query timeout period. Procedure \
+         {procedure} may run {:.3} s per call: make it do less work per call (a string grown piece by piece is \
+         copied every time: gather the pieces in a table and table.concat them), or raise the query timeout.",
+        after.as_secs_f64(),
+        timeout.as_secs_f64()
+    ))
+}
+
+/// The error of a module load stopped by its time limit.
+pub(crate) fn load_timeout_error(procedure: &str, after: Duration, timeout: Duration) -> Error {
+    Error::graceful(format!(
+        "procedure {procedure}: its module's top level was stopped after {:.3} seconds while loading; a module may \
+         run {:.3} s when it loads. Do the work inside the body (once per call), or keep large data in the database.",
+        after.as_secs_f64(),
+        timeout.as_secs_f64()
+    ))
 }
 
 fn memory_error(procedure: &str, memory_limit_bytes: usize) -> Error {

@@ -27,6 +27,8 @@ mod differential;
 #[cfg(test)]
 mod tests;
 
+use std::time::{Duration, Instant};
+
 use lockstep_core::{DataType, Result, ResultTable, Value};
 
 pub use runtime::{LuaRuntime, Proc as LuaProc};
@@ -68,7 +70,49 @@ pub struct CallContext {
     pub timestamp_micros: i64,
     /// The partition the call runs on; `None` for a multi-partition call.
     pub partition: Option<u32>,
+    /// When the call must have finished (the query timeout of a client's call); past it
+    /// the call stops for good and fails. `None`, no limit: a transaction replayed from
+    /// the command log completed once and must complete again, however slow the machine.
+    pub time_limit: Option<TimeLimit>,
 }
+
+/// A wall-clock limit on a call: the clock stops it, so its failure is not deterministic,
+/// which is acceptable for a call that rolls back and is not logged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeLimit {
+    /// When the call (or its transaction) began; the time a stopped call reports is counted
+    /// from here.
+    pub started: Instant,
+    /// When it must stop.
+    pub at: Instant,
+}
+
+impl TimeLimit {
+    /// A limit `timeout` from now; `None` when that is too far to represent (no limit).
+    pub fn after(timeout: Duration) -> Option<TimeLimit> {
+        let started = Instant::now();
+        started.checked_add(timeout).map(|at| TimeLimit { started, at })
+    }
+
+    /// How long the call may run in all.
+    pub fn timeout(&self) -> Duration {
+        self.at.saturating_duration_since(self.started)
+    }
+}
+
+/// The start of the error a call stopped by its time limit fails with (VoltDB's words for
+/// its query timeout).
+pub const PROCEDURE_TIMEOUT_MESSAGE_START: &str = "A procedure call was terminated after";
+
+/// Whether `e` is the error of a call stopped by its time limit.
+pub fn is_procedure_timeout(e: &lockstep_core::Error) -> bool {
+    e.message.starts_with(PROCEDURE_TIMEOUT_MESSAGE_START)
+}
+
+/// How long a module's top level may run while it loads for a live DDL statement
+/// ([`LuaRuntime::set_load_time_limit`]): generous, since a load happens once per DDL, but
+/// bounded, so that one `CREATE PROCEDURE` cannot hold the coordinator for minutes.
+pub const MODULE_LOAD_TIME_LIMIT_MS: u64 = 10_000;
 
 /// VoltDB's "no application status set" value.
 pub const APP_STATUS_UNSET: i8 = -128;

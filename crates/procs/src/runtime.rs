@@ -10,11 +10,11 @@ use mlua::chunk::ChunkMode;
 use mlua::state::RawLua;
 use mlua::{ffi, FromLuaMulti, Function, HookTriggers, Lua, LuaOptions, MultiValue, Value as LuaValue, VmState};
 
-use crate::errors::{call_error, lua_message};
+use crate::errors::{call_error, load_timeout_error, lua_message, timeout_error};
 use crate::sandbox::{self, Sandbox};
 use crate::shared::{Fatal, HostSlot, PrepareSlot, Shared};
-use crate::watch::{self, Watch};
-use crate::{output, raw_stmt, result_obj, CallContext, LuaConfig, ProcOutput, StmtInfo, TxnHost};
+use crate::watch::{self, Ended, Watch};
+use crate::{output, raw_stmt, result_obj, CallContext, LuaConfig, ProcOutput, StmtInfo, TimeLimit, TxnHost};
 
 /// Longest procedure name.
 pub const PROC_NAME_MAX_BYTES: usize = 128;
@@ -77,8 +77,10 @@ pub struct LuaRuntime {
     /// Keyed by the ASCII-lower-cased name.
     procs: NameMap<Rc<Proc>>,
     config: LuaConfig,
-    /// Set when calls run watched rather than counted (see `watch`).
-    watch: Option<Rc<Watch>>,
+    /// Stops calls: watched ones past their limit, any past its time limit (see `watch`).
+    watch: Watch,
+    /// How long a module's top level may run while it loads; `None`: no limit.
+    load_time_limit: Option<std::time::Duration>,
     reruns: u64,
 }
 
@@ -187,15 +189,20 @@ impl LuaRuntime {
         lua.gc_set_mode(mlua::state::GcMode::Generational(mlua::state::GcGenParams::default()));
         let shared = Rc::new(Shared::new(config.instruction_budget, config.memory_limit_bytes));
         let sandbox = Sandbox::build(&lua, &shared).map_err(internal)?;
-        let watch = match watch::limit_for(config.instruction_budget) {
-            Some(limit) if config.restartable => Some(Rc::new(Watch::new(main_state(&lua)?, limit))),
-            _ => {
-                count_instructions(&lua, &shared, config.instruction_budget).map_err(internal)?;
-                None
-            }
-        };
+        let rerun_limit = watch::limit_for(config.instruction_budget).filter(|_| config.restartable);
+        let watch = Watch::new(main_state(&lua)?, rerun_limit);
+        if !watch.watches() {
+            count_instructions(&lua, &shared, config.instruction_budget).map_err(internal)?;
+        }
         shared.apply_heap_limit(&lua, None).map_err(internal)?;
-        Ok(LuaRuntime { lua, shared, sandbox, procs: NameMap::default(), config, watch, reruns: 0 })
+        Ok(LuaRuntime { lua, shared, sandbox, procs: NameMap::default(), config, watch, load_time_limit: None, reruns: 0 })
+    }
+
+    /// Limits how long a module's top level may run while it loads (`None`: no limit, the
+    /// default). Set it for loads a client's DDL causes; leave it unset for the loads that
+    /// rebuild a catalog at start-up or in recovery, which must not fail on a slow machine.
+    pub fn set_load_time_limit(&mut self, limit: Option<std::time::Duration>) {
+        self.load_time_limit = limit;
     }
 
     /// Loads (or replaces) procedure `name` from Lua source; `path` names the file in error
@@ -260,19 +267,26 @@ impl LuaRuntime {
         self.shared.reset(CallContext::default());
         let shared = self.shared.clone();
         let slot = PrepareSlot::set(&shared, prepare);
+        let time_limit = self.load_time_limit.and_then(TimeLimit::after);
         // A module's top level is always counted: loads are rare and have no host to restart.
         // Freezing is part of the load: what the body reaches becomes read-only.
-        let returned = self
+        let (returned, ended) = self
             .counted(|rt| {
-                let returned = chunk.call::<LuaValue>(())?;
-                if let LuaValue::Function(body) = &returned {
-                    rt.sandbox.freeze(body)?;
-                }
-                Ok::<_, mlua::Error>(returned)
+                rt.watch.counted(time_limit, || {
+                    let returned = chunk.call::<LuaValue>(())?;
+                    if let LuaValue::Function(body) = &returned {
+                        rt.sandbox.freeze(body)?;
+                    }
+                    Ok::<_, mlua::Error>(returned)
+                })
             })
             .map_err(Failed::Other)?;
         drop(slot);
         let fatal = self.shared.take_fatal();
+        if let (Ended::TimedOut(after), Some(limit)) = (ended, time_limit) {
+            self.after_stop().map_err(Failed::Other)?;
+            return Err(Failed::Other(load_timeout_error(name, after, limit.timeout())));
+        }
         match (returned, fatal) {
             (Ok(LuaValue::Function(body)), None) => Ok(body),
             (Ok(other), None) => Err(Failed::Other(Error::graceful(format!(
@@ -321,8 +335,9 @@ impl LuaRuntime {
     }
 
     /// Calls a procedure `load` returned, inside the caller's transaction. In a watched
-    /// runtime a call that runs past its time limit is undone by `host.restart` and runs
-    /// again with its instructions counted; that run's outcome is the call's.
+    /// runtime a call that runs past its watch limit is undone by `host.restart` and runs
+    /// again with its instructions counted; that run's outcome is the call's. A call that
+    /// runs past `ctx.time_limit`, in either run, fails with the query timeout's error.
     pub fn call_proc(&mut self, proc: &Proc, params: &[Value], ctx: &CallContext, host: &mut dyn TxnHost) -> Result<ProcOutput> {
         if params.len() > CALL_PARAMS_MAX {
             return Err(Error::graceful(format!("procedure {}: {} parameters; the limit is {CALL_PARAMS_MAX}", proc.name, params.len())));
@@ -332,21 +347,20 @@ impl LuaRuntime {
                 return Err(wrong_param_count(&proc.name, expected, params.len()));
             }
         }
-        let watch = self.watch.clone();
-        if let Some(done) = self.attempt(proc, params, ctx, host, watch.as_deref()) {
+        if let Some(done) = self.attempt(proc, params, ctx, host, self.watch.watches()) {
             return done;
         }
         // Only a watched call comes back unfinished: undo it and run it counted.
         self.reruns += 1;
         host.restart()?;
-        self.counted(|rt| rt.attempt(proc, params, ctx, host, None))?
+        self.counted(|rt| rt.attempt(proc, params, ctx, host, false))?
             .ok_or_else(|| Error::unexpected("a counted call came back unfinished"))?
     }
 
     /// Runs `f` with the instruction budget counted by the hook, which a watched runtime
     /// sets only for this (a runtime that is not watched always has it).
     fn counted<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> Result<R> {
-        if self.watch.is_none() {
+        if !self.watch.watches() {
             return Ok(f(self));
         }
         count_instructions(&self.lua, &self.shared, self.config.instruction_budget).map_err(internal)?;
@@ -355,14 +369,24 @@ impl LuaRuntime {
         Ok(r)
     }
 
-    /// Calls once; `None` when `watch` saw the call run past its limit.
+    /// Once the watchdog stopped a counted run: a runtime that counts every call gets its
+    /// count hook back (the stop replaced it); a watched one removes it after the run anyway.
+    fn after_stop(&self) -> Result<()> {
+        if self.watch.watches() {
+            return Ok(());
+        }
+        count_instructions(&self.lua, &self.shared, self.config.instruction_budget).map_err(internal)
+    }
+
+    /// Calls once, `watched` or counted; `None` when a watched run went past its limit
+    /// (within the call's time limit) and must run again, counted.
     fn attempt(
         &mut self,
         proc: &Proc,
         params: &[Value],
         ctx: &CallContext,
         host: &mut dyn TxnHost,
-        watch: Option<&Watch>,
+        watched: bool,
     ) -> Option<Result<ProcOutput>> {
         self.shared.reset(*ctx);
         // DECIMAL values reach Lua as text, made here: nothing may be owned while Lua code
@@ -382,14 +406,19 @@ impl LuaRuntime {
         let lua = &self.lua;
         // SAFETY: `call_body`'s closure owns nothing and only borrows what outlives the call.
         let call = || unsafe { call_body(lua, &proc.body, params, &decimals) };
-        let (returned, overtime) = match watch {
-            Some(w) => w.run(call),
-            None => (call(), false),
+        let (returned, ended) = match watched {
+            true => self.watch.watched(ctx.time_limit, call),
+            false => self.watch.counted(ctx.time_limit, call),
         };
         drop(slot);
         let fatal = self.shared.take_fatal();
-        if overtime {
-            return None;
+        match (ended, ctx.time_limit) {
+            (Ended::Finished, _) => {}
+            (Ended::Overtime, _) => return None,
+            (Ended::TimedOut(after), limit) => {
+                let timeout = limit.map(|l| l.timeout()).unwrap_or_default();
+                return Some(self.after_stop().and(Err(timeout_error(&proc.name, after, timeout))));
+            }
         }
         let output = |tables| ProcOutput {
             tables,

@@ -2,7 +2,7 @@
 
 use lockstep_core::{decimal, DataType, Error, ErrorKind, Result, ResultTable, Value};
 
-use crate::{CallContext, LuaConfig, LuaRuntime, ProcOutput, StmtInfo, TxnHost};
+use crate::{is_procedure_timeout, CallContext, LuaConfig, LuaRuntime, ProcOutput, StmtInfo, TimeLimit, TxnHost};
 
 type Responder = Box<dyn FnMut(usize, &[Value]) -> Result<ResultTable>>;
 
@@ -65,7 +65,7 @@ fn load(rt: &mut LuaRuntime, name: &str, src: &str) -> Result<Vec<String>> {
 }
 
 fn ctx(txn_id: i64) -> CallContext {
-    CallContext { txn_id, timestamp_micros: 1_700_000_000_000_000, partition: Some(3) }
+    CallContext { txn_id, timestamp_micros: 1_700_000_000_000_000, partition: Some(3), time_limit: None }
 }
 
 fn call(rt: &mut LuaRuntime, name: &str, params: &[Value], host: &mut FakeHost) -> Result<ProcOutput> {
@@ -375,7 +375,8 @@ fn ctx_fields_and_random_are_deterministic_per_txn_id() {
     let mut host = FakeHost::modified();
     let a = rt.call("C", &[], &ctx(100), &mut host).unwrap().tables;
     let b = rt.call("C", &[], &ctx(100), &mut host).unwrap().tables;
-    let c = rt.call("C", &[], &CallContext { txn_id: 101, timestamp_micros: 5, partition: None }, &mut host).unwrap().tables;
+    let c =
+        rt.call("C", &[], &CallContext { txn_id: 101, timestamp_micros: 5, partition: None, time_limit: None }, &mut host).unwrap().tables;
     assert_eq!(a, b);
     assert_eq!(a[0], ResultTable::scalar("", 100));
     assert_eq!(a[1], ResultTable::scalar("", 1_700_000_000_000_000));
@@ -397,7 +398,7 @@ fn ctx_fields_and_random_are_deterministic_per_txn_id() {
         "local at_load = ctx.txn_id\nreturn function()\n  local n, sum = 0, 0\n  for k, v in pairs(ctx) do\n    n = n + 1\n    if k ~= 'random' then sum = sum + v end\n  end\n  return {at_load, n, sum, ctx.nothing == nil}\nend",
     )
     .unwrap();
-    let ctx = CallContext { txn_id: 7, timestamp_micros: 30, partition: Some(2) };
+    let ctx = CallContext { txn_id: 7, timestamp_micros: 30, partition: Some(2), time_limit: None };
     let p = rt.call("P", &[], &ctx, &mut host).unwrap().tables;
     assert_eq!(p[0], ResultTable::scalar("", 0));
     assert_eq!(p[1], ResultTable::scalar("", 4));
@@ -1573,4 +1574,124 @@ fn a_module_cannot_keep_a_gmatch_iterator() {
     )
     .unwrap();
     assert_eq!(call(&mut rt, "Words", &[], &mut FakeHost::modified()).unwrap().tables, vec![ResultTable::scalar("", 3)]);
+}
+
+/// The naive way to build a string: `n` appends copy n²/2 bytes, work the instruction count
+/// does not see (one instruction per append).
+const GROW: &str = "return function(n, catch)\n  local function grow()\n    local s = ''\n    for i = 1, n do s = s .. 'x' end\n    \
+                    return #s\n  end\n  if catch then local ok, e = pcall(grow) return 0 end\n  return grow()\nend";
+/// Appends that copy half a terabyte: a minute or more of work, far within the default budget.
+const GROW_FOREVER: i64 = 1_000_000;
+/// Appends that take about a second (in a debug build here), past the limits used below.
+const GROW_SLOW: i64 = 120_000;
+
+/// A call context whose time limit is `ms` from now.
+fn ctx_within(ms: u64) -> CallContext {
+    CallContext { time_limit: TimeLimit::after(std::time::Duration::from_millis(ms)), ..ctx(1) }
+}
+
+fn assert_timed_out(err: &Error, procedure: &str, timeout: &str) {
+    assert_eq!(err.kind, ErrorKind::Graceful, "{}", err.message);
+    assert!(is_procedure_timeout(err), "{}", err.message);
+    assert!(err.message.contains("because it exceeded the query timeout period."), "{}", err.message);
+    assert!(err.message.contains(&format!("Procedure {procedure} may run {timeout} s per call")), "{}", err.message);
+}
+
+/// A call past its time limit fails with the query timeout's error, for good: when its
+/// watched run reaches the limit first, when the counted run it reran in does, and in a
+/// runtime that counts every call; `pcall` cannot keep it going. The runtime keeps working,
+/// with its budget, afterwards.
+#[test]
+fn a_call_past_its_time_limit_fails_and_does_not_run_again() {
+    finishes("the time limit checks", || {
+        // Its watch limit, 200 s, is far past the time limit: the watched run meets the latter.
+        let watched_long = LuaConfig { instruction_budget: 1_000_000_000_000, restartable: true, ..LuaConfig::default() };
+        // The default budget's watch limit is 20 ms: the call runs again counted, and the time
+        // limit stops that run (a limit long enough that no pause of this thread reaches it first).
+        let rerun = LuaConfig { restartable: true, ..LuaConfig::default() };
+        let counted = LuaConfig::default();
+        for (what, config, limit_ms, restarts) in
+            [("watched", watched_long, 200, 0), ("rerun", rerun, 2000, 1), ("counted", counted, 200, 0)]
+        {
+            let mut rt = LuaRuntime::new(config).unwrap();
+            load(&mut rt, "Grow", GROW).unwrap();
+            load(&mut rt, "Spin", "return function() while true do end end").unwrap();
+            for catch in [false, true] {
+                let mut host = FakeHost::modified();
+                let params = [Value::Int(GROW_FOREVER), Value::Bool(catch)];
+                let err = rt.call("Grow", &params, &ctx_within(limit_ms), &mut host).unwrap_err();
+                assert_timed_out(&err, "Grow", &format!("{:.3}", limit_ms as f64 / 1000.0));
+                assert_eq!(host.restarts, restarts, "{what}, catch {catch}");
+            }
+            // Short calls still run once each, and the budget still stops a runaway loop (the
+            // first runtime's budget would take hours).
+            let mut host = FakeHost::modified();
+            let out = rt.call("Grow", &[Value::Int(10), Value::Bool(false)], &ctx_within(60_000), &mut host).unwrap();
+            assert_eq!((out.tables, host.restarts), (vec![ResultTable::scalar("", 10)], 0), "{what}");
+            if what == "watched" {
+                continue;
+            }
+            let err = rt.call("Spin", &[], &ctx(2), &mut FakeHost::modified()).unwrap_err();
+            assert!(err.message.starts_with("procedure Spin exceeded its instruction budget"), "{what}: {}", err.message);
+        }
+    });
+}
+
+/// Without a time limit (a transaction replayed from the log) the same work completes: the
+/// watched run stops at its watch limit and the counted run goes on to the end.
+#[test]
+fn without_a_time_limit_slow_work_completes() {
+    finishes("the slow call", || {
+        let mut rt = LuaRuntime::new(LuaConfig { restartable: true, ..LuaConfig::default() }).unwrap();
+        load(&mut rt, "Grow", GROW).unwrap();
+        let mut host = FakeHost::modified();
+        let out = rt.call("Grow", &[Value::Int(GROW_SLOW), Value::Bool(false)], &ctx(1), &mut host).unwrap();
+        assert_eq!(out.tables, vec![ResultTable::scalar("", GROW_SLOW)]);
+        assert_eq!((host.restarts, rt.reruns()), (1, 1));
+    });
+}
+
+/// Library work, where no hook runs, stops at the time limit too: a pathological pattern
+/// that its (huge) budget would let run for hours.
+#[test]
+fn library_work_stops_at_the_time_limit() {
+    finishes("the pattern", || {
+        let src = "return function(catch)\n  local s = string.rep('a', 3000)\n  if catch then return pcall(string.find, s, '(.-)(.-)(.-)(.-)x') end\n  return s:find('(.-)(.-)(.-)(.-)x')\nend";
+        for restartable in [false, true] {
+            let config = LuaConfig { instruction_budget: 1_000_000_000_000, restartable, ..LuaConfig::default() };
+            let mut rt = LuaRuntime::new(config).unwrap();
+            load(&mut rt, "Slow", src).unwrap();
+            for catch in [false, true] {
+                let mut host = FakeHost::modified();
+                let err = rt.call("Slow", &[Value::Bool(catch)], &ctx_within(200), &mut host).unwrap_err();
+                assert_timed_out(&err, "Slow", "0.200");
+                assert_eq!(host.restarts, 0);
+            }
+        }
+    });
+}
+
+/// A module load with a time limit (a client's DDL) stops there; without one (a catalog
+/// rebuilt at start-up) the same slow top level loads.
+#[test]
+fn a_module_load_stops_at_its_time_limit() {
+    finishes("the slow loads", || {
+        for restartable in [false, true] {
+            let mut rt = LuaRuntime::new(LuaConfig { restartable, ..LuaConfig::default() }).unwrap();
+            let slow = |n: i64| format!("local s = ''\nfor i = 1, {n} do s = s .. 'x' end\nlocal N = #s\nreturn function() return N end");
+            rt.set_load_time_limit(Some(std::time::Duration::from_millis(200)));
+            let err = load(&mut rt, "Big", &slow(GROW_FOREVER)).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Graceful);
+            assert!(err.message.starts_with("procedure Big: its module's top level was stopped after"), "{}", err.message);
+            assert!(err.message.contains("a module may run 0.200 s when it loads"), "{}", err.message);
+            assert!(!rt.has("Big"));
+            // Without the limit, the budget still holds for loads after it.
+            rt.set_load_time_limit(None);
+            let err = load(&mut rt, "Hang", "while true do end").unwrap_err();
+            assert!(err.message.starts_with("procedure Hang exceeded its instruction budget"), "{}", err.message);
+            load(&mut rt, "Big", &slow(GROW_SLOW)).unwrap();
+            let out = rt.call("Big", &[], &ctx(1), &mut FakeHost::modified()).unwrap();
+            assert_eq!(out.tables, vec![ResultTable::scalar("", GROW_SLOW)]);
+        }
+    });
 }

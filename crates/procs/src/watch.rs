@@ -3,16 +3,26 @@
 //! Lua 5.4 makes every VM instruction of a hooked state stop in `luaG_traceexec` to count
 //! down the hook's interval, whatever that interval is: 5–15% of a procedure's time. A
 //! watched call runs with no hook. A watchdog thread signals the call's thread once the
-//! call has run past its time limit, and the signal handler sets a hook that stops it at
+//! call has run past its watch limit, and the signal handler sets a hook that stops it at
 //! its next instruction (Lua documents `lua_sethook` as safe in a signal handler; its own
 //! `lua.c` stops a script on Ctrl-C this way).
 //!
-//! The outcome stays deterministic because the clock never decides it. The limit is the
-//! time the instruction budget takes at 5 billion VM instructions a second, several times
+//! The outcome stays deterministic because the clock never decides it. The watch limit is
+//! the time the instruction budget takes at 5 billion VM instructions a second, several times
 //! what the interpreter reaches on any core, so a call that finishes within it ran fewer
 //! instructions than its budget. A call that does not finish within it is reported as
 //! overtime: its host undoes it and it runs again, counting instructions, and that run
 //! decides the outcome.
+//!
+//! A call can also have a wall-clock time limit (`CallContext::time_limit`, the query
+//! timeout of a client's call). The instruction count does not see everything a call
+//! costs: one VM instruction can copy a long string, so a loop well within its budget can
+//! run for minutes (`s = s .. "x"` a million times). The time limit stops such a call, in
+//! its watched run or in the counted one, for good: the call fails and does not run again.
+//! That outcome is decided by the clock, which is acceptable only because the call rolls
+//! back and is not logged; a replayed transaction never has a time limit. The same
+//! watchdog, signal and stop hook do it; a runtime that counts every call is registered
+//! with the watchdog for this alone, and a run with no time limit there is not watched.
 //!
 //! No hook runs inside a C function, so library functions whose work can be long charge it
 //! to the budget themselves and look at `stop_requested` as they go (`meter.rs`); the charge
@@ -37,6 +47,8 @@ use std::time::{Duration, Instant};
 
 use mlua::ffi;
 
+use crate::TimeLimit;
+
 /// The most VM instructions per nanosecond any core runs (see the module comment).
 const INSTRUCTIONS_PER_NANOSECOND_MAX: u64 = 5;
 /// Budgets whose limit would be shorter are counted on every call: with a shorter limit,
@@ -57,19 +69,34 @@ thread_local! {
     /// signal handler: constant-initialised and without destructor, so reading it there
     /// needs no allocation or lock.
     static RUNNING: Cell<*mut ffi::lua_State> = const { Cell::new(ptr::null_mut()) };
+    /// When the run in `RUNNING` is to be stopped. The handler stops it only once this has
+    /// passed: a signal the watchdog sent for an earlier run that arrives late does nothing.
+    static STOP_AT: Cell<Option<Instant>> = const { Cell::new(None) };
     /// Set by the signal handler when it stopped the call in `RUNNING`.
     static STOPPED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// What the watchdog knows of one watched thread.
+/// What the watchdog knows of one runtime's thread.
 struct Watched {
     thread: libc::pthread_t,
-    limit_nanos: u64,
-    /// When the call in progress started, in nanoseconds since `epoch()`; 0 between calls.
-    started: AtomicU64,
+    /// When the run in progress is to be stopped, in nanoseconds since `epoch()`; 0 between
+    /// runs and for a run nothing stops.
+    stop_at: AtomicU64,
     /// False once the runtime is gone. The watchdog holds the lock while it signals, so it
     /// never signals a thread that has ended.
     alive: Mutex<bool>,
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// By itself: its result is the call's.
+    Finished,
+    /// A watched run went past its limit within the call's time limit: undo it and run it
+    /// again, counted.
+    Overtime,
+    /// The call went past its time limit, this long after it began: it fails.
+    TimedOut(Duration),
 }
 
 /// A runtime's registration with the watchdog. Create and drop it on the thread that runs
@@ -77,40 +104,86 @@ struct Watched {
 pub(crate) struct Watch {
     lua: *mut ffi::lua_State,
     watched: Arc<Watched>,
+    /// How long a watched run may take; `None` when the runtime counts every call.
+    rerun_limit: Option<Duration>,
 }
 
 impl Watch {
-    /// Watches the calls this thread makes on `lua` (the state's main thread).
-    pub(crate) fn new(lua: *mut ffi::lua_State, limit: Duration) -> Watch {
+    /// Watches the calls this thread makes on `lua` (the state's main thread): run watched
+    /// with `rerun_limit` (see `limit_for`), or counted when it is `None`; either way stopped
+    /// at their time limit.
+    pub(crate) fn new(lua: *mut ffi::lua_State, rerun_limit: Option<Duration>) -> Watch {
         install_signal_handler();
         // SAFETY: pthread_self has no preconditions.
         let thread = unsafe { libc::pthread_self() };
-        let limit_nanos = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
-        let watched = Arc::new(Watched { thread, limit_nanos, started: AtomicU64::new(0), alive: Mutex::new(true) });
+        let watched = Arc::new(Watched { thread, stop_at: AtomicU64::new(0), alive: Mutex::new(true) });
         let mut list = watchdog().lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|w| w.strong_count() > 0);
         list.push(Arc::downgrade(&watched));
-        Watch { lua, watched }
+        Watch { lua, watched, rerun_limit }
     }
 
-    /// Runs `call`; true with its result when it ran past the limit, and so must be undone
-    /// and run again with instructions counted.
-    pub(crate) fn run<R>(&self, call: impl FnOnce() -> R) -> (R, bool) {
+    /// Whether calls run watched (else every call is counted).
+    pub(crate) fn watches(&self) -> bool {
+        self.rerun_limit.is_some()
+    }
+
+    /// Runs `call` watched, with no hook: `Overtime` when it ran past the rerun limit,
+    /// `TimedOut` when it also ran past `time_limit`. Reads the clock twice, as a watched
+    /// call always did; the time limit costs no more.
+    pub(crate) fn watched<R>(&self, time_limit: Option<TimeLimit>, call: impl FnOnce() -> R) -> (R, Ended) {
+        let rerun_limit = self.rerun_limit.unwrap_or(Duration::ZERO);
         let start = Instant::now();
-        self.watched.started.store(nanos_since_epoch(start).max(1), Ordering::Relaxed);
+        let rerun_at = start.checked_add(rerun_limit);
+        let stop_at = match (rerun_at, time_limit) {
+            (Some(r), Some(t)) => Some(r.min(t.at)),
+            (r, t) => r.or(t.map(|t| t.at)),
+        };
+        let (result, stopped) = self.run(stop_at, call);
+        let elapsed = start.elapsed();
+        if !stopped && elapsed <= rerun_limit {
+            return (result, Ended::Finished);
+        }
+        // Running it again is pointless once its time is up.
+        let now = start + elapsed;
+        match time_limit {
+            Some(t) if now >= t.at => (result, Ended::TimedOut(now.saturating_duration_since(t.started))),
+            _ => (result, Ended::Overtime),
+        }
+    }
+
+    /// Runs `call` counted (the caller sets the count hook): it ends by itself, or is
+    /// stopped for good at `time_limit`. Without a time limit nothing is added to the call.
+    pub(crate) fn counted<R>(&self, time_limit: Option<TimeLimit>, call: impl FnOnce() -> R) -> (R, Ended) {
+        let Some(limit) = time_limit else {
+            return (call(), Ended::Finished);
+        };
+        let (result, stopped) = self.run(Some(limit.at), call);
+        if stopped {
+            return (result, Ended::TimedOut(limit.started.elapsed()));
+        }
+        (result, Ended::Finished)
+    }
+
+    /// Runs `call` and stops it once the watchdog finds it running past `stop_at`; true
+    /// with its result when it was stopped (its hook is then removed).
+    fn run<R>(&self, stop_at: Option<Instant>, call: impl FnOnce() -> R) -> (R, bool) {
+        let stop_nanos = stop_at.map_or(0, |at| nanos_since_epoch(at).max(1));
+        self.watched.stop_at.store(stop_nanos, Ordering::Relaxed);
+        STOP_AT.set(stop_at);
         RUNNING.set(self.lua);
         // The handler runs on this thread: only the compiler could reorder these stores.
         compiler_fence(Ordering::SeqCst);
         let result = call();
         compiler_fence(Ordering::SeqCst);
         RUNNING.set(ptr::null_mut());
-        self.watched.started.store(0, Ordering::Relaxed);
+        self.watched.stop_at.store(0, Ordering::Relaxed);
         let stopped = STOPPED.replace(false);
         if stopped {
             // SAFETY: the state is alive and no call is running on it.
             unsafe { ffi::lua_sethook(self.lua, None, 0, 0) };
         }
-        (result, stopped || start.elapsed().as_nanos() > u128::from(self.watched.limit_nanos))
+        (result, stopped)
     }
 }
 
@@ -149,19 +222,19 @@ fn watchdog() -> &'static Mutex<Vec<Weak<Watched>>> {
 fn signal_overtime_calls(list: &[Weak<Watched>]) {
     let now = nanos_since_epoch(Instant::now());
     for w in list.iter().filter_map(Weak::upgrade) {
-        let started = w.started.load(Ordering::Relaxed);
-        if started == 0 || now.saturating_sub(started) <= w.limit_nanos {
+        let stop_at = w.stop_at.load(Ordering::Relaxed);
+        if stop_at == 0 || now <= stop_at {
             continue;
         }
         let alive = w.alive.lock().unwrap_or_else(|e| e.into_inner());
         if *alive {
             // SAFETY: the thread is alive while `alive` is true and we hold its lock. A
-            // signal that arrives after the call ended finds no call running and does nothing.
+            // signal that arrives after the run ended finds no run, or a later run whose
+            // time has not come, and does nothing.
             unsafe { libc::pthread_kill(w.thread, overtime_signal()) };
         }
     }
 }
-
 fn install_signal_handler() {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| {
@@ -187,18 +260,21 @@ fn overtime_signal() -> libc::c_int {
 
 extern "C" fn on_overtime_signal(_: libc::c_int) {
     let lua = RUNNING.get();
-    if !lua.is_null() {
+    // Reading the monotonic clock (clock_gettime) is async-signal-safe.
+    let due = STOP_AT.get().is_some_and(|at| Instant::now() >= at);
+    if !lua.is_null() && due {
         STOPPED.set(true);
         // SAFETY: RUNNING is set only while a call runs on this live state; see above.
         unsafe { ffi::lua_sethook(lua, Some(stop), ffi::LUA_MASKCOUNT, 1) };
     }
 }
 
-/// The error a stopped call unwinds with.
-pub(crate) const STOP_MESSAGE: &std::ffi::CStr = c"the call ran past its time limit and will run again, counted";
+/// The error a stopped call unwinds with (the runtime reports what the stop means: a run
+/// again, or the time limit's error).
+pub(crate) const STOP_MESSAGE: &std::ffi::CStr = c"the call was stopped: it ran past its time limit";
 
-/// Whether the watchdog has stopped the call running on this thread: long library work
-/// (pattern matching) looks, since no hook runs inside a C function.
+/// Whether the watchdog has stopped the call running on this thread, to run it again or for
+/// good: long library work (pattern matching) looks, since no hook runs inside a C function.
 pub(crate) fn stop_requested() -> bool {
     STOPPED.get()
 }
