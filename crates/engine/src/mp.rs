@@ -382,8 +382,10 @@ impl Coordinator {
         if logged && self.durable.fenced() {
             return Outcome::error(self.durable.fence_error());
         }
-        let txn_id = self.begin(replay_id, logged);
-        let durable = logged.then(|| self.log_record(record.map(|r| with_txn_id(r, txn_id))));
+        // Nothing is logged before the body has succeeded: a body that fails (an abort, a
+        // constraint, the query timeout) leaves no trace in the log, so a replay never runs
+        // what was rolled back here, and the clock may stop a body as safely as an error.
+        let txn_id = self.begin(replay_id, false);
         let ts = timestamp_micros(txn_id);
         let mut ctx = ExecCtx::new(txn_id, ts);
         if replay_id.is_some() {
@@ -394,14 +396,22 @@ impl Coordinator {
         }
         let sites = ParkedSites { links: &self.links, ring: &self.shared.ring, release_after_reads: one_read, released: false };
         let mut runner = MpRunner { sites, ctx };
-        // A Lua body stops at the query timeout only when the transaction is not logged: a
-        // logged one is in the log before its body runs, and replaying it (with no limit)
-        // would then commit what the clock rolled back here.
-        let time_limit = if logged { None } else { crate::registry::time_limit(ctx.deadline) };
+        let time_limit = crate::registry::time_limit(ctx.deadline);
         let call = CallContext { txn_id, timestamp_micros: ts, partition: None, time_limit };
         let registry = &mut self.registry;
-        let result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
-        if !runner.sites.released {
+        let mut result =
+            catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
+        let released = runner.sites.released;
+        // The markers, then the record, while the sites are still parked: the log never holds
+        // the record without every marker, nor anything a site did after it before it.
+        let mut durable = None;
+        if logged && result.is_ok() {
+            match self.log_markers() {
+                Ok(()) => durable = Some(self.log_record(record.map(|r| with_txn_id(r, txn_id)))),
+                Err(e) => result = Err(e),
+            }
+        }
+        if !released {
             self.end(result.is_ok());
         }
         let outcome = Outcome::from_result(result);
@@ -412,6 +422,12 @@ impl Coordinator {
             }
             _ => outcome,
         }
+    }
+
+    /// Has every parked site log its marker of the transaction in progress.
+    fn log_markers(&self) -> Result<()> {
+        let sites = ParkedSites { links: &self.links, ring: &self.shared.ring, release_after_reads: false, released: false };
+        sites.send_all(|| MpMsg::LogMarker).map(|_| ())
     }
 
     /// Appends a record; the returned channel says when it is durable (or why not).

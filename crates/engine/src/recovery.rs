@@ -281,6 +281,34 @@ mod tests {
     }
 
     #[test]
+    fn a_multi_partition_write_that_fails_leaves_nothing_to_replay() {
+        let dir = TempDir::new("mp-fails");
+        let engine = start(dir.path()).unwrap();
+        ok(&engine, "CREATE TABLE t (k BIGINT NOT NULL PRIMARY KEY)");
+        let body = "local put = sql [[INSERT INTO t VALUES (?)]] \
+            return function(k, fail) put:exec(k) if fail == 1 then abort('no') end return 1 end";
+        ok(&engine, &format!("CREATE PROCEDURE Everywhere FROM FILE 'e.lua' SOURCE $lua${body}$lua$"));
+        let call = |k: i64, fail: i64| {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let params = vec![Value::Int(k), Value::Int(fail)];
+            engine.submit(
+                crate::Call { procedure: "Everywhere".into(), params, ..Default::default() },
+                Box::new(move |o| tx.send(o).unwrap()),
+            );
+            rx.recv().unwrap()
+        };
+        assert!(call(1, 0).is_success());
+        assert!(!call(2, 1).is_success(), "the abort fails the call");
+        assert!(call(3, 0).is_success());
+        engine.shutdown();
+        // The aborted write was never logged: the replay has nothing to fail on.
+        let engine = start(dir.path()).expect("a failed multi-partition call must not stop recovery");
+        let keys = adhoc(&engine, "SELECT k FROM t ORDER BY k").tables[0].rows.clone();
+        assert_eq!(keys, vec![vec![Value::Int(1)], vec![Value::Int(3)]]);
+        engine.shutdown();
+    }
+
+    #[test]
     fn a_snapshot_with_a_new_empty_log_becomes_the_logs_base() {
         let dir = TempDir::new("new-log");
         with_rows(dir.path(), 3);

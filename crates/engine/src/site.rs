@@ -89,6 +89,10 @@ pub enum MpMsg {
         id: u64,
         writer: SnapshotWriter,
     },
+    /// Log this site's marker of the transaction: its body has succeeded, and the site,
+    /// parked since the transaction began, has logged nothing since, so the marker falls
+    /// exactly where the transaction did in the site's order. Replies Ok once appended.
+    LogMarker,
     Commit,
     Rollback,
 }
@@ -462,6 +466,13 @@ impl Site {
                 MpMsg::Fragment(f) => {
                     let r = catch_unwind(AssertUnwindSafe(|| f(&mut self.part))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
                     if self.mp_out.send(r).is_err() {
+                        self.part.rollback();
+                        return;
+                    }
+                }
+                MpMsg::LogMarker => {
+                    self.durable.append(&Record::MpMarker { partition: self.id, mp_txn_id: txn_id });
+                    if self.mp_out.send(Ok(ResultTable::default())).is_err() {
                         self.part.rollback();
                         return;
                     }
