@@ -148,29 +148,13 @@ fn count_records(seg: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockstep_wire::fuzzing::allocation_limit_bytes;
 
     use crate::cmdlog::frame::put_frame;
-    use crate::cmdlog::testing::{largest_allocation, rec};
-
-    /// `fuzz/regressions/cmdlog` of the repository: every input that once broke the reader.
-    fn regressions_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/cmdlog")
-    }
+    use crate::cmdlog::testing::{rec, replay_fuzz_regressions};
 
     #[test]
     fn every_fuzz_regression_input_reads_without_a_panic_or_a_large_allocation() {
-        let Ok(entries) = std::fs::read_dir(regressions_dir()) else {
-            return;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            let data = std::fs::read(&path).unwrap();
-            let (outcome, largest) = largest_allocation(|| std::panic::catch_unwind(|| read_log_from_bytes(&data)));
-            assert!(outcome.is_ok(), "fuzz regression {} fails again", path.display());
-            let limit = allocation_limit_bytes(data.len());
-            assert!(largest <= limit, "fuzz regression {}: {largest} bytes allocated at once, over {limit}", path.display());
-        }
+        replay_fuzz_regressions("cmdlog", read_log_from_bytes);
     }
 
     #[test]

@@ -188,6 +188,24 @@ unsafe impl std::alloc::GlobalAlloc for LargestAlloc {
     }
 }
 
+/// Runs `read` on every input kept in `fuzz/regressions/<target>` of the repository (a
+/// target whose fuzzing has found nothing yet has no directory) and checks that none panics
+/// or allocates more at once than the fuzzer allows.
+pub fn replay_fuzz_regressions(target: &str, read: impl Fn(&[u8]) + std::panic::RefUnwindSafe) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions").join(target);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let (outcome, largest) = largest_allocation(|| std::panic::catch_unwind(|| read(&data)));
+        assert!(outcome.is_ok(), "fuzz regression {} fails again", path.display());
+        let limit = lockstep_wire::fuzzing::allocation_limit_bytes(data.len());
+        assert!(largest <= limit, "fuzz regression {}: {largest} bytes allocated at once, over {limit}", path.display());
+    }
+}
+
 /// What `f` returns, and the largest single allocation it made on this thread.
 pub fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
     LARGEST_ALLOC_BYTES.with(|l| l.set(0));

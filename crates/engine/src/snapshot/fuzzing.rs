@@ -118,33 +118,15 @@ fn fix_checksums(file: &mut [u8]) {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use lockstep_core::{DataType, Value};
-    use lockstep_wire::fuzzing::allocation_limit_bytes;
 
     use super::*;
-    use crate::cmdlog::testing::{largest_allocation, TempDir};
+    use crate::cmdlog::testing::{replay_fuzz_regressions, TempDir};
     use crate::snapshot::writer::SnapshotBuilder;
-
-    /// `fuzz/regressions/snapshot` of the repository: every input that once broke the reader.
-    fn regressions_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/snapshot")
-    }
 
     #[test]
     fn every_fuzz_regression_input_reads_without_a_panic_or_a_large_allocation() {
-        let Ok(entries) = std::fs::read_dir(regressions_dir()) else {
-            return;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            let data = std::fs::read(&path).unwrap();
-            let (outcome, largest) = largest_allocation(|| std::panic::catch_unwind(|| read_snapshot_from_bytes(&data)));
-            assert!(outcome.is_ok(), "fuzz regression {} fails again", path.display());
-            let limit = allocation_limit_bytes(data.len());
-            assert!(largest <= limit, "fuzz regression {}: {largest} bytes allocated at once, over {limit}", path.display());
-        }
+        replay_fuzz_regressions("snapshot", read_snapshot_from_bytes);
     }
 
     #[test]
