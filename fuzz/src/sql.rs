@@ -91,7 +91,7 @@ pub fn run(data: &[u8]) {
 /// changes the copy (and the partitions' schema, rows kept), each other statement is
 /// planned, explained and run on the partitions as the schema stands.
 fn schema_and_statements(statements: &[String]) {
-    let ctx = ExecCtx { txn_id: 1, timestamp_micros: 1_709_294_400_000_000 };
+    let ctx = ExecCtx::new(1, 1_709_294_400_000_000);
     let mut cat = catalog().clone();
     let mut sites: Option<LocalSites> = None;
     for s in statements {
@@ -120,7 +120,7 @@ fn schema_and_statements(statements: &[String]) {
 /// Runs each statement on fresh partitions holding `SEED_ROWS`, with a parameter of a
 /// fitting type for each `?`.
 fn execute(statements: &[String]) {
-    let ctx = ExecCtx { txn_id: 1, timestamp_micros: 1_709_294_400_000_000 };
+    let ctx = ExecCtx::new(1, 1_709_294_400_000_000);
     let Ok(mut sites) = LocalSites::new(PARTITIONS, catalog()) else {
         return;
     };
