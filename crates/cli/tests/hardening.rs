@@ -515,3 +515,41 @@ async fn a_procedure_stops_at_the_query_timeout_and_its_partition_serves_again()
     assert_eq!((r.status, scalar(&r)), (1, Value::Int(1000)), "{:?}", r.status_string);
     assert_eq!(count(&client, "t").await, Value::Int(1));
 }
+
+#[test]
+fn half_sent_large_frames_hold_no_more_than_the_servers_budget() {
+    let dir = TempDir::new("half-frames");
+    let server = Server::start(&dir.0, 1);
+    let before = resident_bytes(server.pid());
+    // Twenty clients each announce a 49 MiB frame and send 20 MiB of it: 400 MiB if the
+    // server read them all. Only a 256 MiB budget of large frames is read at once; the
+    // others wait unread in their sockets.
+    let frame_len: u32 = 49 << 20;
+    let senders: Vec<_> = (0..20)
+        .map(|_| {
+            let addr = server.addr.clone();
+            std::thread::spawn(move || {
+                let mut s = raw_login(&addr);
+                s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+                let _ = s.write_all(&frame_len.to_be_bytes());
+                let chunk = vec![7u8; 1 << 20];
+                for _ in 0..20 {
+                    if s.write_all(&chunk).is_err() {
+                        break;
+                    }
+                }
+                s
+            })
+        })
+        .collect();
+    let sockets: Vec<TcpStream> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = resident_bytes(server.pid()).saturating_sub(before);
+    assert!(grown < 200 << 20, "half-sent frames grew the server by {} MiB", grown >> 20);
+    let mut ping = raw_login(&server.addr);
+    let mut out = Vec::new();
+    encode_invocation(&Invocation::new("@Ping", 1, vec![]), &mut out).unwrap();
+    ping.write_all(&out).unwrap();
+    assert_eq!(read_response(&mut ping).status, 1, "the server answers others meanwhile");
+    drop(sockets);
+}
