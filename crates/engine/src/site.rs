@@ -376,14 +376,15 @@ impl Site {
             Run::Live { reply, timeout } => (self.ids.next_id(), Some(reply), None, timeout),
         };
         let mut ctx = ExecCtx::new(txn_id, timestamp_micros(txn_id));
+        // One look at the clock serves the statistics and the deadline.
+        let started = std::time::Instant::now();
         if replay_id.is_some() {
             // A replayed transaction ran to its end once: no cap may stop it now (and it
             // has no deadline).
             ctx.limits = Limits::UNLIMITED;
         } else {
-            ctx.deadline = timeout.and_then(Deadline::after);
+            ctx.deadline = timeout.and_then(|t| Some(Deadline { started, at: started.checked_add(t)? }));
         }
-        let started = std::time::Instant::now();
         self.part.begin();
         let result = catch_unwind(AssertUnwindSafe(|| -> Result<ProcOutput> {
             let mut runner = LocalRunner { part: &mut self.part, ctx };
