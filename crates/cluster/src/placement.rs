@@ -73,7 +73,7 @@ impl Placement {
         }
         let copies = kfactor + 1;
         let slots = nodes * sites_per_node;
-        if slots % copies != 0 {
+        if !slots.is_multiple_of(copies) {
             return Err(PlacementError::Indivisible { nodes, sites: sites_per_node, k: kfactor });
         }
         // Slots are dealt to nodes in turn (slot i is on node i mod N), and each partition
