@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// A node's place in the cluster's host list (0-based).
 pub type NodeId = u32;
 /// A partition of the whole cluster (0-based).
@@ -37,7 +39,7 @@ pub enum PlacementError {
 }
 
 /// One partition's replicas, leader first.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replicas {
     pub nodes: Vec<NodeId>,
 }
@@ -50,7 +52,7 @@ impl Replicas {
 }
 
 /// The partitions of a cluster and where their replicas live.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Placement {
     pub nodes: u32,
     pub sites_per_node: u32,

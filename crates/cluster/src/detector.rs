@@ -1,0 +1,424 @@
+//! The failure detector's decisions, as pure functions of (cluster state, what this node
+//! has heard from whom and when, now), so they are tested with a fake clock and no sockets.
+//!
+//! Every node heartbeats every other node and records, per peer, when it last heard from it
+//! and in which incarnation (`Heard`). From that table:
+//! - the group's leader decides which `NodeDown` / `NodeUp` commands to propose (`decide`);
+//! - every node decides whether it may serve (`standing`): a node that has not heard from a
+//!   majority of the cluster within the *minority timeout* must stop accepting work.
+//!
+//! The minority timeout is shorter than the failure timeout (half of it by default), so a
+//! node cut off from the majority stops before the majority can declare it down and give its
+//! partitions to other replicas: for the length of the margin, neither side serves them,
+//! rather than both.
+
+use crate::placement::NodeId;
+use crate::state::{ClusterState, Command, Incarnation};
+
+/// Silence after which the leader declares a node down, by default.
+pub const FAILURE_TIMEOUT_DEFAULT_MS: u64 = 1_000;
+
+/// The timeouts the decisions use, in milliseconds of the detector's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// A live node silent this long is declared down.
+    pub failure_timeout_ms: u64,
+    /// A node that has not heard from a majority within this long stops serving.
+    pub minority_timeout_ms: u64,
+    /// A down node heard from within this long is declared back up.
+    pub up_window_ms: u64,
+}
+
+impl Timing {
+    /// The minority timeout and the up window are half the failure timeout: see the module
+    /// header for why the minority side must stop first.
+    pub fn from_failure_timeout(failure_timeout_ms: u64) -> Timing {
+        Timing { failure_timeout_ms, minority_timeout_ms: failure_timeout_ms / 2, up_window_ms: failure_timeout_ms / 2 }
+    }
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing::from_failure_timeout(FAILURE_TIMEOUT_DEFAULT_MS)
+    }
+}
+
+/// What a node has heard from one peer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// When it last heard from the peer; `None`: not since it started.
+    pub at_ms: Option<u64>,
+    /// The latest incarnation the peer has announced.
+    pub incarnation: Incarnation,
+}
+
+impl Heard {
+    /// Records a message from the peer; incarnations only grow (a late message from a
+    /// previous start of the peer does not turn them back).
+    pub fn record(&mut self, now_ms: u64, incarnation: Incarnation) {
+        self.at_ms = Some(self.at_ms.map_or(now_ms, |at| at.max(now_ms)));
+        self.incarnation = self.incarnation.max(incarnation);
+    }
+
+    fn within(&self, now_ms: u64, window_ms: u64) -> bool {
+        self.at_ms.is_some_and(|at| now_ms.saturating_sub(at) <= window_ms)
+    }
+}
+
+/// Whether a node may accept work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// It hears from a majority, but the committed state does not yet show this start of the
+    /// node alive: it waits to be admitted (`NodeUp`) before serving.
+    Joining,
+    /// It hears from a majority and the committed state counts it alive: it may serve.
+    Serving,
+    /// It has not heard from a majority within the minority timeout: it must stop accepting
+    /// work; the majority side will carry on without it.
+    Minority,
+}
+
+/// The smallest number of nodes that is a majority of `nodes`.
+pub fn majority(nodes: u32) -> u32 {
+    nodes / 2 + 1
+}
+
+/// Whether `me` plus the peers heard from within `window_ms` make a majority of `nodes`.
+pub fn hears_majority(me: NodeId, nodes: u32, heard: &[Heard], now_ms: u64, window_ms: u64) -> bool {
+    let peers = heard.iter().enumerate().filter(|(n, h)| *n as NodeId != me && h.within(now_ms, window_ms)).count();
+    1 + peers as u32 >= majority(nodes)
+}
+
+/// This node's standing, from the state it has applied and what it has heard.
+pub fn standing(view: &ClusterState, me: NodeId, incarnation: Incarnation, heard: &[Heard], now_ms: u64, timing: &Timing) -> Standing {
+    if !hears_majority(me, view.node_count(), heard, now_ms, timing.minority_timeout_ms) {
+        Standing::Minority
+    } else if view.is_alive(me) && view.incarnation(me) == incarnation {
+        Standing::Serving
+    } else {
+        Standing::Joining
+    }
+}
+
+/// The commands the group's leader `me` (in `incarnation`) proposes, in node order, given
+/// the committed state, what it has heard (`heard`, by node id; its own entry is ignored),
+/// the time now and the time it became the group's leader (`since_ms`).
+///
+/// A node is declared down only after the failure timeout has passed both since the leader
+/// last heard it and since the leader took office: a new leader may not have heard a node
+/// that the previous leader heard a moment ago, and that node may still be serving; waiting
+/// a full timeout in office lets it notice it is cut off (after the minority timeout) first.
+///
+/// A leader that does not hear from a majority proposes nothing: it could not commit, and it
+/// is probably on the minority side of a split.
+pub fn decide(
+    state: &ClusterState,
+    me: NodeId,
+    incarnation: Incarnation,
+    heard: &[Heard],
+    now_ms: u64,
+    since_ms: u64,
+    timing: &Timing,
+) -> Vec<Command> {
+    let nodes = state.node_count();
+    if !hears_majority(me, nodes, heard, now_ms, timing.failure_timeout_ms) {
+        return Vec::new();
+    }
+    let mut commands = Vec::new();
+    for node in 0..nodes {
+        let (recent, announced) = if node == me {
+            (true, incarnation)
+        } else {
+            let h = heard.get(node as usize).copied().unwrap_or_default();
+            (h.within(now_ms, timing.up_window_ms), h.incarnation)
+        };
+        let known = state.incarnation(node);
+        if recent && (!state.is_alive(node) || announced > known) {
+            commands.push(Command::NodeUp { node, incarnation: announced.max(known) });
+            continue;
+        }
+        if node == me || !state.is_alive(node) {
+            continue;
+        }
+        let last = heard.get(node as usize).and_then(|h| h.at_ms).unwrap_or(since_ms).max(since_ms);
+        if now_ms.saturating_sub(last) > timing.failure_timeout_ms {
+            commands.push(Command::NodeDown(node));
+        }
+    }
+    commands
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::{PartitionId, Placement};
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    const TICK_MS: u64 = 100;
+
+    fn admitted(nodes: u32) -> ClusterState {
+        let mut s = ClusterState::new(Placement::new(nodes, 2, 1).unwrap());
+        for n in 0..nodes {
+            s.apply(&Command::NodeUp { node: n, incarnation: 1 });
+        }
+        s
+    }
+
+    fn heard_at(times: &[Option<u64>]) -> Vec<Heard> {
+        times.iter().map(|t| Heard { at_ms: *t, incarnation: 1 }).collect()
+    }
+
+    #[test]
+    fn a_node_silent_past_the_timeout_is_declared_down_and_not_before() {
+        let s = admitted(3);
+        let t = Timing::default();
+        let heard = heard_at(&[None, Some(5_000), Some(4_000)]);
+        assert_eq!(decide(&s, 0, 1, &heard, 5_000, 0, &t), vec![]);
+        assert_eq!(decide(&s, 0, 1, &heard, 5_000 - 1_000 + 1_000, 0, &t), vec![]);
+        assert_eq!(decide(&s, 0, 1, &heard, 5_001, 0, &t), vec![Command::NodeDown(2)]);
+    }
+
+    #[test]
+    fn a_leader_that_hears_no_majority_proposes_nothing() {
+        let s = admitted(3);
+        let heard = heard_at(&[None, Some(0), Some(0)]);
+        assert_eq!(decide(&s, 0, 1, &heard, 10_000, 0, &Timing::default()), vec![]);
+    }
+
+    #[test]
+    fn a_peer_never_heard_gets_the_timeout_from_the_detector_start() {
+        let s = admitted(3);
+        let heard = heard_at(&[None, Some(9_000), None]);
+        let t = Timing::default();
+        assert_eq!(decide(&s, 0, 1, &heard, 9_000, 8_500, &t), vec![]);
+        assert_eq!(decide(&s, 0, 1, &heard, 9_501, 8_500, &t), vec![Command::NodeDown(2)]);
+    }
+
+    #[test]
+    fn a_down_node_heard_again_comes_up_and_a_restart_is_noticed() {
+        let mut s = admitted(3);
+        s.apply(&Command::NodeDown(2));
+        let t = Timing::default();
+        let mut heard = heard_at(&[None, Some(1_000), Some(1_000)]);
+        assert_eq!(decide(&s, 0, 1, &heard, 1_000, 0, &t), vec![Command::NodeUp { node: 2, incarnation: 1 }]);
+        heard[1].incarnation = 2;
+        assert_eq!(
+            decide(&s, 0, 1, &heard, 1_000, 0, &t),
+            vec![Command::NodeUp { node: 1, incarnation: 2 }, Command::NodeUp { node: 2, incarnation: 1 }]
+        );
+    }
+
+    #[test]
+    fn standing_follows_the_majority_and_admission() {
+        let t = Timing::default();
+        let s = admitted(3);
+        assert_eq!(standing(&s, 0, 1, &heard_at(&[None, Some(1_000), None]), 1_000, &t), Standing::Serving);
+        assert_eq!(standing(&s, 0, 1, &heard_at(&[None, Some(1_000), None]), 1_501, &t), Standing::Minority);
+        assert_eq!(standing(&s, 0, 2, &heard_at(&[None, Some(1_000), None]), 1_000, &t), Standing::Joining, "a new start waits for NodeUp");
+        let fresh = ClusterState::new(Placement::new(3, 2, 1).unwrap());
+        assert_eq!(standing(&fresh, 0, 1, &heard_at(&[None, None, None]), 0, &t), Standing::Minority, "alone at start");
+    }
+
+    /// One tick of the simulated world: what happens before the heartbeats.
+    #[derive(Clone, Debug)]
+    enum Event {
+        Nothing,
+        Crash(NodeId),
+        Restart(NodeId),
+        /// The nodes whose bit is set go to one side of a split.
+        Split(u8),
+        Heal,
+    }
+
+    fn event(nodes: u32) -> impl Strategy<Value = Event> {
+        prop_oneof![
+            6 => Just(Event::Nothing),
+            1 => (0..nodes).prop_map(Event::Crash),
+            1 => (0..nodes).prop_map(Event::Restart),
+            1 => any::<u8>().prop_map(Event::Split),
+            1 => Just(Event::Heal),
+        ]
+    }
+
+    /// Nodes on a fake clock and a fake network with no delay; the group is modelled as one
+    /// committed state, changed only by the commands of a leader that a majority hears.
+    struct World {
+        nodes: u32,
+        now: u64,
+        running: Vec<bool>,
+        incarnation: Vec<Incarnation>,
+        side: Vec<u8>,
+        since: Vec<u64>,
+        heard: Vec<Vec<Heard>>,
+        /// The state each node has applied (a node cut off keeps an old one).
+        view: Vec<ClusterState>,
+        committed: ClusterState,
+        /// The group's leader and when it took office.
+        leader: Option<(usize, u64)>,
+        /// Who led each partition in each epoch: one entry per (epoch, partition).
+        history: HashMap<(u64, PartitionId), Option<NodeId>>,
+        timing: Timing,
+    }
+
+    impl World {
+        fn new(placement: Placement) -> World {
+            let nodes = placement.nodes;
+            let state = ClusterState::new(placement);
+            World {
+                nodes,
+                now: 0,
+                running: vec![true; nodes as usize],
+                incarnation: vec![1; nodes as usize],
+                side: vec![0; nodes as usize],
+                since: vec![0; nodes as usize],
+                heard: vec![vec![Heard::default(); nodes as usize]; nodes as usize],
+                view: vec![state.clone(); nodes as usize],
+                committed: state,
+                leader: None,
+                history: HashMap::new(),
+                timing: Timing::default(),
+            }
+        }
+
+        fn apply_event(&mut self, e: &Event) {
+            match *e {
+                Event::Nothing => {}
+                Event::Crash(n) => {
+                    self.running[n as usize] = false;
+                    if self.leader.is_some_and(|(l, _)| l == n as usize) {
+                        self.leader = None;
+                    }
+                }
+                Event::Restart(n) => {
+                    // A new start: a fresh heard table and clock origin; its applied state is
+                    // whatever its disk held (here: the last state it saw).
+                    let n = n as usize;
+                    if self.leader.is_some_and(|(l, _)| l == n) {
+                        self.leader = None;
+                    }
+                    self.running[n] = true;
+                    self.incarnation[n] += 1;
+                    self.since[n] = self.now;
+                    self.heard[n] = vec![Heard::default(); self.nodes as usize];
+                }
+                Event::Split(mask) => {
+                    for n in 0..self.nodes as usize {
+                        self.side[n] = (mask >> n) & 1;
+                    }
+                }
+                Event::Heal => self.side.iter_mut().for_each(|s| *s = 0),
+            }
+        }
+
+        fn linked(&self, a: usize, b: usize) -> bool {
+            self.running[a] && self.running[b] && self.side[a] == self.side[b]
+        }
+
+        /// The running nodes that can reach a majority, if any side can.
+        fn majority_side(&self) -> Vec<usize> {
+            (0..self.nodes as usize)
+                .map(|a| (0..self.nodes as usize).filter(|b| self.linked(a, *b)).collect::<Vec<_>>())
+                .find(|side| side.len() as u32 >= majority(self.nodes))
+                .unwrap_or_default()
+        }
+
+        fn tick(&mut self, pick: usize) -> Result<(), TestCaseError> {
+            self.now += TICK_MS;
+            for a in 0..self.nodes as usize {
+                for b in 0..self.nodes as usize {
+                    if a != b && self.linked(a, b) {
+                        let inc = self.incarnation[b];
+                        self.heard[a][b].record(self.now, inc);
+                    }
+                }
+            }
+            let side = self.majority_side();
+            if !side.is_empty() {
+                // The group keeps its leader while a majority hears it; else the majority
+                // elects one of its own (at once: a real election takes longer, which only
+                // gives a cut-off node more time to notice).
+                let (leader, since) = match self.leader {
+                    Some((l, since)) if side.contains(&l) => (l, since),
+                    _ => (side[pick % side.len()], self.now),
+                };
+                self.leader = Some((leader, since));
+                let commands =
+                    decide(&self.committed, leader as NodeId, self.incarnation[leader], &self.heard[leader], self.now, since, &self.timing);
+                for c in &commands {
+                    let epoch = self.committed.epoch();
+                    self.committed.apply(c);
+                    prop_assert!(self.committed.epoch() >= epoch);
+                    prop_assert!(self.committed.validate().is_ok(), "{:?}", self.committed.validate());
+                    self.record_history()?;
+                }
+                for n in &side {
+                    self.view[*n] = self.committed.clone();
+                }
+            }
+            self.check_one_serving_leader()
+        }
+
+        fn record_history(&mut self) -> Result<(), TestCaseError> {
+            let epoch = self.committed.epoch();
+            for (p, l) in self.committed.leaders().iter().enumerate() {
+                let seen = *self.history.entry((epoch, p as PartitionId)).or_insert(*l);
+                prop_assert_eq!(seen, *l, "two leaders for partition {} in epoch {}", p, epoch);
+            }
+            Ok(())
+        }
+
+        fn standing(&self, n: usize) -> Standing {
+            standing(&self.view[n], n as NodeId, self.incarnation[n], &self.heard[n], self.now, &self.timing)
+        }
+
+        /// The split-brain promise: at no moment do two running nodes both serve as the
+        /// leader of one partition.
+        fn check_one_serving_leader(&self) -> Result<(), TestCaseError> {
+            for p in 0..self.committed.leaders().len() as PartitionId {
+                let serving: Vec<usize> = (0..self.nodes as usize)
+                    .filter(|n| self.running[*n] && self.standing(*n) == Standing::Serving && self.view[*n].leader(p) == Some(*n as NodeId))
+                    .collect();
+                prop_assert!(serving.len() <= 1, "partition {} served by {:?} at {} ms", p, serving, self.now);
+            }
+            Ok(())
+        }
+    }
+
+    fn world_and_events() -> impl Strategy<Value = (Placement, Vec<(Event, usize)>)> {
+        (3u32..6, 1u32..4, 0u32..3).prop_filter_map("valid layout", |(n, s, k)| Placement::new(n, s, k).ok()).prop_flat_map(|p| {
+            let events = proptest::collection::vec((event(p.nodes), 0usize..8), 20..200);
+            (Just(p), events)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Random crashes, restarts, splits and heals on a fake clock: every committed
+        /// leader is a live replica, one leader per partition and epoch, never two nodes
+        /// serving one partition at once; and once everything heals and restarts, every node
+        /// is admitted and serves with the same state.
+        #[test]
+        fn takeover_decisions_never_make_two_leaders((placement, events) in world_and_events()) {
+            let mut w = World::new(placement);
+            for (e, pick) in &events {
+                w.apply_event(e);
+                w.tick(*pick)?;
+            }
+            w.apply_event(&Event::Heal);
+            for n in 0..w.nodes {
+                if !w.running[n as usize] {
+                    w.apply_event(&Event::Restart(n));
+                }
+            }
+            let settle_ticks = 2 * w.timing.failure_timeout_ms / TICK_MS;
+            for i in 0..settle_ticks {
+                w.tick(i as usize)?;
+            }
+            for n in 0..w.nodes as usize {
+                prop_assert_eq!(w.standing(n), Standing::Serving, "node {} after healing", n);
+                prop_assert_eq!(&w.view[n], &w.committed);
+            }
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! `ClusterNode`: one node's part in the membership group. It listens on the node's
+//! internal address, heartbeats every other node, runs the group's Raft (node 0 forms the
+//! group), and keeps a `ClusterView` (the committed cluster state and this node's standing)
+//! up to date on a watch channel. While this node leads the group, its failure detector
+//! proposes `NodeDown` / `NodeUp` from what it hears (`detector.rs`).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{EmptyNode, ServerState};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{interval, sleep, timeout, Instant, MissedTickBehavior};
+
+use crate::detector::{self, Heard, Standing, Timing};
+use crate::message::{Hello, Request, Response, PROTOCOL_VERSION};
+use crate::placement::{NodeId, PartitionId, Placement, PlacementError};
+use crate::raft::{raft_config, MembershipRaft, NetworkFactory, RaftNodeId};
+use crate::record;
+use crate::state::{ClusterState, Command, Incarnation, Outcome};
+use crate::store::{LogStore, StateMachine};
+use crate::transport::{self, Faults, Handler, Transport};
+
+/// How often each node pings every other node, by default.
+pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 100;
+/// The minority timeout (half the failure timeout) must span at least this many heartbeat
+/// intervals, so one late heartbeat does not make a node think it is cut off.
+pub const HEARTBEATS_PER_MINORITY_TIMEOUT_MIN: u64 = 3;
+/// How long a proposal to the group may take before it is given up.
+pub const PROPOSE_TIMEOUT_MS: u64 = 2_000;
+/// The file in the data directory that counts this node's starts.
+const INCARNATION_FILE: &str = "incarnation";
+
+/// How to start a node.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// This node's index in `hosts`.
+    pub node_id: NodeId,
+    /// Every node's internal address, by node id (the `--hosts` list).
+    pub hosts: Vec<SocketAddr>,
+    /// Where to listen, if not on `hosts[node_id]` (say, 0.0.0.0 behind that address).
+    pub listen: Option<SocketAddr>,
+    pub kfactor: u32,
+    pub sites_per_node: u32,
+    /// Holds the group's log, vote, snapshot and this node's incarnation counter.
+    pub data_dir: PathBuf,
+    /// A node silent this long is declared down; a node that hears no majority for half of
+    /// it stops serving.
+    pub failure_timeout: Duration,
+    pub heartbeat_interval: Duration,
+}
+
+impl ClusterConfig {
+    /// A configuration with the default timings.
+    pub fn new(node_id: NodeId, hosts: Vec<SocketAddr>, kfactor: u32, sites_per_node: u32, data_dir: PathBuf) -> ClusterConfig {
+        ClusterConfig {
+            node_id,
+            hosts,
+            listen: None,
+            kfactor,
+            sites_per_node,
+            data_dir,
+            failure_timeout: Duration::from_millis(detector::FAILURE_TIMEOUT_DEFAULT_MS),
+            heartbeat_interval: Duration::from_millis(HEARTBEAT_INTERVAL_DEFAULT_MS),
+        }
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the cluster layout is impossible: {0}")]
+    Placement(#[from] PlacementError),
+    #[error("node id {id} is not in the host list, which has {hosts} nodes (ids 0 to {})", hosts.saturating_sub(1))]
+    NodeId { id: NodeId, hosts: usize },
+    #[error("the failure timeout ({failure_ms} ms) must be at least {} heartbeat intervals ({heartbeat_ms} ms each): raise the timeout or ping more often", 2 * HEARTBEATS_PER_MINORITY_TIMEOUT_MIN)]
+    Timing { failure_ms: u64, heartbeat_ms: u64 },
+    #[error("the data directory {path}: {source}")]
+    Disk { path: PathBuf, source: io::Error },
+    #[error("cannot listen on the internal address {addr}: {source}")]
+    Listen { addr: SocketAddr, source: io::Error },
+    #[error("the membership group cannot start: {0}")]
+    Raft(String),
+}
+
+/// Why a proposal was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error("this node does not lead the membership group; node {leader:?} does")]
+    NotLeader { leader: Option<NodeId> },
+    #[error("the membership group did not commit the change within {PROPOSE_TIMEOUT_MS} ms (is a majority of nodes reachable?)")]
+    Timeout,
+    #[error("the membership group has stopped: {0}")]
+    Stopped(String),
+}
+
+/// What this node knows of the cluster, as one consistent snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterView {
+    pub me: NodeId,
+    /// The committed cluster state, as far as this node has applied it.
+    pub state: ClusterState,
+    pub standing: Standing,
+    /// The membership group's leader as far as this node knows.
+    pub group_leader: Option<NodeId>,
+}
+
+impl ClusterView {
+    /// Whether this node may order `partition`'s transactions now: it serves, and the
+    /// committed state says it leads the partition.
+    pub fn leads(&self, partition: PartitionId) -> bool {
+        self.standing == Standing::Serving && self.state.leader(partition) == Some(self.me)
+    }
+}
+
+/// What the node's tasks share.
+struct Shared {
+    me: NodeId,
+    incarnation: Incarnation,
+    hello: Hello,
+    timing: Timing,
+    origin: Instant,
+    heard: Mutex<Vec<Heard>>,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    fn record(&self, from: NodeId, incarnation: Incarnation) {
+        let now = self.now_ms();
+        // Entries are plain values, never left half-written.
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = heard.get_mut(from as usize) {
+            h.record(now, incarnation);
+        }
+    }
+
+    fn heard(&self) -> Vec<Heard> {
+        self.heard.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Answers the other nodes' requests.
+struct NodeHandler {
+    shared: Arc<Shared>,
+    raft: MembershipRaft,
+}
+
+impl Handler for NodeHandler {
+    fn check_hello(&self, hello: &Hello) -> Result<(), String> {
+        let mine = &self.shared.hello;
+        if hello.protocol != mine.protocol {
+            return Err(format!(
+                "node {} speaks internal protocol {} and this node {}: run one version of Lockstep across the cluster",
+                hello.from, hello.protocol, mine.protocol
+            ));
+        }
+        if (hello.nodes, hello.sites_per_node, hello.kfactor) != (mine.nodes, mine.sites_per_node, mine.kfactor) {
+            return Err(format!(
+                "node {} was started with {} hosts, {} sites per host and k-factor {}, this node with {}, {} and {}: start every node with the same hosts, sites and k-factor",
+                hello.from, hello.nodes, hello.sites_per_node, hello.kfactor, mine.nodes, mine.sites_per_node, mine.kfactor
+            ));
+        }
+        if hello.from >= mine.nodes || hello.from == self.shared.me {
+            return Err(format!("a peer says it is node {}, which is this node or not in the host list", hello.from));
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, from: NodeId, request: Request) -> Response {
+        match request {
+            Request::Hello(_) => Response::Refused("hello was already said on this connection".into()),
+            Request::Ping { incarnation } => {
+                self.shared.record(from, incarnation);
+                Response::Pong { incarnation: self.shared.incarnation }
+            }
+            Request::Append(rpc) => Response::Append(self.raft.append_entries(rpc).await),
+            Request::Vote(rpc) => Response::Vote(self.raft.vote(rpc).await),
+            Request::Snapshot(rpc) => Response::Snapshot(self.raft.install_snapshot(rpc).await),
+        }
+    }
+}
+
+/// One node's membership: see the module header.
+pub struct ClusterNode {
+    shared: Arc<Shared>,
+    raft: MembershipRaft,
+    transport: Arc<Transport>,
+    view: watch::Receiver<ClusterView>,
+    tasks: Vec<JoinHandle<()>>,
+    local_addr: SocketAddr,
+}
+
+impl ClusterNode {
+    /// Starts the node, listening on `config.listen` or its own entry in `config.hosts`.
+    pub async fn start(config: ClusterConfig) -> Result<ClusterNode, StartError> {
+        let id = config.node_id as usize;
+        let addr = config
+            .listen
+            .or_else(|| config.hosts.get(id).copied())
+            .ok_or(StartError::NodeId { id: config.node_id, hosts: config.hosts.len() })?;
+        let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
+        ClusterNode::start_on(config, listener).await
+    }
+
+    /// Starts the node on a listener already bound (tests bind port 0 first).
+    pub async fn start_on(config: ClusterConfig, listener: TcpListener) -> Result<ClusterNode, StartError> {
+        let nodes = config.hosts.len() as u32;
+        let me = config.node_id;
+        if me >= nodes {
+            return Err(StartError::NodeId { id: me, hosts: config.hosts.len() });
+        }
+        let placement = Placement::new(nodes, config.sites_per_node, config.kfactor)?;
+        let timing = Timing::from_failure_timeout(config.failure_timeout.as_millis() as u64);
+        let heartbeat_ms = config.heartbeat_interval.as_millis() as u64;
+        if heartbeat_ms == 0 || timing.minority_timeout_ms < HEARTBEATS_PER_MINORITY_TIMEOUT_MIN * heartbeat_ms {
+            return Err(StartError::Timing { failure_ms: timing.failure_timeout_ms, heartbeat_ms });
+        }
+        let local_addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.hosts[me as usize], source })?;
+        let disk = |source| StartError::Disk { path: config.data_dir.clone(), source };
+        std::fs::create_dir_all(&config.data_dir).map_err(disk)?;
+        let incarnation = next_incarnation(&config.data_dir).map_err(disk)?;
+        let log = LogStore::open(&config.data_dir).map_err(disk)?;
+        let (sm, applied) = StateMachine::open(&config.data_dir, placement.clone()).map_err(disk)?;
+
+        let hello =
+            Hello { protocol: PROTOCOL_VERSION, from: me, nodes, sites_per_node: placement.sites_per_node, kfactor: placement.kfactor };
+        let shared = Arc::new(Shared {
+            me,
+            incarnation,
+            hello: hello.clone(),
+            timing,
+            origin: Instant::now(),
+            heard: Mutex::new(vec![Heard::default(); nodes as usize]),
+        });
+        let faults = Arc::new(Faults::default());
+        let transport = Arc::new(Transport::start(me, &config.hosts, hello, faults.clone()));
+        let raft_config = raft_config().map_err(|e| StartError::Raft(e.to_string()))?;
+        let raft = MembershipRaft::new(RaftNodeId::from(me), raft_config, NetworkFactory::new(transport.clone()), log, sm)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+
+        let first_view = ClusterView { me, state: applied.borrow().clone(), standing: Standing::Minority, group_leader: None };
+        let (view_tx, view) = watch::channel(first_view);
+        let mut tasks = Vec::new();
+        let handler = Arc::new(NodeHandler { shared: shared.clone(), raft: raft.clone() });
+        tasks.push(tokio::spawn(transport::serve(listener, handler, faults)));
+        for peer in (0..nodes).filter(|p| *p != me) {
+            tasks.push(tokio::spawn(ping_peer(shared.clone(), transport.clone(), peer, config.heartbeat_interval)));
+        }
+        if me == 0 {
+            tasks.push(tokio::spawn(form_group(shared.clone(), raft.clone(), config.heartbeat_interval)));
+        }
+        tasks.push(tokio::spawn(watch_cluster(shared.clone(), raft.clone(), applied, view_tx, config.heartbeat_interval)));
+        tracing::info!(node = me, incarnation, %local_addr, "cluster node started");
+        Ok(ClusterNode { shared, raft, transport, view, tasks, local_addr })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.shared.me
+    }
+
+    /// This start's number (1 on a fresh data directory, then one more per start).
+    pub fn incarnation(&self) -> Incarnation {
+        self.shared.incarnation
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// What this node knows of the cluster now.
+    pub fn view(&self) -> ClusterView {
+        self.view.borrow().clone()
+    }
+
+    /// A receiver that sees every change of the view.
+    pub fn subscribe(&self) -> watch::Receiver<ClusterView> {
+        self.view.clone()
+    }
+
+    /// The switch that cuts this node off from chosen peers (fault injection).
+    pub fn faults(&self) -> &Arc<Faults> {
+        self.transport.faults()
+    }
+
+    /// Proposes a change to the group (only the group's leader can) and waits until it is
+    /// committed and applied here. The failure detector proposes `NodeDown` / `NodeUp` by
+    /// itself; this is for `SetLeader` (rebalancing) and for tests.
+    pub async fn propose(&self, command: Command) -> Result<Outcome, ProposeError> {
+        match timeout(Duration::from_millis(PROPOSE_TIMEOUT_MS), self.raft.client_write(command)).await {
+            Err(_) => Err(ProposeError::Timeout),
+            Ok(Ok(r)) => Ok(r.data),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader { leader: f.leader_id.and_then(|l| NodeId::try_from(l).ok()) })
+            }
+            Ok(Err(e)) => Err(ProposeError::Stopped(e.to_string())),
+        }
+    }
+
+    /// Stops the node's tasks and its Raft.
+    pub async fn shutdown(mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "the membership group's Raft did not stop cleanly");
+        }
+    }
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Reads, increments and durably stores this node's start counter.
+fn next_incarnation(dir: &Path) -> io::Result<Incarnation> {
+    let path = dir.join(INCARNATION_FILE);
+    let previous = match record::read_whole(&path)? {
+        None => 0,
+        Some(bytes) => {
+            let raw: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} does not hold a start counter: the data directory is damaged", path.display()),
+                )
+            })?;
+            u64::from_le_bytes(raw)
+        }
+    };
+    let next = previous + 1;
+    record::write_whole(&path, &next.to_le_bytes())?;
+    Ok(next)
+}
+
+/// Pings one peer every `every`, recording its answers. One task per peer, so a peer that
+/// does not answer delays only its own pings.
+async fn ping_peer(shared: Arc<Shared>, transport: Arc<Transport>, peer: NodeId, every: Duration) {
+    let mut tick = interval(every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let limit = Duration::from_millis(shared.timing.minority_timeout_ms);
+    loop {
+        tick.tick().await;
+        if let Ok(Response::Pong { incarnation }) = transport.call(peer, Request::Ping { incarnation: shared.incarnation }, limit).await {
+            shared.record(peer, incarnation);
+        }
+    }
+}
+
+/// Node 0 forms the group: once it hears from a majority, it initializes the group with
+/// every node as a voter. Only node 0 does, so two nodes never form two groups; if the group
+/// already exists (node 0 restarted), openraft refuses and this ends.
+async fn form_group(shared: Arc<Shared>, raft: MembershipRaft, every: Duration) {
+    let nodes = shared.hello.nodes;
+    loop {
+        match raft.is_initialized().await {
+            Ok(true) | Err(_) => return,
+            Ok(false) => {}
+        }
+        if detector::hears_majority(shared.me, nodes, &shared.heard(), shared.now_ms(), shared.timing.failure_timeout_ms) {
+            let members: BTreeMap<RaftNodeId, EmptyNode> = (0..nodes).map(|n| (RaftNodeId::from(n), EmptyNode {})).collect();
+            match raft.initialize(members).await {
+                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => return,
+                Err(e) => tracing::warn!(error = %e, "cannot form the membership group yet"),
+            }
+        }
+        sleep(every).await;
+    }
+}
+
+/// Keeps the view up to date (on every applied change, Raft metrics change and heartbeat
+/// tick) and, while this node leads the group, proposes what the failure detector decides.
+async fn watch_cluster(
+    shared: Arc<Shared>,
+    raft: MembershipRaft,
+    mut applied: watch::Receiver<ClusterState>,
+    view: watch::Sender<ClusterView>,
+    every: Duration,
+) {
+    let mut tick = interval(every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut metrics = raft.metrics();
+    let proposing = Arc::new(AtomicBool::new(false));
+    // When this node last took office as the group's leader (see `detector::decide`).
+    let mut leading_since: Option<u64> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = applied.changed() => if changed.is_err() { return },
+            changed = metrics.changed() => if changed.is_err() { return },
+        }
+        let state = applied.borrow_and_update().clone();
+        let (group_leader, leading) = {
+            let m = metrics.borrow_and_update();
+            let leader = m.current_leader.and_then(|l| NodeId::try_from(l).ok());
+            (leader, m.state == ServerState::Leader && leader == Some(shared.me))
+        };
+        let heard = shared.heard();
+        let now = shared.now_ms();
+        let standing = detector::standing(&state, shared.me, shared.incarnation, &heard, now, &shared.timing);
+        leading_since = if leading { leading_since.or(Some(now)) } else { None };
+        if let (Some(since), false) = (leading_since, proposing.load(Ordering::Acquire)) {
+            let commands = detector::decide(&state, shared.me, shared.incarnation, &heard, now, since, &shared.timing);
+            if !commands.is_empty() {
+                proposing.store(true, Ordering::Release);
+                tokio::spawn(propose_all(raft.clone(), commands, proposing.clone()));
+            }
+        }
+        let next = ClusterView { me: shared.me, state, standing, group_leader };
+        view.send_if_modified(|v| {
+            let changed = *v != next;
+            if changed {
+                *v = next;
+            }
+            changed
+        });
+    }
+}
+
+/// Proposes the detector's commands in order, each waited for, then lets it decide again.
+async fn propose_all(raft: MembershipRaft, commands: Vec<Command>, proposing: Arc<AtomicBool>) {
+    for command in commands {
+        tracing::info!(?command, "proposing a membership change");
+        match timeout(Duration::from_millis(PROPOSE_TIMEOUT_MS), raft.client_write(command.clone())).await {
+            Ok(Ok(r)) => tracing::info!(?command, outcome = ?r.data, "membership change applied"),
+            Ok(Err(e)) => {
+                tracing::warn!(?command, error = %e, "membership change not applied");
+                break;
+            }
+            Err(_) => {
+                tracing::warn!(?command, "membership change not committed within {PROPOSE_TIMEOUT_MS} ms");
+                break;
+            }
+        }
+    }
+    proposing.store(false, Ordering::Release);
+}

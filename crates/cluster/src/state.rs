@@ -1,0 +1,417 @@
+//! The cluster state: the data of the membership group's state machine. It says which nodes
+//! are alive (and which start of each node the group has seen), which node leads each
+//! partition, and an epoch that grows with every change.
+//!
+//! Applying a `Command` is a pure, deterministic function of the state and the command, so
+//! every node that applies the same committed commands in the same order holds the same
+//! state. Commands come from the Raft log, which came over the network: a command naming an
+//! unknown node or partition is refused (the state does not change), never a panic.
+
+use serde::{Deserialize, Serialize};
+
+use crate::placement::{NodeId, PartitionId, Placement};
+
+/// Which start of a node this is: every node counts its starts on its own disk, so a node
+/// that restarted (and lost its in-memory partitions) is told apart from one that was only
+/// out of touch. 0 means "no start of this node recorded yet".
+pub type Incarnation = u64;
+
+/// A change to the cluster state, proposed by the group's leader and applied once committed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// The node has been silent longer than the failure timeout: it is no longer alive, and
+    /// every partition it led gets a new leader among its live replicas.
+    NodeDown(NodeId),
+    /// The node is heard from in the given incarnation. If it was down, it is back as a
+    /// replica (it leads nothing until a later `SetLeader`). If it was alive in an older
+    /// incarnation, it restarted without anyone noticing it gone: it lost its partitions, so
+    /// it gives up every leadership it held, as if it had gone down and come back at once.
+    NodeUp { node: NodeId, incarnation: Incarnation },
+    /// Moves a partition's leadership to one of its live replicas (a rebalance).
+    SetLeader { partition: PartitionId, node: NodeId },
+}
+
+/// What applying a command did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The state changed; this is its new epoch.
+    Changed { epoch: u64 },
+    /// The command asked for what was already so; the epoch stayed.
+    Unchanged { epoch: u64 },
+    /// The command could not be applied; the state did not change.
+    Refused(Refusal),
+}
+
+/// Why a command was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refusal {
+    #[error("node {0} is not in the cluster")]
+    UnknownNode(NodeId),
+    #[error("partition {0} is not in the cluster")]
+    UnknownPartition(PartitionId),
+    #[error("node {node} holds no replica of partition {partition}")]
+    NotAReplica { partition: PartitionId, node: NodeId },
+    #[error("node {0} is down: it cannot lead")]
+    NodeIsDown(NodeId),
+    #[error("node {node} is already known in incarnation {known}, later than {given}")]
+    StaleIncarnation { node: NodeId, known: Incarnation, given: Incarnation },
+}
+
+/// Why a state read from disk or the network cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the stored cluster state is inconsistent: {0}")]
+pub struct InvalidState(pub String);
+
+/// The cluster's membership and leadership, as committed by the group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    epoch: u64,
+    placement: Placement,
+    /// By node id.
+    alive: Vec<bool>,
+    /// By node id: the latest start of the node that the group has seen (0: none yet).
+    incarnations: Vec<Incarnation>,
+    /// By partition id; `None` when no replica of the partition was alive as its leader went:
+    /// the cluster cannot serve it, and no leader is invented for it. A replica that comes
+    /// back does not lead it either (its data has to be recovered first): a `SetLeader`
+    /// names the new leader.
+    leaders: Vec<Option<NodeId>>,
+}
+
+impl ClusterState {
+    /// The state before any command: every node alive, each partition led by its placement
+    /// leader, epoch 0.
+    pub fn new(placement: Placement) -> ClusterState {
+        let nodes = placement.nodes as usize;
+        let leaders = placement.partitions.iter().map(|r| Some(r.leader())).collect();
+        ClusterState { epoch: 0, alive: vec![true; nodes], incarnations: vec![0; nodes], leaders, placement }
+    }
+
+    /// Grows by one with every change.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    pub fn node_count(&self) -> u32 {
+        self.placement.nodes
+    }
+
+    pub fn is_alive(&self, node: NodeId) -> bool {
+        self.alive.get(node as usize).copied().unwrap_or(false)
+    }
+
+    /// The live nodes, in id order.
+    pub fn live_nodes(&self) -> Vec<NodeId> {
+        (0..self.node_count()).filter(|n| self.is_alive(*n)).collect()
+    }
+
+    /// The latest start of `node` the group has seen (0: none yet, or no such node).
+    pub fn incarnation(&self, node: NodeId) -> Incarnation {
+        self.incarnations.get(node as usize).copied().unwrap_or(0)
+    }
+
+    /// The partition's leader, or `None` when no replica of it is alive (or no such partition).
+    pub fn leader(&self, partition: PartitionId) -> Option<NodeId> {
+        self.leaders.get(partition as usize).copied().flatten()
+    }
+
+    /// Every partition's leader, by partition id.
+    pub fn leaders(&self) -> &[Option<NodeId>] {
+        &self.leaders
+    }
+
+    /// The partitions `node` leads, in partition order.
+    pub fn led_by(&self, node: NodeId) -> Vec<PartitionId> {
+        (0..self.leaders.len() as PartitionId).filter(|p| self.leader(*p) == Some(node)).collect()
+    }
+
+    /// The partitions no live replica holds: the cluster cannot serve them.
+    pub fn unserved(&self) -> Vec<PartitionId> {
+        (0..self.leaders.len() as PartitionId).filter(|p| self.leader(*p).is_none()).collect()
+    }
+
+    /// Applies one committed command.
+    pub fn apply(&mut self, command: &Command) -> Outcome {
+        let changed = match *command {
+            Command::NodeDown(node) => self.node_down(node),
+            Command::NodeUp { node, incarnation } => self.node_up(node, incarnation),
+            Command::SetLeader { partition, node } => self.set_leader(partition, node),
+        };
+        match changed {
+            Err(refusal) => Outcome::Refused(refusal),
+            Ok(false) => Outcome::Unchanged { epoch: self.epoch },
+            Ok(true) => {
+                self.epoch += 1;
+                Outcome::Changed { epoch: self.epoch }
+            }
+        }
+    }
+
+    fn known_node(&self, node: NodeId) -> Result<usize, Refusal> {
+        if node < self.node_count() {
+            Ok(node as usize)
+        } else {
+            Err(Refusal::UnknownNode(node))
+        }
+    }
+
+    fn node_down(&mut self, node: NodeId) -> Result<bool, Refusal> {
+        let n = self.known_node(node)?;
+        if !self.alive[n] {
+            return Ok(false);
+        }
+        self.alive[n] = false;
+        self.hand_over_leaderships(node);
+        Ok(true)
+    }
+
+    fn node_up(&mut self, node: NodeId, incarnation: Incarnation) -> Result<bool, Refusal> {
+        let n = self.known_node(node)?;
+        let known = self.incarnations[n];
+        if incarnation < known {
+            return Err(Refusal::StaleIncarnation { node, known, given: incarnation });
+        }
+        let restarted = known != 0 && incarnation > known;
+        self.incarnations[n] = incarnation;
+        if !self.alive[n] {
+            self.alive[n] = true;
+            return Ok(true);
+        }
+        if restarted {
+            // Its partitions' data went with the old process: it must not keep leading them.
+            // Leaving it out of the choice while picking new leaders, then back in, is the same
+            // as going down and up at once.
+            self.alive[n] = false;
+            self.hand_over_leaderships(node);
+            self.alive[n] = true;
+        }
+        Ok(restarted || known != incarnation)
+    }
+
+    fn set_leader(&mut self, partition: PartitionId, node: NodeId) -> Result<bool, Refusal> {
+        let n = self.known_node(node)?;
+        let replicas = self.placement.partitions.get(partition as usize).ok_or(Refusal::UnknownPartition(partition))?;
+        if !replicas.nodes.contains(&node) {
+            return Err(Refusal::NotAReplica { partition, node });
+        }
+        if !self.alive[n] {
+            return Err(Refusal::NodeIsDown(node));
+        }
+        let slot = &mut self.leaders[partition as usize];
+        let changed = *slot != Some(node);
+        *slot = Some(node);
+        Ok(changed)
+    }
+
+    /// Gives every partition `gone` led a new leader: the live replica that leads the fewest
+    /// partitions at that moment, the first in placement order on a tie (so the load of a
+    /// dead node spreads instead of landing on one survivor). Partitions are taken in id
+    /// order and each choice counts for the next, so the result is deterministic. A
+    /// partition with no live replica is left without a leader.
+    fn hand_over_leaderships(&mut self, gone: NodeId) {
+        let mut led = vec![0u32; self.alive.len()];
+        for l in self.leaders.iter().flatten() {
+            led[*l as usize] += 1;
+        }
+        for p in 0..self.leaders.len() {
+            if self.leaders[p] != Some(gone) {
+                continue;
+            }
+            led[gone as usize] -= 1;
+            let next =
+                self.placement.partitions[p].nodes.iter().copied().filter(|r| self.alive[*r as usize]).min_by_key(|r| led[*r as usize]);
+            if let Some(r) = next {
+                led[r as usize] += 1;
+            }
+            self.leaders[p] = next;
+        }
+    }
+
+    /// Checks what every state reached by `apply` keeps, for a state that came from disk or
+    /// the network: the sizes fit the placement, and every leader is a live replica.
+    pub fn validate(&self) -> Result<(), InvalidState> {
+        let nodes = self.placement.nodes as usize;
+        if self.alive.len() != nodes || self.incarnations.len() != nodes {
+            return Err(InvalidState(format!("{} nodes placed, {} with a liveness", nodes, self.alive.len())));
+        }
+        if self.leaders.len() != self.placement.partitions.len() {
+            return Err(InvalidState(format!(
+                "{} partitions placed, {} with a leader slot",
+                self.placement.partitions.len(),
+                self.leaders.len()
+            )));
+        }
+        for (p, (leader, replicas)) in self.leaders.iter().zip(&self.placement.partitions).enumerate() {
+            let live: Vec<NodeId> = replicas.nodes.iter().copied().filter(|r| self.is_alive(*r)).collect();
+            if let Some(l) = leader {
+                if !live.contains(l) {
+                    return Err(InvalidState(format!("partition {p} is led by node {l}, which is not a live replica")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn state(nodes: u32, sites: u32, k: u32) -> ClusterState {
+        ClusterState::new(Placement::new(nodes, sites, k).unwrap())
+    }
+
+    #[test]
+    fn a_dead_node_hands_its_partitions_to_live_replicas_and_the_epoch_grows() {
+        let mut s = state(3, 2, 1);
+        let led = s.led_by(0);
+        assert!(!led.is_empty());
+        assert_eq!(s.apply(&Command::NodeDown(0)), Outcome::Changed { epoch: 1 });
+        assert!(!s.is_alive(0));
+        for p in led {
+            let l = s.leader(p).unwrap();
+            assert_ne!(l, 0);
+            assert!(s.placement().partitions[p as usize].nodes.contains(&l));
+        }
+        assert!(s.led_by(0).is_empty());
+        assert_eq!(s.apply(&Command::NodeDown(0)), Outcome::Unchanged { epoch: 1 }, "going down twice changes nothing");
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn a_partition_without_live_replicas_is_reported_not_given_a_leader() {
+        let mut s = state(3, 2, 1);
+        s.apply(&Command::NodeDown(0));
+        s.apply(&Command::NodeDown(1));
+        // With k = 1 every partition has two replicas; the one on nodes 0 and 1 has none left.
+        let orphaned: Vec<PartitionId> =
+            (0..s.placement().partition_count()).filter(|p| s.placement().partitions[*p as usize].nodes.iter().all(|r| *r != 2)).collect();
+        assert!(!orphaned.is_empty());
+        assert_eq!(s.unserved(), orphaned);
+        for p in &orphaned {
+            assert_eq!(s.leader(*p), None);
+        }
+        s.validate().unwrap();
+        // Coming back does not make the node a leader again, even of what nobody serves: its
+        // data has to be recovered first (a later SetLeader says when).
+        s.apply(&Command::NodeUp { node: 0, incarnation: 2 });
+        assert_eq!(s.unserved(), orphaned);
+        assert!(s.led_by(0).is_empty());
+        let p = orphaned[0];
+        let replica = s.placement().partitions[p as usize].nodes[0];
+        let replica = if s.is_alive(replica) { replica } else { s.placement().partitions[p as usize].nodes[1] };
+        assert!(matches!(s.apply(&Command::SetLeader { partition: p, node: replica }), Outcome::Changed { .. }));
+        assert_eq!(s.leader(p), Some(replica));
+    }
+
+    #[test]
+    fn leaderships_of_a_dead_node_spread_over_the_survivors() {
+        // 5 nodes, 6 sites, k = 2: 10 partitions of 3 replicas, two led by each node. The
+        // two that node 0 led go to two different survivors, though both have the same
+        // replica first in placement order.
+        let mut s = state(5, 6, 2);
+        let led = s.led_by(0);
+        assert_eq!(led.len(), 2);
+        s.apply(&Command::NodeDown(0));
+        let new: Vec<NodeId> = led.iter().map(|p| s.leader(*p).unwrap()).collect();
+        assert_ne!(new[0], new[1], "partitions {led:?} went to {new:?}");
+        let counts: Vec<usize> = (1..5).map(|n| s.led_by(n).len()).collect();
+        assert!(counts.iter().all(|c| *c <= 3), "leaders per survivor {counts:?}");
+    }
+
+    #[test]
+    fn a_restarted_node_gives_up_its_leaderships_but_stays_alive() {
+        let mut s = state(3, 2, 1);
+        for n in 0..3 {
+            assert!(matches!(s.apply(&Command::NodeUp { node: n, incarnation: 1 }), Outcome::Changed { .. }));
+        }
+        assert_eq!(s.apply(&Command::NodeUp { node: 1, incarnation: 1 }), Outcome::Unchanged { epoch: 3 });
+        assert!(!s.led_by(1).is_empty());
+        assert_eq!(s.apply(&Command::NodeUp { node: 1, incarnation: 2 }), Outcome::Changed { epoch: 4 });
+        assert!(s.is_alive(1));
+        assert!(s.led_by(1).is_empty());
+        assert_eq!(s.incarnation(1), 2);
+        assert_eq!(
+            s.apply(&Command::NodeUp { node: 1, incarnation: 1 }),
+            Outcome::Refused(Refusal::StaleIncarnation { node: 1, known: 2, given: 1 }),
+            "a late message from the old process does not turn the clock back"
+        );
+    }
+
+    #[test]
+    fn commands_naming_what_does_not_exist_are_refused_without_change() {
+        let mut s = state(3, 2, 1);
+        let before = s.clone();
+        assert_eq!(s.apply(&Command::NodeDown(3)), Outcome::Refused(Refusal::UnknownNode(3)));
+        assert_eq!(s.apply(&Command::NodeUp { node: 99, incarnation: 1 }), Outcome::Refused(Refusal::UnknownNode(99)));
+        assert_eq!(s.apply(&Command::SetLeader { partition: 7, node: 0 }), Outcome::Refused(Refusal::UnknownPartition(7)));
+        let p = (0..3).find(|p| !s.placement().partitions[*p as usize].nodes.contains(&2)).unwrap();
+        assert_eq!(
+            s.apply(&Command::SetLeader { partition: p, node: 2 }),
+            Outcome::Refused(Refusal::NotAReplica { partition: p, node: 2 })
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn validate_catches_a_leader_that_is_not_a_live_replica() {
+        let mut s = state(3, 2, 1);
+        s.validate().unwrap();
+        s.alive[s.leaders[0].unwrap() as usize] = false;
+        assert!(s.validate().is_err());
+        let mut s = state(3, 2, 1);
+        s.leaders.pop();
+        assert!(s.validate().is_err());
+    }
+
+    fn command(nodes: u32, partitions: u32) -> impl Strategy<Value = Command> {
+        prop_oneof![
+            (0..nodes + 1).prop_map(Command::NodeDown),
+            (0..nodes + 1, 0u64..4).prop_map(|(node, incarnation)| Command::NodeUp { node, incarnation }),
+            (0..partitions + 1, 0..nodes + 1).prop_map(|(partition, node)| Command::SetLeader { partition, node }),
+        ]
+    }
+
+    fn layout_and_commands() -> impl Strategy<Value = (Placement, Vec<Command>)> {
+        (2u32..7, 1u32..5, 0u32..3).prop_filter_map("valid layout", |(n, s, k)| Placement::new(n, s, k).ok()).prop_flat_map(|p| {
+            let cmds = proptest::collection::vec(command(p.nodes, p.partition_count()), 0..60);
+            (Just(p), cmds)
+        })
+    }
+
+    proptest! {
+        /// After any sequence of commands every leader is a live replica of its partition,
+        /// every partition with a live replica has a leader, the epoch never decreases (and
+        /// grows exactly when the state changes), and two copies agree.
+        #[test]
+        fn any_command_sequence_keeps_leaders_live_replicas((placement, commands) in layout_and_commands()) {
+            let mut a = ClusterState::new(placement.clone());
+            let mut b = ClusterState::new(placement);
+            for c in &commands {
+                let before = a.clone();
+                let outcome = a.apply(c);
+                prop_assert_eq!(&outcome, &b.apply(c));
+                prop_assert!(a.validate().is_ok(), "{:?} after {:?}", a.validate(), c);
+                if let Command::NodeDown(gone) = c {
+                    for p in before.led_by(*gone) {
+                        let live = a.placement().partitions[p as usize].nodes.iter().any(|r| a.is_alive(*r));
+                        prop_assert_eq!(a.leader(p).is_some(), live, "partition {} after node {} went", p, gone);
+                    }
+                }
+                match outcome {
+                    Outcome::Changed { epoch } => {
+                        prop_assert_eq!(epoch, before.epoch + 1);
+                        prop_assert_ne!(&a, &before);
+                    }
+                    Outcome::Unchanged { .. } | Outcome::Refused(_) => prop_assert_eq!(&a, &before),
+                }
+            }
+            prop_assert_eq!(a, b);
+        }
+    }
+}

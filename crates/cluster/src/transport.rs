@@ -1,0 +1,568 @@
+//! The internal network: a TCP listener on the node's internal address, and one outgoing
+//! connection to each other node, carrying the framed requests and responses of
+//! `message.rs`.
+//!
+//! Every peer has its own task, queue and connection, so a dead or slow peer never holds up
+//! the others: its queue is bounded (a full queue fails the call at once), connecting has a
+//! timeout, every call has a timeout, and a peer that cannot be reached is retried with a
+//! growing backoff while calls to it fail fast. Incoming connections are bounded in number
+//! and in requests handled at once, and end after a long silence.
+//!
+//! A fault switch (`Faults`) cuts this node off from chosen peers: calls to them fail and
+//! their requests are dropped unanswered, as in a network split. Tests use it; so can an
+//! operator's fault-injection drill.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::message::{encode_frame, read_frame, FrameError, Hello, Request, RequestId, Response};
+use crate::placement::NodeId;
+
+/// Calls waiting for a peer's connection; one more fails at once with `QueueFull`.
+pub const PEER_QUEUE_MAX: usize = 256;
+/// Calls sent to a peer and not yet answered; one more fails at once with `QueueFull`.
+pub const PEER_IN_FLIGHT_MAX: usize = 256;
+/// How long opening a connection (TCP and the hello) may take.
+pub const CONNECT_TIMEOUT_MS: u64 = 500;
+/// How long writing one frame may take before the connection is given up.
+pub const WRITE_TIMEOUT_MS: u64 = 2_000;
+/// The first wait before reconnecting to a peer that could not be reached; it doubles up to
+/// `RECONNECT_BACKOFF_MAX_MS`.
+pub const RECONNECT_BACKOFF_MIN_MS: u64 = 50;
+pub const RECONNECT_BACKOFF_MAX_MS: u64 = 1_000;
+/// Incoming connections open at once; more are closed as they arrive.
+pub const INBOUND_CONNECTIONS_MAX: usize = 64;
+/// Requests of one incoming connection handled at once; more wait (unread) in the socket.
+pub const INBOUND_IN_FLIGHT_MAX: usize = 64;
+/// An incoming connection silent this long is closed (its peer pings far more often).
+pub const INBOUND_IDLE_TIMEOUT_MS: u64 = 30_000;
+/// How often answered-by-nobody entries are swept from a connection's table.
+const SWEEP_INTERVAL_MS: u64 = 1_000;
+
+/// Why a call got no response.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("node {0} is not in the cluster's host list")]
+    UnknownPeer(NodeId),
+    #[error("node {0} is cut off by the fault switch")]
+    Blocked(NodeId),
+    #[error("node {peer} cannot be reached: {reason}")]
+    Unreachable { peer: NodeId, reason: String },
+    #[error("too many calls are waiting for node {0}")]
+    QueueFull(NodeId),
+    #[error("node {peer} did not answer within {ms} ms")]
+    Timeout { peer: NodeId, ms: u64 },
+    #[error("the connection to node {peer} ended before it answered: {reason}")]
+    Closed { peer: NodeId, reason: String },
+    #[error("node {peer} refused this node: {reason}")]
+    Refused { peer: NodeId, reason: String },
+    #[error("the call cannot be sent: {0}")]
+    Encode(String),
+}
+
+/// Peers this node is cut off from (in both directions, as far as this node is concerned).
+#[derive(Debug, Default)]
+pub struct Faults {
+    blocked: Mutex<HashSet<NodeId>>,
+}
+
+impl Faults {
+    pub fn block(&self, peer: NodeId) {
+        self.lock().insert(peer);
+    }
+
+    pub fn unblock(&self, peer: NodeId) {
+        self.lock().remove(&peer);
+    }
+
+    /// Unblocks every peer.
+    pub fn heal(&self) {
+        self.lock().clear();
+    }
+
+    pub fn is_blocked(&self, peer: NodeId) -> bool {
+        self.lock().contains(&peer)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<NodeId>> {
+        // A set of ids is never left half-changed.
+        self.blocked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Answers the requests that arrive on incoming connections.
+pub trait Handler: Send + Sync + 'static {
+    /// Whether to talk to a peer that says `hello`; `Err` says why not.
+    fn check_hello(&self, hello: &Hello) -> Result<(), String>;
+    /// The response to one request from `from` (who passed `check_hello`).
+    fn handle(&self, from: NodeId, request: Request) -> impl Future<Output = Response> + Send;
+}
+
+/// A call queued for a peer's connection.
+struct Outgoing {
+    request: Request,
+    reply: oneshot::Sender<Result<Response, CallError>>,
+}
+
+/// The sending side: one task and queue per peer.
+pub struct Transport {
+    me: NodeId,
+    peers: Vec<Option<mpsc::Sender<Outgoing>>>,
+    tasks: Vec<JoinHandle<()>>,
+    faults: Arc<Faults>,
+}
+
+impl Transport {
+    /// Starts a task per peer in `addrs` (by node id; this node's own entry is skipped). The
+    /// tasks connect when the first call arrives and say `hello` on every connection.
+    pub fn start(me: NodeId, addrs: &[SocketAddr], hello: Hello, faults: Arc<Faults>) -> Transport {
+        let mut peers = Vec::with_capacity(addrs.len());
+        let mut tasks = Vec::new();
+        for (id, addr) in addrs.iter().enumerate() {
+            let id = id as NodeId;
+            if id == me {
+                peers.push(None);
+                continue;
+            }
+            let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
+            tasks.push(tokio::spawn(run_peer(id, *addr, hello.clone(), rx)));
+            peers.push(Some(tx));
+        }
+        Transport { me, peers, tasks, faults }
+    }
+
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    pub fn faults(&self) -> &Arc<Faults> {
+        &self.faults
+    }
+
+    /// Sends `request` to `peer` and waits at most `limit` for its response.
+    pub async fn call(&self, peer: NodeId, request: Request, limit: Duration) -> Result<Response, CallError> {
+        let queue = self.peers.get(peer as usize).and_then(|p| p.as_ref()).ok_or(CallError::UnknownPeer(peer))?;
+        if self.faults.is_blocked(peer) {
+            return Err(CallError::Blocked(peer));
+        }
+        let (reply, answer) = oneshot::channel();
+        queue.try_send(Outgoing { request, reply }).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => CallError::QueueFull(peer),
+            mpsc::error::TrySendError::Closed(_) => CallError::Closed { peer, reason: "the transport is shut down".into() },
+        })?;
+        match timeout(limit, answer).await {
+            Err(_) => Err(CallError::Timeout { peer, ms: limit.as_millis() as u64 }),
+            Ok(Err(_)) => Err(CallError::Closed { peer, reason: "the connection task ended".into() }),
+            Ok(Ok(result)) => result,
+        }
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// One peer's task: connect, send the queued calls, reconnect with backoff when the
+/// connection fails, and fail calls at once while the peer cannot be reached.
+async fn run_peer(peer: NodeId, addr: SocketAddr, hello: Hello, mut queue: mpsc::Receiver<Outgoing>) {
+    let mut backoff = RECONNECT_BACKOFF_MIN_MS;
+    // Connect only once there is something to send.
+    let mut first = match queue.recv().await {
+        Some(o) => Some(o),
+        None => return,
+    };
+    loop {
+        match connect(peer, addr, &hello).await {
+            Ok(stream) => {
+                backoff = RECONNECT_BACKOFF_MIN_MS;
+                match serve_connection(peer, stream, first.take(), &mut queue).await {
+                    Ended::QueueClosed => return,
+                    Ended::Broken(reason) => tracing::debug!(peer, %reason, "internal connection lost; reconnecting"),
+                }
+            }
+            Err(e) => {
+                tracing::debug!(peer, error = %e, backoff_ms = backoff, "cannot reach peer");
+                if let Some(o) = first.take() {
+                    let _ = o.reply.send(Err(e.clone()));
+                }
+                if !fail_calls_for(Duration::from_millis(backoff), &e, &mut queue).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX_MS);
+            }
+        }
+        if first.is_none() {
+            match queue.recv().await {
+                Some(o) => first = Some(o),
+                None => return,
+            }
+        }
+    }
+}
+
+/// Fails every call that arrives during `wait`; false if the queue closed.
+async fn fail_calls_for(wait: Duration, error: &CallError, queue: &mut mpsc::Receiver<Outgoing>) -> bool {
+    let until = Instant::now() + wait;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return true,
+            next = queue.recv() => match next {
+                Some(o) => { let _ = o.reply.send(Err(error.clone())); }
+                None => return false,
+            },
+        }
+    }
+}
+
+/// Opens a connection and says hello.
+async fn connect(peer: NodeId, addr: SocketAddr, hello: &Hello) -> Result<TcpStream, CallError> {
+    let unreachable = |reason: String| CallError::Unreachable { peer, reason };
+    let attempt = async {
+        let mut stream = TcpStream::connect(addr).await.map_err(|e| unreachable(format!("{addr}: {e}")))?;
+        stream.set_nodelay(true).map_err(|e| unreachable(e.to_string()))?;
+        let frame = encode_frame(0, &Request::Hello(hello.clone())).map_err(|e| CallError::Encode(e.to_string()))?;
+        stream.write_all(&frame).await.map_err(|e| unreachable(e.to_string()))?;
+        match read_frame::<Response, _>(&mut stream).await.map_err(|e| unreachable(e.to_string()))? {
+            (_, Response::Welcome) => Ok(stream),
+            (_, Response::Refused(reason)) => Err(CallError::Refused { peer, reason }),
+            (_, other) => Err(unreachable(format!("answered hello with {other:?}"))),
+        }
+    };
+    match timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(unreachable(format!("{addr}: no connection within {CONNECT_TIMEOUT_MS} ms"))),
+    }
+}
+
+enum Ended {
+    QueueClosed,
+    Broken(String),
+}
+
+type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Result<Response, CallError>>>>>;
+
+fn lock_pending(p: &Pending) -> std::sync::MutexGuard<'_, HashMap<RequestId, oneshot::Sender<Result<Response, CallError>>>> {
+    // Entries are inserted and removed whole.
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sends queued calls on one connection until it breaks; a reader task matches responses
+/// to calls by id.
+async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoing>, queue: &mut mpsc::Receiver<Outgoing>) -> Ended {
+    let (reader, mut writer) = stream.into_split();
+    let pending: Pending = Arc::default();
+    let mut reader_task = tokio::spawn(read_responses(reader, pending.clone()));
+    let mut next_id: RequestId = 1;
+    let mut sweep = tokio::time::interval(Duration::from_millis(SWEEP_INTERVAL_MS));
+    let mut first = first;
+    let ended = loop {
+        let outgoing = match first.take() {
+            Some(o) => o,
+            None => tokio::select! {
+                next = queue.recv() => match next {
+                    Some(o) => o,
+                    None => break Ended::QueueClosed,
+                },
+                done = &mut reader_task => {
+                    break Ended::Broken(match done { Ok(reason) => reason, Err(e) => e.to_string() });
+                }
+                _ = sweep.tick() => {
+                    // Calls whose callers stopped waiting will never be collected otherwise.
+                    lock_pending(&pending).retain(|_, reply| !reply.is_closed());
+                    continue;
+                }
+            },
+        };
+        if outgoing.reply.is_closed() {
+            continue;
+        }
+        if let Err(e) = send_call(peer, &mut writer, &pending, next_id, outgoing).await {
+            break Ended::Broken(e);
+        }
+        next_id += 1;
+    };
+    reader_task.abort();
+    let reason = match &ended {
+        Ended::QueueClosed => "the transport is shut down".to_string(),
+        Ended::Broken(r) => r.clone(),
+    };
+    for (_, reply) in lock_pending(&pending).drain() {
+        let _ = reply.send(Err(CallError::Closed { peer, reason: reason.clone() }));
+    }
+    ended
+}
+
+/// Writes one call; Err (with the reason) if the connection is broken.
+async fn send_call(peer: NodeId, writer: &mut OwnedWriteHalf, pending: &Pending, id: RequestId, outgoing: Outgoing) -> Result<(), String> {
+    let frame = match encode_frame(id, &outgoing.request) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = outgoing.reply.send(Err(CallError::Encode(e.to_string())));
+            return Ok(());
+        }
+    };
+    {
+        let mut p = lock_pending(pending);
+        if p.len() >= PEER_IN_FLIGHT_MAX {
+            let _ = outgoing.reply.send(Err(CallError::QueueFull(peer)));
+            return Ok(());
+        }
+        p.insert(id, outgoing.reply);
+    }
+    match timeout(Duration::from_millis(WRITE_TIMEOUT_MS), writer.write_all(&frame)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("a write took over {WRITE_TIMEOUT_MS} ms")),
+    }
+}
+
+/// Reads responses until the connection breaks; returns why it did.
+async fn read_responses(mut reader: OwnedReadHalf, pending: Pending) -> String {
+    loop {
+        match read_frame::<Response, _>(&mut reader).await {
+            Ok((id, response)) => {
+                if let Some(reply) = lock_pending(&pending).remove(&id) {
+                    let _ = reply.send(Ok(response));
+                }
+            }
+            Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return "the peer closed the connection".into(),
+            Err(e) => return e.to_string(),
+        }
+    }
+}
+
+/// Accepts incoming connections until the task is aborted.
+pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, faults: Arc<Faults>) {
+    let slots = Arc::new(Semaphore::new(INBOUND_CONNECTIONS_MAX));
+    loop {
+        let (stream, from) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of file descriptors and the like: wait a little rather than spin.
+                tracing::warn!(error = %e, "cannot accept an internal connection");
+                sleep(Duration::from_millis(RECONNECT_BACKOFF_MIN_MS)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%from, "too many internal connections ({INBOUND_CONNECTIONS_MAX}); closing a new one");
+            continue;
+        };
+        let handler = handler.clone();
+        let faults = faults.clone();
+        tokio::spawn(async move {
+            if let Err(reason) = serve_inbound(stream, handler, faults).await {
+                tracing::debug!(%from, %reason, "internal connection ended");
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// One incoming connection: the hello, then requests answered concurrently (bounded).
+async fn serve_inbound<H: Handler>(stream: TcpStream, handler: Arc<H>, faults: Arc<Faults>) -> Result<(), String> {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, mut writer) = stream.into_split();
+    let idle = Duration::from_millis(INBOUND_IDLE_TIMEOUT_MS);
+    let (id, first) = timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), read_frame::<Request, _>(&mut reader))
+        .await
+        .map_err(|_| "no hello in time".to_string())?
+        .map_err(|e| e.to_string())?;
+    let from = match first {
+        Request::Hello(hello) => match handler.check_hello(&hello) {
+            Ok(()) => hello.from,
+            Err(reason) => {
+                tracing::warn!(peer = hello.from, %reason, "refusing an internal connection");
+                let frame = encode_frame(id, &Response::Refused(reason.clone())).map_err(|e| e.to_string())?;
+                let _ = writer.write_all(&frame).await;
+                return Err(reason);
+            }
+        },
+        other => return Err(format!("the first request was {}, not hello", other.kind())),
+    };
+    let frame = encode_frame(id, &Response::Welcome).map_err(|e| e.to_string())?;
+    writer.write_all(&frame).await.map_err(|e| e.to_string())?;
+
+    let (answers, mut to_write) = mpsc::channel::<(RequestId, Response)>(INBOUND_IN_FLIGHT_MAX);
+    let write_task = tokio::spawn(async move {
+        while let Some((id, response)) = to_write.recv().await {
+            let frame = match encode_frame(id, &response) {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot send a response to a peer");
+                    continue;
+                }
+            };
+            match timeout(Duration::from_millis(WRITE_TIMEOUT_MS), writer.write_all(&frame)).await {
+                Ok(Ok(())) => {}
+                _ => return,
+            }
+        }
+    });
+    let in_flight = Arc::new(Semaphore::new(INBOUND_IN_FLIGHT_MAX));
+    let result = loop {
+        let (id, request) = match timeout(idle, read_frame::<Request, _>(&mut reader)).await {
+            Err(_) => break Err(format!("silent for {INBOUND_IDLE_TIMEOUT_MS} ms")),
+            Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
+            Ok(Err(e)) => break Err(e.to_string()),
+            Ok(Ok(r)) => r,
+        };
+        if faults.is_blocked(from) {
+            continue;
+        }
+        let Ok(permit) = in_flight.clone().acquire_owned().await else { break Ok(()) };
+        let handler = handler.clone();
+        let answers = answers.clone();
+        tokio::spawn(async move {
+            let response = handler.handle(from, request).await;
+            let _ = answers.send((id, response)).await;
+            drop(permit);
+        });
+        if write_task.is_finished() {
+            break Err("cannot write to the peer".into());
+        }
+    };
+    write_task.abort();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::PROTOCOL_VERSION;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn hello(from: NodeId) -> Hello {
+        Hello { protocol: PROTOCOL_VERSION, from, nodes: 3, sites_per_node: 2, kfactor: 1 }
+    }
+
+    /// Answers pings with the number of pings seen; a ping with incarnation 99 is never answered.
+    struct Echo {
+        seen: AtomicUsize,
+    }
+
+    impl Handler for Echo {
+        fn check_hello(&self, hello: &Hello) -> Result<(), String> {
+            if hello.nodes == 3 {
+                Ok(())
+            } else {
+                Err(format!("this cluster has 3 nodes, not {}", hello.nodes))
+            }
+        }
+
+        async fn handle(&self, _from: NodeId, request: Request) -> Response {
+            let n = self.seen.fetch_add(1, Ordering::Relaxed) as u64;
+            match request {
+                Request::Ping { incarnation: 99 } => std::future::pending().await,
+                _ => Response::Pong { incarnation: n },
+            }
+        }
+    }
+
+    async fn listen() -> (TcpListener, SocketAddr) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        (l, a)
+    }
+
+    /// An address nothing listens on.
+    async fn dead_addr() -> SocketAddr {
+        let (l, a) = listen().await;
+        drop(l);
+        a
+    }
+
+    #[tokio::test]
+    async fn calls_reach_a_live_peer_while_a_dead_one_fails_fast() {
+        let (listener, live) = listen().await;
+        let server = tokio::spawn(serve(listener, Arc::new(Echo { seen: AtomicUsize::new(0) }), Arc::default()));
+        let dead = dead_addr().await;
+        let t = Transport::start(0, &[dead, live, dead], hello(0), Arc::default());
+        let limit = Duration::from_secs(5);
+        for i in 0..3 {
+            let r = t.call(1, Request::Ping { incarnation: 1 }, limit).await.unwrap();
+            assert!(matches!(r, Response::Pong { incarnation } if incarnation == i));
+            let e = t.call(2, Request::Ping { incarnation: 1 }, limit).await.unwrap_err();
+            assert!(matches!(e, CallError::Unreachable { peer: 2, .. }), "{e}");
+        }
+        assert_eq!(t.call(0, Request::Ping { incarnation: 1 }, limit).await.unwrap_err(), CallError::UnknownPeer(0));
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_call_times_out_without_blocking_the_next() {
+        let (listener, addr) = listen().await;
+        let server = tokio::spawn(serve(listener, Arc::new(Echo { seen: AtomicUsize::new(0) }), Arc::default()));
+        let t = Arc::new(Transport::start(0, &[addr, addr], hello(0), Arc::default()));
+        let stuck = {
+            let t = t.clone();
+            tokio::spawn(async move { t.call(1, Request::Ping { incarnation: 99 }, Duration::from_millis(300)).await })
+        };
+        let r = t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await;
+        assert!(matches!(r, Ok(Response::Pong { .. })), "{r:?}");
+        assert!(matches!(stuck.await.unwrap(), Err(CallError::Timeout { peer: 1, .. })));
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_peer_of_another_layout_is_refused_with_the_reason() {
+        let (listener, addr) = listen().await;
+        let server = tokio::spawn(serve(listener, Arc::new(Echo { seen: AtomicUsize::new(0) }), Arc::default()));
+        let mut other = hello(0);
+        other.nodes = 5;
+        let t = Transport::start(0, &[addr, addr], other, Arc::default());
+        let e = t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(&e, CallError::Refused { peer: 1, reason } if reason.contains("not 5")), "{e}");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn the_fault_switch_cuts_both_directions_and_heals() {
+        let (listener, addr) = listen().await;
+        let server_faults = Arc::new(Faults::default());
+        let server = tokio::spawn(serve(listener, Arc::new(Echo { seen: AtomicUsize::new(0) }), server_faults.clone()));
+        let faults = Arc::new(Faults::default());
+        let t = Transport::start(0, &[addr, addr], hello(0), faults.clone());
+        let short = Duration::from_millis(300);
+        faults.block(1);
+        assert_eq!(t.call(1, Request::Ping { incarnation: 1 }, short).await.unwrap_err(), CallError::Blocked(1));
+        faults.heal();
+        server_faults.block(0);
+        assert!(matches!(t.call(1, Request::Ping { incarnation: 1 }, short).await, Err(CallError::Timeout { .. })));
+        server_faults.unblock(0);
+        assert!(t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await.is_ok());
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_comes_up_later_is_reached_after_backoff() {
+        let addr = dead_addr().await;
+        let t = Transport::start(0, &[addr, addr], hello(0), Arc::default());
+        assert!(t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await.is_err());
+        let listener = TcpListener::bind(addr).await.unwrap();
+        let server = tokio::spawn(serve(listener, Arc::new(Echo { seen: AtomicUsize::new(0) }), Arc::default()));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await.is_ok() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never reconnected");
+            sleep(Duration::from_millis(20)).await;
+        }
+        server.abort();
+    }
+}

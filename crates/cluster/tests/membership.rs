@@ -1,0 +1,231 @@
+//! The membership group end to end: three in-process nodes, each on its own Tokio runtime,
+//! talking over real loopback TCP. A node is stopped by dropping its runtime (its listener
+//! and connections close as in a crash), split off by the transport's fault switch, and
+//! restarted on its data directory. Every wait is bounded by a generous liveness limit; no
+//! test asserts how long anything took.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lockstep_cluster::{ClusterConfig, ClusterNode, ClusterView, NodeId, Standing};
+use tokio::runtime::Runtime;
+
+/// Longest any test waits for the cluster to reach a state.
+const LIVENESS_LIMIT: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(20);
+const NODES: u32 = 3;
+const SITES: u32 = 2;
+const KFACTOR: u32 = 1;
+
+static CLUSTERS: AtomicU64 = AtomicU64::new(0);
+
+struct Running {
+    rt: Runtime,
+    node: ClusterNode,
+}
+
+struct Cluster {
+    hosts: Vec<SocketAddr>,
+    root: PathBuf,
+    nodes: Vec<Option<Running>>,
+}
+
+fn runtime(id: NodeId) -> Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name(format!("node-{id}")).enable_all().build().unwrap()
+}
+
+impl Cluster {
+    /// Starts every node, each on a listener bound before any starts (so the host list is
+    /// known without guessing free ports).
+    fn start() -> Cluster {
+        let listeners: Vec<std::net::TcpListener> = (0..NODES).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let hosts = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        let root = std::env::temp_dir().join(format!("lockstep-membership-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut cluster = Cluster { hosts, root, nodes: Vec::new() };
+        for (id, l) in listeners.into_iter().enumerate() {
+            let running = cluster.launch(id as NodeId, Some(l));
+            cluster.nodes.push(Some(running));
+        }
+        cluster
+    }
+
+    fn launch(&self, id: NodeId, listener: Option<std::net::TcpListener>) -> Running {
+        let rt = runtime(id);
+        let config = ClusterConfig::new(id, self.hosts.clone(), KFACTOR, SITES, self.root.join(format!("node-{id}")));
+        let node = rt
+            .block_on(async {
+                match listener {
+                    Some(l) => {
+                        l.set_nonblocking(true).unwrap();
+                        ClusterNode::start_on(config, tokio::net::TcpListener::from_std(l).unwrap()).await
+                    }
+                    None => ClusterNode::start(config).await,
+                }
+            })
+            .unwrap();
+        Running { rt, node }
+    }
+
+    fn node(&self, id: NodeId) -> &ClusterNode {
+        &self.nodes[id as usize].as_ref().expect("node is running").node
+    }
+
+    fn view(&self, id: NodeId) -> ClusterView {
+        self.node(id).view()
+    }
+
+    /// Stops a node as a crash would: its runtime goes, with its listener and connections.
+    fn stop(&mut self, id: NodeId) {
+        if let Some(Running { rt, node }) = self.nodes[id as usize].take() {
+            drop(node);
+            rt.shutdown_timeout(Duration::from_secs(5));
+        }
+    }
+
+    fn restart(&mut self, id: NodeId) {
+        let running = self.launch(id, None);
+        self.nodes[id as usize] = Some(running);
+    }
+
+    fn running(&self) -> Vec<NodeId> {
+        (0..NODES).filter(|n| self.nodes[*n as usize].is_some()).collect()
+    }
+
+    /// Cuts `lone` off from every other node, both ways.
+    fn split_off(&self, lone: NodeId) {
+        for other in self.running().into_iter().filter(|n| *n != lone) {
+            self.node(lone).faults().block(other);
+            self.node(other).faults().block(lone);
+        }
+    }
+
+    fn heal(&self) {
+        for n in self.running() {
+            self.node(n).faults().heal();
+        }
+    }
+
+    /// Whether the given nodes all serve, with one and the same state.
+    fn agree(&self, nodes: &[NodeId]) -> bool {
+        let views: Vec<ClusterView> = nodes.iter().map(|n| self.view(*n)).collect();
+        views.iter().all(|v| v.standing == Standing::Serving && v.state == views[0].state)
+    }
+
+    /// Waits until every node serves with one state in which all are alive.
+    fn formed(&self) -> ClusterView {
+        let all: Vec<NodeId> = (0..NODES).collect();
+        wait_until("the cluster forms", || self.agree(&all) && (0..NODES).all(|n| self.view(0).state.is_alive(n)));
+        self.view(0)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for id in 0..self.nodes.len() {
+            self.stop(id as NodeId);
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LIVENESS_LIMIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {LIVENESS_LIMIT:?}");
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Partitions that some serving node claims to lead, with who claims them.
+fn serving_leaders(cluster: &Cluster, partition: u32) -> Vec<NodeId> {
+    cluster.running().into_iter().filter(|n| cluster.view(*n).leads(partition)).collect()
+}
+
+#[test]
+fn three_nodes_form_a_cluster_and_agree_on_one_state() {
+    let cluster = Cluster::start();
+    let view = cluster.formed();
+    let state = &view.state;
+    assert_eq!(state.placement().partition_count(), NODES * SITES / (KFACTOR + 1));
+    for n in 0..NODES {
+        assert_eq!(state.incarnation(n), 1, "node {n}'s first start is recorded");
+    }
+    for p in 0..state.placement().partition_count() {
+        assert_eq!(serving_leaders(&cluster, p).len(), 1, "partition {p} has exactly one serving leader");
+    }
+    let leader = view.group_leader;
+    assert!(leader.is_some());
+    wait_until("every node knows the group leader", || (0..NODES).all(|n| cluster.view(n).group_leader.is_some()));
+}
+
+#[test]
+fn a_stopped_node_is_declared_down_and_its_partitions_get_live_leaders() {
+    let mut cluster = Cluster::start();
+    let before = cluster.formed();
+    // Stopping the group's leader also makes the survivors elect a new one first.
+    let victim = before.group_leader.expect("a formed group has a leader");
+    let led = before.state.led_by(victim);
+    assert!(!led.is_empty(), "every node leads a partition in this layout");
+    cluster.stop(victim);
+
+    let survivors: Vec<NodeId> = (0..NODES).filter(|n| *n != victim).collect();
+    wait_until("the survivors commit NodeDown", || cluster.agree(&survivors) && !cluster.view(survivors[0]).state.is_alive(victim));
+    let after = cluster.view(survivors[0]).state;
+    assert!(after.epoch() > before.state.epoch());
+    for p in led {
+        let leader = after.leader(p).expect("the partition has a live replica");
+        assert_ne!(leader, victim);
+        assert!(after.is_alive(leader));
+        assert!(after.placement().partitions[p as usize].nodes.contains(&leader));
+        assert_eq!(serving_leaders(&cluster, p), vec![leader]);
+    }
+}
+
+#[test]
+fn a_split_puts_the_lone_node_in_the_minority_and_healing_brings_it_back() {
+    let cluster = Cluster::start();
+    let before = cluster.formed();
+    let lone = before.group_leader.expect("a formed group has a leader");
+    let majority: Vec<NodeId> = (0..NODES).filter(|n| *n != lone).collect();
+    cluster.split_off(lone);
+
+    wait_until("the lone node sees it is in the minority", || cluster.view(lone).standing == Standing::Minority);
+    wait_until("the majority carries on without it", || cluster.agree(&majority) && !cluster.view(majority[0]).state.is_alive(lone));
+    assert_eq!(cluster.view(lone).standing, Standing::Minority, "still cut off");
+    for p in 0..before.state.placement().partition_count() {
+        let leaders = serving_leaders(&cluster, p);
+        assert_eq!(leaders.len(), 1, "partition {p}: serving leaders {leaders:?}");
+        assert_ne!(leaders[0], lone);
+    }
+    let down_epoch = cluster.view(majority[0]).state.epoch();
+
+    cluster.heal();
+    let all: Vec<NodeId> = (0..NODES).collect();
+    wait_until("the lone node is back up", || cluster.agree(&all) && cluster.view(lone).state.is_alive(lone));
+    let healed = cluster.view(lone).state;
+    assert!(healed.epoch() > down_epoch);
+    assert!(healed.led_by(lone).is_empty(), "a node back up is a replica until a rebalance");
+}
+
+#[test]
+fn a_restarted_node_rejoins_with_its_id_and_a_new_incarnation() {
+    let mut cluster = Cluster::start();
+    cluster.formed();
+    let restarted: NodeId = 1;
+    cluster.stop(restarted);
+    let others = [0, 2];
+    wait_until("the others see it down", || cluster.agree(&others) && !cluster.view(0).state.is_alive(restarted));
+
+    cluster.restart(restarted);
+    assert_eq!(cluster.node(restarted).id(), restarted);
+    assert_eq!(cluster.node(restarted).incarnation(), 2, "the start counter survived on disk");
+    let all: Vec<NodeId> = (0..NODES).collect();
+    wait_until("it rejoins", || cluster.agree(&all) && cluster.view(0).state.incarnation(restarted) == 2);
+    let state = cluster.view(restarted).state;
+    assert!(state.is_alive(restarted));
+    assert!(state.led_by(restarted).is_empty(), "it holds no data yet, so it leads nothing");
+}
