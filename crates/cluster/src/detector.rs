@@ -4,13 +4,24 @@
 //! Every node heartbeats every other node and records, per peer, when it last heard from it
 //! and in which incarnation (`Heard`). From that table:
 //! - the group's leader decides which `NodeDown` / `NodeUp` commands to propose (`decide`);
-//! - every node decides whether it may serve (`standing`): a node that has not heard from a
-//!   majority of the cluster within the *minority timeout* must stop accepting work.
+//! - every node decides whether it may serve (`standing`).
 //!
-//! The minority timeout is shorter than the failure timeout (half of it by default), so a
-//! node cut off from the majority stops before the majority can declare it down and give its
-//! partitions to other replicas: for the length of the margin, neither side serves them,
-//! rather than both.
+//! A node may serve only while it holds a *lease*: within the last *minority timeout* (half
+//! the failure timeout by default), the group's leader told it the epoch the group is at,
+//! and it has applied that epoch. The leader grants leases in its heartbeats only while a
+//! majority has acknowledged it within the minority timeout (`may_grant`). So:
+//! - a node cut off from the leader stops serving a minority timeout after it last heard
+//!   the leader, before the leader (which has not heard it either) declares it down after
+//!   the failure timeout;
+//! - a leader deposed by a new election stops granting within a minority timeout, so the
+//!   leases it granted run out within the failure timeout, and a new leader declares
+//!   nobody down before it has been in office that long;
+//! - a node that lags behind a change (say, one that hears the leader but cannot answer it)
+//!   does not serve until it has applied the epoch the leader announced.
+//!
+//! Hearing from a majority is not enough on its own: a node can hear a majority made of
+//! different peers at different moments of a changing split while the group moves on
+//! without it (the simulation below found such a case).
 
 use crate::placement::NodeId;
 use crate::state::{ClusterState, Command, Incarnation};
@@ -65,13 +76,41 @@ impl Heard {
     }
 }
 
+/// A leader's word that the group is at `epoch`, received at `at_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub at_ms: u64,
+    pub epoch: u64,
+}
+
+impl Lease {
+    /// Records a grant; if two leaders grant at once (a deposed one not yet aware), the
+    /// higher epoch stands, so this node must have applied the newer group's changes.
+    pub fn renew(current: Option<Lease>, now_ms: u64, epoch: u64, timing: &Timing) -> Lease {
+        let kept = current.filter(|l| l.fresh(now_ms, timing)).map_or(0, |l| l.epoch);
+        Lease { at_ms: now_ms, epoch: epoch.max(kept) }
+    }
+
+    fn fresh(&self, now_ms: u64, timing: &Timing) -> bool {
+        now_ms.saturating_sub(self.at_ms) <= timing.minority_timeout_ms
+    }
+}
+
+/// Whether the group's leader may grant leases: only while a majority has acknowledged it
+/// within the minority timeout (`quorum_ack_age_ms`, as openraft measures it).
+pub fn may_grant(leading: bool, quorum_ack_age_ms: Option<u64>, timing: &Timing) -> bool {
+    leading && quorum_ack_age_ms.is_some_and(|age| age <= timing.minority_timeout_ms)
+}
+
 /// Whether a node may accept work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Standing {
-    /// It hears from a majority, but the committed state does not yet show this start of the
-    /// node alive: it waits to be admitted (`NodeUp`) before serving.
+    /// It hears from a majority but may not serve yet: the committed state does not show
+    /// this start of the node alive (it waits for `NodeUp`), or no fresh lease confirms that
+    /// its state is current.
     Joining,
-    /// It hears from a majority and the committed state counts it alive: it may serve.
+    /// It holds a lease, has applied the leased epoch, and the committed state counts it
+    /// alive: it may serve.
     Serving,
     /// It has not heard from a majority within the minority timeout: it must stop accepting
     /// work; the majority side will carry on without it.
@@ -89,11 +128,21 @@ pub fn hears_majority(me: NodeId, nodes: u32, heard: &[Heard], now_ms: u64, wind
     1 + peers as u32 >= majority(nodes)
 }
 
-/// This node's standing, from the state it has applied and what it has heard.
-pub fn standing(view: &ClusterState, me: NodeId, incarnation: Incarnation, heard: &[Heard], now_ms: u64, timing: &Timing) -> Standing {
+/// This node's standing, from the state it has applied, what it has heard, and its lease.
+pub fn standing(
+    view: &ClusterState,
+    me: NodeId,
+    incarnation: Incarnation,
+    heard: &[Heard],
+    lease: Option<Lease>,
+    now_ms: u64,
+    timing: &Timing,
+) -> Standing {
+    let admitted = view.is_alive(me) && view.incarnation(me) == incarnation;
+    let leased = lease.is_some_and(|l| l.fresh(now_ms, timing) && view.epoch() >= l.epoch);
     if !hears_majority(me, view.node_count(), heard, now_ms, timing.minority_timeout_ms) {
         Standing::Minority
-    } else if view.is_alive(me) && view.incarnation(me) == incarnation {
+    } else if admitted && leased {
         Standing::Serving
     } else {
         Standing::Joining
@@ -210,14 +259,33 @@ mod tests {
     }
 
     #[test]
-    fn standing_follows_the_majority_and_admission() {
+    fn standing_follows_the_majority_admission_and_lease() {
         let t = Timing::default();
         let s = admitted(3);
-        assert_eq!(standing(&s, 0, 1, &heard_at(&[None, Some(1_000), None]), 1_000, &t), Standing::Serving);
-        assert_eq!(standing(&s, 0, 1, &heard_at(&[None, Some(1_000), None]), 1_501, &t), Standing::Minority);
-        assert_eq!(standing(&s, 0, 2, &heard_at(&[None, Some(1_000), None]), 1_000, &t), Standing::Joining, "a new start waits for NodeUp");
+        let heard = heard_at(&[None, Some(1_000), None]);
+        let lease = Some(Lease { at_ms: 1_000, epoch: s.epoch() });
+        assert_eq!(standing(&s, 0, 1, &heard, lease, 1_000, &t), Standing::Serving);
+        assert_eq!(standing(&s, 0, 1, &heard, lease, 1_501, &t), Standing::Minority);
+        assert_eq!(standing(&s, 0, 2, &heard, lease, 1_000, &t), Standing::Joining, "a new start waits for NodeUp");
+        assert_eq!(standing(&s, 0, 1, &heard, None, 1_000, &t), Standing::Joining, "no lease, no service");
+        let newer = Some(Lease { at_ms: 1_000, epoch: s.epoch() + 1 });
+        assert_eq!(standing(&s, 0, 1, &heard, newer, 1_000, &t), Standing::Joining, "behind the leased epoch");
+        let heard_later = heard_at(&[None, Some(1_600), None]);
+        assert_eq!(standing(&s, 0, 1, &heard_later, lease, 1_600, &t), Standing::Joining, "the lease ran out");
         let fresh = ClusterState::new(Placement::new(3, 2, 1).unwrap());
-        assert_eq!(standing(&fresh, 0, 1, &heard_at(&[None, None, None]), 0, &t), Standing::Minority, "alone at start");
+        assert_eq!(standing(&fresh, 0, 1, &heard_at(&[None, None, None]), None, 0, &t), Standing::Minority, "alone at start");
+    }
+
+    #[test]
+    fn leases_keep_the_higher_epoch_and_only_a_recently_acknowledged_leader_grants() {
+        let t = Timing::default();
+        let l = Lease::renew(None, 100, 5, &t);
+        assert_eq!(Lease::renew(Some(l), 200, 4, &t), Lease { at_ms: 200, epoch: 5 });
+        assert_eq!(Lease::renew(Some(l), 601, 4, &t), Lease { at_ms: 601, epoch: 4 }, "an expired lease counts no more");
+        assert!(may_grant(true, Some(500), &t));
+        assert!(!may_grant(true, Some(501), &t));
+        assert!(!may_grant(true, None, &t));
+        assert!(!may_grant(false, Some(0), &t));
     }
 
     /// One tick of the simulated world: what happens before the heartbeats.
@@ -228,15 +296,19 @@ mod tests {
         Restart(NodeId),
         /// The nodes whose bit is set go to one side of a split.
         Split(u8),
+        /// The link between two nodes breaks (or mends, if broken): a partial partition, in
+        /// which a node can reach some of the others that cannot reach each other.
+        Cut(NodeId, NodeId),
         Heal,
     }
 
     fn event(nodes: u32) -> impl Strategy<Value = Event> {
         prop_oneof![
-            6 => Just(Event::Nothing),
+            2 => Just(Event::Nothing),
             1 => (0..nodes).prop_map(Event::Crash),
             1 => (0..nodes).prop_map(Event::Restart),
             1 => any::<u8>().prop_map(Event::Split),
+            1 => (0..nodes, 0..nodes).prop_map(|(a, b)| Event::Cut(a, b)),
             1 => Just(Event::Heal),
         ]
     }
@@ -249,6 +321,8 @@ mod tests {
         running: Vec<bool>,
         incarnation: Vec<Incarnation>,
         side: Vec<u8>,
+        /// By node pair: the link is broken.
+        cut: Vec<Vec<bool>>,
         since: Vec<u64>,
         heard: Vec<Vec<Heard>>,
         /// The state each node has applied (a node cut off keeps an old one).
@@ -256,6 +330,10 @@ mod tests {
         committed: ClusterState,
         /// The group's leader and when it took office.
         leader: Option<(usize, u64)>,
+        /// By node: if it believes it leads the group, when a majority last acknowledged it
+        /// (a deposed leader believes so until it hears from the new leader's side).
+        acked: Vec<Option<u64>>,
+        lease: Vec<Option<Lease>>,
         /// Who led each partition in each epoch: one entry per (epoch, partition).
         history: HashMap<(u64, PartitionId), Option<NodeId>>,
         timing: Timing,
@@ -271,11 +349,14 @@ mod tests {
                 running: vec![true; nodes as usize],
                 incarnation: vec![1; nodes as usize],
                 side: vec![0; nodes as usize],
+                cut: vec![vec![false; nodes as usize]; nodes as usize],
                 since: vec![0; nodes as usize],
                 heard: vec![vec![Heard::default(); nodes as usize]; nodes as usize],
                 view: vec![state.clone(); nodes as usize],
                 committed: state,
                 leader: None,
+                acked: vec![None; nodes as usize],
+                lease: vec![None; nodes as usize],
                 history: HashMap::new(),
                 timing: Timing::default(),
             }
@@ -286,6 +367,7 @@ mod tests {
                 Event::Nothing => {}
                 Event::Crash(n) => {
                     self.running[n as usize] = false;
+                    self.acked[n as usize] = None;
                     if self.leader.is_some_and(|(l, _)| l == n as usize) {
                         self.leader = None;
                     }
@@ -298,6 +380,8 @@ mod tests {
                         self.leader = None;
                     }
                     self.running[n] = true;
+                    self.acked[n] = None;
+                    self.lease[n] = None;
                     self.incarnation[n] += 1;
                     self.since[n] = self.now;
                     self.heard[n] = vec![Heard::default(); self.nodes as usize];
@@ -307,23 +391,34 @@ mod tests {
                         self.side[n] = (mask >> n) & 1;
                     }
                 }
-                Event::Heal => self.side.iter_mut().for_each(|s| *s = 0),
+                Event::Cut(a, b) => {
+                    let (a, b) = (a as usize, b as usize);
+                    self.cut[a][b] = !self.cut[a][b];
+                    self.cut[b][a] = self.cut[a][b];
+                }
+                Event::Heal => {
+                    self.side.iter_mut().for_each(|s| *s = 0);
+                    self.cut.iter_mut().flatten().for_each(|c| *c = false);
+                }
             }
         }
 
         fn linked(&self, a: usize, b: usize) -> bool {
-            self.running[a] && self.running[b] && self.side[a] == self.side[b]
+            self.running[a] && self.running[b] && self.side[a] == self.side[b] && !self.cut[a][b]
         }
 
-        /// The running nodes that can reach a majority, if any side can.
-        fn majority_side(&self) -> Vec<usize> {
-            (0..self.nodes as usize)
-                .map(|a| (0..self.nodes as usize).filter(|b| self.linked(a, *b)).collect::<Vec<_>>())
-                .find(|side| side.len() as u32 >= majority(self.nodes))
-                .unwrap_or_default()
+        /// The nodes `a` reaches, itself included (if it runs).
+        fn reach(&self, a: usize) -> Vec<usize> {
+            (0..self.nodes as usize).filter(|b| *b == a && self.running[a] || self.linked(a, *b)).collect()
         }
 
-        fn tick(&mut self, pick: usize) -> Result<(), TestCaseError> {
+        fn reaches_majority(&self, a: usize) -> bool {
+            self.reach(a).len() as u32 >= majority(self.nodes)
+        }
+
+        /// One heartbeat interval. `pick` chooses a new group leader when one is needed;
+        /// nodes whose bit is set in `lagging` apply the group's changes late this tick.
+        fn tick(&mut self, pick: usize, lagging: u8) -> Result<(), TestCaseError> {
             self.now += TICK_MS;
             for a in 0..self.nodes as usize {
                 for b in 0..self.nodes as usize {
@@ -333,16 +428,22 @@ mod tests {
                     }
                 }
             }
-            let side = self.majority_side();
-            if !side.is_empty() {
-                // The group keeps its leader while a majority hears it; else the majority
-                // elects one of its own (at once: a real election takes longer, which only
-                // gives a cut-off node more time to notice).
-                let (leader, since) = match self.leader {
-                    Some((l, since)) if side.contains(&l) => (l, since),
-                    _ => (side[pick % side.len()], self.now),
-                };
+            // The group keeps its leader while it reaches a majority; else a node that does
+            // is elected (at once: a real election takes longer, which only gives a cut-off
+            // node more time to notice).
+            let current = self.leader.filter(|(l, _)| self.reaches_majority(*l));
+            let candidates: Vec<usize> = (0..self.nodes as usize).filter(|n| self.reaches_majority(*n)).collect();
+            let elected = current.or_else(|| (!candidates.is_empty()).then(|| (candidates[pick % candidates.len()], self.now)));
+            if let Some((leader, since)) = elected {
+                let side = self.reach(leader);
                 self.leader = Some((leader, since));
+                self.acked[leader] = Some(self.now);
+                for n in 0..self.nodes as usize {
+                    // A deposed leader learns of the new term from anyone the leader reaches.
+                    if n != leader && side.iter().any(|m| self.linked(n, *m)) {
+                        self.acked[n] = None;
+                    }
+                }
                 let commands =
                     decide(&self.committed, leader as NodeId, self.incarnation[leader], &self.heard[leader], self.now, since, &self.timing);
                 for c in &commands {
@@ -352,11 +453,30 @@ mod tests {
                     prop_assert!(self.committed.validate().is_ok(), "{:?}", self.committed.validate());
                     self.record_history()?;
                 }
-                for n in &side {
+                for n in side.iter().filter(|n| **n == leader || (lagging >> **n) & 1 == 0) {
                     self.view[*n] = self.committed.clone();
                 }
             }
+            self.grant_leases();
             self.check_one_serving_leader()
+        }
+
+        /// Every node that believes it leads, and may grant, grants a lease to itself (as of
+        /// its last acknowledgement) and to the nodes it reaches, with its applied epoch.
+        fn grant_leases(&mut self) {
+            for l in 0..self.nodes as usize {
+                let Some(acked) = self.acked[l] else { continue };
+                if !self.running[l] || !may_grant(true, Some(self.now - acked), &self.timing) {
+                    continue;
+                }
+                let epoch = self.view[l].epoch();
+                self.lease[l] = Some(Lease::renew(self.lease[l], acked, epoch, &self.timing));
+                for x in 0..self.nodes as usize {
+                    if x != l && self.linked(l, x) {
+                        self.lease[x] = Some(Lease::renew(self.lease[x], self.now, epoch, &self.timing));
+                    }
+                }
+            }
         }
 
         fn record_history(&mut self) -> Result<(), TestCaseError> {
@@ -369,7 +489,7 @@ mod tests {
         }
 
         fn standing(&self, n: usize) -> Standing {
-            standing(&self.view[n], n as NodeId, self.incarnation[n], &self.heard[n], self.now, &self.timing)
+            standing(&self.view[n], n as NodeId, self.incarnation[n], &self.heard[n], self.lease[n], self.now, &self.timing)
         }
 
         /// The split-brain promise: at no moment do two running nodes both serve as the
@@ -385,9 +505,15 @@ mod tests {
         }
     }
 
-    fn world_and_events() -> impl Strategy<Value = (Placement, Vec<(Event, usize)>)> {
+    /// Ticks of quiet after an event: up to twice the failure timeout, so splits and
+    /// crashes last long enough to be acted on as often as they heal first.
+    const QUIET_TICKS_MAX: u64 = 2 * FAILURE_TIMEOUT_DEFAULT_MS / TICK_MS;
+    /// Ticks after an event during which some nodes apply the group's changes late.
+    const LAG_TICKS: u64 = 3;
+
+    fn world_and_events() -> impl Strategy<Value = (Placement, Vec<(Event, usize, u64, u8)>)> {
         (3u32..6, 1u32..4, 0u32..3).prop_filter_map("valid layout", |(n, s, k)| Placement::new(n, s, k).ok()).prop_flat_map(|p| {
-            let events = proptest::collection::vec((event(p.nodes), 0usize..8), 20..200);
+            let events = proptest::collection::vec((event(p.nodes), 0usize..8, 1..=QUIET_TICKS_MAX, any::<u8>()), 5..40);
             (Just(p), events)
         })
     }
@@ -401,9 +527,13 @@ mod tests {
         #[test]
         fn takeover_decisions_never_make_two_leaders((placement, events) in world_and_events()) {
             let mut w = World::new(placement);
-            for (e, pick) in &events {
+            for (e, pick, quiet, lagging) in &events {
                 w.apply_event(e);
-                w.tick(*pick)?;
+                for i in 0..*quiet {
+                    // The lagging nodes lag for the first few ticks after an event.
+                    let lag = if i < LAG_TICKS { *lagging } else { 0 };
+                    w.tick(*pick + i as usize, lag)?;
+                }
             }
             w.apply_event(&Event::Heal);
             for n in 0..w.nodes {
@@ -413,7 +543,7 @@ mod tests {
             }
             let settle_ticks = 2 * w.timing.failure_timeout_ms / TICK_MS;
             for i in 0..settle_ticks {
-                w.tick(i as usize)?;
+                w.tick(i as usize, 0)?;
             }
             for n in 0..w.nodes as usize {
                 prop_assert_eq!(w.standing(n), Standing::Serving, "node {} after healing", n);

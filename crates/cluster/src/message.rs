@@ -47,9 +47,12 @@ pub struct Hello {
 pub enum Request {
     /// The first request on every connection; answered `Welcome` or `Refused`.
     Hello(Hello),
-    /// A heartbeat, carrying the caller's incarnation; answered `Pong` with the callee's.
+    /// A heartbeat, carrying the caller's incarnation and, from the group's leader while it
+    /// may grant leases, the epoch the group is at (`detector::Lease`); answered `Pong`
+    /// with the callee's incarnation.
     Ping {
         incarnation: Incarnation,
+        lease: Option<u64>,
     },
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<RaftNodeId>),

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep, timeout, Instant, MissedTickBehavior};
 
-use crate::detector::{self, Heard, Standing, Timing};
+use crate::detector::{self, Heard, Lease, Standing, Timing};
 use crate::message::{Hello, Request, Response, PROTOCOL_VERSION};
 use crate::placement::{NodeId, PartitionId, Placement, PlacementError};
 use crate::raft::{raft_config, MembershipRaft, NetworkFactory, RaftNodeId};
@@ -128,6 +128,10 @@ struct Shared {
     timing: Timing,
     origin: Instant,
     heard: Mutex<Vec<Heard>>,
+    /// The latest lease a group leader granted this node.
+    lease: Mutex<Option<Lease>>,
+    /// While this node leads the group and may grant leases: the epoch its pings grant.
+    granting: Mutex<Option<u64>>,
 }
 
 impl Shared {
@@ -146,6 +150,25 @@ impl Shared {
 
     fn heard(&self) -> Vec<Heard> {
         self.heard.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Records a lease granted at `at_ms` for `epoch`.
+    fn renew_lease(&self, at_ms: u64, epoch: u64) {
+        // Plain values, never left half-written (as with `heard`).
+        let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        *lease = Some(Lease::renew(*lease, at_ms, epoch, &self.timing));
+    }
+
+    fn lease(&self) -> Option<Lease> {
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_granting(&self, epoch: Option<u64>) {
+        *self.granting.lock().unwrap_or_else(|e| e.into_inner()) = epoch;
+    }
+
+    fn granting(&self) -> Option<u64> {
+        *self.granting.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -179,8 +202,11 @@ impl Handler for NodeHandler {
     async fn handle(&self, from: NodeId, request: Request) -> Response {
         match request {
             Request::Hello(_) => Response::Refused("hello was already said on this connection".into()),
-            Request::Ping { incarnation } => {
+            Request::Ping { incarnation, lease } => {
                 self.shared.record(from, incarnation);
+                if let Some(epoch) = lease {
+                    self.shared.renew_lease(self.shared.now_ms(), epoch);
+                }
                 Response::Pong { incarnation: self.shared.incarnation }
             }
             Request::Append(rpc) => Response::Append(self.raft.append_entries(rpc).await),
@@ -241,10 +267,12 @@ impl ClusterNode {
             timing,
             origin: Instant::now(),
             heard: Mutex::new(vec![Heard::default(); nodes as usize]),
+            lease: Mutex::new(None),
+            granting: Mutex::new(None),
         });
         let faults = Arc::new(Faults::default());
         let transport = Arc::new(Transport::start(me, &config.hosts, hello, faults.clone()));
-        let raft_config = raft_config().map_err(|e| StartError::Raft(e.to_string()))?;
+        let raft_config = raft_config().map_err(StartError::Raft)?;
         let raft = MembershipRaft::new(RaftNodeId::from(me), raft_config, NetworkFactory::new(transport.clone()), log, sm)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
@@ -354,7 +382,8 @@ async fn ping_peer(shared: Arc<Shared>, transport: Arc<Transport>, peer: NodeId,
     let limit = Duration::from_millis(shared.timing.minority_timeout_ms);
     loop {
         tick.tick().await;
-        if let Ok(Response::Pong { incarnation }) = transport.call(peer, Request::Ping { incarnation: shared.incarnation }, limit).await {
+        let ping = Request::Ping { incarnation: shared.incarnation, lease: shared.granting() };
+        if let Ok(Response::Pong { incarnation }) = transport.call(peer, ping, limit).await {
             shared.record(peer, incarnation);
         }
     }
@@ -403,14 +432,21 @@ async fn watch_cluster(
             changed = metrics.changed() => if changed.is_err() { return },
         }
         let state = applied.borrow_and_update().clone();
-        let (group_leader, leading) = {
+        let (group_leader, leading, quorum_ack_age) = {
             let m = metrics.borrow_and_update();
             let leader = m.current_leader.and_then(|l| NodeId::try_from(l).ok());
-            (leader, m.state == ServerState::Leader && leader == Some(shared.me))
+            (leader, m.state == ServerState::Leader && leader == Some(shared.me), m.millis_since_quorum_ack)
         };
         let heard = shared.heard();
         let now = shared.now_ms();
-        let standing = detector::standing(&state, shared.me, shared.incarnation, &heard, now, &shared.timing);
+        if detector::may_grant(leading, quorum_ack_age, &shared.timing) {
+            // The leader's own lease dates from the majority's last acknowledgement.
+            shared.renew_lease(now.saturating_sub(quorum_ack_age.unwrap_or(0)), state.epoch());
+            shared.set_granting(Some(state.epoch()));
+        } else {
+            shared.set_granting(None);
+        }
+        let standing = detector::standing(&state, shared.me, shared.incarnation, &heard, shared.lease(), now, &shared.timing);
         leading_since = if leading { leading_since.or(Some(now)) } else { None };
         if let (Some(since), false) = (leading_since, proposing.load(Ordering::Acquire)) {
             let commands = detector::decide(&state, shared.me, shared.incarnation, &heard, now, since, &shared.timing);

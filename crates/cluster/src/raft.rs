@@ -53,8 +53,8 @@ pub const LOG_KEPT_AFTER_SNAPSHOT: u64 = 100;
 /// Longest any one Raft RPC may wait for its answer, whatever openraft asks for.
 pub const RAFT_RPC_TIMEOUT_MAX_MS: u64 = 5_000;
 
-/// The group's Raft configuration.
-pub fn raft_config() -> Result<Arc<Config>, openraft::ConfigError> {
+/// The group's Raft configuration; `Err` says which setting openraft refused.
+pub fn raft_config() -> Result<Arc<Config>, String> {
     let config = Config {
         cluster_name: "lockstep-membership".into(),
         heartbeat_interval: RAFT_HEARTBEAT_MS,
@@ -66,7 +66,7 @@ pub fn raft_config() -> Result<Arc<Config>, openraft::ConfigError> {
         max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT,
         ..Config::default()
     };
-    Ok(Arc::new(config.validate()?))
+    Ok(Arc::new(config.validate().map_err(|e| e.to_string())?))
 }
 
 /// Makes a `PeerClient` per peer for openraft.
