@@ -425,23 +425,39 @@ async fn watch_cluster(
     let proposing = Arc::new(AtomicBool::new(false));
     // When this node last took office as the group's leader (see `detector::decide`).
     let mut leading_since: Option<u64> = None;
+    // When a majority last acknowledged this node as leader, on this node's clock: taken
+    // when openraft reports it, so a report that grows old is not mistaken for a fresh one.
+    let mut quorum_acked_at: Option<u64> = None;
     loop {
+        // Whether openraft reported new metrics since the last pass.
+        let mut reported = false;
         tokio::select! {
             _ = tick.tick() => {}
             changed = applied.changed() => if changed.is_err() { return },
-            changed = metrics.changed() => if changed.is_err() { return },
+            changed = metrics.changed() => match changed {
+                Ok(()) => reported = true,
+                Err(_) => return,
+            },
         }
         let state = applied.borrow_and_update().clone();
-        let (group_leader, leading, quorum_ack_age) = {
+        let now = shared.now_ms();
+        reported |= metrics.has_changed().unwrap_or(false);
+        let (group_leader, leading) = {
             let m = metrics.borrow_and_update();
             let leader = m.current_leader.and_then(|l| NodeId::try_from(l).ok());
-            (leader, m.state == ServerState::Leader && leader == Some(shared.me), m.millis_since_quorum_ack)
+            let leading = m.state == ServerState::Leader && leader == Some(shared.me);
+            if !leading {
+                quorum_acked_at = None;
+            } else if reported {
+                quorum_acked_at = m.millis_since_quorum_ack.map(|age| now.saturating_sub(age)).or(quorum_acked_at);
+            }
+            (leader, leading)
         };
         let heard = shared.heard();
-        let now = shared.now_ms();
-        if detector::may_grant(leading, quorum_ack_age, &shared.timing) {
+        let quorum_ack_age = quorum_acked_at.map(|at| now.saturating_sub(at));
+        if let (true, Some(acked_at)) = (detector::may_grant(leading, quorum_ack_age, &shared.timing), quorum_acked_at) {
             // The leader's own lease dates from the majority's last acknowledgement.
-            shared.renew_lease(now.saturating_sub(quorum_ack_age.unwrap_or(0)), state.epoch());
+            shared.renew_lease(acked_at, state.epoch());
             shared.set_granting(Some(state.epoch()));
         } else {
             shared.set_granting(None);
