@@ -101,7 +101,10 @@ pub enum ProposeError {
     Stopped(String),
 }
 
-/// What this node knows of the cluster, as one consistent snapshot.
+/// What this node knows of the cluster, as one consistent snapshot. It is recomputed on
+/// every applied change and every heartbeat interval, so a lease that runs out shows here
+/// within one interval; the margin between the minority and failure timeouts (half the
+/// failure timeout, five intervals by default) covers that.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterView {
     pub me: NodeId,

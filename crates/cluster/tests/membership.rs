@@ -215,17 +215,38 @@ fn a_split_puts_the_lone_node_in_the_minority_and_healing_brings_it_back() {
 fn a_restarted_node_rejoins_with_its_id_and_a_new_incarnation() {
     let mut cluster = Cluster::start();
     cluster.formed();
-    let restarted: NodeId = 1;
+    // Node 0 formed the group; started again, it must join the group, not form another.
+    let restarted: NodeId = 0;
     cluster.stop(restarted);
-    let others = [0, 2];
-    wait_until("the others see it down", || cluster.agree(&others) && !cluster.view(0).state.is_alive(restarted));
+    let others = [1, 2];
+    wait_until("the others see it down", || cluster.agree(&others) && !cluster.view(1).state.is_alive(restarted));
 
     cluster.restart(restarted);
     assert_eq!(cluster.node(restarted).id(), restarted);
     assert_eq!(cluster.node(restarted).incarnation(), 2, "the start counter survived on disk");
     let all: Vec<NodeId> = (0..NODES).collect();
-    wait_until("it rejoins", || cluster.agree(&all) && cluster.view(0).state.incarnation(restarted) == 2);
+    wait_until("it rejoins", || cluster.agree(&all) && cluster.view(1).state.incarnation(restarted) == 2);
     let state = cluster.view(restarted).state;
     assert!(state.is_alive(restarted));
     assert!(state.led_by(restarted).is_empty(), "it holds no data yet, so it leads nothing");
+}
+
+#[test]
+fn a_node_restarted_at_once_gives_up_its_leaderships() {
+    let mut cluster = Cluster::start();
+    let before = cluster.formed();
+    let restarted: NodeId = 2;
+    assert!(!before.state.led_by(restarted).is_empty());
+    // Back before the failure timeout, most likely: then the group never saw it down, and
+    // only its new incarnation tells that its partitions are gone. Either way it must not
+    // lead what it led.
+    cluster.stop(restarted);
+    cluster.restart(restarted);
+    let all: Vec<NodeId> = (0..NODES).collect();
+    wait_until("it is admitted again", || cluster.agree(&all) && cluster.view(0).state.incarnation(restarted) == 2);
+    let state = cluster.view(restarted).state;
+    assert!(state.led_by(restarted).is_empty());
+    for p in before.state.led_by(restarted) {
+        assert_eq!(serving_leaders(&cluster, p).len(), 1, "partition {p} has one serving leader");
+    }
 }
