@@ -250,3 +250,25 @@ fn a_node_restarted_at_once_gives_up_its_leaderships() {
         assert_eq!(serving_leaders(&cluster, p).len(), 1, "partition {p} has one serving leader");
     }
 }
+
+#[test]
+fn a_single_node_cluster_forms_and_serves_alone() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hosts = vec![listener.local_addr().unwrap()];
+    let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("lockstep-membership-single-{}-{n}", std::process::id()));
+    let rt = runtime(0);
+    let node = rt
+        .block_on(async {
+            listener.set_nonblocking(true).unwrap();
+            ClusterNode::start_on(ClusterConfig::new(0, hosts, 0, 2, dir.clone()), tokio::net::TcpListener::from_std(listener).unwrap())
+                .await
+        })
+        .unwrap();
+    wait_until("the lone node serves", || node.view().standing == Standing::Serving);
+    let view = node.view();
+    assert!(view.leads(0) && view.leads(1));
+    drop(node);
+    rt.shutdown_timeout(Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(&dir);
+}
