@@ -66,7 +66,9 @@ fn decode_invocation_into(payload: &[u8], codes: Option<&mut Vec<WireType>>) -> 
         0 => {}
         1 => match r.i8("timeout flag")? {
             -1 => {}
-            1 => timeout_ms = Some(r.i32("batch timeout")?),
+            // -1 means no timeout, as in version 2's extension (the fuzzer found the two
+            // versions disagreeing, so a logged call could change on its way back).
+            1 => timeout_ms = Some(r.i32("batch timeout")?).filter(|ms| *ms != -1),
             other => return Err(malformed(format!("invalid timeout flag {other}"))),
         },
         2 => {}
@@ -179,6 +181,10 @@ mod tests {
         let mut v1_none = vec![1, 0xff];
         v1_none.extend_from_slice(&v0[1..]);
         assert_eq!(decode_invocation(&v1_none).unwrap().timeout_ms, None);
+        // Version 1 with the flag set and -1 also means none, as version 2 says it.
+        let mut v1_minus_one = vec![1u8, 1, 0xff, 0xff, 0xff, 0xff];
+        v1_minus_one.extend_from_slice(&v1_none[2..]);
+        assert_eq!(decode_invocation(&v1_minus_one).unwrap().timeout_ms, None);
         v0.push(0);
         assert!(decode_invocation(&v0).unwrap_err().message.contains("1 unexpected bytes"));
     }
