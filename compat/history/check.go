@@ -73,14 +73,16 @@ func Check(h *History, timeout time.Duration) (*Report, error) {
 			r.Unknown++
 		}
 	}
-	r.Anomalies = w.Invariants(h.Ops)
 	start := time.Now()
 	model := w.Model()
 	r.Result, r.Info = porcupine.CheckOperationsVerbose(model, ops, timeout)
 	r.Elapsed = time.Since(start)
+	// porcupine's explanations first: one per partition, each naming where the history
+	// went wrong; the direct checks may repeat one cause for every later read.
 	if r.Result == porcupine.Illegal {
-		r.Anomalies = append(r.Anomalies, explain(w, model, ops, r.Info, h)...)
+		r.Anomalies = explain(w, model, ops, r.Info, h)
 	}
+	r.Anomalies = append(r.Anomalies, w.Invariants(h.Ops)...)
 	annotate(&r.Info, h)
 	return r, nil
 }

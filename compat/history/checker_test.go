@@ -167,17 +167,17 @@ func TestMalformedHistoriesAreRefusedWithTheirPlace(t *testing.T) {
 // The command writes porcupine's visualization for a failing history and exits 1.
 func TestCommandExitsOneAndWritesTheVisualization(t *testing.T) {
 	html := filepath.Join(t.TempDir(), "lost.html")
-	if code := run("testdata/bad_register_lost_write.jsonl", html, testTimeout); code != exitAnomaly {
+	if code := run("testdata/bad_register_lost_write.jsonl", html, false, testTimeout); code != exitAnomaly {
 		t.Fatalf("exit %d, expected %d", code, exitAnomaly)
 	}
 	data, err := os.ReadFile(html)
 	if err != nil || !strings.Contains(string(data), "read(key 1)") {
 		t.Fatalf("the visualization was not written with the history (%v)", err)
 	}
-	if code := run("testdata/ok_bank.json", "", testTimeout); code != exitOK {
+	if code := run("testdata/ok_bank.json", "", false, testTimeout); code != exitOK {
 		t.Fatalf("exit %d for a linearizable history", code)
 	}
-	if code := run("testdata/no-such-file", "", testTimeout); code != exitBadInput {
+	if code := run("testdata/no-such-file", "", false, testTimeout); code != exitBadInput {
 		t.Fatalf("exit %d for a missing file", code)
 	}
 }

@@ -1,7 +1,7 @@
 // Command history-check checks a history recorded against Lockstep for linearizability
 // (porcupine) under the register or bank model, and explains any anomaly it finds.
 //
-// Usage: history-check [-html FILE] [-timeout DURATION] HISTORY
+// Usage: history-check [-all] [-html FILE] [-timeout DURATION] HISTORY
 //
 // Exit status: 0 the history is linearizable; 1 an anomaly was found (explained on
 // stdout); 2 the history or the command line could not be read; 3 the check ran out of
@@ -25,15 +25,20 @@ const (
 	exitInconclusive = 3
 )
 
+// anomaliesShownMax caps the anomalies printed without -all: one lost write can make every
+// later read an anomaly.
+const anomaliesShownMax = 10
+
 // checkTimeoutDefault bounds porcupine's search; linearizability checking is NP-hard, and
 // a verdict that never comes is worse than an "inconclusive".
 const checkTimeoutDefault = 5 * time.Minute
 
 func main() {
 	html := flag.String("html", "", "on an anomaly, write porcupine's visualization of the history to this HTML file")
+	all := flag.Bool("all", false, fmt.Sprintf("list every anomaly, not only the first %d", anomaliesShownMax))
 	timeout := flag.Duration("timeout", checkTimeoutDefault, "give up (exit 3, inconclusive) after this long")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: history-check [-html FILE] [-timeout DURATION] HISTORY\n"+
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: history-check [-all] [-html FILE] [-timeout DURATION] HISTORY\n"+
 			"Checks a recorded history (JSON lines, or one JSON document) for linearizability.\n")
 		flag.PrintDefaults()
 	}
@@ -42,10 +47,10 @@ func main() {
 		flag.Usage()
 		os.Exit(exitBadInput)
 	}
-	os.Exit(run(flag.Arg(0), *html, *timeout))
+	os.Exit(run(flag.Arg(0), *html, *all, *timeout))
 }
 
-func run(path, html string, timeout time.Duration) int {
+func run(path, html string, all bool, timeout time.Duration) int {
 	f, err := os.Open(path)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "history-check: %v\n", err)
@@ -56,14 +61,14 @@ func run(path, html string, timeout time.Duration) int {
 	if err == nil {
 		var r *Report
 		if r, err = Check(h, timeout); err == nil {
-			return report(path, html, r)
+			return report(path, html, all, r)
 		}
 	}
 	fmt.Fprintf(os.Stderr, "history-check: %s: %v\n", path, err)
 	return exitBadInput
 }
 
-func report(path, html string, r *Report) int {
+func report(path, html string, all bool, r *Report) int {
 	fmt.Printf("%s: %s workload, %d operations (%d of unknown outcome), %d checked by porcupine in %s: %s\n",
 		path, r.Workload.Name(), r.Total, r.Unknown, r.Checked, r.Elapsed.Round(time.Millisecond), verdict(r))
 	if !r.Failed() {
@@ -74,6 +79,10 @@ func report(path, html string, r *Report) int {
 		return exitOK
 	}
 	for i, a := range r.Anomalies {
+		if i == anomaliesShownMax && !all {
+			fmt.Printf("... and %d more anomalies (-all lists them)\n", len(r.Anomalies)-i)
+			break
+		}
 		fmt.Printf("anomaly %d: %s\n", i+1, a)
 	}
 	if html != "" {
