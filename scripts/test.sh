@@ -7,8 +7,8 @@
 #      each (an hour in all) with LOCKSTEP_LONG=1; a crash or hang fails the run;
 #   3. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
 #      Central) and its JDBC driver against the real server.
-# Installs what the tests need when it is missing (a JDK 17, Maven and openssl; PostgreSQL 15, Redis
-# and Tarantool for the side-by-side adapters' tests; all from Debian).
+# Installs what the tests need when it is missing (a JDK 17, Maven and openssl; Go for the history
+# checker; PostgreSQL 15, Redis and Tarantool for the side-by-side adapters' tests; all from Debian).
 # Set LOCKSTEP_LONG=1 to also run the long soak and crash loops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +34,16 @@ fi
 
 # The peers the side-by-side adapters are tested against (PostgreSQL, Redis, Tarantool).
 bash scripts/peers.sh install
+
+# The history checker (compat/history: Go and porcupine from the Go module proxy), which
+# crates/cli/tests/history.rs builds and runs; its own tests prove it reports anomalies.
+if ! command -v go >/dev/null 2>&1; then
+  echo "installing Go for the history checker"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q golang-go
+fi
+(cd compat/history && go mod download && go vet ./... && go test ./...)
 
 # Formatting and lints first: they take seconds and fail fast.
 cargo fmt --check
