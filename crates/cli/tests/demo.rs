@@ -78,7 +78,8 @@ fn the_demo_explains_itself_holds_the_terminal_and_stops_cleanly_on_ctrl_c() {
     // The shell command it prints works as printed.
     let shell = lines.last().and_then(|l| l.split("open the SQL shell with: ").nth(1)).expect("a shell command").to_string();
     assert_eq!(shell, format!("{BIN} sql --server {listen}"));
-    let count = Command::new("bash").arg("-c").arg(format!("{shell} --format csv -c 'SELECT COUNT(*) FROM votes'")).output().expect("run it");
+    let count =
+        Command::new("bash").arg("-c").arg(format!("{shell} --format csv -c 'SELECT COUNT(*) FROM votes'")).output().expect("run it");
     assert_eq!(String::from_utf8_lossy(&count.stdout).lines().last(), Some("5"), "{count:?}");
 
     // A second demo on the same data directory (another port) says its server did not start.
