@@ -86,11 +86,9 @@ pub struct BenchArgs {
     /// YCSB: scan with one multi-partition ScanAll instead of every-partition Scan calls.
     #[arg(long)]
     pub scan_all: bool,
-    /// Transactions in flight in flood mode. Flood throughput is this window divided by the
-    /// latency: a larger one raises it until a core is saturated, and raises latency with it
-    /// (VoltDB's client allows 3000 by default). On two vCPUs 2048 gave the most: 512
-    /// left a core idle while a batch waited for its fsync, 4096 spent the client's time
-    /// on cache misses.
+    /// Flood mode (no --rate): how many calls are kept in flight, sent and not yet
+    /// answered; each answer sends the next call. Ignored with --rate and --step.
+    // Why 2048 (on two vCPUs): docs/guide/benchmarking.md.
     #[arg(long, default_value_t = 2048)]
     pub window: usize,
     /// Seed of the transaction generator.
@@ -215,8 +213,11 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
         println!("check {d}");
     }
     println!("check {}", if check.passed { "PASSED" } else { "FAILED" });
+    let server = server_settings(conn).await;
     let mut config = json!({
         "mode": mode,
+        "sites": server.sites,
+        "command_log": server.command_log,
         "target": if args.embedded { "embedded".to_string() } else { args.target.clone().unwrap_or_else(|| format!("lockstep://{}", args.server)) },
         "system": if args.embedded { "lockstep" } else { match &args.target { Some(t) => t.split("://").next().unwrap_or("lockstep"), None => "lockstep" } },
         "duration_s_requested": args.duration,
@@ -248,12 +249,69 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
         eprintln!("report written to {}", path.display());
     }
     if let Some(path) = &args.chart {
-        let title = format!("lockstep bench {} ({mode})", args.workload);
+        let title = chart_title(args, mode, &server);
         std::fs::write(path, report::svg_chart(&title, &result.timeline, &steps))
             .map_err(|e| Error::unexpected(format!("cannot write {}: {e}", path.display())))?;
         eprintln!("chart written to {}", path.display());
     }
     Ok(if check.passed { 0 } else { 1 })
+}
+
+/// How the server under load runs, as its `@SystemInformation DEPLOYMENT` says; unknown
+/// (None) for a peer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerSettings {
+    pub sites: Option<u32>,
+    pub command_log: Option<String>,
+}
+
+async fn server_settings(conn: &Conn) -> ServerSettings {
+    if matches!(conn, Conn::Peer(_)) {
+        return ServerSettings::default();
+    }
+    let Ok(answer) = conn.call("@SystemInformation", vec![lockstep_core::Value::from("DEPLOYMENT")]).await else {
+        return ServerSettings::default();
+    };
+    let mut settings = ServerSettings::default();
+    for row in answer.rows(0) {
+        match (row.first().and_then(|v| v.as_str()), row.get(1).and_then(|v| v.as_str())) {
+            (Some("sitesperhost"), Some(v)) => settings.sites = v.parse().ok(),
+            (Some("commandlogmode"), Some(v)) => settings.command_log = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    settings
+}
+
+/// The chart's title and the line of run details under it: workload, mode and length;
+/// target, sites, command log, and the window (flood) or the rate (open loop).
+fn chart_title(args: &BenchArgs, mode: &str, server: &ServerSettings) -> report::ChartTitle {
+    let target = if args.embedded {
+        "embedded engine".to_string()
+    } else {
+        args.target.clone().unwrap_or_else(|| format!("lockstep://{}", args.server))
+    };
+    let mut details = vec![format!("target {target}")];
+    if let Some(n) = server.sites {
+        details.push(format!("{n} site{}", if n == 1 { "" } else { "s" }));
+    }
+    if let Some(log) = &server.command_log {
+        details.push(format!("command log {log}"));
+    }
+    match (mode, args.rate) {
+        ("flood", _) => details.push(format!("window {}", args.window)),
+        ("step", Some(r)) => details.push(format!("rate from {r:.0}/s")),
+        (_, Some(r)) => details.push(format!("rate {r:.0}/s")),
+        _ => {}
+    }
+    if let Some(scale) = args.scale {
+        details.push(format!("scale {scale}"));
+    }
+    let per_step = if mode == "step" { " per step" } else { "" };
+    report::ChartTitle {
+        title: format!("lockstep bench {} ({mode}, {} s{per_step})", args.workload, args.duration),
+        details: details.join(" · "),
+    }
 }
 
 /// Raises the rate step by step; returns the last good step's result (or the first step's
@@ -299,4 +357,35 @@ async fn stepping<W: Workload>(w: &Arc<W>, conn: &Conn, args: &BenchArgs, durati
     };
     chosen.timeline = timeline;
     (chosen, steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn args(line: &[&str]) -> BenchArgs {
+        Cli::parse_from(std::iter::once("bench").chain(line.iter().copied())).bench
+    }
+
+    #[test]
+    fn the_chart_title_names_the_workload_target_sites_log_and_window_or_rate() {
+        let server = ServerSettings { sites: Some(2), command_log: Some("sync".into()) };
+        let t = chart_title(&args(&["voter", "--duration", "5", "--server", "10.0.0.1:21212"]), "flood", &server);
+        assert_eq!(t.title, "lockstep bench voter (flood, 5 s)");
+        assert_eq!(t.details, "target lockstep://10.0.0.1:21212 · 2 sites · command log sync · window 2048");
+        let t = chart_title(&args(&["tatp", "--rate", "5000", "--scale", "1000"]), "rate", &ServerSettings::default());
+        assert_eq!(t.title, "lockstep bench tatp (rate, 30 s)");
+        assert_eq!(t.details, "target lockstep://127.0.0.1:21212 · rate 5000/s · scale 1000");
+        let one = ServerSettings { sites: Some(1), command_log: Some("off".into()) };
+        let t = chart_title(&args(&["ycsb-c", "--embedded", "--step", "--rate", "1000", "--duration", "10"]), "step", &one);
+        assert_eq!(t.title, "lockstep bench ycsb-c (step, 10 s per step)");
+        assert_eq!(t.details, "target embedded engine · 1 site · command log off · rate from 1000/s");
+    }
 }

@@ -1,13 +1,13 @@
 //! Drives a workload: flood (a fixed window of transactions always in flight), or open loop
 //! at a target rate (latency measured from each transaction's intended send time, so
 //! queueing shows instead of being hidden by a slowed-down client), with a live line on
-//! stderr once a second.
+//! stderr for each whole second of the run.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use crate::conn::Conn;
 use crate::rng::Rng;
@@ -19,6 +19,8 @@ use crate::workload::Workload;
 pub const OPEN_LOOP_OUTSTANDING_MAX: usize = 200_000;
 /// Longest the open-loop sender sleeps at once (it rechecks the end of the phase).
 const PACER_SLEEP_MAX: Duration = Duration::from_millis(10);
+/// One point of the timeline, and one live line, per this much of the run.
+const MONITOR_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How to drive one phase.
 #[derive(Clone, Debug)]
@@ -47,10 +49,11 @@ pub struct PhaseResult {
 pub async fn run_phase<W: Workload>(w: Arc<W>, conn: &Conn, phase: &Phase) -> PhaseResult {
     let stats = Arc::new(Collector::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let ended = Arc::new(Notify::new());
     let started = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let end = start + phase.duration;
-    let monitor = tokio::spawn(monitor(stats.clone(), stop.clone(), phase.t_offset_s, phase.label.clone()));
+    let monitor = tokio::spawn(monitor(stats.clone(), ended.clone(), start.into(), phase.t_offset_s, phase.label.clone()));
     let periodic = w.periodic_every().map(|every| {
         let (w, conn, stats, stop) = (w.clone(), conn.clone(), stats.clone(), stop.clone());
         tokio::spawn(async move {
@@ -68,6 +71,7 @@ pub async fn run_phase<W: Workload>(w: Arc<W>, conn: &Conn, phase: &Phase) -> Ph
     }
     let elapsed = start.elapsed();
     stop.store(true, Ordering::Relaxed);
+    ended.notify_one();
     if let Some(p) = periodic {
         p.abort();
     }
@@ -151,41 +155,71 @@ async fn open_loop<W: Workload>(
     let _ = slots.acquire_many(OPEN_LOOP_OUTSTANDING_MAX as u32).await;
 }
 
-/// Prints a line per second and returns the timeline when `stop` is set.
-async fn monitor(stats: Arc<Collector>, stop: Arc<AtomicBool>, t_offset_s: f64, label: String) -> Vec<TimePoint> {
+/// Prints a line for each whole second of the phase and returns those seconds once `ended`
+/// is notified. What is left of the last second when the phase ends (its stragglers) is
+/// neither printed nor a point: as a point it would show throughput falling off a cliff at
+/// the end of every run. It still counts in the run's totals.
+async fn monitor(stats: Arc<Collector>, ended: Arc<Notify>, start: tokio::time::Instant, t_offset_s: f64, label: String) -> Vec<TimePoint> {
     let mut timeline = Vec::new();
-    let start = Instant::now();
     let mut last = start;
     let mut total: u64 = 0;
-    let mut interval = tokio::time::interval(Duration::from_secs(1));
-    interval.tick().await;
+    let mut seconds = tokio::time::interval_at(start + MONITOR_INTERVAL, MONITOR_INTERVAL);
     loop {
-        interval.tick().await;
-        let now = Instant::now();
-        let (n, p99, errors) = stats.take_interval();
-        total += n;
+        tokio::select! {
+            // A second that is over is taken before the end of the phase, which may come
+            // at the same instant.
+            biased;
+            _ = seconds.tick() => {}
+            _ = ended.notified() => return timeline,
+        }
+        let now = tokio::time::Instant::now();
+        let i = stats.take_interval();
+        total += i.count;
         let secs = now.duration_since(last).as_secs_f64().max(1e-9);
         last = now;
-        let t = t_offset_s + now.duration_since(start).as_secs_f64();
-        let point = TimePoint { t_s: t, tps: n as f64 / secs, p99_us: p99, errors };
+        let t = t_offset_s + (timeline.len() + 1) as f64;
+        let point = TimePoint { t_s: t, tps: i.count as f64 / secs, p50_us: i.p50_us, p99_us: i.p99_us, errors: i.errors };
         eprintln!(
-            "{label}[{:>5.0}s] {:>10.0} txn/s  p99 {:>8.3} ms  errors {:>6}  total {}",
+            "{label}[{:>5.0}s] {:>10.0} txn/s  p50 {:>8.3} ms  p99 {:>8.3} ms  errors {:>6}  total {}",
             t,
             point.tps,
-            p99 as f64 / 1000.0,
-            errors,
+            i.p50_us as f64 / 1000.0,
+            i.p99_us as f64 / 1000.0,
+            i.errors,
             total
         );
         timeline.push(point);
-        if stop.load(Ordering::Relaxed) {
-            return timeline;
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::Done;
+
+    /// 2.5 s of calls, ten a second: two points (at 1 s and 2 s, ten calls each) and no
+    /// third for the half second left when the phase ends, though its calls count.
+    #[tokio::test(start_paused = true)]
+    async fn the_timeline_has_a_point_for_each_whole_second_and_none_for_the_rest() {
+        let stats = Arc::new(Collector::default());
+        let ended = Arc::new(Notify::new());
+        let start = tokio::time::Instant::now();
+        let monitor = tokio::spawn(monitor(stats.clone(), ended.clone(), start, 0.0, "test ".into()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for k in 0..25u64 {
+            stats.record("x", Duration::from_micros(100 + k), &Done::ok("ok"));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ended.notify_one();
+        let timeline = monitor.await.expect("monitor");
+        let seconds: Vec<f64> = timeline.iter().map(|p| p.t_s).collect();
+        assert_eq!(seconds, vec![1.0, 2.0]);
+        assert_eq!(timeline.iter().map(|p| p.tps).collect::<Vec<_>>(), vec![10.0, 10.0]);
+        // The first second saw 100..=109 µs: median 104 or 105, p99 109.
+        assert!((104..=105).contains(&timeline[0].p50_us), "{:?}", timeline[0]);
+        assert_eq!(timeline[0].p99_us, 109);
+        assert_eq!(stats.snapshot()["x"].count, 25);
+    }
 
     #[test]
     fn an_open_loop_sends_each_call_when_it_is_due_not_one_interval_later() {

@@ -126,11 +126,22 @@ impl TxnStats {
     }
 }
 
-/// One second of the run, for the live line and the chart.
+/// One whole second of the run, for the live line and the chart.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimePoint {
+    /// The end of the second, from the start of the run (1, 2, 3, …).
     pub t_s: f64,
     pub tps: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub errors: u64,
+}
+
+/// What one interval of the run saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Interval {
+    pub count: u64,
+    pub p50_us: u64,
     pub p99_us: u64,
     pub errors: u64,
 }
@@ -155,11 +166,11 @@ impl Collector {
         t.interval.record(latency, done);
     }
 
-    /// Ends the current interval, returning (transactions, p99 µs, errors) for it.
-    pub fn take_interval(&self) -> (u64, u64, u64) {
+    /// Ends the current interval, returning what it saw.
+    pub fn take_interval(&self) -> Interval {
         let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let i = std::mem::take(&mut t.interval);
-        (i.count, i.percentile_us(0.99), i.errors)
+        Interval { count: i.count, p50_us: i.percentile_us(0.5), p99_us: i.percentile_us(0.99), errors: i.errors }
     }
 
     /// A copy of the per-type statistics so far.
@@ -226,8 +237,11 @@ mod tests {
         // The interval view resets after each take.
         let c = Collector::default();
         c.record("x", Duration::from_micros(5), &Done::error("boom"));
-        assert_eq!(c.take_interval(), (1, 5, 1));
-        assert_eq!(c.take_interval(), (0, 0, 0));
+        c.record("x", Duration::from_micros(9), &Done::ok("ok"));
+        c.record("x", Duration::from_micros(7), &Done::ok("ok"));
+        assert_eq!(c.take_interval(), Interval { count: 3, p50_us: 7, p99_us: 9, errors: 1 });
+        assert_eq!(c.take_interval(), Interval::default());
         assert_eq!(c.snapshot()["x"].errors, 1);
+        assert_eq!(c.snapshot()["x"].count, 3);
     }
 }

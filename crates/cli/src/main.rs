@@ -27,15 +27,18 @@ struct Cli {
 enum Command {
     /// Start a database node (defaults: 127.0.0.1:21212, data in ./lockstep-data, one site per core).
     Server(server_cmd::ServerArgs),
-    /// The SQL shell: run statements and procedures against a server.
+    /// The SQL shell: run statements and procedures against a server (interactive without
+    /// -c or -f; type help in it).
     Sql(SqlArgs),
     /// Measure a workload (voter, tatp, charging, ycsb-a … ycsb-f) and check its results.
     Bench(bench_cmd::BenchArgs),
     /// Snapshots of a running server: `save` takes one now, `scan` lists them.
     Snapshot {
+        /// save: take a snapshot now (@SnapshotSave); scan: list the complete snapshots
+        /// on disk (@SnapshotScan).
         #[arg(value_parser = ["save", "scan"])]
         action: String,
-        /// Server address.
+        /// Server address (host:port).
         #[arg(long, default_value = "127.0.0.1:21212")]
         server: String,
         #[command(flatten)]
@@ -47,13 +50,15 @@ enum Command {
 
 #[derive(clap::Args)]
 struct SqlArgs {
-    /// Server address.
+    /// Server address (host:port).
     #[arg(long, default_value = "127.0.0.1:21212")]
     server: String,
-    /// Run these statements (may be repeated) and exit.
+    /// Run this statement, or a shell command such as `exec PROC args…`, and exit; may be
+    /// repeated (they run in order, up to the first error).
     #[arg(short = 'c', long = "command")]
     commands: Vec<String>,
-    /// Run the statements in this file and exit.
+    /// Run the statements in this file and exit (FROM FILE paths in it are read relative
+    /// to the file, and their source sent to the server).
     #[arg(short = 'f', long = "file")]
     file: Option<PathBuf>,
     /// Output format.

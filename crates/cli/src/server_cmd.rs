@@ -11,65 +11,104 @@ use lockstep_server::config::FileConfig;
 use lockstep_server::security::{OnOff, Security};
 use lockstep_server::{serve, Front, ServerConfig};
 
+// The defaults are written into the help texts, not given to clap as `default_value`s:
+// a flag left out must not override the same key of the --config file.
 #[derive(clap::Args)]
 pub struct ServerArgs {
-    /// Address to listen on for VoltDB-protocol clients.
-    #[arg(long)]
+    /// Address to listen on for VoltDB-protocol clients (host:port; port 0 picks a free
+    /// one, printed on the ready line) [default: 127.0.0.1:21212]
+    #[arg(long, value_name = "HOST:PORT")]
     listen: Option<String>,
-    /// Data directory (catalog, export files).
-    #[arg(long)]
+    /// Data directory, created if missing: the schema (catalog.sql), the command log
+    /// (cmdlog/), snapshots (snapshots/), export files (export/), Lua procedures for FROM
+    /// CLASS (procedures/) and the lock file that keeps a second server out
+    /// (lockstep.lock) [default: ./lockstep-data]
+    #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
-    /// Number of partition sites (default: one per core).
-    #[arg(long)]
+    /// Number of partition sites, one thread each [default: one per core]
+    #[arg(long, value_name = "N")]
     sites: Option<u32>,
-    /// Directory holding Lua procedures for `FROM CLASS` (default: <data>/procedures).
-    #[arg(long)]
+    /// Directory of Lua procedures: FROM CLASS a.b.Name loads Name.lua from it, and FROM
+    /// FILE reads only files inside it [default: <DIR>/procedures]
+    #[arg(long, value_name = "DIR")]
     procedures: Option<PathBuf>,
-    /// Command log: off, async (acknowledge at once, sync every --flush-ms) or sync
-    /// (acknowledge after fdatasync; group commit).
+    /// Command log: sync (answer after fdatasync; many transactions share one), async
+    /// (answer at once, sync every --flush-ms) or off (keep only the schema) [default: sync]
     #[arg(long, value_parser = ["off", "async", "sync"])]
     command_log: Option<String>,
-    /// Async mode: how often the command log is synced to disk (milliseconds).
-    #[arg(long)]
+    #[arg(long, value_name = "MS", help = flush_ms_help())]
     flush_ms: Option<u64>,
-    /// Take a snapshot every this many seconds (0: only on demand).
-    #[arg(long)]
+    /// Take a snapshot every this many seconds; 0 takes them only on demand (@SnapshotSave,
+    /// `lockstep snapshot save`) [default: 0]
+    #[arg(long, value_name = "SECS")]
     snapshot_interval: Option<u64>,
-    /// Complete snapshots to keep on disk.
-    #[arg(long)]
+    #[arg(long, value_name = "N", help = snapshots_keep_help())]
     snapshots_keep: Option<usize>,
-    /// Client connections open at once; more are refused ("Server has too many connections").
-    #[arg(long)]
+    #[arg(long, value_name = "N", help = max_connections_help())]
     max_connections: Option<usize>,
-    /// Close a logged-in connection that sends nothing for this many seconds (0: never).
-    #[arg(long)]
+    #[arg(long, value_name = "SECS", help = idle_timeout_help())]
     idle_timeout: Option<u64>,
-    /// Stop a query (or a procedure's statement) that runs longer than this, in
-    /// milliseconds (0: no limit); a call may ask for less (VoltDB's per-call timeout).
-    #[arg(long)]
+    #[arg(long, value_name = "MS", help = query_timeout_help())]
     query_timeout_ms: Option<u64>,
-    /// Above this much memory, writes are refused with a clear error and reads go on, until
-    /// memory falls below it again: bytes with an optional k/m/g suffix, a percentage of
-    /// the machine's memory (default 80%), or "off".
-    #[arg(long)]
+    #[arg(long, value_name = "SIZE|PCT%|off", help = memory_limit_help())]
     memory_limit: Option<String>,
     /// TOML file with the same keys (listen, data, sites, procedures, command_log,
     /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
-    /// client_timeout_s, query_timeout_ms, memory_limit, security, tls_cert, tls_key) and
-    /// the [[users]] that `lockstep user add` writes; flags win.
-    #[arg(long)]
+    /// client_timeout_s, in_flight_per_connection, query_timeout_ms, memory_limit,
+    /// security, tls_cert, tls_key) and the [[users]] that `lockstep user add` writes;
+    /// flags win. See docs/guide/configuration.md
+    #[arg(long, value_name = "FILE.toml")]
     config: Option<PathBuf>,
     /// Security: on checks every login against the configured users and every call against
-    /// their roles' permissions; off (the default) accepts anyone and allows everything.
+    /// their roles' permissions; off accepts anyone and allows everything [default: off]
     #[arg(long, value_parser = ["on", "off"])]
     security: Option<String>,
     /// TLS on the client port: this PEM certificate (chain); needs --tls-key. Clients must
-    /// then speak TLS.
+    /// then speak TLS [default: plain TCP]
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<PathBuf>,
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+}
+
+fn flush_ms_help() -> String {
+    format!(
+        "With --command-log async: how often the log is synced to disk, in milliseconds, which bounds what a crash can lose [default: {}]",
+        lockstep_engine::config::FLUSH_MS_DEFAULT
+    )
+}
+
+fn snapshots_keep_help() -> String {
+    format!("Complete snapshots kept on disk; older ones are deleted [default: {}]", lockstep_engine::config::SNAPSHOTS_KEEP_DEFAULT)
+}
+
+fn max_connections_help() -> String {
+    format!(
+        "Client connections open at once; more are refused (\"Server has too many connections\") [default: {}]",
+        lockstep_server::config::MAX_CONNECTIONS_DEFAULT
+    )
+}
+
+fn idle_timeout_help() -> String {
+    format!(
+        "Close a logged-in connection that sends nothing for this many seconds; 0 never does [default: {}]",
+        lockstep_server::config::IDLE_TIMEOUT_S_DEFAULT
+    )
+}
+
+fn query_timeout_help() -> String {
+    format!(
+        "Stop a query (or a procedure call) that runs longer than this, in milliseconds, and roll it back; 0 for no limit. A call may ask for less (VoltDB's per-call timeout) [default: {}]",
+        lockstep_engine::config::QUERY_TIMEOUT_DEFAULT.as_millis()
+    )
+}
+
+fn memory_limit_help() -> String {
+    format!(
+        "Above this much memory, writes are refused with a clear error and reads go on, until memory falls 5% below it: a size in bytes with an optional k/m/g/t suffix (12g), a percentage of the machine's (or the container's) memory (75%), or off [default: {}%]",
+        lockstep_engine::memory::MEMORY_LIMIT_PERCENT_DEFAULT
+    )
 }
 
 /// Defaults, then the TOML file, then the flags: flags take the same keys as the file and

@@ -46,12 +46,15 @@ impl Server {
         Self::start_with(data, &["--sites", &sites.to_string()], "127.0.0.1:0")
     }
 
+    /// Its log shows warnings and errors only (`LOCKSTEP_LOG=warn`), on the test's stderr:
+    /// the info lines of every server the tests start would bury what went wrong.
     pub fn start_with(data: &Path, extra: &[&str], listen: &str) -> Server {
         let child = Command::new(BIN)
             .arg("server")
             .args(["--listen", listen, "--data"])
             .arg(data)
             .args(extra)
+            .env("LOCKSTEP_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
