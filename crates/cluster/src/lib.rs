@@ -1,7 +1,8 @@
 //! The cluster: where partitions live (`placement`), the cluster state the membership group
 //! agrees on (`state`), the failure detector's decisions (`detector`), and the membership
 //! group itself (`node`: one openraft group of all nodes, over the internal network of
-//! `transport`). See `docs/cluster.md`.
+//! `transport`), and how each partition's replicas run the same transactions in the same
+//! order (`replication`). See `docs/cluster.md`.
 
 pub mod detector;
 pub mod message;
@@ -9,6 +10,7 @@ pub mod node;
 pub mod placement;
 pub mod raft;
 mod record;
+pub mod replication;
 pub mod state;
 pub mod store;
 pub mod transport;

@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::placement::{NodeId, PartitionId, Placement};
+use crate::replication::View;
 
 /// Which start of a node this is: every node counts its starts on its own disk, so a node
 /// that restarted (and lost its in-memory partitions) is told apart from one that was only
@@ -27,8 +28,11 @@ pub enum Command {
     /// incarnation, it restarted without anyone noticing it gone: it lost its partitions, so
     /// it gives up every leadership it held, as if it had gone down and come back at once.
     NodeUp { node: NodeId, incarnation: Incarnation },
-    /// Moves a partition's leadership to one of its live replicas (a rebalance).
+    /// Moves a partition's leadership to one of its members (a rebalance).
     SetLeader { partition: PartitionId, node: NodeId },
+    /// A live replica that came back has caught up with the partition's history (a rejoin):
+    /// it becomes a member again, one every transaction must reach.
+    Rejoined { partition: PartitionId, node: NodeId },
 }
 
 /// What applying a command did.
@@ -51,8 +55,10 @@ pub enum Refusal {
     UnknownPartition(PartitionId),
     #[error("node {node} holds no replica of partition {partition}")]
     NotAReplica { partition: PartitionId, node: NodeId },
-    #[error("node {0} is down: it cannot lead")]
+    #[error("node {0} is down")]
     NodeIsDown(NodeId),
+    #[error("node {node} does not hold partition {partition}'s whole history: it cannot lead it")]
+    NotAMember { partition: PartitionId, node: NodeId },
     #[error("node {node} is already known in incarnation {known}, later than {given}")]
     StaleIncarnation { node: NodeId, known: Incarnation, given: Incarnation },
 }
@@ -76,6 +82,12 @@ pub struct ClusterState {
     /// back does not lead it either (its data has to be recovered first): a `SetLeader`
     /// names the new leader.
     leaders: Vec<Option<NodeId>>,
+    /// By partition id: the replicas that hold the partition's whole history, in node
+    /// order. A node leaves them when it goes down or restarts, and comes back only with
+    /// `Rejoined`; only a member may lead.
+    members: Vec<Vec<NodeId>>,
+    /// By partition id: the epoch at which its leader last changed (the replication term).
+    terms: Vec<u64>,
 }
 
 impl ClusterState {
@@ -84,7 +96,9 @@ impl ClusterState {
     pub fn new(placement: Placement) -> ClusterState {
         let nodes = placement.nodes as usize;
         let leaders = placement.partitions.iter().map(|r| Some(r.leader())).collect();
-        ClusterState { epoch: 0, alive: vec![true; nodes], incarnations: vec![0; nodes], leaders, placement }
+        let members = placement.partitions.iter().map(|r| sorted(&r.nodes)).collect();
+        let terms = vec![0; placement.partitions.len()];
+        ClusterState { epoch: 0, alive: vec![true; nodes], incarnations: vec![0; nodes], leaders, members, terms, placement }
     }
 
     /// Grows by one with every change.
@@ -119,6 +133,21 @@ impl ClusterState {
         self.leaders.get(partition as usize).copied().flatten()
     }
 
+    /// The partition's members: the replicas that hold its whole history.
+    pub fn members(&self, partition: PartitionId) -> &[NodeId] {
+        self.members.get(partition as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The partition as its replication sees it: the term (the epoch its leader took office,
+    /// plus one so the first term is 1), the leader and the members.
+    pub fn view(&self, partition: PartitionId) -> View {
+        View {
+            term: self.terms.get(partition as usize).map_or(0, |t| t + 1),
+            leader: self.leader(partition),
+            members: self.members(partition).iter().copied().collect(),
+        }
+    }
+
     /// Every partition's leader, by partition id.
     pub fn leaders(&self) -> &[Option<NodeId>] {
         &self.leaders
@@ -136,16 +165,23 @@ impl ClusterState {
 
     /// Applies one committed command.
     pub fn apply(&mut self, command: &Command) -> Outcome {
+        let leaders_before = self.leaders.clone();
         let changed = match *command {
             Command::NodeDown(node) => self.node_down(node),
             Command::NodeUp { node, incarnation } => self.node_up(node, incarnation),
             Command::SetLeader { partition, node } => self.set_leader(partition, node),
+            Command::Rejoined { partition, node } => self.rejoined(partition, node),
         };
         match changed {
             Err(refusal) => Outcome::Refused(refusal),
             Ok(false) => Outcome::Unchanged { epoch: self.epoch },
             Ok(true) => {
                 self.epoch += 1;
+                for (p, term) in self.terms.iter_mut().enumerate() {
+                    if self.leaders[p] != leaders_before[p] {
+                        *term = self.epoch;
+                    }
+                }
                 Outcome::Changed { epoch: self.epoch }
             }
         }
@@ -165,7 +201,7 @@ impl ClusterState {
             return Ok(false);
         }
         self.alive[n] = false;
-        self.hand_over_leaderships(node);
+        self.leave_partitions(node);
         Ok(true)
     }
 
@@ -182,12 +218,9 @@ impl ClusterState {
             return Ok(true);
         }
         if restarted {
-            // Its partitions' data went with the old process: it must not keep leading them.
-            // Leaving it out of the choice while picking new leaders, then back in, is the same
-            // as going down and up at once.
-            self.alive[n] = false;
-            self.hand_over_leaderships(node);
-            self.alive[n] = true;
+            // Its partitions' data went with the old process: it must neither lead them nor
+            // count as holding them, the same as going down and up at once.
+            self.leave_partitions(node);
         }
         Ok(restarted || known != incarnation)
     }
@@ -201,17 +234,47 @@ impl ClusterState {
         if !self.alive[n] {
             return Err(Refusal::NodeIsDown(node));
         }
+        if !self.members[partition as usize].contains(&node) {
+            return Err(Refusal::NotAMember { partition, node });
+        }
         let slot = &mut self.leaders[partition as usize];
         let changed = *slot != Some(node);
         *slot = Some(node);
         Ok(changed)
     }
 
-    /// Gives every partition `gone` led a new leader: the live replica that leads the fewest
+    fn rejoined(&mut self, partition: PartitionId, node: NodeId) -> Result<bool, Refusal> {
+        let n = self.known_node(node)?;
+        let replicas = self.placement.partitions.get(partition as usize).ok_or(Refusal::UnknownPartition(partition))?;
+        if !replicas.nodes.contains(&node) {
+            return Err(Refusal::NotAReplica { partition, node });
+        }
+        if !self.alive[n] {
+            return Err(Refusal::NodeIsDown(node));
+        }
+        let members = &mut self.members[partition as usize];
+        if members.contains(&node) {
+            return Ok(false);
+        }
+        members.push(node);
+        members.sort_unstable();
+        Ok(true)
+    }
+
+    /// `node` no longer holds any partition: it leaves every partition's members, and each
+    /// partition it led gets a new leader.
+    fn leave_partitions(&mut self, node: NodeId) {
+        for m in &mut self.members {
+            m.retain(|&r| r != node);
+        }
+        self.hand_over_leaderships(node);
+    }
+
+    /// Gives every partition `gone` led a new leader: the member that leads the fewest
     /// partitions at that moment, the first in placement order on a tie (so the load of a
     /// dead node spreads instead of landing on one survivor). Partitions are taken in id
     /// order and each choice counts for the next, so the result is deterministic. A
-    /// partition with no live replica is left without a leader.
+    /// partition with no member left is left without a leader.
     fn hand_over_leaderships(&mut self, gone: NodeId) {
         let mut led = vec![0u32; self.alive.len()];
         for l in self.leaders.iter().flatten() {
@@ -223,7 +286,7 @@ impl ClusterState {
             }
             led[gone as usize] -= 1;
             let next =
-                self.placement.partitions[p].nodes.iter().copied().filter(|r| self.alive[*r as usize]).min_by_key(|r| led[*r as usize]);
+                self.placement.partitions[p].nodes.iter().copied().filter(|r| self.members[p].contains(r)).min_by_key(|r| led[*r as usize]);
             if let Some(r) = next {
                 led[r as usize] += 1;
             }
@@ -245,16 +308,28 @@ impl ClusterState {
                 self.leaders.len()
             )));
         }
+        if self.members.len() != self.leaders.len() || self.terms.len() != self.leaders.len() {
+            return Err(InvalidState(format!("{} partitions placed, {} with members", self.leaders.len(), self.members.len())));
+        }
         for (p, (leader, replicas)) in self.leaders.iter().zip(&self.placement.partitions).enumerate() {
-            let live: Vec<NodeId> = replicas.nodes.iter().copied().filter(|r| self.is_alive(*r)).collect();
+            let members = &self.members[p];
+            if let Some(m) = members.iter().find(|m| !self.is_alive(**m) || !replicas.nodes.contains(m)) {
+                return Err(InvalidState(format!("partition {p} counts node {m} as a member, which is not a live replica")));
+            }
             if let Some(l) = leader {
-                if !live.contains(l) {
-                    return Err(InvalidState(format!("partition {p} is led by node {l}, which is not a live replica")));
+                if !members.contains(l) {
+                    return Err(InvalidState(format!("partition {p} is led by node {l}, which is not a member")));
                 }
             }
         }
         Ok(())
     }
+}
+
+fn sorted(nodes: &[NodeId]) -> Vec<NodeId> {
+    let mut v = nodes.to_vec();
+    v.sort_unstable();
+    v
 }
 
 #[cfg(test)]
@@ -297,16 +372,32 @@ mod tests {
             assert_eq!(s.leader(*p), None);
         }
         s.validate().unwrap();
-        // Coming back does not make the node a leader again, even of what nobody serves: its
-        // data has to be recovered first (a later SetLeader says when).
+        // Coming back does not make the node a member or a leader again, even of what nobody
+        // serves: its data has to be recovered first (`Rejoined` says when).
         s.apply(&Command::NodeUp { node: 0, incarnation: 2 });
         assert_eq!(s.unserved(), orphaned);
         assert!(s.led_by(0).is_empty());
         let p = orphaned[0];
-        let replica = s.placement().partitions[p as usize].nodes[0];
-        let replica = if s.is_alive(replica) { replica } else { s.placement().partitions[p as usize].nodes[1] };
-        assert!(matches!(s.apply(&Command::SetLeader { partition: p, node: replica }), Outcome::Changed { .. }));
-        assert_eq!(s.leader(p), Some(replica));
+        assert!(s.members(p).is_empty());
+        assert_eq!(s.apply(&Command::SetLeader { partition: p, node: 0 }), Outcome::Refused(Refusal::NotAMember { partition: p, node: 0 }));
+        assert!(matches!(s.apply(&Command::Rejoined { partition: p, node: 0 }), Outcome::Changed { .. }));
+        assert_eq!(s.members(p), &[0]);
+        assert!(matches!(s.apply(&Command::SetLeader { partition: p, node: 0 }), Outcome::Changed { .. }));
+        assert_eq!(s.leader(p), Some(0));
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn a_partitions_view_has_a_new_term_only_when_its_leader_changes() {
+        let mut s = state(3, 2, 1);
+        let led = s.led_by(0);
+        let kept = (0..3).find(|p| s.leader(*p) != Some(0) && !s.members(*p).contains(&0)).unwrap();
+        assert_eq!(s.view(led[0]).term, 1);
+        s.apply(&Command::NodeDown(0));
+        let v = s.view(led[0]);
+        assert_eq!((v.term, v.leader), (2, s.leader(led[0])));
+        assert!(!v.members.contains(&0));
+        assert_eq!(s.view(kept).term, 1, "a partition whose leader stayed keeps its term");
     }
 
     #[test]
@@ -335,6 +426,7 @@ mod tests {
         assert_eq!(s.apply(&Command::NodeUp { node: 1, incarnation: 2 }), Outcome::Changed { epoch: 4 });
         assert!(s.is_alive(1));
         assert!(s.led_by(1).is_empty());
+        assert!((0..s.placement().partition_count()).all(|p| !s.members(p).contains(&1)), "a restarted node holds nothing");
         assert_eq!(s.incarnation(1), 2);
         assert_eq!(
             s.apply(&Command::NodeUp { node: 1, incarnation: 1 }),
@@ -374,6 +466,7 @@ mod tests {
             (0..nodes + 1).prop_map(Command::NodeDown),
             (0..nodes + 1, 0u64..4).prop_map(|(node, incarnation)| Command::NodeUp { node, incarnation }),
             (0..partitions + 1, 0..nodes + 1).prop_map(|(partition, node)| Command::SetLeader { partition, node }),
+            (0..partitions + 1, 0..nodes + 1).prop_map(|(partition, node)| Command::Rejoined { partition, node }),
         ]
     }
 
@@ -399,9 +492,14 @@ mod tests {
                 prop_assert!(a.validate().is_ok(), "{:?} after {:?}", a.validate(), c);
                 if let Command::NodeDown(gone) = c {
                     for p in before.led_by(*gone) {
-                        let live = a.placement().partitions[p as usize].nodes.iter().any(|r| a.is_alive(*r));
-                        prop_assert_eq!(a.leader(p).is_some(), live, "partition {} after node {} went", p, gone);
+                        prop_assert_eq!(a.leader(p).is_some(), !a.members(p).is_empty(), "partition {} after node {} went", p, gone);
                     }
+                }
+                // A partition's term moves exactly when its leader changes.
+                for p in 0..a.placement().partition_count() {
+                    let moved = a.leader(p) != before.leader(p);
+                    prop_assert_eq!(a.view(p).term != before.view(p).term, moved, "partition {} after {:?}", p, c);
+                    prop_assert!(a.view(p).term >= before.view(p).term);
                 }
                 match outcome {
                     Outcome::Changed { epoch } => {
