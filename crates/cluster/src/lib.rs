@@ -2,7 +2,8 @@
 //! agrees on (`state`), the failure detector's decisions (`detector`), and the membership
 //! group itself (`node`: one openraft group of all nodes, over the internal network of
 //! `transport`), and how each partition's replicas run the same transactions in the same
-//! order (`replication`). See `docs/cluster.md`.
+//! order (`replication`, carried out over the internal network by `replicas`). See
+//! `docs/cluster.md`.
 
 pub mod detector;
 pub mod message;
@@ -10,6 +11,7 @@ pub mod node;
 pub mod placement;
 pub mod raft;
 mod record;
+pub mod replicas;
 pub mod replication;
 pub mod state;
 pub mod store;

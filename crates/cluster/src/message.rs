@@ -18,8 +18,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::placement::NodeId;
+use crate::placement::{NodeId, PartitionId};
 use crate::raft::{RaftNodeId, TypeConfig};
+use crate::replication;
 use crate::state::Incarnation;
 
 /// Largest frame body either side sends or accepts. Raft batches are bounded well below it
@@ -57,6 +58,12 @@ pub enum Request {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<RaftNodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// One partition's replication (`replication.rs`); the payload is the engine's encoding
+    /// of a transaction. Sent one way: answered `Taken` whatever became of it.
+    Partition {
+        partition: PartitionId,
+        message: replication::Message<Vec<u8>>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -70,6 +77,7 @@ pub enum Response {
     Append(Result<AppendEntriesResponse<RaftNodeId>, RaftError<RaftNodeId>>),
     Vote(Result<VoteResponse<RaftNodeId>, RaftError<RaftNodeId>>),
     Snapshot(Result<InstallSnapshotResponse<RaftNodeId>, RaftError<RaftNodeId, InstallSnapshotError>>),
+    Taken,
 }
 
 impl Request {
@@ -81,6 +89,7 @@ impl Request {
             Request::Append(_) => "append-entries",
             Request::Vote(_) => "vote",
             Request::Snapshot(_) => "install-snapshot",
+            Request::Partition { .. } => "partition",
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{EmptyNode, ServerState};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep, timeout, Instant, MissedTickBehavior};
 
@@ -24,9 +24,35 @@ use crate::message::{Hello, Request, Response, PROTOCOL_VERSION};
 use crate::placement::{NodeId, PartitionId, Placement, PlacementError};
 use crate::raft::{raft_config, MembershipRaft, NetworkFactory, RaftNodeId};
 use crate::record;
+use crate::replication;
 use crate::state::{ClusterState, Command, Incarnation, Outcome};
 use crate::store::{LogStore, StateMachine};
 use crate::transport::{self, Faults, Handler, Transport};
+
+/// Partition messages from peers waiting to be taken; beyond this they are dropped (the
+/// replication sends again what was not acknowledged).
+pub const PARTITION_INBOX_MAX: usize = 65_536;
+
+/// A replication message from a peer about one of this node's partitions.
+#[derive(Debug)]
+pub struct PartitionMessage {
+    pub from: NodeId,
+    pub partition: PartitionId,
+    pub message: replication::Message<Vec<u8>>,
+}
+
+/// Sends replication messages to peers (from any thread, without waiting).
+#[derive(Clone)]
+pub struct Poster(Arc<Transport>);
+
+impl Poster {
+    /// Sends `message` to `to` one way, in order with the others posted to it. One that
+    /// cannot be queued (the peer is unreachable, its queue is full) is dropped: the
+    /// replication sends again what was not acknowledged.
+    pub fn post(&self, to: NodeId, partition: PartitionId, message: replication::Message<Vec<u8>>) {
+        let _ = self.0.post(to, Request::Partition { partition, message });
+    }
+}
 
 /// How often each node pings every other node, by default.
 pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 100;
@@ -135,6 +161,8 @@ struct Shared {
     lease: Mutex<Option<Lease>>,
     /// While this node leads the group and may grant leases: the epoch its pings grant.
     granting: Mutex<Option<u64>>,
+    /// Where partition messages from peers go (`ClusterNode::partition_messages`).
+    partition_inbox: mpsc::Sender<PartitionMessage>,
 }
 
 impl Shared {
@@ -215,6 +243,11 @@ impl Handler for NodeHandler {
             Request::Append(rpc) => Response::Append(self.raft.append_entries(rpc).await),
             Request::Vote(rpc) => Response::Vote(self.raft.vote(rpc).await),
             Request::Snapshot(rpc) => Response::Snapshot(self.raft.install_snapshot(rpc).await),
+            Request::Partition { partition, message } => {
+                // A full inbox drops it: the sender's replication sends it again.
+                let _ = self.shared.partition_inbox.try_send(PartitionMessage { from, partition, message });
+                Response::Taken
+            }
         }
     }
 }
@@ -227,6 +260,7 @@ pub struct ClusterNode {
     view: watch::Receiver<ClusterView>,
     tasks: Vec<JoinHandle<()>>,
     local_addr: SocketAddr,
+    partition_messages: Mutex<Option<mpsc::Receiver<PartitionMessage>>>,
 }
 
 impl ClusterNode {
@@ -263,6 +297,7 @@ impl ClusterNode {
 
         let hello =
             Hello { protocol: PROTOCOL_VERSION, from: me, nodes, sites_per_node: placement.sites_per_node, kfactor: placement.kfactor };
+        let (partition_inbox, partition_messages) = mpsc::channel(PARTITION_INBOX_MAX);
         let shared = Arc::new(Shared {
             me,
             incarnation,
@@ -272,6 +307,7 @@ impl ClusterNode {
             heard: Mutex::new(vec![Heard::default(); nodes as usize]),
             lease: Mutex::new(None),
             granting: Mutex::new(None),
+            partition_inbox,
         });
         let faults = Arc::new(Faults::default());
         let transport = Arc::new(Transport::start(me, &config.hosts, hello, faults.clone()));
@@ -293,7 +329,8 @@ impl ClusterNode {
         }
         tasks.push(tokio::spawn(watch_cluster(shared.clone(), raft.clone(), applied, view_tx, config.heartbeat_interval)));
         tracing::info!(node = me, incarnation, %local_addr, "cluster node started");
-        Ok(ClusterNode { shared, raft, transport, view, tasks, local_addr })
+        let partition_messages = Mutex::new(Some(partition_messages));
+        Ok(ClusterNode { shared, raft, transport, view, tasks, local_addr, partition_messages })
     }
 
     pub fn id(&self) -> NodeId {
@@ -317,6 +354,16 @@ impl ClusterNode {
     /// A receiver that sees every change of the view.
     pub fn subscribe(&self) -> watch::Receiver<ClusterView> {
         self.view.clone()
+    }
+
+    /// The replication messages peers send this node; there is one receiver, taken once.
+    pub fn partition_messages(&self) -> Option<mpsc::Receiver<PartitionMessage>> {
+        self.partition_messages.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// What sends replication messages to peers.
+    pub fn poster(&self) -> Poster {
+        Poster(self.transport.clone())
     }
 
     /// The switch that cuts this node off from chosen peers (fault injection).

@@ -111,7 +111,21 @@ pub trait Handler: Send + Sync + 'static {
 /// A call queued for a peer's connection.
 struct Outgoing {
     request: Request,
-    reply: oneshot::Sender<Result<Response, CallError>>,
+    /// None for a message sent one way (`post`): its response is read and dropped.
+    reply: Option<oneshot::Sender<Result<Response, CallError>>>,
+}
+
+impl Outgoing {
+    fn answer(self, result: Result<Response, CallError>) {
+        if let Some(reply) = self.reply {
+            let _ = reply.send(result);
+        }
+    }
+
+    /// A caller that stopped waiting: the call need not be sent.
+    fn abandoned(&self) -> bool {
+        self.reply.as_ref().is_some_and(|r| r.is_closed())
+    }
 }
 
 /// The sending side: one task and queue per peer.
@@ -151,20 +165,33 @@ impl Transport {
 
     /// Sends `request` to `peer` and waits at most `limit` for its response.
     pub async fn call(&self, peer: NodeId, request: Request, limit: Duration) -> Result<Response, CallError> {
-        let queue = self.peers.get(peer as usize).and_then(|p| p.as_ref()).ok_or(CallError::UnknownPeer(peer))?;
-        if self.faults.is_blocked(peer) {
-            return Err(CallError::Blocked(peer));
-        }
         let (reply, answer) = oneshot::channel();
-        queue.try_send(Outgoing { request, reply }).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => CallError::QueueFull(peer),
-            mpsc::error::TrySendError::Closed(_) => CallError::Closed { peer, reason: "the transport is shut down".into() },
-        })?;
+        self.enqueue(peer, Outgoing { request, reply: Some(reply) })?;
         match timeout(limit, answer).await {
             Err(_) => Err(CallError::Timeout { peer, ms: limit.as_millis() as u64 }),
             Ok(Err(_)) => Err(CallError::Closed { peer, reason: "the connection task ended".into() }),
             Ok(Ok(result)) => result,
         }
+    }
+}
+
+impl Transport {
+    /// Queues `request` for `peer` without waiting for (or reading) its response. Messages
+    /// posted to one peer are sent in the order posted; one may be lost if the connection
+    /// breaks, so the caller must be able to send it again.
+    pub fn post(&self, peer: NodeId, request: Request) -> Result<(), CallError> {
+        self.enqueue(peer, Outgoing { request, reply: None })
+    }
+
+    fn enqueue(&self, peer: NodeId, outgoing: Outgoing) -> Result<(), CallError> {
+        let queue = self.peers.get(peer as usize).and_then(|p| p.as_ref()).ok_or(CallError::UnknownPeer(peer))?;
+        if self.faults.is_blocked(peer) {
+            return Err(CallError::Blocked(peer));
+        }
+        queue.try_send(outgoing).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => CallError::QueueFull(peer),
+            mpsc::error::TrySendError::Closed(_) => CallError::Closed { peer, reason: "the transport is shut down".into() },
+        })
     }
 }
 
@@ -197,7 +224,7 @@ async fn run_peer(peer: NodeId, addr: SocketAddr, hello: Hello, mut queue: mpsc:
             Err(e) => {
                 tracing::debug!(peer, error = %e, backoff_ms = backoff, "cannot reach peer");
                 if let Some(o) = first.take() {
-                    let _ = o.reply.send(Err(e.clone()));
+                    o.answer(Err(e.clone()));
                 }
                 if !fail_calls_for(Duration::from_millis(backoff), &e, &mut queue).await {
                     return;
@@ -221,7 +248,7 @@ async fn fail_calls_for(wait: Duration, error: &CallError, queue: &mut mpsc::Rec
         tokio::select! {
             _ = tokio::time::sleep_until(until) => return true,
             next = queue.recv() => match next {
-                Some(o) => { let _ = o.reply.send(Err(error.clone())); }
+                Some(o) => o.answer(Err(error.clone())),
                 None => return false,
             },
         }
@@ -287,7 +314,7 @@ async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoin
                 }
             },
         };
-        if outgoing.reply.is_closed() {
+        if outgoing.abandoned() {
             continue;
         }
         if let Err(e) = send_call(peer, &mut writer, &pending, next_id, outgoing).await {
@@ -311,17 +338,19 @@ async fn send_call(peer: NodeId, writer: &mut OwnedWriteHalf, pending: &Pending,
     let frame = match encode_frame(id, &outgoing.request) {
         Ok(f) => f,
         Err(e) => {
-            let _ = outgoing.reply.send(Err(CallError::Encode(e.to_string())));
+            outgoing.answer(Err(CallError::Encode(e.to_string())));
             return Ok(());
         }
     };
     {
         let mut p = lock_pending(pending);
         if p.len() >= PEER_IN_FLIGHT_MAX {
-            let _ = outgoing.reply.send(Err(CallError::QueueFull(peer)));
+            outgoing.answer(Err(CallError::QueueFull(peer)));
             return Ok(());
         }
-        p.insert(id, outgoing.reply);
+        if let Some(reply) = outgoing.reply {
+            p.insert(id, reply);
+        }
     }
     match timeout(Duration::from_millis(WRITE_TIMEOUT_MS), writer.write_all(&frame)).await {
         Ok(Ok(())) => Ok(()),

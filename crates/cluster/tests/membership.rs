@@ -1,4 +1,5 @@
-//! The membership group end to end: three in-process nodes, each on its own Tokio runtime,
+//! The membership group, and the partitions' replication over it, end to end: three
+//! in-process nodes, each on its own Tokio runtime,
 //! talking over real loopback TCP. A node is stopped by dropping its runtime (its listener
 //! and connections close as in a crash), split off by the transport's fault switch, and
 //! restarted on its data directory. Every wait is bounded by a generous liveness limit; no
@@ -9,8 +10,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lockstep_cluster::{ClusterConfig, ClusterNode, ClusterView, NodeId, Standing};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use lockstep_cluster::replicas::{Executor, Replicas, ReplicateError, TICK_DEFAULT_MS};
+use lockstep_cluster::replication::{AppendError, Entry};
+use lockstep_cluster::{ClusterConfig, ClusterNode, ClusterView, NodeId, PartitionId, Standing};
 use tokio::runtime::Runtime;
+use tokio::time::timeout;
 
 /// Longest any test waits for the cluster to reach a state.
 const LIVENESS_LIMIT: Duration = Duration::from_secs(30);
@@ -271,4 +278,120 @@ fn a_single_node_cluster_forms_and_serves_alone() {
     drop(node);
     rt.shutdown_timeout(Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One node's copy of every partition it holds: the payloads it ran, in order, and a hash
+/// chain over them (the "results" replicas compare).
+#[derive(Default)]
+struct Store {
+    runs: Mutex<BTreeMap<PartitionId, (Vec<Vec<u8>>, u64)>>,
+}
+
+impl Store {
+    fn run(&self, partition: PartitionId, payload: Vec<u8>) -> u64 {
+        let mut runs = self.runs.lock().unwrap();
+        let (ran, hash) = runs.entry(partition).or_default();
+        *hash = payload.iter().fold(hash.rotate_left(5), |h, b| h.wrapping_mul(31) ^ u64::from(*b));
+        ran.push(payload);
+        *hash
+    }
+
+    fn ran(&self, partition: PartitionId) -> Vec<Vec<u8>> {
+        self.runs.lock().unwrap().get(&partition).map(|(r, _)| r.clone()).unwrap_or_default()
+    }
+}
+
+impl Executor for Store {
+    fn run(&self, partition: PartitionId, entry: Entry<Vec<u8>>) -> Option<u64> {
+        Some(Store::run(self, partition, entry.payload))
+    }
+}
+
+/// Runs `payload` on `partition`'s leader as a transaction would (run, then append; undo
+/// when refused) and waits for it to commit; retries while leadership moves.
+fn replicate(cluster: &Cluster, replicas: &[Option<(Replicas, Arc<Store>)>], partition: PartitionId, payload: Vec<u8>) {
+    wait_until("a transaction commits", || {
+        for n in cluster.running() {
+            let Some((r, store)) = &replicas[n as usize] else { continue };
+            if !r.partitions().contains(&partition) || !cluster.view(n).leads(partition) {
+                continue;
+            }
+            let committed = {
+                // The run and the append happen under the store's lock, so an entry handed
+                // out meanwhile cannot slip between them.
+                let mut runs = store.runs.lock().unwrap();
+                let (ran, hash) = runs.entry(partition).or_default();
+                let before = *hash;
+                let next = payload.iter().fold(hash.rotate_left(5), |h, b| h.wrapping_mul(31) ^ u64::from(*b));
+                match r.append(partition, payload.clone(), next) {
+                    Ok(rx) => {
+                        ran.push(payload.clone());
+                        *hash = next;
+                        rx
+                    }
+                    Err(_) => {
+                        *hash = before;
+                        continue;
+                    }
+                }
+            };
+            let answer = cluster.nodes[n as usize].as_ref().unwrap().rt.block_on(async { timeout(LIVENESS_LIMIT, committed).await });
+            match answer {
+                Ok(Ok(Ok(()))) => return true,
+                other => panic!("an append to partition {partition} on node {n} did not commit: {other:?}"),
+            }
+        }
+        false
+    });
+}
+
+fn start_replicas(cluster: &Cluster, n: NodeId) -> Option<(Replicas, Arc<Store>)> {
+    let running = cluster.nodes[n as usize].as_ref()?;
+    let store = Arc::new(Store::default());
+    let _entered = running.rt.enter();
+    let r = Replicas::start(&running.node, store.clone(), Duration::from_millis(TICK_DEFAULT_MS))?;
+    Some((r, store))
+}
+
+#[test]
+fn replicas_run_every_committed_transaction_in_order_and_keep_them_when_a_leader_dies() {
+    let mut cluster = Cluster::start();
+    let view = cluster.formed();
+    let mut replicas: Vec<Option<(Replicas, Arc<Store>)>> = (0..NODES).map(|n| start_replicas(&cluster, n)).collect();
+    let partitions = view.state.placement().partition_count();
+    let mut written: Vec<Vec<Vec<u8>>> = vec![Vec::new(); partitions as usize];
+    let mut write = |cluster: &Cluster, replicas: &[Option<(Replicas, Arc<Store>)>], round: u32| {
+        for p in 0..partitions {
+            for i in 0..20u32 {
+                let payload = format!("p{p}-r{round}-{i}").into_bytes();
+                replicate(cluster, replicas, p, payload.clone());
+                written[p as usize].push(payload);
+            }
+        }
+    };
+    write(&cluster, &replicas, 0);
+
+    // A follower refuses appends: only the leader orders.
+    let p0 = &view.state.placement().partitions[0];
+    let follower = *p0.nodes.iter().find(|n| view.state.leader(0) != Some(**n)).unwrap();
+    let (r, _) = replicas[follower as usize].as_ref().unwrap();
+    assert_eq!(r.append(0, b"x".to_vec(), 0).err(), Some(ReplicateError::Refused(AppendError::NotLeader)));
+
+    // The leader of partition 0 dies; its partitions' other replicas take over with
+    // everything committed, and new work commits.
+    let victim = view.state.leader(0).unwrap();
+    replicas[victim as usize] = None;
+    cluster.stop(victim);
+    let survivors: Vec<NodeId> = (0..NODES).filter(|n| *n != victim).collect();
+    wait_until("the survivors commit NodeDown", || cluster.agree(&survivors) && !cluster.view(survivors[0]).state.is_alive(victim));
+    write(&cluster, &replicas, 1);
+
+    let state = cluster.view(survivors[0]).state;
+    for p in 0..partitions {
+        for &m in state.members(p) {
+            let (r, store) = replicas[m as usize].as_ref().unwrap();
+            wait_until("a member runs everything", || r.applied_seq(p) == Some(written[p as usize].len() as u64));
+            assert_eq!(store.ran(p), written[p as usize], "partition {p} on node {m}");
+        }
+    }
 }

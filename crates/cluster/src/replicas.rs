@@ -1,0 +1,217 @@
+//! `Replicas`: the replication of every partition this node holds, carried out. It follows
+//! the cluster view, feeds each partition's `Replication` the messages peers send and a tick,
+//! posts what it says to send, hands entries to run to the `Executor`, and answers the
+//! leader's appends once they commit.
+//!
+//! Each partition's state sits behind its own mutex, so the thread that runs a partition's
+//! transactions appends to it directly (`append`, no hop through a task) and can roll a
+//! transaction back when the append is refused. Actions are carried out after the mutex is
+//! released, so an executor may call `applied` from inside `run`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{interval, MissedTickBehavior};
+
+use crate::node::{ClusterNode, ClusterView, PartitionMessage, Poster};
+use crate::placement::{NodeId, PartitionId};
+use crate::replication::{Action, AppendError, Entry, Replication, Seq};
+
+/// How often each partition's replication ticks (resends what was not acknowledged after
+/// three ticks), by default.
+pub const TICK_DEFAULT_MS: u64 = 20;
+
+/// Runs entries ordered by another replica on this node's copy of a partition.
+pub trait Executor: Send + Sync + 'static {
+    /// Run `entry` after every entry handed over before it for the same partition, and
+    /// give the hash of its results: at once (`Some`), or later through `Replicas::applied`
+    /// (`None`: the work was queued, as on a site's queue). Must not block for long: it is
+    /// called from the replication task.
+    fn run(&self, partition: PartitionId, entry: Entry<Vec<u8>>) -> Option<u64>;
+}
+
+/// Why an append did not commit.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicateError {
+    /// Refused before anything was sent: the caller must roll the transaction back.
+    #[error(transparent)]
+    Refused(#[from] AppendError),
+    #[error("this node holds no replica of partition {0}")]
+    NotHere(PartitionId),
+    /// Sent, but this node stopped leading before every replica confirmed it: the new
+    /// leader may or may not have it.
+    #[error("the outcome is unknown: this node stopped leading the partition before every replica confirmed the transaction")]
+    Unknown,
+}
+
+/// The answer to one append: Ok once every member ran it.
+pub type Committed = oneshot::Receiver<Result<(), ReplicateError>>;
+
+struct Partition {
+    repl: Replication<Vec<u8>>,
+    /// The appends waiting to commit, by sequence number.
+    waiting: BTreeMap<Seq, oneshot::Sender<Result<(), ReplicateError>>>,
+}
+
+struct Inner {
+    partitions: BTreeMap<PartitionId, Mutex<Partition>>,
+    poster: Poster,
+    executor: Arc<dyn Executor>,
+}
+
+/// The replication of this node's partitions; see the module header.
+pub struct Replicas {
+    inner: Arc<Inner>,
+    task: JoinHandle<()>,
+}
+
+impl Replicas {
+    /// Starts replicating the partitions `node` holds, with nothing run yet on any of them.
+    /// Returns None if another `Replicas` already took the node's partition messages.
+    pub fn start(node: &ClusterNode, executor: Arc<dyn Executor>, tick: Duration) -> Option<Replicas> {
+        let inbox = node.partition_messages()?;
+        let me = node.id();
+        let view = node.view();
+        let partitions = view
+            .state
+            .placement()
+            .partitions_of(me)
+            .into_iter()
+            .map(|p| (p, Mutex::new(Partition { repl: Replication::new(me, 0), waiting: BTreeMap::new() })))
+            .collect();
+        let inner = Arc::new(Inner { partitions, poster: node.poster(), executor });
+        let task = tokio::spawn(run(inner.clone(), node.subscribe(), inbox, tick));
+        Some(Replicas { inner, task })
+    }
+
+    /// The leader ran a transaction whose results hash to `hash`: order it and send it to
+    /// the partition's other members. Err means nothing was sent and the caller must roll
+    /// the transaction back; otherwise the receiver answers once every member ran it.
+    pub fn append(&self, partition: PartitionId, payload: Vec<u8>, hash: u64) -> Result<Committed, ReplicateError> {
+        let slot = self.inner.partitions.get(&partition).ok_or(ReplicateError::NotHere(partition))?;
+        let (reply, committed) = oneshot::channel();
+        let actions = {
+            let mut p = lock(slot);
+            let (seq, actions) = p.repl.append(payload, hash)?;
+            p.waiting.insert(seq, reply);
+            actions
+        };
+        self.inner.act(partition, actions);
+        Ok(committed)
+    }
+
+    /// Whether this node may append to `partition` now (it leads it and has taken over).
+    pub fn accepts(&self, partition: PartitionId) -> bool {
+        self.inner.partitions.get(&partition).is_some_and(|p| lock(p).repl.accepts())
+    }
+
+    /// The executor ran entry `seq` of `partition`; its results hash to `hash`.
+    pub fn applied(&self, partition: PartitionId, seq: Seq, hash: u64) {
+        self.inner.with(partition, |r| r.applied_entry(seq, hash));
+    }
+
+    /// The partitions this node holds a replica of.
+    pub fn partitions(&self) -> Vec<PartitionId> {
+        self.inner.partitions.keys().copied().collect()
+    }
+
+    /// How far this node has run `partition`.
+    pub fn applied_seq(&self, partition: PartitionId) -> Option<Seq> {
+        self.inner.partitions.get(&partition).map(|p| lock(p).repl.applied())
+    }
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock(p: &Mutex<Partition>) -> MutexGuard<'_, Partition> {
+    // The state is changed by `Replication`'s methods, which do not panic midway.
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inner {
+    /// Runs `f` on the partition's replication, then carries out what it returned.
+    fn with(&self, partition: PartitionId, f: impl FnOnce(&mut Replication<Vec<u8>>) -> Vec<Action<Vec<u8>>>) {
+        let Some(slot) = self.partitions.get(&partition) else { return };
+        let actions = f(&mut lock(slot).repl);
+        self.act(partition, actions);
+    }
+
+    fn act(&self, partition: PartitionId, actions: Vec<Action<Vec<u8>>>) {
+        for action in actions {
+            match action {
+                Action::Send { to, message } => self.poster.post(to, partition, message),
+                Action::Apply(entry) => {
+                    let seq = entry.seq;
+                    if let Some(hash) = self.executor.run(partition, entry) {
+                        self.with(partition, |r| r.applied_entry(seq, hash));
+                    }
+                }
+                Action::Commit(upto) => self.answer(partition, ..=upto, Ok(())),
+                Action::Deposed(after) => self.answer(partition, after + 1.., Err(ReplicateError::Unknown)),
+                Action::Diverged { node, seq } => diverged(partition, node, seq),
+            }
+        }
+    }
+
+    fn answer(&self, partition: PartitionId, seqs: impl std::ops::RangeBounds<Seq>, result: Result<(), ReplicateError>) {
+        let Some(slot) = self.partitions.get(&partition) else { return };
+        let done: Vec<_> = {
+            let mut p = lock(slot);
+            let keys: Vec<Seq> = p.waiting.range(seqs).map(|(s, _)| *s).collect();
+            keys.into_iter().filter_map(|s| p.waiting.remove(&s)).collect()
+        };
+        for reply in done {
+            let _ = reply.send(result.clone());
+        }
+    }
+
+    fn set_views(&self, view: &ClusterView) {
+        for &p in self.partitions.keys() {
+            let v = view.state.view(p);
+            self.with(p, |r| r.set_view(v));
+        }
+    }
+}
+
+fn diverged(partition: PartitionId, node: NodeId, seq: Seq) {
+    tracing::error!(
+        partition,
+        node,
+        seq,
+        "node {node} ran transaction {seq} of partition {partition} with other results than its leader: the transaction was not deterministic, and the replica must be removed"
+    );
+}
+
+async fn run(inner: Arc<Inner>, mut views: watch::Receiver<ClusterView>, mut inbox: mpsc::Receiver<PartitionMessage>, tick: Duration) {
+    let mut ticker = interval(tick);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let first = views.borrow_and_update().clone();
+    inner.set_views(&first);
+    loop {
+        tokio::select! {
+            changed = views.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let view = views.borrow_and_update().clone();
+                inner.set_views(&view);
+            }
+            message = inbox.recv() => {
+                let Some(m) = message else { return };
+                inner.with(m.partition, |r| r.receive(m.from, m.message));
+            }
+            _ = ticker.tick() => {
+                for &p in inner.partitions.keys() {
+                    inner.with(p, |r| r.tick());
+                }
+            }
+        }
+    }
+}
