@@ -6,7 +6,7 @@
 --     answers 0 for a missing facility or an existing row (the kit replaces a row of the
 --     subscriber's lowest facility type).
 --   DeleteCallForwardingMultiPartition: returns rows deleted (the kit returns the lookup).
--- Load it with: lockstep sql -f apps/tatp/ddl.sql -f apps/tatp/spec.sql
+-- Load it after ddl.sql with: lockstep sql -f apps/tatp/spec.sql
 CREATE OR REPLACE PROCEDURE LoadSubscriber PARTITION ON TABLE subscriber COLUMN s_id PARAMETER 0
   FROM FILE 'spec/LoadSubscriber.lua';
 CREATE OR REPLACE PROCEDURE InsertCallForwarding PARTITION ON TABLE subscriber COLUMN s_id PARAMETER 0
