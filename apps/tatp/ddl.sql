@@ -1,5 +1,7 @@
--- TATP (Telecom Application Transaction Processing): an HLR subscriber registry, per the
--- IBM/Solid TATP specification v1.0, with the table and procedure names of VoltDB's kit.
+-- TATP (Telecom Application Transaction Processing): an HLR subscriber registry, with the
+-- tables and procedures of VoltDB's TATP kit (voltdb-tatpbenchmark). Each procedures/X.lua
+-- answers as the kit's Java class X does (apps/README.md). lockstep bench adds spec.sql,
+-- which swaps in the TATP specification's own loader and call-forwarding rules.
 -- Load it with: lockstep sql -f apps/tatp/ddl.sql
 
 CREATE TABLE subscriber (
@@ -85,6 +87,8 @@ CREATE PROCEDURE InsertCallForwarding PARTITION ON TABLE subscriber COLUMN s_id 
   FROM FILE 'procedures/InsertCallForwarding.lua';
 CREATE PROCEDURE DeleteCallForwarding PARTITION ON TABLE subscriber COLUMN s_id PARAMETER 0 AS
   DELETE FROM call_forwarding WHERE s_id = ? AND sf_type = ? AND start_time = ?;
+-- UPDATE_SUBSCRIBER_NBR: a new number, moved in subscriber_nbr_map too (multi-partition).
+CREATE PROCEDURE UpdateSubNbr FROM FILE 'procedures/UpdateSubNbr.lua';
 
 -- sub_nbr → s_id, three ways (--fk-mode):
 -- multi-query-first: one read-consistent multi-partition lookup, then the SP write.
@@ -100,3 +104,10 @@ CREATE PROCEDURE InsertCallForwardingMultiPartition PARTITION ON TABLE subscribe
   FROM FILE 'procedures/InsertCallForwardingMultiPartition.lua';
 CREATE PROCEDURE DeleteCallForwardingMultiPartition PARTITION ON TABLE subscriber COLUMN s_id PARAMETER 0
   FROM FILE 'procedures/DeleteCallForwardingMultiPartition.lua';
+
+-- The kit's compound procedures (its fk mode 4): the subscriber_nbr_map lookup and the
+-- write, here as one multi-partition transaction each (answers 0, or -1 for an unknown
+-- number).
+CREATE PROCEDURE UpdateLocationCompound FROM FILE 'procedures/UpdateLocationCompound.lua';
+CREATE PROCEDURE InsertCallForwardingCompound FROM FILE 'procedures/InsertCallForwardingCompound.lua';
+CREATE PROCEDURE DeleteCallForwardingCompound FROM FILE 'procedures/DeleteCallForwardingCompound.lua';

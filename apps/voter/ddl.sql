@@ -33,11 +33,7 @@ CREATE VIEW v_votes_by_contestant_number_state (contestant_number, state, num_vo
 CREATE PROCEDURE Vote PARTITION ON TABLE votes COLUMN phone_number PARAMETER 0
   FROM FILE 'procedures/Vote.lua';
 CREATE PROCEDURE Initialize FROM FILE 'procedures/Initialize.lua';
-CREATE PROCEDURE Results AS
-  SELECT a.contestant_name AS contestant_name,
-         a.contestant_number AS contestant_number,
-         SUM(b.num_votes) AS total_votes
-    FROM v_votes_by_contestant_number_state AS b, contestants AS a
-   WHERE a.contestant_number = b.contestant_number
-   GROUP BY a.contestant_name, a.contestant_number
-   ORDER BY total_votes DESC, contestant_number ASC, contestant_name ASC;
+-- The example's reports: totals, a contestant's winning states, the live map's data.
+CREATE PROCEDURE Results FROM FILE 'procedures/Results.lua';
+CREATE PROCEDURE ContestantWinningStates FROM FILE 'procedures/ContestantWinningStates.lua';
+CREATE PROCEDURE GetStateHeatmap FROM FILE 'procedures/GetStateHeatmap.lua';

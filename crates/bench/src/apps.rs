@@ -22,12 +22,19 @@ macro_rules! app_file {
 pub const VOTER: App = App {
     name: "voter",
     ddl: include_str!("../../../apps/voter/ddl.sql"),
-    files: &[app_file!("voter", "procedures/Vote.lua"), app_file!("voter", "procedures/Initialize.lua")],
+    files: &[
+        app_file!("voter", "procedures/Vote.lua"),
+        app_file!("voter", "procedures/Initialize.lua"),
+        app_file!("voter", "procedures/Results.lua"),
+        app_file!("voter", "procedures/ContestantWinningStates.lua"),
+        app_file!("voter", "procedures/GetStateHeatmap.lua"),
+    ],
 };
 
 pub const TATP: App = App {
     name: "tatp",
-    ddl: include_str!("../../../apps/tatp/ddl.sql"),
+    // The kit's schema and procedures, then the spec's rules for the four that differ.
+    ddl: concat!(include_str!("../../../apps/tatp/ddl.sql"), "\n", include_str!("../../../apps/tatp/spec.sql")),
     files: &[
         app_file!("tatp", "procedures/LoadSubscriber.lua"),
         app_file!("tatp", "procedures/Reset.lua"),
@@ -38,6 +45,14 @@ pub const TATP: App = App {
         app_file!("tatp", "procedures/UpdateLocationMultiPartition.lua"),
         app_file!("tatp", "procedures/InsertCallForwardingMultiPartition.lua"),
         app_file!("tatp", "procedures/DeleteCallForwardingMultiPartition.lua"),
+        app_file!("tatp", "procedures/UpdateSubNbr.lua"),
+        app_file!("tatp", "procedures/UpdateLocationCompound.lua"),
+        app_file!("tatp", "procedures/InsertCallForwardingCompound.lua"),
+        app_file!("tatp", "procedures/DeleteCallForwardingCompound.lua"),
+        app_file!("tatp", "spec/LoadSubscriber.lua"),
+        app_file!("tatp", "spec/InsertCallForwarding.lua"),
+        app_file!("tatp", "spec/InsertCallForwardingMultiPartition.lua"),
+        app_file!("tatp", "spec/DeleteCallForwardingMultiPartition.lua"),
     ],
 };
 

@@ -76,7 +76,7 @@ pub enum SiteMsg {
 }
 
 /// Reads a site's partition and procedure counters for `@Statistics`.
-pub type StatsFn = Box<dyn FnOnce(&Partition, &ProcStats, &Registry) + Send>;
+pub type StatsFn = Box<dyn FnOnce(&Partition, &mut ProcStats, &Registry) + Send>;
 
 /// A message from the MP coordinator to a parked site.
 pub enum MpMsg {
@@ -282,7 +282,7 @@ impl Site {
                     self.serve_mp(txn_id)
                 }
                 SiteMsg::Inspect(f) => f(&self.part),
-                SiteMsg::Stats(f) => f(&self.part, &self.stats, &self.registry),
+                SiteMsg::Stats(f) => f(&self.part, &mut self.stats, &self.registry),
                 SiteMsg::Quiesce(done) => {
                     if let Err(e) = self.export.flush() {
                         tracing::error!(site = self.id, "export flush failed: {e}");

@@ -43,6 +43,52 @@ pub struct ProcCounters {
     pub aborts: u64,
     /// Ended by an unexpected error (VoltDB: failures).
     pub failures: u64,
+    /// Extremes since the last interval read of any connection (VoltDB resets its
+    /// interval MIN/MAX at each one): what `@Statistics … 1` reports as MIN and MAX.
+    pub window: Extremes,
+}
+
+/// Least and greatest time and sizes of the calls since the extremes were last reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Extremes {
+    pub calls: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub min_result_bytes: u64,
+    pub max_result_bytes: u64,
+    pub min_param_bytes: u64,
+    pub max_param_bytes: u64,
+}
+
+impl Extremes {
+    fn record(&mut self, elapsed_ns: u64, param_bytes: u64, result_bytes: u64) {
+        self.merge(&Extremes {
+            calls: 1,
+            min_ns: elapsed_ns,
+            max_ns: elapsed_ns,
+            min_result_bytes: result_bytes,
+            max_result_bytes: result_bytes,
+            min_param_bytes: param_bytes,
+            max_param_bytes: param_bytes,
+        });
+    }
+
+    fn merge(&mut self, o: &Extremes) {
+        if o.calls == 0 {
+            return;
+        }
+        if self.calls == 0 {
+            *self = *o;
+            return;
+        }
+        self.calls += o.calls;
+        self.min_ns = self.min_ns.min(o.min_ns);
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.min_result_bytes = self.min_result_bytes.min(o.min_result_bytes);
+        self.max_result_bytes = self.max_result_bytes.max(o.max_result_bytes);
+        self.min_param_bytes = self.min_param_bytes.min(o.min_param_bytes);
+        self.max_param_bytes = self.max_param_bytes.max(o.max_param_bytes);
+    }
 }
 
 impl ProcCounters {
@@ -58,6 +104,7 @@ impl ProcCounters {
         self.total_param_bytes += param_bytes;
         self.min_param_bytes = if first { param_bytes } else { self.min_param_bytes.min(param_bytes) };
         self.max_param_bytes = self.max_param_bytes.max(param_bytes);
+        self.window.record(elapsed_ns, param_bytes, result_bytes);
         match error {
             None => {}
             Some(ErrorKind::Unexpected | ErrorKind::Unavailable) => self.failures += 1,
@@ -95,6 +142,29 @@ impl ProcCounters {
         self.max_param_bytes = self.max_param_bytes.max(o.max_param_bytes);
         self.aborts += o.aborts;
         self.failures += o.failures;
+        self.window.merge(&o.window);
+    }
+
+    /// The change from `before` (an earlier reading of the same counters) to these: counts
+    /// and sums subtracted, MIN and MAX those of the window since the extremes were reset.
+    pub fn since(&self, before: Option<&ProcCounters>) -> ProcCounters {
+        let b = before.cloned().unwrap_or_default();
+        let w = self.window;
+        ProcCounters {
+            invocations: self.invocations.saturating_sub(b.invocations),
+            total_ns: self.total_ns.saturating_sub(b.total_ns),
+            min_ns: w.min_ns,
+            max_ns: w.max_ns,
+            total_result_bytes: self.total_result_bytes.saturating_sub(b.total_result_bytes),
+            min_result_bytes: w.min_result_bytes,
+            max_result_bytes: w.max_result_bytes,
+            total_param_bytes: self.total_param_bytes.saturating_sub(b.total_param_bytes),
+            min_param_bytes: w.min_param_bytes,
+            max_param_bytes: w.max_param_bytes,
+            aborts: self.aborts.saturating_sub(b.aborts),
+            failures: self.failures.saturating_sub(b.failures),
+            window: w,
+        }
     }
 }
 
@@ -126,6 +196,13 @@ impl ProcStats {
     fn counters(&mut self, name: &str) -> Option<&mut ProcCounters> {
         let at = position(&mut self.procs, &mut self.by_name, name)?;
         Some(&mut self.procs[at].1)
+    }
+
+    /// Starts a new window of extremes (after an interval read).
+    pub fn reset_windows(&mut self) {
+        for (_, c) in &mut self.procs {
+            c.window = Extremes::default();
+        }
     }
 
     /// Counters by procedure name, sorted by name.
@@ -440,9 +517,56 @@ fn index_entry_bytes(key_columns: usize) -> u64 {
     key_columns as u64 * std::mem::size_of::<Value>() as u64 + TREE_ENTRY_OVERHEAD_BYTES
 }
 
-/// Answers `@Statistics selector [interval]`. Selectors that need site data ask every site
-/// (behind the work already queued there) and answer when all have replied.
+/// Procedure counters a connection saw at its last interval read of each selector: the
+/// baseline its next `@Statistics selector 1` subtracts. One per connection (the front end
+/// keeps it); bounded by the procedures tracked per site.
+#[derive(Default)]
+pub struct IntervalBaselines {
+    /// (selector, site index (the coordinator after the sites), procedure) → counters.
+    last: Mutex<HashMap<(String, usize, String), ProcCounters>>,
+}
+
+impl IntervalBaselines {
+    /// Replaces the cumulative counters of `groups` (one per site, then the coordinator's)
+    /// by their change since this connection's last interval read of `selector`, and
+    /// remembers the cumulative ones for the next.
+    fn since_last(&self, selector: &str, groups: &mut [&mut Vec<(String, ProcCounters)>]) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        for (site, procs) in groups.iter_mut().enumerate() {
+            for (name, c) in procs.iter_mut() {
+                let key = (selector.to_string(), site, name.clone());
+                let now = c.clone();
+                *c = now.since(last.get(&key));
+                last.insert(key, now);
+            }
+        }
+    }
+}
+
+/// VoltDB's interval flag, `@Statistics selector interval`: 1 (any non-zero) for the change
+/// since the caller's last interval read, 0 or absent for totals since start.
+fn interval_flag(call: &Call) -> bool {
+    match call.params.get(1) {
+        Some(Value::Int(v)) => *v != 0,
+        Some(Value::Bool(b)) => *b,
+        _ => false,
+    }
+}
+
+/// Answers `@Statistics selector [interval]` with cumulative figures (a call without a
+/// connection to keep interval baselines for).
 pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
+    statistics_for(engine, call, None, reply)
+}
+
+/// Answers `@Statistics selector [interval]`. Selectors that need site data ask every site
+/// (behind the work already queued there) and answer when all have replied. With the
+/// interval flag and the caller's `baselines`, the procedure selectors (the ones made of
+/// counters) answer the change since the caller's last interval read: invocations, aborts,
+/// failures and times counted since then, AVG over those calls, MIN and MAX over the calls
+/// since the last interval read by any connection. The other selectors are gauges (rows,
+/// memory, queue lengths) or, for LATENCY, already a window: the same either way.
+pub fn statistics_for(engine: &Engine, call: &Call, baselines: Option<Arc<IntervalBaselines>>, reply: Reply) {
     let selector = match sysprocs::str_param(call, 0, "a selector") {
         Ok(s) => s.to_ascii_uppercase(),
         Err(e) => return reply(Outcome::error(e)),
@@ -466,13 +590,32 @@ pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
             ))))
         }
     }
+    let counters = matches!(selector.as_str(), "PROCEDURE" | "PROCEDUREPROFILE");
+    let interval = match baselines {
+        Some(b) if counters && interval_flag(call) => Some(b),
+        _ => None,
+    };
+    let reset = interval.is_some();
     let n = engine.partition_count() as usize;
-    let mp = shared.stats.mp.lock().map(|g| g.snapshot()).unwrap_or_else(|p| p.into_inner().snapshot());
+    let mp = {
+        let mut g = shared.stats.mp.lock().unwrap_or_else(|p| p.into_inner());
+        let snap = g.snapshot();
+        if reset {
+            g.reset_windows();
+        }
+        snap
+    };
     let gather = Gather::new(n, move |sites: Vec<Option<SiteFigures>>| {
         if sites.iter().any(Option::is_none) {
             return reply(Outcome::error(Error::unavailable("a partition site has stopped; statistics are incomplete")));
         }
-        let sites: Vec<SiteFigures> = sites.into_iter().flatten().collect();
+        let mut sites: Vec<SiteFigures> = sites.into_iter().flatten().collect();
+        let mut mp = mp;
+        if let Some(b) = interval {
+            let mut groups: Vec<&mut Vec<(String, ProcCounters)>> = sites.iter_mut().map(|s| &mut s.procs).collect();
+            groups.push(&mut mp);
+            b.since_last(&selector, &mut groups);
+        }
         let table = match selector.as_str() {
             "PROCEDURE" => procedure_table(&header, &sites, &mp),
             "PROCEDUREPROFILE" => procedure_profile_table(&header, &sites, &mp),
@@ -487,7 +630,13 @@ pub fn statistics(engine: &Engine, call: &Call, reply: Reply) {
         let g = gather.clone();
         shared.send_site(
             site as u32,
-            SiteMsg::Stats(Box::new(move |part, procs, registry| g.put(site, site_figures(part, procs, registry)))),
+            SiteMsg::Stats(Box::new(move |part, procs, registry| {
+                let figures = site_figures(part, procs, registry);
+                if reset {
+                    procs.reset_windows();
+                }
+                g.put(site, figures)
+            })),
         );
     }
 }
@@ -861,6 +1010,41 @@ mod tests {
         m.merge(&a.snapshot()[0].1);
         m.merge(&b.snapshot()[0].1);
         assert_eq!((m.invocations, m.min_ns, m.max_ns, m.avg_ns(), m.aborts), (2, 50, 500, 275, 1));
+    }
+
+    /// One interval read of `selector` by the connection holding `b`, of a site's counters.
+    fn read_interval(b: &IntervalBaselines, selector: &str, site: &mut ProcStats) -> ProcCounters {
+        let mut procs = site.snapshot();
+        site.reset_windows();
+        b.since_last(selector, &mut [&mut procs]);
+        procs.into_iter().find(|(n, _)| n == "P").map(|(_, c)| c).unwrap_or_default()
+    }
+
+    #[test]
+    fn an_interval_read_counts_only_the_calls_since_the_callers_last_one() {
+        let mut site = ProcStats::default();
+        let (first, second) = (IntervalBaselines::default(), IntervalBaselines::default());
+        site.record("P", Duration::from_nanos(900), &[], 0, None);
+        site.record("P", Duration::from_nanos(100), &[], 0, Some(ErrorKind::Constraint));
+        let a = read_interval(&first, "PROCEDUREPROFILE", &mut site);
+        assert_eq!((a.invocations, a.aborts, a.min_ns, a.max_ns, a.avg_ns()), (2, 1, 100, 900, 500));
+
+        site.record("P", Duration::from_nanos(300), &[], 0, None);
+        site.record("P", Duration::from_nanos(500), &[], 0, Some(ErrorKind::Unexpected));
+        let b = read_interval(&first, "PROCEDUREPROFILE", &mut site);
+        // Only the two calls in between: their own extremes and average, not the totals'.
+        assert_eq!((b.invocations, b.aborts, b.failures, b.min_ns, b.max_ns, b.avg_ns()), (2, 0, 1, 300, 500, 400));
+
+        // Nothing since: zeros.
+        let c = read_interval(&first, "PROCEDUREPROFILE", &mut site);
+        assert_eq!((c.invocations, c.total_ns, c.min_ns, c.max_ns), (0, 0, 0, 0));
+
+        // Another connection, and another selector of the same connection, have baselines of
+        // their own: their first interval read counts everything.
+        assert_eq!(read_interval(&second, "PROCEDUREPROFILE", &mut site).invocations, 4);
+        assert_eq!(read_interval(&first, "PROCEDURE", &mut site).invocations, 4);
+        // The cumulative counters are untouched by interval reads.
+        assert_eq!(site.snapshot()[0].1.invocations, 4);
     }
 
     #[test]

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use lockstep_core::throttle::Throttle;
 use lockstep_core::{Error, Value};
-use lockstep_engine::{auth, sysprocs, Call, Outcome, Principal};
+use lockstep_engine::stats::IntervalBaselines;
+use lockstep_engine::{auth, stats, sysprocs, Call, Outcome, Principal};
 use lockstep_wire::{
     decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginCode,
     LoginError, LoginResponse, LoginSuccess, Response, FRAME_SIZE_MAX_BYTES,
@@ -148,6 +149,8 @@ async fn read_calls(
     // When the frame now in `buf` began to arrive, and its share of the large-request budget.
     let mut frame_started: Option<Instant> = None;
     let mut large: Option<OwnedSemaphorePermit> = None;
+    // What this connection's `@Statistics … 1` calls measure from.
+    let baselines = Arc::new(IntervalBaselines::default());
     loop {
         match decode_frame(&mut buf) {
             Ok(Some(frame)) => {
@@ -156,7 +159,7 @@ async fn read_calls(
                 // socket is not read, so TCP slows the client down.
                 let mut slot = in_flight.take(frame.len() / 1024 + 1).await;
                 slot.hold(large.take());
-                if let Err(reason) = dispatch(&frame, slot, id, principal, tx, front) {
+                if let Err(reason) = dispatch(&frame, slot, Caller { id, principal, baselines: &baselines }, tx, front) {
                     return reason;
                 }
                 continue;
@@ -276,15 +279,16 @@ where
     result
 }
 
-/// Decodes one invocation and starts it. An Err closes the connection.
-fn dispatch(
-    frame: &[u8],
-    slot: Slot,
+/// Who sends an invocation: the connection's id, login and interval-statistics baselines.
+struct Caller<'a> {
     id: i64,
-    principal: Option<&Arc<Principal>>,
-    tx: &mpsc::UnboundedSender<Answer>,
-    front: &Arc<Front>,
-) -> Result<(), String> {
+    principal: Option<&'a Arc<Principal>>,
+    baselines: &'a Arc<IntervalBaselines>,
+}
+
+/// Decodes one invocation and starts it. An Err closes the connection.
+fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
+    let Caller { id, principal, baselines } = caller;
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
     let handle = inv.handle;
@@ -312,6 +316,24 @@ fn dispatch(
         "@statistics" if matches!(inv.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
             let outcome = Outcome::tables(vec![front.live.table()]);
             let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
+            return Ok(());
+        }
+        // Answered with this connection's baselines, so that an interval read measures
+        // from the caller's own last one (the permission was checked above).
+        "@statistics" => {
+            let call = Call {
+                procedure: inv.procedure,
+                params: inv.params,
+                partition_destination: None,
+                all_partition: false,
+                timeout_ms: inv.timeout_ms,
+                principal: principal.cloned(),
+            };
+            let tx = tx.clone();
+            let reply = Box::new(move |outcome| {
+                let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
+            });
+            stats::statistics_for(&front.engine, &call, Some(baselines.clone()), reply);
             return Ok(());
         }
         "@shutdown" => {

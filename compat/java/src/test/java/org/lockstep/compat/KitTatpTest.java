@@ -139,7 +139,9 @@ class KitTatpTest {
             args[32] = 1000L + i;
             args[33] = 2000L + i;
             args[34] = i;
-            assertTrue(call("LoadSubscriber", args).getResults()[0].asScalarLong() >= 3);
+            // The kit's loader answers one count table per row: the subscriber, then its children.
+            VoltTable[] loaded = call("LoadSubscriber", args).getResults();
+            assertEquals(1, loaded[0].asScalarLong());
             assertEquals(1, Clients.scalar(call("SUBSCRIBER_NBR_MAP.insert", "0" + i, (long) i)));
         }
         assertEquals(SUBSCRIBERS, count());
@@ -162,7 +164,9 @@ class KitTatpTest {
         assertEquals(1, call("UpdateSubscriberData", 5, 1, 100, 1).getResults()[0].asScalarLong());
         assertEquals(1, Clients.scalar(call("UpdateLocation", 5, 77L)));
         assertEquals(77L, subscriber(5).getLong("VLR_LOCATION"));
-        assertTrue(call("InsertCallForwarding", 5, 1, 100, 1).getResults()[0].asScalarLong() <= 1);
+        // No table when the subscriber has no facility; else (deleted, inserted = 1).
+        VoltTable[] ins = call("InsertCallForwarding", 5, 1, 100, 1).getResults();
+        assertTrue(ins.length == 0 || ins[1].asScalarLong() == 1, "tables: " + ins.length);
         assertTrue(Clients.scalar(call("DeleteCallForwarding", 5, 1, 0L)) <= 1);
 
         // FKMODE_TASK_ALL_PARTITIONS: every partition tries; exactly one holds "05".

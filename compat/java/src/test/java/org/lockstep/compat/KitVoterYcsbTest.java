@@ -52,6 +52,25 @@ class KitVoterYcsbTest {
                     total += results.getLong(2);
                 }
                 assertEquals(3, total);
+                // The example DDL's other reports: a contestant's states, the live map's two tables.
+                VoltTable won = c.callProcedure("ContestantWinningStates", 2, 5).getResults()[0];
+                assertEquals(1, won.getRowCount());
+                won.advanceRow();
+                assertEquals("MA", won.getString("state"));
+                assertEquals(2L, won.getLong("num_votes"));
+                assertEquals(0, c.callProcedure("ContestantWinningStates", 3, 5).getResults()[0].getRowCount());
+                VoltTable[] heat = c.callProcedure("GetStateHeatmap").getResults();
+                assertEquals(2, heat.length);
+                java.util.Map<String, Long> leader = new java.util.TreeMap<>();
+                while (heat[0].advanceRow()) {
+                    leader.put(heat[0].getString("STATE"), heat[0].getLong("CONTESTANT_NUMBER"));
+                }
+                assertEquals(java.util.Map.of("AK", 1L, "MA", 2L), leader);
+                java.util.Map<Long, Long> totals = new java.util.TreeMap<>();
+                while (heat[1].advanceRow()) {
+                    totals.put(heat[1].getLong(0), heat[1].getLong(1));
+                }
+                assertEquals(java.util.Map.of(1L, 1L, 2L, 2L), totals);
             } finally {
                 Clients.closeQuietly(c);
             }
