@@ -177,7 +177,8 @@ pub fn execute_mp(p: &Arc<Prepared>, params: &[Value], ctx: &ExecCtx, sites: &mu
         Route::All => None,
     };
     if let Some(pid) = routed {
-        let f = fragment(p, params.clone(), ctx, Step::Execute);
+        // The parameters move into the spec: nothing else here needs them.
+        let f = fragment(p, params, ctx, Step::Execute);
         return first(sites.run_fragment(Target::One(pid), f)?);
     }
     let env = Env::new(&params, ctx);
