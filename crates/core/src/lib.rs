@@ -10,6 +10,7 @@ pub mod table;
 pub mod throttle;
 pub mod time;
 pub mod value;
+mod value_serde;
 
 pub use catalog::{
     get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, Permissions, ProcedureBody, ProcedureDef, RoleDef, TableDef,

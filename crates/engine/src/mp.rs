@@ -603,7 +603,9 @@ impl Coordinator {
     }
 
     /// The fragment that restores snapshot `id` on a partition: every table emptied, then
-    /// loaded with the snapshot's rows that belong to the partition.
+    /// loaded with the snapshot's rows that belong to the partition. Local-only (a bare
+    /// `SiteFn`, sent with `SiteAccess::run`, not `run_fragment`): it reads this node's
+    /// snapshot files, which no description could carry to another node.
     fn restore_fn(&self, id: &str) -> Result<SiteFn> {
         let root = snapshot::snapshots_dir(&self.shared.config.data_dir);
         let info = snapshot::list_snapshots(&root)?

@@ -10,7 +10,7 @@ use lockstep_core::{
     get_ignoring_case, Catalog, DataType, Error, NameMap, Partitioning, ProcedureBody, Result, ResultTable, TableDef, TableKind, Value,
 };
 use lockstep_procs::{each_row_of, CallContext, LuaConfig, LuaProc, LuaRuntime, ProcOutput, StmtInfo, TimeLimit, TxnHost};
-use lockstep_sql::{Deadline, Prepared, Route};
+use lockstep_sql::{Deadline, PlanCache, Prepared, Route, StatementRef};
 
 use crate::name_cache::NameCache;
 
@@ -142,30 +142,34 @@ impl Registry {
     fn build_entry(&mut self, catalog: &Catalog, info: &ProcInfo) -> Result<ProcEntry> {
         let scope = self.scope;
         let name = info.name.clone();
-        let check = |p: Prepared| -> Result<Arc<Prepared>> {
+        // Statement `index` of the procedure: its fragments name it so (procedure, index),
+        // which another node's plan cache of the same catalog resolves (`plan_cache`).
+        let check = |mut p: Prepared, index: usize| -> Result<Arc<Prepared>> {
             if scope == Scope::Site && p.writes_replicated {
                 return Err(Error::sql(format!(
                     "procedure {name} is single-partition but writes a replicated table: {}; declare it without PARTITION ON to run it multi-partition",
                     p.sql
                 )));
             }
+            let index = u32::try_from(index).map_err(|_| Error::sql(format!("procedure {name} declares too many statements")))?;
+            p.statement = StatementRef::Procedure { name: name.clone(), index };
             Ok(Arc::new(p))
         };
         if let Some(sql) = crud_sql(catalog, &info.name) {
             let p = lockstep_sql::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {}", info.name)))?;
-            return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Sql(check(p)?) });
+            return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Sql(check(p, 0)?) });
         }
         let def =
             catalog.procedure(&info.name).ok_or_else(|| Error::unexpected(format!("procedure {} vanished from the catalog", info.name)))?;
         let imp = match &def.body {
             ProcedureBody::Sql(sql) => {
                 let p = lockstep_sql::prepare(catalog, sql).map_err(|e| e.context(format!("procedure {}", def.name)))?;
-                ProcImpl::Sql(check(p)?)
+                ProcImpl::Sql(check(p, 0)?)
             }
             ProcedureBody::Lua { path, source } => {
                 let mut stmts = Vec::new();
                 let mut prepare = |text: &str| -> Result<StmtInfo> {
-                    let p = check(lockstep_sql::prepare(catalog, text)?)?;
+                    let p = check(lockstep_sql::prepare(catalog, text)?, stmts.len())?;
                     let info = StmtInfo { id: stmts.len(), param_types: p.param_types.clone() };
                     stmts.push(p);
                     Ok(info)
@@ -175,6 +179,20 @@ impl Registry {
             }
         };
         Ok(ProcEntry { name: def.name.clone(), imp })
+    }
+
+    /// A resolver for fragments of `catalog` (the one this registry was last built from):
+    /// every procedure's statements, by the (name, index) their fragments carry, and ad-hoc
+    /// SQL planned on demand. A node that runs fragments it did not plan holds one.
+    pub fn plan_cache(&self, catalog: Arc<Catalog>) -> PlanCache {
+        let mut cache = PlanCache::new(catalog);
+        for entry in self.procs.values() {
+            match &entry.imp {
+                ProcImpl::Sql(p) => cache.add_procedure(&entry.name, vec![p.clone()]),
+                ProcImpl::Lua { stmts, .. } => cache.add_procedure(&entry.name, stmts.clone()),
+            }
+        }
+        cache
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -375,4 +393,130 @@ fn crud_sql(catalog: &Catalog, name: &str) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{LUA_INSTRUCTION_BUDGET_DEFAULT, LUA_MEMORY_LIMIT_BYTES_DEFAULT};
+    use lockstep_core::HashRing;
+    use lockstep_sql::testing::LocalSites;
+    use lockstep_sql::{execute_mp, fragment_fn, ExecCtx, Fragment, FragmentSpec, SiteAccess, SiteFn, Target};
+
+    /// Partitions reached as if on another node: each fragment's spec goes through postcard
+    /// and is rebuilt by `fragment_fn` with the registry's plan cache; the statements the
+    /// specs named are kept.
+    struct Remote {
+        sites: LocalSites,
+        cache: PlanCache,
+        named: Vec<StatementRef>,
+    }
+
+    impl SiteAccess for Remote {
+        fn partition_count(&self) -> u32 {
+            self.sites.partition_count()
+        }
+        fn ring(&self) -> &HashRing {
+            self.sites.ring()
+        }
+        fn run(&mut self, target: Target, f: SiteFn) -> Result<Vec<ResultTable>> {
+            self.sites.run(target, f)
+        }
+        fn run_fragment(&mut self, target: Target, fragment: Fragment) -> Result<Vec<ResultTable>> {
+            let bytes = postcard::to_stdvec(&*fragment.spec).unwrap_or_else(|e| panic!("encoding a spec: {e}"));
+            let spec: FragmentSpec = postcard::from_bytes(&bytes).unwrap_or_else(|e| panic!("decoding a spec: {e}"));
+            self.named.push(spec.statement.clone());
+            let f = fragment_fn(spec, &self.cache)?;
+            self.sites.run(target, f)
+        }
+    }
+
+    /// Runs a procedure's statements across the partitions of `sites`, as the coordinator does.
+    struct Runner<'a> {
+        sites: &'a mut dyn SiteAccess,
+        ctx: ExecCtx,
+    }
+
+    impl StatementRunner for Runner<'_> {
+        fn run(&mut self, p: &Arc<Prepared>, params: &[Value]) -> Result<ResultTable> {
+            execute_mp(p, params, &self.ctx, self.sites)
+        }
+        fn restart(&mut self) -> Result<()> {
+            Err(Error::unexpected("not restartable"))
+        }
+    }
+
+    const DDL: [&str; 6] = [
+        "CREATE TABLE t (id INTEGER NOT NULL, v INTEGER NOT NULL, PRIMARY KEY (id))",
+        "PARTITION TABLE t ON COLUMN id",
+        // Each statement sends a different step: partials, a gather, UPDATE everywhere,
+        // rows routed to their partitions.
+        "CREATE PROCEDURE Shuffle FROM FILE 's.lua' SOURCE $lua$
+         local count = sql [[SELECT COUNT(*) AS n, SUM(v) AS s FROM t WHERE v > ?]]
+         local top = sql [[SELECT id, v FROM t ORDER BY v DESC, id LIMIT 3]]
+         local bump = sql [[UPDATE t SET v = v + ? WHERE v < ?]]
+         local add = sql [[INSERT INTO t VALUES (?, ?), (? + 1, ?)]]
+         return function(by, below, new_id)
+           bump:exec(by, below)
+           add:exec(new_id, by, new_id, by)
+           return count:query(below), top:query()
+         end$lua$",
+        "CREATE PROCEDURE Fill AS INSERT INTO t SELECT id + 100, v FROM t",
+        "CREATE PROCEDURE Ids AS SELECT id FROM t WHERE v = ? ORDER BY id",
+        "CREATE PROCEDURE Load AS INSERT INTO t VALUES (?, ?)",
+    ];
+
+    fn every_row(sites: &LocalSites, catalog: &Catalog) -> Vec<Vec<Vec<Value>>> {
+        let mut out = Vec::new();
+        for part in &sites.partitions {
+            for def in catalog.tables() {
+                out.push(part.table(def.id).unwrap_or_else(|e| panic!("{e}")).scan().map(|(_, r)| r.to_vec()).collect());
+            }
+        }
+        out
+    }
+
+    /// A multi-partition Lua procedure and SQL procedures give the same answers, errors and
+    /// rows when their fragments are rebuilt from descriptions naming (procedure, statement).
+    #[test]
+    fn procedures_run_alike_from_their_fragments_descriptions() {
+        let mut catalog = Catalog::default();
+        let env = crate::ddl::FsDdlEnv::new(std::env::temp_dir());
+        for sql in DDL {
+            lockstep_sql::apply_ddl(&mut catalog, sql, &env).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        let mut reg = Registry::new(Scope::Coordinator, LUA_INSTRUCTION_BUDGET_DEFAULT, LUA_MEMORY_LIMIT_BYTES_DEFAULT)
+            .unwrap_or_else(|e| panic!("{e}"));
+        reg.rebuild(&catalog, None).unwrap_or_else(|e| panic!("{e}"));
+        let mut local = LocalSites::new(3, &catalog).unwrap_or_else(|e| panic!("{e}"));
+        let sites = LocalSites::new(3, &catalog).unwrap_or_else(|e| panic!("{e}"));
+        let mut remote = Remote { sites, cache: reg.plan_cache(Arc::new(catalog.clone())), named: Vec::new() };
+        let call = CallContext { txn_id: 7, timestamp_micros: 1_700_000_000_000_000, partition: None, time_limit: None };
+        let ctx = ExecCtx::new(call.txn_id, call.timestamp_micros);
+        let mut both = |name: &str, params: &[Value]| {
+            let here = reg.call(name, params, &call, &mut Runner { sites: &mut local, ctx }).map(|o| o.tables);
+            let there = reg.call(name, params, &call, &mut Runner { sites: &mut remote, ctx }).map(|o| o.tables);
+            assert_eq!(here, there, "{name}");
+            assert_eq!(every_row(&local, &catalog), every_row(&remote.sites, &catalog), "rows after {name}");
+            here
+        };
+        let [zero, one, five, ten] = [0, 1, 5, 10].map(Value::Int);
+        for k in 0..12 {
+            assert!(both("Load", &[Value::Int(k), Value::Int(k * 3)]).is_ok());
+        }
+        let tables = both("Shuffle", &[one.clone(), ten.clone(), Value::Int(50)]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tables[0].rows, vec![vec![Value::Int(8), Value::Int(180)]]);
+        assert_eq!(tables[1].rows[0], vec![Value::Int(11), Value::Int(33)]);
+        assert_eq!(both("Fill", &[]).map(|t| t[0].first_value().and_then(Value::as_i64)), Ok(Some(14)));
+        assert_eq!(both("Ids", std::slice::from_ref(&one)).map(|t| t[0].rows.len()), Ok(6));
+        // A duplicate key (new_id 5 exists) fails the call the same way, leaving no trace.
+        let e = both("Shuffle", &[zero, five.clone(), five]).map(|_| ()).unwrap_err();
+        assert_eq!(e.kind, lockstep_core::ErrorKind::Constraint, "{}", e.message);
+        // Every fragment named its statement as (procedure, index), never by text.
+        assert!(remote.named.iter().all(|s| matches!(s, StatementRef::Procedure { .. })), "{:?}", remote.named);
+        let shuffle = |index| StatementRef::Procedure { name: "Shuffle".into(), index };
+        for index in 0..4 {
+            assert!(remote.named.contains(&shuffle(index)), "statement {index} of Shuffle sent no fragment");
+        }
+    }
 }

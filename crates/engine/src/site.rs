@@ -430,7 +430,7 @@ impl Site {
                 }
                 let record = match work {
                     SpWork::Proc(procedure) => Record::Sp { txn_id, partition: self.id, procedure, params },
-                    SpWork::Statement(p) => Record::AdHocSp { txn_id, partition: self.id, sql: p.sql.clone(), params },
+                    SpWork::Statement(p) => Record::AdHocSp { txn_id, partition: self.id, sql: p.sql.to_string(), params },
                     SpWork::Sql(sql) => Record::AdHocSp { txn_id, partition: self.id, sql, params },
                 };
                 self.durable.append_then_reply(&record, outcome, reply);

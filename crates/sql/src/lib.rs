@@ -16,6 +16,7 @@ mod exec_agg;
 mod exec_dml;
 mod explain;
 mod expr;
+mod fragment;
 mod func;
 mod lex;
 mod limits;
@@ -32,6 +33,8 @@ mod tests_ddl;
 #[cfg(test)]
 mod tests_depth;
 #[cfg(test)]
+mod tests_fragment;
+#[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
 mod tests_mp;
@@ -43,17 +46,20 @@ use std::sync::Arc;
 
 use lockstep_core::{Catalog, DataType, Error, HashRing, Result, ResultColumn, ResultTable, Value};
 use lockstep_storage::Partition;
+use serde::{Deserialize, Serialize};
 use sqlparser::ast::Statement;
 
 pub use ddl::{apply_ddl, DdlEnv, DdlOutcome};
 pub use explain::explain;
+pub use fragment::{fragment_fn, Fragment, FragmentSpec, PlanCache, StatementRef, StatementResolver, Step, ADHOC_PLANS_MAX};
 pub use limits::{is_query_timeout, Deadline, Limits, DEADLINE_CHECK_ROWS, GATHER_BYTES_MAX, GATHER_ROWS_MAX, RESULT_BYTES_MAX};
 pub use mp::execute_mp;
 pub use plan_dml::DEFAULT_NOW_SENTINEL;
 pub use script::{is_ddl, split_statements};
 
-/// What a statement may read besides its parameters, and what it may spend.
-#[derive(Clone, Copy, Debug)]
+/// What a statement may read besides its parameters, and what it may spend. It travels
+/// inside a fragment's description (`FragmentSpec`), the deadline as time left.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct ExecCtx {
     pub txn_id: i64,
     /// NOW / CURRENT_TIMESTAMP: the transaction's timestamp, never the clock.
@@ -62,6 +68,7 @@ pub struct ExecCtx {
     /// of the command log runs without one. Expiry fails the statement with VoltDB's
     /// "A SQL query was terminated after X.XXX seconds because it exceeded the query
     /// timeout period." (`is_query_timeout`), a graceful failure.
+    #[serde(with = "limits::deadline_serde")]
     pub deadline: Option<Deadline>,
     /// The memory caps (answer bytes, rows and bytes gathered by a multi-partition read).
     pub limits: Limits,
@@ -99,7 +106,14 @@ pub(crate) enum Plan {
 /// A statement planned once and executed many times.
 #[derive(Clone, Debug)]
 pub struct Prepared {
-    pub sql: String,
+    /// The statement's text (shared with `statement` when that is `StatementRef::Sql`).
+    pub sql: Arc<str>,
+    /// How another node finds this same plan: by its text, or as a procedure's statement
+    /// (the registry that plans procedures says so). Fragments carry it.
+    pub statement: StatementRef,
+    /// The catalog it was planned against: another node plans the same statement alike
+    /// only against the same catalog version.
+    pub catalog_version: u64,
     /// Inferred type of each `?` (None if unknown).
     pub param_types: Vec<Option<DataType>>,
     /// Output schema (DML: modified_tuples BIGINT).
@@ -151,8 +165,11 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
         _ => vec![ResultColumn { name: "modified_tuples".into(), ty: DataType::BigInt }],
     };
     let (route, writes_replicated) = route::route(catalog, &plan);
+    let sql: Arc<str> = Arc::from(sql);
     Ok(Prepared {
-        sql: sql.to_string(),
+        statement: StatementRef::Sql(sql.clone()),
+        sql,
+        catalog_version: catalog.version,
         param_types: b.param_types,
         columns,
         read_only: matches!(plan, Plan::Select(_)),
@@ -255,15 +272,27 @@ pub enum Target {
     One(u32),
 }
 
-/// Work sent to partitions during a multi-partition transaction.
+/// Work run on a partition during a multi-partition transaction. On its own it is
+/// local-only: nothing describes it, so no other node could run it (a snapshot restore,
+/// which reads this node's files). A statement's work travels as a `Fragment`, which pairs
+/// the closure with its description.
 pub type SiteFn = Arc<dyn Fn(&mut Partition) -> Result<ResultTable> + Send + Sync>;
 
 /// The coordinator's view of the sites parked in the current multi-partition transaction.
 pub trait SiteAccess {
     fn partition_count(&self) -> u32;
     fn ring(&self) -> &HashRing;
-    /// Runs `f` on the targeted partitions; one result per partition, in partition order.
+    /// Runs local-only work `f` on the targeted partitions; one result per partition, in
+    /// partition order. An access that reaches partitions on other nodes must refuse it for
+    /// them: `f` has no description to send.
     fn run(&mut self, target: Target, f: SiteFn) -> Result<Vec<ResultTable>>;
+    /// Runs a statement's fragment on the targeted partitions, as `run` does. A partition
+    /// here runs `fragment.local`; a partition on another node is to be sent
+    /// `fragment.spec`, from which that node builds the same closure (`fragment_fn`). The
+    /// default runs every partition here.
+    fn run_fragment(&mut self, target: Target, fragment: Fragment) -> Result<Vec<ResultTable>> {
+        self.run(target, fragment.local)
+    }
     /// A read has everything it needs from the partitions; what is left (a join, a sort,
     /// a merge) runs on what was gathered. The caller may let the partitions go on.
     fn reads_done(&mut self) {}

@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use lockstep_core::{Error, Result, Value};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Largest answer one statement may build, in bytes as encoded for the client (about):
 /// VoltDB's protocol carries at most 50 MiB in one frame.
@@ -49,13 +50,42 @@ impl Deadline {
     }
 }
 
+/// A deadline as data for another node: instants mean nothing on another machine, so it
+/// travels as the time spent and the time left when it was written, and is read back
+/// against the reader's clock (the time on the wire counts as neither).
+pub(crate) mod deadline_serde {
+    use super::*;
+
+    /// Microseconds: (spent since `started`, left until `at`).
+    type Wire = Option<(u64, u64)>;
+
+    fn micros(d: Duration) -> u64 {
+        u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    pub fn serialize<S: Serializer>(d: &Option<Deadline>, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let now = Instant::now();
+        let wire: Wire = d.map(|d| (micros(now.saturating_duration_since(d.started)), micros(d.at.saturating_duration_since(now))));
+        wire.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Deadline>, D::Error> {
+        let now = Instant::now();
+        Ok(Wire::deserialize(d)?.and_then(|(spent, left)| {
+            let started = now.checked_sub(Duration::from_micros(spent)).unwrap_or(now);
+            // A time left too far to represent is no limit, as `Deadline::after` has it.
+            now.checked_add(Duration::from_micros(left)).map(|at| Deadline { started, at })
+        }))
+    }
+}
+
 /// Whether `e` is the query timeout's error.
 pub fn is_query_timeout(e: &Error) -> bool {
     e.message.starts_with(TIMEOUT_MESSAGE_START)
 }
 
 /// The memory caps of one statement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     /// Bytes of the answer, and of the rows held to build it (rows waiting to be sorted,
     /// groups): see `RESULT_BYTES_MAX`.

@@ -1,6 +1,8 @@
 //! Multi-partition execution. A SELECT gathers each source's rows (filtered where that is
 //! safe) from the partitions that hold them and runs the rest of the plan at the
 //! coordinator; DML is routed row by row (INSERT) or run everywhere (UPDATE/DELETE).
+//! What each partition runs is a `Fragment` (`fragment.rs`): a step described as data,
+//! with the closure `site_fn` builds from it, the same here and on any other node.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
@@ -17,7 +19,7 @@ use crate::expr::{arith, sort_cmp, ArithOp, Env};
 use crate::limits::{row_bytes, Limits};
 use crate::plan::SelectPlan;
 use crate::plan_dml::{InsertPlan, InsertSource};
-use crate::{coerce_params, execute_coerced, ExecCtx, Plan, Prepared, Route, SiteAccess, SiteFn, Target};
+use crate::{coerce_params, execute_coerced, ExecCtx, Fragment, FragmentSpec, Plan, Prepared, Route, SiteAccess, SiteFn, Step, Target};
 
 /// Rows, or bytes, a partition gathers between two reports to the statement's shared
 /// tally, where every partition's share is held against the gather caps as it grows.
@@ -32,6 +34,12 @@ struct Tally {
 }
 
 impl Tally {
+    /// A tally that counts on from what earlier steps gathered (see `Step::GatherLevel`).
+    fn starting_at(rows: u64, bytes: u64) -> Tally {
+        let n = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        Tally { rows: AtomicUsize::new(n(rows)), bytes: AtomicUsize::new(n(bytes)) }
+    }
+
     /// Adds a partition's share; fails once the total passes a cap.
     fn add(&self, rows: usize, bytes: usize, limits: &Limits) -> Result<()> {
         let rows = self.rows.fetch_add(rows, AtomicOrdering::Relaxed).saturating_add(rows);
@@ -81,14 +89,84 @@ fn insert_of(p: &Prepared) -> Option<&InsertPlan> {
     }
 }
 
+/// A fragment of `p` doing `step` with (converted) `params`: one allocation for the spec
+/// besides the closure's (the parameters move into the spec, and the closure shares it).
+fn fragment(p: &Arc<Prepared>, params: Vec<Value>, ctx: &ExecCtx, step: Step) -> Fragment {
+    let spec = Arc::new(FragmentSpec { catalog_version: p.catalog_version, statement: p.statement.clone(), params, ctx: *ctx, step });
+    Fragment { local: site_fn(p.clone(), spec.clone()), spec }
+}
+
+/// The closure that runs `spec` (a step of `p`) on a partition: what the coordinator sends
+/// its own partitions, and what `fragment_fn` rebuilds on another node. Everything it needs
+/// is in `p` and `spec`, so both are the same code over the same data. The partitions one
+/// closure runs on share its tally (held in the closure, no allocation of its own).
+pub(crate) fn site_fn(p: Arc<Prepared>, spec: Arc<FragmentSpec>) -> SiteFn {
+    let tally = match &spec.step {
+        Step::Partials => Some(Tally::default()),
+        Step::GatherLevel { rows_before, bytes_before, .. } => Some(Tally::starting_at(*rows_before, *bytes_before)),
+        Step::Execute | Step::InsertRows(_) => None,
+    };
+    Arc::new(move |part: &mut Partition| run_step(&p, &spec, tally.as_ref(), part))
+}
+
+fn run_step(p: &Prepared, spec: &FragmentSpec, tally: Option<&Tally>, part: &mut Partition) -> Result<ResultTable> {
+    let (params, ctx) = (&spec.params[..], &spec.ctx);
+    let tally = || tally.ok_or_else(|| Error::unexpected("a gathering fragment has no tally"));
+    match &spec.step {
+        Step::Execute => execute_coerced(p, params, ctx, part),
+        Step::Partials => {
+            let s = select_of(p).ok_or_else(|| Error::unexpected("not a SELECT"))?;
+            let env = Env::new(params, ctx);
+            let t = partial_rows(s, &PartitionSource::new(part, &s.levels)?, &env)?;
+            let bytes = t.rows.iter().map(|r| row_bytes(r)).sum();
+            tally()?.add(t.rows.len(), bytes, &ctx.limits)?;
+            Ok(t)
+        }
+        Step::GatherLevel { level, .. } => {
+            let s = select_of(p).ok_or_else(|| Error::unexpected("not a SELECT"))?;
+            gather_level(s, *level as usize, params, ctx, part, tally()?)
+        }
+        Step::InsertRows(rows) => {
+            let ins = insert_of(p).ok_or_else(|| Error::unexpected("not an INSERT"))?;
+            let env = Env::new(params, ctx);
+            let sp = part.savepoint();
+            match insert_rows(ins, rows.clone(), part, &env) {
+                Ok(n) => Ok(ResultTable::modified(n)),
+                Err(e) => {
+                    part.rollback_to(sp);
+                    Err(e)
+                }
+            }
+        }
+    }
+}
+
+/// Whether `step` is one `p` can do: a spec from another node is checked before its
+/// closure is built, so the closure never reaches past what the plan has.
+pub(crate) fn check_step(p: &Prepared, step: &Step) -> Result<()> {
+    let bad = |what: &str| Err(Error::unexpected(format!("a fragment asks for {what}, which statement \"{}\" cannot do", p.sql)));
+    match step {
+        Step::Execute => Ok(()),
+        Step::Partials => match select_of(p) {
+            Some(s) if pushes_down(s) => Ok(()),
+            _ => bad("partial aggregates"),
+        },
+        Step::GatherLevel { level, .. } => match select_of(p) {
+            Some(s) if (*level as usize) < s.levels.len() => Ok(()),
+            _ => bad(&format!("the rows of source {level}")),
+        },
+        Step::InsertRows(rows) => match insert_of(p) {
+            Some(ins) if rows.iter().all(|r| r.len() == ins.columns.len()) => Ok(()),
+            Some(ins) => bad(&format!("rows of other than {} values", ins.columns.len())),
+            None => bad("an insert"),
+        },
+    }
+}
+
 /// Runs a statement across all partitions, read-consistently (every site is parked in the
 /// same multi-partition transaction).
 pub fn execute_mp(p: &Arc<Prepared>, params: &[Value], ctx: &ExecCtx, sites: &mut dyn SiteAccess) -> Result<ResultTable> {
     let params = coerce_params(p, params)?.into_owned();
-    let one = |pid: u32| -> (Target, SiteFn) {
-        let (p, params, ctx) = (p.clone(), params.clone(), *ctx);
-        (Target::One(pid), Arc::new(move |part: &mut Partition| execute_coerced(&p, &params, &ctx, part)))
-    };
     let routed = match &p.route {
         Route::PartitionParam { param, key_type } => {
             let v = params.get(*param).cloned().unwrap_or(Value::Null).coerce_to(*key_type)?;
@@ -99,8 +177,9 @@ pub fn execute_mp(p: &Arc<Prepared>, params: &[Value], ctx: &ExecCtx, sites: &mu
         Route::All => None,
     };
     if let Some(pid) = routed {
-        let (t, f) = one(pid);
-        return first(sites.run(t, f)?);
+        // The parameters move into the spec: nothing else here needs them.
+        let f = fragment(p, params, ctx, Step::Execute);
+        return first(sites.run_fragment(Target::One(pid), f)?);
     }
     let env = Env::new(&params, ctx);
     match &p.plan {
@@ -137,9 +216,8 @@ fn dml_everywhere(
     sites: &mut dyn SiteAccess,
     partitioned: bool,
 ) -> Result<ResultTable> {
-    let (pp, params, ctx) = (p.clone(), params.to_vec(), *ctx);
-    let f: SiteFn = Arc::new(move |part: &mut Partition| execute_coerced(&pp, &params, &ctx, part));
-    let results = sites.run(Target::All, f)?;
+    let f = fragment(p, params.to_vec(), ctx, Step::Execute);
+    let results = sites.run_fragment(Target::All, f)?;
     let n = if partitioned { results.iter().map(count_of).sum() } else { results.first().map(count_of).unwrap_or(0) };
     Ok(ResultTable::modified(n as u64))
 }
@@ -177,22 +255,9 @@ fn insert_routed(
         }
     }
     for (pid, rows) in by_part {
-        let (pp, params, ctx) = (p.clone(), params.to_vec(), *ctx);
-        let rows = Arc::new(rows);
-        let f: SiteFn = Arc::new(move |part: &mut Partition| {
-            let ins = insert_of(&pp).ok_or_else(|| Error::unexpected("not an INSERT"))?;
-            let env = Env::new(&params, &ctx);
-            let sp = part.savepoint();
-            match insert_rows(ins, rows.as_ref().clone(), part, &env) {
-                Ok(n) => Ok(ResultTable::modified(n)),
-                Err(e) => {
-                    part.rollback_to(sp);
-                    Err(e)
-                }
-            }
-        });
+        let f = fragment(p, params.to_vec(), ctx, Step::InsertRows(rows));
         let target = if target_all { Target::All } else { Target::One(pid) };
-        sites.run(target, f)?;
+        sites.run_fragment(target, f)?;
     }
     Ok(ResultTable::modified(total as u64))
 }
@@ -226,37 +291,32 @@ fn gather_partials(
     ctx: &ExecCtx,
     sites: &mut dyn SiteAccess,
 ) -> Result<Vec<ResultTable>> {
-    let tally = Arc::new(Tally::default());
-    let (pp, params2, ctx2, tally2) = (p.clone(), params.to_vec(), *ctx, tally.clone());
-    let f: SiteFn = Arc::new(move |part: &mut Partition| {
-        let s = select_of(&pp).ok_or_else(|| Error::unexpected("not a SELECT"))?;
-        let env = Env::new(&params2, &ctx2);
-        let t = partial_rows(s, &PartitionSource::new(part, &s.levels)?, &env)?;
-        let bytes = t.rows.iter().map(|r| row_bytes(r)).sum();
-        tally2.add(t.rows.len(), bytes, &ctx2.limits)?;
-        Ok(t)
-    });
+    let f = fragment(p, params.to_vec(), ctx, Step::Partials);
     let target = if s.levels.first().is_some_and(|l| l.partitioned) { Target::All } else { Target::One(0) };
-    sites.run(target, f)
+    sites.run_fragment(target, f)
 }
 
 /// Gathers every level's rows: partitioned sources from all partitions, replicated ones
 /// from partition 0. Every partition holds its share against the gather caps as it reads.
 fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, sites: &mut dyn SiteAccess) -> Result<GatheredSource> {
-    let tally = Arc::new(Tally::default());
     let env = Env::new(params, ctx);
     let mut rows = Vec::with_capacity(s.levels.len());
+    // What the levels before gathered: each level's step counts its caps on from there.
+    let (mut rows_before, mut bytes_before) = (0u64, 0u64);
     for (j, level) in s.levels.iter().enumerate() {
-        let (pp, params2, ctx2, tally2) = (p.clone(), params.to_vec(), *ctx, tally.clone());
-        let f: SiteFn = Arc::new(move |part: &mut Partition| {
-            let s = select_of(&pp).ok_or_else(|| Error::unexpected("not a SELECT"))?;
-            gather_level(s, j, &params2, &ctx2, part, &tally2)
-        });
+        let step = Step::GatherLevel { level: j as u32, rows_before, bytes_before };
+        let f = fragment(p, params.to_vec(), ctx, step);
         let target = if level.partitioned { Target::All } else { Target::One(0) };
         let mut level_rows = Vec::new();
-        for t in sites.run(target, f)? {
+        for t in sites.run_fragment(target, f)? {
             env.watch.tick()?;
             level_rows.extend(t.rows);
+        }
+        if j + 1 < s.levels.len() {
+            // Counted from what arrived (a partition on another node counts in a tally of
+            // its own); a one-source read, the common case, skips this.
+            rows_before = rows_before.saturating_add(level_rows.len() as u64);
+            bytes_before = level_rows.iter().fold(bytes_before, |b, r| b.saturating_add(row_bytes(r) as u64));
         }
         if level.merge_view {
             level_rows = merge_view_rows(&level.source.table, level_rows, &env)?;
@@ -269,7 +329,7 @@ fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, si
 
 /// One partition's rows of level `j`, filtered by the terms that are safe to apply early.
 fn gather_level(s: &SelectPlan, j: usize, params: &[Value], ctx: &ExecCtx, part: &mut Partition, tally: &Tally) -> Result<ResultTable> {
-    let level = &s.levels[j];
+    let level = s.levels.get(j).ok_or_else(|| Error::unexpected(format!("no source {j} in the SELECT")))?;
     let env = Env::new(params, ctx);
     let table = part.table(level.source.table.id)?;
     let stop_at = if s.gather_limit {
