@@ -3,6 +3,7 @@
 //! export of stream rows.
 
 pub mod auth;
+pub mod cluster;
 pub mod cmdlog;
 pub mod config;
 pub mod datadir;
