@@ -9,7 +9,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockstep_core::Value;
+use lockstep_core::{DataType, Error, ErrorKind, ResultTable, Value};
+use lockstep_sql::FragmentSpec;
 
 use crate::outcome::Reply;
 
@@ -24,6 +25,110 @@ pub enum SpRequest {
     Proc(String),
     /// One ad-hoc statement that runs on one partition.
     Sql(String),
+}
+
+/// A multi-partition call as it travels to the node that coordinates them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum MpRequest {
+    Proc {
+        name: String,
+        params: Vec<Value>,
+    },
+    /// Ad-hoc SQL (one or more statements run as one transaction).
+    Sql {
+        sql: String,
+        params: Vec<Value>,
+    },
+}
+
+/// From the multi-partition coordinator to a node that leads partitions.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum MpRemote {
+    /// Park every partition this node leads at transaction `txn_id`'s place in its order.
+    Begin { txn_id: i64 },
+    /// Run a fragment of transaction `txn_id` on a parked partition.
+    Fragment { txn_id: i64, partition: u32, spec: FragmentSpec },
+    /// Commit (after replicating what the transaction did to each partition) or roll back,
+    /// and let the partitions go.
+    End { txn_id: i64, commit: bool },
+}
+
+/// A result table as it travels between nodes (column types by their wire codes).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TableData {
+    pub columns: Vec<(String, i8)>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+/// An error as it travels between nodes.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorData {
+    pub status: i8,
+    pub message: String,
+}
+
+/// What a node answers the coordinator.
+pub type RemoteAnswer = std::result::Result<TableData, ErrorData>;
+
+impl From<&ResultTable> for TableData {
+    fn from(t: &ResultTable) -> TableData {
+        TableData { columns: t.columns.iter().map(|c| (c.name.to_string(), c.ty.wire_code())).collect(), rows: t.rows.clone() }
+    }
+}
+
+impl TableData {
+    pub fn into_table(self) -> lockstep_core::Result<ResultTable> {
+        let columns: lockstep_core::Result<Vec<(String, DataType)>> = self
+            .columns
+            .into_iter()
+            .map(|(name, code)| {
+                DataType::from_wire_code(code)
+                    .map(|ty| (name, ty))
+                    .ok_or_else(|| Error::unexpected(format!("a peer sent column type {code}")))
+            })
+            .collect();
+        let columns = columns?;
+        let named: Vec<(&str, DataType)> = columns.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        let mut t = ResultTable::with_columns(&named);
+        t.rows = self.rows;
+        Ok(t)
+    }
+}
+
+impl From<&Error> for ErrorData {
+    fn from(e: &Error) -> ErrorData {
+        ErrorData { status: e.kind.status_code(), message: e.message.clone() }
+    }
+}
+
+impl From<ErrorData> for Error {
+    fn from(e: ErrorData) -> Error {
+        let kind = match e.status {
+            -1 => ErrorKind::UserAbort,
+            -2 => ErrorKind::Graceful,
+            -5 => ErrorKind::Unavailable,
+            _ => ErrorKind::Unexpected,
+        };
+        Error { kind, message: e.message }
+    }
+}
+
+/// What a replica is sent to run: a single-partition transaction (its command-log record)
+/// or one partition's share of a multi-partition transaction (the fragments it ran there,
+/// in order, with their statements named by their SQL text so a site can plan them).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum ReplicatedEntry {
+    Txn(Vec<u8>),
+    MpPart { txn_id: i64, specs: Vec<FragmentSpec> },
+}
+
+impl ReplicatedEntry {
+    pub fn encode(&self) -> lockstep_core::Result<Vec<u8>> {
+        postcard::to_allocvec(self).map_err(|e| Error::unexpected(format!("cannot encode a replicated entry: {e}")))
+    }
+    pub fn decode(bytes: &[u8]) -> lockstep_core::Result<ReplicatedEntry> {
+        postcard::from_bytes(bytes).map_err(|e| Error::unexpected(format!("a replicated entry cannot be decoded: {e}")))
+    }
 }
 
 /// The cluster as clients should see it (`@Statistics TOPO`, `@SystemInformation`).
@@ -73,11 +178,29 @@ pub trait ClusterHooks: Send + Sync + 'static {
     fn change_schema(&self, statements: Vec<String>, reply: Reply);
 
     fn topology(&self) -> Topology;
+
+    /// The node that coordinates multi-partition transactions now (None: none can run).
+    fn mp_coordinator(&self) -> Option<u32> {
+        None
+    }
+
+    /// Sends a multi-partition call to the coordinating node `to`; `reply` gets its answer.
+    fn forward_mp(&self, to: u32, request: MpRequest, timeout: Option<Duration>, reply: Reply) {
+        let _ = (to, request, timeout);
+        reply(crate::outcome::Outcome::error(Error::unavailable("this cluster cannot forward multi-partition calls")));
+    }
+
+    /// Coordinator to node `node`: one step of a multi-partition transaction, waiting for
+    /// the answer (called from the coordinator's thread, never from an async task).
+    fn mp_remote(&self, node: u32, message: MpRemote) -> RemoteAnswer {
+        let _ = (node, message);
+        Err(ErrorData { status: -5, message: "this cluster cannot reach other nodes' partitions".into() })
+    }
 }
 
 /// The hash replicas compare: of a transaction's answer (its tables and app status), or of
 /// its error. Deterministic across processes of one build (SipHash with fixed keys).
-pub fn results_hash(result: std::result::Result<&lockstep_procs::ProcOutput, &lockstep_core::Error>) -> u64 {
+pub fn results_hash(result: std::result::Result<&lockstep_procs::ProcOutput, &Error>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
     match result {
@@ -85,6 +208,22 @@ pub fn results_hash(result: std::result::Result<&lockstep_procs::ProcOutput, &lo
             out.app_status.hash(&mut h);
             out.app_status_string.hash(&mut h);
             for t in &out.tables {
+                t.rows.hash(&mut h);
+            }
+        }
+        Err(e) => e.message.hash(&mut h),
+    }
+    h.finish()
+}
+
+/// The hash replicas compare for one partition's share of a multi-partition transaction:
+/// of every fragment's answer, in order, or of the error that stopped them.
+pub fn parts_hash(results: std::result::Result<&[ResultTable], &Error>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    match results {
+        Ok(tables) => {
+            for t in tables {
                 t.rows.hash(&mut h);
             }
         }
@@ -149,7 +288,7 @@ fn finish(state: &Mutex<Join>, set: impl FnOnce(&mut Join)) {
 }
 
 /// The answer for a transaction that ran here but may not have reached every replica.
-fn unknown(why: &str) -> crate::outcome::Outcome {
+pub fn unknown(why: &str) -> crate::outcome::Outcome {
     crate::outcome::Outcome {
         status: crate::durable::STATUS_RESPONSE_UNKNOWN,
         status_string: Some(format!("the transaction ran on the partition's leader, but its outcome is unknown: {why}")),

@@ -11,7 +11,7 @@ use lockstep_core::{Catalog, Error, HashRing, Result, Value};
 use lockstep_sql::Route;
 
 use crate::auth::{self, AdHocKind, Principal};
-use crate::cluster::{ClusterHooks, SpRequest};
+use crate::cluster::{ClusterHooks, ErrorData, MpRemote, MpRequest, ReplicatedEntry, SpRequest};
 use crate::cmdlog::{self, CommandLog, Durability, Record};
 use crate::config::EngineConfig;
 use crate::datadir::DataDirLock;
@@ -19,6 +19,7 @@ use crate::ddl::FsDdlEnv;
 use crate::durable::Durable;
 use crate::memory::MemoryGuard;
 use crate::mp::{Coordinator, MpWork, SiteLink};
+use crate::mp_cluster::{RemoteReply, RemoteStep};
 use crate::outcome::{Outcome, Reply};
 use crate::recovery;
 use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
@@ -31,6 +32,9 @@ use crate::sysprocs;
 pub const SITE_QUEUE_CALLS_MAX: usize = 65_536;
 /// Clients' multi-partition calls and DDL waiting for the coordinator at most.
 pub const MP_QUEUE_CALLS_MAX: usize = 4_096;
+/// Steps of a remote multi-partition transaction waiting for this node's coordinator (the
+/// coordinating node sends one at a time).
+pub const REMOTE_STEPS_MAX: usize = 1_024;
 
 /// One call of a procedure, as a front end received it.
 #[derive(Clone, Debug, Default)]
@@ -87,6 +91,9 @@ pub struct Shared {
     mp_queued: std::sync::atomic::AtomicUsize,
     /// The cluster this node belongs to, once joined (`Engine::set_cluster`).
     pub(crate) cluster: ClusterLink,
+    /// Steps of the multi-partition transaction this node serves for the cluster's
+    /// coordinator (`mp_cluster.rs`).
+    pub(crate) remote_steps: (Sender<RemoteStep>, crossbeam_channel::Receiver<RemoteStep>),
 }
 
 impl Shared {
@@ -188,12 +195,6 @@ impl Shared {
     }
 }
 
-fn not_in_a_cluster_yet() -> Error {
-    Error::graceful(
-        "multi-partition transactions do not run in a cluster yet: call single-partition procedures, or run this on a single node",
-    )
-}
-
 fn shutting_down() -> Error {
     Error::unavailable("the server is shutting down")
 }
@@ -204,6 +205,7 @@ fn fail_work(work: MpWork, error: impl Fn() -> Error) {
     match work {
         MpWork::Proc { reply, .. } | MpWork::Statements { reply, .. } | MpWork::Ddl { reply, .. } => reply(e()),
         MpWork::Snapshot { reply: Some(reply) } | MpWork::Restore { reply, .. } => reply(e()),
+        MpWork::RemoteSession { reply, .. } => reply(Err(ErrorData::from(&error()))),
         _ => {}
     }
 }
@@ -306,6 +308,7 @@ impl Engine {
             mp_queued: Default::default(),
             durable,
             cluster,
+            remote_steps: bounded(REMOTE_STEPS_MAX),
         });
         let coordinator_shared = shared.clone();
         let replaying = log_reader.is_some();
@@ -396,8 +399,11 @@ impl Engine {
         let timeout = self.call_timeout(call.timeout_ms);
         match self.route(info, call) {
             Ok(Routed::Site(site, params)) => self.run_sp(site, SpWork::Proc(info.name.clone()), params, timeout, reply),
-            Ok(Routed::Mp(_)) if self.shared.cluster.get().is_some() => reply(Outcome::error(not_in_a_cluster_yet())),
-            Ok(Routed::Mp(params)) => self.shared.submit_mp(MpWork::Proc { name: info.name.to_string(), params, timeout, reply }),
+            Ok(Routed::Mp(params)) => match self.mp_elsewhere() {
+                Some(Ok(to)) => self.forward_mp(to, MpRequest::Proc { name: info.name.to_string(), params }, timeout, reply),
+                Some(Err(e)) => reply(Outcome::error(e)),
+                None => self.shared.submit_mp(MpWork::Proc { name: info.name.to_string(), params, timeout, reply }),
+            },
             Err(e) => reply(Outcome::error(e)),
         }
     }
@@ -416,6 +422,60 @@ impl Engine {
             }
         }
         self.shared.send_site(site, SiteMsg::Call { work, params, timeout, reply })
+    }
+
+    /// In a cluster whose multi-partition transactions another node coordinates: that node
+    /// (or why none can). None: they run here.
+    fn mp_elsewhere(&self) -> Option<Result<u32>> {
+        let cluster = self.shared.cluster.get()?;
+        match cluster.mp_coordinator() {
+            Some(n) if n == cluster.topology().me => None,
+            Some(n) => Some(Ok(n)),
+            None => Some(Err(Error::unavailable("no node coordinates multi-partition transactions now; retry"))),
+        }
+    }
+
+    fn forward_mp(&self, to: u32, request: MpRequest, timeout: Option<std::time::Duration>, reply: Reply) {
+        if let Some(cluster) = self.shared.cluster.get() {
+            cluster.forward_mp(to, request, timeout, reply);
+        }
+    }
+
+    /// Runs a multi-partition call another node forwarded to this, the coordinating node.
+    pub fn run_forwarded_mp(&self, request: MpRequest, timeout: Option<std::time::Duration>, reply: Reply) {
+        if let Some(Ok(n)) = self.mp_elsewhere() {
+            return reply(Outcome::error(Error::unavailable(format!(
+                "node {n} coordinates multi-partition transactions now, not this one; retry"
+            ))));
+        }
+        match request {
+            MpRequest::Proc { name, params } => match lockstep_core::get_ignoring_case(&self.shared.view().procs, &name) {
+                Some(info) => self.shared.submit_mp(MpWork::Proc { name: info.name.to_string(), params, timeout, reply }),
+                None => reply(Outcome::error(Error::unexpected(format!("Procedure {name} was not found")))),
+            },
+            MpRequest::Sql { sql, params } => {
+                let stmts: Result<Vec<Arc<lockstep_sql::Prepared>>> = lockstep_sql::split_statements(&sql)
+                    .and_then(|ss| ss.iter().map(|s| lockstep_sql::prepare(&self.catalog(), s).map(Arc::new)).collect());
+                match stmts {
+                    Ok(stmts) => self.shared.submit_mp(MpWork::Statements { stmts, params, timeout, reply }),
+                    Err(e) => reply(Outcome::error(e)),
+                }
+            }
+        }
+    }
+
+    /// One step of a multi-partition transaction the coordinating node runs; `reply` gets
+    /// this node's answer.
+    pub fn mp_participant(&self, message: MpRemote, reply: RemoteReply) {
+        match message {
+            MpRemote::Begin { txn_id } => self.shared.send_mp(MpWork::RemoteSession { txn_id, reply }),
+            message => {
+                if let Err(e) = self.shared.remote_steps.0.try_send(RemoteStep { message, reply }) {
+                    let step = e.into_inner();
+                    (step.reply)(Err(ErrorData { status: -5, message: "this node has too many multi-partition steps waiting".into() }));
+                }
+            }
+        }
     }
 
     /// This node's host id: its node id in a cluster, 0 on its own.
@@ -460,18 +520,27 @@ impl Engine {
         self.shared.send_site(partition, SiteMsg::Call { work, params, timeout, reply })
     }
 
-    /// Queues entry `seq` of `partition`, ordered by its leader: `record` is the leader's
-    /// command-log record of it. The site runs it and reports its hash to the cluster.
-    pub fn run_replicated(&self, partition: u32, seq: u64, record: &[u8]) -> Result<()> {
-        let (work, params, txn_id) = match Record::decode(record)? {
-            Record::Sp { txn_id, partition: p, procedure, params } if p == partition => (SpWork::Proc(procedure), params, txn_id),
-            Record::AdHocSp { txn_id, partition: p, sql, params } if p == partition => (SpWork::Sql(sql), params, txn_id),
-            other => return Err(Error::unexpected(format!("partition {partition} was sent a replicated entry it cannot run: {other:?}"))),
+    /// Queues entry `seq` of `partition`, ordered by its leader (a `ReplicatedEntry`). The
+    /// site runs it and reports its hash to the cluster.
+    pub fn run_replicated(&self, partition: u32, seq: u64, entry: &[u8]) -> Result<()> {
+        let msg = match ReplicatedEntry::decode(entry)? {
+            ReplicatedEntry::Txn(record) => match Record::decode(&record)? {
+                Record::Sp { txn_id, partition: p, procedure, params } if p == partition => {
+                    SiteMsg::Replicated { work: SpWork::Proc(procedure), params, txn_id, seq }
+                }
+                Record::AdHocSp { txn_id, partition: p, sql, params } if p == partition => {
+                    SiteMsg::Replicated { work: SpWork::Sql(sql), params, txn_id, seq }
+                }
+                other => {
+                    return Err(Error::unexpected(format!("partition {partition} was sent a replicated entry it cannot run: {other:?}")))
+                }
+            },
+            ReplicatedEntry::MpPart { txn_id, specs } => SiteMsg::ReplicatedMp { txn_id, seq, specs },
         };
         let tx = self.shared.sites.get(partition as usize).ok_or_else(|| Error::graceful(format!("invalid partition {partition}")))?;
         // A follower's queue holds only what its leader ordered, which the replication bounds
         // far below the queue's size; full means something is badly wrong, not busy.
-        tx.try_send(SiteMsg::Replicated { work, params, txn_id, seq })
+        tx.try_send(msg)
             .map_err(|_| Error::unavailable(format!("partition {partition}'s queue is full or stopped: a replicated entry was not queued")))
     }
 
@@ -619,10 +688,11 @@ impl Engine {
                 return self.run_sp(site, SpWork::Statement(p.clone()), params, timeout, reply);
             }
         }
-        if self.shared.cluster.get().is_some() {
-            return reply(Outcome::error(not_in_a_cluster_yet()));
+        match self.mp_elsewhere() {
+            Some(Ok(to)) => self.forward_mp(to, MpRequest::Sql { sql: sql.to_string(), params }, timeout, reply),
+            Some(Err(e)) => reply(Outcome::error(e)),
+            None => self.shared.submit_mp(MpWork::Statements { stmts, params, timeout, reply }),
         }
-        self.shared.submit_mp(MpWork::Statements { stmts, params, timeout, reply });
     }
 
     /// Stops accepting calls, lets queued work finish, and joins every thread.

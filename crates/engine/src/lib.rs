@@ -13,6 +13,7 @@ pub mod engine;
 pub mod export;
 pub mod memory;
 pub mod mp;
+pub mod mp_cluster;
 pub mod name_cache;
 pub mod outcome;
 pub mod recovery;

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use lockstep_core::{Catalog, Error, HashRing, Result, ResultTable, Value};
 use lockstep_procs::{CallContext, ProcOutput};
-use lockstep_sql::{Deadline, ExecCtx, Limits, Prepared, SiteAccess, SiteFn, Target};
+use lockstep_sql::{Deadline, ExecCtx, Fragment, Limits, Prepared, SiteAccess, SiteFn, Target};
 
 use crate::cmdlog::Record;
 use crate::ddl::{self, FsDdlEnv};
 use crate::durable::Durable;
 use crate::engine::Shared;
+use crate::mp_cluster::{ClusterSites, RemoteReply};
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope, StatementRunner};
 use crate::site::{MpMsg, SiteMsg};
@@ -74,6 +75,12 @@ pub enum MpWork {
         partition: u32,
         result: Result<FileEntry>,
     },
+    /// In a cluster: serve multi-partition transaction `txn_id` for the coordinating node
+    /// (`mp_cluster.rs`); `reply` answers once this node's partitions are parked.
+    RemoteSession {
+        txn_id: i64,
+        reply: RemoteReply,
+    },
     Shutdown,
 }
 
@@ -85,7 +92,7 @@ pub struct SiteLink {
 }
 
 /// Sends fragments to parked sites.
-struct ParkedSites<'a> {
+pub(crate) struct ParkedSites<'a> {
     links: &'a [SiteLink],
     ring: &'a HashRing,
     /// The transaction is one read: once it has gathered what it needs, the sites commit
@@ -142,9 +149,52 @@ impl SiteAccess for ParkedSites<'_> {
     }
 }
 
-struct MpRunner<'a> {
-    sites: ParkedSites<'a>,
-    ctx: ExecCtx,
+/// The partitions a transaction reaches: this node's, or (in a cluster) the cluster's.
+pub(crate) enum Sites<'a> {
+    Local(ParkedSites<'a>),
+    Cluster(ClusterSites<'a>),
+}
+
+impl Sites<'_> {
+    fn released(&self) -> bool {
+        matches!(self, Sites::Local(s) if s.released)
+    }
+
+    fn access(&mut self) -> &mut dyn SiteAccess {
+        match self {
+            Sites::Local(s) => s,
+            Sites::Cluster(s) => s,
+        }
+    }
+}
+
+impl SiteAccess for Sites<'_> {
+    fn partition_count(&self) -> u32 {
+        match self {
+            Sites::Local(s) => s.partition_count(),
+            Sites::Cluster(s) => s.partition_count(),
+        }
+    }
+    fn ring(&self) -> &HashRing {
+        match self {
+            Sites::Local(s) => s.ring(),
+            Sites::Cluster(s) => s.ring(),
+        }
+    }
+    fn run(&mut self, target: Target, f: SiteFn) -> Result<Vec<ResultTable>> {
+        self.access().run(target, f)
+    }
+    fn run_fragment(&mut self, target: Target, fragment: Fragment) -> Result<Vec<ResultTable>> {
+        self.access().run_fragment(target, fragment)
+    }
+    fn reads_done(&mut self) {
+        self.access().reads_done()
+    }
+}
+
+pub(crate) struct MpRunner<'a> {
+    pub(crate) sites: Sites<'a>,
+    pub(crate) ctx: ExecCtx,
 }
 
 impl StatementRunner for MpRunner<'_> {
@@ -158,11 +208,11 @@ impl StatementRunner for MpRunner<'_> {
 }
 
 pub struct Coordinator {
-    shared: Arc<Shared>,
-    links: Vec<SiteLink>,
-    registry: Registry,
-    catalog: Arc<Catalog>,
-    ids: TxnIdGenerator,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) links: Vec<SiteLink>,
+    pub(crate) registry: Registry,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) ids: TxnIdGenerator,
     store: CatalogStore,
     env: FsDdlEnv,
     queue: Receiver<MpWork>,
@@ -299,6 +349,7 @@ impl Coordinator {
                     reply(outcome);
                 }
                 MpWork::SnapshotPart { id, partition, result } => self.snapshot_part(id, partition, result),
+                MpWork::RemoteSession { txn_id, reply } => self.remote_session(txn_id, reply),
                 MpWork::Shutdown => break,
             }
         }
@@ -378,6 +429,9 @@ impl Coordinator {
         record: Option<Record>,
         body: impl FnOnce(&mut Registry, &mut MpRunner, &CallContext) -> Result<ProcOutput>,
     ) -> Outcome {
+        if let Some(hooks) = self.shared.cluster.get().cloned() {
+            return self.cluster_transaction(hooks, timeout, body);
+        }
         let logged = record.is_some() && replay_id.is_none() && self.durable.logging();
         if logged && self.durable.fenced() {
             return Outcome::error(self.durable.fence_error());
@@ -395,13 +449,13 @@ impl Coordinator {
             ctx.deadline = timeout.and_then(Deadline::after);
         }
         let sites = ParkedSites { links: &self.links, ring: &self.shared.ring, release_after_reads: one_read, released: false };
-        let mut runner = MpRunner { sites, ctx };
+        let mut runner = MpRunner { sites: Sites::Local(sites), ctx };
         let time_limit = crate::registry::time_limit(ctx.deadline);
         let call = CallContext { txn_id, timestamp_micros: ts, partition: None, time_limit };
         let registry = &mut self.registry;
         let mut result =
             catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
-        let released = runner.sites.released;
+        let released = runner.sites.released();
         // The markers, then the record, while the sites are still parked: the log never holds
         // the record without every marker, nor anything a site did after it before it.
         let mut durable = None;

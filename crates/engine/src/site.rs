@@ -68,6 +68,13 @@ pub enum SiteMsg {
         txn_id: i64,
         seq: u64,
     },
+    /// In a cluster: entry `seq` of this partition is its share of multi-partition
+    /// transaction `txn_id`: the fragments its leader ran, to run here in one transaction.
+    ReplicatedMp {
+        txn_id: i64,
+        seq: u64,
+        specs: Vec<lockstep_sql::FragmentSpec>,
+    },
     /// Enter the multi-partition transaction `txn_id`: serve the MP link until it ends.
     /// `log_marker` records where it fell in this site's order (not during replay, nor for
     /// transactions that are not logged).
@@ -165,6 +172,8 @@ pub struct Site {
     waiting: Vec<(Outcome, Reply)>,
     /// Set once this node joined a cluster.
     cluster: ClusterLink,
+    /// Plans for replicated multi-partition shares, at the site's catalog version.
+    plans: Option<lockstep_sql::PlanCache>,
 }
 
 /// The engine's cluster hooks, once set (`Engine::set_cluster`); shared by every site.
@@ -225,6 +234,7 @@ impl Site {
             answers: Vec::with_capacity(ANSWERS_HELD_MAX),
             waiting: Vec::with_capacity(ANSWERS_HELD_MAX),
             cluster: links.cluster,
+            plans: None,
         };
         if let Some(dir) = restore {
             let rows = site.load_snapshot(dir).map_err(|e| e.context(format!("partition {id}: cannot load snapshot {}", dir.display())))?;
@@ -286,6 +296,7 @@ impl Site {
                 SiteMsg::Call { work, params, timeout, reply } => self.run_single(work, params, Run::Live { reply, timeout }),
                 SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, Run::Replay(txn_id)),
                 SiteMsg::Replicated { work, params, txn_id, seq } => self.run_single(work, params, Run::Replicated { txn_id, seq }),
+                SiteMsg::ReplicatedMp { txn_id, seq, specs } => self.run_replicated_mp(txn_id, seq, specs),
                 SiteMsg::MpBegin { txn_id, log_marker } => {
                     // The transaction may hold the site for a while: answer the callers first.
                     self.send_answers();
@@ -503,8 +514,15 @@ impl Site {
                 return self.answer(Outcome::error(e), reply);
             }
         };
+        let entry = match crate::cluster::ReplicatedEntry::Txn(encoded).encode() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.part.rollback();
+                return self.answer(Outcome::error(e), reply);
+            }
+        };
         let (logged, replicated) = crate::cluster::join(reply);
-        if let Err(why) = cluster.replicate(self.id, encoded, hash, replicated) {
+        if let Err(why) = cluster.replicate(self.id, entry, hash, replicated) {
             self.part.rollback();
             return logged(Outcome::error(Error::unavailable(format!("partition {} cannot take the transaction now: {why}", self.id))));
         }
@@ -531,6 +549,30 @@ impl Site {
             self.durable.append_then_reply(&record, Outcome::tables(Vec::new()), Box::new(move |_| cluster.applied(partition, seq, hash)));
         } else {
             cluster.applied(partition, seq, hash);
+        }
+    }
+
+    /// Runs this partition's share of a multi-partition transaction its leader ran: the same
+    /// fragments in the same order, all or nothing; reports the hash of what they answered.
+    fn run_replicated_mp(&mut self, txn_id: i64, seq: u64, specs: Vec<lockstep_sql::FragmentSpec>) {
+        self.ids.advance_past(txn_id);
+        if self.plans.as_ref().is_none_or(|p| p.catalog_version() != self.catalog.version) {
+            self.plans = Some(lockstep_sql::PlanCache::new(self.catalog.clone()));
+        }
+        self.part.begin();
+        let (part, plans) = (&mut self.part, &self.plans);
+        let result = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<ResultTable>> {
+            let plans = plans.as_ref().ok_or_else(|| Error::unexpected("no plan cache"))?;
+            specs.into_iter().map(|spec| lockstep_sql::fragment_fn(spec, plans).and_then(|f| f(part))).collect()
+        }))
+        .unwrap_or_else(|panic| Err(Error::from_panic(&*panic)));
+        let hash = crate::cluster::parts_hash(result.as_deref());
+        match result {
+            Ok(_) => self.commit(txn_id),
+            Err(_) => self.part.rollback(),
+        }
+        if let Some(cluster) = self.cluster.get() {
+            cluster.applied(self.id, seq, hash);
         }
     }
 

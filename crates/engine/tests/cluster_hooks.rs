@@ -1,8 +1,9 @@
-//! The engine's side of a cluster, with two engines in one process joined by hooks that
-//! replicate in memory: A leads every partition, B follows. What the engine must do:
-//! forward a follower's calls to the leader, replicate a leader's changes (with the
-//! leader's transaction ids) before answering, run schema changes on both, refuse
-//! multi-partition work, and roll back a transaction the replication refuses.
+//! The engine's side of a cluster, with engines in one process joined by hooks that
+//! replicate in memory (every partition has a replica on every other engine). What the
+//! engine must do: forward a call to its partition's leader, replicate a leader's changes
+//! (with the leader's transaction ids) before answering, run schema changes everywhere,
+//! run multi-partition transactions across the engines from one coordinator and replicate
+//! each partition's share of them, and roll back what the replication refuses.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,76 +11,134 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lockstep_core::Value;
-use lockstep_engine::cluster::{ClusterHooks, Committed, SpRequest, Topology};
+use lockstep_engine::cluster::{ClusterHooks, Committed, MpRemote, MpRequest, PartitionPlacement, RemoteAnswer, SpRequest, Topology};
 use lockstep_engine::{Call, Engine, EngineConfig, Outcome, Reply};
 
-/// What the leader waits for: the hash of each entry, and its client's half of the answer.
-type Pending = Mutex<BTreeMap<(u32, u64), (u64, Committed)>>;
+const PARTITIONS: u32 = 2;
 
-#[derive(Default)]
-struct Link {
-    leader: OnceLock<Arc<Engine>>,
-    follower: OnceLock<Arc<Engine>>,
-    pending: Pending,
+/// The engines and what travels between them.
+struct Net {
+    engines: OnceLock<Vec<Arc<Engine>>>,
+    /// By partition: the engine that leads it.
+    leaders: Vec<u32>,
+    /// What each leader waits for: the hash of each entry, and its answer's half.
+    pending: Mutex<BTreeMap<(u32, u64), (u64, Committed)>>,
     next_seq: Mutex<BTreeMap<u32, u64>>,
     mismatches: Mutex<Vec<(u32, u64)>>,
     refuse: AtomicBool,
 }
 
+impl Net {
+    fn engine(&self, n: u32) -> &Arc<Engine> {
+        &self.engines.get().expect("engines started")[n as usize]
+    }
+    fn nodes(&self) -> u32 {
+        self.engines.get().map_or(0, |e| e.len() as u32)
+    }
+}
+
 struct Hooks {
-    link: Arc<Link>,
-    leads: bool,
+    net: Arc<Net>,
+    me: u32,
 }
 
 impl ClusterHooks for Hooks {
-    fn leads(&self, _partition: u32) -> bool {
-        self.leads
+    fn leads(&self, partition: u32) -> bool {
+        self.net.leaders[partition as usize] == self.me
     }
 
     fn forward(&self, partition: u32, request: SpRequest, params: Vec<Value>, timeout: Option<Duration>, reply: Reply) {
-        self.link.leader.get().unwrap().run_forwarded(partition, request, params, timeout, reply);
+        self.net.engine(self.net.leaders[partition as usize]).run_forwarded(partition, request, params, timeout, reply);
     }
 
-    fn replicate(&self, partition: u32, record: Vec<u8>, hash: u64, committed: Committed) -> Result<(), String> {
-        if self.link.refuse.load(Ordering::SeqCst) {
+    fn replicate(&self, partition: u32, entry: Vec<u8>, hash: u64, committed: Committed) -> Result<(), String> {
+        if self.net.refuse.load(Ordering::SeqCst) {
             return Err("the partition is failing over".into());
         }
         let seq = {
-            let mut next = self.link.next_seq.lock().unwrap();
+            let mut next = self.net.next_seq.lock().unwrap();
             let s = next.entry(partition).or_insert(0);
             *s += 1;
             *s
         };
-        self.link.pending.lock().unwrap().insert((partition, seq), (hash, committed));
-        self.link.follower.get().unwrap().run_replicated(partition, seq, &record).map_err(|e| e.message)
+        self.net.pending.lock().unwrap().insert((partition, seq), (hash, committed));
+        // Two engines: the replica is the other one.
+        let follower = 1 - self.me;
+        self.net.engine(follower).run_replicated(partition, seq, &entry).map_err(|e| e.message)
     }
 
     fn applied(&self, partition: u32, seq: u64, hash: u64) {
-        let Some((leader_hash, committed)) = self.link.pending.lock().unwrap().remove(&(partition, seq)) else { return };
+        let Some((leader_hash, committed)) = self.net.pending.lock().unwrap().remove(&(partition, seq)) else { return };
         if hash != leader_hash {
-            self.link.mismatches.lock().unwrap().push((partition, seq));
+            self.net.mismatches.lock().unwrap().push((partition, seq));
         }
         committed(Ok(()));
     }
 
     fn change_schema(&self, statements: Vec<String>, reply: Reply) {
-        let (tx, rx) = mpsc::channel();
-        self.link.follower.get().unwrap().apply_schema(statements.clone(), Box::new(move |o| tx.send(o).unwrap()));
-        assert!(rx.recv().unwrap().is_success());
-        self.link.leader.get().unwrap().apply_schema(statements, reply);
+        for n in (0..self.net.nodes()).filter(|n| *n != self.me) {
+            let (tx, rx) = mpsc::channel();
+            self.net.engine(n).apply_schema(statements.clone(), Box::new(move |o| tx.send(o).unwrap()));
+            assert!(rx.recv().unwrap().is_success());
+        }
+        self.net.engine(self.me).apply_schema(statements, reply);
     }
 
     fn topology(&self) -> Topology {
-        Topology { me: if self.leads { 0 } else { 1 }, ..Default::default() }
+        let partitions =
+            self.net.leaders.iter().map(|l| PartitionPlacement { leader: Some(*l), replicas: (0..self.net.nodes()).collect() }).collect();
+        Topology { me: self.me, hosts: Vec::new(), partitions }
+    }
+
+    fn mp_coordinator(&self) -> Option<u32> {
+        Some(0)
+    }
+
+    fn forward_mp(&self, to: u32, request: MpRequest, timeout: Option<Duration>, reply: Reply) {
+        self.net.engine(to).run_forwarded_mp(request, timeout, reply);
+    }
+
+    fn mp_remote(&self, node: u32, message: MpRemote) -> RemoteAnswer {
+        let (tx, rx) = mpsc::channel();
+        self.net.engine(node).mp_participant(message, Box::new(move |a| tx.send(a).unwrap()));
+        rx.recv_timeout(Duration::from_secs(30)).expect("a participant's answer")
     }
 }
 
-fn start(name: &str) -> (Arc<Engine>, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("lockstep-cluster-hooks-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut c = EngineConfig::new(&dir);
-    c.sites = 2;
-    (Engine::start(c).unwrap(), dir)
+/// Two engines; partition p is led by `leaders[p]` and replicated on the other.
+fn cluster(name: &str, leaders: Vec<u32>) -> (Arc<Net>, Vec<std::path::PathBuf>) {
+    let net = Arc::new(Net {
+        engines: OnceLock::new(),
+        leaders,
+        pending: Mutex::default(),
+        next_seq: Mutex::default(),
+        mismatches: Mutex::default(),
+        refuse: AtomicBool::new(false),
+    });
+    let mut engines = Vec::new();
+    let mut dirs = Vec::new();
+    for n in 0..2 {
+        let dir = std::env::temp_dir().join(format!("lockstep-cluster-hooks-{name}-{n}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut c = EngineConfig::new(&dir);
+        c.sites = PARTITIONS;
+        engines.push(Engine::start(c).unwrap());
+        dirs.push(dir);
+    }
+    let _ = net.engines.set(engines);
+    for n in 0..2 {
+        net.engine(n).set_cluster(Arc::new(Hooks { net: net.clone(), me: n }));
+    }
+    (net, dirs)
+}
+
+fn stop(net: &Net, dirs: Vec<std::path::PathBuf>) {
+    for n in 0..net.nodes() {
+        net.engine(n).shutdown();
+    }
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 fn call(engine: &Engine, procedure: &str, params: Vec<Value>) -> Outcome {
@@ -89,29 +148,34 @@ fn call(engine: &Engine, procedure: &str, params: Vec<Value>) -> Outcome {
 }
 
 fn sql(engine: &Engine, text: &str) -> Outcome {
-    call(engine, "@AdHoc", vec![Value::Str(text.into())])
+    let o = call(engine, "@AdHoc", vec![Value::Str(text.into())]);
+    assert!(o.is_success(), "{text}: {:?}", o.status_string);
+    o
 }
 
 fn state_hashes(engine: &Engine) -> Vec<Value> {
     call(engine, "@StateHash", vec![]).tables[0].rows.iter().map(|r| r[1].clone()).collect()
 }
 
+fn schema(engine: &Engine) {
+    for ddl in [
+        "CREATE TABLE kv (k BIGINT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+        "PARTITION TABLE kv ON COLUMN k",
+        "CREATE TABLE copy (k BIGINT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+        "PARTITION TABLE copy ON COLUMN k",
+        "CREATE PROCEDURE CountAll AS SELECT COUNT(*) FROM kv",
+    ] {
+        sql(engine, ddl);
+    }
+}
+
 #[test]
 fn a_follower_forwards_and_a_leader_replicates_before_it_answers() {
-    let (a, dir_a) = start("a");
-    let (b, dir_b) = start("b");
-    let link = Arc::new(Link::default());
-    let _ = link.leader.set(a.clone());
-    let _ = link.follower.set(b.clone());
-    a.set_cluster(Arc::new(Hooks { link: link.clone(), leads: true }));
-    b.set_cluster(Arc::new(Hooks { link: link.clone(), leads: false }));
-
+    let (net, dirs) = cluster("sp", vec![0; PARTITIONS as usize]);
+    let (a, b) = (net.engine(0).clone(), net.engine(1).clone());
     // DDL sent to either node reaches both.
-    for ddl in ["CREATE TABLE kv (k BIGINT NOT NULL PRIMARY KEY, v VARCHAR(20))", "PARTITION TABLE kv ON COLUMN k"] {
-        let o = sql(&b, ddl);
-        assert!(o.is_success(), "{ddl}: {:?}", o.status_string);
-    }
-    assert!(b.catalog().tables().any(|t| t.name.eq_ignore_ascii_case("kv")));
+    schema(&b);
+    assert!(a.catalog().tables().any(|t| t.name.eq_ignore_ascii_case("kv")));
 
     // Writes through the leader and through the follower (forwarded), each answered only
     // once the follower ran it: nothing is left pending.
@@ -119,33 +183,60 @@ fn a_follower_forwards_and_a_leader_replicates_before_it_answers() {
         let node = if k % 2 == 0 { &a } else { &b };
         let o = call(node, "KV.insert", vec![Value::Int(k), Value::Str(format!("v{k}").into())]);
         assert!(o.is_success(), "insert {k}: {:?}", o.status_string);
-        assert!(link.pending.lock().unwrap().is_empty(), "insert {k} was answered before its replica ran it");
+        assert!(net.pending.lock().unwrap().is_empty(), "insert {k} was answered before its replica ran it");
     }
     // A single-partition ad-hoc write replicates too; a read is answered by the leader.
-    assert!(sql(&b, "UPDATE kv SET v = 'changed' WHERE k = 7").is_success());
+    sql(&b, "UPDATE kv SET v = 'changed' WHERE k = 7");
     let read = sql(&b, "SELECT v FROM kv WHERE k = 7");
     assert_eq!(read.tables[0].rows, vec![vec![Value::Str("changed".into())]]);
 
     // Both nodes hold the same rows, and every replica's results matched the leader's.
     assert_eq!(state_hashes(&a), state_hashes(&b));
-    assert!(link.mismatches.lock().unwrap().is_empty(), "{:?}", link.mismatches.lock().unwrap());
+    assert!(net.mismatches.lock().unwrap().is_empty(), "{:?}", net.mismatches.lock().unwrap());
 
     // A write the replication refuses is rolled back and answered as refused.
-    link.refuse.store(true, Ordering::SeqCst);
+    net.refuse.store(true, Ordering::SeqCst);
     let refused = call(&a, "KV.insert", vec![Value::Int(1_000), Value::Str("x".into())]);
     assert!(!refused.is_success());
     assert!(refused.status_string.unwrap_or_default().contains("failing over"));
-    link.refuse.store(false, Ordering::SeqCst);
+    net.refuse.store(false, Ordering::SeqCst);
     assert!(call(&a, "KV.insert", vec![Value::Int(1_000), Value::Str("x".into())]).is_success(), "the refused row stayed");
     assert_eq!(state_hashes(&a), state_hashes(&b));
+    stop(&net, dirs);
+}
 
-    // Multi-partition work is refused, clearly, rather than run on one node's share.
-    let mp = sql(&a, "SELECT COUNT(*) FROM kv");
-    assert!(!mp.is_success());
-    assert!(mp.status_string.unwrap_or_default().contains("multi-partition"));
+#[test]
+fn multi_partition_transactions_span_the_nodes_and_reach_every_replica() {
+    // Partition 0 is led by node 0 (the coordinator), partition 1 by node 1.
+    let (net, dirs) = cluster("mp", vec![0, 1]);
+    let (a, b) = (net.engine(0).clone(), net.engine(1).clone());
+    schema(&a);
+    for k in 0..100i64 {
+        let node = if k % 3 == 0 { &a } else { &b };
+        assert!(call(node, "KV.insert", vec![Value::Int(k), Value::Str(format!("v{k}").into())]).is_success());
+    }
+    // Reads that gather from both nodes, asked of either (node 1 forwards to node 0).
+    for node in [&a, &b] {
+        let count = sql(node, "SELECT COUNT(*) FROM kv");
+        assert_eq!(count.tables[0].rows, vec![vec![Value::Int(100)]]);
+        let proc_count = call(node, "CountAll", vec![]);
+        assert_eq!(proc_count.tables[0].rows, vec![vec![Value::Int(100)]], "{:?}", proc_count.status_string);
+        let joined = sql(node, "SELECT COUNT(*) FROM kv a, kv b WHERE a.k = b.k AND a.k < 10");
+        assert_eq!(joined.tables[0].rows, vec![vec![Value::Int(10)]]);
+    }
+    // Writes everywhere: an UPDATE on every partition, and rows moved between partitions.
+    sql(&b, "UPDATE kv SET v = 'all'");
+    let copied = sql(&b, "INSERT INTO copy SELECT k, v FROM kv WHERE k >= 50");
+    assert_eq!(copied.tables[0].rows, vec![vec![Value::Int(50)]]);
+    let everywhere = sql(&a, "SELECT COUNT(*) FROM copy WHERE v = 'all'");
+    assert_eq!(everywhere.tables[0].rows, vec![vec![Value::Int(50)]]);
+    // A failing transaction changes nothing anywhere.
+    let dup = call(&a, "@AdHoc", vec![Value::Str("INSERT INTO copy SELECT k, v FROM kv".into())]);
+    assert!(!dup.is_success(), "copying rows that are there already must fail");
 
-    a.shutdown();
-    b.shutdown();
-    let _ = std::fs::remove_dir_all(dir_a);
-    let _ = std::fs::remove_dir_all(dir_b);
+    // Each partition's replica ran the leader's share: both nodes hold the same rows.
+    assert!(net.pending.lock().unwrap().is_empty());
+    assert!(net.mismatches.lock().unwrap().is_empty(), "{:?}", net.mismatches.lock().unwrap());
+    assert_eq!(state_hashes(&a), state_hashes(&b));
+    stop(&net, dirs);
 }
