@@ -11,7 +11,8 @@ use lockstep_core::{Catalog, Error, HashRing, Result, Value};
 use lockstep_sql::Route;
 
 use crate::auth::{self, AdHocKind, Principal};
-use crate::cmdlog::{self, CommandLog, Durability};
+use crate::cluster::{ClusterHooks, SpRequest};
+use crate::cmdlog::{self, CommandLog, Durability, Record};
 use crate::config::EngineConfig;
 use crate::datadir::DataDirLock;
 use crate::ddl::FsDdlEnv;
@@ -21,7 +22,7 @@ use crate::mp::{Coordinator, MpWork, SiteLink};
 use crate::outcome::{Outcome, Reply};
 use crate::recovery;
 use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
-use crate::site::{Site, SiteLinks, SiteMsg, SpWork};
+use crate::site::{ClusterLink, Site, SiteLinks, SiteMsg, SpWork};
 use crate::snapshot::SnapshotReader;
 use crate::store::CatalogStore;
 use crate::sysprocs;
@@ -84,6 +85,8 @@ pub struct Shared {
     pub memory: Arc<MemoryGuard>,
     /// Clients' calls queued for the coordinator (see `submit_mp`).
     mp_queued: std::sync::atomic::AtomicUsize,
+    /// The cluster this node belongs to, once joined (`Engine::set_cluster`).
+    pub(crate) cluster: ClusterLink,
 }
 
 impl Shared {
@@ -185,6 +188,12 @@ impl Shared {
     }
 }
 
+fn not_in_a_cluster_yet() -> Error {
+    Error::graceful(
+        "multi-partition transactions do not run in a cluster yet: call single-partition procedures, or run this on a single node",
+    )
+}
+
 fn shutting_down() -> Error {
     Error::unavailable("the server is shutting down")
 }
@@ -247,6 +256,7 @@ impl Engine {
         let durable = Arc::new(Durable::new(log, config.sites));
         let memory = MemoryGuard::start(config.memory_limit);
         let (mp_tx, mp_rx) = unbounded();
+        let cluster = ClusterLink::default();
         let mut links = Vec::new();
         let mut sites = Vec::new();
         let mut threads = Vec::new();
@@ -262,6 +272,7 @@ impl Engine {
                 coordinator: mp_tx.clone(),
                 durable: durable.clone(),
                 memory: memory.clone(),
+                cluster: cluster.clone(),
             };
             // A site's Lua state cannot move between threads: build the site on its own.
             let (site_config, site_catalog, site_ring) = (config.clone(), catalog.clone(), ring.clone());
@@ -294,6 +305,7 @@ impl Engine {
             memory,
             mp_queued: Default::default(),
             durable,
+            cluster,
         });
         let coordinator_shared = shared.clone();
         let replaying = log_reader.is_some();
@@ -383,12 +395,90 @@ impl Engine {
         }
         let timeout = self.call_timeout(call.timeout_ms);
         match self.route(info, call) {
-            Ok(Routed::Site(site, params)) => {
-                self.shared.send_site(site, SiteMsg::Call { work: SpWork::Proc(info.name.clone()), params, timeout, reply })
-            }
+            Ok(Routed::Site(site, params)) => self.run_sp(site, SpWork::Proc(info.name.clone()), params, timeout, reply),
+            Ok(Routed::Mp(_)) if self.shared.cluster.get().is_some() => reply(Outcome::error(not_in_a_cluster_yet())),
             Ok(Routed::Mp(params)) => self.shared.submit_mp(MpWork::Proc { name: info.name.to_string(), params, timeout, reply }),
             Err(e) => reply(Outcome::error(e)),
         }
+    }
+
+    /// Runs a single-partition call here, or, in a cluster, on the node that leads its
+    /// partition.
+    fn run_sp(&self, site: u32, work: SpWork, params: Vec<Value>, timeout: Option<std::time::Duration>, reply: Reply) {
+        if let Some(cluster) = self.shared.cluster.get() {
+            if !cluster.leads(site) {
+                let request = match &work {
+                    SpWork::Proc(name) => SpRequest::Proc(name.to_string()),
+                    SpWork::Statement(p) => SpRequest::Sql(p.sql.to_string()),
+                    SpWork::Sql(sql) => SpRequest::Sql(sql.clone()),
+                };
+                return cluster.forward(site, request, params, timeout, reply);
+            }
+        }
+        self.shared.send_site(site, SiteMsg::Call { work, params, timeout, reply })
+    }
+
+    /// This node's host id: its node id in a cluster, 0 on its own.
+    pub fn host_id(&self) -> i32 {
+        self.shared.cluster.get().map_or(sysprocs::HOST_ID, |c| c.topology().me as i32)
+    }
+
+    /// Joins a cluster: from now on calls for partitions led elsewhere are forwarded, a
+    /// leader's changes are replicated before they are answered, DDL goes through the
+    /// cluster, and multi-partition work is refused (not built for clusters yet).
+    pub fn set_cluster(&self, hooks: Arc<dyn ClusterHooks>) {
+        let _ = self.shared.cluster.set(hooks);
+    }
+
+    /// Runs a call another node forwarded because this node leads `partition`.
+    pub fn run_forwarded(
+        &self,
+        partition: u32,
+        request: SpRequest,
+        params: Vec<Value>,
+        timeout: Option<std::time::Duration>,
+        reply: Reply,
+    ) {
+        if partition >= self.partition_count() {
+            return reply(Outcome::error(Error::graceful(format!("invalid partition {partition}"))));
+        }
+        if self.shared.cluster.get().is_some_and(|c| !c.leads(partition)) {
+            return reply(Outcome::error(Error::unavailable(format!(
+                "this node no longer leads partition {partition}; the call was not run, retry"
+            ))));
+        }
+        let work = match request {
+            SpRequest::Proc(name) => match lockstep_core::get_ignoring_case(&self.shared.view().procs, &name) {
+                Some(info) => SpWork::Proc(info.name.clone()),
+                None => return reply(Outcome::error(Error::unexpected(format!("Procedure {name} was not found")))),
+            },
+            SpRequest::Sql(sql) => match lockstep_sql::prepare(&self.catalog(), &sql) {
+                Ok(p) => SpWork::Statement(Arc::new(p)),
+                Err(e) => return reply(Outcome::error(e)),
+            },
+        };
+        self.shared.send_site(partition, SiteMsg::Call { work, params, timeout, reply })
+    }
+
+    /// Queues entry `seq` of `partition`, ordered by its leader: `record` is the leader's
+    /// command-log record of it. The site runs it and reports its hash to the cluster.
+    pub fn run_replicated(&self, partition: u32, seq: u64, record: &[u8]) -> Result<()> {
+        let (work, params, txn_id) = match Record::decode(record)? {
+            Record::Sp { txn_id, partition: p, procedure, params } if p == partition => (SpWork::Proc(procedure), params, txn_id),
+            Record::AdHocSp { txn_id, partition: p, sql, params } if p == partition => (SpWork::Sql(sql), params, txn_id),
+            other => return Err(Error::unexpected(format!("partition {partition} was sent a replicated entry it cannot run: {other:?}"))),
+        };
+        let tx = self.shared.sites.get(partition as usize).ok_or_else(|| Error::graceful(format!("invalid partition {partition}")))?;
+        // A follower's queue holds only what its leader ordered, which the replication bounds
+        // far below the queue's size; full means something is badly wrong, not busy.
+        tx.try_send(SiteMsg::Replicated { work, params, txn_id, seq })
+            .map_err(|_| Error::unavailable(format!("partition {partition}'s queue is full or stopped: a replicated entry was not queued")))
+    }
+
+    /// Applies DDL on this node only: what a schema change the cluster ordered comes to on
+    /// every node, in the same order.
+    pub fn apply_schema(&self, statements: Vec<String>, reply: Reply) {
+        self.shared.submit_mp(MpWork::Ddl { statements, reply });
     }
 
     fn route(&self, info: &ProcInfo, call: Call) -> Result<Routed> {
@@ -479,6 +569,9 @@ impl Engine {
             }
         }
         if ddl == statements.len() {
+            if let Some(cluster) = self.shared.cluster.get() {
+                return cluster.change_schema(statements, reply);
+            }
             return self.shared.submit_mp(MpWork::Ddl { statements, reply });
         }
         if ddl > 0 {
@@ -523,9 +616,11 @@ impl Engine {
                 Route::All => None,
             };
             if let (Some(site), Some(p)) = (site, stmts.first()) {
-                let work = SpWork::Statement(p.clone());
-                return self.shared.send_site(site, SiteMsg::Call { work, params, timeout, reply });
+                return self.run_sp(site, SpWork::Statement(p.clone()), params, timeout, reply);
             }
+        }
+        if self.shared.cluster.get().is_some() {
+            return reply(Outcome::error(not_in_a_cluster_yet()));
         }
         self.shared.submit_mp(MpWork::Statements { stmts, params, timeout, reply });
     }

@@ -12,6 +12,7 @@ use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{Deadline, ExecCtx, Limits, Prepared, SiteFn};
 use lockstep_storage::Partition;
 
+use crate::cluster::ClusterHooks;
 use crate::cmdlog::Record;
 use crate::config::EngineConfig;
 use crate::durable::Durable;
@@ -59,6 +60,14 @@ pub enum SiteMsg {
         params: Vec<Value>,
         txn_id: i64,
     },
+    /// In a cluster: entry `seq` of this partition, ordered by its leader, run here with the
+    /// leader's transaction id; the result's hash goes back to the leader.
+    Replicated {
+        work: SpWork,
+        params: Vec<Value>,
+        txn_id: i64,
+        seq: u64,
+    },
     /// Enter the multi-partition transaction `txn_id`: serve the MP link until it ends.
     /// `log_marker` records where it fell in this site's order (not during replay, nor for
     /// transactions that are not logged).
@@ -103,6 +112,8 @@ enum Run {
     Live { reply: Reply, timeout: Option<std::time::Duration> },
     /// A logged transaction run again during recovery, with its original id.
     Replay(i64),
+    /// A transaction its leader ordered as entry `seq` (cluster), with the leader's id.
+    Replicated { txn_id: i64, seq: u64 },
 }
 
 /// Runs statements on the site's own partition.
@@ -152,7 +163,12 @@ pub struct Site {
     /// Answers that logged nothing but saw writes not yet durable (sync mode): at the same
     /// moments they are handed to the log behind one barrier, rather than one each.
     waiting: Vec<(Outcome, Reply)>,
+    /// Set once this node joined a cluster.
+    cluster: ClusterLink,
 }
+
+/// The engine's cluster hooks, once set (`Engine::set_cluster`); shared by every site.
+pub type ClusterLink = Arc<std::sync::OnceLock<Arc<dyn ClusterHooks>>>;
 
 /// A snapshot this site is writing between transactions.
 struct SiteSnapshot {
@@ -171,6 +187,7 @@ pub struct SiteLinks {
     pub coordinator: Sender<MpWork>,
     pub durable: Arc<Durable>,
     pub memory: Arc<MemoryGuard>,
+    pub cluster: ClusterLink,
 }
 
 impl Site {
@@ -207,6 +224,7 @@ impl Site {
             snapshot: None,
             answers: Vec::with_capacity(ANSWERS_HELD_MAX),
             waiting: Vec::with_capacity(ANSWERS_HELD_MAX),
+            cluster: links.cluster,
         };
         if let Some(dir) = restore {
             let rows = site.load_snapshot(dir).map_err(|e| e.context(format!("partition {id}: cannot load snapshot {}", dir.display())))?;
@@ -267,6 +285,7 @@ impl Site {
             match msg {
                 SiteMsg::Call { work, params, timeout, reply } => self.run_single(work, params, Run::Live { reply, timeout }),
                 SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, Run::Replay(txn_id)),
+                SiteMsg::Replicated { work, params, txn_id, seq } => self.run_single(work, params, Run::Replicated { txn_id, seq }),
                 SiteMsg::MpBegin { txn_id, log_marker } => {
                     // The transaction may hold the site for a while: answer the callers first.
                     self.send_answers();
@@ -368,12 +387,17 @@ impl Site {
     /// Runs one single-partition transaction. A live call (`reply`) that changed data is
     /// logged before it is answered; a replayed one (`replay_id`) runs with its logged id.
     fn run_single(&mut self, work: SpWork, params: Vec<Value>, run: Run) {
-        let (txn_id, reply, replay_id, timeout) = match run {
+        let (txn_id, reply, replay_id, timeout, replicated) = match run {
             Run::Replay(id) => {
                 self.ids.advance_past(id);
-                (id, None, Some(id), None)
+                (id, None, Some(id), None, None)
             }
-            Run::Live { reply, timeout } => (self.ids.next_id(), Some(reply), None, timeout),
+            // Like a replay: it ran to its end once, on the leader.
+            Run::Replicated { txn_id, seq } => {
+                self.ids.advance_past(txn_id);
+                (txn_id, None, Some(txn_id), None, Some(seq))
+            }
+            Run::Live { reply, timeout } => (self.ids.next_id(), Some(reply), None, timeout, None),
         };
         let mut ctx = ExecCtx::new(txn_id, timestamp_micros(txn_id));
         // One look at the clock serves the statistics and the deadline.
@@ -417,7 +441,15 @@ impl Site {
             Ok(_) if changed && replay_id.is_none() && self.durable.fenced() => Err(self.durable.fence_error()),
             r => r,
         };
+        if let Some(seq) = replicated {
+            return self.finish_replicated(work, params, txn_id, seq, result, changed);
+        }
+        let cluster = if changed && reply.is_some() { self.cluster.get().cloned() } else { None };
         match result {
+            Ok(out) if cluster.is_some() => {
+                let Some((cluster, reply)) = cluster.zip(reply) else { return };
+                self.replicate_then_reply(&*cluster, work, params, txn_id, out, reply);
+            }
             Ok(out) => {
                 self.commit(txn_id);
                 if replay_id.is_some() {
@@ -428,11 +460,7 @@ impl Site {
                 if !(changed && self.durable.logging()) {
                     return self.answer(outcome, reply);
                 }
-                let record = match work {
-                    SpWork::Proc(procedure) => Record::Sp { txn_id, partition: self.id, procedure, params },
-                    SpWork::Statement(p) => Record::AdHocSp { txn_id, partition: self.id, sql: p.sql.to_string(), params },
-                    SpWork::Sql(sql) => Record::AdHocSp { txn_id, partition: self.id, sql, params },
-                };
+                let record = self.record(work, params, txn_id);
                 self.durable.append_then_reply(&record, outcome, reply);
             }
             Err(e) => {
@@ -443,6 +471,66 @@ impl Site {
                     self.durable.replay_errors.record(format!("transaction {txn_id} on partition {}: {e}", self.id));
                 }
             }
+        }
+    }
+
+    fn record(&self, work: SpWork, params: Vec<Value>, txn_id: i64) -> Record {
+        match work {
+            SpWork::Proc(procedure) => Record::Sp { txn_id, partition: self.id, procedure, params },
+            SpWork::Statement(p) => Record::AdHocSp { txn_id, partition: self.id, sql: p.sql.to_string(), params },
+            SpWork::Sql(sql) => Record::AdHocSp { txn_id, partition: self.id, sql, params },
+        }
+    }
+
+    /// A leader's transaction that changed data: ordered and sent to the replicas before it
+    /// commits here (refused: rolled back and answered so), then answered once the log and
+    /// every replica have it.
+    fn replicate_then_reply(
+        &mut self,
+        cluster: &dyn ClusterHooks,
+        work: SpWork,
+        params: Vec<Value>,
+        txn_id: i64,
+        out: ProcOutput,
+        reply: Reply,
+    ) {
+        let hash = crate::cluster::results_hash(Ok(&out));
+        let record = self.record(work, params, txn_id);
+        let encoded = match record.encode() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.part.rollback();
+                return self.answer(Outcome::error(e), reply);
+            }
+        };
+        let (logged, replicated) = crate::cluster::join(reply);
+        if let Err(why) = cluster.replicate(self.id, encoded, hash, replicated) {
+            self.part.rollback();
+            return logged(Outcome::error(Error::unavailable(format!("partition {} cannot take the transaction now: {why}", self.id))));
+        }
+        self.commit(txn_id);
+        if self.durable.logging() {
+            self.durable.append_then_reply(&record, Outcome::from_output(out), logged);
+        } else {
+            logged(Outcome::from_output(out));
+        }
+    }
+
+    /// A replicated entry ran: commit or roll back as the leader's did, log it like the
+    /// leader, and tell the replication (once logged) the hash of what came out.
+    fn finish_replicated(&mut self, work: SpWork, params: Vec<Value>, txn_id: i64, seq: u64, result: Result<ProcOutput>, changed: bool) {
+        let hash = crate::cluster::results_hash(result.as_ref());
+        match &result {
+            Ok(_) => self.commit(txn_id),
+            Err(_) => self.part.rollback(),
+        }
+        let Some(cluster) = self.cluster.get().cloned() else { return };
+        let partition = self.id;
+        if result.is_ok() && changed && self.durable.logging() {
+            let record = self.record(work, params, txn_id);
+            self.durable.append_then_reply(&record, Outcome::tables(Vec::new()), Box::new(move |_| cluster.applied(partition, seq, hash)));
+        } else {
+            cluster.applied(partition, seq, hash);
         }
     }
 

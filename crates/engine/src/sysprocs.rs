@@ -204,16 +204,24 @@ fn quiesce(engine: &Engine, reply: Reply) {
     }
 }
 
-/// `@Statistics TOPO`: one row per partition plus the MP initiator, and the hash ring.
+/// `@Statistics TOPO`: one row per partition plus the MP initiator, and the hash ring. A
+/// site is named `host:partition`; the VoltDB client sends each call to the host of its
+/// partition's leader.
 pub fn topology(engine: &Engine) -> Vec<ResultTable> {
     let mut parts =
         ResultTable::with_columns(&[("Partition", DataType::Integer), ("Sites", DataType::Varchar), ("Leader", DataType::Varchar)]);
     let n = engine.partition_count();
+    let cluster = engine.shared().cluster.get().map(|c| c.topology());
     for p in 0..n {
-        let site = format!("{HOST_ID}:{p}");
-        parts.push(vec![Value::Int(p as i64), Value::from(site.as_str()), Value::Str(site.into())]);
+        let (replicas, leader) = match cluster.as_ref().and_then(|t| t.partitions.get(p as usize)) {
+            Some(placed) => (placed.replicas.clone(), placed.leader),
+            None => (vec![HOST_ID as u32], Some(HOST_ID as u32)),
+        };
+        let sites: Vec<String> = replicas.iter().map(|h| format!("{h}:{p}")).collect();
+        let leader = leader.map(|h| format!("{h}:{p}")).unwrap_or_default();
+        parts.push(vec![Value::Int(p as i64), Value::from(sites.join(",").as_str()), Value::Str(leader.into())]);
     }
-    let mp = format!("{HOST_ID}:{n}");
+    let mp = format!("{}:{n}", engine.host_id());
     parts.push(vec![Value::Int(MP_PARTITION_ID as i64), Value::from(mp.as_str()), Value::Str(mp.into())]);
     let mut hash = ResultTable::with_columns(&[("HASHTYPE", DataType::Varchar), ("HASHCONFIG", DataType::Varbinary)]);
     hash.push(vec![Value::Str("ELASTIC".into()), Value::Bytes(engine.shared().ring.config_bytes().into())]);
@@ -324,6 +332,9 @@ fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> 
             let now_ms = now_millis();
             let uptime_ms = (now_ms - shared.started_ms).max(0);
             let state = if shared.is_paused() { "PAUSED" } else { "RUNNING" };
+            let topology = shared.cluster.get().map(|c| c.topology());
+            let hosts = topology.as_ref().map_or(1, |t| t.hosts.len());
+            let kfactor = topology.as_ref().and_then(|t| t.partitions.first()).map_or(0, |p| p.replicas.len().saturating_sub(1));
             let rows = [
                 ("IPADDRESS", ip.clone()),
                 ("HOSTNAME", hostname()),
@@ -352,18 +363,29 @@ fn system_information(engine: &Engine, call: &Call) -> Result<Vec<ResultTable>> 
                 ("STARTTIME", shared.started_ms.to_string()),
                 ("CREATIONTIME", shared.started_ms.to_string()),
                 ("UPTIME", uptime_text(uptime_ms)),
-                ("FULLCLUSTERSIZE", "1".to_string()),
-                ("HOSTCOUNT", "1".to_string()),
+                ("FULLCLUSTERSIZE", hosts.to_string()),
+                ("HOSTCOUNT", hosts.to_string()),
                 ("SITESPERHOST", engine.partition_count().to_string()),
-                ("KFACTOR", "0".to_string()),
+                ("KFACTOR", kfactor.to_string()),
                 ("REPLICATIONROLE", "NONE".to_string()),
                 ("PLACEMENTGROUP", "0".to_string()),
                 ("LAST_UPDATECORE_DURATION", "0".to_string()),
                 ("LICENSE", "Apache-2.0".to_string()),
                 ("VOLTDBROOT", shared.config.data_dir.display().to_string()),
             ];
+            let me = engine.host_id();
             for (k, v) in rows {
-                t.push(vec![Value::Int(HOST_ID as i64), Value::Str(k.into()), Value::Str(v.into())]);
+                t.push(vec![Value::Int(me as i64), Value::Str(k.into()), Value::Str(v.into())]);
+            }
+            // The other nodes of a cluster: where their clients connect.
+            if let Some(topology) = topology {
+                for host in topology.hosts.iter().filter(|h| h.id as i32 != me) {
+                    let Some(addr) = host.client_address else { continue };
+                    let (ip, port) = (addr.ip().to_string(), addr.port().to_string());
+                    for (k, v) in [("IPADDRESS", ip.clone()), ("CLIENTINTERFACE", ip), ("CLIENTPORT", port)] {
+                        t.push(vec![Value::Int(host.id as i64), Value::Str(k.into()), Value::Str(v.into())]);
+                    }
+                }
             }
             Ok(vec![t])
         }
