@@ -213,3 +213,56 @@ fn flags_that_cannot_form_a_cluster_are_refused_with_the_reason() {
     assert!(refused(&["--hosts", hosts]).contains("--hosts needs --internal"));
     assert!(refused(&["--internal", "127.0.0.1:1", "--hosts", hosts, "--kfactor", "1", "--sites", "1"]).contains("divides by k + 1"));
 }
+
+/// The first of `n` consecutive loopback ports that are free now.
+fn free_port_run(n: u16) -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if first.checked_add(n).is_none() {
+            continue;
+        }
+        let held: Vec<_> = (first..first + n).map(|p| std::net::TcpListener::bind(("127.0.0.1", p))).collect();
+        if held.iter().all(Result::is_ok) {
+            return first;
+        }
+    }
+    panic!("no {n} consecutive free ports found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_script_starts_a_ready_cluster_and_stops_it() {
+    let dir = TempDir::new("cluster-script");
+    let script = common::repo_root().join("scripts/cluster.sh");
+    let clients = free_port_run(2);
+    let internal = free_port_run(2);
+    let run = |args: &[&str]| {
+        Command::new("bash")
+            .arg(&script)
+            .args(args)
+            .current_dir(&dir.0)
+            .env("LOCKSTEP_BIN", BIN)
+            .env("LOCKSTEP_CLUSTER_CLIENT_PORT", clients.to_string())
+            .env("LOCKSTEP_CLUSTER_INTERNAL_PORT", internal.to_string())
+            .env("LOCKSTEP_CLUSTER_WAIT_S", LIVENESS_LIMIT.as_secs().to_string())
+            .env("LOCKSTEP_LOG", "error,openraft=off")
+            .output()
+            .expect("run scripts/cluster.sh")
+    };
+    let started = run(&["start", "2", "--kfactor", "1"]);
+    let out = String::from_utf8_lossy(&started.stdout).to_string();
+    assert!(started.status.success(), "{out}{}", String::from_utf8_lossy(&started.stderr));
+    assert_eq!(out.lines().filter(|l| l.contains("ready: node")).count(), 2, "{out}");
+    let pids: Vec<String> =
+        (0..2).map(|i| std::fs::read_to_string(dir.0.join(format!("lockstep-cluster/node-{i}/pid"))).unwrap().trim().to_string()).collect();
+
+    let client = Client::connect(&format!("127.0.0.1:{}", clients + 1), ClientConfig::default()).await.expect("connect to node 1");
+    ok(&client, "@AdHoc", vec![s("CREATE TABLE t (a INTEGER NOT NULL, PRIMARY KEY (a)); PARTITION TABLE t ON COLUMN a;")]).await;
+    ok(&client, "T.insert", vec![i(5)]).await;
+    drop(client);
+
+    assert!(run(&["stop"]).status.success());
+    for pid in pids {
+        let alive = Command::new("kill").args(["-0", &pid]).stderr(Stdio::null()).status().unwrap().success();
+        assert!(!alive, "node process {pid} still runs after stop");
+    }
+}

@@ -199,3 +199,22 @@ impl FileConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_keys_take_hosts_as_one_string_or_a_list() {
+        for text in [
+            "internal = \"127.0.0.1:3022\"\nhosts = \"127.0.0.1:3021, 127.0.0.1:3022\"\nkfactor = 1",
+            "internal = \"127.0.0.1:3022\"\nhosts = [\"127.0.0.1:3021\", \"127.0.0.1:3022\"]\nkfactor = 1",
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let mut c = ServerConfig::default();
+            file.apply_to(&mut c);
+            assert_eq!(c.hosts, ["127.0.0.1:3021", "127.0.0.1:3022"]);
+            assert_eq!((c.internal.as_deref(), c.kfactor), (Some("127.0.0.1:3022"), Some(1)));
+        }
+    }
+}
