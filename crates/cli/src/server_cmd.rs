@@ -58,8 +58,8 @@ pub struct ServerArgs {
     /// TOML file with the same keys (listen, data, sites, procedures, command_log,
     /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
     /// client_timeout_s, in_flight_per_connection, query_timeout_ms, memory_limit,
-    /// security, tls_cert, tls_key) and the [[users]] that `lockstep user add` writes;
-    /// flags win. See docs/guide/configuration.md
+    /// security, tls_cert, tls_key, internal, hosts, kfactor) and the [[users]] that
+    /// `lockstep user add` writes; flags win. See docs/guide/configuration.md
     #[arg(long, value_name = "FILE.toml")]
     config: Option<PathBuf>,
     /// Security: on checks every login against the configured users and every call against
