@@ -254,16 +254,22 @@ impl ClusterGlue {
     /// Why this node takes no calls now (it is not serving: cut off from the majority, or
     /// not admitted yet), or None while it serves.
     pub fn refusal(&self) -> Option<String> {
-        let standing = self.views.borrow().standing;
-        let nodes = self.node.heard_count();
-        let all = self.views.borrow().state.node_count();
+        // Every client call asks: the common answer costs one read of the view.
+        let (standing, all) = {
+            let view = self.views.borrow();
+            (view.standing, view.state.node_count())
+        };
         match standing {
             Standing::Serving => None,
             Standing::Minority => Some(format!(
-                "node {} is cut off from the majority of the cluster (it hears {nodes} of {all} nodes): it takes no calls until it is back with the majority; call a node of the majority",
+                "node {} is cut off from the majority of the cluster (it hears {} of {all} nodes): it takes no calls until it is back with the majority; call a node of the majority",
+                self.me,
+                self.node.heard_count()
+            )),
+            Standing::Joining => Some(format!(
+                "node {} is not admitted to the cluster now (it is joining, or lost touch with the cluster's leader): it takes no calls until it is; try again shortly or call another node",
                 self.me
             )),
-            Standing::Joining => Some(format!("node {} is joining the cluster and takes no calls yet; try again shortly or call another node", self.me)),
         }
     }
 
