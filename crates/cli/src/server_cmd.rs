@@ -1,13 +1,16 @@
-//! `lockstep server`: configuration from flags (and an optional TOML file), start-up,
-//! the `ready` line, and a clean stop on Ctrl-C or SIGTERM.
+//! `lockstep server`: configuration from flags (and an optional TOML file), start-up (as a
+//! single node, or as one node of a cluster once the cluster has formed), the `ready` line,
+//! and a clean stop on Ctrl-C or SIGTERM.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use lockstep_cluster::{ClusterConfig, ClusterNode, Standing};
 use lockstep_engine::cmdlog::Durability;
 use lockstep_engine::memory::MemoryLimit;
 use lockstep_engine::{Engine, EngineConfig};
-use lockstep_server::config::FileConfig;
+use lockstep_server::cluster::{cluster_dir, ClusterGlue, ClusterSettings};
+use lockstep_server::config::{FileConfig, HostList};
 use lockstep_server::security::{OnOff, Security};
 use lockstep_server::{serve, Front, ServerConfig};
 
@@ -55,8 +58,8 @@ pub struct ServerArgs {
     /// TOML file with the same keys (listen, data, sites, procedures, command_log,
     /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
     /// client_timeout_s, in_flight_per_connection, query_timeout_ms, memory_limit,
-    /// security, tls_cert, tls_key) and the [[users]] that `lockstep user add` writes;
-    /// flags win. See docs/guide/configuration.md
+    /// security, tls_cert, tls_key, internal, hosts, kfactor) and the [[users]] that
+    /// `lockstep user add` writes; flags win. See docs/guide/configuration.md
     #[arg(long, value_name = "FILE.toml")]
     config: Option<PathBuf>,
     /// Security: on checks every login against the configured users and every call against
@@ -70,6 +73,18 @@ pub struct ServerArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// Cluster: where this node listens for the other nodes (one of --hosts)
+    #[arg(long, value_name = "HOST:PORT")]
+    internal: Option<String>,
+    /// Cluster: every node's internal address, the same list in the same order on every
+    /// node (a node's id is its place in it); --sites is then per node [default: one node,
+    /// no cluster]
+    #[arg(long, value_name = "H1:P,H2:P,...")]
+    hosts: Option<String>,
+    /// Cluster: extra copies of each partition, on other nodes; the cluster survives k
+    /// nodes failing [default: 0]
+    #[arg(long, value_name = "K")]
+    kfactor: Option<u32>,
 }
 
 fn flush_ms_help() -> String {
@@ -134,15 +149,24 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
         security: args.security.as_deref().map(|v| OnOff(v == "on")),
         tls_cert: args.tls_cert,
         tls_key: args.tls_key,
+        internal: args.internal,
+        hosts: args.hosts.map(HostList::Joined),
+        kfactor: args.kfactor,
         ..FileConfig::default()
     }
     .apply_to(&mut c);
     Ok(c)
 }
 
+/// What the log shows without LOCKSTEP_LOG: Lockstep's own events, not the Raft library's
+/// (its info lines describe every election step, and it logs an error twice a second for
+/// as long as a node is down). The cluster logs what matters of it itself: membership
+/// changes and why they failed. `LOCKSTEP_LOG=info,openraft=warn` shows the library's too.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=off";
+
 pub fn run(args: ServerArgs) -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LOCKSTEP_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LOCKSTEP_LOG").unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()))
         .with_writer(std::io::stderr)
         // Colour codes only for a person at a terminal, never into a log file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -184,8 +208,14 @@ fn start(args: ServerArgs) -> Result<(), String> {
     if let Some(ms) = config.query_timeout_ms {
         engine_config.query_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms));
     }
+    // Users, certificates and the cluster's layout are checked before anything is touched.
+    let cluster = ClusterSettings::from_config(&config, engine_config.sites)?;
+    if let Some(c) = &cluster {
+        // Every node runs a site for each of the cluster's partitions, so that partition
+        // ids mean the same everywhere; only those this node holds get work.
+        engine_config.sites = c.partitions();
+    }
     let sites = engine_config.sites;
-    // Users and certificates are checked before anything else is touched.
     let security = Security::from_config(&config.security)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -197,26 +227,67 @@ fn start(args: ServerArgs) -> Result<(), String> {
     // started by mistake stops here, before it reads or writes anything.
     let listener =
         runtime.block_on(tokio::net::TcpListener::bind(&config.listen)).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let client_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    let node = match &cluster {
+        None => None,
+        Some(c) => match runtime.block_on(form_cluster(c, &config.data_dir, client_addr, stop.as_mut()))? {
+            Some(node) => Some(node),
+            None => {
+                println!("lockstep stopped");
+                return Ok(());
+            }
+        },
+    };
     let engine = Engine::start(engine_config).map_err(|e| e.to_string())?;
     if let Err(e) = security.check_can_start(&engine.catalog()) {
         engine.shutdown();
         return Err(e);
     }
+    let glue = match node {
+        None => None,
+        Some(node) => {
+            let _entered = runtime.enter();
+            match ClusterGlue::start(node, &engine, &config.data_dir) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    engine.shutdown();
+                    return Err(e);
+                }
+            }
+        }
+    };
     tracing::info!(
         "security {}, client port {}",
         if security.enabled() { "on" } else { "off" },
         if security.tls().is_some() { "TLS only" } else { "plain TCP" }
     );
     let result = runtime.block_on(async {
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let addr = client_addr;
         engine.shared().set_client_address(addr);
-        println!(
-            "lockstep ready: listening on {addr}, {sites} sites, command log {}, data in {}",
-            engine.shared().durable.log.mode_name(),
-            config.data_dir.display()
-        );
+        let log = engine.shared().durable.log.mode_name();
+        let data = config.data_dir.display();
+        match &glue {
+            None => println!("lockstep ready: listening on {addr}, {sites} sites, command log {log}, data in {data}"),
+            Some(g) => {
+                let view = g.view();
+                let me = view.me;
+                let list = |ps: Vec<u32>| if ps.is_empty() { "none".to_string() } else { ps.iter().map(u32::to_string).collect::<Vec<_>>().join(",") };
+                println!(
+                    "lockstep ready: node {me} of a cluster of {} nodes (k={}), listening on {addr}, {sites} partitions, leading {} and holding {}, command log {log}, data in {data}",
+                    view.state.node_count(),
+                    view.state.placement().kfactor,
+                    list(view.state.led_by(me)),
+                    list(view.state.placement().partitions_of(me)),
+                );
+            }
+        }
         let front = Front::with_security(engine.clone(), config.clone(), security);
-        serve(listener, front, stop_signal()).await;
+        if let Some(g) = glue {
+            let _ = front.cluster.set(g);
+        }
+        serve(listener, front, stop).await;
         Ok::<(), String>(())
     });
     exit_if_stuck(SHUTDOWN_GRACE);
@@ -225,6 +296,47 @@ fn start(args: ServerArgs) -> Result<(), String> {
     engine.shutdown();
     println!("lockstep stopped");
     result
+}
+
+/// How often the progress of a forming cluster is printed (when it changed).
+const FORMING_PROGRESS_MS: u64 = 500;
+
+/// Starts this node's part of the cluster and waits until the cluster has formed and this
+/// node serves, printing progress; None if the server was told to stop meanwhile.
+async fn form_cluster(
+    c: &ClusterSettings,
+    data_dir: &std::path::Path,
+    client: std::net::SocketAddr,
+    mut stop: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> Result<Option<ClusterNode>, String> {
+    let mut config = ClusterConfig::new(c.node_id, c.hosts.clone(), c.kfactor, c.sites_per_node, cluster_dir(data_dir));
+    config.client_address = Some(client);
+    let node = ClusterNode::start(config).await.map_err(|e| e.to_string())?;
+    let nodes = c.hosts.len();
+    println!("lockstep: node {} of {nodes} started, internal address {}; waiting for the cluster to form", c.node_id, node.local_addr());
+    let mut views = node.subscribe();
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(FORMING_PROGRESS_MS));
+    let mut said = None;
+    loop {
+        if views.borrow_and_update().standing == Standing::Serving {
+            return Ok(Some(node));
+        }
+        let heard = node.heard_count();
+        if said != Some(heard) {
+            println!("lockstep: waiting for the cluster to form: heard from {heard} of {nodes} nodes");
+            said = Some(heard);
+        }
+        tokio::select! {
+            _ = &mut stop => {
+                node.shutdown().await;
+                return Ok(None);
+            }
+            changed = views.changed() => if changed.is_err() {
+                return Err("the cluster node stopped before the cluster formed".into());
+            },
+            _ = tick.tick() => {}
+        }
+    }
 }
 
 /// How long a stop may take before the process exits without waiting for it.

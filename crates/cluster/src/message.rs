@@ -3,9 +3,11 @@
 //! Every connection is one-way for requests: the node that opened it sends requests, each
 //! with an id, and the other answers each with a response carrying the same id, in any
 //! order. The first request on a connection is a `Hello`, so a node from another cluster (or
-//! started with another layout) is turned away before anything else is read. Later kinds of
-//! message (calls forwarded to a partition's leader, transactions sent to replicas) are new
-//! variants of `Request` and `Response` on the same connections.
+//! started with another layout) is turned away before anything else is read. The hello also
+//! says where the caller's clients connect, so every node can tell clients where every other
+//! node is. Calls forwarded to a partition's leader (`Invoke`), proposals forwarded to the
+//! group's leader (`Propose`) and transactions sent to replicas (`Partition`) share the
+//! same connections.
 //!
 //! A frame is `[length of the body: u32 BE][body]`, the body being `(request id, message)`
 //! in postcard's encoding; a length above `FRAME_MAX_BYTES` ends the connection.
@@ -18,10 +20,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use std::net::SocketAddr;
+
+use crate::node::ProposeError;
 use crate::placement::{NodeId, PartitionId};
 use crate::raft::{RaftNodeId, TypeConfig};
 use crate::replication;
-use crate::state::Incarnation;
+use crate::state::{Command, Incarnation, Outcome};
 
 /// Largest frame body either side sends or accepts. Raft batches are bounded well below it
 /// (`raft::APPEND_ENTRIES_MAX`, `raft::SNAPSHOT_CHUNK_BYTES`).
@@ -29,7 +34,7 @@ pub const FRAME_MAX_BYTES: usize = 8 * 1024 * 1024;
 /// Bytes of the length before each frame body.
 pub const FRAME_HEADER_BYTES: usize = 4;
 /// The internal protocol's version; a peer speaking another is turned away.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A request's id, unique on its connection.
 pub type RequestId = u64;
@@ -42,6 +47,8 @@ pub struct Hello {
     pub nodes: u32,
     pub sites_per_node: u32,
     pub kfactor: u32,
+    /// Where the caller's clients connect (its VoltDB-protocol port), if it has one.
+    pub client: Option<SocketAddr>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -64,6 +71,14 @@ pub enum Request {
         partition: PartitionId,
         message: replication::Message<Vec<u8>>,
     },
+    /// A call forwarded to the node leading `partition`; `call` is the server's encoding of
+    /// it. Answered `Answer`.
+    Invoke {
+        partition: PartitionId,
+        call: Vec<u8>,
+    },
+    /// A change for the group, sent to the node believed to lead it; answered `Proposed`.
+    Propose(Command),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -78,6 +93,10 @@ pub enum Response {
     Vote(Result<VoteResponse<RaftNodeId>, RaftError<RaftNodeId>>),
     Snapshot(Result<InstallSnapshotResponse<RaftNodeId>, RaftError<RaftNodeId, InstallSnapshotError>>),
     Taken,
+    /// The answer to `Invoke` in the server's encoding, or why no service took the call
+    /// (the node is still starting): nothing of it ran.
+    Answer(Result<Vec<u8>, String>),
+    Proposed(Result<Outcome, ProposeError>),
 }
 
 impl Request {
@@ -90,6 +109,8 @@ impl Request {
             Request::Vote(_) => "vote",
             Request::Snapshot(_) => "install-snapshot",
             Request::Partition { .. } => "partition",
+            Request::Invoke { .. } => "invoke",
+            Request::Propose(_) => "propose",
         }
     }
 }
@@ -144,7 +165,14 @@ mod tests {
     #[test]
     fn frames_round_trip_and_oversized_lengths_are_refused_before_reading() {
         runtime().block_on(async {
-            let hello = Hello { protocol: PROTOCOL_VERSION, from: 2, nodes: 3, sites_per_node: 2, kfactor: 1 };
+            let hello = Hello {
+                protocol: PROTOCOL_VERSION,
+                from: 2,
+                nodes: 3,
+                sites_per_node: 2,
+                kfactor: 1,
+                client: Some(SocketAddr::from(([127, 0, 0, 1], 21212))),
+            };
             let mut bytes = encode_frame(7, &Request::Hello(hello.clone())).unwrap();
             bytes.extend(encode_frame(8, &Response::Pong { incarnation: 4 }).unwrap());
             let mut r = &bytes[..];

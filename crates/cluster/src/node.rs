@@ -3,19 +3,24 @@
 //! group), and keeps a `ClusterView` (the committed cluster state and this node's standing)
 //! up to date on a watch channel. While this node leads the group, its failure detector
 //! proposes `NodeDown` / `NodeUp` from what it hears (`detector.rs`).
+//!
+//! Above the membership, the node carries what a server needs between nodes: calls
+//! forwarded to a partition's leader (`invoke`, answered by the `Service` the server sets),
+//! proposals from any node (`propose_via_leader` sends them to the group's leader), and
+//! every node's client address (learnt from the hellos).
 
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{EmptyNode, ServerState};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep, timeout, Instant, MissedTickBehavior};
 
@@ -27,7 +32,7 @@ use crate::record;
 use crate::replication;
 use crate::state::{ClusterState, Command, Incarnation, Outcome};
 use crate::store::{LogStore, StateMachine};
-use crate::transport::{self, Faults, Handler, Transport};
+use crate::transport::{self, CallError, Faults, Handler, Transport};
 
 /// Partition messages from peers waiting to be taken; beyond this they are dropped (the
 /// replication sends again what was not acknowledged).
@@ -61,6 +66,18 @@ pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 100;
 pub const HEARTBEATS_PER_MINORITY_TIMEOUT_MIN: u64 = 3;
 /// How long a proposal to the group may take before it is given up.
 pub const PROPOSE_TIMEOUT_MS: u64 = 2_000;
+/// How long `propose_via_leader` keeps looking for the group's leader (an election takes
+/// well under a second) before it gives up with `NotLeader`.
+pub const FIND_LEADER_TIMEOUT_MS: u64 = 3_000;
+/// The pause between two attempts to find the group's leader.
+const FIND_LEADER_RETRY_MS: u64 = 50;
+
+/// Answers the calls other nodes forward to this one (the server provides it).
+pub trait Service: Send + Sync + 'static {
+    /// Runs `call` (the server's encoding of a call for `partition`, from node `from`) and
+    /// gives its encoded answer to `answer`, once, from any thread.
+    fn invoke(&self, from: NodeId, partition: PartitionId, call: Vec<u8>, answer: Box<dyn FnOnce(Vec<u8>) + Send>);
+}
 /// The file in the data directory that counts this node's starts.
 const INCARNATION_FILE: &str = "incarnation";
 
@@ -81,6 +98,8 @@ pub struct ClusterConfig {
     /// it stops serving.
     pub failure_timeout: Duration,
     pub heartbeat_interval: Duration,
+    /// Where this node's clients connect, told to the other nodes.
+    pub client_address: Option<SocketAddr>,
 }
 
 impl ClusterConfig {
@@ -95,6 +114,7 @@ impl ClusterConfig {
             data_dir,
             failure_timeout: Duration::from_millis(detector::FAILURE_TIMEOUT_DEFAULT_MS),
             heartbeat_interval: Duration::from_millis(HEARTBEAT_INTERVAL_DEFAULT_MS),
+            client_address: None,
         }
     }
 }
@@ -117,7 +137,7 @@ pub enum StartError {
 }
 
 /// Why a proposal was not applied.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]
 pub enum ProposeError {
     #[error("this node does not lead the membership group; node {leader:?} does")]
     NotLeader { leader: Option<NodeId> },
@@ -125,6 +145,9 @@ pub enum ProposeError {
     Timeout,
     #[error("the membership group has stopped: {0}")]
     Stopped(String),
+    /// A proposal sent to the group's leader got no answer: it may or may not be applied.
+    #[error("the proposal was sent to node {leader}, which did not answer: it may or may not have been applied ({reason})")]
+    Unknown { leader: NodeId, reason: String },
 }
 
 /// What this node knows of the cluster, as one consistent snapshot. It is recomputed on
@@ -163,6 +186,10 @@ struct Shared {
     granting: Mutex<Option<u64>>,
     /// Where partition messages from peers go (`ClusterNode::partition_messages`).
     partition_inbox: mpsc::Sender<PartitionMessage>,
+    /// By node id: where its clients connect, as its hello said (this node's from its config).
+    clients: Mutex<Vec<Option<SocketAddr>>>,
+    /// What answers forwarded calls, once the server has set it.
+    service: OnceLock<Arc<dyn Service>>,
 }
 
 impl Shared {
@@ -201,6 +228,11 @@ impl Shared {
     fn granting(&self) -> Option<u64> {
         *self.granting.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn clients(&self) -> std::sync::MutexGuard<'_, Vec<Option<SocketAddr>>> {
+        // Plain values, never left half-written.
+        self.clients.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Answers the other nodes' requests.
@@ -227,6 +259,9 @@ impl Handler for NodeHandler {
         if hello.from >= mine.nodes || hello.from == self.shared.me {
             return Err(format!("a peer says it is node {}, which is this node or not in the host list", hello.from));
         }
+        if let (Some(slot), Some(client)) = (self.shared.clients().get_mut(hello.from as usize), hello.client) {
+            *slot = Some(client);
+        }
         Ok(())
     }
 
@@ -248,6 +283,18 @@ impl Handler for NodeHandler {
                 let _ = self.shared.partition_inbox.try_send(PartitionMessage { from, partition, message });
                 Response::Taken
             }
+            Request::Invoke { partition, call } => {
+                let Some(service) = self.shared.service.get() else {
+                    return Response::Answer(Err(format!("node {} is still starting: it takes no calls yet", self.shared.me)));
+                };
+                let (tx, rx) = oneshot::channel();
+                service.invoke(from, partition, call, Box::new(move |answer| drop(tx.send(answer))));
+                match rx.await {
+                    Ok(answer) => Response::Answer(Ok(answer)),
+                    Err(_) => Response::Answer(Err(format!("node {} dropped the call without an answer", self.shared.me))),
+                }
+            }
+            Request::Propose(command) => Response::Proposed(propose_here(&self.raft, command).await),
         }
     }
 }
@@ -295,8 +342,14 @@ impl ClusterNode {
         let log = LogStore::open(&config.data_dir).map_err(disk)?;
         let (sm, applied) = StateMachine::open(&config.data_dir, placement.clone()).map_err(disk)?;
 
-        let hello =
-            Hello { protocol: PROTOCOL_VERSION, from: me, nodes, sites_per_node: placement.sites_per_node, kfactor: placement.kfactor };
+        let hello = Hello {
+            protocol: PROTOCOL_VERSION,
+            from: me,
+            nodes,
+            sites_per_node: placement.sites_per_node,
+            kfactor: placement.kfactor,
+            client: config.client_address,
+        };
         let (partition_inbox, partition_messages) = mpsc::channel(PARTITION_INBOX_MAX);
         let shared = Arc::new(Shared {
             me,
@@ -308,6 +361,8 @@ impl ClusterNode {
             lease: Mutex::new(None),
             granting: Mutex::new(None),
             partition_inbox,
+            clients: Mutex::new((0..nodes).map(|n| if n == me { config.client_address } else { None }).collect()),
+            service: OnceLock::new(),
         });
         let faults = Arc::new(Faults::default());
         let transport = Arc::new(Transport::start(me, &config.hosts, hello, faults.clone()));
@@ -375,14 +430,79 @@ impl ClusterNode {
     /// committed and applied here. The failure detector proposes `NodeDown` / `NodeUp` by
     /// itself; this is for `SetLeader` (rebalancing) and for tests.
     pub async fn propose(&self, command: Command) -> Result<Outcome, ProposeError> {
-        match timeout(Duration::from_millis(PROPOSE_TIMEOUT_MS), self.raft.client_write(command)).await {
-            Err(_) => Err(ProposeError::Timeout),
-            Ok(Ok(r)) => Ok(r.data),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(ProposeError::NotLeader { leader: f.leader_id.and_then(|l| NodeId::try_from(l).ok()) })
+        propose_here(&self.raft, command).await
+    }
+
+    /// Proposes a change from any node: here if this node leads the group, else sent to the
+    /// node that does, looking for it for up to `FIND_LEADER_TIMEOUT_MS` while the group
+    /// elects one. Only a proposal that was certainly not appended is tried again, so a
+    /// change is never applied twice by this; one whose fate is unknown says so (`Timeout`,
+    /// `Unknown`). Returns once the leader applied it (not necessarily this node yet).
+    pub async fn propose_via_leader(&self, command: Command) -> Result<Outcome, ProposeError> {
+        let deadline = Instant::now() + Duration::from_millis(FIND_LEADER_TIMEOUT_MS);
+        let limit = Duration::from_millis(PROPOSE_TIMEOUT_MS + CONNECT_MARGIN_MS);
+        loop {
+            // Where to send it: the leader this node knows of, or none while the group elects.
+            let leader = match propose_here(&self.raft, command.clone()).await {
+                Err(ProposeError::NotLeader { leader: Some(l) }) if l != self.shared.me => Some(l),
+                Err(ProposeError::NotLeader { .. }) => None,
+                other => return other,
+            };
+            if let Some(leader) = leader {
+                match self.transport.call(leader, Request::Propose(command.clone()), limit).await {
+                    Ok(Response::Proposed(Err(ProposeError::NotLeader { .. }))) => {}
+                    Ok(Response::Proposed(result)) => return result,
+                    Ok(other) => return Err(ProposeError::Unknown { leader, reason: format!("it answered {}", response_kind(&other)) }),
+                    // Not sent: the peer could not be reached, or this node is cut off from it.
+                    Err(CallError::Unreachable { .. } | CallError::Blocked(_) | CallError::QueueFull(_) | CallError::Refused { .. }) => {}
+                    Err(e) => return Err(ProposeError::Unknown { leader, reason: e.to_string() }),
+                }
             }
-            Ok(Err(e)) => Err(ProposeError::Stopped(e.to_string())),
+            if Instant::now() >= deadline {
+                return Err(ProposeError::NotLeader { leader: None });
+            }
+            sleep(Duration::from_millis(FIND_LEADER_RETRY_MS)).await;
         }
+    }
+
+    /// Sends a call to node `to` for its `Service` (see `Service::invoke`): Ok(Ok) carries the
+    /// answer, Ok(Err) says the node took no call yet (nothing ran), Err says the call got no
+    /// answer (it may or may not have run, unless the error says it was never sent).
+    pub async fn invoke(
+        &self,
+        to: NodeId,
+        partition: PartitionId,
+        call: Vec<u8>,
+        limit: Duration,
+    ) -> Result<Result<Vec<u8>, String>, CallError> {
+        match self.transport.call(to, Request::Invoke { partition, call }, limit).await? {
+            Response::Answer(answer) => Ok(answer),
+            other => Err(CallError::Closed { peer: to, reason: format!("answered a call with {}", response_kind(&other)) }),
+        }
+    }
+
+    /// Sets what answers the calls other nodes forward here; the first one set stays.
+    pub fn set_service(&self, service: Arc<dyn Service>) {
+        let _ = self.shared.service.set(service);
+    }
+
+    /// Where each node's clients connect (by node id), as far as this node has heard.
+    pub fn client_addresses(&self) -> Vec<Option<SocketAddr>> {
+        self.shared.clients().clone()
+    }
+
+    /// How many nodes, this one included, this node heard from within the failure timeout.
+    pub fn heard_count(&self) -> u32 {
+        let now = self.shared.now_ms();
+        let window = self.shared.timing.failure_timeout_ms;
+        let peers = self
+            .shared
+            .heard()
+            .iter()
+            .enumerate()
+            .filter(|(n, h)| *n as NodeId != self.shared.me && h.at_ms.is_some_and(|at| now.saturating_sub(at) <= window))
+            .count();
+        1 + peers as u32
     }
 
     /// Stops the node's tasks and its Raft.
@@ -401,6 +521,37 @@ impl Drop for ClusterNode {
         for t in &self.tasks {
             t.abort();
         }
+    }
+}
+
+/// Time beyond the proposal's own timeout for a proposal sent to another node (connecting
+/// and the round trip).
+const CONNECT_MARGIN_MS: u64 = 1_000;
+
+/// Proposes `command` to this node's Raft, which takes it only while it leads the group.
+async fn propose_here(raft: &MembershipRaft, command: Command) -> Result<Outcome, ProposeError> {
+    match timeout(Duration::from_millis(PROPOSE_TIMEOUT_MS), raft.client_write(command)).await {
+        Err(_) => Err(ProposeError::Timeout),
+        Ok(Ok(r)) => Ok(r.data),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+            Err(ProposeError::NotLeader { leader: f.leader_id.and_then(|l| NodeId::try_from(l).ok()) })
+        }
+        Ok(Err(e)) => Err(ProposeError::Stopped(e.to_string())),
+    }
+}
+
+/// A response's name, for errors about an unexpected one.
+fn response_kind(r: &Response) -> &'static str {
+    match r {
+        Response::Welcome => "welcome",
+        Response::Refused(_) => "refused",
+        Response::Pong { .. } => "pong",
+        Response::Append(_) => "append-entries",
+        Response::Vote(_) => "vote",
+        Response::Snapshot(_) => "install-snapshot",
+        Response::Taken => "taken",
+        Response::Answer(_) => "answer",
+        Response::Proposed(_) => "proposed",
     }
 }
 

@@ -1,7 +1,7 @@
 //! `Replicas`: the replication of every partition this node holds, carried out. It follows
 //! the cluster view, feeds each partition's `Replication` the messages peers send and a tick,
 //! posts what it says to send, hands entries to run to the `Executor`, and answers the
-//! leader's appends once they commit.
+//! leader's appends once they commit (through the callback each append came with).
 //!
 //! Each partition's state sits behind its own mutex, so the thread that runs a partition's
 //! transactions appends to it directly (`append`, no hop through a task) and can roll a
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{interval, MissedTickBehavior};
 
@@ -47,13 +47,15 @@ pub enum ReplicateError {
     Unknown,
 }
 
-/// The answer to one append: Ok once every member ran it.
-pub type Committed = oneshot::Receiver<Result<(), ReplicateError>>;
+/// Called once with the fate of one append: Ok once every member ran it. It runs on
+/// whichever thread learnt the outcome (the replication task, or a site calling
+/// `applied`), never under a partition's lock.
+pub type Committed = Box<dyn FnOnce(Result<(), ReplicateError>) + Send>;
 
 struct Partition {
     repl: Replication<Vec<u8>>,
     /// The appends waiting to commit, by sequence number.
-    waiting: BTreeMap<Seq, oneshot::Sender<Result<(), ReplicateError>>>,
+    waiting: BTreeMap<Seq, Committed>,
 }
 
 struct Inner {
@@ -88,19 +90,19 @@ impl Replicas {
     }
 
     /// The leader ran a transaction whose results hash to `hash`: order it and send it to
-    /// the partition's other members. Err means nothing was sent and the caller must roll
-    /// the transaction back; otherwise the receiver answers once every member ran it.
-    pub fn append(&self, partition: PartitionId, payload: Vec<u8>, hash: u64) -> Result<Committed, ReplicateError> {
+    /// the partition's other members. Err means nothing was sent, `committed` is dropped
+    /// uncalled and the caller must roll the transaction back; otherwise `committed` is
+    /// called once every member ran it (or once that can no longer be known).
+    pub fn append(&self, partition: PartitionId, payload: Vec<u8>, hash: u64, committed: Committed) -> Result<(), ReplicateError> {
         let slot = self.inner.partitions.get(&partition).ok_or(ReplicateError::NotHere(partition))?;
-        let (reply, committed) = oneshot::channel();
         let actions = {
             let mut p = lock(slot);
             let (seq, actions) = p.repl.append(payload, hash)?;
-            p.waiting.insert(seq, reply);
+            p.waiting.insert(seq, committed);
             actions
         };
         self.inner.act(partition, actions);
-        Ok(committed)
+        Ok(())
     }
 
     /// Whether this node may append to `partition` now (it leads it and has taken over).
@@ -167,8 +169,8 @@ impl Inner {
             let keys: Vec<Seq> = p.waiting.range(seqs).map(|(s, _)| *s).collect();
             keys.into_iter().filter_map(|s| p.waiting.remove(&s)).collect()
         };
-        for reply in done {
-            let _ = reply.send(result.clone());
+        for committed in done {
+            committed(result.clone());
         }
     }
 

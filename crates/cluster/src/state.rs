@@ -1,6 +1,7 @@
 //! The cluster state: the data of the membership group's state machine. It says which nodes
 //! are alive (and which start of each node the group has seen), which node leads each
-//! partition, and an epoch that grows with every change.
+//! partition, the schema changes every node applies in the same order, and an epoch that
+//! grows with every change.
 //!
 //! Applying a `Command` is a pure, deterministic function of the state and the command, so
 //! every node that applies the same committed commands in the same order holds the same
@@ -33,6 +34,21 @@ pub enum Command {
     /// A live replica that came back has caught up with the partition's history (a rejoin):
     /// it becomes a member again, one every transaction must reach.
     Rejoined { partition: PartitionId, node: NodeId },
+    /// A schema change (DDL statements, applied together) that every node applies, in the
+    /// order the group commits them. `origin` and `id` name the call that proposed it, so
+    /// the proposing node can answer that call once it applied the change itself.
+    Schema(SchemaChange),
+}
+
+/// One schema change of `Command::Schema`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemaChange {
+    pub statements: Vec<String>,
+    /// The node that proposed it.
+    pub origin: NodeId,
+    /// Unique among `origin`'s proposals since it started (with its incarnation in the
+    /// high bits, so a restarted node never reuses one).
+    pub id: u64,
 }
 
 /// What applying a command did.
@@ -88,6 +104,8 @@ pub struct ClusterState {
     members: Vec<Vec<NodeId>>,
     /// By partition id: the epoch at which its leader last changed (the replication term).
     terms: Vec<u64>,
+    /// Every schema change committed, in order: a node applies those it has not applied yet.
+    schema: Vec<SchemaChange>,
 }
 
 impl ClusterState {
@@ -98,7 +116,16 @@ impl ClusterState {
         let leaders = placement.partitions.iter().map(|r| Some(r.leader())).collect();
         let members = placement.partitions.iter().map(|r| sorted(&r.nodes)).collect();
         let terms = vec![0; placement.partitions.len()];
-        ClusterState { epoch: 0, alive: vec![true; nodes], incarnations: vec![0; nodes], leaders, members, terms, placement }
+        ClusterState {
+            epoch: 0,
+            alive: vec![true; nodes],
+            incarnations: vec![0; nodes],
+            leaders,
+            members,
+            terms,
+            placement,
+            schema: Vec::new(),
+        }
     }
 
     /// Grows by one with every change.
@@ -163,14 +190,25 @@ impl ClusterState {
         (0..self.leaders.len() as PartitionId).filter(|p| self.leader(*p).is_none()).collect()
     }
 
+    /// Every schema change committed so far, in the order every node applies them.
+    pub fn schema_changes(&self) -> &[SchemaChange] {
+        &self.schema
+    }
+
     /// Applies one committed command.
     pub fn apply(&mut self, command: &Command) -> Outcome {
         let leaders_before = self.leaders.clone();
-        let changed = match *command {
-            Command::NodeDown(node) => self.node_down(node),
-            Command::NodeUp { node, incarnation } => self.node_up(node, incarnation),
-            Command::SetLeader { partition, node } => self.set_leader(partition, node),
-            Command::Rejoined { partition, node } => self.rejoined(partition, node),
+        let changed = match command {
+            Command::NodeDown(node) => self.node_down(*node),
+            Command::NodeUp { node, incarnation } => self.node_up(*node, *incarnation),
+            Command::SetLeader { partition, node } => self.set_leader(*partition, *node),
+            Command::Rejoined { partition, node } => self.rejoined(*partition, *node),
+            Command::Schema(change) => {
+                // Whether the statements are valid is for each node's engine to find: they
+                // all find the same, as they all hold the same schema before it.
+                self.schema.push(change.clone());
+                Ok(true)
+            }
         };
         match changed {
             Err(refusal) => Outcome::Refused(refusal),
@@ -451,6 +489,19 @@ mod tests {
     }
 
     #[test]
+    fn schema_changes_are_kept_in_commit_order_and_move_no_leader() {
+        let mut s = state(3, 2, 1);
+        let leaders = s.leaders().to_vec();
+        let change = |n: u64| SchemaChange { statements: vec![format!("CREATE TABLE t{n} (a INTEGER);")], origin: 1, id: n };
+        assert_eq!(s.apply(&Command::Schema(change(7))), Outcome::Changed { epoch: 1 });
+        assert_eq!(s.apply(&Command::Schema(change(3))), Outcome::Changed { epoch: 2 });
+        assert_eq!(s.schema_changes(), &[change(7), change(3)]);
+        assert_eq!(s.leaders(), &leaders[..]);
+        assert_eq!(s.view(0).term, 1, "a schema change is no new term");
+        s.validate().unwrap();
+    }
+
+    #[test]
     fn validate_catches_a_leader_that_is_not_a_live_replica() {
         let mut s = state(3, 2, 1);
         s.validate().unwrap();
@@ -467,6 +518,7 @@ mod tests {
             (0..nodes + 1, 0u64..4).prop_map(|(node, incarnation)| Command::NodeUp { node, incarnation }),
             (0..partitions + 1, 0..nodes + 1).prop_map(|(partition, node)| Command::SetLeader { partition, node }),
             (0..partitions + 1, 0..nodes + 1).prop_map(|(partition, node)| Command::Rejoined { partition, node }),
+            (0..nodes, 0u64..4).prop_map(|(origin, id)| Command::Schema(SchemaChange { statements: vec![format!("-- {id}")], origin, id })),
         ]
     }
 

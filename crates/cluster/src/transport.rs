@@ -476,7 +476,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn hello(from: NodeId) -> Hello {
-        Hello { protocol: PROTOCOL_VERSION, from, nodes: 3, sites_per_node: 2, kfactor: 1 }
+        Hello { protocol: PROTOCOL_VERSION, from, nodes: 3, sites_per_node: 2, kfactor: 1, client: None }
     }
 
     /// Answers pings with the number of pings seen; a ping with incarnation 99 is never answered.

@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use lockstep_cluster::node::Service;
 use lockstep_cluster::replicas::{Executor, Replicas, ReplicateError, TICK_DEFAULT_MS};
 use lockstep_cluster::replication::{AppendError, Entry};
-use lockstep_cluster::{ClusterConfig, ClusterNode, ClusterView, NodeId, PartitionId, Standing};
+use lockstep_cluster::state::SchemaChange;
+use lockstep_cluster::{ClusterConfig, ClusterNode, ClusterView, Command, NodeId, PartitionId, Standing};
 use tokio::runtime::Runtime;
 use tokio::time::timeout;
 
@@ -43,6 +45,11 @@ fn runtime(id: NodeId) -> Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name(format!("node-{id}")).enable_all().build().unwrap()
 }
 
+/// The client address node `id` announces (nothing listens there: only its passing on is tested).
+fn client_address(id: NodeId) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 20_000 + id as u16))
+}
+
 impl Cluster {
     /// Starts every node, each on a listener bound before any starts (so the host list is
     /// known without guessing free ports).
@@ -62,7 +69,8 @@ impl Cluster {
 
     fn launch(&self, id: NodeId, listener: Option<std::net::TcpListener>) -> Running {
         let rt = runtime(id);
-        let config = ClusterConfig::new(id, self.hosts.clone(), KFACTOR, SITES, self.root.join(format!("node-{id}")));
+        let mut config = ClusterConfig::new(id, self.hosts.clone(), KFACTOR, SITES, self.root.join(format!("node-{id}")));
+        config.client_address = Some(client_address(id));
         let node = rt
             .block_on(async {
                 match listener {
@@ -323,8 +331,9 @@ fn replicate(cluster: &Cluster, replicas: &[Option<(Replicas, Arc<Store>)>], par
                 let (ran, hash) = runs.entry(partition).or_default();
                 let before = *hash;
                 let next = payload.iter().fold(hash.rotate_left(5), |h, b| h.wrapping_mul(31) ^ u64::from(*b));
-                match r.append(partition, payload.clone(), next) {
-                    Ok(rx) => {
+                let (reply, rx) = tokio::sync::oneshot::channel();
+                match r.append(partition, payload.clone(), next, Box::new(move |result| drop(reply.send(result)))) {
+                    Ok(()) => {
                         ran.push(payload.clone());
                         *hash = next;
                         rx
@@ -375,7 +384,7 @@ fn replicas_run_every_committed_transaction_in_order_and_keep_them_when_a_leader
     let p0 = &view.state.placement().partitions[0];
     let follower = *p0.nodes.iter().find(|n| view.state.leader(0) != Some(**n)).unwrap();
     let (r, _) = replicas[follower as usize].as_ref().unwrap();
-    assert_eq!(r.append(0, b"x".to_vec(), 0).err(), Some(ReplicateError::Refused(AppendError::NotLeader)));
+    assert_eq!(r.append(0, b"x".to_vec(), 0, Box::new(|_| {})).err(), Some(ReplicateError::Refused(AppendError::NotLeader)));
 
     // The leader of partition 0 dies; its partitions' other replicas take over with
     // everything committed, and new work commits.
@@ -393,5 +402,47 @@ fn replicas_run_every_committed_transaction_in_order_and_keep_them_when_a_leader
             wait_until("a member runs everything", || r.applied_seq(p) == Some(written[p as usize].len() as u64));
             assert_eq!(store.ran(p), written[p as usize], "partition {p} on node {m}");
         }
+    }
+}
+
+/// Answers a forwarded call with its own node id, the caller and the call reversed.
+struct Mirror(NodeId);
+
+impl Service for Mirror {
+    fn invoke(&self, from: NodeId, partition: PartitionId, mut call: Vec<u8>, answer: Box<dyn FnOnce(Vec<u8>) + Send>) {
+        call.reverse();
+        call.extend([self.0 as u8, from as u8, partition as u8]);
+        answer(call);
+    }
+}
+
+#[test]
+fn any_node_proposes_through_the_leader_forwards_calls_and_knows_every_client_address() {
+    let cluster = Cluster::start();
+    let view = cluster.formed();
+    let leader = view.group_leader.unwrap();
+    let follower = (0..NODES).find(|n| *n != leader).unwrap();
+
+    // A follower's proposal reaches the group's leader and every node applies it.
+    let change = SchemaChange { statements: vec!["CREATE TABLE t (a INTEGER);".into()], origin: follower, id: 1 };
+    let running = cluster.nodes[follower as usize].as_ref().unwrap();
+    let outcome = running.rt.block_on(running.node.propose_via_leader(Command::Schema(change.clone())));
+    assert!(matches!(outcome, Ok(lockstep_cluster::Outcome::Changed { .. })), "{outcome:?}");
+    for n in 0..NODES {
+        wait_until("every node applies the schema change", || cluster.view(n).state.schema_changes() == std::slice::from_ref(&change));
+    }
+
+    // A node without a service says so; with one, the call is answered by it.
+    let other = (0..NODES).find(|n| *n != follower).unwrap();
+    let call = |to: NodeId| running.rt.block_on(running.node.invoke(to, 2, vec![1, 2, 3], LIVENESS_LIMIT));
+    assert!(matches!(call(other), Ok(Err(_))), "a node with no service takes no call");
+    cluster.node(other).set_service(Arc::new(Mirror(other)));
+    assert_eq!(call(other), Ok(Ok(vec![3, 2, 1, other as u8, follower as u8, 2])));
+
+    for n in 0..NODES {
+        wait_until("every node knows every client address", || {
+            cluster.node(n).client_addresses() == (0..NODES).map(|i| Some(client_address(i))).collect::<Vec<_>>()
+        });
+        assert_eq!(cluster.node(n).heard_count(), NODES);
     }
 }

@@ -41,6 +41,12 @@ pub struct ServerConfig {
     pub snapshots_keep: Option<usize>,
     /// Users, `security` on/off and TLS of the client port (see `security.rs`).
     pub security: SecurityConfig,
+    /// In a cluster: this node's internal address (one of `hosts`).
+    pub internal: Option<String>,
+    /// In a cluster: every node's internal address; empty for a single node.
+    pub hosts: Vec<String>,
+    /// In a cluster: extra copies of each partition (0 when not given).
+    pub kfactor: Option<u32>,
 }
 
 impl Default for ServerConfig {
@@ -61,7 +67,29 @@ impl Default for ServerConfig {
             snapshot_interval: None,
             snapshots_keep: None,
             security: SecurityConfig::default(),
+            internal: None,
+            hosts: Vec::new(),
+            kfactor: None,
         }
+    }
+}
+
+/// `hosts` in a TOML file: one comma-separated string (as the flag takes it) or a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum HostList {
+    Joined(String),
+    List(Vec<String>),
+}
+
+impl HostList {
+    /// The addresses, trimmed, empty entries dropped.
+    pub fn into_vec(self) -> Vec<String> {
+        let all = match self {
+            HostList::Joined(s) => s.split(',').map(str::to_string).collect(),
+            HostList::List(v) => v,
+        };
+        all.into_iter().map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).collect()
     }
 }
 
@@ -88,6 +116,10 @@ pub struct FileConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub users: Option<Vec<UserEntry>>,
+    /// Cluster: `internal = "host:port"`, `hosts = "h1:p,h2:p"` (or a list), `kfactor = 1`.
+    pub internal: Option<String>,
+    pub hosts: Option<HostList>,
+    pub kfactor: Option<u32>,
 }
 
 impl FileConfig {
@@ -141,6 +173,15 @@ impl FileConfig {
         if self.snapshots_keep.is_some() {
             c.snapshots_keep = self.snapshots_keep;
         }
+        if self.internal.is_some() {
+            c.internal = self.internal;
+        }
+        if let Some(h) = self.hosts {
+            c.hosts = h.into_vec();
+        }
+        if self.kfactor.is_some() {
+            c.kfactor = self.kfactor;
+        }
     }
 
     fn apply_security_to(&mut self, c: &mut SecurityConfig) {
@@ -155,6 +196,25 @@ impl FileConfig {
         }
         if let Some(users) = self.users.take() {
             c.users = users;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_keys_take_hosts_as_one_string_or_a_list() {
+        for text in [
+            "internal = \"127.0.0.1:3022\"\nhosts = \"127.0.0.1:3021, 127.0.0.1:3022\"\nkfactor = 1",
+            "internal = \"127.0.0.1:3022\"\nhosts = [\"127.0.0.1:3021\", \"127.0.0.1:3022\"]\nkfactor = 1",
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let mut c = ServerConfig::default();
+            file.apply_to(&mut c);
+            assert_eq!(c.hosts, ["127.0.0.1:3021", "127.0.0.1:3022"]);
+            assert_eq!((c.internal.as_deref(), c.kfactor), (Some("127.0.0.1:3022"), Some(1)));
         }
     }
 }

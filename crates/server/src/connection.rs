@@ -260,7 +260,7 @@ where
     let result = match checked {
         Ok(principal) => {
             let ok = LoginSuccess {
-                host_id: sysprocs::HOST_ID,
+                host_id: front.engine.host_id(),
                 connection_id: id,
                 cluster_start_ms: front.engine.shared().started_ms,
                 leader_ipv4: u32::from(std::net::Ipv4Addr::LOCALHOST),
@@ -304,6 +304,15 @@ fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &mpsc::UnboundedSe
                 _slot: Some(slot),
                 then_shutdown: false,
             });
+            return Ok(());
+        }
+    }
+    // A cluster node cut off from the majority takes no work (a subscription and a stop
+    // still do what they say: neither reads nor changes data).
+    if !matches!(lower.as_str(), "@subscribe" | "@shutdown") {
+        if let Some(why) = front.unavailable() {
+            let outcome = Outcome::error(Error::unavailable(why));
+            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
             return Ok(());
         }
     }

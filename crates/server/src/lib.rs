@@ -1,7 +1,10 @@
 //! Network front ends. For now the VoltDB wire protocol on TCP: accept connections, log
-//! them in, decode invocations, hand them to the engine, and write the answers back.
+//! them in, decode invocations, hand them to the engine, and write the answers back. In a
+//! cluster (`cluster.rs`) the server is one node, joined to the others through the engine's
+//! cluster hooks.
 
 pub mod clients;
+pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod push;
@@ -38,6 +41,9 @@ pub struct Front {
     pub large_requests: Arc<Semaphore>,
     /// Users, login checks and TLS of the client port.
     pub security: security::Security,
+    /// Set when this server is a node of a cluster: while the node does not serve (cut off
+    /// from the majority), calls are refused.
+    pub cluster: std::sync::OnceLock<Arc<cluster::ClusterGlue>>,
 }
 
 impl Front {
@@ -58,7 +64,13 @@ impl Front {
             live: Default::default(),
             large_requests: Arc::new(Semaphore::new(connection::LARGE_REQUESTS_KIB_MAX)),
             security,
+            cluster: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Why calls are refused now (a cluster node that does not serve), or None.
+    pub fn unavailable(&self) -> Option<String> {
+        self.cluster.get().and_then(|c| c.refusal())
     }
 
     fn connection_id(&self) -> i64 {

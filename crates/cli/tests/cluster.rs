@@ -1,0 +1,273 @@
+//! A cluster of real `lockstep server` processes on loopback: three nodes with k = 1 form,
+//! share their schema, serve every partition through every node (forwarding calls to each
+//! partition's leader), survive `kill -9` of a node without losing an acknowledged row, and
+//! a node left without a majority refuses calls. Every wait is bounded; nothing asserts a
+//! time.
+
+mod common;
+
+use std::future::Future;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Server, TempDir, BIN};
+use lockstep_client::{Client, ClientConfig, Response};
+use lockstep_core::Value;
+
+/// Longest any step waits for the cluster to get somewhere.
+const LIVENESS_LIMIT: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(50);
+/// VoltDB's SERVER_UNAVAILABLE status.
+const SERVER_UNAVAILABLE: i8 = -5;
+
+/// Free loopback addresses for the nodes' internal ports (bound together, then released).
+fn free_addrs(n: usize) -> Vec<String> {
+    let held: Vec<std::net::TcpListener> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    held.iter().map(|l| l.local_addr().unwrap().to_string()).collect()
+}
+
+/// Starts `n` nodes with k-factor `k` (2 sites each) and waits until every one is ready.
+fn start_cluster(root: &Path, n: usize, k: u32) -> Vec<Server> {
+    let hosts = free_addrs(n);
+    let joined = hosts.join(",");
+    let children: Vec<_> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, internal)| {
+            let data = root.join(format!("node-{i}"));
+            let child = Command::new(BIN)
+                .arg("server")
+                .args(["--listen", "127.0.0.1:0", "--sites", "2", "--command-log", "off"])
+                .args(["--internal", internal, "--hosts", &joined, "--kfactor", &k.to_string(), "--data"])
+                .arg(&data)
+                // The Raft library reports every failed message to the killed node as an error.
+                .env("LOCKSTEP_LOG", "error,openraft=off")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start a cluster node");
+            (child, data)
+        })
+        .collect();
+    // Every node is started before any is waited for: none is ready before a majority is up.
+    children.into_iter().map(|(child, data)| Server::from_child(child, &data)).collect()
+}
+
+fn i(v: i64) -> Value {
+    Value::Int(v)
+}
+
+fn s(v: &str) -> Value {
+    Value::Str(v.into())
+}
+
+async fn connect(server: &Server) -> Client {
+    Client::connect(&server.addr, ClientConfig::default()).await.expect("connect to a node")
+}
+
+/// Polls `f` until it gives Some, for at most `LIVENESS_LIMIT`.
+async fn wait_for<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl FnMut() -> F) -> T {
+    let deadline = Instant::now() + LIVENESS_LIMIT;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn call(client: &Client, proc: &str, params: Vec<Value>) -> Response {
+    client.call(proc, params).await.expect("the call got an answer")
+}
+
+async fn ok(client: &Client, proc: &str, params: Vec<Value>) -> Response {
+    let r = call(client, proc, params).await;
+    assert_eq!(r.status, 1, "{proc} failed: {:?}", r.status_string);
+    r
+}
+
+/// The value of row `k` read through `client` (a single-partition call: forwarded to the
+/// partition's leader unless this node leads it), or None if the call failed.
+async fn read(client: &Client, k: i64) -> Option<Option<String>> {
+    let r = call(client, "KV.select", vec![i(k)]).await;
+    (r.status == 1).then(|| match r.tables[0].rows.first().map(|row| &row[1]) {
+        Some(Value::Str(v)) => Some(v.to_string()),
+        _ => None,
+    })
+}
+
+/// Whether the node's catalog has table KV and procedure Put.
+async fn has_schema(client: &Client) -> bool {
+    let tables = call(client, "@SystemCatalog", vec![s("TABLES")]).await;
+    let procs = call(client, "@SystemCatalog", vec![s("PROCEDURES")]).await;
+    let named = |r: &Response, name: &str| r.tables.first().is_some_and(|t| t.rows.iter().any(|row| row.iter().any(|v| *v == s(name))));
+    named(&tables, "KV") && named(&procs, "Put")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_node_k1_cluster_shares_its_schema_serves_every_partition_and_survives_a_kill() {
+    let dir = TempDir::new("cluster");
+    let mut nodes: Vec<Option<Server>> = start_cluster(&dir.0, 3, 1).into_iter().map(Some).collect();
+    let mut clients = Vec::new();
+    for n in nodes.iter().flatten() {
+        clients.push(connect(n).await);
+    }
+
+    // DDL sent to one node reaches every node.
+    ok(
+        &clients[1],
+        "@AdHoc",
+        vec![s("CREATE TABLE kv (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE kv ON COLUMN k;")],
+    )
+    .await;
+    let put = "CREATE PROCEDURE Put PARTITION ON TABLE kv COLUMN k FROM FILE 'inline.lua' SOURCE $lua$\
+               local up = sql [[UPSERT INTO kv VALUES (?, ?)]] return function(k, v) return up:exec(k, v) end$lua$";
+    ok(&clients[2], "@AdHoc", vec![s(put)]).await;
+    for c in &clients {
+        wait_for("every node has the schema", move || async move { has_schema(c).await.then_some(()) }).await;
+    }
+    // DDL that every node refuses is refused to its caller, with the reason.
+    let again = call(&clients[0], "@AdHoc", vec![s("CREATE TABLE kv (k BIGINT NOT NULL, PRIMARY KEY (k));")]).await;
+    assert_ne!(again.status, 1, "a second CREATE TABLE kv was accepted");
+    assert!(again.status_string.as_deref().is_some_and(|m| m.to_ascii_lowercase().contains("kv")), "{:?}", again.status_string);
+
+    // Rows written through every node, by the default procedure, a Lua procedure and
+    // ad-hoc SQL, are read back through every node: each partition's calls are forwarded
+    // to its leader wherever they arrive.
+    let mut written = Vec::new();
+    for k in 0..30i64 {
+        let c = &clients[k as usize % 3];
+        let v = format!("v{k}");
+        match k % 3 {
+            0 => ok(c, "KV.insert", vec![i(k), s(&v)]).await,
+            1 => ok(c, "Put", vec![i(k), s(&v)]).await,
+            _ => ok(c, "@AdHoc", vec![s(&format!("INSERT INTO kv VALUES ({k}, '{v}')"))]).await,
+        };
+        written.push((k, v));
+    }
+    for c in &clients {
+        for (k, v) in &written {
+            assert_eq!(read(c, *k).await, Some(Some(v.clone())), "row {k}");
+        }
+    }
+
+    // kill -9 node 0 (the membership group's first leader, leading a partition): the others
+    // take over its partitions, keep every acknowledged row, and take new writes.
+    // (Dropping a `Server` kills its process with SIGKILL.)
+    drop(nodes[0].take());
+    drop(clients.remove(0));
+    for (n, c) in clients.iter().enumerate() {
+        for (k, v) in &written {
+            let k = *k;
+            let got = wait_for(&format!("node {} serves row {k}", n + 1), move || async move { read(c, k).await }).await;
+            assert_eq!(got, Some(v.clone()), "row {k} after the kill");
+        }
+    }
+    for k in 30..40i64 {
+        let v = format!("after-{k}");
+        let c = &clients[k as usize % 2];
+        wait_for("a write after the kill commits", || {
+            let params = vec![i(k), s(&v)];
+            async move { (call(c, "Put", params).await.status == 1).then_some(()) }
+        })
+        .await;
+        written.push((k, v));
+    }
+    for c in &clients {
+        for (k, v) in &written {
+            assert_eq!(read(c, *k).await, Some(Some(v.clone())), "row {k}");
+        }
+    }
+
+    // Node 2 paused: node 1 hears no majority and refuses calls, clearly (first, as its
+    // lease runs out, as a node not admitted now; then, as the silence outlasts the failure
+    // timeout, as one cut off from the majority). Resumed, the two serve again.
+    let paused = nodes[2].as_ref().map(Server::pid).unwrap().to_string();
+    let _ = Command::new("kill").args(["-STOP", &paused]).status();
+    let lone = &clients[0];
+    let refusal = wait_for("the lone node refuses calls", move || async move {
+        let r = call(lone, "@Ping", vec![]).await;
+        assert!(r.status == 1 || r.status == SERVER_UNAVAILABLE, "{:?}", r.status_string);
+        (r.status_string.as_deref().is_some_and(|why| why.contains("cut off from the majority"))).then_some(r)
+    })
+    .await;
+    assert_eq!(refusal.status, SERVER_UNAVAILABLE);
+    let r = call(&clients[0], "KV.select", vec![i(1)]).await;
+    assert_eq!(r.status, SERVER_UNAVAILABLE, "a data call in the minority: {:?}", r.status_string);
+    let _ = Command::new("kill").args(["-CONT", &paused]).status();
+    for c in &clients {
+        let got = wait_for("the healed pair serves again", move || async move { read(c, 1).await }).await;
+        assert_eq!(got, Some("v1".into()));
+    }
+}
+
+#[test]
+fn flags_that_cannot_form_a_cluster_are_refused_with_the_reason() {
+    let dir = TempDir::new("cluster-flags");
+    let hosts = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3";
+    let refused = |extra: &[&str]| {
+        let out = Command::new(BIN).arg("server").arg("--data").arg(&dir.0).args(["--listen", "127.0.0.1:0"]).args(extra).output().unwrap();
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    assert!(refused(&["--internal", "127.0.0.1:9", "--hosts", hosts]).contains("is not in --hosts"));
+    assert!(refused(&["--internal", "127.0.0.1:1", "--hosts", hosts, "--kfactor", "3"]).contains("needs at least 4 nodes"));
+    assert!(refused(&["--internal", "127.0.0.1:1", "--hosts", "127.0.0.1:1,127.0.0.1:1"]).contains("twice"));
+    assert!(refused(&["--hosts", hosts]).contains("--hosts needs --internal"));
+    assert!(refused(&["--internal", "127.0.0.1:1", "--hosts", hosts, "--kfactor", "1", "--sites", "1"]).contains("divides by k + 1"));
+}
+
+/// The first of `n` consecutive loopback ports that are free now.
+fn free_port_run(n: u16) -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if first.checked_add(n).is_none() {
+            continue;
+        }
+        let held: Vec<_> = (first..first + n).map(|p| std::net::TcpListener::bind(("127.0.0.1", p))).collect();
+        if held.iter().all(Result::is_ok) {
+            return first;
+        }
+    }
+    panic!("no {n} consecutive free ports found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_script_starts_a_ready_cluster_and_stops_it() {
+    let dir = TempDir::new("cluster-script");
+    let script = common::repo_root().join("scripts/cluster.sh");
+    let clients = free_port_run(2);
+    let internal = free_port_run(2);
+    let run = |args: &[&str]| {
+        Command::new("bash")
+            .arg(&script)
+            .args(args)
+            .current_dir(&dir.0)
+            .env("LOCKSTEP_BIN", BIN)
+            .env("LOCKSTEP_CLUSTER_CLIENT_PORT", clients.to_string())
+            .env("LOCKSTEP_CLUSTER_INTERNAL_PORT", internal.to_string())
+            .env("LOCKSTEP_CLUSTER_WAIT_S", LIVENESS_LIMIT.as_secs().to_string())
+            .env("LOCKSTEP_LOG", "error,openraft=off")
+            .output()
+            .expect("run scripts/cluster.sh")
+    };
+    let started = run(&["start", "2", "--kfactor", "1"]);
+    let out = String::from_utf8_lossy(&started.stdout).to_string();
+    assert!(started.status.success(), "{out}{}", String::from_utf8_lossy(&started.stderr));
+    assert_eq!(out.lines().filter(|l| l.contains("ready: node")).count(), 2, "{out}");
+    let pids: Vec<String> =
+        (0..2).map(|i| std::fs::read_to_string(dir.0.join(format!("lockstep-cluster/node-{i}/pid"))).unwrap().trim().to_string()).collect();
+
+    let client = Client::connect(&format!("127.0.0.1:{}", clients + 1), ClientConfig::default()).await.expect("connect to node 1");
+    ok(&client, "@AdHoc", vec![s("CREATE TABLE t (a INTEGER NOT NULL, PRIMARY KEY (a)); PARTITION TABLE t ON COLUMN a;")]).await;
+    ok(&client, "T.insert", vec![i(5)]).await;
+    drop(client);
+
+    assert!(run(&["stop"]).status.success());
+    for pid in pids {
+        let alive = Command::new("kill").args(["-0", &pid]).stderr(Stdio::null()).status().unwrap().success();
+        assert!(!alive, "node process {pid} still runs after stop");
+    }
+}

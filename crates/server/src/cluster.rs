@@ -1,0 +1,589 @@
+//! A server as one node of a cluster: the `--internal`, `--hosts` and `--kfactor` settings
+//! checked (`ClusterSettings`), and `ClusterGlue`, which joins the engine to the cluster
+//! crate. The engine asks it (`ClusterHooks`) whether this node leads a partition, to
+//! forward a call to the node that does, to replicate a leader's transaction, to change the
+//! schema everywhere and what the cluster looks like; it answers calls other nodes forward
+//! here (`Service`), hands the replicas' entries to the engine's sites (`Executor`), and
+//! applies every committed schema change in order.
+//!
+//! Forwarded calls and their answers travel as postcard (`ForwardedCall`, `ForwardAnswer`);
+//! an answer's outcome is in the VoltDB response encoding, which carries every status,
+//! message and result table exactly as a client would get them.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use lockstep_cluster::node::Service;
+use lockstep_cluster::replicas::{Executor, Replicas, ReplicateError, TICK_DEFAULT_MS};
+use lockstep_cluster::replication::Entry;
+use lockstep_cluster::state::SchemaChange;
+use lockstep_cluster::transport::CallError;
+use lockstep_cluster::{ClusterNode, ClusterView, Command, NodeId, PartitionId, Placement, ProposeError, Standing};
+use lockstep_core::{Error, Value};
+use lockstep_engine::cluster::{ClusterHooks, Committed, Host, PartitionPlacement, SpRequest, Topology};
+use lockstep_engine::outcome::APP_STATUS_UNSET;
+use lockstep_engine::{Engine, Outcome, Reply};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{oneshot, watch};
+use tokio::time::{sleep, Instant};
+
+use crate::config::ServerConfig;
+
+/// How long a forwarded call keeps looking for its partition's leader (while the cluster
+/// fails over: a dead leader is replaced within the failure timeout) before it is answered
+/// "unavailable".
+pub const FORWARD_FIND_LEADER_MS: u64 = 3_000;
+/// The pause between two attempts to reach a partition's leader.
+const FORWARD_RETRY_MS: u64 = 20;
+/// How long a forwarded call without a timeout of its own may wait for its answer.
+pub const FORWARD_CALL_TIMEOUT_DEFAULT_MS: u64 = 30_000;
+/// Time beyond a call's own timeout for the answer to come back from the leader.
+const FORWARD_MARGIN_MS: u64 = 2_000;
+/// The largest encoded answer sent back to the node that forwarded a call; a larger one is
+/// replaced by an error (the internal network's frames are bounded).
+pub const FORWARD_ANSWER_BYTES_MAX: usize = lockstep_cluster::message::FRAME_MAX_BYTES - 64 * 1024;
+/// The largest schema change (its statements' bytes) sent through the cluster: every
+/// change stays in the cluster state for good.
+pub const SCHEMA_CHANGE_BYTES_MAX: usize = 1024 * 1024;
+/// The file in the cluster's data directory that counts the schema changes applied here.
+const SCHEMA_APPLIED_FILE: &str = "schema-applied";
+
+/// Where a cluster node keeps its membership data, inside the server's data directory.
+pub fn cluster_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("cluster")
+}
+
+/// A node's place in a cluster, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSettings {
+    pub node_id: NodeId,
+    /// Every node's internal address, by node id.
+    pub hosts: Vec<SocketAddr>,
+    pub kfactor: u32,
+    pub sites_per_node: u32,
+    pub placement: Placement,
+}
+
+impl ClusterSettings {
+    /// The cluster this server is a node of, or None for a single node (no `hosts`).
+    /// `sites_per_node` is `--sites` (or its default).
+    pub fn from_config(c: &ServerConfig, sites_per_node: u32) -> Result<Option<ClusterSettings>, String> {
+        if c.hosts.is_empty() {
+            if c.internal.is_some() {
+                return Err("--internal needs --hosts: list every node's internal address, this node's among them".into());
+            }
+            if c.kfactor.is_some_and(|k| k > 0) {
+                return Err("--kfactor needs a cluster: give --hosts (every node's internal address) and --internal".into());
+            }
+            return Ok(None);
+        }
+        let Some(internal) = &c.internal else {
+            return Err("--hosts needs --internal: this node's own internal address, as it appears in --hosts".into());
+        };
+        let hosts = c.hosts.iter().map(|h| resolve(h, "--hosts")).collect::<Result<Vec<_>, _>>()?;
+        for (i, h) in hosts.iter().enumerate() {
+            if let Some(j) = hosts[..i].iter().position(|o| o == h) {
+                return Err(format!(
+                    "--hosts names {h} twice (entries {} and {}): every node needs its own internal address",
+                    j + 1,
+                    i + 1
+                ));
+            }
+        }
+        let me = resolve(internal, "--internal")?;
+        let Some(node_id) = hosts.iter().position(|h| *h == me) else {
+            return Err(format!(
+                "--internal {internal} is not in --hosts ({}): this node's address must be one of them",
+                c.hosts.join(",")
+            ));
+        };
+        let kfactor = c.kfactor.unwrap_or(0);
+        let nodes = hosts.len() as u32;
+        if kfactor >= nodes {
+            return Err(format!(
+                "--kfactor {kfactor} needs at least {} nodes (each partition has k + 1 copies on different nodes), and --hosts lists {nodes}",
+                kfactor + 1
+            ));
+        }
+        let placement = Placement::new(nodes, sites_per_node, kfactor).map_err(|e| format!("the cluster layout is impossible: {e}"))?;
+        Ok(Some(ClusterSettings { node_id: node_id as NodeId, hosts, kfactor, sites_per_node, placement }))
+    }
+
+    /// The cluster's partitions: every node runs a site for each (`--sites` is per node).
+    pub fn partitions(&self) -> u32 {
+        self.placement.partition_count()
+    }
+}
+
+/// A HOST:PORT as a socket address (the first a host name resolves to).
+fn resolve(text: &str, flag: &str) -> Result<SocketAddr, String> {
+    let mut addrs = text.to_socket_addrs().map_err(|e| format!("{flag}: {text} is not a HOST:PORT address: {e}"))?;
+    addrs.next().ok_or_else(|| format!("{flag}: {text} resolves to no address"))
+}
+
+/// A single-partition call on its way to the partition's leader.
+#[derive(Debug, Serialize, Deserialize)]
+struct ForwardedCall {
+    request: SpRequest,
+    params: Vec<Value>,
+    timeout_ms: Option<u64>,
+}
+
+/// The leader's answer to a forwarded call.
+#[derive(Debug, Serialize, Deserialize)]
+enum ForwardAnswer {
+    /// The call ran (or failed) there: the outcome in the VoltDB response encoding.
+    Done(Vec<u8>),
+    /// The node does not lead the partition (any more): nothing ran, try the new leader.
+    NotLeader,
+}
+
+/// The outcome as a VoltDB response payload (no length prefix).
+fn encode_outcome(o: Outcome) -> Vec<u8> {
+    let r = lockstep_wire::Response {
+        handle: 0,
+        status: o.status,
+        status_string: o.status_string,
+        app_status: o.app_status,
+        app_status_string: o.app_status_string,
+        cluster_round_trip_ms: 0,
+        tables: o.tables,
+    };
+    let mut out = Vec::new();
+    lockstep_wire::encode_response(&r, &mut out);
+    out.split_off(LENGTH_PREFIX_BYTES.min(out.len()))
+}
+
+/// Bytes of the length before a VoltDB frame's payload.
+const LENGTH_PREFIX_BYTES: usize = 4;
+
+fn decode_outcome(payload: &[u8]) -> Outcome {
+    match lockstep_wire::decode_response(payload) {
+        Ok(r) => Outcome {
+            status: r.status,
+            status_string: r.status_string,
+            app_status: r.app_status,
+            app_status_string: r.app_status_string,
+            tables: r.tables,
+        },
+        Err(e) => Outcome::error(Error::unexpected(format!("the answer of the partition's leader cannot be read: {e}"))),
+    }
+}
+
+fn encode_answer(answer: &ForwardAnswer) -> Vec<u8> {
+    // An enum of bytes always encodes; an empty answer would be reported as unreadable.
+    postcard::to_stdvec(answer).unwrap_or_default()
+}
+
+/// A call whose fate cannot be known: it may or may not have run (VoltDB's RESPONSE_UNKNOWN).
+fn unknown(message: String) -> Outcome {
+    Outcome {
+        status: lockstep_wire::status::RESPONSE_UNKNOWN,
+        status_string: Some(message),
+        app_status: APP_STATUS_UNSET,
+        app_status_string: None,
+        tables: Vec::new(),
+    }
+}
+
+/// Whether a failed call certainly never reached the peer (so it can be sent again).
+fn not_sent(e: &CallError) -> bool {
+    matches!(e, CallError::Unreachable { .. } | CallError::Blocked(_) | CallError::QueueFull(_) | CallError::Refused { .. })
+}
+
+/// Joins one node's engine to the cluster; see the module header.
+pub struct ClusterGlue {
+    me: NodeId,
+    node: ClusterNode,
+    views: watch::Receiver<ClusterView>,
+    replicas: Replicas,
+    engine: Weak<Engine>,
+    runtime: tokio::runtime::Handle,
+    /// This node's schema changes not applied here yet, by id: their callers' replies.
+    pending_schema: Mutex<HashMap<u64, Reply>>,
+    next_schema_id: AtomicU64,
+    /// Itself, for the tasks it starts.
+    this: Weak<ClusterGlue>,
+}
+
+impl ClusterGlue {
+    /// Joins `engine` (started with one site per partition of the cluster) to the running
+    /// `node`: starts the replication of the partitions this node holds, answers the calls
+    /// other nodes forward, applies schema changes, and sets itself as the engine's hooks.
+    /// Call it on the runtime the node runs on.
+    pub fn start(node: ClusterNode, engine: &Arc<Engine>, data_dir: &Path) -> Result<Arc<ClusterGlue>, String> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| format!("the cluster needs a network runtime: {e}"))?;
+        let executor = Arc::new(SiteExecutor { engine: Arc::downgrade(engine) });
+        let replicas = Replicas::start(&node, executor, Duration::from_millis(TICK_DEFAULT_MS))
+            .ok_or("the cluster node's replication was already started")?;
+        let me = node.id();
+        let views = node.subscribe();
+        // The ids of this start's schema changes are above every earlier start's.
+        let first_id = node.incarnation() << 32;
+        let glue = Arc::new_cyclic(|this| ClusterGlue {
+            me,
+            node,
+            views,
+            replicas,
+            engine: Arc::downgrade(engine),
+            runtime,
+            pending_schema: Mutex::new(HashMap::new()),
+            next_schema_id: AtomicU64::new(first_id),
+            this: this.clone(),
+        });
+        glue.node.set_service(Arc::new(ServiceLink(Arc::downgrade(&glue))));
+        let applied_file = cluster_dir(data_dir).join(SCHEMA_APPLIED_FILE);
+        let applied = read_count(&applied_file)?;
+        glue.runtime.spawn(apply_schema_changes(Arc::downgrade(&glue), glue.node.subscribe(), applied_file, applied));
+        engine.set_cluster(glue.clone());
+        Ok(glue)
+    }
+
+    pub fn node(&self) -> &ClusterNode {
+        &self.node
+    }
+
+    pub fn view(&self) -> ClusterView {
+        self.views.borrow().clone()
+    }
+
+    /// Why this node takes no calls now (it is not serving: cut off from the majority, or
+    /// not admitted yet), or None while it serves.
+    pub fn refusal(&self) -> Option<String> {
+        // Every client call asks: the common answer costs one read of the view.
+        let (standing, all) = {
+            let view = self.views.borrow();
+            (view.standing, view.state.node_count())
+        };
+        match standing {
+            Standing::Serving => None,
+            Standing::Minority => Some(format!(
+                "node {} is cut off from the majority of the cluster (it hears {} of {all} nodes): it takes no calls until it is back with the majority; call a node of the majority",
+                self.me,
+                self.node.heard_count()
+            )),
+            Standing::Joining => Some(format!(
+                "node {} is not admitted to the cluster now (it is joining, or lost touch with the cluster's leader): it takes no calls until it is; try again shortly or call another node",
+                self.me
+            )),
+        }
+    }
+
+    fn schema_reply(&self, id: u64) -> Option<Reply> {
+        // Whole entries are inserted and removed.
+        self.pending_schema.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
+    }
+
+    /// Sends a call to its partition's leader and answers `reply` with what it says; see
+    /// `FORWARD_FIND_LEADER_MS` for how long it looks for one.
+    async fn forward_call(self: Arc<Self>, partition: PartitionId, call: ForwardedCall, reply: Reply) {
+        let give_up = Instant::now() + Duration::from_millis(FORWARD_FIND_LEADER_MS);
+        let limit = Duration::from_millis(call.timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS));
+        let payload = match postcard::to_stdvec(&call) {
+            Ok(p) => p,
+            Err(e) => return reply(Outcome::error(Error::graceful(format!("the call cannot be sent to its partition's leader: {e}")))),
+        };
+        loop {
+            if let Some(why) = self.refusal() {
+                return reply(Outcome::error(Error::unavailable(why)));
+            }
+            let leader = self.views.borrow().state.leader(partition);
+            let waiting_for = match leader {
+                None => {
+                    return reply(Outcome::error(Error::unavailable(format!(
+                        "partition {partition} has no live replica: the cluster cannot serve it until one of its nodes is back"
+                    ))))
+                }
+                Some(l) if l == self.me => {
+                    if self.leads(partition) {
+                        let Some(engine) = self.engine.upgrade() else {
+                            return reply(Outcome::error(Error::unavailable("the server is stopping")));
+                        };
+                        let timeout = call.timeout_ms.map(Duration::from_millis);
+                        return engine.run_forwarded(partition, call.request, call.params, timeout, reply);
+                    }
+                    format!("this node is taking partition {partition} over")
+                }
+                Some(l) => match self.node.invoke(l, partition, payload.clone(), limit).await {
+                    Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
+                        Ok(ForwardAnswer::Done(outcome)) => return reply(decode_outcome(&outcome)),
+                        Ok(ForwardAnswer::NotLeader) => format!("node {l} no longer leads partition {partition}"),
+                        Err(e) => return reply(unknown(format!("node {l} answered a call for partition {partition} unreadably: {e}"))),
+                    },
+                    Ok(Err(why)) => why,
+                    Err(e) if not_sent(&e) => e.to_string(),
+                    Err(e) => {
+                        return reply(unknown(format!(
+                            "the call was sent to node {l}, which leads partition {partition}, and got no answer ({e}): it may or may not have run"
+                        )))
+                    }
+                },
+            };
+            if Instant::now() >= give_up {
+                return reply(Outcome::error(Error::unavailable(format!(
+                    "partition {partition}'s leader could not be reached within {FORWARD_FIND_LEADER_MS} ms ({waiting_for}); try again"
+                ))));
+            }
+            sleep(Duration::from_millis(FORWARD_RETRY_MS)).await;
+        }
+    }
+
+    /// Proposes a schema change; its reply waits in `pending_schema` for this node's
+    /// watcher, unless the proposal fails.
+    async fn propose_schema(self: Arc<Self>, change: SchemaChange) {
+        let id = change.id;
+        let failed = match self.node.propose_via_leader(Command::Schema(change)).await {
+            Ok(lockstep_cluster::Outcome::Changed { .. }) => return,
+            Ok(other) => Outcome::error(Error::unexpected(format!("the cluster did not take the schema change: {other:?}"))),
+            Err(e @ (ProposeError::Timeout | ProposeError::Unknown { .. })) => {
+                unknown(format!("the schema change may or may not be applied: {e}"))
+            }
+            Err(e) => Outcome::error(Error::unavailable(format!("the schema change was not applied: {e}"))),
+        };
+        if let Some(reply) = self.schema_reply(id) {
+            reply(failed);
+        }
+    }
+}
+
+impl ClusterHooks for ClusterGlue {
+    fn leads(&self, partition: u32) -> bool {
+        self.views.borrow().leads(partition) && self.replicas.accepts(partition)
+    }
+
+    fn forward(&self, partition: u32, request: SpRequest, params: Vec<Value>, timeout: Option<Duration>, reply: Reply) {
+        let Some(this) = self.this.upgrade() else {
+            return reply(Outcome::error(Error::unavailable("the server is stopping")));
+        };
+        let call = ForwardedCall { request, params, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
+        self.runtime.spawn(this.forward_call(partition, call, reply));
+    }
+
+    fn replicate(&self, partition: u32, record: Vec<u8>, hash: u64, committed: Committed) -> Result<(), String> {
+        let done = Box::new(move |result: Result<(), ReplicateError>| committed(result.map_err(|e| e.to_string())));
+        self.replicas.append(partition, record, hash, done).map_err(|e| e.to_string())
+    }
+
+    fn applied(&self, partition: u32, seq: u64, hash: u64) {
+        self.replicas.applied(partition, seq, hash);
+    }
+
+    fn change_schema(&self, statements: Vec<String>, reply: Reply) {
+        let bytes: usize = statements.iter().map(String::len).sum();
+        if bytes > SCHEMA_CHANGE_BYTES_MAX {
+            return reply(Outcome::error(Error::graceful(format!(
+                "a schema change of {bytes} bytes is over the cluster's limit of {SCHEMA_CHANGE_BYTES_MAX} bytes: send the DDL in smaller calls"
+            ))));
+        }
+        let Some(this) = self.this.upgrade() else {
+            return reply(Outcome::error(Error::unavailable("the server is stopping")));
+        };
+        let id = self.next_schema_id.fetch_add(1, Ordering::Relaxed);
+        self.pending_schema.lock().unwrap_or_else(|e| e.into_inner()).insert(id, reply);
+        let change = SchemaChange { statements, origin: self.me, id };
+        self.runtime.spawn(this.propose_schema(change));
+    }
+
+    fn topology(&self) -> Topology {
+        let clients = self.node.client_addresses();
+        let view = self.views.borrow();
+        let state = &view.state;
+        let hosts = (0..state.node_count())
+            .map(|n| Host { id: n, client_address: clients.get(n as usize).copied().flatten(), alive: state.is_alive(n) })
+            .collect();
+        let partitions = (0..state.placement().partition_count())
+            .map(|p| PartitionPlacement { leader: state.leader(p), replicas: state.members(p).to_vec() })
+            .collect();
+        Topology { me: self.me, hosts, partitions }
+    }
+}
+
+/// Answers calls forwarded from other nodes (without keeping the glue alive).
+struct ServiceLink(Weak<ClusterGlue>);
+
+impl Service for ServiceLink {
+    fn invoke(&self, from: NodeId, partition: PartitionId, call: Vec<u8>, answer: Box<dyn FnOnce(Vec<u8>) + Send>) {
+        let done = |o: Outcome| encode_answer(&ForwardAnswer::Done(encode_outcome(o)));
+        let Some((glue, engine)) = self.0.upgrade().and_then(|g| g.engine.upgrade().map(|e| (g, e))) else {
+            return answer(done(Outcome::error(Error::unavailable("the server is stopping"))));
+        };
+        let call: ForwardedCall = match postcard::from_bytes(&call) {
+            Ok(c) => c,
+            Err(e) => {
+                return answer(done(Outcome::error(Error::unexpected(format!("node {from} forwarded a call that cannot be read: {e}")))))
+            }
+        };
+        if !glue.leads(partition) {
+            return answer(encode_answer(&ForwardAnswer::NotLeader));
+        }
+        let timeout = call.timeout_ms.map(Duration::from_millis);
+        let reply: Reply = Box::new(move |outcome| {
+            let mut encoded = encode_outcome(outcome);
+            if encoded.len() > FORWARD_ANSWER_BYTES_MAX {
+                encoded = encode_outcome(Outcome::error(Error::graceful(format!(
+                    "the answer is {} bytes, more than the {FORWARD_ANSWER_BYTES_MAX} bytes a node sends another: call the node that leads the partition, or ask for fewer rows",
+                    encoded.len()
+                ))));
+            }
+            answer(encode_answer(&ForwardAnswer::Done(encoded)));
+        });
+        engine.run_forwarded(partition, call.request, call.params, timeout, reply);
+    }
+}
+
+/// Hands the entries a partition's leader ordered to this node's site for the partition.
+struct SiteExecutor {
+    engine: Weak<Engine>,
+}
+
+impl Executor for SiteExecutor {
+    fn run(&self, partition: PartitionId, entry: Entry<Vec<u8>>) -> Option<u64> {
+        let engine = self.engine.upgrade()?;
+        if let Err(e) = engine.run_replicated(partition, entry.seq, &entry.payload) {
+            // The leader waits for this entry: the partition stalls until this replica is
+            // removed (its node is stopped or declared down).
+            tracing::error!(partition, seq = entry.seq, error = %e, "a replicated transaction cannot be run here");
+        }
+        // The site reports the hash through `ClusterHooks::applied` once it ran the entry.
+        None
+    }
+}
+
+/// Applies every committed schema change this node has not applied yet, one at a time in
+/// commit order, and answers the calls of this node's own changes with their outcome here.
+async fn apply_schema_changes(glue: Weak<ClusterGlue>, mut views: watch::Receiver<ClusterView>, file: PathBuf, mut applied: u64) {
+    loop {
+        let changes = views.borrow_and_update().state.schema_changes().to_vec();
+        for change in changes.into_iter().skip(applied as usize) {
+            let Some(g) = glue.upgrade() else { return };
+            let Some(engine) = g.engine.upgrade() else { return };
+            let caller = if change.origin == g.me { g.schema_reply(change.id) } else { None };
+            let (done, applied_here) = oneshot::channel();
+            let count = change.statements.len();
+            engine.apply_schema(
+                change.statements,
+                Box::new(move |outcome: Outcome| {
+                    if !outcome.is_success() {
+                        // Every node holds the same schema before the change, so every node
+                        // refuses it alike: the caller hears why.
+                        tracing::info!(statements = count, error = ?outcome.status_string, "a schema change was refused here as on every node");
+                    }
+                    if let Some(reply) = caller {
+                        reply(outcome);
+                    }
+                    let _ = done.send(());
+                }),
+            );
+            drop((g, engine));
+            if applied_here.await.is_err() {
+                tracing::error!("the engine dropped a schema change without applying it");
+                return;
+            }
+            applied += 1;
+            if let Err(e) = write_count(&file, applied) {
+                tracing::error!(error = %e, path = %file.display(), "cannot record the schema changes applied here");
+            }
+        }
+        if views.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The count stored in `path`, or 0 if there is none yet.
+fn read_count(path: &Path) -> Result<u64, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let raw: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+                format!(
+                    "{} does not hold a count of schema changes: the data directory is damaged (remove the file to apply them all again)",
+                    path.display()
+                )
+            })?;
+            Ok(u64::from_le_bytes(raw))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Stores `count` in `path` atomically (a new file renamed over the old one, then synced).
+fn write_count(path: &Path, count: u64) -> std::io::Result<()> {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, count.to_le_bytes())?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep_core::ResultTable;
+
+    fn config(internal: Option<&str>, hosts: &[&str], k: Option<u32>) -> ServerConfig {
+        ServerConfig {
+            internal: internal.map(str::to_string),
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            kfactor: k,
+            ..ServerConfig::default()
+        }
+    }
+
+    const HOSTS: [&str; 3] = ["127.0.0.1:3021", "127.0.0.1:3022", "127.0.0.1:3023"];
+
+    #[test]
+    fn settings_find_the_node_id_and_the_partitions() {
+        let s = ClusterSettings::from_config(&config(Some("127.0.0.1:3022"), &HOSTS, Some(1)), 2).unwrap().unwrap();
+        assert_eq!((s.node_id, s.kfactor, s.partitions()), (1, 1, 3));
+        assert_eq!(ClusterSettings::from_config(&config(None, &[], None), 4).unwrap(), None, "no hosts: a single node");
+    }
+
+    #[test]
+    fn settings_refuse_what_cannot_form_a_cluster_and_say_why() {
+        let err = |internal: Option<&str>, hosts: &[&str], k: Option<u32>, sites: u32| {
+            ClusterSettings::from_config(&config(internal, hosts, k), sites).unwrap_err()
+        };
+        assert!(err(Some("127.0.0.1:3029"), &HOSTS, None, 2).contains("is not in --hosts"));
+        assert!(err(None, &HOSTS, None, 2).contains("--hosts needs --internal"));
+        assert!(err(Some("127.0.0.1:3021"), &[], None, 2).contains("--internal needs --hosts"));
+        assert!(err(None, &[], Some(1), 2).contains("--kfactor needs a cluster"));
+        assert!(err(Some("127.0.0.1:3021"), &HOSTS, Some(3), 2).contains("needs at least 4 nodes"));
+        assert!(err(Some("127.0.0.1:3021"), &["127.0.0.1:3021", "127.0.0.1:3022", "127.0.0.1:3021"], None, 2).contains("twice"));
+        assert!(err(Some("127.0.0.1:3021"), &HOSTS, Some(1), 1).contains("divides by k + 1"));
+        assert!(err(Some("127.0.0.1:3021"), &["not an address", "127.0.0.1:3021"], None, 2).contains("HOST:PORT"));
+    }
+
+    #[test]
+    fn outcomes_survive_the_trip_between_nodes() {
+        let mut table = ResultTable::with_columns(&[("A", lockstep_core::DataType::BigInt), ("B", lockstep_core::DataType::Varchar)]);
+        table.rows.push(vec![Value::Int(7), Value::from("seven")]);
+        table.rows.push(vec![Value::Null, Value::Null]);
+        let ok = Outcome { app_status: 3, app_status_string: Some("fine".into()), ..Outcome::tables(vec![table]) };
+        assert_eq!(decode_outcome(&encode_outcome(ok.clone())), ok);
+        let failed = Outcome::error(Error::constraint("duplicate key"));
+        assert_eq!(decode_outcome(&encode_outcome(failed.clone())), failed);
+        assert!(!decode_outcome(b"\x00garbage").is_success());
+    }
+
+    #[test]
+    fn the_applied_count_is_kept_across_starts() {
+        let dir = std::env::temp_dir().join(format!("lockstep-schema-count-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(SCHEMA_APPLIED_FILE);
+        assert_eq!(read_count(&file).unwrap(), 0);
+        write_count(&file, 5).unwrap();
+        assert_eq!(read_count(&file).unwrap(), 5);
+        std::fs::write(&file, b"bad").unwrap();
+        assert!(read_count(&file).unwrap_err().contains("damaged"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
