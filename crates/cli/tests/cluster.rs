@@ -98,6 +98,16 @@ async fn read(client: &Client, k: i64) -> Option<Option<String>> {
     })
 }
 
+/// `SELECT COUNT(*)` of `table` through `client` (a multi-partition read), or None if the
+/// call failed.
+async fn count(client: &Client, table: &str) -> Option<i64> {
+    let r = call(client, "@AdHoc", vec![s(&format!("SELECT COUNT(*) FROM {table}"))]).await;
+    match r.tables.first().and_then(|t| t.rows.first()).map(|row| &row[0]) {
+        Some(Value::Int(n)) if r.status == 1 => Some(*n),
+        _ => None,
+    }
+}
+
 /// Whether the node's catalog has table KV and procedure Put.
 async fn has_schema(client: &Client) -> bool {
     let tables = call(client, "@SystemCatalog", vec![s("TABLES")]).await;
@@ -119,7 +129,8 @@ async fn a_three_node_k1_cluster_shares_its_schema_serves_every_partition_and_su
     ok(
         &clients[1],
         "@AdHoc",
-        vec![s("CREATE TABLE kv (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE kv ON COLUMN k;")],
+        vec![s("CREATE TABLE kv (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE kv ON COLUMN k; \
+                CREATE TABLE copy (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE copy ON COLUMN k;")],
     )
     .await;
     let put = "CREATE PROCEDURE Put PARTITION ON TABLE kv COLUMN k FROM FILE 'inline.lua' SOURCE $lua$\
@@ -153,6 +164,17 @@ async fn a_three_node_k1_cluster_shares_its_schema_serves_every_partition_and_su
         }
     }
 
+    // Multi-partition transactions from any node: one node coordinates, each partition's
+    // leader runs its fragments, and each partition's replicas get its share.
+    for c in &clients {
+        assert_eq!(count(c, "kv").await, Some(30));
+    }
+    let copied = ok(&clients[2], "@AdHoc", vec![s("INSERT INTO copy SELECT k, v FROM kv")]).await;
+    assert_eq!(copied.tables[0].rows, vec![vec![i(30)]]);
+    for c in &clients {
+        assert_eq!(count(c, "copy").await, Some(30));
+    }
+
     // kill -9 node 0 (the membership group's first leader, leading a partition): the others
     // take over its partitions, keep every acknowledged row, and take new writes.
     // (Dropping a `Server` kills its process with SIGKILL.)
@@ -179,6 +201,13 @@ async fn a_three_node_k1_cluster_shares_its_schema_serves_every_partition_and_su
         for (k, v) in &written {
             assert_eq!(read(c, *k).await, Some(Some(v.clone())), "row {k}");
         }
+    }
+    // Node 0 coordinated multi-partition transactions: the lowest live node takes over, and
+    // the copied rows (replicated as shares) are all still there.
+    for c in &clients {
+        let counted = wait_for("a multi-partition read after the kill", move || async move { count(c, "copy").await }).await;
+        assert_eq!(counted, 30);
+        assert_eq!(count(c, "kv").await, Some(40));
     }
 
     // Node 2 paused: node 1 hears no majority and refuses calls, clearly (first, as its

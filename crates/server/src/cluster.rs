@@ -24,7 +24,9 @@ use lockstep_cluster::state::SchemaChange;
 use lockstep_cluster::transport::CallError;
 use lockstep_cluster::{ClusterNode, ClusterView, Command, NodeId, PartitionId, Placement, ProposeError, Standing};
 use lockstep_core::{Error, Value};
-use lockstep_engine::cluster::{ClusterHooks, Committed, Host, PartitionPlacement, SpRequest, Topology};
+use lockstep_engine::cluster::{
+    ClusterHooks, Committed, ErrorData, Host, MpRemote, MpRequest, PartitionPlacement, RemoteAnswer, SpRequest, Topology,
+};
 use lockstep_engine::outcome::APP_STATUS_UNSET;
 use lockstep_engine::{Engine, Outcome, Reply};
 use serde::{Deserialize, Serialize};
@@ -51,6 +53,9 @@ pub const FORWARD_ANSWER_BYTES_MAX: usize = lockstep_cluster::message::FRAME_MAX
 pub const SCHEMA_CHANGE_BYTES_MAX: usize = 1024 * 1024;
 /// The file in the cluster's data directory that counts the schema changes applied here.
 const SCHEMA_APPLIED_FILE: &str = "schema-applied";
+/// How long the coordinating node waits for a node's answer to one step of a
+/// multi-partition transaction (a fragment may run up to the query timeout).
+const MP_STEP_TIMEOUT_MS: u64 = 60_000;
 
 /// Where a cluster node keeps its membership data, inside the server's data directory.
 pub fn cluster_dir(data_dir: &Path) -> PathBuf {
@@ -126,20 +131,33 @@ fn resolve(text: &str, flag: &str) -> Result<SocketAddr, String> {
 }
 
 /// A single-partition call on its way to the partition's leader.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct ForwardedCall {
     request: SpRequest,
     params: Vec<Value>,
     timeout_ms: Option<u64>,
 }
 
-/// The leader's answer to a forwarded call.
+/// What one node asks another to run.
+#[derive(Debug, Serialize, Deserialize)]
+enum Forwarded {
+    /// A single-partition call, for the partition's leader.
+    Sp(ForwardedCall),
+    /// A multi-partition call, for the node that coordinates them.
+    Mp { request: MpRequest, timeout_ms: Option<u64> },
+    /// A step of a multi-partition transaction, from the coordinating node.
+    MpStep(MpRemote),
+}
+
+/// The answer to a forwarded call.
 #[derive(Debug, Serialize, Deserialize)]
 enum ForwardAnswer {
     /// The call ran (or failed) there: the outcome in the VoltDB response encoding.
     Done(Vec<u8>),
     /// The node does not lead the partition (any more): nothing ran, try the new leader.
     NotLeader,
+    /// What a node serving a multi-partition transaction answered one step.
+    Step(RemoteAnswer),
 }
 
 /// The outcome as a VoltDB response payload (no length prefix).
@@ -283,7 +301,7 @@ impl ClusterGlue {
     async fn forward_call(self: Arc<Self>, partition: PartitionId, call: ForwardedCall, reply: Reply) {
         let give_up = Instant::now() + Duration::from_millis(FORWARD_FIND_LEADER_MS);
         let limit = Duration::from_millis(call.timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS));
-        let payload = match postcard::to_stdvec(&call) {
+        let payload = match postcard::to_stdvec(&Forwarded::Sp(call.clone())) {
             Ok(p) => p,
             Err(e) => return reply(Outcome::error(Error::graceful(format!("the call cannot be sent to its partition's leader: {e}")))),
         };
@@ -312,6 +330,7 @@ impl ClusterGlue {
                     Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
                         Ok(ForwardAnswer::Done(outcome)) => return reply(decode_outcome(&outcome)),
                         Ok(ForwardAnswer::NotLeader) => format!("node {l} no longer leads partition {partition}"),
+                        Ok(ForwardAnswer::Step(_)) => return reply(unknown(format!("node {l} answered a call as a transaction step"))),
                         Err(e) => return reply(unknown(format!("node {l} answered a call for partition {partition} unreadably: {e}"))),
                     },
                     Ok(Err(why)) => why,
@@ -330,6 +349,28 @@ impl ClusterGlue {
             }
             sleep(Duration::from_millis(FORWARD_RETRY_MS)).await;
         }
+    }
+
+    /// Sends a multi-partition call to the node that coordinates them and answers `reply`
+    /// with what it says.
+    async fn forward_mp_call(self: Arc<Self>, to: NodeId, request: MpRequest, timeout_ms: Option<u64>, reply: Reply) {
+        let limit = Duration::from_millis(timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS));
+        let payload = match postcard::to_stdvec(&Forwarded::Mp { request, timeout_ms }) {
+            Ok(p) => p,
+            Err(e) => return reply(Outcome::error(Error::graceful(format!("the call cannot be sent to the coordinating node: {e}")))),
+        };
+        let outcome = match self.node.invoke(to, 0, payload, limit).await {
+            Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
+                Ok(ForwardAnswer::Done(outcome)) => decode_outcome(&outcome),
+                Ok(_) | Err(_) => unknown(format!("node {to} answered a multi-partition call unreadably")),
+            },
+            Ok(Err(why)) => Outcome::error(Error::unavailable(why)),
+            Err(e) if not_sent(&e) => {
+                Outcome::error(Error::unavailable(format!("the node that coordinates multi-partition calls cannot be reached ({e}); try again")))
+            }
+            Err(e) => unknown(format!("the call was sent to node {to}, which coordinates multi-partition calls, and got no answer ({e}): it may or may not have run")),
+        };
+        reply(outcome)
     }
 
     /// Proposes a schema change; its reply waits in `pending_schema` for this node's
@@ -388,6 +429,37 @@ impl ClusterHooks for ClusterGlue {
         self.runtime.spawn(this.propose_schema(change));
     }
 
+    /// The live node with the lowest id: every node that applied the same cluster state
+    /// names the same one.
+    fn mp_coordinator(&self) -> Option<u32> {
+        self.views.borrow().state.live_nodes().first().copied()
+    }
+
+    fn forward_mp(&self, to: u32, request: MpRequest, timeout: Option<Duration>, reply: Reply) {
+        let Some(this) = self.this.upgrade() else {
+            return reply(Outcome::error(Error::unavailable("the server is stopping")));
+        };
+        self.runtime.spawn(this.forward_mp_call(to, request, timeout.map(|t| t.as_millis() as u64), reply));
+    }
+
+    /// Called on the coordinator's thread, which is not one of the runtime's: it waits.
+    fn mp_remote(&self, node: u32, message: MpRemote) -> RemoteAnswer {
+        let failed = |message: String| Err(ErrorData { status: lockstep_wire::status::SERVER_UNAVAILABLE, message });
+        let payload = match postcard::to_stdvec(&Forwarded::MpStep(message)) {
+            Ok(p) => p,
+            Err(e) => return failed(format!("a transaction step cannot be encoded: {e}")),
+        };
+        let limit = Duration::from_millis(MP_STEP_TIMEOUT_MS);
+        match self.runtime.block_on(self.node.invoke(node, 0, payload, limit)) {
+            Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
+                Ok(ForwardAnswer::Step(answer)) => answer,
+                _ => failed(format!("node {node} answered a transaction step unreadably")),
+            },
+            Ok(Err(why)) => failed(why),
+            Err(e) => failed(format!("node {node} did not answer a transaction step: {e}")),
+        }
+    }
+
     fn topology(&self) -> Topology {
         let clients = self.node.client_addresses();
         let view = self.views.borrow();
@@ -411,8 +483,15 @@ impl Service for ServiceLink {
         let Some((glue, engine)) = self.0.upgrade().and_then(|g| g.engine.upgrade().map(|e| (g, e))) else {
             return answer(done(Outcome::error(Error::unavailable("the server is stopping"))));
         };
-        let call: ForwardedCall = match postcard::from_bytes(&call) {
-            Ok(c) => c,
+        let call = match postcard::from_bytes(&call) {
+            Ok(Forwarded::Sp(c)) => c,
+            Ok(Forwarded::Mp { request, timeout_ms }) => {
+                let reply: Reply = Box::new(move |outcome| answer(done(outcome)));
+                return engine.run_forwarded_mp(request, timeout_ms.map(Duration::from_millis), reply);
+            }
+            Ok(Forwarded::MpStep(step)) => {
+                return engine.mp_participant(step, Box::new(move |a| answer(encode_answer(&ForwardAnswer::Step(a)))));
+            }
             Err(e) => {
                 return answer(done(Outcome::error(Error::unexpected(format!("node {from} forwarded a call that cannot be read: {e}")))))
             }
