@@ -187,10 +187,13 @@ impl Conn {
         Self::connect_as(addr, &LoginArgs::default(), window).await
     }
 
-    /// Connects to a server as `login` says (user, password, TLS).
+    /// Connects to a server as `login` says (user, password, TLS). `addr` may list the
+    /// nodes of a cluster, comma-separated: one connection to each, and each call goes to
+    /// the node that leads its partition.
     pub async fn connect_as(addr: &str, login: &LoginArgs, window: usize) -> Result<Conn, Error> {
         let config = login.client_config(window)?;
-        let client = Client::connect(addr, config)
+        let addrs: Vec<&str> = addr.split(',').map(str::trim).filter(|a| !a.is_empty()).collect();
+        let client = Client::connect_many(&addrs, config)
             .await
             .map_err(|e| err(format!("cannot connect to {addr}: {e} (is `lockstep server` running there?)")))?;
         Ok(Conn::Net(client))

@@ -40,7 +40,8 @@ pub const STEP_COMPLETION_MIN: f64 = 0.9;
 pub struct BenchArgs {
     /// voter, tatp, charging, ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-e or ycsb-f.
     pub workload: String,
-    /// Server address.
+    /// Server address; for a cluster, its nodes' addresses comma-separated (H1:P,H2:P,…):
+    /// one connection to each, every call sent to the node that leads its partition.
     #[arg(long, default_value = "127.0.0.1:21212", conflicts_with = "embedded")]
     pub server: String,
     /// System under load: lockstep://HOST:PORT (default: --server), postgres://USER@HOST:PORT/DB,

@@ -249,7 +249,8 @@ fn start(args: ServerArgs) -> Result<(), String> {
         None => None,
         Some(node) => {
             let _entered = runtime.enter();
-            match ClusterGlue::start(node, &engine, &config.data_dir) {
+            let instance = cluster.as_ref().map_or((0, 0), ClusterSettings::instance_id);
+            match ClusterGlue::start(node, &engine, &config.data_dir, instance) {
                 Ok(g) => Some(g),
                 Err(e) => {
                     engine.shutdown();

@@ -72,10 +72,13 @@ pub enum Request {
         message: replication::Message<Vec<u8>>,
     },
     /// A call forwarded to the node leading `partition`; `call` is the server's encoding of
-    /// it. Answered `Answer`.
+    /// it. Answered `Answer`. A `step` (of a multi-partition transaction, from the node
+    /// coordinating it) travels on a connection of its own: it must never wait behind calls
+    /// that wait for that transaction to end.
     Invoke {
         partition: PartitionId,
         call: Vec<u8>,
+        step: bool,
     },
     /// A change for the group, sent to the node believed to lead it; answered `Proposed`.
     Propose(Command),

@@ -283,7 +283,7 @@ impl Handler for NodeHandler {
                 let _ = self.shared.partition_inbox.try_send(PartitionMessage { from, partition, message });
                 Response::Taken
             }
-            Request::Invoke { partition, call } => {
+            Request::Invoke { partition, call, .. } => {
                 let Some(service) = self.shared.service.get() else {
                     return Response::Answer(Err(format!("node {} is still starting: it takes no calls yet", self.shared.me)));
                 };
@@ -475,7 +475,16 @@ impl ClusterNode {
         call: Vec<u8>,
         limit: Duration,
     ) -> Result<Result<Vec<u8>, String>, CallError> {
-        match self.transport.call(to, Request::Invoke { partition, call }, limit).await? {
+        self.send_invoke(to, Request::Invoke { partition, call, step: false }, limit).await
+    }
+
+    /// `invoke` for a step of a multi-partition transaction (see `Request::Invoke`).
+    pub async fn invoke_step(&self, to: NodeId, call: Vec<u8>, limit: Duration) -> Result<Result<Vec<u8>, String>, CallError> {
+        self.send_invoke(to, Request::Invoke { partition: 0, call, step: true }, limit).await
+    }
+
+    async fn send_invoke(&self, to: NodeId, request: Request, limit: Duration) -> Result<Result<Vec<u8>, String>, CallError> {
+        match self.transport.call(to, request, limit).await? {
             Response::Answer(answer) => Ok(answer),
             other => Err(CallError::Closed { peer: to, reason: format!("answered a call with {}", response_kind(&other)) }),
         }

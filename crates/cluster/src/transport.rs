@@ -28,8 +28,12 @@ use tokio::time::{sleep, timeout, Instant};
 use crate::message::{encode_frame, read_frame, FrameError, Hello, Request, RequestId, Response};
 use crate::placement::NodeId;
 
-/// Calls waiting for a peer's connection; one more fails at once with `QueueFull`.
+/// Calls waiting for one of a peer's connections (but replication's); one more fails at
+/// once with `QueueFull`.
 pub const PEER_QUEUE_MAX: usize = 256;
+/// Replication messages waiting for a peer's replication connection: far more, as a busy
+/// partition posts one per transaction.
+pub const PEER_DATA_QUEUE_MAX: usize = 16_384;
 /// Calls sent to a peer and not yet answered; one more fails at once with `QueueFull`.
 pub const PEER_IN_FLIGHT_MAX: usize = 256;
 /// How long opening a connection (TCP and the hello) may take.
@@ -131,9 +135,28 @@ impl Outgoing {
 /// The sending side: one task and queue per peer.
 pub struct Transport {
     me: NodeId,
-    peers: Vec<Option<mpsc::Sender<Outgoing>>>,
+    /// By node id: the peer's queue for each lane (`lane`), each with its own connection.
+    peers: Vec<Option<[mpsc::Sender<Outgoing>; LANES]>>,
     tasks: Vec<JoinHandle<()>>,
     faults: Arc<Faults>,
+}
+
+/// A peer's connections, one per kind of traffic, so that none waits behind another: a
+/// request waits only behind requests of its own lane (a connection's requests are read
+/// in order, a bounded number at a time).
+const LANES: usize = 4;
+
+/// Which connection a request travels on: heartbeats and Raft (never behind transactions);
+/// replication (never behind calls that wait for a transaction); steps of multi-partition
+/// transactions (never behind calls waiting for that transaction to end); forwarded calls
+/// and proposals.
+fn lane(request: &Request) -> usize {
+    match request {
+        Request::Hello(_) | Request::Ping { .. } | Request::Append(_) | Request::Vote(_) | Request::Snapshot(_) => 0,
+        Request::Partition { .. } => 1,
+        Request::Invoke { step: true, .. } => 2,
+        Request::Invoke { step: false, .. } | Request::Propose(_) => 3,
+    }
 }
 
 impl Transport {
@@ -148,9 +171,12 @@ impl Transport {
                 peers.push(None);
                 continue;
             }
-            let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
-            tasks.push(tokio::spawn(run_peer(id, *addr, hello.clone(), rx)));
-            peers.push(Some(tx));
+            let queues = [PEER_QUEUE_MAX, PEER_DATA_QUEUE_MAX, PEER_QUEUE_MAX, PEER_QUEUE_MAX].map(|size| {
+                let (tx, rx) = mpsc::channel(size);
+                tasks.push(tokio::spawn(run_peer(id, *addr, hello.clone(), rx)));
+                tx
+            });
+            peers.push(Some(queues));
         }
         Transport { me, peers, tasks, faults }
     }
@@ -184,7 +210,8 @@ impl Transport {
     }
 
     fn enqueue(&self, peer: NodeId, outgoing: Outgoing) -> Result<(), CallError> {
-        let queue = self.peers.get(peer as usize).and_then(|p| p.as_ref()).ok_or(CallError::UnknownPeer(peer))?;
+        let queues = self.peers.get(peer as usize).and_then(|p| p.as_ref()).ok_or(CallError::UnknownPeer(peer))?;
+        let queue = &queues[lane(&outgoing.request)];
         if self.faults.is_blocked(peer) {
             return Err(CallError::Blocked(peer));
         }

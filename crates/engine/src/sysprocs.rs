@@ -221,7 +221,9 @@ pub fn topology(engine: &Engine) -> Vec<ResultTable> {
         let leader = leader.map(|h| format!("{h}:{p}")).unwrap_or_default();
         parts.push(vec![Value::Int(p as i64), Value::from(sites.join(",").as_str()), Value::Str(leader.into())]);
     }
-    let mp = format!("{}:{n}", engine.host_id());
+    // Multi-partition calls go to the node that coordinates them.
+    let mp_host = engine.shared().cluster.get().and_then(|c| c.mp_coordinator()).map_or(engine.host_id(), |h| h as i32);
+    let mp = format!("{mp_host}:{n}");
     parts.push(vec![Value::Int(MP_PARTITION_ID as i64), Value::from(mp.as_str()), Value::Str(mp.into())]);
     let mut hash = ResultTable::with_columns(&[("HASHTYPE", DataType::Varchar), ("HASHCONFIG", DataType::Varbinary)]);
     hash.push(vec![Value::Str("ELASTIC".into()), Value::Bytes(engine.shared().ring.config_bytes().into())]);

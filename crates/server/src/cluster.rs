@@ -122,6 +122,25 @@ impl ClusterSettings {
     pub fn partitions(&self) -> u32 {
         self.placement.partition_count()
     }
+
+    /// What every node tells clients at login as the cluster's instance (VoltDB's start
+    /// time and leader address): clients refuse to mix connections to different instances,
+    /// so all nodes must give the same, made from what they all share: the host list, k and
+    /// sites. Node 0's IPv4 address stands for the leader (127.0.0.1 if it has none).
+    pub fn instance_id(&self) -> (i64, u32) {
+        // FNV-1a over the layout: the same on every node and across restarts.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let layout = format!("{:?}/{}/{}", self.hosts, self.kfactor, self.sites_per_node);
+        for b in layout.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        let leader = match self.hosts.first().map(SocketAddr::ip) {
+            Some(std::net::IpAddr::V4(v4)) => u32::from(v4),
+            _ => u32::from(std::net::Ipv4Addr::LOCALHOST),
+        };
+        // Positive and below 2^41 ms, like a start time.
+        ((h & ((1 << 41) - 1)) as i64, leader)
+    }
 }
 
 /// A HOST:PORT as a socket address (the first a host name resolves to).
@@ -226,6 +245,8 @@ pub struct ClusterGlue {
     next_schema_id: AtomicU64,
     /// Itself, for the tasks it starts.
     this: Weak<ClusterGlue>,
+    /// The cluster's instance as logins report it (`ClusterSettings::instance_id`).
+    instance: (i64, u32),
 }
 
 impl ClusterGlue {
@@ -233,7 +254,7 @@ impl ClusterGlue {
     /// `node`: starts the replication of the partitions this node holds, answers the calls
     /// other nodes forward, applies schema changes, and sets itself as the engine's hooks.
     /// Call it on the runtime the node runs on.
-    pub fn start(node: ClusterNode, engine: &Arc<Engine>, data_dir: &Path) -> Result<Arc<ClusterGlue>, String> {
+    pub fn start(node: ClusterNode, engine: &Arc<Engine>, data_dir: &Path, instance: (i64, u32)) -> Result<Arc<ClusterGlue>, String> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| format!("the cluster needs a network runtime: {e}"))?;
         let executor = Arc::new(SiteExecutor { engine: Arc::downgrade(engine) });
         let replicas = Replicas::start(&node, executor, Duration::from_millis(TICK_DEFAULT_MS))
@@ -252,6 +273,7 @@ impl ClusterGlue {
             pending_schema: Mutex::new(HashMap::new()),
             next_schema_id: AtomicU64::new(first_id),
             this: this.clone(),
+            instance,
         });
         glue.node.set_service(Arc::new(ServiceLink(Arc::downgrade(&glue))));
         let applied_file = cluster_dir(data_dir).join(SCHEMA_APPLIED_FILE);
@@ -259,6 +281,11 @@ impl ClusterGlue {
         glue.runtime.spawn(apply_schema_changes(Arc::downgrade(&glue), glue.node.subscribe(), applied_file, applied));
         engine.set_cluster(glue.clone());
         Ok(glue)
+    }
+
+    /// The cluster's instance (start time, leader address) that logins report.
+    pub fn instance_id(&self) -> (i64, u32) {
+        self.instance
     }
 
     pub fn node(&self) -> &ClusterNode {
@@ -450,7 +477,7 @@ impl ClusterHooks for ClusterGlue {
             Err(e) => return failed(format!("a transaction step cannot be encoded: {e}")),
         };
         let limit = Duration::from_millis(MP_STEP_TIMEOUT_MS);
-        match self.runtime.block_on(self.node.invoke(node, 0, payload, limit)) {
+        match self.runtime.block_on(self.node.invoke_step(node, payload, limit)) {
             Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
                 Ok(ForwardAnswer::Step(answer)) => answer,
                 _ => failed(format!("node {node} answered a transaction step unreadably")),

@@ -259,11 +259,15 @@ where
     });
     let result = match checked {
         Ok(principal) => {
+            let (cluster_start_ms, leader_ipv4) = front
+                .cluster
+                .get()
+                .map_or((front.engine.shared().started_ms, u32::from(std::net::Ipv4Addr::LOCALHOST)), |c| c.instance_id());
             let ok = LoginSuccess {
                 host_id: front.engine.host_id(),
                 connection_id: id,
-                cluster_start_ms: front.engine.shared().started_ms,
-                leader_ipv4: u32::from(std::net::Ipv4Addr::LOCALHOST),
+                cluster_start_ms,
+                leader_ipv4,
                 build: sysprocs::BUILD_STRING.to_string(),
             };
             encode_login_response(&LoginResponse::Success(ok), &mut out);
