@@ -339,7 +339,10 @@ impl Coordinator {
                     continue;
                 }
                 Err(_) => {
-                    tracing::warn!(txn_id, "the coordinating node went silent during multi-partition transaction {txn_id}: rolled back here");
+                    tracing::warn!(
+                        txn_id,
+                        "the coordinating node went silent during multi-partition transaction {txn_id}: rolled back here"
+                    );
                     return ended(&self.links, &here, false);
                 }
             };
@@ -347,7 +350,7 @@ impl Coordinator {
             match step.message {
                 MpRemote::Fragment { txn_id: t, partition, spec } if t == txn_id => {
                     // A fragment that fails to resolve runs nothing; any other may write.
-                    wrote |= plans.resolve(spec.catalog_version, &spec.statement).map_or(false, |p| !p.read_only);
+                    wrote |= plans.resolve(spec.catalog_version, &spec.statement).is_ok_and(|p| !p.read_only);
                     let answer = self.remote_fragment(&here, &plans, partition, spec, &mut shares);
                     (step.reply)(answer.as_ref().map(TableData::from).map_err(ErrorData::from));
                 }

@@ -25,6 +25,10 @@ pub const CALL_TIMEOUT_MS: u64 = 1_500;
 pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Pause between attempts to reach a server that is down.
 pub const RECONNECT_PAUSE_MS: u64 = 50;
+/// Pause after a call the server refused as unavailable (a cluster node out of the
+/// majority, or not admitted yet): a client does not spin on refusals, which would fill
+/// the history and take the CPU the nodes need to recover.
+pub const UNAVAILABLE_PAUSE_MS: u64 = 10;
 /// How long the checker may search before it calls a history inconclusive (a failure here).
 pub const CHECK_TIMEOUT_S: u64 = 300;
 
@@ -193,6 +197,8 @@ pub enum Outcome {
     /// A definite failure; `refused` when the procedure declined after reading the data.
     Fail {
         refused: bool,
+        /// The server said it takes no calls now (SERVER_UNAVAILABLE).
+        unavailable: bool,
         error: String,
     },
     /// Unknown: it may or may not have happened.
@@ -336,14 +342,15 @@ pub fn classify(result: Result<Response, ClientError>, call: &Call, w: &mut dyn 
             match r.status {
                 status::USER_ABORT | status::GRACEFUL_FAILURE | status::UNEXPECTED_FAILURE | status::SERVER_UNAVAILABLE => {
                     let refused = r.status == status::USER_ABORT && error.contains(REFUSED);
-                    (Outcome::Fail { refused, error }, false)
+                    let unavailable = r.status == status::SERVER_UNAVAILABLE;
+                    (Outcome::Fail { refused, unavailable, error }, false)
                 }
                 // RESPONSE_UNKNOWN and the connection statuses: it may have happened.
                 _ => (Outcome::Info(error), false),
             }
         }
         // Never sent: it cannot have happened.
-        Err(e @ ClientError::InvalidCall(_)) => (Outcome::Fail { refused: false, error: e.to_string() }, false),
+        Err(e @ ClientError::InvalidCall(_)) => (Outcome::Fail { refused: false, unavailable: false, error: e.to_string() }, false),
         Err(e @ ClientError::Timeout(_)) => (Outcome::Info(e.to_string()), false),
         Err(e) => (Outcome::Info(e.to_string()), true),
     }
@@ -357,7 +364,7 @@ pub fn record(client: usize, call: &Call, start: i64, end: i64, outcome: &Outcom
             r["output"] = out.clone();
             r["return"] = json!(end);
         }
-        Outcome::Fail { refused, error } => {
+        Outcome::Fail { refused, error, .. } => {
             r["type"] = json!("fail");
             if *refused {
                 r["output"] = json!({ "refused": true });
@@ -412,8 +419,10 @@ pub async fn run_worker(slot: usize, clients: usize, seed: u64, mut w: Box<dyn W
         };
         let call = w.next(&mut rng, &client, &shared);
         let (outcome, reconnect) = call_and_record(&client, &call, w.as_mut(), &shared, &log, process).await;
-        if matches!(outcome, Outcome::Info(_)) {
-            process += clients;
+        match outcome {
+            Outcome::Info(_) => process += clients,
+            Outcome::Fail { unavailable: true, .. } => tokio::time::sleep(Duration::from_millis(UNAVAILABLE_PAUSE_MS)).await,
+            _ => {}
         }
         if reconnect {
             conn = None;
@@ -539,7 +548,7 @@ pub fn write_and_check(file: &str, header: Json, ops: Vec<Json>, keep: bool) -> 
     let path = out_dir().join(file);
     write_history(&path, header, ops);
     let (code, text) = check(&path);
-    if code == 0 && !keep && std::env::var("LOCKSTEP_HISTORY_KEEP").map_or(true, |v| v != "1") {
+    if code == 0 && !keep && !std::env::var("LOCKSTEP_HISTORY_KEEP").is_ok_and(|v| v == "1") {
         let _ = std::fs::remove_file(&path);
     }
     (code, text)
