@@ -7,10 +7,10 @@
 mod common;
 
 use std::future::Future;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::cluster::start_cluster;
 use common::{Server, TempDir, BIN};
 use lockstep_client::{Client, ClientConfig, Response};
 use lockstep_core::Value;
@@ -20,39 +20,6 @@ const LIVENESS_LIMIT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(50);
 /// VoltDB's SERVER_UNAVAILABLE status.
 const SERVER_UNAVAILABLE: i8 = -5;
-
-/// Free loopback addresses for the nodes' internal ports (bound together, then released).
-fn free_addrs(n: usize) -> Vec<String> {
-    let held: Vec<std::net::TcpListener> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    held.iter().map(|l| l.local_addr().unwrap().to_string()).collect()
-}
-
-/// Starts `n` nodes with k-factor `k` (2 sites each) and waits until every one is ready.
-fn start_cluster(root: &Path, n: usize, k: u32) -> Vec<Server> {
-    let hosts = free_addrs(n);
-    let joined = hosts.join(",");
-    let children: Vec<_> = hosts
-        .iter()
-        .enumerate()
-        .map(|(i, internal)| {
-            let data = root.join(format!("node-{i}"));
-            let child = Command::new(BIN)
-                .arg("server")
-                .args(["--listen", "127.0.0.1:0", "--sites", "2", "--command-log", "off"])
-                .args(["--internal", internal, "--hosts", &joined, "--kfactor", &k.to_string(), "--data"])
-                .arg(&data)
-                // The Raft library reports every failed message to the killed node as an error.
-                .env("LOCKSTEP_LOG", "error,openraft=off")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("start a cluster node");
-            (child, data)
-        })
-        .collect();
-    // Every node is started before any is waited for: none is ready before a majority is up.
-    children.into_iter().map(|(child, data)| Server::from_child(child, &data)).collect()
-}
 
 fn i(v: i64) -> Value {
     Value::Int(v)

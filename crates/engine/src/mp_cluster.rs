@@ -19,7 +19,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{RecvTimeoutError, Sender};
 use lockstep_core::{Error, HashRing, Result, ResultTable};
 use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{Deadline, ExecCtx, Fragment, FragmentSpec, PlanCache, SiteAccess, SiteFn, StatementRef, StatementResolver, Target};
@@ -34,6 +34,9 @@ use crate::txn_id::timestamp_micros;
 /// How long a node serving a transaction waits for the coordinator's next step before it
 /// rolls back (the coordinator is gone).
 pub const REMOTE_SESSION_IDLE: Duration = Duration::from_secs(30);
+/// How often a node serving a transaction that has only read looks whether its coordinator
+/// was declared down (then it lets its partitions go at once: see `remote_session`).
+pub const REMOTE_SESSION_POLL: Duration = Duration::from_millis(50);
 /// How long a transaction's answer waits for the replicas of the partitions led here.
 pub const REPLICATION_WAIT: Duration = Duration::from_secs(30);
 
@@ -202,6 +205,11 @@ fn wait_for_replicas(rx: crossbeam_channel::Receiver<std::result::Result<(), Str
     failed
 }
 
+/// Whether the cluster has declared `node` down (the topology lists it, not alive).
+fn declared_down(hooks: &dyn ClusterHooks, node: u32) -> bool {
+    hooks.topology().hosts.iter().any(|h| h.id == node && !h.alive)
+}
+
 fn ended(links: &[SiteLink], partitions: &[u32], commit: bool) {
     for &p in partitions {
         if let Some(l) = links.get(p as usize) {
@@ -310,13 +318,39 @@ impl Coordinator {
         begun(Ok(TableData { columns: Vec::new(), rows: Vec::new() }));
         let plans = self.registry.plan_cache(self.catalog.clone());
         let mut shares: BTreeMap<u32, Share> = BTreeMap::new();
+        // The node that coordinates now began this session. If the cluster declares it down
+        // while the session has only read, the session ends at once: a coordinator killed
+        // mid-transaction would otherwise keep this node's partitions parked, and their
+        // calls waiting, for `REMOTE_SESSION_IDLE`, long after the failover. Rolling back
+        // what only read changes nothing, whatever the coordinator did. A session that wrote
+        // still waits for its end (or the idle limit): with no prepare step yet, letting it
+        // go early could undo here what the coordinator committed elsewhere.
+        let coordinator = hooks.mp_coordinator();
+        let mut wrote = false;
+        let mut last_step = std::time::Instant::now();
         loop {
-            let Ok(step) = self.shared.remote_steps.1.recv_timeout(REMOTE_SESSION_IDLE) else {
-                tracing::warn!(txn_id, "the coordinating node went silent during multi-partition transaction {txn_id}: rolled back here");
-                return ended(&self.links, &here, false);
+            let step = match self.shared.remote_steps.1.recv_timeout(REMOTE_SESSION_POLL) {
+                Ok(step) => step,
+                Err(RecvTimeoutError::Timeout) if last_step.elapsed() < REMOTE_SESSION_IDLE => {
+                    if let Some(c) = coordinator.filter(|c| !wrote && declared_down(&*hooks, *c)) {
+                        tracing::warn!(txn_id, "node {c}, coordinating multi-partition transaction {txn_id}, was declared down before the transaction wrote here: rolled back here");
+                        return ended(&self.links, &here, false);
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        txn_id,
+                        "the coordinating node went silent during multi-partition transaction {txn_id}: rolled back here"
+                    );
+                    return ended(&self.links, &here, false);
+                }
             };
+            last_step = std::time::Instant::now();
             match step.message {
                 MpRemote::Fragment { txn_id: t, partition, spec } if t == txn_id => {
+                    // A fragment that fails to resolve runs nothing; any other may write.
+                    wrote |= plans.resolve(spec.catalog_version, &spec.statement).is_ok_and(|p| !p.read_only);
                     let answer = self.remote_fragment(&here, &plans, partition, spec, &mut shares);
                     (step.reply)(answer.as_ref().map(TableData::from).map_err(ErrorData::from));
                 }

@@ -11,10 +11,12 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lockstep_core::Value;
-use lockstep_engine::cluster::{ClusterHooks, Committed, MpRemote, MpRequest, PartitionPlacement, RemoteAnswer, SpRequest, Topology};
+use lockstep_engine::cluster::{ClusterHooks, Committed, Host, MpRemote, MpRequest, PartitionPlacement, RemoteAnswer, SpRequest, Topology};
 use lockstep_engine::{Call, Engine, EngineConfig, Outcome, Reply};
 
 const PARTITIONS: u32 = 2;
+/// How long a call on a parked partition is watched to see that it waits.
+const PARKED_CHECK: Duration = Duration::from_millis(300);
 
 /// The engines and what travels between them.
 struct Net {
@@ -26,6 +28,8 @@ struct Net {
     next_seq: Mutex<BTreeMap<u32, u64>>,
     mismatches: Mutex<Vec<(u32, u64)>>,
     refuse: AtomicBool,
+    /// The topology says node 0 (the coordinator) was declared down.
+    coordinator_down: AtomicBool,
 }
 
 impl Net {
@@ -87,7 +91,9 @@ impl ClusterHooks for Hooks {
     fn topology(&self) -> Topology {
         let partitions =
             self.net.leaders.iter().map(|l| PartitionPlacement { leader: Some(*l), replicas: (0..self.net.nodes()).collect() }).collect();
-        Topology { me: self.me, hosts: Vec::new(), partitions }
+        let down = self.net.coordinator_down.load(Ordering::SeqCst);
+        let hosts = (0..self.net.nodes()).map(|id| Host { id, client_address: None, alive: id != 0 || !down }).collect();
+        Topology { me: self.me, hosts, partitions }
     }
 
     fn mp_coordinator(&self) -> Option<u32> {
@@ -114,6 +120,7 @@ fn cluster(name: &str, leaders: Vec<u32>) -> (Arc<Net>, Vec<std::path::PathBuf>)
         next_seq: Mutex::default(),
         mismatches: Mutex::default(),
         refuse: AtomicBool::new(false),
+        coordinator_down: AtomicBool::new(false),
     });
     let mut engines = Vec::new();
     let mut dirs = Vec::new();
@@ -238,5 +245,32 @@ fn multi_partition_transactions_span_the_nodes_and_reach_every_replica() {
     assert!(net.pending.lock().unwrap().is_empty());
     assert!(net.mismatches.lock().unwrap().is_empty(), "{:?}", net.mismatches.lock().unwrap());
     assert_eq!(state_hashes(&a), state_hashes(&b));
+    stop(&net, dirs);
+}
+
+/// A coordinator that dies in a multi-partition transaction leaves the partitions it parked
+/// on other nodes parked: once the cluster declares it down, a session that has only read
+/// lets them go at once (rolling back a read changes nothing), rather than after
+/// `REMOTE_SESSION_IDLE`.
+#[test]
+fn a_read_only_transaction_of_a_coordinator_declared_down_lets_its_partitions_go() {
+    // Partition 1 is led by node 1, which node 0 (the coordinator) parks and then dies.
+    let (net, dirs) = cluster("mp-down", vec![0, 1]);
+    let b = net.engine(1).clone();
+    schema(&b);
+    let (begun_tx, begun) = mpsc::channel();
+    b.mp_participant(MpRemote::Begin { txn_id: 1 << 40 }, Box::new(move |a| begun_tx.send(a).unwrap()));
+    assert!(begun.recv_timeout(Duration::from_secs(30)).expect("an answer to Begin").is_ok());
+    // A key of partition 1, led by node 1: its write waits behind the parked transaction.
+    let ring = lockstep_core::HashRing::new(PARTITIONS);
+    let key = (0..1_000i64).find(|k| ring.partition_for(&Value::Int(*k)) == 1).expect("a key of partition 1");
+    let (tx, answered) = mpsc::channel();
+    let call = Call { procedure: "KV.insert".into(), params: vec![Value::Int(key), Value::Str("after".into())], ..Default::default() };
+    b.submit(call, Box::new(move |o| tx.send(o).unwrap()));
+    assert!(answered.recv_timeout(PARKED_CHECK).is_err(), "the write ran while its partition was parked");
+    // Declared down: the write runs long before the session's idle limit.
+    net.coordinator_down.store(true, Ordering::SeqCst);
+    let o = answered.recv_timeout(lockstep_engine::mp_cluster::REMOTE_SESSION_IDLE / 2).expect("the partition was let go");
+    assert!(o.is_success(), "{:?}", o.status_string);
     stop(&net, dirs);
 }

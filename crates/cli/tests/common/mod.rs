@@ -2,6 +2,9 @@
 //! directory, and helpers to drive it with the Rust client and the shell.
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod history;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
