@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -50,6 +50,8 @@ pub const INBOUND_CONNECTIONS_MAX: usize = 64;
 pub const INBOUND_IN_FLIGHT_MAX: usize = 64;
 /// An incoming connection silent this long is closed (its peer pings far more often).
 pub const INBOUND_IDLE_TIMEOUT_MS: u64 = 30_000;
+/// Bytes of frames gathered before a write to a peer (a frame larger goes out whole).
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// How often answered-by-nobody entries are swept from a connection's table.
 const SWEEP_INTERVAL_MS: u64 = 1_000;
 
@@ -317,7 +319,10 @@ fn lock_pending(p: &Pending) -> std::sync::MutexGuard<'_, HashMap<RequestId, one
 /// Sends queued calls on one connection until it breaks; a reader task matches responses
 /// to calls by id.
 async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoing>, queue: &mut mpsc::Receiver<Outgoing>) -> Ended {
-    let (reader, mut writer) = stream.into_split();
+    let (reader, writer) = stream.into_split();
+    // Frames queued back to back go out in one write; the buffer is flushed whenever the
+    // queue runs dry.
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
     let pending: Pending = Arc::default();
     let mut reader_task = tokio::spawn(read_responses(reader, pending.clone()));
     let mut next_id: RequestId = 1;
@@ -347,6 +352,11 @@ async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoin
         if let Err(e) = send_call(peer, &mut writer, &pending, next_id, outgoing).await {
             break Ended::Broken(e);
         }
+        if queue.is_empty() {
+            if let Err(e) = timed_write(writer.flush()).await {
+                break Ended::Broken(e);
+            }
+        }
         next_id += 1;
     };
     reader_task.abort();
@@ -361,7 +371,13 @@ async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoin
 }
 
 /// Writes one call; Err (with the reason) if the connection is broken.
-async fn send_call(peer: NodeId, writer: &mut OwnedWriteHalf, pending: &Pending, id: RequestId, outgoing: Outgoing) -> Result<(), String> {
+async fn send_call(
+    peer: NodeId,
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    pending: &Pending,
+    id: RequestId,
+    outgoing: Outgoing,
+) -> Result<(), String> {
     let frame = match encode_frame(id, &outgoing.request) {
         Ok(f) => f,
         Err(e) => {
@@ -379,7 +395,12 @@ async fn send_call(peer: NodeId, writer: &mut OwnedWriteHalf, pending: &Pending,
             p.insert(id, reply);
         }
     }
-    match timeout(Duration::from_millis(WRITE_TIMEOUT_MS), writer.write_all(&frame)).await {
+    timed_write(writer.write_all(&frame)).await
+}
+
+/// A write (or flush) that must finish within `WRITE_TIMEOUT_MS`; Err says why it did not.
+async fn timed_write(write: impl Future<Output = std::io::Result<()>>) -> Result<(), String> {
+    match timeout(Duration::from_millis(WRITE_TIMEOUT_MS), write).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("a write took over {WRITE_TIMEOUT_MS} ms")),
@@ -478,6 +499,11 @@ async fn serve_inbound<H: Handler>(stream: TcpStream, handler: Arc<H>, faults: A
             Ok(Ok(r)) => r,
         };
         if faults.is_blocked(from) {
+            continue;
+        }
+        if matches!(request, Request::Partition { .. }) {
+            // One way: taken here, in the order sent, and not answered.
+            let _ = handler.handle(from, request).await;
             continue;
         }
         let Ok(permit) = in_flight.clone().acquire_owned().await else { break Ok(()) };
