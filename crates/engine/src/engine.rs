@@ -94,6 +94,8 @@ pub struct Shared {
     /// Steps of the multi-partition transaction this node serves for the cluster's
     /// coordinator (`mp_cluster.rs`).
     pub(crate) remote_steps: (Sender<RemoteStep>, crossbeam_channel::Receiver<RemoteStep>),
+    /// The multi-partition transaction this node serves for the coordinator now (0: none).
+    pub(crate) serving_mp: std::sync::atomic::AtomicI64,
 }
 
 impl Shared {
@@ -309,6 +311,7 @@ impl Engine {
             durable,
             cluster,
             remote_steps: bounded(REMOTE_STEPS_MAX),
+            serving_mp: std::sync::atomic::AtomicI64::new(0),
         });
         let coordinator_shared = shared.clone();
         let replaying = log_reader.is_some();
@@ -469,6 +472,12 @@ impl Engine {
     pub fn mp_participant(&self, message: MpRemote, reply: RemoteReply) {
         match message {
             MpRemote::Begin { txn_id } => self.shared.send_mp(MpWork::RemoteSession { txn_id, reply }),
+            MpRemote::Fragment { txn_id, .. } | MpRemote::End { txn_id, .. } if self.shared.serving_mp.load(Ordering::SeqCst) != txn_id => {
+                // A step of a transaction this node does not serve (it ended here, or a
+                // coordinator that lost its place still runs it): answered now, not queued
+                // where nobody reads it.
+                reply(Err(ErrorData { status: -5, message: format!("this node is not serving multi-partition transaction {txn_id}") }))
+            }
             message => {
                 if let Err(e) = self.shared.remote_steps.0.try_send(RemoteStep { message, reply }) {
                     let step = e.into_inner();

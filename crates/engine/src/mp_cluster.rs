@@ -315,6 +315,16 @@ impl Coordinator {
         for &p in &here {
             let _ = self.links[p as usize].queue.send(SiteMsg::MpBegin { txn_id, log_marker: false });
         }
+        self.shared.serving_mp.store(txn_id, std::sync::atomic::Ordering::SeqCst);
+        // Steps of this transaction are taken from here until the session returns.
+        struct Serving<'a>(&'a std::sync::atomic::AtomicI64);
+        impl Drop for Serving<'_> {
+            fn drop(&mut self) {
+                self.0.store(0, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let shared = self.shared.clone();
+        let _serving = Serving(&shared.serving_mp);
         begun(Ok(TableData { columns: Vec::new(), rows: Vec::new() }));
         let plans = self.registry.plan_cache(self.catalog.clone());
         let mut shares: BTreeMap<u32, Share> = BTreeMap::new();

@@ -274,3 +274,13 @@ fn a_read_only_transaction_of_a_coordinator_declared_down_lets_its_partitions_go
     assert!(o.is_success(), "{:?}", o.status_string);
     stop(&net, dirs);
 }
+
+#[test]
+fn a_step_of_a_transaction_the_node_does_not_serve_is_answered_at_once() {
+    let (net, dirs) = cluster("stray", vec![0, 1]);
+    let (tx, rx) = mpsc::channel();
+    net.engine(1).mp_participant(MpRemote::End { txn_id: 42, commit: true }, Box::new(move |a| tx.send(a).unwrap()));
+    let answer = rx.recv_timeout(Duration::from_secs(5)).expect("answered at once, not queued");
+    assert!(answer.is_err_and(|e| e.message.contains("not serving")));
+    stop(&net, dirs);
+}

@@ -456,10 +456,14 @@ impl ClusterHooks for ClusterGlue {
         self.runtime.spawn(this.propose_schema(change));
     }
 
-    /// The live node with the lowest id: every node that applied the same cluster state
-    /// names the same one.
+    /// The lowest live node that leads a partition: every node that applied the same
+    /// cluster state names the same one. A node back after being declared down leads
+    /// nothing (it is not a member of its partitions until it rejoins), so coordination
+    /// does not move back to it while its view may still lag.
     fn mp_coordinator(&self) -> Option<u32> {
-        self.views.borrow().state.live_nodes().first().copied()
+        let view = self.views.borrow();
+        let state = &view.state;
+        state.live_nodes().into_iter().find(|n| !state.led_by(*n).is_empty())
     }
 
     fn forward_mp(&self, to: u32, request: MpRequest, timeout: Option<Duration>, reply: Reply) {
