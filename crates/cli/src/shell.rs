@@ -9,6 +9,15 @@ mod split;
 use std::io::{BufRead, IsTerminal};
 use std::path::{Path, PathBuf};
 
+/// Writes to stdout; a reader that went away (`lockstep sql … | head`) ends the shell
+/// quietly, as it ends any Unix tool, rather than with a panic.
+macro_rules! out {
+    ($($arg:tt)*) => { crate::shell::write_out(format_args!($($arg)*)) };
+}
+macro_rules! outln {
+    ($($arg:tt)*) => { crate::shell::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 use lockstep_client::{status, Client, ClientConfig, Response};
 use lockstep_core::{ResultTable, Value};
 
@@ -239,7 +248,7 @@ impl Shell {
         if let Some(h) = &history {
             let _ = editor.load_history(h); // a missing history file is normal
         }
-        println!("Connected to {server} ({}). Type help for help, quit to leave.", self.client.build_string());
+        outln!("Connected to {server} ({}). Type help for help, quit to leave.", self.client.build_string());
         let mut ctx = Ctx { source: "input".into(), base_dir: cwd, depth: 0, stop_on_error: false, statement: 0 };
         let mut splitter = Splitter::new();
         'read: loop {
@@ -294,7 +303,7 @@ impl Shell {
         let words: Vec<&str> = d.split_whitespace().collect();
         let arg = |i: usize| words.get(i).map(|w| w.to_ascii_lowercase()).unwrap_or_default();
         match arg(0).as_str() {
-            "help" => print!("{HELP}"),
+            "help" => out!("{HELP}"),
             "quit" | "exit" => return Ok(Flow::Quit),
             "exec" | "execute" => {
                 let rest = d.trim_start()[words[0].len()..].trim_start();
@@ -346,7 +355,7 @@ impl Shell {
             out.push(idx.iter().map(|&i| row[i].clone()).collect());
         }
         if let Some(text) = output::render(&out, self.format) {
-            print!("{text}");
+            out!("{text}");
         }
         Ok(())
     }
@@ -360,15 +369,15 @@ impl Shell {
         check(resp)?;
         // DDL answers with what it did in the status string (and a zero count per statement).
         if let (Some(msg), Format::Table) = (&resp.status_string, self.format) {
-            println!("{msg}");
+            outln!("{msg}");
             return Ok(());
         }
         if resp.tables.is_empty() && self.format == Format::Table {
-            println!("Command succeeded.");
+            outln!("Command succeeded.");
         }
         for t in &resp.tables {
             if let Some(text) = output::render(t, self.format) {
-                print!("{text}");
+                out!("{text}");
             }
         }
         Ok(())
@@ -391,4 +400,14 @@ fn read_script(path: &Path, depth: u32) -> Result<String, String> {
         return Err(format!("{} is larger than {SCRIPT_FILE_MAX_BYTES} bytes", path.display()));
     }
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+pub(crate) fn write_out(text: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+    }
 }

@@ -302,6 +302,26 @@ fn shell_prints_csv_and_fails_with_the_servers_message() {
     assert!(!out.status.success(), "P has no primary key, so no P.select procedure");
 }
 
+/// `lockstep sql … | head`: when the reader goes away, the shell ends quietly with
+/// success, as a Unix tool does, not with a panic.
+#[test]
+fn the_shell_ends_quietly_when_its_reader_goes_away() {
+    let dir = TempDir::new("shell-pipe");
+    let server = Server::start(&dir.0, 2);
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["sql", "--server", &server.addr, "-c", "exec @Statistics TOPO 0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the shell");
+    // The reader is gone before the shell writes anything.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("the shell ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "the shell panicked on a closed pipe: {stderr}");
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+}
+
 /// `THP_enabled` of a running process, from /proc (Linux).
 fn thp_enabled(pid: u32) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
