@@ -28,7 +28,7 @@ public final class LockstepServer implements AutoCloseable {
     /** How long SIGTERM may take to stop the server before it is killed. */
     private static final long STOP_TIMEOUT_SECONDS = 20;
     private static final Pattern READY =
-            Pattern.compile("lockstep ready: listening on ([0-9.]+):([0-9]+)");
+            Pattern.compile("lockstep ready: .*listening on ([0-9.]+):([0-9]+)");
 
     public static final int SITES = 2;
 
@@ -81,6 +81,41 @@ public final class LockstepServer implements AutoCloseable {
         return server;
     }
 
+    /**
+     * Starts the nodes of a local cluster (fresh data directories, free ports) and waits until
+     * every one is ready: they are started together, since none is ready before a majority runs.
+     */
+    public static List<LockstepServer> startCluster(String name, int nodes, int kfactor) throws IOException {
+        List<Integer> internal = new ArrayList<>();
+        List<Integer> client = new ArrayList<>();
+        for (int i = 0; i < nodes; i++) {
+            internal.add(freePort());
+            client.add(freePort());
+        }
+        String hosts = String.join(",", internal.stream().map(p -> "127.0.0.1:" + p).toList());
+        List<LockstepServer> servers = new ArrayList<>();
+        List<CompletableFuture<Integer>> ready = new ArrayList<>();
+        for (int i = 0; i < nodes; i++) {
+            Path data = Files.createTempDirectory("lockstep-compat-" + name + "-" + i + "-").resolve("data");
+            Files.createDirectories(data.resolve("procedures"));
+            LockstepServer server = new LockstepServer(data);
+            server.extraArgs.addAll(List.of("--internal", "127.0.0.1:" + internal.get(i), "--hosts", hosts,
+                    "--kfactor", Integer.toString(kfactor)));
+            ready.add(server.spawn("127.0.0.1:" + client.get(i)));
+            servers.add(server);
+        }
+        for (int i = 0; i < nodes; i++) {
+            servers.get(i).awaitReady(ready.get(i));
+        }
+        return servers;
+    }
+
+    private static int freePort() throws IOException {
+        try (java.net.ServerSocket s = new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+            return s.getLocalPort();
+        }
+    }
+
     public int port() {
         return port;
     }
@@ -96,6 +131,11 @@ public final class LockstepServer implements AutoCloseable {
     }
 
     private void launch(String listen) throws IOException {
+        awaitReady(spawn(listen));
+    }
+
+    /** Starts the process; the future completes with its client port once it is ready. */
+    private CompletableFuture<Integer> spawn(String listen) throws IOException {
         List<String> command = new ArrayList<>(List.of(binary().toString(), "server", "--listen", listen,
                 "--data", dataDir.toString(), "--sites", Integer.toString(SITES)));
         command.addAll(extraArgs);
@@ -128,6 +168,11 @@ public final class LockstepServer implements AutoCloseable {
         }, "lockstep-stdout");
         reader.setDaemon(true);
         reader.start();
+        return ready;
+    }
+
+    private void awaitReady(CompletableFuture<Integer> ready) throws IOException {
+        List<String> seen = stdout;
         try {
             port = ready.get(START_TIMEOUT_SECONDS, TimeUnit.SECONDS);
         } catch (Exception e) {
