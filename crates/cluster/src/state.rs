@@ -263,7 +263,8 @@ impl ClusterState {
         Ok(restarted || known != incarnation)
     }
 
-    fn set_leader(&mut self, partition: PartitionId, node: NodeId) -> Result<bool, Refusal> {
+    /// Checks that `node` is a live replica of `partition`; Err says which part is not so.
+    fn check_live_replica(&self, partition: PartitionId, node: NodeId) -> Result<(), Refusal> {
         let n = self.known_node(node)?;
         let replicas = self.placement.partitions.get(partition as usize).ok_or(Refusal::UnknownPartition(partition))?;
         if !replicas.nodes.contains(&node) {
@@ -272,6 +273,11 @@ impl ClusterState {
         if !self.alive[n] {
             return Err(Refusal::NodeIsDown(node));
         }
+        Ok(())
+    }
+
+    fn set_leader(&mut self, partition: PartitionId, node: NodeId) -> Result<bool, Refusal> {
+        self.check_live_replica(partition, node)?;
         if !self.members[partition as usize].contains(&node) {
             return Err(Refusal::NotAMember { partition, node });
         }
@@ -282,14 +288,7 @@ impl ClusterState {
     }
 
     fn rejoined(&mut self, partition: PartitionId, node: NodeId) -> Result<bool, Refusal> {
-        let n = self.known_node(node)?;
-        let replicas = self.placement.partitions.get(partition as usize).ok_or(Refusal::UnknownPartition(partition))?;
-        if !replicas.nodes.contains(&node) {
-            return Err(Refusal::NotAReplica { partition, node });
-        }
-        if !self.alive[n] {
-            return Err(Refusal::NodeIsDown(node));
-        }
+        self.check_live_replica(partition, node)?;
         let members = &mut self.members[partition as usize];
         if members.contains(&node) {
             return Ok(false);
