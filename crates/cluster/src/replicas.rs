@@ -18,11 +18,14 @@ use tokio::time::{interval, MissedTickBehavior};
 
 use crate::node::{ClusterNode, ClusterView, PartitionMessage, Poster};
 use crate::placement::{NodeId, PartitionId};
-use crate::replication::{Action, AppendError, Entry, Replication, Seq};
+use crate::replication::{Action, AppendError, Entry, LearnError, Replication, Seq, Term};
 
 /// How often each partition's replication ticks (resends what was not acknowledged after
 /// three ticks), by default.
 pub const TICK_DEFAULT_MS: u64 = 20;
+/// `CaughtUp` notices waiting to be read (`Replicas::caught_up`); more are dropped, and
+/// said again later by the replication.
+const CAUGHT_UP_QUEUE_MAX: usize = 64;
 
 /// Runs entries ordered by another replica on this node's copy of a partition.
 pub trait Executor: Send + Sync + 'static {
@@ -62,12 +65,15 @@ struct Inner {
     partitions: BTreeMap<PartitionId, Mutex<Partition>>,
     poster: Poster,
     executor: Arc<dyn Executor>,
+    /// Learners of partitions this node leads that caught up: (partition, learner).
+    caught_up: mpsc::Sender<(PartitionId, NodeId)>,
 }
 
 /// The replication of this node's partitions; see the module header.
 pub struct Replicas {
     inner: Arc<Inner>,
     task: JoinHandle<()>,
+    caught_up: Mutex<Option<mpsc::Receiver<(PartitionId, NodeId)>>>,
 }
 
 impl Replicas {
@@ -84,9 +90,10 @@ impl Replicas {
             .into_iter()
             .map(|p| (p, Mutex::new(Partition { repl: Replication::new(me, 0), waiting: BTreeMap::new() })))
             .collect();
-        let inner = Arc::new(Inner { partitions, poster: node.poster(), executor });
+        let (caught_up, caught_up_rx) = mpsc::channel(CAUGHT_UP_QUEUE_MAX);
+        let inner = Arc::new(Inner { partitions, poster: node.poster(), executor, caught_up });
         let task = tokio::spawn(run(inner.clone(), node.subscribe(), inbox, tick));
-        Some(Replicas { inner, task })
+        Some(Replicas { inner, task, caught_up: Mutex::new(Some(caught_up_rx)) })
     }
 
     /// The leader ran a transaction whose results hash to `hash`: order it and send it to
@@ -118,6 +125,35 @@ impl Replicas {
     /// The partitions this node holds a replica of.
     pub fn partitions(&self) -> Vec<PartitionId> {
         self.inner.partitions.keys().copied().collect()
+    }
+
+    /// Leader: makes `node` a learner of `partition` (see `Replication::add_learner`);
+    /// returns the entry its snapshot must be taken at, and the term. Call it from the
+    /// partition's site thread, between transactions, and take the snapshot right after.
+    pub fn add_learner(&self, partition: PartitionId, node: NodeId) -> Result<(Seq, Term), ReplicateError> {
+        let slot = self.inner.partitions.get(&partition).ok_or(ReplicateError::NotHere(partition))?;
+        let mut p = lock(slot);
+        let seq = p.repl.add_learner(node)?;
+        Ok((seq, p.repl.view().term))
+    }
+
+    /// Joiner: this node's copy of `partition` now holds the leader's snapshot taken at
+    /// `seq` in `term`: it takes the entries after it (see `Replication::learn`).
+    pub fn learn(&self, partition: PartitionId, term: Term, seq: Seq) -> Result<(), String> {
+        let slot = self.inner.partitions.get(&partition).ok_or_else(|| ReplicateError::NotHere(partition).to_string())?;
+        lock(slot).repl.learn(term, seq).map_err(|e: LearnError| e.to_string())
+    }
+
+    /// Whether this node is learning `partition`.
+    pub fn learning(&self, partition: PartitionId) -> bool {
+        self.inner.partitions.get(&partition).is_some_and(|p| lock(p).repl.learning())
+    }
+
+    /// The learners that caught up with a partition this node leads, as (partition, node),
+    /// for the caller to have the cluster state make them members; the first call takes the
+    /// receiver.
+    pub fn caught_up(&self) -> Option<mpsc::Receiver<(PartitionId, NodeId)>> {
+        self.caught_up.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// How far this node has run `partition`.
@@ -158,6 +194,9 @@ impl Inner {
                 Action::Commit(upto) => self.answer(partition, ..=upto, Ok(())),
                 Action::Deposed(after) => self.answer(partition, after + 1.., Err(ReplicateError::Unknown)),
                 Action::Diverged { node, seq } => diverged(partition, node, seq),
+                Action::CaughtUp(node) => {
+                    let _ = self.caught_up.try_send((partition, node));
+                }
             }
         }
     }
@@ -177,7 +216,15 @@ impl Inner {
     fn set_views(&self, view: &ClusterView) {
         for &p in self.partitions.keys() {
             let v = view.state.view(p);
-            self.with(p, |r| r.set_view(v));
+            self.with(p, |r| {
+                let mut actions = r.set_view(v);
+                // A learner whose node went down is waited for no more.
+                let gone: Vec<NodeId> = r.learners().filter(|n| !view.state.is_alive(*n)).collect();
+                for n in gone {
+                    actions.extend(r.drop_learner(n));
+                }
+                actions
+            });
         }
     }
 }

@@ -14,6 +14,13 @@
 //! what that member lacks. An entry some member had is therefore never lost; one that no
 //! surviving member had was never committed, so no client was told it happened.
 //!
+//! A node that comes back (its old copy lost with its old process) *rejoins*: the leader
+//! makes it a *learner* at a point of the order where it snapshots the partition for it
+//! (`add_learner`), and sends it every entry after that point while it loads the snapshot
+//! and catches up (`learn`). Once it has run every committed entry, commits wait for it as
+//! for a member (`CaughtUp`), so it holds every committed entry when the cluster state
+//! lists it as a member again.
+//!
 //! Pure and deterministic: no clock and no sockets. The caller gives it the partition's view
 //! of the cluster state (`View`), the messages that arrive, the results of the entries it
 //! ran, and ticks; it carries out the `Action`s returned. The simulation at the bottom of
@@ -38,6 +45,14 @@ pub const OUT_OF_ORDER_MAX: usize = 8_192;
 pub const RESEND_BATCH_MAX: usize = 256;
 /// Ticks without progress from a member before the leader sends again what it lacks.
 pub const RESEND_AFTER_TICKS: u32 = 3;
+/// Ticks between two `CaughtUp`s for a learner the cluster state has not made a member yet.
+pub const CAUGHT_UP_AGAIN_TICKS: u32 = 50;
+/// Entries a leader sends a learner ahead of its acknowledgements.
+pub const LEARNER_WINDOW: u64 = 4_096;
+/// Entries a leader keeps for a learner that has not acknowledged them; a learner further
+/// behind is dropped (it starts its rejoin again), so a stalled one cannot hold the leader's
+/// memory.
+pub const LEARNER_BACKLOG_MAX: u64 = 262_144;
 
 /// One transaction in the partition's order. The payload is what the replicas run (the
 /// invocation and its transaction id); this module never looks inside it.
@@ -103,6 +118,9 @@ pub enum Action<P> {
         node: NodeId,
         seq: Seq,
     },
+    /// A learner holds every committed entry, and counts for commits from now on: the
+    /// cluster state may make it a member (said again from time to time until it does).
+    CaughtUp(NodeId),
 }
 
 /// Why `append` refused an entry.
@@ -114,6 +132,17 @@ pub enum AppendError {
     Repairing,
     #[error("the partition has {UNCOMMITTED_MAX} transactions waiting for its replicas")]
     Busy,
+    #[error("the node is already a member of the partition")]
+    AlreadyMember,
+}
+
+/// Why `learn` refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LearnError {
+    #[error("the partition's leader or term changed (this node's view is of term {view_term}, the snapshot of term {term})")]
+    ViewChanged { view_term: Term, term: Term },
+    #[error("this node is already a member of the partition")]
+    AlreadyMember,
 }
 
 /// An entry this node holds, with the hash of its results once it has run it.
@@ -123,6 +152,19 @@ struct Slot<P> {
     hash: Option<u64>,
     /// Members' hashes that arrived before this node's own.
     early: Vec<(NodeId, u64)>,
+}
+
+/// How far the leader knows a learner to be, and how far it has sent to it.
+#[derive(Clone, Copy, Debug)]
+struct Learner {
+    acked: Seq,
+    sent: Seq,
+    idle_ticks: u32,
+    /// Caught up once: from then on it counts for commits like a member, so that it holds
+    /// every committed entry when the cluster state makes it one.
+    counted: bool,
+    /// Ticks since `CaughtUp` was last said (it is said again while it stays a learner).
+    ready_ticks: u32,
 }
 
 /// How far the leader knows a member to be.
@@ -139,6 +181,10 @@ enum Role {
     /// Not a member of the partition (or no view yet): holds nothing, does nothing.
     Outside,
     Member,
+    /// Loaded the partition as its leader had it at some entry (a rejoin's snapshot) and
+    /// runs the entries after it, but is not a member yet. It becomes one when a view of
+    /// the same term lists it.
+    Learning,
     /// Leader, still gathering what the members received (`waiting` have not answered).
     Repairing {
         waiting: BTreeSet<NodeId>,
@@ -167,6 +213,9 @@ pub struct Replication<P> {
     /// A member's entries that came after a gap.
     out_of_order: BTreeMap<Seq, Entry<P>>,
     reported: BTreeSet<NodeId>,
+    /// Leader: the nodes loading the partition to rejoin it, which get every entry after
+    /// their snapshot's.
+    learners: BTreeMap<NodeId, Learner>,
 }
 
 impl<P: Clone> Replication<P> {
@@ -183,6 +232,7 @@ impl<P: Clone> Replication<P> {
             handed_out: applied,
             out_of_order: BTreeMap::new(),
             reported: BTreeSet::new(),
+            learners: BTreeMap::new(),
         }
     }
 
@@ -210,7 +260,19 @@ impl<P: Clone> Replication<P> {
         }
         let new_term = view.term > self.view.term;
         let was_leading = matches!(self.role, Role::Leading { .. } | Role::Repairing { .. });
+        // A learner stays one through views of its term (other partitions change), and
+        // becomes a member, keeping all it ran, once a view of its term lists it.
+        if matches!(self.role, Role::Learning) && !new_term {
+            self.view = view;
+            if self.view.members.contains(&self.me) {
+                self.role = Role::Member;
+            }
+            return out;
+        }
         self.view = view;
+        if new_term || !self.view.members.contains(&self.me) || self.view.leader != Some(self.me) {
+            self.learners.clear();
+        }
         if !self.view.members.contains(&self.me) {
             if was_leading {
                 out.push(Action::Deposed(self.committed));
@@ -248,11 +310,13 @@ impl<P: Clone> Replication<P> {
             Role::Leading { progress } => {
                 progress.retain(|n, _| self.view.members.contains(n));
                 for n in self.view.members.iter().filter(|&&n| n != self.me) {
-                    progress.entry(*n).or_default();
+                    // A learner that became a member has run what it acknowledged.
+                    let acked = self.learners.remove(n).map_or(0, |l| l.acked);
+                    progress.entry(*n).or_insert(Progress { acked, idle_ticks: 0 });
                 }
                 self.advance_commit(&mut out);
             }
-            Role::Outside | Role::Member => {}
+            Role::Outside | Role::Member | Role::Learning => {}
         }
         out
     }
@@ -265,7 +329,7 @@ impl<P: Clone> Replication<P> {
             Role::Leading { .. } | Role::Repairing { .. } => return Err(AppendError::Repairing),
             _ => return Err(AppendError::NotLeader),
         }
-        if self.log.len() >= UNCOMMITTED_MAX {
+        if self.received - self.committed >= UNCOMMITTED_MAX as Seq {
             return Err(AppendError::Busy);
         }
         let seq = self.received + 1;
@@ -279,7 +343,12 @@ impl<P: Clone> Replication<P> {
                 message: Message::Replicate { term: self.view.term, entries: vec![entry.clone()], committed: self.committed },
             });
         }
+        let learners: Vec<NodeId> = self.learners.keys().copied().collect();
+        for node in learners {
+            self.send_to_learner(node, &mut out);
+        }
         self.advance_commit(&mut out);
+        self.drop_stalled_learners();
         Ok((seq, out))
     }
 
@@ -294,7 +363,7 @@ impl<P: Clone> Replication<P> {
         self.log[i].hash = Some(hash);
         let early = std::mem::take(&mut self.log[i].early);
         match &self.role {
-            Role::Member => {
+            Role::Member | Role::Learning => {
                 if let Some(to) = self.view.leader {
                     out.push(Action::Send { to, message: Message::Ack { term: self.view.term, seq, hash } });
                 }
@@ -317,7 +386,8 @@ impl<P: Clone> Replication<P> {
         // Only this term's messages count: an older one comes from a deposed leader (or
         // answers one), a newer one from a view this node has not applied yet (it is sent
         // again on a later tick).
-        if message.term() != self.view.term || !self.view.members.contains(&from) {
+        let learner_ack = matches!(message, Message::Ack { .. }) && self.learners.contains_key(&from);
+        if message.term() != self.view.term || !(self.view.members.contains(&from) || learner_ack) {
             return out;
         }
         match message {
@@ -368,10 +438,114 @@ impl<P: Clone> Replication<P> {
                         out.push(Action::Send { to, message: Message::Replicate { term, entries, committed: self.committed } });
                     }
                 }
+                // A learner that acknowledged nothing for a while lost messages: send again
+                // from what it acknowledged.
+                let learners: Vec<NodeId> = self.learners.keys().copied().collect();
+                for node in learners {
+                    if let Some(l) = self.learners.get_mut(&node) {
+                        if l.counted {
+                            l.ready_ticks += 1;
+                            if l.ready_ticks >= CAUGHT_UP_AGAIN_TICKS {
+                                l.ready_ticks = 0;
+                                out.push(Action::CaughtUp(node));
+                            }
+                        }
+                        if l.acked >= l.sent {
+                            l.idle_ticks = 0;
+                        } else {
+                            l.idle_ticks += 1;
+                            if l.idle_ticks >= RESEND_AFTER_TICKS {
+                                l.idle_ticks = 0;
+                                l.sent = l.acked;
+                            }
+                        }
+                    }
+                    self.send_to_learner(node, &mut out);
+                }
             }
             _ => {}
         }
         out
+    }
+
+    /// Leader: `node` is about to load the partition as it is now (a snapshot taken at once,
+    /// before any other entry runs here): from now on it gets every entry after the one
+    /// returned, as a learner, until a view lists it as a member. A node already learning
+    /// starts again.
+    pub fn add_learner(&mut self, node: NodeId) -> Result<Seq, AppendError> {
+        match &self.role {
+            Role::Leading { .. } if self.applied == self.received => {}
+            Role::Leading { .. } | Role::Repairing { .. } => return Err(AppendError::Repairing),
+            _ => return Err(AppendError::NotLeader),
+        }
+        if self.view.members.contains(&node) {
+            return Err(AppendError::AlreadyMember);
+        }
+        let at = self.received;
+        self.learners.insert(node, Learner { acked: at, sent: at, idle_ticks: 0, counted: false, ready_ticks: 0 });
+        Ok(at)
+    }
+
+    /// Joiner: this node's copy of the partition now holds what its leader had at `seq`, in
+    /// term `term` (from the leader's `add_learner`): it takes the entries after it as a
+    /// learner. Err if this node's view is not of that term, or already lists it.
+    pub fn learn(&mut self, term: Term, seq: Seq) -> Result<(), LearnError> {
+        if self.view.term != term {
+            return Err(LearnError::ViewChanged { view_term: self.view.term, term });
+        }
+        if self.view.members.contains(&self.me) {
+            return Err(LearnError::AlreadyMember);
+        }
+        self.role = Role::Learning;
+        self.log.clear();
+        self.out_of_order.clear();
+        // The snapshot may hold entries not committed yet: what is committed, the leader says.
+        (self.committed, self.applied, self.received, self.handed_out) = (0, seq, seq, seq);
+        Ok(())
+    }
+
+    /// Leader: stops sending to a learner and counting it (its node went down).
+    pub fn drop_learner(&mut self, node: NodeId) -> Vec<Action<P>> {
+        let mut out = Vec::new();
+        if self.learners.remove(&node).is_some() {
+            self.advance_commit(&mut out);
+            self.trim();
+        }
+        out
+    }
+
+    /// The nodes this leader has as learners.
+    pub fn learners(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.learners.keys().copied()
+    }
+
+    /// Whether this node is learning the partition (see `learn`).
+    pub fn learning(&self) -> bool {
+        matches!(self.role, Role::Learning)
+    }
+
+    /// Leader: sends `node` the entries after what it was last sent, within its window.
+    fn send_to_learner(&mut self, node: NodeId, out: &mut Vec<Action<P>>) {
+        loop {
+            let Some(l) = self.learners.get(&node).copied() else { return };
+            if l.sent >= self.received || l.sent - l.acked >= LEARNER_WINDOW {
+                return;
+            }
+            let room = (LEARNER_WINDOW - (l.sent - l.acked)).min(RESEND_BATCH_MAX as u64) as usize;
+            let entries = self.entries_after(l.sent, room);
+            let Some(last) = entries.last().map(|e| e.seq) else { return };
+            if let Some(l) = self.learners.get_mut(&node) {
+                l.sent = last;
+            }
+            out.push(Action::Send { to: node, message: Message::Replicate { term: self.view.term, entries, committed: self.committed } });
+        }
+    }
+
+    /// Leader: forgets learners so far behind that keeping their entries would grow without
+    /// bound (a counted one is never that far behind: commits wait for it).
+    fn drop_stalled_learners(&mut self) {
+        let received = self.received;
+        self.learners.retain(|_, l| l.counted || received - l.acked <= LEARNER_BACKLOG_MAX);
     }
 
     fn others(&self) -> impl Iterator<Item = NodeId> + '_ {
@@ -385,7 +559,9 @@ impl<P: Clone> Replication<P> {
     }
 
     fn entries_after(&self, seq: Seq, max: usize) -> Vec<Entry<P>> {
-        self.log.iter().filter(|s| s.entry.seq > seq).take(max).map(|s| s.entry.clone()).collect()
+        let Some(first) = self.log.front().map(|s| s.entry.seq) else { return Vec::new() };
+        let start = usize::try_from((seq + 1).saturating_sub(first)).unwrap_or(usize::MAX).min(self.log.len());
+        self.log.range(start..).take(max).map(|s| s.entry.clone()).collect()
     }
 
     /// Takes entries in order into the log, and hands out those next in line to run.
@@ -414,7 +590,7 @@ impl<P: Clone> Replication<P> {
     }
 
     fn on_replicate(&mut self, from: NodeId, entries: Vec<Entry<P>>, committed: Seq, out: &mut Vec<Action<P>>) {
-        if !matches!(self.role, Role::Member) || self.view.leader != Some(from) {
+        if !matches!(self.role, Role::Member | Role::Learning) || self.view.leader != Some(from) {
             return;
         }
         let resent = entries.first().is_some_and(|e| e.seq <= self.applied);
@@ -431,6 +607,26 @@ impl<P: Clone> Replication<P> {
     }
 
     fn on_ack(&mut self, from: NodeId, seq: Seq, hash: u64, out: &mut Vec<Action<P>>) {
+        if !matches!(self.role, Role::Leading { .. }) {
+            return;
+        }
+        if let Some(l) = self.learners.get_mut(&from) {
+            if seq > l.acked {
+                l.acked = seq.min(self.received);
+                l.idle_ticks = 0;
+            }
+            if !l.counted && l.acked >= self.committed {
+                l.counted = true;
+                out.push(Action::CaughtUp(from));
+            }
+            if let Some(mine) = self.index_of(seq).and_then(|i| self.log[i].hash) {
+                self.check_hash(from, seq, hash, mine, out);
+            }
+            self.send_to_learner(from, out);
+            self.advance_commit(out);
+            self.trim();
+            return;
+        }
         let Role::Leading { progress } = &mut self.role else { return };
         let Some(p) = progress.get_mut(&from) else { return };
         if seq > p.acked {
@@ -487,7 +683,8 @@ impl<P: Clone> Replication<P> {
     /// The leader's committed point: the least of what every member (itself too) has run.
     fn advance_commit(&mut self, out: &mut Vec<Action<P>>) {
         let Role::Leading { progress } = &self.role else { return };
-        let least = progress.values().map(|p| p.acked).fold(self.applied, Seq::min);
+        let counted = self.learners.values().filter(|l| l.counted).map(|l| l.acked);
+        let least = progress.values().map(|p| p.acked).chain(counted).fold(self.applied, Seq::min);
         if least > self.committed {
             self.committed = least;
             out.push(Action::Commit(least));
@@ -497,7 +694,8 @@ impl<P: Clone> Replication<P> {
 
     /// Drops entries every member has run (and this node too).
     fn trim(&mut self) {
-        let keep_after = self.committed.min(self.applied);
+        let learners_acked = self.learners.values().map(|l| l.acked).min().unwrap_or(Seq::MAX);
+        let keep_after = self.committed.min(self.applied).min(learners_acked);
         while self.log.front().is_some_and(|s| s.entry.seq <= keep_after) {
             self.log.pop_front();
         }

@@ -32,8 +32,10 @@ pub enum Command {
     /// Moves a partition's leadership to one of its members (a rebalance).
     SetLeader { partition: PartitionId, node: NodeId },
     /// A live replica that came back has caught up with the partition's history (a rejoin):
-    /// it becomes a member again, one every transaction must reach.
-    Rejoined { partition: PartitionId, node: NodeId },
+    /// it becomes a member again, one every transaction must reach. Only if the node is
+    /// still in `incarnation` and the partition in `term` (its view's), the leadership it
+    /// caught up under: a restarted node, or a new leader, makes the catching up void.
+    Rejoined { partition: PartitionId, node: NodeId, incarnation: Incarnation, term: u64 },
     /// A schema change (DDL statements, applied together) that every node applies, in the
     /// order the group commits them. `origin` and `id` name the call that proposed it, so
     /// the proposing node can answer that call once it applied the change itself.
@@ -77,6 +79,8 @@ pub enum Refusal {
     NotAMember { partition: PartitionId, node: NodeId },
     #[error("node {node} is already known in incarnation {known}, later than {given}")]
     StaleIncarnation { node: NodeId, known: Incarnation, given: Incarnation },
+    #[error("node {node} caught up with partition {partition} in an earlier incarnation or under an earlier leader: it must load the partition again")]
+    OutdatedRejoin { partition: PartitionId, node: NodeId },
 }
 
 /// Why a state read from disk or the network cannot be used.
@@ -202,7 +206,7 @@ impl ClusterState {
             Command::NodeDown(node) => self.node_down(*node),
             Command::NodeUp { node, incarnation } => self.node_up(*node, *incarnation),
             Command::SetLeader { partition, node } => self.set_leader(*partition, *node),
-            Command::Rejoined { partition, node } => self.rejoined(*partition, *node),
+            Command::Rejoined { partition, node, incarnation, term } => self.rejoined(*partition, *node, *incarnation, *term),
             Command::Schema(change) => {
                 // Whether the statements are valid is for each node's engine to find: they
                 // all find the same, as they all hold the same schema before it.
@@ -287,8 +291,11 @@ impl ClusterState {
         Ok(changed)
     }
 
-    fn rejoined(&mut self, partition: PartitionId, node: NodeId) -> Result<bool, Refusal> {
+    fn rejoined(&mut self, partition: PartitionId, node: NodeId, incarnation: Incarnation, term: u64) -> Result<bool, Refusal> {
         self.check_live_replica(partition, node)?;
+        if self.incarnations[node as usize] != incarnation || self.view(partition).term != term {
+            return Err(Refusal::OutdatedRejoin { partition, node });
+        }
         let members = &mut self.members[partition as usize];
         if members.contains(&node) {
             return Ok(false);
@@ -417,7 +424,15 @@ mod tests {
         let p = orphaned[0];
         assert!(s.members(p).is_empty());
         assert_eq!(s.apply(&Command::SetLeader { partition: p, node: 0 }), Outcome::Refused(Refusal::NotAMember { partition: p, node: 0 }));
-        assert!(matches!(s.apply(&Command::Rejoined { partition: p, node: 0 }), Outcome::Changed { .. }));
+        let term = s.view(p).term;
+        let outdated = [
+            Command::Rejoined { partition: p, node: 0, incarnation: 1, term },
+            Command::Rejoined { partition: p, node: 0, incarnation: 2, term: term + 1 },
+        ];
+        for c in outdated {
+            assert_eq!(s.apply(&c), Outcome::Refused(Refusal::OutdatedRejoin { partition: p, node: 0 }), "{c:?}");
+        }
+        assert!(matches!(s.apply(&Command::Rejoined { partition: p, node: 0, incarnation: 2, term }), Outcome::Changed { .. }));
         assert_eq!(s.members(p), &[0]);
         assert!(matches!(s.apply(&Command::SetLeader { partition: p, node: 0 }), Outcome::Changed { .. }));
         assert_eq!(s.leader(p), Some(0));
@@ -516,7 +531,12 @@ mod tests {
             (0..nodes + 1).prop_map(Command::NodeDown),
             (0..nodes + 1, 0u64..4).prop_map(|(node, incarnation)| Command::NodeUp { node, incarnation }),
             (0..partitions + 1, 0..nodes + 1).prop_map(|(partition, node)| Command::SetLeader { partition, node }),
-            (0..partitions + 1, 0..nodes + 1).prop_map(|(partition, node)| Command::Rejoined { partition, node }),
+            (0..partitions + 1, 0..nodes + 1, 0u64..4, 0u64..8).prop_map(|(partition, node, incarnation, term)| Command::Rejoined {
+                partition,
+                node,
+                incarnation,
+                term
+            }),
             (0..nodes, 0u64..4).prop_map(|(origin, id)| Command::Schema(SchemaChange { statements: vec![format!("-- {id}")], origin, id })),
         ]
     }

@@ -2,7 +2,8 @@
 //! scheduler runs its replicas over a simulated network that delays and drops messages
 //! (in order per link, as TCP), delivers each node its views of the cluster state late and
 //! at different times, crashes leaders and members, removes live nodes from the partition
-//! (a false suspicion) and moves leadership (a rebalance). Afterwards it checks what a
+//! (a false suspicion), moves leadership (a rebalance) and brings lost nodes back (a
+//! rejoin: a snapshot from the leader, then its entries as a learner). Afterwards it checks what a
 //! client must be able to rely on:
 //! - every replica ran the same entries in the same order (each history is a prefix of one
 //!   order), and the surviving members end identical;
@@ -76,6 +77,23 @@ struct Sim {
     kfactor: u32,
     loss_per_mille: u64,
     next_op: u64,
+    /// A node coming back: it gets the leader's snapshot at `ready`.
+    rejoin: Option<Rejoin>,
+    /// Nodes that loaded a snapshot and learn, with the term they learn in.
+    learning: BTreeMap<NodeId, u64>,
+    /// `CaughtUp` said by (leader, learner), for the group to act on.
+    caught_up: Vec<(NodeId, NodeId)>,
+    rejoined: u32,
+}
+
+/// A rejoin in progress: the leader's state at entry `seq`, on its way to `node`.
+struct Rejoin {
+    node: NodeId,
+    ready: u64,
+    term: u64,
+    seq: Seq,
+    state: u64,
+    history: Vec<(Seq, u64)>,
 }
 
 impl Sim {
@@ -109,6 +127,10 @@ impl Sim {
             kfactor: replicas - 1,
             loss_per_mille,
             next_op: 1,
+            rejoin: None,
+            learning: BTreeMap::new(),
+            caught_up: Vec::new(),
+            rejoined: 0,
         };
         sim.publish_view();
         sim
@@ -154,6 +176,7 @@ impl Sim {
                     n.calls.retain(|s, _| *s <= after);
                 }
                 Action::Diverged { node: d, seq } => self.diverged.push((d, seq)),
+                Action::CaughtUp(learner) => self.caught_up.push((node, learner)),
             }
         }
     }
@@ -234,6 +257,63 @@ impl Sim {
         self.publish_view();
     }
 
+    /// A node outside the partition (crashed or removed) starts again and asks the leader
+    /// for a snapshot; the leader takes it at once and makes the node a learner.
+    fn start_rejoin(&mut self) {
+        let Some(leader) = self.view.leader else { return };
+        let outside: Vec<NodeId> = (0..self.nodes.len() as NodeId)
+            .filter(|n| {
+                !self.view.members.contains(n) && !self.learning.contains_key(n) && self.rejoin.as_ref().is_none_or(|r| r.node != *n)
+            })
+            .collect();
+        if outside.is_empty() {
+            return;
+        }
+        let node = outside[self.rng.below(outside.len() as u64) as usize];
+        // A new process: nothing of the old one is left, not even its connections.
+        self.links.retain(|(from, to), _| *from != node && *to != node);
+        let n = &mut self.nodes[node as usize];
+        (n.alive, n.repl, n.state) = (true, Replication::new(node, 0), 0);
+        n.site.clear();
+        n.history.clear();
+        n.views.clear();
+        n.calls.clear();
+        let actions = n.repl.set_view(self.view.clone());
+        self.act(node, actions);
+        let l = &mut self.nodes[leader as usize];
+        let Ok(seq) = l.repl.add_learner(node) else { return };
+        assert_eq!(l.history.len() as Seq, seq, "the leader's snapshot point is not its last entry");
+        let (state, history) = (l.state, l.history.clone());
+        let ready = self.now + 1 + self.rng.below(60);
+        self.rejoin = Some(Rejoin { node, ready, term: self.view.term, seq, state, history });
+    }
+
+    /// Loads a snapshot that arrived; promotes learners that caught up (the group commits
+    /// `Rejoined` only in the term they learnt in).
+    fn progress_rejoins(&mut self) {
+        if self.rejoin.as_ref().is_some_and(|r| r.ready <= self.now) {
+            let Some(r) = self.rejoin.take() else { return };
+            let n = &mut self.nodes[r.node as usize];
+            if n.alive && n.repl.learn(r.term, r.seq).is_ok() {
+                (n.state, n.history) = (r.state, r.history);
+                n.site.clear();
+                self.learning.insert(r.node, r.term);
+            }
+        }
+        for (leader, node) in std::mem::take(&mut self.caught_up) {
+            let Some(term) = self.learning.remove(&node) else { continue };
+            if term == self.view.term && self.view.leader == Some(leader) && self.nodes[node as usize].alive {
+                self.view.members.insert(node);
+                self.lost -= 1;
+                self.rejoined += 1;
+                self.publish_view();
+            }
+        }
+        // A learner whose term ended starts over later.
+        let term = self.view.term;
+        self.learning.retain(|_, t| *t == term);
+    }
+
     fn rebalance(&mut self) {
         let next = self.pick_member();
         if self.view.leader != Some(next) {
@@ -265,11 +345,13 @@ impl Sim {
                 }
             }
         }
+        self.progress_rejoins();
         if faults {
             match self.rng.below(1000) {
                 0..=2 => self.lose(true),
                 3 => self.lose(false),
                 4..=5 => self.rebalance(),
+                6..=8 if self.rejoin.is_none() => self.start_rejoin(),
                 _ => {}
             }
         }
@@ -350,15 +432,17 @@ fn simulate(seed: u64) -> Sim {
 
 #[test]
 fn replicas_agree_and_keep_every_committed_entry_through_crashes_removals_and_rebalances() {
-    let (mut acked, mut terms) = (0, 0);
+    let (mut acked, mut terms, mut rejoined) = (0, 0, 0);
     for seed in 0..seeds(300, 20_000) {
         let sim = simulate(seed);
         acked += sim.acked.len();
         terms += sim.view.term;
+        rejoined += sim.rejoined;
     }
-    // The runs did something: calls committed and leaders changed.
+    // The runs did something: calls committed, leaders changed, nodes came back.
     assert!(acked > 10_000, "only {acked} calls committed over all seeds");
     assert!(terms > 400, "leaders changed only {terms} times over all seeds");
+    assert!(rejoined > 100, "only {rejoined} nodes rejoined over all seeds");
 }
 
 #[test]
