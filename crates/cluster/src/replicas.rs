@@ -65,15 +65,15 @@ struct Inner {
     partitions: BTreeMap<PartitionId, Mutex<Partition>>,
     poster: Poster,
     executor: Arc<dyn Executor>,
-    /// Learners of partitions this node leads that caught up: (partition, learner).
-    caught_up: mpsc::Sender<(PartitionId, NodeId)>,
+    /// Learners of partitions this node leads that caught up: (partition, learner, term).
+    caught_up: mpsc::Sender<(PartitionId, NodeId, Term)>,
 }
 
 /// The replication of this node's partitions; see the module header.
 pub struct Replicas {
     inner: Arc<Inner>,
     task: JoinHandle<()>,
-    caught_up: Mutex<Option<mpsc::Receiver<(PartitionId, NodeId)>>>,
+    caught_up: Mutex<Option<mpsc::Receiver<(PartitionId, NodeId, Term)>>>,
 }
 
 impl Replicas {
@@ -149,10 +149,10 @@ impl Replicas {
         self.inner.partitions.get(&partition).is_some_and(|p| lock(p).repl.learning())
     }
 
-    /// The learners that caught up with a partition this node leads, as (partition, node),
-    /// for the caller to have the cluster state make them members; the first call takes the
-    /// receiver.
-    pub fn caught_up(&self) -> Option<mpsc::Receiver<(PartitionId, NodeId)>> {
+    /// The learners that caught up with a partition this node leads, as (partition, node,
+    /// term), for the caller to have the cluster state make them members in that term; the
+    /// first call takes the receiver.
+    pub fn caught_up(&self) -> Option<mpsc::Receiver<(PartitionId, NodeId, Term)>> {
         self.caught_up.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
@@ -194,8 +194,8 @@ impl Inner {
                 Action::Commit(upto) => self.answer(partition, ..=upto, Ok(())),
                 Action::Deposed(after) => self.answer(partition, after + 1.., Err(ReplicateError::Unknown)),
                 Action::Diverged { node, seq } => diverged(partition, node, seq),
-                Action::CaughtUp(node) => {
-                    let _ = self.caught_up.try_send((partition, node));
+                Action::CaughtUp { node, term } => {
+                    let _ = self.caught_up.try_send((partition, node, term));
                 }
             }
         }

@@ -119,8 +119,12 @@ pub enum Action<P> {
         seq: Seq,
     },
     /// A learner holds every committed entry, and counts for commits from now on: the
-    /// cluster state may make it a member (said again from time to time until it does).
-    CaughtUp(NodeId),
+    /// cluster state may make it a member in this term (said again from time to time until
+    /// it does).
+    CaughtUp {
+        node: NodeId,
+        term: Term,
+    },
 }
 
 /// Why `append` refused an entry.
@@ -447,7 +451,7 @@ impl<P: Clone> Replication<P> {
                             l.ready_ticks += 1;
                             if l.ready_ticks >= CAUGHT_UP_AGAIN_TICKS {
                                 l.ready_ticks = 0;
-                                out.push(Action::CaughtUp(node));
+                                out.push(Action::CaughtUp { node, term });
                             }
                         }
                         if l.acked >= l.sent {
@@ -617,7 +621,7 @@ impl<P: Clone> Replication<P> {
             }
             if !l.counted && l.acked >= self.committed {
                 l.counted = true;
-                out.push(Action::CaughtUp(from));
+                out.push(Action::CaughtUp { node: from, term: self.view.term });
             }
             if let Some(mine) = self.index_of(seq).and_then(|i| self.log[i].hash) {
                 self.check_hash(from, seq, hash, mine, out);

@@ -82,7 +82,7 @@ struct Sim {
     /// Nodes that loaded a snapshot and learn, with the term they learn in.
     learning: BTreeMap<NodeId, u64>,
     /// `CaughtUp` said by (leader, learner), for the group to act on.
-    caught_up: Vec<(NodeId, NodeId)>,
+    caught_up: Vec<(NodeId, NodeId, u64)>,
     rejoined: u32,
 }
 
@@ -176,7 +176,7 @@ impl Sim {
                     n.calls.retain(|s, _| *s <= after);
                 }
                 Action::Diverged { node: d, seq } => self.diverged.push((d, seq)),
-                Action::CaughtUp(learner) => self.caught_up.push((node, learner)),
+                Action::CaughtUp { node: learner, term } => self.caught_up.push((node, learner, term)),
             }
         }
     }
@@ -300,9 +300,9 @@ impl Sim {
                 self.learning.insert(r.node, r.term);
             }
         }
-        for (leader, node) in std::mem::take(&mut self.caught_up) {
+        for (leader, node, said) in std::mem::take(&mut self.caught_up) {
             let Some(term) = self.learning.remove(&node) else { continue };
-            if term == self.view.term && self.view.leader == Some(leader) && self.nodes[node as usize].alive {
+            if term == said && term == self.view.term && self.view.leader == Some(leader) && self.nodes[node as usize].alive {
                 self.view.members.insert(node);
                 self.lost -= 1;
                 self.rejoined += 1;

@@ -180,6 +180,18 @@ pub trait ClusterHooks: Send + Sync + 'static {
     fn topology(&self) -> Topology;
 
     /// The node that coordinates multi-partition transactions now (None: none can run).
+    /// Rejoin, on the partition's leader, from its site thread between transactions: makes
+    /// node `joiner` a learner of `partition`; gives the entry and term its image is taken at.
+    fn add_learner(&self, _partition: u32, _joiner: u32) -> Result<(u64, u64), String> {
+        Err("this node is not in a cluster".into())
+    }
+
+    /// Rejoin, on the joiner, from the partition's site thread: it loaded the leader's image
+    /// taken at entry `seq` of `term`, and takes the entries after it from now on.
+    fn learn(&self, _partition: u32, _term: u64, _seq: u64) -> Result<(), String> {
+        Err("this node is not in a cluster".into())
+    }
+
     fn mp_coordinator(&self) -> Option<u32> {
         None
     }

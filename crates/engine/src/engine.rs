@@ -23,8 +23,8 @@ use crate::mp_cluster::{RemoteReply, RemoteStep};
 use crate::outcome::{Outcome, Reply};
 use crate::recovery;
 use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
-use crate::site::{ClusterLink, Site, SiteLinks, SiteMsg, SpWork};
-use crate::snapshot::SnapshotReader;
+use crate::site::{ClusterLink, RejoinSnapshotDone, Site, SiteLinks, SiteMsg, SpWork};
+use crate::snapshot::{FileEntry, SnapshotReader};
 use crate::store::CatalogStore;
 use crate::sysprocs;
 
@@ -553,6 +553,41 @@ impl Engine {
             .map_err(|_| Error::unavailable(format!("partition {partition}'s queue is full or stopped: a replicated entry was not queued")))
     }
 
+    /// Rejoin, on `partition`'s leader: makes node `joiner` a learner of it and writes the
+    /// partition's image for it into `dir` between transactions; `done` gets where it was
+    /// taken once the file is written (or why it was not).
+    pub fn rejoin_snapshot(&self, partition: u32, joiner: u32, dir: std::path::PathBuf, done: RejoinSnapshotDone) {
+        if let Some(SiteMsg::RejoinSnapshot { done, .. }) = self.try_send_site(partition, SiteMsg::RejoinSnapshot { joiner, dir, done }) {
+            done(Err(site_busy(partition)));
+        }
+    }
+
+    /// Rejoin, on the joining node: replaces `partition`'s contents with its leader's image
+    /// `file` (taken at entry `seq` of `term`), then takes the entries after it; `done` gets
+    /// the rows loaded.
+    pub fn rejoin_load(
+        &self,
+        partition: u32,
+        file: std::path::PathBuf,
+        entry: FileEntry,
+        term: u64,
+        seq: u64,
+        done: Box<dyn FnOnce(Result<u64>) + Send>,
+    ) {
+        if let Some(SiteMsg::RejoinLoad { done, .. }) = self.try_send_site(partition, SiteMsg::RejoinLoad { file, entry, term, seq, done })
+        {
+            done(Err(site_busy(partition)));
+        }
+    }
+
+    /// Queues `msg` on a site without waiting; gives it back if it was not queued.
+    fn try_send_site(&self, partition: u32, msg: SiteMsg) -> Option<SiteMsg> {
+        match self.shared.sites.get(partition as usize) {
+            Some(tx) => tx.try_send(msg).err().map(|e| e.into_inner()),
+            None => Some(msg),
+        }
+    }
+
     /// Applies DDL on this node only: what a schema change the cluster ordered comes to on
     /// every node, in the same order.
     pub fn apply_schema(&self, statements: Vec<String>, reply: Reply) {
@@ -771,4 +806,9 @@ where
         })
         .map_err(|e| Error::unexpected(format!("cannot start thread {name}: {e}")))?;
     Ok(Starting { name, handle, built: rx })
+}
+
+/// Why a message for partition `partition` could not be queued.
+fn site_busy(partition: u32) -> Error {
+    Error::unavailable(format!("partition {partition}'s queue is full or stopped (or there is no such partition); try again"))
 }

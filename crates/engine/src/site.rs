@@ -21,7 +21,7 @@ use crate::memory::MemoryGuard;
 use crate::mp::MpWork;
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope, StatementRunner};
-use crate::snapshot::{SnapshotItem, SnapshotReader, SnapshotWriter};
+use crate::snapshot::{FileEntry, PartitionReader, SnapshotItem, SnapshotReader, SnapshotWriter};
 use crate::stats::{self, ProcStats};
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
 
@@ -88,8 +88,39 @@ pub enum SiteMsg {
     Stats(StatsFn),
     /// Flush exported rows to their files, then run the closure (`@Quiesce`).
     Quiesce(Box<dyn FnOnce() + Send>),
+    /// In a cluster, on a partition's leader: make node `joiner` a learner of the partition
+    /// and write the partition's image for it into directory `dir`, between later
+    /// transactions (copy-on-write); `done` gets where it was taken, once written.
+    RejoinSnapshot {
+        joiner: u32,
+        dir: std::path::PathBuf,
+        done: RejoinSnapshotDone,
+    },
+    /// In a cluster, on a node rejoining a partition: replace the partition's contents with
+    /// its leader's image `file` (as `entry` describes it), taken at entry `seq` of `term`,
+    /// then take the entries after it; `done` gets the rows loaded.
+    RejoinLoad {
+        file: std::path::PathBuf,
+        entry: FileEntry,
+        term: u64,
+        seq: u64,
+        done: Box<dyn FnOnce(Result<u64>) + Send>,
+    },
     Shutdown,
 }
+
+/// Where a rejoin's image of a partition was taken, and its file.
+#[derive(Clone, Debug)]
+pub struct RejoinPoint {
+    /// The partition's entry the image holds everything up to.
+    pub seq: u64,
+    /// The term of the leadership it was taken under.
+    pub term: u64,
+    pub file: FileEntry,
+}
+
+/// Gets a rejoin image's place once its file is written (or why it failed).
+pub type RejoinSnapshotDone = Box<dyn FnOnce(Result<RejoinPoint>) + Send>;
 
 /// Reads a site's partition and procedure counters for `@Statistics`.
 pub type StatsFn = Box<dyn FnOnce(&Partition, &mut ProcStats, &Registry) + Send>;
@@ -181,11 +212,19 @@ pub type ClusterLink = Arc<std::sync::OnceLock<Arc<dyn ClusterHooks>>>;
 
 /// A snapshot this site is writing between transactions.
 struct SiteSnapshot {
-    id: u64,
+    report: SnapshotReport,
     writer: SnapshotWriter,
     /// The catalog when the snapshot began (tables may change while it is written).
     catalog: Arc<Catalog>,
     table: Option<TableId>,
+}
+
+/// Whom a finished snapshot file is reported to.
+enum SnapshotReport {
+    /// The coordinator, as part of snapshot `id` of every partition.
+    Coordinator(u64),
+    /// A rejoining node, through its leader's cluster glue.
+    Rejoin { seq: u64, term: u64, done: RejoinSnapshotDone },
 }
 
 /// The links a site needs besides its queue.
@@ -319,6 +358,14 @@ impl Site {
                     }
                     done();
                 }
+                SiteMsg::RejoinSnapshot { joiner, dir, done } => match self.begin_rejoin_snapshot(joiner, &dir) {
+                    Ok((seq, term, writer)) => {
+                        let report = SnapshotReport::Rejoin { seq, term, done };
+                        self.snapshot = Some(SiteSnapshot { report, writer, catalog: self.catalog.clone(), table: None });
+                    }
+                    Err(e) => done(Err(e)),
+                },
+                SiteMsg::RejoinLoad { file, entry, term, seq, done } => done(self.load_rejoin(file, entry, term, seq)),
                 SiteMsg::Shutdown => break,
             }
             if self.snapshot.is_some() {
@@ -384,15 +431,60 @@ impl Site {
         self.part.end_snapshot();
         let Some(snap) = self.snapshot.take() else { return };
         // Flushing and syncing the file takes milliseconds: not on the transaction thread.
-        let (coordinator, partition, id) = (self.coordinator.clone(), self.id, snap.id);
-        let finished = std::thread::Builder::new().name(format!("snapshot-{partition}")).spawn(move || {
-            let result = result.and_then(|()| snap.writer.finish());
-            let _ = coordinator.send(MpWork::SnapshotPart { id, partition, result });
-        });
-        if let Err(e) = finished {
-            let result = Err(Error::unexpected(format!("cannot start the snapshot writer thread: {e}")));
-            let _ = self.coordinator.send(MpWork::SnapshotPart { id, partition, result });
+        let (coordinator, partition) = (self.coordinator.clone(), self.id);
+        let (writer, report) = (snap.writer, snap.report);
+        let finish = move || {
+            let result = result.and_then(|()| writer.finish());
+            match report {
+                SnapshotReport::Coordinator(id) => {
+                    let _ = coordinator.send(MpWork::SnapshotPart { id, partition, result });
+                }
+                SnapshotReport::Rejoin { seq, term, done } => done(result.map(|file| RejoinPoint { seq, term, file })),
+            }
+        };
+        if let Err(e) = std::thread::Builder::new().name(format!("snapshot-{partition}")).spawn(finish) {
+            // The closure is gone with the failed spawn: the snapshot is abandoned, and its
+            // requester learns it by its own timeout.
+            tracing::error!(partition, "cannot start the snapshot writer thread: {e}");
         }
+    }
+
+    /// On a partition's leader, between transactions: make `joiner` a learner from this
+    /// point of the partition's order and start writing the partition's image as it is now.
+    fn begin_rejoin_snapshot(&mut self, joiner: u32, dir: &std::path::Path) -> Result<(u64, u64, SnapshotWriter)> {
+        if self.snapshot.is_some() {
+            return Err(Error::unavailable("a snapshot of the partition is being written; rejoin again when it is done"));
+        }
+        let cluster = self.cluster.get().cloned().ok_or_else(|| Error::unexpected("not in a cluster"))?;
+        let writer = SnapshotWriter::create(dir, self.id, self.ids.high_water())?;
+        let (seq, term) = cluster.add_learner(self.id, joiner).map_err(Error::unavailable)?;
+        self.part.begin_snapshot()?;
+        Ok((seq, term, writer))
+    }
+
+    /// On a node rejoining the partition: swaps in the leader's image, then takes the
+    /// entries after it. The old contents (a copy lost with the node's last process, or an
+    /// earlier attempt's) go.
+    fn load_rejoin(&mut self, file: std::path::PathBuf, entry: FileEntry, term: u64, seq: u64) -> Result<u64> {
+        if self.snapshot.is_some() {
+            return Err(Error::unavailable("a snapshot of the partition is being written here; rejoin again when it is done"));
+        }
+        let cluster = self.cluster.get().cloned().ok_or_else(|| Error::unexpected("not in a cluster"))?;
+        let mut reader = PartitionReader::open(file, entry, self.id)?;
+        let mut staged: std::collections::BTreeMap<TableId, Vec<Vec<Value>>> = Default::default();
+        let mut loaded = 0;
+        read_file_rows(&mut reader, &self.catalog, &mut |def, rows| {
+            loaded += rows.len() as u64;
+            staged.entry(def.id).or_default().extend(rows);
+            Ok(())
+        })?;
+        let mut part = Partition::new(self.id);
+        part.apply_schema(&self.catalog, &self.ring)?;
+        part.load_rows(staged)?;
+        self.part = part;
+        self.ids.advance_past(reader.txn_id());
+        cluster.learn(self.id, term, seq).map_err(Error::unavailable)?;
+        Ok(loaded)
     }
 
     /// Runs one single-partition transaction. A live call (`reply`) that changed data is
@@ -644,7 +736,7 @@ impl Site {
         let marked = self.part.begin_snapshot();
         self.part.begin();
         marked?;
-        self.snapshot = Some(SiteSnapshot { id, writer, catalog: self.catalog.clone(), table: None });
+        self.snapshot = Some(SiteSnapshot { report: SnapshotReport::Coordinator(id), writer, catalog: self.catalog.clone(), table: None });
         Ok(())
     }
 
@@ -675,29 +767,41 @@ pub(crate) fn read_snapshot_rows(
     let own = (files == ring.partitions()).then_some(partition);
     for p in (0..files).filter(|p| own.is_none_or(|o| o == *p)) {
         let mut file = reader.partition(p)?;
-        let mut table: Option<Arc<lockstep_core::TableDef>> = None;
-        while let Some(item) = file.next_item()? {
-            match item {
-                SnapshotItem::Table { name, types } => {
-                    let def = catalog
-                        .table(&name)
-                        .ok_or_else(|| Error::graceful(format!("table {name} of the snapshot is not in the catalog")))?;
-                    let expected: Vec<DataType> = def.columns.iter().map(|c| c.ty).collect();
-                    if expected != types {
-                        return Err(Error::graceful(format!("table {name}: the snapshot's column types differ from the catalog's")));
-                    }
-                    table = Some(def.clone());
+        read_file_rows(&mut file, catalog, &mut |def, rows| {
+            let mine: Vec<Vec<Value>> = match def.partition_column {
+                _ if own.is_some() => rows,
+                Some(c) => rows.into_iter().filter(|row| ring.partition_for(&row[c]) == partition).collect(),
+                None if p == 0 => rows,
+                None => Vec::new(),
+            };
+            on_rows(def.id, mine)
+        })?;
+    }
+    Ok(())
+}
+
+/// Reads one partition file's rows, a chunk at a time with their table (checked against
+/// the catalog).
+fn read_file_rows(
+    file: &mut PartitionReader,
+    catalog: &Catalog,
+    on_rows: &mut dyn FnMut(&lockstep_core::TableDef, Vec<Vec<Value>>) -> Result<()>,
+) -> Result<()> {
+    let mut table: Option<Arc<lockstep_core::TableDef>> = None;
+    while let Some(item) = file.next_item()? {
+        match item {
+            SnapshotItem::Table { name, types } => {
+                let def =
+                    catalog.table(&name).ok_or_else(|| Error::graceful(format!("table {name} of the snapshot is not in the catalog")))?;
+                let expected: Vec<DataType> = def.columns.iter().map(|c| c.ty).collect();
+                if expected != types {
+                    return Err(Error::graceful(format!("table {name}: the snapshot's column types differ from the catalog's")));
                 }
-                SnapshotItem::Rows(rows) => {
-                    let def = table.as_ref().ok_or_else(|| Error::unexpected("rows before any table in a snapshot file"))?;
-                    let mine: Vec<Vec<Value>> = match def.partition_column {
-                        _ if own.is_some() => rows,
-                        Some(c) => rows.into_iter().filter(|row| ring.partition_for(&row[c]) == partition).collect(),
-                        None if p == 0 => rows,
-                        None => Vec::new(),
-                    };
-                    on_rows(def.id, mine)?;
-                }
+                table = Some(def.clone());
+            }
+            SnapshotItem::Rows(rows) => {
+                let def = table.as_ref().ok_or_else(|| Error::unexpected("rows before any table in a snapshot file"))?;
+                on_rows(def, rows)?;
             }
         }
     }

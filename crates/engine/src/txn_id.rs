@@ -54,6 +54,12 @@ impl TxnIdGenerator {
 }
 
 impl TxnIdGenerator {
+    /// The greatest id made or passed so far (for a snapshot to say which transactions it
+    /// holds; passing it to `advance_past` elsewhere keeps later ids above them all).
+    pub fn high_water(&self) -> i64 {
+        (self.last_ms << (COUNTER_BITS + PARTITION_BITS)) | (self.counter << PARTITION_BITS) | self.partition
+    }
+
     /// Makes every later id greater than `txn_id` (after replaying logged transactions).
     pub fn advance_past(&mut self, txn_id: i64) {
         let ms = txn_id >> (COUNTER_BITS + PARTITION_BITS);

@@ -28,6 +28,8 @@ use lockstep_engine::cluster::{
     ClusterHooks, Committed, ErrorData, Host, MpRemote, MpRequest, PartitionPlacement, RemoteAnswer, SpRequest, Topology,
 };
 use lockstep_engine::outcome::APP_STATUS_UNSET;
+use lockstep_engine::site::RejoinPoint;
+use lockstep_engine::snapshot::FileEntry;
 use lockstep_engine::{Engine, Outcome, Reply};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
@@ -56,6 +58,20 @@ const SCHEMA_APPLIED_FILE: &str = "schema-applied";
 /// How long the coordinating node waits for a node's answer to one step of a
 /// multi-partition transaction (a fragment may run up to the query timeout).
 const MP_STEP_TIMEOUT_MS: u64 = 60_000;
+/// How often a node looks for partitions it holds a replica of but is not a member of
+/// (after a restart), to rejoin them.
+const REJOIN_CHECK_MS: u64 = 500;
+/// How long a rejoining node waits for its leader to write the partition's image (it is
+/// written between transactions, so a busy partition takes longer).
+const REJOIN_SNAPSHOT_TIMEOUT_MS: u64 = 600_000;
+/// Bytes of a partition's image in one message from its leader to a rejoining node.
+const REJOIN_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+/// How long one chunk of an image may take to arrive.
+const REJOIN_CHUNK_TIMEOUT_MS: u64 = 30_000;
+/// Where a leader writes the images of its partitions for rejoining nodes, and where a
+/// rejoining node keeps the images it receives, inside the cluster directory.
+const REJOIN_OUT_DIR: &str = "rejoin-out";
+const REJOIN_IN_DIR: &str = "rejoin-in";
 
 /// Where a cluster node keeps its membership data, inside the server's data directory.
 pub fn cluster_dir(data_dir: &Path) -> PathBuf {
@@ -166,6 +182,11 @@ enum Forwarded {
     Mp { request: MpRequest, timeout_ms: Option<u64> },
     /// A step of a multi-partition transaction, from the coordinating node.
     MpStep(MpRemote),
+    /// From a node rejoining the partition, in `incarnation`, to its leader: make me a
+    /// learner and write the partition's image for me.
+    RejoinBegin { joiner: NodeId, incarnation: u64 },
+    /// From a rejoining node: the bytes of the image written for it, from `offset`.
+    RejoinChunk { joiner: NodeId, offset: u64 },
 }
 
 /// The answer to a forwarded call.
@@ -177,6 +198,13 @@ enum ForwardAnswer {
     NotLeader,
     /// What a node serving a multi-partition transaction answered one step.
     Step(RemoteAnswer),
+    /// The image for a rejoining node is written: it holds the partition up to entry `seq`
+    /// of `term`.
+    RejoinReady { seq: u64, term: u64, file: FileEntry },
+    /// Bytes of that image (none past its end).
+    Chunk(Vec<u8>),
+    /// A rejoin step refused, and why.
+    Refused(String),
 }
 
 /// The outcome as a VoltDB response payload (no length prefix).
@@ -247,6 +275,11 @@ pub struct ClusterGlue {
     this: Weak<ClusterGlue>,
     /// The cluster's instance as logins report it (`ClusterSettings::instance_id`).
     instance: (i64, u32),
+    /// The cluster directory (membership data, rejoin images).
+    dir: PathBuf,
+    /// Nodes rejoining partitions this node leads: (partition, node) → the incarnation
+    /// that asked, named when the node is made a member.
+    learners: Mutex<HashMap<(PartitionId, NodeId), u64>>,
 }
 
 impl ClusterGlue {
@@ -274,10 +307,18 @@ impl ClusterGlue {
             next_schema_id: AtomicU64::new(first_id),
             this: this.clone(),
             instance,
+            dir: cluster_dir(data_dir),
+            learners: Mutex::new(HashMap::new()),
         });
         glue.node.set_service(Arc::new(ServiceLink(Arc::downgrade(&glue))));
         let applied_file = cluster_dir(data_dir).join(SCHEMA_APPLIED_FILE);
-        let applied = read_count(&applied_file)?;
+        // An engine that recovered no schema (a node whose data went with its last process)
+        // applies every change again, whatever an earlier process counted.
+        let applied = if engine.catalog().version == 0 { 0 } else { read_count(&applied_file)? };
+        if let Some(caught_up) = glue.replicas.caught_up() {
+            glue.runtime.spawn(make_members(Arc::downgrade(&glue), caught_up));
+        }
+        glue.runtime.spawn(rejoin_partitions(Arc::downgrade(&glue)));
         glue.runtime.spawn(apply_schema_changes(Arc::downgrade(&glue), glue.node.subscribe(), applied_file, applied));
         engine.set_cluster(glue.clone());
         Ok(glue)
@@ -357,7 +398,7 @@ impl ClusterGlue {
                     Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
                         Ok(ForwardAnswer::Done(outcome)) => return reply(decode_outcome(&outcome)),
                         Ok(ForwardAnswer::NotLeader) => format!("node {l} no longer leads partition {partition}"),
-                        Ok(ForwardAnswer::Step(_)) => return reply(unknown(format!("node {l} answered a call as a transaction step"))),
+                        Ok(_) => return reply(unknown(format!("node {l} answered a call with another kind of answer"))),
                         Err(e) => return reply(unknown(format!("node {l} answered a call for partition {partition} unreadably: {e}"))),
                     },
                     Ok(Err(why)) => why,
@@ -438,6 +479,14 @@ impl ClusterHooks for ClusterGlue {
 
     fn applied(&self, partition: u32, seq: u64, hash: u64) {
         self.replicas.applied(partition, seq, hash);
+    }
+
+    fn add_learner(&self, partition: u32, joiner: u32) -> Result<(u64, u64), String> {
+        self.replicas.add_learner(partition, joiner).map_err(|e| e.to_string())
+    }
+
+    fn learn(&self, partition: u32, term: u64, seq: u64) -> Result<(), String> {
+        self.replicas.learn(partition, term, seq)
     }
 
     fn change_schema(&self, statements: Vec<String>, reply: Reply) {
@@ -523,6 +572,14 @@ impl Service for ServiceLink {
             Ok(Forwarded::MpStep(step)) => {
                 return engine.mp_participant(step, Box::new(move |a| answer(encode_answer(&ForwardAnswer::Step(a)))));
             }
+            Ok(Forwarded::RejoinBegin { joiner, incarnation }) => {
+                return glue.begin_rejoin(&engine, partition, joiner, incarnation, answer)
+            }
+            Ok(Forwarded::RejoinChunk { joiner, offset }) => {
+                let file = glue.rejoin_out_dir(partition, joiner).join(lockstep_engine::snapshot::partition_file_name(partition));
+                glue.runtime.spawn_blocking(move || answer(encode_answer(&read_chunk(&file, offset))));
+                return;
+            }
             Err(e) => {
                 return answer(done(Outcome::error(Error::unexpected(format!("node {from} forwarded a call that cannot be read: {e}")))))
             }
@@ -542,6 +599,170 @@ impl Service for ServiceLink {
             answer(encode_answer(&ForwardAnswer::Done(encoded)));
         });
         engine.run_forwarded(partition, call.request, call.params, timeout, reply);
+    }
+}
+
+/// Reads the chunk of a rejoin image at `offset`; the file goes once its end was read.
+fn read_chunk(file: &Path, offset: u64) -> ForwardAnswer {
+    use std::io::{Read, Seek, SeekFrom};
+    let read = || -> std::io::Result<(Vec<u8>, bool)> {
+        let mut f = std::fs::File::open(file)?;
+        let size = f.metadata()?.len();
+        f.seek(SeekFrom::Start(offset))?;
+        let mut bytes = Vec::with_capacity(REJOIN_CHUNK_BYTES.min(size.saturating_sub(offset) as usize));
+        f.take(REJOIN_CHUNK_BYTES as u64).read_to_end(&mut bytes)?;
+        Ok((bytes, offset + REJOIN_CHUNK_BYTES as u64 >= size))
+    };
+    match read() {
+        Ok((bytes, last)) => {
+            if last {
+                let _ = std::fs::remove_file(file);
+            }
+            ForwardAnswer::Chunk(bytes)
+        }
+        Err(e) => ForwardAnswer::Refused(format!("cannot read the partition's image {}: {e}", file.display())),
+    }
+}
+
+impl ClusterGlue {
+    fn rejoin_out_dir(&self, partition: PartitionId, joiner: NodeId) -> PathBuf {
+        self.dir.join(REJOIN_OUT_DIR).join(format!("{partition}-{joiner}"))
+    }
+
+    /// On a partition's leader: makes `joiner` a learner and has the partition's site write
+    /// its image; answers once written.
+    fn begin_rejoin(
+        &self,
+        engine: &Engine,
+        partition: PartitionId,
+        joiner: NodeId,
+        incarnation: u64,
+        answer: Box<dyn FnOnce(Vec<u8>) + Send>,
+    ) {
+        if !self.leads(partition) {
+            return answer(encode_answer(&ForwardAnswer::NotLeader));
+        }
+        let dir = self.rejoin_out_dir(partition, joiner);
+        let fresh = std::fs::remove_dir_all(&dir).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) });
+        if let Err(e) = fresh.and_then(|()| std::fs::create_dir_all(&dir)) {
+            return answer(encode_answer(&ForwardAnswer::Refused(format!("cannot make {}: {e}", dir.display()))));
+        }
+        self.learners.lock().unwrap_or_else(|e| e.into_inner()).insert((partition, joiner), incarnation);
+        tracing::info!(partition, joiner, "node {joiner} rejoins partition {partition}: writing its image");
+        engine.rejoin_snapshot(
+            partition,
+            joiner,
+            dir,
+            Box::new(move |result: lockstep_core::Result<RejoinPoint>| {
+                answer(encode_answer(&match result {
+                    Ok(p) => ForwardAnswer::RejoinReady { seq: p.seq, term: p.term, file: p.file },
+                    Err(e) => ForwardAnswer::Refused(e.message),
+                }))
+            }),
+        );
+    }
+
+    /// Asks `leader` to send `what` about `partition` and reads its answer.
+    async fn ask_for_rejoin(&self, leader: NodeId, partition: PartitionId, what: Forwarded, limit: u64) -> Result<ForwardAnswer, String> {
+        let payload = postcard::to_stdvec(&what).map_err(|e| e.to_string())?;
+        match self.node.invoke(leader, partition, payload, Duration::from_millis(limit)).await {
+            Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
+                Ok(ForwardAnswer::Refused(why)) => Err(format!("node {leader} refused: {why}")),
+                Ok(ForwardAnswer::NotLeader) => Err(format!("node {leader} no longer leads partition {partition}")),
+                Ok(a) => Ok(a),
+                Err(e) => Err(format!("node {leader} answered unreadably: {e}")),
+            },
+            Ok(Err(why)) => Err(why),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// On a node that holds a replica of `partition` but is not a member: gets the
+    /// partition's image from its leader, loads it, and learns the entries after it. The
+    /// leader has the cluster state make this node a member once it caught up.
+    async fn rejoin(&self, partition: PartitionId, leader: NodeId) -> Result<u64, String> {
+        let begin = Forwarded::RejoinBegin { joiner: self.me, incarnation: self.node.incarnation() };
+        let (seq, term, entry) = match self.ask_for_rejoin(leader, partition, begin, REJOIN_SNAPSHOT_TIMEOUT_MS).await? {
+            ForwardAnswer::RejoinReady { seq, term, file } => (seq, term, file),
+            _ => return Err(format!("node {leader} answered a rejoin with something else")),
+        };
+        tracing::info!(
+            partition,
+            leader,
+            seq,
+            bytes = entry.size,
+            "rejoining partition {partition}: receiving its image from node {leader}"
+        );
+        let dir = self.dir.join(REJOIN_IN_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        let path = dir.join(lockstep_engine::snapshot::partition_file_name(partition));
+        let mut out = std::fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let mut offset = 0;
+        while offset < entry.size {
+            let chunk = Forwarded::RejoinChunk { joiner: self.me, offset };
+            let ForwardAnswer::Chunk(bytes) = self.ask_for_rejoin(leader, partition, chunk, REJOIN_CHUNK_TIMEOUT_MS).await? else {
+                return Err(format!("node {leader} answered for a chunk with something else"));
+            };
+            if bytes.is_empty() {
+                return Err(format!("node {leader}'s image of partition {partition} ended at byte {offset} of {}", entry.size));
+            }
+            offset += bytes.len() as u64;
+            out = tokio::task::spawn_blocking(move || std::io::Write::write_all(&mut out, &bytes).map(|()| out))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        drop(out);
+        let engine = self.engine.upgrade().ok_or("the server is stopping")?;
+        let (done, loaded) = oneshot::channel();
+        engine.rejoin_load(partition, path.clone(), entry, term, seq, Box::new(move |r| drop(done.send(r))));
+        drop(engine);
+        let rows = loaded.await.map_err(|_| "the partition's site stopped".to_string())?.map_err(|e| e.message)?;
+        let _ = std::fs::remove_file(&path);
+        Ok(rows)
+    }
+}
+
+/// Rejoins, one at a time, the partitions this node holds a replica of but is not a member
+/// of (every one, after a restart), from their leaders.
+async fn rejoin_partitions(glue: Weak<ClusterGlue>) {
+    loop {
+        sleep(Duration::from_millis(REJOIN_CHECK_MS)).await;
+        let Some(g) = glue.upgrade() else { return };
+        let view = g.view();
+        if view.standing != Standing::Serving {
+            continue;
+        }
+        let state = &view.state;
+        let todo = state.placement().partitions_of(g.me).into_iter().find_map(|p| {
+            let leader = state.leader(p).filter(|l| *l != g.me)?;
+            (!state.members(p).contains(&g.me) && !g.replicas.learning(p)).then_some((p, leader))
+        });
+        let Some((partition, leader)) = todo else { continue };
+        match g.rejoin(partition, leader).await {
+            Ok(rows) => {
+                tracing::info!(partition, rows, "loaded partition {partition}'s image ({rows} rows); catching up with node {leader}")
+            }
+            Err(e) => tracing::warn!(partition, "rejoining partition {partition} failed, trying again: {e}"),
+        }
+    }
+}
+
+/// On a leader: has the cluster state make each learner that caught up a member.
+async fn make_members(glue: Weak<ClusterGlue>, mut caught_up: tokio::sync::mpsc::Receiver<(PartitionId, NodeId, u64)>) {
+    while let Some((partition, node, term)) = caught_up.recv().await {
+        let Some(g) = glue.upgrade() else { return };
+        if g.view().state.members(partition).contains(&node) {
+            continue;
+        }
+        let Some(incarnation) = g.learners.lock().unwrap_or_else(|e| e.into_inner()).get(&(partition, node)).copied() else { continue };
+        match g.node.propose_via_leader(Command::Rejoined { partition, node, incarnation, term }).await {
+            Ok(lockstep_cluster::Outcome::Changed { .. }) => {
+                tracing::info!(partition, node, "node {node} caught up and is a member of partition {partition} again")
+            }
+            Ok(other) => tracing::info!(partition, node, "node {node} was not made a member of partition {partition}: {other:?}"),
+            Err(e) => tracing::warn!(partition, node, "node {node} could not be made a member of partition {partition} now: {e}"),
+        }
     }
 }
 

@@ -16,8 +16,8 @@ pub fn free_addrs(n: usize) -> Vec<String> {
 
 /// The nodes log errors only, on the test's stderr. LOCKSTEP_CLUSTER_LOG=<filter> (e.g.
 /// `info,openraft=warn`) logs with that filter instead, node i's to
-/// `<CARGO_TARGET_TMPDIR>/cluster-logs/node-i.log` (overwritten by the next cluster), to
-/// study a failure.
+/// `<CARGO_TARGET_TMPDIR>/cluster-logs/node-i.log` (appended to: a restarted node's
+/// second process writes after its first), to study a failure.
 fn log_setup(node: usize) -> (String, Stdio) {
     let Ok(filter) = std::env::var("LOCKSTEP_CLUSTER_LOG") else {
         // The Raft library reports every failed message to a killed node as an error.
@@ -25,34 +25,44 @@ fn log_setup(node: usize) -> (String, Stdio) {
     };
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-logs");
     std::fs::create_dir_all(&dir).expect("create the cluster log directory");
-    let file = std::fs::File::create(dir.join(format!("node-{node}.log"))).expect("create a node's log file");
+    let file =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("node-{node}.log"))).expect("open a node's log file");
     (filter, Stdio::from(file))
 }
 
-/// Starts `n` nodes with k-factor `k` (`SITES_PER_NODE` sites each, no command log: no
-/// test restarts a node) and waits until every one is ready. Node i is `servers[i]`.
+/// Starts `n` nodes with k-factor `k` (`SITES_PER_NODE` sites each, no command log) and
+/// waits until every one is ready. Node i is `servers[i]`.
 pub fn start_cluster(root: &Path, n: usize, k: u32) -> Vec<Server> {
-    let hosts = free_addrs(n);
-    let joined = hosts.join(",");
-    let children: Vec<_> = hosts
-        .iter()
-        .enumerate()
-        .map(|(i, internal)| {
-            let data = root.join(format!("node-{i}"));
-            let (filter, log) = log_setup(i);
-            let child = Command::new(BIN)
-                .arg("server")
-                .args(["--listen", "127.0.0.1:0", "--sites", &SITES_PER_NODE.to_string(), "--command-log", "off"])
-                .args(["--internal", internal, "--hosts", &joined, "--kfactor", &k.to_string(), "--data"])
-                .arg(&data)
-                .env("LOCKSTEP_LOG", filter)
-                .stdout(Stdio::piped())
-                .stderr(log)
-                .spawn()
-                .expect("start a cluster node");
-            (child, data)
-        })
-        .collect();
+    start_cluster_on(root, &free_addrs(n), k)
+}
+
+/// `start_cluster` with the nodes' internal addresses given (to restart a node later with
+/// `start_node`).
+pub fn start_cluster_on(root: &Path, hosts: &[String], k: u32) -> Vec<Server> {
+    let children: Vec<_> = (0..hosts.len()).map(|i| spawn_node(root, i, hosts, k)).collect();
     // Every node is started before any is waited for: none is ready before a majority is up.
     children.into_iter().map(|(child, data)| Server::from_child(child, &data)).collect()
+}
+
+/// Starts node `i` of the cluster on `hosts` (again, after it was killed: with its data
+/// directory, whose cluster membership data it keeps) and waits until it is ready.
+pub fn start_node(root: &Path, i: usize, hosts: &[String], k: u32) -> Server {
+    let (child, data) = spawn_node(root, i, hosts, k);
+    Server::from_child(child, &data)
+}
+
+fn spawn_node(root: &Path, i: usize, hosts: &[String], k: u32) -> (std::process::Child, std::path::PathBuf) {
+    let data = root.join(format!("node-{i}"));
+    let (filter, log) = log_setup(i);
+    let child = Command::new(BIN)
+        .arg("server")
+        .args(["--listen", "127.0.0.1:0", "--sites", &SITES_PER_NODE.to_string(), "--command-log", "off"])
+        .args(["--internal", &hosts[i], "--hosts", &hosts.join(","), "--kfactor", &k.to_string(), "--data"])
+        .arg(&data)
+        .env("LOCKSTEP_LOG", filter)
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start a cluster node");
+    (child, data)
 }

@@ -199,6 +199,18 @@ impl SnapshotReader {
     pub fn partition(&self, p: u32) -> Result<PartitionReader> {
         let entry = self.entry(&partition_file_name(p))?.clone();
         let path = self.dir.join(&entry.name);
+        let r = PartitionReader::open(path, entry, p)?;
+        if r.txn_id != self.manifest.txn_id {
+            return Err(corrupt(format!("{} is for partition {} at transaction {}", r.path.display(), r.partition, r.txn_id)));
+        }
+        Ok(r)
+    }
+}
+
+impl PartitionReader {
+    /// Partition `p`'s image in the file at `path`, whose size and checksum `entry` gives
+    /// (a snapshot's manifest, or the node that wrote it).
+    pub fn open(path: PathBuf, entry: FileEntry, p: u32) -> Result<PartitionReader> {
         let file = File::open(&path).map_err(|e| io_error("open", &path, e))?;
         let mut r = PartitionReader {
             path,
@@ -216,8 +228,8 @@ impl SnapshotReader {
         let mut header = [0u8; HEADER_BYTES];
         r.read_exact(&mut header)?;
         let (partition, txn_id) = decode_header(&header)?;
-        if partition != p || txn_id != self.manifest.txn_id {
-            return Err(corrupt(format!("{} is for partition {partition} at transaction {txn_id}", r.path.display())));
+        if partition != p {
+            return Err(corrupt(format!("{} is for partition {partition}, not {p}", r.path.display())));
         }
         r.partition = partition;
         r.txn_id = txn_id;
