@@ -2,8 +2,9 @@
 //! nodes with k = 1, clients spread over every node (each node forwards a call to its
 //! partition's leader), a register and a bank workload, and faults on a random seeded
 //! schedule: short SIGSTOP pauses of any node (shorter than the failure timeout, so no node
-//! is declared down) and the loss of one node, by SIGKILL or by a pause long enough that
-//! the cluster declares it down. The Go checker in `compat/history` (porcupine) must find
+//! is declared down); the loss of one node, by SIGKILL or by a pause long enough that the
+//! cluster declares it down; its return (a killed node is started again) and rejoin, until
+//! every partition has both replicas again; then the loss of a node again. The Go checker in `compat/history` (porcupine) must find
 //! both histories linearizable; after the faults every key and every balance is read
 //! through every surviving node, and those reads are part of the checked histories, so an
 //! acknowledged write that was lost is an anomaly. The workloads, clients and checker are
@@ -11,9 +12,8 @@
 //! LOCKSTEP_LONG=1 runs several long rounds; LOCKSTEP_HISTORY_SEED replays a schedule.
 //!
 //! What the schedule leaves out, and why:
-//! - At most one node is lost per run. A node declared down does not rejoin yet (a
-//!   restarted or resumed node is not a member of its partitions again), so with k = 1 a
-//!   second loss could leave a partition without a replica. Killed nodes are not restarted.
+//! - At most one node is out at a time: with k = 1 a second could leave a partition
+//!   without a replica. A second loss waits until the first node has rejoined.
 //! - Transfers are single-partition only (both accounts in one partition). A
 //!   multi-partition transfer is not atomic yet when a node dies in its commit (its shares
 //!   can reach some partitions only; docs/cluster.md), so it would be reported, rightly,
@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::start_cluster;
+use common::cluster::{free_addrs, fully_replicated, start_cluster_on, start_node};
 use common::history::{
     bank_header, call_and_record, checker, count, load, long, note_fault, register_header, run_worker, seed, signal, summary, take,
     write_and_check, Bank, Call, Clock, Log, Outcome, Register, Rng, Shared, Workload, CONNECT_TIMEOUT_MS, OK_CALLS_MIN, REGISTER_KEYS,
@@ -52,8 +52,14 @@ const SHORT_PAUSE_MAX_MS: u64 = 400;
 /// replica.
 const LONG_PAUSE_MIN_MS: u64 = 1_500;
 const LONG_PAUSE_MAX_MS: u64 = 3_000;
-/// One fault in this many is the run's loss of a node (while no node is lost yet).
+/// One fault in this many is the loss of a node (while no node is out), or the return of
+/// the node that is out.
 const LOSS_ODDS: u64 = 4;
+/// Losses per run, at most (each after the one before has rejoined).
+const LOSSES_MAX: usize = 2;
+/// How long a node that returned may take to be a replica of all its partitions again.
+const REJOIN_LIMIT_MS: u64 = 60_000;
+const REJOIN_POLL_MS: u64 = 100;
 /// After the last fault the clients run this long without faults, so every history ends
 /// with calls on the settled cluster.
 const QUIET_END_MS: u64 = 2_000;
@@ -72,7 +78,7 @@ const FINAL_CLIENT_BASE: usize = 10_000;
 const REGISTER_CLIENTS: usize = 2 * NODES;
 const BANK_CLIENTS: usize = NODES;
 
-/// How the run's one lost node was lost.
+/// How a node was lost.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Loss {
     Killed,
@@ -82,15 +88,22 @@ enum Loss {
 /// Pauses the cluster's nodes and loses one of them on a random schedule, recording each
 /// fault in both histories.
 struct Nemesis {
-    /// Node i's process; None once killed.
+    /// Node i's process; None while killed.
     nodes: Vec<Option<Server>>,
+    /// Every node's internal address, and where their data directories are (to start a
+    /// killed node again).
+    hosts: Vec<String>,
+    root: std::path::PathBuf,
     /// The client addresses of the nodes not killed, for the clients to connect to.
     addrs: watch::Sender<Vec<String>>,
     clock: Clock,
     logs: Vec<Log>,
     short_pauses: usize,
-    /// The node lost (never more than one), how, and when (on the histories' clock).
-    lost: Option<(usize, Loss, i64)>,
+    /// The nodes lost, how, and when (on the histories' clock), in order.
+    losses: Vec<(usize, Loss, i64)>,
+    /// The node out now (lost, not rejoined yet).
+    out: Option<usize>,
+    rejoins: usize,
 }
 
 impl Nemesis {
@@ -111,17 +124,53 @@ impl Nemesis {
         let end = Instant::now() + faults_for;
         while Instant::now() < end {
             tokio::time::sleep(Duration::from_millis(rng.range(FAULT_GAP_MIN_MS, FAULT_GAP_MAX_MS))).await;
-            // The first fault is a short pause, and a run without a loss ends with one.
-            if self.short_pauses > 0 && self.lost.is_none() && rng.below(LOSS_ODDS) == 0 {
+            // The first fault is a short pause; a run without a loss, a rejoin and a
+            // second loss ends with them.
+            let big = self.short_pauses > 0 && rng.below(LOSS_ODDS) == 0;
+            if big && self.out.is_some() {
+                self.bring_back().await;
+            } else if big && self.losses.len() < LOSSES_MAX {
                 self.lose_one(rng).await;
             } else {
                 self.short_pause(rng).await;
             }
         }
-        if self.lost.is_none() {
+        while self.losses.len() < LOSSES_MAX {
+            if self.out.is_some() {
+                self.bring_back().await;
+            }
             self.lose_one(rng).await;
         }
         tokio::time::sleep(Duration::from_millis(QUIET_END_MS)).await;
+    }
+
+    /// Starts the node that is out again if it was killed (a paused one resumed already),
+    /// and waits until every partition has all its replicas again: it rejoined.
+    async fn bring_back(&mut self) {
+        let Some(node) = self.out else { return };
+        let start = self.clock.now();
+        if self.nodes[node].is_none() {
+            let (root, hosts) = (self.root.clone(), self.hosts.clone());
+            let server = tokio::task::spawn_blocking(move || start_node(&root, node, &hosts, KFACTOR)).await.expect("restart a node");
+            let addr = server.addr.clone();
+            self.addrs.send_modify(|addrs| addrs.push(addr));
+            self.nodes[node] = Some(server);
+        }
+        let deadline = Instant::now() + Duration::from_millis(REJOIN_LIMIT_MS);
+        let addr = self.nodes[node].as_ref().map(|s| s.addr.clone()).unwrap_or_default();
+        loop {
+            let client = Client::connect(&addr, ClientConfig::default()).await.ok();
+            if let Some(c) = client {
+                if fully_replicated(&c, KFACTOR).await {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "node {node} did not rejoin its partitions within {REJOIN_LIMIT_MS} ms");
+            tokio::time::sleep(Duration::from_millis(REJOIN_POLL_MS)).await;
+        }
+        self.note("rejoin", start, format!("node {node}: started again (if killed) and rejoined every partition"));
+        self.out = None;
+        self.rejoins += 1;
     }
 
     async fn short_pause(&mut self, rng: &mut Rng) {
@@ -141,7 +190,7 @@ impl Nemesis {
     }
 
     /// Kills a node, or pauses it past the failure timeout; either way it is out of its
-    /// partitions for the rest of the run.
+    /// partitions until it rejoins.
     async fn lose_one(&mut self, rng: &mut Rng) {
         let node = rng.below(NODES as u64) as usize;
         let start = self.clock.now();
@@ -150,15 +199,16 @@ impl Nemesis {
             self.pause(node, ms).await;
             Loss::DeclaredDown
         } else {
-            let server = self.nodes[node].take().expect("no node is killed before the loss");
+            let server = self.nodes[node].take().expect("no node is out before a loss");
             let addr = server.addr.clone();
             self.addrs.send_modify(|addrs| addrs.retain(|a| *a != addr));
             signal(server.pid(), libc::SIGKILL);
             drop(server); // reaps it
-            self.note("kill", start, format!("node {node}: SIGKILL (not restarted)"));
+            self.note("kill", start, format!("node {node}: SIGKILL"));
             Loss::Killed
         };
-        self.lost = Some((node, how, start));
+        self.losses.push((node, how, start));
+        self.out = Some(node);
     }
 }
 
@@ -167,7 +217,8 @@ struct Round {
     register: Vec<Json>,
     bank: Vec<Json>,
     short_pauses: usize,
-    lost: Option<(usize, Loss, i64)>,
+    losses: Vec<(usize, Loss, i64)>,
+    rejoins: usize,
     surprises: Vec<String>,
     /// Nodes through which the final reads did not all succeed in time, and why.
     unread: Vec<String>,
@@ -221,8 +272,10 @@ async fn final_reads(node: usize, addr: &str, shared: &Shared, register_log: &Lo
 /// final reads through every surviving node.
 async fn run_round(seed: u64, faults_for: Duration) -> Round {
     let dir = TempDir::new("cluster-history");
-    let root = dir.0.clone();
-    let nodes = tokio::task::spawn_blocking(move || start_cluster(&root, NODES, KFACTOR)).await.expect("the cluster did not form");
+    let (root, hosts) = (dir.0.clone(), free_addrs(NODES));
+    let started = (root.clone(), hosts.clone());
+    let nodes =
+        tokio::task::spawn_blocking(move || start_cluster_on(&started.0, &started.1, KFACTOR)).await.expect("the cluster did not form");
     load(&nodes[0].client().await).await;
     let (addrs_tx, addrs_rx) = watch::channel(nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
     let clock = Clock(Instant::now());
@@ -240,11 +293,15 @@ async fn run_round(seed: u64, faults_for: Duration) -> Round {
     }
     let mut nemesis = Nemesis {
         nodes: nodes.into_iter().map(Some).collect(),
+        hosts,
+        root,
         addrs: addrs_tx,
         clock,
         logs: vec![register_log.clone(), bank_log.clone()],
         short_pauses: 0,
-        lost: None,
+        losses: Vec::new(),
+        out: None,
+        rejoins: 0,
     };
     nemesis.run(&mut Rng::new(seed ^ 0x4e4d), faults_for).await;
     shared.stop.store(true, Ordering::Relaxed);
@@ -263,7 +320,8 @@ async fn run_round(seed: u64, faults_for: Duration) -> Round {
         register: take(&register_log),
         bank: take(&bank_log),
         short_pauses: nemesis.short_pauses,
-        lost: nemesis.lost,
+        losses: nemesis.losses,
+        rejoins: nemesis.rejoins,
         surprises: shared.take_surprises(),
         unread,
     }
@@ -274,9 +332,10 @@ fn ok_after(ops: &[Json], f: Option<&str>, after: i64) -> usize {
     count(ops, |op| op["type"] == "ok" && f.is_none_or(|f| op["f"] == f) && op["call"].as_i64().is_some_and(|t| t > after))
 }
 
-/// What the run lacked of a meaningful history (empty when it had it all): a short pause
-/// and a lost node, enough successful calls, writes and transfers that committed after the
-/// loss, final reads through every surviving node, and no answer of an unexpected shape.
+/// What the run lacked of a meaningful history (empty when it had it all): a short pause,
+/// two lost nodes with a rejoin between, enough successful calls, writes and transfers that
+/// committed after the last loss, final reads through every running node, and no answer of
+/// an unexpected shape.
 fn shortfalls(r: &Round) -> Vec<String> {
     let mut missing = Vec::new();
     if !r.surprises.is_empty() {
@@ -292,15 +351,15 @@ fn shortfalls(r: &Round) -> Vec<String> {
             missing.push(format!("{name}: only {ok_calls} calls succeeded"));
         }
     }
-    match r.lost {
-        None => missing.push("the schedule lost no node".into()),
-        Some((_, _, lost_at)) => {
-            if ok_after(&r.register, Some("write"), lost_at) == 0 {
-                missing.push("no register write committed after the node was lost".into());
-            }
-            if ok_after(&r.bank, Some("transfer"), lost_at) == 0 {
-                missing.push("no transfer committed after the node was lost".into());
-            }
+    if r.losses.len() < LOSSES_MAX || r.rejoins == 0 {
+        missing.push(format!("the schedule lost {} nodes and saw {} rejoins", r.losses.len(), r.rejoins));
+    }
+    if let Some((_, _, lost_at)) = r.losses.last() {
+        if ok_after(&r.register, Some("write"), *lost_at) == 0 {
+            missing.push("no register write committed after the last loss".into());
+        }
+        if ok_after(&r.bank, Some("transfer"), *lost_at) == 0 {
+            missing.push("no transfer committed after the last loss".into());
         }
     }
     if count(&r.bank, |op| op["proc"] == "TransferMP") > 0 {
@@ -310,7 +369,7 @@ fn shortfalls(r: &Round) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_histories_under_pauses_and_a_lost_node_are_linearizable() {
+async fn cluster_histories_under_pauses_losses_and_rejoins_are_linearizable() {
     checker();
     let (rounds, ms) = if long() { (LONG_ROUNDS, LONG_RUN_MS) } else { (1, SHORT_RUN_MS) };
     let first = seed();
@@ -319,9 +378,10 @@ async fn cluster_histories_under_pauses_and_a_lost_node_are_linearizable() {
         println!("cluster history round {round}: seed {seed} (LOCKSTEP_HISTORY_SEED={seed} replays the schedule)");
         let r = run_round(seed, Duration::from_millis(ms)).await;
         println!(
-            "  {} short pauses, lost {:?}; {}; {}",
+            "  {} short pauses, lost {:?}, {} rejoins; {}; {}",
             r.short_pauses,
-            r.lost.map(|(node, how, at)| (node, how, format!("at t={:.3}ms", at as f64 / 1e6))),
+            r.losses.iter().map(|(node, how, at)| (node, how, format!("at t={:.3}ms", *at as f64 / 1e6))).collect::<Vec<_>>(),
+            r.rejoins,
             summary("register", &r.register),
             summary("bank", &r.bank)
         );

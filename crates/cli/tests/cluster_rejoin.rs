@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::{free_addrs, start_cluster_on, start_node, SITES_PER_NODE};
+use common::cluster::{free_addrs, fully_replicated, members, start_cluster_on, start_node};
 use common::TempDir;
 use lockstep_client::{Client, ClientConfig, Response};
 use lockstep_core::Value;
@@ -48,21 +48,6 @@ async fn put_until_acknowledged(client: &Client, k: i64) {
         assert!(Instant::now() < deadline, "row {k} was never acknowledged");
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// The partitions whose members TOPO lists, as (partition, members' host ids).
-async fn members(client: &Client) -> Vec<(i64, Vec<String>)> {
-    let Some(r) = call(client, "@Statistics", vec![s("TOPO"), Value::Int(0)]).await else { return Vec::new() };
-    let Some(t) = r.tables.first() else { return Vec::new() };
-    t.rows
-        .iter()
-        .filter_map(|row| match (&row[0], &row[1]) {
-            (Value::Int(p), Value::Str(sites)) if *p < 16_000 => {
-                Some((*p, sites.split(',').filter(|x| !x.is_empty()).map(|x| x.split(':').next().unwrap_or("").to_string()).collect()))
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,15 +94,9 @@ async fn a_restarted_node_rejoins_its_partitions_while_writes_go_on_and_then_ser
     let rejoined = connect(&addr(&nodes, 1)).await;
 
     // Node 1 is a member of each of its partitions again.
-    let placed = NODES as u32 * SITES_PER_NODE / (KFACTOR + 1);
     let deadline = Instant::now() + LIVENESS_LIMIT;
-    loop {
-        let m = members(&survivors[0]).await;
-        let full = m.len() == placed as usize && m.iter().all(|(_, hosts)| hosts.len() == KFACTOR as usize + 1);
-        if full {
-            break;
-        }
-        assert!(Instant::now() < deadline, "node 1 did not rejoin its partitions: TOPO lists {m:?}");
+    while !fully_replicated(&survivors[0], KFACTOR).await {
+        assert!(Instant::now() < deadline, "node 1 did not rejoin its partitions: TOPO lists {:?}", members(&survivors[0]).await);
         tokio::time::sleep(POLL).await;
     }
     stop.store(true, Ordering::Relaxed);

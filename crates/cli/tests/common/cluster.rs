@@ -66,3 +66,29 @@ fn spawn_node(root: &Path, i: usize, hosts: &[String], k: u32) -> (std::process:
         .expect("start a cluster node");
     (child, data)
 }
+
+/// Each partition's members as `@Statistics TOPO` lists them through `client` (host ids,
+/// by partition), or None if the call failed.
+pub async fn members(client: &lockstep_client::Client) -> Option<Vec<Vec<String>>> {
+    use lockstep_core::Value;
+    let r = client.call("@Statistics", vec![Value::Str("TOPO".into()), Value::Int(0)]).await.ok().filter(|r| r.status == 1)?;
+    let t = r.tables.first()?;
+    // The last row is the multi-partition coordinator's.
+    let parts = &t.rows[..t.rows.len().saturating_sub(1)];
+    Some(
+        parts
+            .iter()
+            .map(|row| match &row[1] {
+                Value::Str(sites) => {
+                    sites.split(',').filter(|x| !x.is_empty()).map(|x| x.split(':').next().unwrap_or("").to_string()).collect()
+                }
+                _ => Vec::new(),
+            })
+            .collect(),
+    )
+}
+
+/// Whether every partition has k + 1 members (every replica holds it), per `client`.
+pub async fn fully_replicated(client: &lockstep_client::Client, k: u32) -> bool {
+    members(client).await.is_some_and(|m| !m.is_empty() && m.iter().all(|hosts| hosts.len() == k as usize + 1))
+}
