@@ -130,6 +130,19 @@ async fn a_three_node_k1_cluster_shares_its_schema_serves_every_partition_and_su
             assert_eq!(read(c, *k).await, Some(Some(v.clone())), "row {k}");
         }
     }
+    // `@Statistics CLUSTER` counts them: calls that reached a node that does not lead their
+    // partition were sent on, and run by the leaders for the others; each node holds two of
+    // the three partitions.
+    let (mut forwarded, mut run_for_others) = (0, 0);
+    for c in &clients {
+        let t = &ok(c, "@Statistics", vec![s("CLUSTER"), i(0)]).await.tables[0];
+        let col = |name: &str| t.columns.iter().position(|c| &*c.name == name).unwrap_or_else(|| panic!("no column {name}"));
+        let row = &t.rows[0];
+        assert_eq!(row[col("PARTITIONS_HELD")], i(2));
+        forwarded += row[col("FORWARDED_CALLS")].as_i64().unwrap_or(0);
+        run_for_others += row[col("CALLS_RUN_FOR_OTHERS")].as_i64().unwrap_or(0);
+    }
+    assert!(forwarded > 0 && run_for_others > 0, "forwarded {forwarded}, run for others {run_for_others}");
 
     // Multi-partition transactions from any node: one node coordinates, each partition's
     // leader runs its fragments, and each partition's replicas get its share.

@@ -141,6 +141,17 @@ pub struct Topology {
     pub partitions: Vec<PartitionPlacement>,
 }
 
+/// Calls one node passed to others, and ran for them, since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterCounters {
+    /// Single-partition calls sent on to the partition's leader on another node.
+    pub forwarded: u64,
+    /// Multi-partition calls sent on to the node that coordinates them.
+    pub forwarded_mp: u64,
+    /// Calls other nodes sent here to run.
+    pub run_for_others: u64,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Host {
     pub id: u32,
@@ -179,7 +190,11 @@ pub trait ClusterHooks: Send + Sync + 'static {
 
     fn topology(&self) -> Topology;
 
-    /// The node that coordinates multi-partition transactions now (None: none can run).
+    /// What this node did for and with the others (`@Statistics CLUSTER`).
+    fn counters(&self) -> ClusterCounters {
+        ClusterCounters::default()
+    }
+
     /// Rejoin, on the partition's leader, from its site thread between transactions: makes
     /// node `joiner` a learner of `partition`; gives the entry and term its image is taken at.
     fn add_learner(&self, _partition: u32, _joiner: u32) -> Result<(u64, u64), String> {
@@ -192,6 +207,7 @@ pub trait ClusterHooks: Send + Sync + 'static {
         Err("this node is not in a cluster".into())
     }
 
+    /// The node that coordinates multi-partition transactions now (None: none can run).
     fn mp_coordinator(&self) -> Option<u32> {
         None
     }

@@ -572,7 +572,7 @@ pub fn statistics_for(engine: &Engine, call: &Call, baselines: Option<Arc<Interv
         Err(e) => return reply(Outcome::error(e)),
     };
     let shared = engine.shared().clone();
-    let header = Header { timestamp: sysprocs::now_millis(), hostname: sysprocs::hostname() };
+    let header = Header { timestamp: sysprocs::now_millis(), host_id: engine.host_id(), hostname: sysprocs::hostname() };
     let sync = |tables: Vec<ResultTable>| Outcome::tables(tables);
     match selector.as_str() {
         "TOPO" => return reply(sync(sysprocs::topology(engine))),
@@ -583,10 +583,11 @@ pub fn statistics_for(engine: &Engine, call: &Call, baselines: Option<Arc<Interv
         }
         "LATENCY" => return reply(sync(vec![latency_table(&header, &shared.stats.latency.summary())])),
         "COMMANDLOG" => return reply(sync(vec![command_log_table(&header, engine)])),
+        "CLUSTER" => return reply(sync(vec![cluster_table(&header, engine)])),
         "PROCEDURE" | "PROCEDUREPROFILE" | "PROCEDUREMEMORY" | "TABLE" | "INDEX" | "MEMORY" => {}
         other => {
             return reply(Outcome::error(Error::graceful(format!(
-                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS or TOPO"
+                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS, TOPO or CLUSTER"
             ))))
         }
     }
@@ -644,6 +645,7 @@ pub fn statistics_for(engine: &Engine, call: &Call, baselines: Option<Arc<Interv
 /// The columns every VoltDB statistics row starts with.
 struct Header {
     timestamp: i64,
+    host_id: i32,
     hostname: String,
 }
 
@@ -657,7 +659,7 @@ impl Header {
     }
 
     fn row(&self, site: Option<(i64, i64)>) -> Vec<Value> {
-        let mut r = vec![Value::Int(self.timestamp), Value::Int(sysprocs::HOST_ID as i64), Value::from(self.hostname.as_str())];
+        let mut r = vec![Value::Int(self.timestamp), Value::Int(self.host_id as i64), Value::from(self.hostname.as_str())];
         if let Some((site, partition)) = site {
             r.extend([Value::Int(site), Value::Int(partition)]);
         }
@@ -932,7 +934,7 @@ fn latency_table(h: &Header, s: &LatencySummary) -> ResultTable {
     );
     let tps = (s.count * 1000).checked_div(s.interval_ms).unwrap_or(0);
     // TIMESTAMP is the end of the window reported, so consecutive reads tell windows apart.
-    let h = Header { timestamp: s.ended_unix_ms.unwrap_or(h.timestamp), hostname: h.hostname.clone() };
+    let h = Header { timestamp: s.ended_unix_ms.unwrap_or(h.timestamp), host_id: h.host_id, hostname: h.hostname.clone() };
     let mut r = h.row(None);
     r.extend([int(s.interval_ms.min(i32::MAX as u64)), int(s.count.min(i32::MAX as u64)), int(tps.min(i32::MAX as u64))]);
     r.extend(s.percentiles_us.iter().map(|p| int(*p)));
@@ -959,6 +961,30 @@ fn command_log_table(h: &Header, engine: &Engine) -> ResultTable {
     );
     let mut r = h.row(None);
     r.extend([Value::Int(0), Value::Int(st.queued as i64), Value::Int(segments.min(1)), Value::Int(segments), Value::Int(fsync_interval)]);
+    t.push(r);
+    t
+}
+
+/// `@Statistics CLUSTER` (Lockstep's own): this node's share of the cluster and the calls
+/// it passed on to other nodes or ran for them. A single node leads every partition and
+/// passes nothing on.
+fn cluster_table(h: &Header, engine: &Engine) -> ResultTable {
+    use DataType::{BigInt as B, Integer as I};
+    let mut t = table_with(
+        Header::columns(false),
+        &[("PARTITIONS_LED", I), ("PARTITIONS_HELD", I), ("FORWARDED_CALLS", B), ("FORWARDED_MP_CALLS", B), ("CALLS_RUN_FOR_OTHERS", B)],
+    );
+    let (led, held, c) = match engine.shared().cluster.get() {
+        Some(hooks) => {
+            let topo = hooks.topology();
+            let led = topo.partitions.iter().filter(|p| p.leader == Some(topo.me)).count();
+            let held = topo.partitions.iter().filter(|p| p.replicas.contains(&topo.me)).count();
+            (led, held, hooks.counters())
+        }
+        None => (engine.partition_count() as usize, engine.partition_count() as usize, Default::default()),
+    };
+    let mut r = h.row(None);
+    r.extend([Value::Int(led as i64), Value::Int(held as i64), int(c.forwarded), int(c.forwarded_mp), int(c.run_for_others)]);
     t.push(r);
     t
 }

@@ -25,7 +25,7 @@ use lockstep_cluster::transport::CallError;
 use lockstep_cluster::{ClusterNode, ClusterView, Command, NodeId, PartitionId, Placement, ProposeError, Standing};
 use lockstep_core::{Error, Value};
 use lockstep_engine::cluster::{
-    ClusterHooks, Committed, ErrorData, Host, MpRemote, MpRequest, PartitionPlacement, RemoteAnswer, SpRequest, Topology,
+    ClusterCounters, ClusterHooks, Committed, ErrorData, Host, MpRemote, MpRequest, PartitionPlacement, RemoteAnswer, SpRequest, Topology,
 };
 use lockstep_engine::outcome::APP_STATUS_UNSET;
 use lockstep_engine::site::RejoinPoint;
@@ -280,6 +280,10 @@ pub struct ClusterGlue {
     /// Nodes rejoining partitions this node leads: (partition, node) → the incarnation
     /// that asked, named when the node is made a member.
     learners: Mutex<HashMap<(PartitionId, NodeId), u64>>,
+    /// Calls sent on to other nodes, and run for them (`@Statistics CLUSTER`).
+    forwarded: AtomicU64,
+    forwarded_mp: AtomicU64,
+    run_for_others: AtomicU64,
 }
 
 impl ClusterGlue {
@@ -309,6 +313,9 @@ impl ClusterGlue {
             instance,
             dir: cluster_dir(data_dir),
             learners: Mutex::new(HashMap::new()),
+            forwarded: AtomicU64::new(0),
+            forwarded_mp: AtomicU64::new(0),
+            run_for_others: AtomicU64::new(0),
         });
         glue.node.set_service(Arc::new(ServiceLink(Arc::downgrade(&glue))));
         let applied_file = cluster_dir(data_dir).join(SCHEMA_APPLIED_FILE);
@@ -469,6 +476,7 @@ impl ClusterHooks for ClusterGlue {
             return reply(Outcome::error(Error::unavailable("the server is stopping")));
         };
         let call = ForwardedCall { request, params, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
+        self.forwarded.fetch_add(1, Ordering::Relaxed);
         self.runtime.spawn(this.forward_call(partition, call, reply));
     }
 
@@ -519,6 +527,7 @@ impl ClusterHooks for ClusterGlue {
         let Some(this) = self.this.upgrade() else {
             return reply(Outcome::error(Error::unavailable("the server is stopping")));
         };
+        self.forwarded_mp.fetch_add(1, Ordering::Relaxed);
         self.runtime.spawn(this.forward_mp_call(to, request, timeout.map(|t| t.as_millis() as u64), reply));
     }
 
@@ -552,6 +561,14 @@ impl ClusterHooks for ClusterGlue {
             .collect();
         Topology { me: self.me, hosts, partitions }
     }
+
+    fn counters(&self) -> ClusterCounters {
+        ClusterCounters {
+            forwarded: self.forwarded.load(Ordering::Relaxed),
+            forwarded_mp: self.forwarded_mp.load(Ordering::Relaxed),
+            run_for_others: self.run_for_others.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// Answers calls forwarded from other nodes (without keeping the glue alive).
@@ -566,6 +583,7 @@ impl Service for ServiceLink {
         let call = match postcard::from_bytes(&call) {
             Ok(Forwarded::Sp(c)) => c,
             Ok(Forwarded::Mp { request, timeout_ms }) => {
+                glue.run_for_others.fetch_add(1, Ordering::Relaxed);
                 let reply: Reply = Box::new(move |outcome| answer(done(outcome)));
                 return engine.run_forwarded_mp(request, timeout_ms.map(Duration::from_millis), reply);
             }
@@ -587,6 +605,7 @@ impl Service for ServiceLink {
         if !glue.leads(partition) {
             return answer(encode_answer(&ForwardAnswer::NotLeader));
         }
+        glue.run_for_others.fetch_add(1, Ordering::Relaxed);
         let timeout = call.timeout_ms.map(Duration::from_millis);
         let reply: Reply = Box::new(move |outcome| {
             let mut encoded = encode_outcome(outcome);

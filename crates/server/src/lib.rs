@@ -76,6 +76,11 @@ impl Front {
     fn connection_id(&self) -> i64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// Connections accepted since the server started.
+    fn connections_opened(&self) -> u64 {
+        self.next_connection_id.load(Ordering::Relaxed).saturating_sub(1) as u64
+    }
 }
 
 /// Accepts connections until `stop` completes or a client calls `@Shutdown`. Past
@@ -84,6 +89,7 @@ pub async fn serve(listener: TcpListener, front: Arc<Front>, stop: impl Future<O
     let slots = Arc::new(Semaphore::new(front.config.max_connections));
     let refusals = Arc::new(Semaphore::new(REFUSALS_IN_PROGRESS_MAX));
     let releaser = tokio::spawn(release_memory_while_over_the_limit(front.clone()));
+    let pusher = tokio::spawn(push_changes(front.clone()));
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -121,6 +127,16 @@ pub async fn serve(listener: TcpListener, front: Arc<Front>, stop: impl Future<O
         }
     }
     releaser.abort();
+    pusher.abort();
+}
+
+/// Tells subscribed connections what changed (`push::Subscribers::refresh`).
+async fn push_changes(front: Arc<Front>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(push::CHANGE_CHECK_MS));
+    loop {
+        tick.tick().await;
+        front.subscribers.refresh(&front.engine, front.connections_opened());
+    }
 }
 
 /// While memory is over the limit, hands back what the front end's threads freed: a call's

@@ -1,7 +1,11 @@
-//! Unsolicited answers to subscribed connections (voltdb-wire.md §1.8): when the catalog
-//! changes, every connection that called `@Subscribe("TOPOLOGY")` gets a fresh
-//! `@SystemCatalog PROCEDURES` answer with handle `Long.MAX_VALUE - 2`, so a
-//! partition-aware client routes procedures created after it connected.
+//! Unsolicited answers to subscribed connections: when the catalog changes, every
+//! connection that called `@Subscribe("TOPOLOGY")` gets a fresh `@SystemCatalog
+//! PROCEDURES` answer with handle `Long.MAX_VALUE - 2`, so a partition-aware client routes
+//! procedures created after it connected; when the topology changes (a cluster's leaders
+//! move), or a client connected since the last push, they get a fresh `@Statistics TOPO`
+//! answer with handle `Long.MAX_VALUE - 1`. A VoltDB client maps partitions to the
+//! connections it has when it reads that answer, so a client that opens one connection per
+//! node learns where each leader is only from a TOPO answer read after its last login.
 
 use std::sync::Mutex;
 
@@ -10,6 +14,10 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// Handle of a pushed `@SystemCatalog PROCEDURES` answer.
 pub const PROCEDURES_PUSH_HANDLE: i64 = i64::MAX - 2;
+/// Handle of a pushed `@Statistics TOPO` answer.
+pub const TOPOLOGY_PUSH_HANDLE: i64 = i64::MAX - 1;
+/// How often the server looks whether the catalog or the topology changed.
+pub const CHANGE_CHECK_MS: u64 = 1_000;
 /// Subscribed connections at most (each connection subscribes at most once).
 pub const SUBSCRIBERS_MAX: usize = 10_000;
 
@@ -28,6 +36,9 @@ impl<T: From<(i64, Outcome)> + Send> PushSink for UnboundedSender<T> {
 struct State {
     /// Catalog version the subscribers were last told about.
     version: u64,
+    /// The topology they were last told, and how many connections had been opened then.
+    topology: Option<Vec<lockstep_core::ResultTable>>,
+    logins: u64,
     sinks: Vec<(i64, Box<dyn PushSink>)>,
 }
 
@@ -37,7 +48,7 @@ pub struct Subscribers {
 
 impl Subscribers {
     pub fn new(version: u64) -> Self {
-        Subscribers { state: Mutex::new(State { version, sinks: Vec::new() }) }
+        Subscribers { state: Mutex::new(State { version, topology: None, logins: 0, sinks: Vec::new() }) }
     }
 
     /// Registers connection `id`; false when the table of subscribers is full.
@@ -73,6 +84,26 @@ impl Subscribers {
         }
         let outcome = Outcome::tables(vec![sysprocs::procedures_table(engine)]);
         s.sinks.retain(|(_, sink)| sink.push(PROCEDURES_PUSH_HANDLE, outcome.clone()));
+    }
+
+    /// Pushes what changed since the last push (called every `CHANGE_CHECK_MS`): the
+    /// procedures if the catalog changed (a cluster applies DDL sent to other nodes too),
+    /// the topology if it changed or if connections were opened since (`logins` counts
+    /// them).
+    pub fn refresh(&self, engine: &Engine, logins: u64) {
+        self.catalog_may_have_changed(engine);
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let topology = sysprocs::topology(engine);
+        if s.topology.as_ref() == Some(&topology) && s.logins == logins {
+            return;
+        }
+        s.logins = logins;
+        s.topology = Some(topology.clone());
+        if s.sinks.is_empty() {
+            return;
+        }
+        let outcome = Outcome::tables(topology);
+        s.sinks.retain(|(_, sink)| sink.push(TOPOLOGY_PUSH_HANDLE, outcome.clone()));
     }
 }
 
@@ -122,6 +153,13 @@ mod tests {
         subs.catalog_may_have_changed(&engine);
         // Sink 2 reported its connection gone after the first push and was dropped.
         assert_eq!(seen.lock().unwrap().len(), 3);
+        // The topology goes out the first time, then only when connections were opened.
+        subs.refresh(&engine, 5);
+        assert_eq!(seen.lock().unwrap().last(), Some(&TOPOLOGY_PUSH_HANDLE));
+        subs.refresh(&engine, 5);
+        assert_eq!(seen.lock().unwrap().len(), 4, "nothing changed: nothing pushed");
+        subs.refresh(&engine, 6);
+        assert_eq!(seen.lock().unwrap().len(), 5, "a connection was opened: pushed again");
         engine.shutdown();
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -130,6 +130,11 @@ public final class LockstepServer implements AutoCloseable {
         launch("127.0.0.1:" + port);
     }
 
+    /** Starts a killed or stopped server again, on the same port and data directory. */
+    public void startAgain() throws IOException {
+        launch("127.0.0.1:" + port);
+    }
+
     private void launch(String listen) throws IOException {
         awaitReady(spawn(listen));
     }
