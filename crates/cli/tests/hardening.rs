@@ -37,7 +37,8 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, u64> {
 
 /// Runs `lockstep server` to its end (it must stop by itself); its status and stderr.
 fn run_to_end(args: &[&str]) -> (std::process::ExitStatus, String) {
-    let out = Command::new(BIN).arg("server").args(args).args(["--http", "off"]).stdout(Stdio::null()).output().expect("run lockstep server");
+    let out =
+        Command::new(BIN).arg("server").args(args).args(["--http", "off"]).stdout(Stdio::null()).output().expect("run lockstep server");
     (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

@@ -307,7 +307,13 @@ fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &mpsc::UnboundedSe
     let subscribe = |params: &[Value]| subscribe(params, id, tx, front);
     let answers = tx.clone();
     dispatch::start(front, call, dispatch::Caller { started, baselines: Some(baselines), subscribe }, move |a: dispatch::Answered| {
-        let _ = answers.send(Answer { handle, outcome: a.outcome, round_trip: a.round_trip, _slot: Some(slot), then_shutdown: a.then_shutdown });
+        let _ = answers.send(Answer {
+            handle,
+            outcome: a.outcome,
+            round_trip: a.round_trip,
+            _slot: Some(slot),
+            then_shutdown: a.then_shutdown,
+        });
     });
     Ok(())
 }

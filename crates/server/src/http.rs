@@ -79,6 +79,7 @@ pub async fn serve(listener: TcpListener, front: Arc<Front>) {
             log_throttled(&format!("HTTP connection from {peer} refused: {HTTP_CONNECTIONS_MAX} are open"));
             continue;
         };
+        state.front.metrics.http_connections.fetch_add(1, Ordering::Relaxed);
         let _ = socket.set_nodelay(true);
         let state = state.clone();
         tokio::spawn(async move {
@@ -179,9 +180,8 @@ async fn api(req: Request<Incoming>, peer: SocketAddr, layout: Layout, state: &H
     let principal = authenticate(&form, authorization.as_deref(), peer, state).map_err(|e| refusal(jsonp, StatusCode::UNAUTHORIZED, &e))?;
     let params = match form.get("Parameters") {
         None => Vec::new(),
-        Some(text) => json::parse_parameters(text).map_err(|e| {
-            refusal(jsonp, StatusCode::BAD_REQUEST, &format!("failed to parse invocation parameters: {e}"))
-        })?,
+        Some(text) => json::parse_parameters(text)
+            .map_err(|e| refusal(jsonp, StatusCode::BAD_REQUEST, &format!("failed to parse invocation parameters: {e}")))?,
     };
     let call = Call { procedure: procedure.to_string(), params, partition_destination: None, all_partition: false, timeout_ms, principal };
     let answered = run(call, started, state).await;
@@ -228,12 +228,12 @@ async fn read_body(req: Request<Incoming>, jsonp: Option<&str>) -> Result<Bytes,
     }
     let limited = Limited::new(req.into_body(), REQUEST_BODY_MAX_BYTES);
     match tokio::time::timeout(Duration::from_millis(BODY_READ_TIMEOUT_MS), limited.collect()).await {
-        Err(_) => Err(refusal(jsonp, StatusCode::REQUEST_TIMEOUT, &format!("the request body did not arrive within {BODY_READ_TIMEOUT_MS} ms"))),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(refusal(
-            jsonp,
-            StatusCode::OK,
-            &format!("Query string too large: more than {REQUEST_BODY_MAX_BYTES} bytes"),
-        )),
+        Err(_) => {
+            Err(refusal(jsonp, StatusCode::REQUEST_TIMEOUT, &format!("the request body did not arrive within {BODY_READ_TIMEOUT_MS} ms")))
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(refusal(jsonp, StatusCode::OK, &format!("Query string too large: more than {REQUEST_BODY_MAX_BYTES} bytes")))
+        }
         Ok(Err(e)) => Err(refusal(jsonp, StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"))),
         Ok(Ok(body)) => {
             let bytes = body.to_bytes();
@@ -251,7 +251,9 @@ async fn read_body(req: Request<Incoming>, jsonp: Option<&str>) -> Result<Bytes,
 fn authenticate(form: &Form, authorization: Option<&str>, peer: SocketAddr, state: &HttpState) -> Result<Option<Arc<Principal>>, String> {
     let (user, password, hashed) = match authorization.and_then(credentials_from_header) {
         Some(c) => c,
-        None => (form.get("User").map(str::to_string), form.get("Password").map(str::to_string), form.get("Hashedpassword").map(str::to_string)),
+        None => {
+            (form.get("User").map(str::to_string), form.get("Password").map(str::to_string), form.get("Hashedpassword").map(str::to_string))
+        }
     };
     let user = user.unwrap_or_default();
     // Hashedpassword wins over Password, as in VoltDB.
@@ -276,7 +278,8 @@ fn authenticate(form: &Form, authorization: Option<&str>, peer: SocketAddr, stat
 }
 
 fn hashed_password_error() -> String {
-    "Hashedpassword must be a 40-byte hex-encoded SHA-1 hash (20 bytes unencoded) or 64-byte hex-encoded SHA-256 hash (32 bytes unencoded)".into()
+    "Hashedpassword must be a 40-byte hex-encoded SHA-1 hash (20 bytes unencoded) or 64-byte hex-encoded SHA-256 hash (32 bytes unencoded)"
+        .into()
 }
 
 /// (user, password, hashed password) from an `Authorization` header VoltDB understands.

@@ -87,6 +87,8 @@ pub struct Metrics {
     pub latency: LatencyBuckets,
     /// HTTP API requests answered (any path, any status).
     pub http_requests: AtomicU64,
+    /// HTTP connections accepted (with keep-alive, far fewer than requests).
+    pub http_connections: AtomicU64,
 }
 
 impl Metrics {
@@ -180,9 +182,11 @@ fn procedures(out: &mut Exposition, m: &Metrics) {
     let procs = m.procedures_sorted();
     let families: [(&str, &str, fn(&ProcCounters) -> &AtomicU64); 3] = [
         ("lockstep_procedure_calls_total", "Calls answered, by procedure (system procedures and @AdHoc included).", |c| &c.calls),
-        ("lockstep_procedure_aborts_total", "Calls rolled back by the procedure or refused as invalid (USER_ABORT, GRACEFUL_FAILURE).", |c| {
-            &c.aborts
-        }),
+        (
+            "lockstep_procedure_aborts_total",
+            "Calls rolled back by the procedure or refused as invalid (USER_ABORT, GRACEFUL_FAILURE).",
+            |c| &c.aborts,
+        ),
         ("lockstep_procedure_failures_total", "Calls that failed otherwise (unexpected failure, unavailable, timeout).", |c| &c.failures),
     ];
     for (name, help, field) in families {
@@ -216,9 +220,25 @@ fn engine(out: &mut Exposition, front: &Front) {
     }
     out.single("lockstep_mp_queue_depth", "gauge", "Clients' calls waiting for the multi-partition coordinator.", shared.mp_queue_depth());
     out.single("lockstep_connections_open", "gauge", "Open wire-protocol client connections.", front.live.len());
-    out.single("lockstep_http_requests_total", "counter", "Requests the HTTP port answered.", front.metrics.http_requests.load(Ordering::Relaxed));
+    out.single(
+        "lockstep_http_requests_total",
+        "counter",
+        "Requests the HTTP port answered.",
+        front.metrics.http_requests.load(Ordering::Relaxed),
+    );
+    out.single(
+        "lockstep_http_connections_total",
+        "counter",
+        "Connections the HTTP port accepted.",
+        front.metrics.http_connections.load(Ordering::Relaxed),
+    );
     out.single("lockstep_memory_resident_bytes", "gauge", "Resident memory of the server process.", stats::rss_kb() * 1024);
-    out.single("lockstep_start_time_seconds", "gauge", "When the server started, in seconds since the Unix epoch.", shared.started_ms as f64 / 1e3);
+    out.single(
+        "lockstep_start_time_seconds",
+        "gauge",
+        "When the server started, in seconds since the Unix epoch.",
+        shared.started_ms as f64 / 1e3,
+    );
     let log = shared.durable.log.stats();
     out.single("lockstep_command_log_bytes_total", "counter", "Bytes written to the command log, framing included.", log.bytes);
     out.single("lockstep_command_log_records_total", "counter", "Records written to the command log.", log.records);
