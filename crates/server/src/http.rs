@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -33,6 +33,9 @@ use crate::{dispatch, Front};
 
 /// Largest request body (and query string) accepted, as VoltDB's HTTP API (2 MiB).
 pub const REQUEST_BODY_MAX_BYTES: usize = 2 * 1024 * 1024;
+/// A body over `REQUEST_BODY_MAX_BYTES` is read and dropped up to this size before it is
+/// refused (so the client reads the refusal); a larger one is refused unread.
+pub const OVERSIZED_BODY_DRAIN_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// HTTP connections open at once; more are closed as soon as they are accepted.
 pub const HTTP_CONNECTIONS_MAX: usize = 1024;
 /// Calls from the HTTP port running at once; further requests wait for one to finish.
@@ -120,9 +123,7 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, state: &HttpState) -> 
     if req.method() != Method::GET && req.method() != Method::POST {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "Use GET or POST\n");
     }
-    match api(req, peer, layout, state).await {
-        Ok(r) | Err(r) => r,
-    }
+    api(req, peer, layout, state).await.unwrap_or_else(Refusal::into_response)
 }
 
 async fn metrics(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
@@ -143,8 +144,8 @@ impl Form {
     }
 }
 
-/// One JSON API request, start to answer. Err holds a refusal already made into a response.
-async fn api(req: Request<Incoming>, peer: SocketAddr, layout: Layout, state: &HttpState) -> Result<Response<Body>, Response<Body>> {
+/// One JSON API request, start to answer.
+async fn api(req: Request<Incoming>, peer: SocketAddr, layout: Layout, state: &HttpState) -> Result<Response<Body>, Refusal> {
     let started = Instant::now();
     // VoltDB reads the JSONP callback from a header first, then from the fields.
     let mut jsonp = match req.headers().get("jsonp").map(|v| v.to_str()) {
@@ -216,33 +217,55 @@ async fn run(call: Call, started: Instant, state: &HttpState) -> dispatch::Answe
 }
 
 /// Reads a POST body of at most `REQUEST_BODY_MAX_BYTES`, answering as VoltDB does when it
-/// is too large or empty.
-async fn read_body(req: Request<Incoming>, jsonp: Option<&str>) -> Result<Bytes, Response<Body>> {
+/// is too large or empty. A body over the limit is still read (and dropped) up to
+/// `OVERSIZED_BODY_DRAIN_MAX_BYTES`, so the client, still sending, reads the refusal rather
+/// than a reset; a larger one is refused at once and the connection closed.
+async fn read_body(req: Request<Incoming>, jsonp: Option<&str>) -> Result<Bytes, Refusal> {
     let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let too_large = |n: u64| refusal(jsonp, StatusCode::OK, &format!("Query string too large: {n}"));
     match declared {
-        Some(n) if n > REQUEST_BODY_MAX_BYTES as u64 => {
-            return Err(refusal(jsonp, StatusCode::OK, &format!("Query string too large: {n}")));
-        }
+        Some(n) if n > OVERSIZED_BODY_DRAIN_MAX_BYTES as u64 => return Err(too_large(n)),
         Some(0) => return Err(refusal(jsonp, StatusCode::OK, "Received POST with no parameters in the body.")),
         _ => {}
     }
-    let limited = Limited::new(req.into_body(), REQUEST_BODY_MAX_BYTES);
-    match tokio::time::timeout(Duration::from_millis(BODY_READ_TIMEOUT_MS), limited.collect()).await {
+    let read = tokio::time::timeout(Duration::from_millis(BODY_READ_TIMEOUT_MS), bounded_body(req.into_body())).await;
+    match read {
         Err(_) => {
             Err(refusal(jsonp, StatusCode::REQUEST_TIMEOUT, &format!("the request body did not arrive within {BODY_READ_TIMEOUT_MS} ms")))
         }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(refusal(jsonp, StatusCode::OK, &format!("Query string too large: more than {REQUEST_BODY_MAX_BYTES} bytes")))
+        Ok(Err(BodyProblem::TooLarge(n))) => Err(too_large(n)),
+        Ok(Err(BodyProblem::Read(e))) => Err(refusal(jsonp, StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"))),
+        Ok(Ok(bytes)) if bytes.is_empty() => Err(refusal(jsonp, StatusCode::OK, "Received POST with no parameters in the body.")),
+        Ok(Ok(bytes)) => Ok(bytes),
+    }
+}
+
+/// Why a body was not taken.
+enum BodyProblem {
+    /// Bytes seen, over `REQUEST_BODY_MAX_BYTES`.
+    TooLarge(u64),
+    Read(hyper::Error),
+}
+
+/// The body, if it is within `REQUEST_BODY_MAX_BYTES`; past that its bytes are counted and
+/// dropped, up to `OVERSIZED_BODY_DRAIN_MAX_BYTES`.
+async fn bounded_body(mut body: Incoming) -> Result<Bytes, BodyProblem> {
+    let mut kept = Vec::new();
+    let mut seen: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(BodyProblem::Read)?.into_data() else { continue };
+        seen += data.len() as u64;
+        if seen > OVERSIZED_BODY_DRAIN_MAX_BYTES as u64 {
+            return Err(BodyProblem::TooLarge(seen));
         }
-        Ok(Err(e)) => Err(refusal(jsonp, StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"))),
-        Ok(Ok(body)) => {
-            let bytes = body.to_bytes();
-            if bytes.is_empty() {
-                return Err(refusal(jsonp, StatusCode::OK, "Received POST with no parameters in the body."));
-            }
-            Ok(bytes)
+        if seen <= REQUEST_BODY_MAX_BYTES as u64 {
+            kept.extend_from_slice(&data);
         }
     }
+    if seen > REQUEST_BODY_MAX_BYTES as u64 {
+        return Err(BodyProblem::TooLarge(seen));
+    }
+    Ok(Bytes::from(kept))
 }
 
 /// The user a request logs in as: `Authorization: Basic …` (or VoltDB's `Hashed
@@ -363,7 +386,7 @@ fn percent_decode(s: &[u8]) -> Result<String, String> {
 }
 
 /// A JSONP callback name: letters, digits, `_` and `$` only (VoltDB's rule).
-fn checked_jsonp(cb: &str) -> Result<&str, Response<Body>> {
+fn checked_jsonp(cb: &str) -> Result<&str, Refusal> {
     if cb.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$') {
         Ok(cb)
     } else {
@@ -378,10 +401,23 @@ fn with_jsonp(jsonp: Option<&str>, body: String) -> String {
     }
 }
 
-/// A refusal in VoltDB's form: the HTTP status it uses and a JSON answer with status -3.
-fn refusal(jsonp: Option<&str>, status: StatusCode, message: &str) -> Response<Body> {
-    let body = json::encode_outcome(&Outcome::error(Error::unexpected(message)), Layout::V1);
-    respond(status, JSON_CONTENT_TYPE, with_jsonp(jsonp, body))
+/// A request refused before it ran, answered in VoltDB's form: the HTTP status it uses and
+/// a JSON answer with status -3 and the reason.
+struct Refusal {
+    jsonp: Option<String>,
+    status: StatusCode,
+    message: String,
+}
+
+fn refusal(jsonp: Option<&str>, status: StatusCode, message: &str) -> Refusal {
+    Refusal { jsonp: jsonp.map(str::to_string), status, message: message.to_string() }
+}
+
+impl Refusal {
+    fn into_response(self) -> Response<Body> {
+        let body = json::encode_outcome(&Outcome::error(Error::unexpected(self.message)), Layout::V1);
+        respond(self.status, JSON_CONTENT_TYPE, with_jsonp(self.jsonp.as_deref(), body))
+    }
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
