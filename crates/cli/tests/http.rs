@@ -354,10 +354,14 @@ async fn metrics_move_with_calls_and_many_requests_share_one_connection() {
     let dup = get(&agent, &base, "/api/1.0/", &[("Procedure", "KV.insert"), ("Parameters", "[0, \"again\"]")]);
     assert_eq!(json(&dup.1)["status"], J::from(-2), "{}", dup.1);
     lockstep_client::Client::call(&client, "KV.insert", vec![Value::Int(CALLS), s("wire")]).await.expect("wire insert");
+    // A system procedure the front end answers itself counts as well.
+    let stats = get(&agent, &base, "/api/1.0/", &[("Procedure", "@Statistics"), ("Parameters", r#"["LIVECLIENTS", 0]"#)]);
+    assert_eq!(json(&stats.1)["status"], J::from(1), "{}", stats.1);
     let after = scrape(&agent, &base);
     let delta = |series: &str| after.get(series).copied().unwrap_or(0.0) - before.get(series).copied().unwrap_or(0.0);
     assert_eq!(delta("lockstep_procedure_calls_total{procedure=\"KV.insert\"}"), (CALLS + 2) as f64);
     assert_eq!(delta("lockstep_procedure_aborts_total{procedure=\"KV.insert\"}"), 1.0);
+    assert_eq!(delta("lockstep_procedure_calls_total{procedure=\"@Statistics\"}"), 1.0);
     assert_eq!(delta("lockstep_call_latency_seconds_count"), (CALLS + 2) as f64);
     assert_eq!(delta("lockstep_call_latency_seconds_bucket{le=\"+Inf\"}"), (CALLS + 2) as f64);
     assert!(delta("lockstep_call_latency_seconds_sum") > 0.0);

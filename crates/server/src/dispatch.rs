@@ -37,6 +37,19 @@ where
     R: FnOnce(Answered) + Send + 'static,
 {
     let Caller { started, baselines, subscribe } = caller;
+    // Every answer is counted by procedure, whichever path gives it.
+    // A name seen before has its counters already (no allocation); a new one is added
+    // once its answer shows it is a procedure.
+    let counters = front.metrics.procedure(&call.procedure);
+    let first_call = counters.is_none().then(|| (call.procedure.clone(), front.clone()));
+    let reply = move |a: Answered| {
+        match (counters, first_call) {
+            (Some(c), _) => c.record(a.outcome.status),
+            (None, Some((name, front))) => front.metrics.record_new(&name, &a.outcome),
+            (None, None) => {}
+        }
+        reply(a)
+    };
     let now_answer = |outcome: Outcome, then_shutdown: bool| Answered { outcome, round_trip: started.elapsed(), then_shutdown };
     // Only system procedures need their name lower-cased (user procedure names keep case).
     let lower = if call.procedure.starts_with('@') { call.procedure.to_ascii_lowercase() } else { String::new() };
@@ -73,8 +86,6 @@ where
     // LATENCY counts the calls applications make: user procedures and ad-hoc SQL.
     let user_call = lower.is_empty() || lower == "@adhoc";
     let adhoc = lower == "@adhoc";
-    let counters = front.metrics.procedure(&call.procedure);
-    let name = counters.is_none().then(|| call.procedure.clone());
     let reply_front = front.clone();
     front.engine.submit(
         call,
@@ -86,10 +97,6 @@ where
             if user_call {
                 reply_front.engine.shared().stats.latency.record_at(now, round_trip);
                 reply_front.metrics.latency.record(round_trip);
-            }
-            match counters {
-                Some(c) => c.record(outcome.status),
-                None => reply_front.metrics.record_new(name.as_deref().unwrap_or_default(), &outcome),
             }
             if adhoc {
                 reply_front.subscribers.catalog_may_have_changed(&reply_front.engine);
