@@ -313,6 +313,14 @@ async fn users_log_in_over_http_with_the_same_passwords_and_permissions() {
     assert!(same(&json(&body), &wire), "http {body}\nwire {wire}");
     let shutdown = call(&[("Procedure", "@Shutdown"), ("User", "rita"), ("Password", "rita-pw")]);
     assert_ne!(json(&shutdown.1)["status"], J::from(1), "a reader stopped the server over HTTP");
+    // The administrator may: the answer arrives, then the server stops.
+    let stopped = call(&[("Procedure", "@Shutdown"), ("User", "admin"), ("Password", "admin-pw")]);
+    assert_eq!((stopped.0, json(&stopped.1)["status"].clone()), (200, J::from(1)), "{}", stopped.1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&server.addr).is_ok() {
+        assert!(Instant::now() < deadline, "the server still listens 10 s after @Shutdown over HTTP");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(server);
 }
 
