@@ -37,52 +37,70 @@ where
     R: FnOnce(Answered) + Send + 'static,
 {
     let Caller { started, baselines, subscribe } = caller;
-    // Every answer is counted by procedure, whichever path gives it.
-    // A name seen before has its counters already (no allocation); a new one is added
-    // once its answer shows it is a procedure.
-    let counters = front.metrics.procedure(&call.procedure);
-    let first_call = counters.is_none().then(|| (call.procedure.clone(), front.clone()));
-    let reply = move |a: Answered| {
+    let reply = counted(front, &call.procedure, reply);
+    let now_answer = |outcome: Outcome, then_shutdown: bool| Answered { outcome, round_trip: started.elapsed(), then_shutdown };
+    // Only system procedures need their name lower-cased (user procedure names keep case).
+    let lower = if call.procedure.starts_with('@') { call.procedure.to_ascii_lowercase() } else { String::new() };
+    if let Some(e) = refusal(front, &call, &lower) {
+        return reply(now_answer(Outcome::error(e), false));
+    }
+    match lower.as_str() {
+        "@subscribe" => reply(now_answer(subscribe(&call.params), false)),
+        "@statistics" if matches!(call.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
+            reply(now_answer(Outcome::tables(vec![front.live.table()]), false))
+        }
+        // Answered with the caller's baselines, so that an interval read measures from the
+        // caller's own last one (the permission was checked by `refusal`).
+        "@statistics" => {
+            let answer = Box::new(move |outcome| reply(Answered { outcome, round_trip: started.elapsed(), then_shutdown: false }));
+            stats::statistics_for(&front.engine, &call, baselines.cloned(), answer)
+        }
+        "@shutdown" => {
+            tracing::info!("@Shutdown called: stopping");
+            reply(now_answer(Outcome::tables(Vec::new()), true))
+        }
+        _ => submit(front, call, &lower, started, reply),
+    }
+}
+
+/// `reply`, counting the answer by procedure first (`/metrics`). A name seen before has its
+/// counters already (found without allocating); a new one is added once its answer shows
+/// it is a procedure.
+fn counted<R>(front: &Arc<Front>, procedure: &str, reply: R) -> impl FnOnce(Answered) + Send + 'static
+where
+    R: FnOnce(Answered) + Send + 'static,
+{
+    let counters = front.metrics.procedure(procedure);
+    let first_call = counters.is_none().then(|| (procedure.to_string(), front.clone()));
+    move |a: Answered| {
         match (counters, first_call) {
             (Some(c), _) => c.record(a.outcome.status),
             (None, Some((name, front))) => front.metrics.record_new(&name, &a.outcome),
             (None, None) => {}
         }
         reply(a)
-    };
-    let now_answer = |outcome: Outcome, then_shutdown: bool| Answered { outcome, round_trip: started.elapsed(), then_shutdown };
-    // Only system procedures need their name lower-cased (user procedure names keep case).
-    let lower = if call.procedure.starts_with('@') { call.procedure.to_ascii_lowercase() } else { String::new() };
-    // The system procedures answered here are checked here; the engine checks the rest.
-    if let Some(who) = call.principal.as_deref().filter(|_| matches!(lower.as_str(), "@subscribe" | "@statistics" | "@shutdown")) {
-        if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), &lower, &call.procedure) {
-            return reply(now_answer(Outcome::error(e), false));
+    }
+}
+
+/// Why the front end refuses `call` before it runs: a system procedure answered here that
+/// the caller may not call (the engine checks the rest), or a cluster node cut off from
+/// the majority, which takes no work (a subscription and a stop still do what they say:
+/// neither reads nor changes data).
+fn refusal(front: &Front, call: &Call, lower: &str) -> Option<Error> {
+    let answered_here = matches!(lower, "@subscribe" | "@statistics" | "@shutdown");
+    if let Some(who) = call.principal.as_deref().filter(|_| answered_here) {
+        if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), lower, &call.procedure) {
+            return Some(e);
         }
     }
-    // A cluster node cut off from the majority takes no work (a subscription and a stop
-    // still do what they say: neither reads nor changes data).
-    if !matches!(lower.as_str(), "@subscribe" | "@shutdown") {
-        if let Some(why) = front.unavailable() {
-            return reply(now_answer(Outcome::error(Error::unavailable(why)), false));
-        }
+    if matches!(lower, "@subscribe" | "@shutdown") {
+        return None;
     }
-    match lower.as_str() {
-        "@subscribe" => return reply(now_answer(subscribe(&call.params), false)),
-        "@statistics" if matches!(call.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
-            return reply(now_answer(Outcome::tables(vec![front.live.table()]), false));
-        }
-        // Answered with the caller's baselines, so that an interval read measures from the
-        // caller's own last one (the permission was checked above).
-        "@statistics" => {
-            let answer = Box::new(move |outcome| reply(Answered { outcome, round_trip: started.elapsed(), then_shutdown: false }));
-            return stats::statistics_for(&front.engine, &call, baselines.cloned(), answer);
-        }
-        "@shutdown" => {
-            tracing::info!("@Shutdown called: stopping");
-            return reply(now_answer(Outcome::tables(Vec::new()), true));
-        }
-        _ => {}
-    }
+    front.unavailable().map(Error::unavailable)
+}
+
+/// Hands the call to the engine; its latency is recorded when the answer is ready.
+fn submit(front: &Arc<Front>, call: Call, lower: &str, started: Instant, reply: impl FnOnce(Answered) + Send + 'static) {
     // LATENCY counts the calls applications make: user procedures and ad-hoc SQL.
     let user_call = lower.is_empty() || lower == "@adhoc";
     let adhoc = lower == "@adhoc";
