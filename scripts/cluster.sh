@@ -4,8 +4,8 @@
 #   scripts/cluster.sh start N [--kfactor K] [--sites S]   start N nodes, wait until all are ready
 #   scripts/cluster.sh stop                                stop every node started here
 #
-# Node i (0-based) takes clients on 127.0.0.1:(21212+i), talks to the other nodes on
-# 127.0.0.1:(3021+i), and keeps its data, its log (server.log) and its process id (pid) in
+# Node i (0-based) takes clients on 127.0.0.1:(21212+i), serves HTTP (JSON API, /metrics) on
+# 127.0.0.1:(8080+i), talks to the other nodes on 127.0.0.1:(3021+i), and keeps its data, its log (server.log) and its process id (pid) in
 # ./lockstep-cluster/node-i (under the directory the script is run from). `start` returns
 # once every node printed its ready line, and fails (stopping the nodes it started) if one
 # exits or the cluster is not ready in time. `stop` sends SIGTERM to each node and waits for
@@ -16,6 +16,8 @@
 #   LOCKSTEP_CLUSTER_DIR          where the nodes' directories go (default ./lockstep-cluster)
 #   LOCKSTEP_CLUSTER_CLIENT_PORT  node 0's client port; node i takes the next ones (default 21212)
 #   LOCKSTEP_CLUSTER_INTERNAL_PORT  node 0's internal port (default 3021)
+#   LOCKSTEP_CLUSTER_HTTP_PORT    node 0's HTTP port; node i takes the next ones; off for none
+#                                 (default 8080)
 #   LOCKSTEP_CLUSTER_WAIT_S       how long `start` waits for the ready lines (default 60)
 set -euo pipefail
 
@@ -24,6 +26,7 @@ repo=$(dirname "$script_dir")
 root=${LOCKSTEP_CLUSTER_DIR:-lockstep-cluster}
 client_port=${LOCKSTEP_CLUSTER_CLIENT_PORT:-21212}
 internal_port=${LOCKSTEP_CLUSTER_INTERNAL_PORT:-3021}
+http_port=${LOCKSTEP_CLUSTER_HTTP_PORT:-8080}
 wait_s=${LOCKSTEP_CLUSTER_WAIT_S:-60}
 # How long `stop` waits for one node to exit after SIGTERM before it kills it.
 stop_wait_s=10
@@ -94,8 +97,12 @@ start() {
   for ((i = 0; i < nodes; i++)); do
     local dir=$root/node-$i
     mkdir -p "$dir"
+    local http=off
+    if [ "$http_port" != off ]; then
+      http="127.0.0.1:$((http_port + i))"
+    fi
     "$bin" server --listen "127.0.0.1:$((client_port + i))" --internal "127.0.0.1:$((internal_port + i))" \
-      --hosts "$hosts" --kfactor "$kfactor" --sites "$sites" --data "$dir" >"$dir/server.log" 2>&1 &
+      --http "$http" --hosts "$hosts" --kfactor "$kfactor" --sites "$sites" --data "$dir" >"$dir/server.log" 2>&1 &
     echo $! >"$dir/pid"
   done
 

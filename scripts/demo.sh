@@ -8,6 +8,7 @@
 #   LOCKSTEP_BIN          run this binary instead of building target/release/lockstep
 #   LOCKSTEP_DEMO_LISTEN  address to listen on (default 127.0.0.1:21212)
 #   LOCKSTEP_DEMO_DATA    data directory (default ./lockstep-data, under the repository)
+#   LOCKSTEP_DEMO_HTTP    the server's --http (default: the server's own, 127.0.0.1:8080)
 set -euo pipefail
 started_in=$(pwd)
 cd "$(dirname "$0")/.."
@@ -33,7 +34,11 @@ if [ "$listen" != 127.0.0.1:21212 ]; then
   shell_cmd="$shell_cmd --server $listen"
 fi
 
-"$bin" server --listen "$listen" --data "$data" &
+http_args=()
+if [ -n "${LOCKSTEP_DEMO_HTTP:-}" ]; then
+  http_args=(--http "$LOCKSTEP_DEMO_HTTP")
+fi
+"$bin" server --listen "$listen" --data "$data" "${http_args[@]}" &
 server=$!
 
 # Ctrl-C or SIGTERM: stop the server, wait for it, and exit with its status (0 for a clean

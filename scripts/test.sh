@@ -7,7 +7,7 @@
 #      each (an hour in all) with LOCKSTEP_LONG=1; a crash or hang fails the run;
 #   3. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
 #      Central) and its JDBC driver against the real server.
-# Installs what the tests need when it is missing (a JDK 17, Maven and openssl; Go for the history
+# Installs what the tests need when it is missing (a JDK 17, Maven and openssl; Prometheus; Go for the history
 # checker; PostgreSQL 15, Redis and Tarantool for the side-by-side adapters' tests; all from Debian).
 # Set LOCKSTEP_LONG=1 to also run the long soak and crash loops.
 set -euo pipefail
@@ -30,6 +30,14 @@ if ! command -v openssl >/dev/null 2>&1; then
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -q
   $sudo apt-get install -y -q openssl
+fi
+
+# crates/cli/tests/http.rs has a real Prometheus scrape the server's /metrics and query it.
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "installing Prometheus for the /metrics test"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q prometheus
 fi
 
 # The peers the side-by-side adapters are tested against (PostgreSQL, Redis, Tarantool).

@@ -22,6 +22,8 @@ pub struct ServerArgs {
     /// one, printed on the ready line) [default: 127.0.0.1:21212]
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<String>,
+    #[arg(long, value_name = "HOST:PORT|off", help = http_help())]
+    http: Option<String>,
     /// Data directory, created if missing: the schema (catalog.sql), the command log
     /// (cmdlog/), snapshots (snapshots/), export files (export/), Lua procedures for FROM
     /// CLASS (procedures/) and the lock file that keeps a second server out
@@ -55,7 +57,7 @@ pub struct ServerArgs {
     query_timeout_ms: Option<u64>,
     #[arg(long, value_name = "SIZE|PCT%|off", help = memory_limit_help())]
     memory_limit: Option<String>,
-    /// TOML file with the same keys (listen, data, sites, procedures, command_log,
+    /// TOML file with the same keys (listen, http, data, sites, procedures, command_log,
     /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
     /// client_timeout_s, in_flight_per_connection, query_timeout_ms, memory_limit,
     /// security, tls_cert, tls_key, internal, hosts, kfactor) and the [[users]] that
@@ -85,6 +87,13 @@ pub struct ServerArgs {
     /// nodes failing [default: 0]
     #[arg(long, value_name = "K")]
     kfactor: Option<u32>,
+}
+
+fn http_help() -> String {
+    format!(
+        "Address of the HTTP port: VoltDB's JSON API (/api/1.0/, /api/2.0/) and Prometheus metrics (/metrics); port 0 picks a free one, printed on the ready line; off turns it off [default: {}]",
+        lockstep_server::config::HTTP_LISTEN_DEFAULT
+    )
 }
 
 fn flush_ms_help() -> String {
@@ -135,6 +144,7 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
     }
     FileConfig {
         listen: args.listen,
+        http: args.http,
         data: args.data,
         sites: args.sites,
         procedures: args.procedures,
@@ -228,6 +238,17 @@ fn start(args: ServerArgs) -> Result<(), String> {
     let listener =
         runtime.block_on(tokio::net::TcpListener::bind(&config.listen)).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let client_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let http_listener = match &config.http {
+        None => None,
+        Some(addr) => Some(runtime.block_on(tokio::net::TcpListener::bind(addr)).map_err(|e| {
+            format!("cannot listen on {addr} for the HTTP port (--http): {e}; give another address with --http HOST:PORT, or turn it off with --http off")
+        })?),
+    };
+    let http_addr = match &http_listener {
+        Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let http_note = http_addr.map_or_else(|| "HTTP off".to_string(), |a| format!("HTTP on {a}"));
     let stop = stop_signal();
     tokio::pin!(stop);
     let node = match &cluster {
@@ -270,13 +291,13 @@ fn start(args: ServerArgs) -> Result<(), String> {
         let log = engine.shared().durable.log.mode_name();
         let data = config.data_dir.display();
         match &glue {
-            None => println!("lockstep ready: listening on {addr}, {sites} sites, command log {log}, data in {data}"),
+            None => println!("lockstep ready: listening on {addr}, {http_note}, {sites} sites, command log {log}, data in {data}"),
             Some(g) => {
                 let view = g.view();
                 let me = view.me;
                 let list = |ps: Vec<u32>| if ps.is_empty() { "none".to_string() } else { ps.iter().map(u32::to_string).collect::<Vec<_>>().join(",") };
                 println!(
-                    "lockstep ready: node {me} of a cluster of {} nodes (k={}), listening on {addr}, {sites} partitions, leading {} and holding {}, command log {log}, data in {data}",
+                    "lockstep ready: node {me} of a cluster of {} nodes (k={}), listening on {addr}, {http_note}, {sites} partitions, leading {} and holding {}, command log {log}, data in {data}",
                     view.state.node_count(),
                     view.state.placement().kfactor,
                     list(view.state.led_by(me)),
@@ -287,6 +308,10 @@ fn start(args: ServerArgs) -> Result<(), String> {
         let front = Front::with_security(engine.clone(), config.clone(), security);
         if let Some(g) = glue {
             let _ = front.cluster.set(g);
+        }
+        // The HTTP port ends with the runtime, when the server stops.
+        if let Some(l) = http_listener {
+            tokio::spawn(lockstep_server::http::serve(l, front.clone()));
         }
         serve(listener, front, stop).await;
         Ok::<(), String>(())

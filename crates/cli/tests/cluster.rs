@@ -217,7 +217,14 @@ fn flags_that_cannot_form_a_cluster_are_refused_with_the_reason() {
     let dir = TempDir::new("cluster-flags");
     let hosts = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3";
     let refused = |extra: &[&str]| {
-        let out = Command::new(BIN).arg("server").arg("--data").arg(&dir.0).args(["--listen", "127.0.0.1:0"]).args(extra).output().unwrap();
+        let out = Command::new(BIN)
+            .arg("server")
+            .arg("--data")
+            .arg(&dir.0)
+            .args(["--listen", "127.0.0.1:0", "--http", "off"])
+            .args(extra)
+            .output()
+            .unwrap();
         assert!(!out.status.success(), "{extra:?} was accepted");
         String::from_utf8_lossy(&out.stderr).to_string()
     };
@@ -257,6 +264,7 @@ async fn the_cluster_script_starts_a_ready_cluster_and_stops_it() {
             .env("LOCKSTEP_BIN", BIN)
             .env("LOCKSTEP_CLUSTER_CLIENT_PORT", clients.to_string())
             .env("LOCKSTEP_CLUSTER_INTERNAL_PORT", internal.to_string())
+            .env("LOCKSTEP_CLUSTER_HTTP_PORT", "off")
             .env("LOCKSTEP_CLUSTER_WAIT_S", LIVENESS_LIMIT.as_secs().to_string())
             .env("LOCKSTEP_LOG", "error,openraft=off")
             .output()

@@ -23,6 +23,7 @@ fn start_demo(listen: &str, data: &Path) -> Child {
         .env("LOCKSTEP_BIN", BIN)
         .env("LOCKSTEP_DEMO_LISTEN", listen)
         .env("LOCKSTEP_DEMO_DATA", data)
+        .env("LOCKSTEP_DEMO_HTTP", "off")
         .env("LOCKSTEP_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -37,7 +37,8 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, u64> {
 
 /// Runs `lockstep server` to its end (it must stop by itself); its status and stderr.
 fn run_to_end(args: &[&str]) -> (std::process::ExitStatus, String) {
-    let out = Command::new(BIN).arg("server").args(args).stdout(Stdio::null()).output().expect("run lockstep server");
+    let out =
+        Command::new(BIN).arg("server").args(args).args(["--http", "off"]).stdout(Stdio::null()).output().expect("run lockstep server");
     (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -195,7 +196,7 @@ async fn a_client_that_never_reads_its_answers_is_let_go() {
 fn log_lines_are_plain_text_and_bad_connections_cannot_flood_them() {
     let dir = TempDir::new("log-flood");
     let child = Command::new(BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--sites", "1", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--sites", "1", "--data"])
         .arg(&dir.0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -267,7 +268,7 @@ async fn writes_stop_above_the_memory_limit_while_reads_and_deletes_go_on() {
 async fn a_stop_ends_the_process_while_a_partition_is_busy() {
     let dir = TempDir::new("busy-stop");
     let child = Command::new(BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--sites", "1", "--query-timeout-ms", "0", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--sites", "1", "--query-timeout-ms", "0", "--data"])
         .arg(&dir.0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

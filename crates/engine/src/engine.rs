@@ -167,6 +167,17 @@ impl Shared {
         }
     }
 
+    /// Messages waiting in each site's queue, read off the queues themselves (no site
+    /// work): what monitoring shows as each partition's queue depth.
+    pub fn site_queue_depths(&self) -> Vec<usize> {
+        self.sites.iter().map(|tx| tx.len()).collect()
+    }
+
+    /// Clients' calls waiting for the multi-partition coordinator.
+    pub fn mp_queue_depth(&self) -> usize {
+        self.mp_queued.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn send_site(&self, site: u32, msg: SiteMsg) {
         let Some(tx) = self.sites.get(site as usize) else {
             if let SiteMsg::Call { reply, .. } = msg {

@@ -139,6 +139,15 @@ impl LiveClients {
         self.windows.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
     }
 
+    /// Connections open now.
+    pub fn len(&self) -> usize {
+        self.windows.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// VoltDB's LIVECLIENTS layout: one row per connection.
     pub fn table(&self) -> ResultTable {
         use DataType::{BigInt as B, Integer as I, TinyInt as T, Varchar as V};

@@ -14,6 +14,9 @@ pub const MAX_CONNECTIONS_DEFAULT: usize = 5000;
 /// A logged-in connection that sends nothing for this long is closed (the VoltDB client
 /// pings an idle connection every 40 s or so, ours every 60 s).
 pub const IDLE_TIMEOUT_S_DEFAULT: u64 = 300;
+/// Where the HTTP port (JSON API and `/metrics`) listens unless told otherwise (VoltDB's
+/// HTTP port).
+pub const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:8080";
 /// A frame that has begun must be complete, and unread answers must make progress, within
 /// this many seconds (VoltDB's client hang-up timeout is 30 s as well).
 pub const CLIENT_TIMEOUT_S_DEFAULT: u64 = 30;
@@ -21,6 +24,8 @@ pub const CLIENT_TIMEOUT_S_DEFAULT: u64 = 30;
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub listen: String,
+    /// The HTTP port's address; None when it is off (`--http off`).
+    pub http: Option<String>,
     pub data_dir: PathBuf,
     pub sites: Option<u32>,
     pub procedures: Option<PathBuf>,
@@ -53,6 +58,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: "127.0.0.1:21212".into(),
+            http: Some(HTTP_LISTEN_DEFAULT.into()),
             data_dir: PathBuf::from("lockstep-data"),
             sites: None,
             procedures: None,
@@ -98,6 +104,8 @@ impl HostList {
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub listen: Option<String>,
+    /// `host:port` of the HTTP port, or `"off"`.
+    pub http: Option<String>,
     pub data: Option<PathBuf>,
     pub sites: Option<u32>,
     pub procedures: Option<PathBuf>,
@@ -133,6 +141,9 @@ impl FileConfig {
         self.apply_security_to(&mut c.security);
         if let Some(v) = self.listen {
             c.listen = v;
+        }
+        if let Some(v) = self.http {
+            c.http = (!v.trim().eq_ignore_ascii_case("off")).then_some(v);
         }
         if let Some(v) = self.data {
             c.data_dir = v;
@@ -203,6 +214,16 @@ impl FileConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_is_on_by_default_and_off_turns_it_off() {
+        assert_eq!(ServerConfig::default().http.as_deref(), Some(HTTP_LISTEN_DEFAULT));
+        for (text, want) in [("http = \"off\"", None), ("http = \"OFF\"", None), ("http = \"127.0.0.1:0\"", Some("127.0.0.1:0"))] {
+            let mut c = ServerConfig::default();
+            toml::from_str::<FileConfig>(text).unwrap().apply_to(&mut c);
+            assert_eq!(c.http.as_deref(), want, "{text}");
+        }
+    }
 
     #[test]
     fn cluster_keys_take_hosts_as_one_string_or_a_list() {

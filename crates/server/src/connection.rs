@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use lockstep_core::throttle::Throttle;
 use lockstep_core::{Error, Value};
 use lockstep_engine::stats::IntervalBaselines;
-use lockstep_engine::{auth, stats, sysprocs, Call, Outcome, Principal};
+use lockstep_engine::{sysprocs, Call, Outcome, Principal};
 use lockstep_wire::{
     decode_frame, decode_frame_with_limit, decode_invocation, decode_login_request, encode_login_response, encode_response, LoginCode,
     LoginError, LoginResponse, LoginSuccess, Response, FRAME_SIZE_MAX_BYTES,
@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use crate::clients::{InFlight, Slot, Window};
-use crate::Front;
+use crate::{dispatch, Front};
 
 /// A client must finish logging in within this time (as VoltDB's server).
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -296,76 +296,6 @@ fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &mpsc::UnboundedSe
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
     let handle = inv.handle;
-    // Only system procedures need their name lower-cased (user procedure names keep case).
-    let lower = if inv.procedure.starts_with('@') { inv.procedure.to_ascii_lowercase() } else { String::new() };
-    // The system procedures answered here are checked here; the engine checks the rest.
-    if let Some(who) = principal.filter(|_| matches!(lower.as_str(), "@subscribe" | "@statistics" | "@shutdown")) {
-        if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), &lower, &inv.procedure) {
-            let _ = tx.send(Answer {
-                handle,
-                outcome: Outcome::error(e),
-                round_trip: started.elapsed(),
-                _slot: Some(slot),
-                then_shutdown: false,
-            });
-            return Ok(());
-        }
-    }
-    // A cluster node cut off from the majority takes no work (a subscription and a stop
-    // still do what they say: neither reads nor changes data).
-    if !matches!(lower.as_str(), "@subscribe" | "@shutdown") {
-        if let Some(why) = front.unavailable() {
-            let outcome = Outcome::error(Error::unavailable(why));
-            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
-            return Ok(());
-        }
-    }
-    match lower.as_str() {
-        "@subscribe" => {
-            let outcome = subscribe(&inv.params, id, tx, front);
-            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
-            return Ok(());
-        }
-        "@statistics" if matches!(inv.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
-            let outcome = Outcome::tables(vec![front.live.table()]);
-            let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
-            return Ok(());
-        }
-        // Answered with this connection's baselines, so that an interval read measures
-        // from the caller's own last one (the permission was checked above).
-        "@statistics" => {
-            let call = Call {
-                procedure: inv.procedure,
-                params: inv.params,
-                partition_destination: None,
-                all_partition: false,
-                timeout_ms: inv.timeout_ms,
-                principal: principal.cloned(),
-            };
-            let tx = tx.clone();
-            let reply = Box::new(move |outcome| {
-                let _ = tx.send(Answer { handle, outcome, round_trip: started.elapsed(), _slot: Some(slot), then_shutdown: false });
-            });
-            stats::statistics_for(&front.engine, &call, Some(baselines.clone()), reply);
-            return Ok(());
-        }
-        "@shutdown" => {
-            tracing::info!(connection = id, "@Shutdown called: stopping");
-            let _ = tx.send(Answer {
-                handle,
-                outcome: Outcome::tables(Vec::new()),
-                round_trip: started.elapsed(),
-                _slot: Some(slot),
-                then_shutdown: true,
-            });
-            return Ok(());
-        }
-        _ => {}
-    }
-    // LATENCY counts the calls applications make: user procedures and ad-hoc SQL.
-    let user_call = lower.is_empty() || lower == "@adhoc";
-    let adhoc = lower == "@adhoc";
-    let tx = tx.clone();
     let call = Call {
         procedure: inv.procedure,
         params: inv.params,
@@ -374,23 +304,17 @@ fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &mpsc::UnboundedSe
         timeout_ms: inv.timeout_ms,
         principal: principal.cloned(),
     };
-    let reply_front = front.clone();
-    front.engine.submit(
-        call,
-        Box::new(move |outcome| {
-            // The clock is read once, here, where the answer is ready: not again for the
-            // latency window nor when encoding.
-            let now = Instant::now();
-            let round_trip = now.saturating_duration_since(started);
-            if user_call {
-                reply_front.engine.shared().stats.latency.record_at(now, round_trip);
-            }
-            if adhoc {
-                reply_front.subscribers.catalog_may_have_changed(&reply_front.engine);
-            }
-            let _ = tx.send(Answer { handle, outcome, round_trip, _slot: Some(slot), then_shutdown: false });
-        }),
-    );
+    let subscribe = |params: &[Value]| subscribe(params, id, tx, front);
+    let answers = tx.clone();
+    dispatch::start(front, call, dispatch::Caller { started, baselines: Some(baselines), subscribe }, move |a: dispatch::Answered| {
+        let _ = answers.send(Answer {
+            handle,
+            outcome: a.outcome,
+            round_trip: a.round_trip,
+            _slot: Some(slot),
+            then_shutdown: a.then_shutdown,
+        });
+    });
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! Network front ends. For now the VoltDB wire protocol on TCP: accept connections, log
-//! them in, decode invocations, hand them to the engine, and write the answers back. In a
+//! Network front ends: the VoltDB wire protocol on TCP (accept connections, log them in,
+//! decode invocations, hand them to the engine, and write the answers back) and the HTTP
+//! port (`http.rs`: VoltDB's JSON API and Prometheus' `/metrics`). In a
 //! cluster (`cluster.rs`) the server is one node, joined to the others through the engine's
 //! cluster hooks.
 
@@ -7,6 +8,10 @@ pub mod clients;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+pub mod dispatch;
+pub mod http;
+pub mod json;
+pub mod metrics;
 pub mod push;
 pub mod security;
 
@@ -44,6 +49,8 @@ pub struct Front {
     /// Set when this server is a node of a cluster: while the node does not serve (cut off
     /// from the majority), calls are refused.
     pub cluster: std::sync::OnceLock<Arc<cluster::ClusterGlue>>,
+    /// Calls by procedure, latencies and HTTP requests, for `/metrics`.
+    pub metrics: metrics::Metrics,
 }
 
 impl Front {
@@ -65,6 +72,7 @@ impl Front {
             large_requests: Arc::new(Semaphore::new(connection::LARGE_REQUESTS_KIB_MAX)),
             security,
             cluster: std::sync::OnceLock::new(),
+            metrics: metrics::Metrics::default(),
         })
     }
 

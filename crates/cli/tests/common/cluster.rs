@@ -56,7 +56,7 @@ fn spawn_node(root: &Path, i: usize, hosts: &[String], k: u32) -> (std::process:
     let (filter, log) = log_setup(i);
     let child = Command::new(BIN)
         .arg("server")
-        .args(["--listen", "127.0.0.1:0", "--sites", &SITES_PER_NODE.to_string(), "--command-log", "off"])
+        .args(["--listen", "127.0.0.1:0", "--http", "off", "--sites", &SITES_PER_NODE.to_string(), "--command-log", "off"])
         .args(["--internal", &hosts[i], "--hosts", &hosts.join(","), "--kfactor", &k.to_string(), "--data"])
         .arg(&data)
         .env("LOCKSTEP_LOG", filter)

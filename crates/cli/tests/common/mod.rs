@@ -40,6 +40,9 @@ impl Drop for TempDir {
 pub struct Server {
     child: Child,
     pub addr: String,
+    /// The HTTP port's address, when it is on (only tests of it turn it on: every other
+    /// server passes `--http off`, so parallel tests never compete for a port).
+    pub http: Option<String>,
     pub data: PathBuf,
 }
 
@@ -52,11 +55,13 @@ impl Server {
     /// Its log shows warnings and errors only (`LOCKSTEP_LOG=warn`), on the test's stderr:
     /// the info lines of every server the tests start would bury what went wrong.
     pub fn start_with(data: &Path, extra: &[&str], listen: &str) -> Server {
+        let http_off: &[&str] = if extra.contains(&"--http") { &[] } else { &["--http", "off"] };
         let child = Command::new(BIN)
             .arg("server")
             .args(["--listen", listen, "--data"])
             .arg(data)
             .args(extra)
+            .args(http_off)
             .env("LOCKSTEP_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -69,16 +74,16 @@ impl Server {
     pub fn from_child(mut child: Child, data: &Path) -> Server {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let addr = loop {
+        let (addr, http) = loop {
             let line = lines.next().expect("server exited before it was ready").expect("read stdout");
             if line.contains("ready") {
-                let addr = line.split("listening on ").nth(1).expect("address in ready line");
-                break addr.split([',', ' ']).next().expect("address").to_string();
+                let after = |marker: &str| line.split(marker).nth(1).and_then(|a| a.split([',', ' ']).next()).map(str::to_string);
+                break (after("listening on ").expect("address in ready line"), after("HTTP on "));
             }
         };
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Server { child, addr, data: data.to_path_buf() }
+        Server { child, addr, http, data: data.to_path_buf() }
     }
 
     pub fn pid(&self) -> u32 {

@@ -144,6 +144,10 @@ public final class LockstepServer implements AutoCloseable {
         List<String> command = new ArrayList<>(List.of(binary().toString(), "server", "--listen", listen,
                 "--data", dataDir.toString(), "--sites", Integer.toString(SITES)));
         command.addAll(extraArgs);
+        // Tests run servers side by side: none takes the HTTP port unless a test asks for it.
+        if (!extraArgs.contains("--http")) {
+            command.addAll(List.of("--http", "off"));
+        }
         ProcessBuilder pb = new ProcessBuilder(command);
         pb.redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
         process = pb.start();
