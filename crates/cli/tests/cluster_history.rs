@@ -151,7 +151,8 @@ impl Nemesis {
         let start = self.clock.now();
         if self.nodes[node].is_none() {
             let (root, hosts) = (self.root.clone(), self.hosts.clone());
-            let server = tokio::task::spawn_blocking(move || start_node(&root, node, &hosts, KFACTOR)).await.expect("restart a node");
+            let server =
+                tokio::task::spawn_blocking(move || start_node(&root, node, &hosts, KFACTOR, "off")).await.expect("restart a node");
             let addr = server.addr.clone();
             self.addrs.send_modify(|addrs| addrs.push(addr));
             self.nodes[node] = Some(server);
@@ -274,8 +275,9 @@ async fn run_round(seed: u64, faults_for: Duration) -> Round {
     let dir = TempDir::new("cluster-history");
     let (root, hosts) = (dir.0.clone(), free_addrs(NODES));
     let started = (root.clone(), hosts.clone());
-    let nodes =
-        tokio::task::spawn_blocking(move || start_cluster_on(&started.0, &started.1, KFACTOR)).await.expect("the cluster did not form");
+    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&started.0, &started.1, KFACTOR, "off"))
+        .await
+        .expect("the cluster did not form");
     load(&nodes[0].client().await).await;
     let (addrs_tx, addrs_rx) = watch::channel(nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>());
     let clock = Clock(Instant::now());

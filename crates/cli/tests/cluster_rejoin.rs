@@ -1,9 +1,11 @@
-//! Rejoin: a node of a three-node k = 1 cluster is killed, the survivors take writes
-//! without it, and the node is started again on its old data directory while a client keeps
-//! writing. It gets each of its partitions' image from the partition's leader, catches up
-//! and becomes a member again (`@Statistics TOPO` lists it). Then the node it shares
-//! partitions with is killed: the rejoined node alone must serve every row ever
-//! acknowledged. Every wait is bounded; nothing asserts a time.
+//! Rejoin and restart: a node of a three-node k = 1 cluster is killed, the survivors take
+//! writes without it, and the node is started again on its old data directory while a
+//! client keeps writing. It gets each of its partitions' image from the partition's leader,
+//! catches up and becomes a member again (`@Statistics TOPO` lists it). Then the node it
+//! shares partitions with is killed: the rejoined node alone must serve every row ever
+//! acknowledged. And a whole cluster with its command logs on is killed at once and started
+//! again: every acknowledged row, single- and multi-partition, is back. Every wait is
+//! bounded; nothing asserts a time.
 
 mod common;
 
@@ -54,7 +56,7 @@ async fn put_until_acknowledged(client: &Client, k: i64) {
 async fn a_restarted_node_rejoins_its_partitions_while_writes_go_on_and_then_serves_them_alone() {
     let dir = TempDir::new("cluster-rejoin");
     let hosts = free_addrs(NODES);
-    let mut nodes: Vec<Option<common::Server>> = start_cluster_on(&dir.0, &hosts, KFACTOR).into_iter().map(Some).collect();
+    let mut nodes: Vec<Option<common::Server>> = start_cluster_on(&dir.0, &hosts, KFACTOR, "off").into_iter().map(Some).collect();
     let addr = |nodes: &Vec<Option<common::Server>>, i: usize| nodes[i].as_ref().map(|n| n.addr.clone()).expect("node runs");
     let first = connect(&addr(&nodes, 0)).await;
     let ddl = "CREATE TABLE kv (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE kv ON COLUMN k;";
@@ -90,7 +92,7 @@ async fn a_restarted_node_rejoins_its_partitions_while_writes_go_on_and_then_ser
     };
     let root = dir.0.clone();
     let hosts_again = hosts.clone();
-    nodes[1] = Some(tokio::task::spawn_blocking(move || start_node(&root, 1, &hosts_again, KFACTOR)).await.expect("restart node 1"));
+    nodes[1] = Some(tokio::task::spawn_blocking(move || start_node(&root, 1, &hosts_again, KFACTOR, "off")).await.expect("restart node 1"));
     let rejoined = connect(&addr(&nodes, 1)).await;
 
     // Node 1 is a member of each of its partitions again.
@@ -122,5 +124,53 @@ async fn a_restarted_node_rejoins_its_partitions_while_writes_go_on_and_then_ser
             };
             assert_eq!(got, Some(s(&format!("v{k}"))), "acknowledged row {k} after node 1 rejoined and node 0 died");
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_cluster_killed_at_once_comes_back_from_its_command_logs() {
+    let dir = TempDir::new("cluster-restart");
+    let hosts = free_addrs(NODES);
+    let (root, h) = (dir.0.clone(), hosts.clone());
+    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&root, &h, KFACTOR, "sync")).await.expect("start the cluster");
+    let client = connect(&nodes[0].addr).await;
+    let ddl = "CREATE TABLE kv (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE kv ON COLUMN k; \
+               CREATE TABLE copy (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE copy ON COLUMN k;";
+    assert_eq!(call(&client, "@AdHoc", vec![s(ddl)]).await.map(|r| r.status), Some(1));
+    for k in 0..ROWS_PER_PHASE {
+        put_until_acknowledged(&client, k).await;
+    }
+    // A multi-partition write: each partition's share is in its replicas' logs.
+    let copied = call(&client, "@AdHoc", vec![s("INSERT INTO copy SELECT k, v FROM kv")]).await.expect("the copy was answered");
+    assert_eq!(copied.status, 1, "{:?}", copied.status_string);
+    for k in ROWS_PER_PHASE..2 * ROWS_PER_PHASE {
+        put_until_acknowledged(&client, k).await;
+    }
+    drop(client);
+
+    // Every node dies at once (SIGKILL), then all start again on their data directories.
+    drop(nodes);
+    let (root, h) = (dir.0.clone(), hosts.clone());
+    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&root, &h, KFACTOR, "sync")).await.expect("restart the cluster");
+    let client = connect(&nodes[0].addr).await;
+    // Each partition is restored from the node that held it last, and the others rejoin it.
+    let deadline = Instant::now() + LIVENESS_LIMIT;
+    while !fully_replicated(&client, KFACTOR).await {
+        assert!(Instant::now() < deadline, "the cluster did not come back whole: TOPO lists {:?}", members(&client).await);
+        tokio::time::sleep(POLL).await;
+    }
+    for n in &nodes {
+        let c = connect(&n.addr).await;
+        for k in 0..2 * ROWS_PER_PHASE {
+            let r = call(&c, "KV.select", vec![Value::Int(k)]).await.expect("a read was answered");
+            assert_eq!(r.status, 1, "{:?}", r.status_string);
+            assert_eq!(r.tables[0].rows.first().map(|row| row[1].clone()), Some(s(&format!("v{k}"))), "row {k} after the restart");
+        }
+        let counted = call(&c, "@AdHoc", vec![s("SELECT COUNT(*) FROM copy")]).await.expect("a count was answered");
+        assert_eq!(
+            counted.tables.first().map(|t| t.rows[0][0].clone()),
+            Some(Value::Int(ROWS_PER_PHASE)),
+            "rows copied before the restart"
+        );
     }
 }

@@ -141,7 +141,9 @@ impl Replicas {
     /// `seq` in `term`: it takes the entries after it (see `Replication::learn`).
     pub fn learn(&self, partition: PartitionId, term: Term, seq: Seq) -> Result<(), String> {
         let slot = self.inner.partitions.get(&partition).ok_or_else(|| ReplicateError::NotHere(partition).to_string())?;
-        lock(slot).repl.learn(term, seq).map_err(|e: LearnError| e.to_string())
+        let actions = lock(slot).repl.learn(term, seq).map_err(|e: LearnError| e.to_string())?;
+        self.inner.act(partition, actions);
+        Ok(())
     }
 
     /// Whether this node is learning `partition`.

@@ -85,6 +85,10 @@ pub enum Message<P> {
     /// Member to new leader: the entries it holds beyond `committed`, in order, up to the
     /// last it received.
     RepairReply { term: Term, committed: Seq, entries: Vec<Entry<P>> },
+    /// Learner to leader: it loaded the image and has run every entry up to `seq` (said
+    /// again every few ticks while it learns, as an entry's `Ack` may never come on an idle
+    /// partition).
+    Loaded { term: Term, seq: Seq },
 }
 
 impl<P> Message<P> {
@@ -93,7 +97,8 @@ impl<P> Message<P> {
             Message::Replicate { term, .. }
             | Message::Ack { term, .. }
             | Message::RepairRequest { term }
-            | Message::RepairReply { term, .. } => *term,
+            | Message::RepairReply { term, .. }
+            | Message::Loaded { term, .. } => *term,
         }
     }
 }
@@ -188,7 +193,9 @@ enum Role {
     /// Loaded the partition as its leader had it at some entry (a rejoin's snapshot) and
     /// runs the entries after it, but is not a member yet. It becomes one when a view of
     /// the same term lists it.
-    Learning,
+    Learning {
+        ticks: u32,
+    },
     /// Leader, still gathering what the members received (`waiting` have not answered).
     Repairing {
         waiting: BTreeSet<NodeId>,
@@ -266,7 +273,7 @@ impl<P: Clone> Replication<P> {
         let was_leading = matches!(self.role, Role::Leading { .. } | Role::Repairing { .. });
         // A learner stays one through views of its term (other partitions change), and
         // becomes a member, keeping all it ran, once a view of its term lists it.
-        if matches!(self.role, Role::Learning) && !new_term {
+        if matches!(self.role, Role::Learning { .. }) && !new_term {
             self.view = view;
             if self.view.members.contains(&self.me) {
                 self.role = Role::Member;
@@ -313,14 +320,23 @@ impl<P: Clone> Replication<P> {
             }
             Role::Leading { progress } => {
                 progress.retain(|n, _| self.view.members.contains(n));
-                for n in self.view.members.iter().filter(|&&n| n != self.me) {
-                    // A learner that became a member has run what it acknowledged.
-                    let acked = self.learners.remove(n).map_or(0, |l| l.acked);
-                    progress.entry(*n).or_insert(Progress { acked, idle_ticks: 0 });
+                for &n in self.view.members.iter().filter(|&&n| n != self.me) {
+                    if progress.contains_key(&n) {
+                        continue;
+                    }
+                    // A learner that caught up and became a member has run what it
+                    // acknowledged. One that has not caught up is named by a late view of an
+                    // earlier time it was a member: it stays a learner, and the member is
+                    // waited for from scratch until a later view drops it.
+                    let acked = match self.learners.get(&n) {
+                        Some(l) if l.counted => self.learners.remove(&n).map_or(0, |l| l.acked),
+                        _ => 0,
+                    };
+                    progress.insert(n, Progress { acked, idle_ticks: 0 });
                 }
                 self.advance_commit(&mut out);
             }
-            Role::Outside | Role::Member | Role::Learning => {}
+            Role::Outside | Role::Member | Role::Learning { .. } => {}
         }
         out
     }
@@ -367,7 +383,7 @@ impl<P: Clone> Replication<P> {
         self.log[i].hash = Some(hash);
         let early = std::mem::take(&mut self.log[i].early);
         match &self.role {
-            Role::Member | Role::Learning => {
+            Role::Member | Role::Learning { .. } => {
                 if let Some(to) = self.view.leader {
                     out.push(Action::Send { to, message: Message::Ack { term: self.view.term, seq, hash } });
                 }
@@ -390,7 +406,7 @@ impl<P: Clone> Replication<P> {
         // Only this term's messages count: an older one comes from a deposed leader (or
         // answers one), a newer one from a view this node has not applied yet (it is sent
         // again on a later tick).
-        let learner_ack = matches!(message, Message::Ack { .. }) && self.learners.contains_key(&from);
+        let learner_ack = matches!(message, Message::Ack { .. } | Message::Loaded { .. }) && self.learners.contains_key(&from);
         if message.term() != self.view.term || !(self.view.members.contains(&from) || learner_ack) {
             return out;
         }
@@ -405,6 +421,11 @@ impl<P: Clone> Replication<P> {
                 }
             }
             Message::RepairReply { committed, entries, .. } => self.on_repair_reply(from, committed, entries, &mut out),
+            Message::Loaded { seq, .. } => {
+                if matches!(self.role, Role::Leading { .. }) {
+                    self.learner_progress(from, seq, &mut out);
+                }
+            }
         }
         out
     }
@@ -420,6 +441,15 @@ impl<P: Clone> Replication<P> {
                     *ticks = 0;
                     for &to in waiting.iter() {
                         out.push(Action::Send { to, message: Message::RepairRequest { term } });
+                    }
+                }
+            }
+            Role::Learning { ticks } => {
+                *ticks += 1;
+                if *ticks >= RESEND_AFTER_TICKS {
+                    *ticks = 0;
+                    if let Some(to) = self.view.leader {
+                        out.push(Action::Send { to, message: Message::Loaded { term, seq: self.applied } });
                     }
                 }
             }
@@ -493,19 +523,19 @@ impl<P: Clone> Replication<P> {
     /// Joiner: this node's copy of the partition now holds what its leader had at `seq`, in
     /// term `term` (from the leader's `add_learner`): it takes the entries after it as a
     /// learner. Err if this node's view is not of that term, or already lists it.
-    pub fn learn(&mut self, term: Term, seq: Seq) -> Result<(), LearnError> {
+    pub fn learn(&mut self, term: Term, seq: Seq) -> Result<Vec<Action<P>>, LearnError> {
         if self.view.term != term {
             return Err(LearnError::ViewChanged { view_term: self.view.term, term });
         }
         if self.view.members.contains(&self.me) {
             return Err(LearnError::AlreadyMember);
         }
-        self.role = Role::Learning;
+        self.role = Role::Learning { ticks: 0 };
         self.log.clear();
         self.out_of_order.clear();
         // The snapshot may hold entries not committed yet: what is committed, the leader says.
         (self.committed, self.applied, self.received, self.handed_out) = (0, seq, seq, seq);
-        Ok(())
+        Ok(self.view.leader.map(|to| Action::Send { to, message: Message::Loaded { term, seq } }).into_iter().collect())
     }
 
     /// Leader: stops sending to a learner and counting it (its node went down).
@@ -525,7 +555,24 @@ impl<P: Clone> Replication<P> {
 
     /// Whether this node is learning the partition (see `learn`).
     pub fn learning(&self) -> bool {
-        matches!(self.role, Role::Learning)
+        matches!(self.role, Role::Learning { .. })
+    }
+
+    /// Leader: learner `node` has run every entry up to `seq`. Once that covers every
+    /// committed entry it counts for commits, and the cluster state may make it a member.
+    fn learner_progress(&mut self, node: NodeId, seq: Seq, out: &mut Vec<Action<P>>) {
+        let Some(l) = self.learners.get_mut(&node) else { return };
+        if seq > l.acked {
+            l.acked = seq.min(self.received);
+            l.idle_ticks = 0;
+        }
+        if !l.counted && l.acked >= self.committed {
+            l.counted = true;
+            out.push(Action::CaughtUp { node, term: self.view.term });
+        }
+        self.send_to_learner(node, out);
+        self.advance_commit(out);
+        self.trim();
     }
 
     /// Leader: sends `node` the entries after what it was last sent, within its window.
@@ -594,7 +641,7 @@ impl<P: Clone> Replication<P> {
     }
 
     fn on_replicate(&mut self, from: NodeId, entries: Vec<Entry<P>>, committed: Seq, out: &mut Vec<Action<P>>) {
-        if !matches!(self.role, Role::Member | Role::Learning) || self.view.leader != Some(from) {
+        if !matches!(self.role, Role::Member | Role::Learning { .. }) || self.view.leader != Some(from) {
             return;
         }
         let resent = entries.first().is_some_and(|e| e.seq <= self.applied);
@@ -614,22 +661,11 @@ impl<P: Clone> Replication<P> {
         if !matches!(self.role, Role::Leading { .. }) {
             return;
         }
-        if let Some(l) = self.learners.get_mut(&from) {
-            if seq > l.acked {
-                l.acked = seq.min(self.received);
-                l.idle_ticks = 0;
-            }
-            if !l.counted && l.acked >= self.committed {
-                l.counted = true;
-                out.push(Action::CaughtUp { node: from, term: self.view.term });
-            }
+        if self.learners.contains_key(&from) {
             if let Some(mine) = self.index_of(seq).and_then(|i| self.log[i].hash) {
                 self.check_hash(from, seq, hash, mine, out);
             }
-            self.send_to_learner(from, out);
-            self.advance_commit(out);
-            self.trim();
-            return;
+            return self.learner_progress(from, seq, out);
         }
         let Role::Leading { progress } = &mut self.role else { return };
         let Some(p) = progress.get_mut(&from) else { return };

@@ -36,6 +36,10 @@ pub enum Command {
     /// still in `incarnation` and the partition in `term` (its view's), the leadership it
     /// caught up under: a restarted node, or a new leader, makes the catching up void.
     Rejoined { partition: PartitionId, node: NodeId, incarnation: Incarnation, term: u64 },
+    /// The partition has no member left, and `node`, the member it lost last, restarted (in
+    /// `incarnation`) with the partition recovered from its command log: it becomes the
+    /// partition's only member and its leader; the other replicas rejoin from it.
+    Restore { partition: PartitionId, node: NodeId, incarnation: Incarnation },
     /// A schema change (DDL statements, applied together) that every node applies, in the
     /// order the group commits them. `origin` and `id` name the call that proposed it, so
     /// the proposing node can answer that call once it applied the change itself.
@@ -79,8 +83,10 @@ pub enum Refusal {
     NotAMember { partition: PartitionId, node: NodeId },
     #[error("node {node} is already known in incarnation {known}, later than {given}")]
     StaleIncarnation { node: NodeId, known: Incarnation, given: Incarnation },
-    #[error("node {node} caught up with partition {partition} in an earlier incarnation or under an earlier leader: it must load the partition again")]
+    #[error("node {node} cannot become a member of partition {partition}: it caught up in an earlier incarnation or under an earlier leader, or the partition has no member to catch up from")]
     OutdatedRejoin { partition: PartitionId, node: NodeId },
+    #[error("partition {partition} cannot be restored from node {node}: only the member it lost last, with no member left, can")]
+    NotTheLastMember { partition: PartitionId, node: NodeId },
 }
 
 /// Why a state read from disk or the network cannot be used.
@@ -108,6 +114,11 @@ pub struct ClusterState {
     members: Vec<Vec<NodeId>>,
     /// By partition id: the epoch at which its leader last changed (the replication term).
     terms: Vec<u64>,
+    /// By partition id, for a partition with no member left: the member that left last. It
+    /// held every committed transaction, so its command log can bring the partition back
+    /// (`Restore`) after the whole cluster went down; no other node's can.
+    #[serde(default)]
+    last_members: Vec<Option<NodeId>>,
     /// Every schema change committed, in order: a node applies those it has not applied yet.
     schema: Vec<SchemaChange>,
 }
@@ -126,6 +137,7 @@ impl ClusterState {
             incarnations: vec![0; nodes],
             leaders,
             members,
+            last_members: vec![None; placement.partitions.len()],
             terms,
             placement,
             schema: Vec::new(),
@@ -207,6 +219,7 @@ impl ClusterState {
             Command::NodeUp { node, incarnation } => self.node_up(*node, *incarnation),
             Command::SetLeader { partition, node } => self.set_leader(*partition, *node),
             Command::Rejoined { partition, node, incarnation, term } => self.rejoined(*partition, *node, *incarnation, *term),
+            Command::Restore { partition, node, incarnation } => self.restore(*partition, *node, *incarnation),
             Command::Schema(change) => {
                 // Whether the statements are valid is for each node's engine to find: they
                 // all find the same, as they all hold the same schema before it.
@@ -293,7 +306,9 @@ impl ClusterState {
 
     fn rejoined(&mut self, partition: PartitionId, node: NodeId, incarnation: Incarnation, term: u64) -> Result<bool, Refusal> {
         self.check_live_replica(partition, node)?;
-        if self.incarnations[node as usize] != incarnation || self.view(partition).term != term {
+        // A partition with no member has nobody its node caught up from.
+        let stale = self.incarnations[node as usize] != incarnation || self.view(partition).term != term;
+        if stale || self.members[partition as usize].is_empty() {
             return Err(Refusal::OutdatedRejoin { partition, node });
         }
         let members = &mut self.members[partition as usize];
@@ -305,13 +320,39 @@ impl ClusterState {
         Ok(true)
     }
 
+    fn restore(&mut self, partition: PartitionId, node: NodeId, incarnation: Incarnation) -> Result<bool, Refusal> {
+        self.check_live_replica(partition, node)?;
+        if self.incarnations[node as usize] != incarnation {
+            return Err(Refusal::StaleIncarnation { node, known: self.incarnations[node as usize], given: incarnation });
+        }
+        let p = partition as usize;
+        if !self.members[p].is_empty() || self.last_member(partition) != Some(node) {
+            return Err(Refusal::NotTheLastMember { partition, node });
+        }
+        self.members[p] = vec![node];
+        self.leaders[p] = Some(node);
+        self.last_members[p] = None;
+        Ok(true)
+    }
+
     /// `node` no longer holds any partition: it leaves every partition's members, and each
     /// partition it led gets a new leader.
     fn leave_partitions(&mut self, node: NodeId) {
-        for m in &mut self.members {
-            m.retain(|&r| r != node);
+        self.last_members.resize(self.members.len(), None);
+        for (m, last) in self.members.iter_mut().zip(&mut self.last_members) {
+            if m.contains(&node) {
+                m.retain(|&r| r != node);
+                if m.is_empty() {
+                    *last = Some(node);
+                }
+            }
         }
         self.hand_over_leaderships(node);
+    }
+
+    /// The member a partition with no member left lost last (see `last_members`).
+    pub fn last_member(&self, partition: PartitionId) -> Option<NodeId> {
+        self.last_members.get(partition as usize).copied().flatten()
     }
 
     /// Gives every partition `gone` led a new leader: the member that leads the fewest
@@ -417,13 +458,34 @@ mod tests {
         }
         s.validate().unwrap();
         // Coming back does not make the node a member or a leader again, even of what nobody
-        // serves: its data has to be recovered first (`Rejoined` says when).
+        // serves: its data has to be recovered first.
         s.apply(&Command::NodeUp { node: 0, incarnation: 2 });
         assert_eq!(s.unserved(), orphaned);
         assert!(s.led_by(0).is_empty());
         let p = orphaned[0];
         assert!(s.members(p).is_empty());
         assert_eq!(s.apply(&Command::SetLeader { partition: p, node: 0 }), Outcome::Refused(Refusal::NotAMember { partition: p, node: 0 }));
+        // Nobody to catch up from: rejoining is refused.
+        let term = s.view(p).term;
+        assert_eq!(
+            s.apply(&Command::Rejoined { partition: p, node: 0, incarnation: 2, term }),
+            Outcome::Refused(Refusal::OutdatedRejoin { partition: p, node: 0 })
+        );
+        // Node 1 went last: only its command log holds everything; node 0 cannot restore.
+        assert_eq!(s.last_member(p), Some(1));
+        assert_eq!(
+            s.apply(&Command::Restore { partition: p, node: 0, incarnation: 2 }),
+            Outcome::Refused(Refusal::NotTheLastMember { partition: p, node: 0 })
+        );
+        s.apply(&Command::NodeUp { node: 1, incarnation: 2 });
+        assert!(matches!(
+            s.apply(&Command::Restore { partition: p, node: 1, incarnation: 1 }),
+            Outcome::Refused(Refusal::StaleIncarnation { .. })
+        ));
+        assert!(matches!(s.apply(&Command::Restore { partition: p, node: 1, incarnation: 2 }), Outcome::Changed { .. }));
+        assert_eq!((s.leader(p), s.members(p)), (Some(1), &[1][..]));
+        assert_eq!(s.last_member(p), None);
+        // Then node 0 rejoins from it, in its term, as itself now.
         let term = s.view(p).term;
         let outdated = [
             Command::Rejoined { partition: p, node: 0, incarnation: 1, term },
@@ -433,9 +495,7 @@ mod tests {
             assert_eq!(s.apply(&c), Outcome::Refused(Refusal::OutdatedRejoin { partition: p, node: 0 }), "{c:?}");
         }
         assert!(matches!(s.apply(&Command::Rejoined { partition: p, node: 0, incarnation: 2, term }), Outcome::Changed { .. }));
-        assert_eq!(s.members(p), &[0]);
-        assert!(matches!(s.apply(&Command::SetLeader { partition: p, node: 0 }), Outcome::Changed { .. }));
-        assert_eq!(s.leader(p), Some(0));
+        assert_eq!(s.members(p), &[0, 1]);
         s.validate().unwrap();
     }
 

@@ -283,9 +283,10 @@ impl Sim {
         let l = &mut self.nodes[leader as usize];
         let Ok(seq) = l.repl.add_learner(node) else { return };
         assert_eq!(l.history.len() as Seq, seq, "the leader's snapshot point is not its last entry");
-        let (state, history) = (l.state, l.history.clone());
+        // The term the leader took the image in (its view may lag the group's).
+        let (state, history, term) = (l.state, l.history.clone(), l.repl.view().term);
         let ready = self.now + 1 + self.rng.below(60);
-        self.rejoin = Some(Rejoin { node, ready, term: self.view.term, seq, state, history });
+        self.rejoin = Some(Rejoin { node, ready, term, seq, state, history });
     }
 
     /// Loads a snapshot that arrived; promotes learners that caught up (the group commits
@@ -294,10 +295,11 @@ impl Sim {
         if self.rejoin.as_ref().is_some_and(|r| r.ready <= self.now) {
             let Some(r) = self.rejoin.take() else { return };
             let n = &mut self.nodes[r.node as usize];
-            if n.alive && n.repl.learn(r.term, r.seq).is_ok() {
+            if let Some(Ok(actions)) = n.alive.then(|| n.repl.learn(r.term, r.seq)) {
                 (n.state, n.history) = (r.state, r.history);
                 n.site.clear();
                 self.learning.insert(r.node, r.term);
+                self.act(r.node, actions);
             }
         }
         for (leader, node, said) in std::mem::take(&mut self.caught_up) {
@@ -357,7 +359,8 @@ impl Sim {
         }
     }
 
-    /// Runs without faults or new calls until every live member has run everything.
+    /// Runs without faults or new calls until every live member has run everything and every
+    /// rejoin under way has ended.
     fn quiesce(&mut self) {
         for _ in 0..20_000 {
             self.step(false, false);
@@ -370,11 +373,13 @@ impl Sim {
                     })
                     && l.repl.committed() == l.repl.applied()
             });
-            if settled && self.links.values().all(VecDeque::is_empty) {
+            // A rejoin under way finishes too, with no new calls to carry it along.
+            let rejoined = self.rejoin.is_none() && self.learning.is_empty();
+            if settled && rejoined && self.links.values().all(VecDeque::is_empty) {
                 return;
             }
         }
-        panic!("the partition did not settle once the faults stopped");
+        panic!("the partition did not settle (or a rejoin did not finish) once the faults stopped");
     }
 
     fn check(&self, seed: u64) {

@@ -555,7 +555,7 @@ impl Engine {
                     return Err(Error::unexpected(format!("partition {partition} was sent a replicated entry it cannot run: {other:?}")))
                 }
             },
-            ReplicatedEntry::MpPart { txn_id, specs } => SiteMsg::ReplicatedMp { txn_id, seq, specs },
+            ReplicatedEntry::MpPart { txn_id, specs } => SiteMsg::ReplicatedMp { txn_id, seq: Some(seq), specs },
         };
         let tx = self.shared.sites.get(partition as usize).ok_or_else(|| Error::graceful(format!("invalid partition {partition}")))?;
         // A follower's queue holds only what its leader ordered, which the replication bounds

@@ -10,21 +10,23 @@
 //! of the answers must equal the leader's. The answer goes out once every replica has run
 //! every share.
 //!
-//! Not logged to the command log yet, and a node lost between the first share replicated
-//! and the last leaves the transaction on some partitions only (its answer then says the
-//! outcome is unknown): see docs/cluster.md.
+//! Each share is in the command log of every replica of its partition (`Record::MpShare`, at
+//! its place in the partition's order), so a whole cluster restarted from its logs has it. A
+//! node lost between the first share replicated and the last leaves the transaction on some
+//! partitions only (its answer then says the outcome is unknown): see docs/cluster.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{RecvTimeoutError, Sender};
+use crossbeam_channel::RecvTimeoutError;
 use lockstep_core::{Error, HashRing, Result, ResultTable};
 use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{Deadline, ExecCtx, Fragment, FragmentSpec, PlanCache, SiteAccess, SiteFn, StatementRef, StatementResolver, Target};
 
 use crate::cluster::{ClusterHooks, ErrorData, MpRemote, RemoteAnswer, ReplicatedEntry, TableData};
+use crate::cmdlog::Record;
 use crate::mp::{Coordinator, MpRunner, SiteLink, Sites};
 use crate::outcome::Outcome;
 use crate::registry::Registry;
@@ -161,11 +163,13 @@ fn named_by_text(spec: &FragmentSpec, plans: &PlanCache) -> Result<FragmentSpec>
     Ok(named)
 }
 
-/// Replicates each share (when committing), then lets the parked partitions go; returns
-/// the channel on which the replicas' answers arrive and how many to wait for, or why a
-/// share could not be sent.
+/// Replicates each share (when committing) and logs it here as the partition's leader
+/// (the partition is parked, so the record falls at the share's place in its order);
+/// returns the channel on which the replicas' answers and the log's arrive, how many to
+/// wait for, or why a share could not be sent.
 fn send_shares(
     hooks: &dyn ClusterHooks,
+    durable: &Arc<crate::durable::Durable>,
     txn_id: i64,
     shares: BTreeMap<u32, Share>,
 ) -> (crossbeam_channel::Receiver<std::result::Result<(), String>>, usize, Option<String>) {
@@ -173,19 +177,27 @@ fn send_shares(
     let (mut expected, mut failed) = (0, None);
     for (p, share) in shares {
         let hash = crate::cluster::parts_hash(Ok(&share.results));
-        let sent = ReplicatedEntry::MpPart { txn_id, specs: share.specs }.encode().map_err(|e| e.message).and_then(|entry| {
-            let tx: Sender<_> = tx.clone();
-            hooks.replicate(
-                p,
-                entry,
-                hash,
-                Box::new(move |r| {
-                    let _ = tx.send(r);
-                }),
-            )
+        let record = match durable.logging() {
+            true => postcard::to_allocvec(&share.specs).map(|specs| Some(Record::MpShare { txn_id, partition: p, specs })),
+            false => Ok(None),
+        };
+        let sent = record.map_err(|e| format!("the share cannot be encoded: {e}")).and_then(|record| {
+            let entry = ReplicatedEntry::MpPart { txn_id, specs: share.specs }.encode().map_err(|e| e.message)?;
+            let replicated = tx.clone();
+            hooks.replicate(p, entry, hash, Box::new(move |r| drop(replicated.send(r))))?;
+            Ok(record)
         });
         match sent {
-            Ok(()) => expected += 1,
+            Ok(record) => {
+                expected += 1;
+                if let Some(record) = record {
+                    let logged = tx.clone();
+                    let done =
+                        move |o: Outcome| drop(logged.send(if o.is_success() { Ok(()) } else { Err(o.status_string.unwrap_or_default()) }));
+                    durable.append_then_reply(&record, Outcome::tables(Vec::new()), Box::new(done));
+                    expected += 1;
+                }
+            }
             Err(why) => failed = Some(format!("partition {p}: {why}")),
         }
     }
@@ -282,7 +294,7 @@ impl Coordinator {
         }
         let commit = result.is_ok();
         let (acks, expected, mut unknown) =
-            if commit { send_shares(&*hooks, txn_id, shares) } else { (crossbeam_channel::never(), 0, None) };
+            if commit { send_shares(&*hooks, &self.shared.durable, txn_id, shares) } else { (crossbeam_channel::never(), 0, None) };
         ended(&self.links, &here, commit);
         for n in begun {
             if let Err(e) = hooks.mp_remote(n, MpRemote::End { txn_id, commit }) {
@@ -365,8 +377,11 @@ impl Coordinator {
                     (step.reply)(answer.as_ref().map(TableData::from).map_err(ErrorData::from));
                 }
                 MpRemote::End { txn_id: t, commit } if t == txn_id => {
-                    let (acks, expected, mut failed) =
-                        if commit { send_shares(&*hooks, txn_id, shares) } else { (crossbeam_channel::never(), 0, None) };
+                    let (acks, expected, mut failed) = if commit {
+                        send_shares(&*hooks, &self.shared.durable, txn_id, shares)
+                    } else {
+                        (crossbeam_channel::never(), 0, None)
+                    };
                     ended(&self.links, &here, commit);
                     if let Some(why) = wait_for_replicas(acks, expected) {
                         failed = Some(why);

@@ -139,6 +139,11 @@ pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<&
                 }
                 shared.send_mp(MpWork::Replay { txn_id, procedure, params })
             }
+            Record::MpShare { txn_id, partition, specs } => {
+                let specs = postcard::from_bytes(&specs)
+                    .map_err(|e| Error::unexpected(format!("a logged share of transaction {txn_id} cannot be decoded: {e}")))?;
+                shared.send_site(check(partition)?, SiteMsg::ReplicatedMp { txn_id, seq: None, specs });
+            }
             Record::SnapshotTaken { .. } => continue,
         }
         count += 1;

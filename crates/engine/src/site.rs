@@ -70,9 +70,10 @@ pub enum SiteMsg {
     },
     /// In a cluster: entry `seq` of this partition is its share of multi-partition
     /// transaction `txn_id`: the fragments its leader ran, to run here in one transaction.
+    /// Without `seq`, a share read back from the command log in recovery.
     ReplicatedMp {
         txn_id: i64,
-        seq: u64,
+        seq: Option<u64>,
         specs: Vec<lockstep_sql::FragmentSpec>,
     },
     /// Enter the multi-partition transaction `txn_id`: serve the MP link until it ends.
@@ -645,9 +646,20 @@ impl Site {
     }
 
     /// Runs this partition's share of a multi-partition transaction its leader ran: the same
-    /// fragments in the same order, all or nothing; reports the hash of what they answered.
-    fn run_replicated_mp(&mut self, txn_id: i64, seq: u64, specs: Vec<lockstep_sql::FragmentSpec>) {
+    /// fragments in the same order, all or nothing; logs it like the leader, and reports
+    /// (once logged) the hash of what they answered. In recovery (no `seq`) it only runs.
+    fn run_replicated_mp(&mut self, txn_id: i64, seq: Option<u64>, specs: Vec<lockstep_sql::FragmentSpec>) {
         self.ids.advance_past(txn_id);
+        let logged = match seq.is_some() && self.durable.logging() {
+            true => match postcard::to_allocvec(&specs) {
+                Ok(bytes) => Some(Record::MpShare { txn_id, partition: self.id, specs: bytes }),
+                Err(e) => {
+                    tracing::error!(site = self.id, txn_id, "a share cannot be encoded for the command log: {e}");
+                    None
+                }
+            },
+            false => None,
+        };
         if self.plans.as_ref().is_none_or(|p| p.catalog_version() != self.catalog.version) {
             self.plans = Some(lockstep_sql::PlanCache::new(self.catalog.clone()));
         }
@@ -659,12 +671,20 @@ impl Site {
         }))
         .unwrap_or_else(|panic| Err(Error::from_panic(&*panic)));
         let hash = crate::cluster::parts_hash(result.as_deref());
+        let ran = result.is_ok();
         match result {
             Ok(_) => self.commit(txn_id),
             Err(_) => self.part.rollback(),
         }
-        if let Some(cluster) = self.cluster.get() {
-            cluster.applied(self.id, seq, hash);
+        let (Some(seq), Some(cluster)) = (seq, self.cluster.get().cloned()) else { return };
+        let partition = self.id;
+        match logged.filter(|_| ran) {
+            Some(record) => self.durable.append_then_reply(
+                &record,
+                Outcome::tables(Vec::new()),
+                Box::new(move |_| cluster.applied(partition, seq, hash)),
+            ),
+            None => cluster.applied(partition, seq, hash),
         }
     }
 

@@ -743,7 +743,8 @@ impl ClusterGlue {
 }
 
 /// Rejoins, one at a time, the partitions this node holds a replica of but is not a member
-/// of (every one, after a restart), from their leaders.
+/// of (every one, after a restart), from their leaders; restores from its command log those
+/// with no member left whose last member it was.
 async fn rejoin_partitions(glue: Weak<ClusterGlue>) {
     loop {
         sleep(Duration::from_millis(REJOIN_CHECK_MS)).await;
@@ -753,10 +754,25 @@ async fn rejoin_partitions(glue: Weak<ClusterGlue>) {
             continue;
         }
         let state = &view.state;
-        let todo = state.placement().partitions_of(g.me).into_iter().find_map(|p| {
-            let leader = state.leader(p).filter(|l| *l != g.me)?;
-            (!state.members(p).contains(&g.me) && !g.replicas.learning(p)).then_some((p, leader))
-        });
+        let outside = |p: &PartitionId| !state.members(*p).contains(&g.me) && !g.replicas.learning(*p);
+        let mine = state.placement().partitions_of(g.me);
+        // A partition nobody holds any more, whose last member this node was: its command
+        // log has every committed transaction of it (the whole cluster went down).
+        let logged = g.engine.upgrade().is_some_and(|e| e.shared().durable.logging());
+        if let Some(partition) =
+            mine.iter().copied().find(|p| logged && state.members(*p).is_empty() && state.last_member(*p) == Some(g.me))
+        {
+            let command = Command::Restore { partition, node: g.me, incarnation: g.node.incarnation() };
+            match g.node.propose_via_leader(command).await {
+                Ok(lockstep_cluster::Outcome::Changed { .. }) => {
+                    tracing::info!(partition, "partition {partition} had no member left: it is served again from this node's command log")
+                }
+                Ok(other) => tracing::warn!(partition, "partition {partition} was not restored from this node: {other:?}"),
+                Err(e) => tracing::warn!(partition, "restoring partition {partition} failed, trying again: {e}"),
+            }
+            continue;
+        }
+        let todo = mine.into_iter().filter(outside).find_map(|p| Some((p, state.leader(p).filter(|l| *l != g.me)?)));
         let Some((partition, leader)) = todo else { continue };
         match g.rejoin(partition, leader).await {
             Ok(rows) => {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use lockstep_core::{Error, Result, Value};
-use lockstep_wire::codec::{put_i64, put_i8, put_string, Reader};
+use lockstep_wire::codec::{put_i64, put_i8, put_string, put_varbinary, Reader};
 use lockstep_wire::{decode_params, encode_params};
 
 const KIND_SP: i8 = 1;
@@ -14,6 +14,7 @@ const KIND_ADHOC_SP: i8 = 2;
 const KIND_MP_MARKER: i8 = 3;
 const KIND_MP: i8 = 4;
 const KIND_SNAPSHOT_TAKEN: i8 = 5;
+const KIND_MP_SHARE: i8 = 6;
 
 /// One command log record.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,6 +35,10 @@ pub enum Record {
     Mp { txn_id: i64, procedure: String, params: Vec<Value> },
     /// A snapshot of the state at this point of the log was taken.
     SnapshotTaken { txn_id: i64, snapshot_id: u64 },
+    /// In a cluster: partition `partition`'s share of multi-partition transaction `txn_id`,
+    /// the fragments that ran on it (`specs`: their encoding, as replicated), at its place in
+    /// the partition's order.
+    MpShare { txn_id: i64, partition: u32, specs: Vec<u8> },
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -44,7 +49,7 @@ impl Record {
     /// The one partition whose data the record changes; None when it may change any.
     pub fn partition(&self) -> Option<u32> {
         match self {
-            Record::Sp { partition, .. } | Record::AdHocSp { partition, .. } => Some(*partition),
+            Record::Sp { partition, .. } | Record::AdHocSp { partition, .. } | Record::MpShare { partition, .. } => Some(*partition),
             Record::MpMarker { .. } | Record::Mp { .. } | Record::SnapshotTaken { .. } => None,
         }
     }
@@ -89,6 +94,12 @@ impl Record {
                 put_i64(out, *txn_id);
                 put_i64(out, *snapshot_id as i64);
             }
+            Record::MpShare { txn_id, partition, specs } => {
+                put_i8(out, KIND_MP_SHARE);
+                put_i64(out, *txn_id);
+                put_u32(out, *partition);
+                put_varbinary(out, specs);
+            }
         }
         Ok(())
     }
@@ -117,6 +128,11 @@ impl Record {
                 params: decode_params(&mut r)?,
             },
             KIND_SNAPSHOT_TAKEN => Record::SnapshotTaken { txn_id: r.i64("transaction id")?, snapshot_id: r.i64("snapshot id")? as u64 },
+            KIND_MP_SHARE => Record::MpShare {
+                txn_id: r.i64("transaction id")?,
+                partition: r.i32("partition")? as u32,
+                specs: r.varbinary("fragments")?.ok_or_else(|| Error::unexpected("a logged share has no fragments"))?.to_vec(),
+            },
             other => return Err(Error::unexpected(format!("command log record has unknown kind {other} (written by a newer version?)"))),
         };
         r.expect_end("command log record")?;
@@ -129,6 +145,7 @@ impl Record {
             Record::Sp { txn_id, .. }
             | Record::AdHocSp { txn_id, .. }
             | Record::Mp { txn_id, .. }
+            | Record::MpShare { txn_id, .. }
             | Record::SnapshotTaken { txn_id, .. } => *txn_id,
             Record::MpMarker { mp_txn_id, .. } => *mp_txn_id,
         }
@@ -174,6 +191,8 @@ mod tests {
             (any::<u32>(), any::<i64>()).prop_map(|(partition, mp_txn_id)| Record::MpMarker { partition, mp_txn_id }),
             (any::<i64>(), ".{0,12}", params()).prop_map(|(txn_id, procedure, params)| { Record::Mp { txn_id, procedure, params } }),
             (any::<i64>(), any::<u64>()).prop_map(|(txn_id, snapshot_id)| Record::SnapshotTaken { txn_id, snapshot_id }),
+            (any::<i64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..40))
+                .prop_map(|(txn_id, partition, specs)| Record::MpShare { txn_id, partition, specs }),
         ]
     }
 
