@@ -78,6 +78,11 @@ pub struct ServerArgs {
     /// Cluster: where this node listens for the other nodes (one of --hosts)
     #[arg(long, value_name = "HOST:PORT")]
     internal: Option<String>,
+    /// Cluster: listen for the other nodes here instead of on --internal, which stays the
+    /// address they connect to (through a proxy, a NAT or a container's port mapping)
+    /// [default: --internal]
+    #[arg(long, value_name = "HOST:PORT")]
+    internal_listen: Option<String>,
     /// Cluster: every node's internal address, the same list in the same order on every
     /// node (a node's id is its place in it); --sites is then per node [default: one node,
     /// no cluster]
@@ -160,6 +165,7 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
         tls_cert: args.tls_cert,
         tls_key: args.tls_key,
         internal: args.internal,
+        internal_listen: args.internal_listen,
         hosts: args.hosts.map(HostList::Joined),
         kfactor: args.kfactor,
         ..FileConfig::default()
@@ -337,6 +343,7 @@ async fn form_cluster(
 ) -> Result<Option<ClusterNode>, String> {
     let mut config = ClusterConfig::new(c.node_id, c.hosts.clone(), c.kfactor, c.sites_per_node, cluster_dir(data_dir));
     config.client_address = Some(client);
+    config.listen = c.listen;
     let node = ClusterNode::start(config).await.map_err(|e| e.to_string())?;
     let nodes = c.hosts.len();
     println!("lockstep: node {} of {nodes} started, internal address {}; waiting for the cluster to form", c.node_id, node.local_addr());

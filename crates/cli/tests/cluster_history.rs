@@ -2,9 +2,11 @@
 //! nodes with k = 1, clients spread over every node (each node forwards a call to its
 //! partition's leader), a register and a bank workload, and faults on a random seeded
 //! schedule: short SIGSTOP pauses of any node (shorter than the failure timeout, so no node
-//! is declared down); the loss of one node, by SIGKILL or by a pause long enough that the
-//! cluster declares it down; its return (a killed node is started again) and rejoin, until
-//! every partition has both replicas again; then the loss of a node again. The Go checker in `compat/history` (porcupine) must find
+//! is declared down); the loss of one node, by SIGKILL, by a pause long enough that the
+//! cluster declares it down, or by a network split that cuts it off from the others (a
+//! fault proxy sits between the nodes; clients reach every node directly); its return (a
+//! killed node is started again, a split heals) and rejoin, until every partition has both
+//! replicas again; then the loss of a node again. The Go checker in `compat/history` (porcupine) must find
 //! both histories linearizable; after the faults every key and every balance is read
 //! through every surviving node, and those reads are part of the checked histories, so an
 //! acknowledged write that was lost is an anomaly. The workloads, clients and checker are
@@ -27,11 +29,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::{free_addrs, fully_replicated, start_cluster_on, start_node};
+use common::cluster::{fully_replicated, start_cluster_on, start_node};
 use common::history::{
     bank_header, call_and_record, checker, count, load, long, note_fault, register_header, run_worker, seed, signal, summary, take,
     write_and_check, Bank, Call, Clock, Log, Outcome, Register, Rng, Shared, Workload, CONNECT_TIMEOUT_MS, OK_CALLS_MIN, REGISTER_KEYS,
 };
+use common::proxy::FaultProxy;
 use common::{Server, TempDir};
 use lockstep_client::{Client, ClientConfig};
 use serde_json::Value as Json;
@@ -83,6 +86,9 @@ const BANK_CLIENTS: usize = NODES;
 enum Loss {
     Killed,
     DeclaredDown,
+    /// Cut off from the other nodes by the proxy (both ways) until it is brought back; it
+    /// keeps running and answering its clients (with refusals).
+    Split,
 }
 
 /// Pauses the cluster's nodes and loses one of them on a random schedule, recording each
@@ -90,6 +96,10 @@ enum Loss {
 struct Nemesis {
     /// Node i's process; None while killed.
     nodes: Vec<Option<Server>>,
+    /// Between the nodes (clients reach them directly): cuts them off from each other.
+    proxy: FaultProxy,
+    /// Each node's `--internal-listen` behind the proxy.
+    listens: Vec<String>,
     /// Every node's internal address, and where their data directories are (to start a
     /// killed node again).
     hosts: Vec<String>,
@@ -149,10 +159,12 @@ impl Nemesis {
     async fn bring_back(&mut self) {
         let Some(node) = self.out else { return };
         let start = self.clock.now();
+        self.proxy.heal();
         if self.nodes[node].is_none() {
-            let (root, hosts) = (self.root.clone(), self.hosts.clone());
-            let server =
-                tokio::task::spawn_blocking(move || start_node(&root, node, &hosts, KFACTOR, "off")).await.expect("restart a node");
+            let (root, hosts, listens) = (self.root.clone(), self.hosts.clone(), self.listens.clone());
+            let server = tokio::task::spawn_blocking(move || start_node(&root, node, &hosts, Some(&listens), KFACTOR, "off"))
+                .await
+                .expect("restart a node");
             let addr = server.addr.clone();
             self.addrs.send_modify(|addrs| addrs.push(addr));
             self.nodes[node] = Some(server);
@@ -190,26 +202,37 @@ impl Nemesis {
         self.note("pause", start, format!("node {node}: SIGSTOP for {ms} ms, then SIGCONT"));
     }
 
-    /// Kills a node, or pauses it past the failure timeout; either way it is out of its
-    /// partitions until it rejoins.
+    /// Kills a node, pauses it past the failure timeout, or cuts it off from the others;
+    /// either way it is out of its partitions until it rejoins.
     async fn lose_one(&mut self, rng: &mut Rng) {
         let node = rng.below(NODES as u64) as usize;
         let start = self.clock.now();
-        let how = if rng.below(2) == 0 {
-            let ms = rng.range(LONG_PAUSE_MIN_MS, LONG_PAUSE_MAX_MS);
-            self.pause(node, ms).await;
-            Loss::DeclaredDown
-        } else {
-            let server = self.nodes[node].take().expect("no node is out before a loss");
-            let addr = server.addr.clone();
-            self.addrs.send_modify(|addrs| addrs.retain(|a| *a != addr));
-            signal(server.pid(), libc::SIGKILL);
-            drop(server); // reaps it
-            self.note("kill", start, format!("node {node}: SIGKILL"));
-            Loss::Killed
+        let how = match rng.below(3) {
+            0 => {
+                let ms = rng.range(LONG_PAUSE_MIN_MS, LONG_PAUSE_MAX_MS);
+                self.pause(node, ms).await;
+                Loss::DeclaredDown
+            }
+            1 => {
+                self.proxy.isolate(node);
+                self.note("split", start, format!("node {node}: cut off from the other nodes, both ways"));
+                Loss::Split
+            }
+            _ => self.kill(node, start),
         };
         self.losses.push((node, how, start));
         self.out = Some(node);
+    }
+
+    /// SIGKILL; its clients stop using it.
+    fn kill(&mut self, node: usize, start: i64) -> Loss {
+        let server = self.nodes[node].take().expect("no node is out before a loss");
+        let addr = server.addr.clone();
+        self.addrs.send_modify(|addrs| addrs.retain(|a| *a != addr));
+        signal(server.pid(), libc::SIGKILL);
+        drop(server); // reaps it
+        self.note("kill", start, format!("node {node}: SIGKILL"));
+        Loss::Killed
     }
 }
 
@@ -273,9 +296,10 @@ async fn final_reads(node: usize, addr: &str, shared: &Shared, register_log: &Lo
 /// final reads through every surviving node.
 async fn run_round(seed: u64, faults_for: Duration) -> Round {
     let dir = TempDir::new("cluster-history");
-    let (root, hosts) = (dir.0.clone(), free_addrs(NODES));
-    let started = (root.clone(), hosts.clone());
-    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&started.0, &started.1, KFACTOR, "off"))
+    let (proxy, addrs) = FaultProxy::start(NODES).await;
+    let (root, hosts, listens) = (dir.0.clone(), addrs.hosts, addrs.listens);
+    let started = (root.clone(), hosts.clone(), listens.clone());
+    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&started.0, &started.1, Some(&started.2), KFACTOR, "off"))
         .await
         .expect("the cluster did not form");
     load(&nodes[0].client().await).await;
@@ -295,6 +319,8 @@ async fn run_round(seed: u64, faults_for: Duration) -> Round {
     }
     let mut nemesis = Nemesis {
         nodes: nodes.into_iter().map(Some).collect(),
+        proxy,
+        listens,
         hosts,
         root,
         addrs: addrs_tx,

@@ -56,7 +56,7 @@ async fn put_until_acknowledged(client: &Client, k: i64) {
 async fn a_restarted_node_rejoins_its_partitions_while_writes_go_on_and_then_serves_them_alone() {
     let dir = TempDir::new("cluster-rejoin");
     let hosts = free_addrs(NODES);
-    let mut nodes: Vec<Option<common::Server>> = start_cluster_on(&dir.0, &hosts, KFACTOR, "off").into_iter().map(Some).collect();
+    let mut nodes: Vec<Option<common::Server>> = start_cluster_on(&dir.0, &hosts, None, KFACTOR, "off").into_iter().map(Some).collect();
     let addr = |nodes: &Vec<Option<common::Server>>, i: usize| nodes[i].as_ref().map(|n| n.addr.clone()).expect("node runs");
     let first = connect(&addr(&nodes, 0)).await;
     let ddl = "CREATE TABLE kv (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE kv ON COLUMN k;";
@@ -92,7 +92,8 @@ async fn a_restarted_node_rejoins_its_partitions_while_writes_go_on_and_then_ser
     };
     let root = dir.0.clone();
     let hosts_again = hosts.clone();
-    nodes[1] = Some(tokio::task::spawn_blocking(move || start_node(&root, 1, &hosts_again, KFACTOR, "off")).await.expect("restart node 1"));
+    nodes[1] =
+        Some(tokio::task::spawn_blocking(move || start_node(&root, 1, &hosts_again, None, KFACTOR, "off")).await.expect("restart node 1"));
     let rejoined = connect(&addr(&nodes, 1)).await;
 
     // Node 1 is a member of each of its partitions again.
@@ -132,7 +133,7 @@ async fn a_whole_cluster_killed_at_once_comes_back_from_its_command_logs() {
     let dir = TempDir::new("cluster-restart");
     let hosts = free_addrs(NODES);
     let (root, h) = (dir.0.clone(), hosts.clone());
-    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&root, &h, KFACTOR, "sync")).await.expect("start the cluster");
+    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&root, &h, None, KFACTOR, "sync")).await.expect("start the cluster");
     let client = connect(&nodes[0].addr).await;
     let ddl = "CREATE TABLE kv (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE kv ON COLUMN k; \
                CREATE TABLE copy (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE copy ON COLUMN k;";
@@ -151,7 +152,7 @@ async fn a_whole_cluster_killed_at_once_comes_back_from_its_command_logs() {
     // Every node dies at once (SIGKILL), then all start again on their data directories.
     drop(nodes);
     let (root, h) = (dir.0.clone(), hosts.clone());
-    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&root, &h, KFACTOR, "sync")).await.expect("restart the cluster");
+    let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&root, &h, None, KFACTOR, "sync")).await.expect("restart the cluster");
     let client = connect(&nodes[0].addr).await;
     // Each partition is restored from the node that held it last, and the others rejoin it.
     let deadline = Instant::now() + LIVENESS_LIMIT;

@@ -8,8 +8,11 @@
 //!
 //! A node may serve only while it holds a *lease*: within the last *minority timeout* (half
 //! the failure timeout by default), the group's leader told it the epoch the group is at,
-//! and it has applied that epoch. The leader grants leases in its heartbeats only while a
-//! majority has acknowledged it within the minority timeout (`may_grant`). So:
+//! and it has applied that epoch. The leader grants leases in its answers to heartbeats only
+//! while a majority has acknowledged it within the minority timeout (`may_grant`), and a
+//! node dates a lease from when it sent the heartbeat the leader answered, never from when
+//! the answer came: an answer held up in the network (through a split, delivered when it
+//! heals) would otherwise grant a fresh lease for an epoch the group has left. So:
 //! - a node cut off from the leader stops serving a minority timeout after it last heard
 //!   the leader, before the leader (which has not heard it either) declares it down after
 //!   the failure timeout;

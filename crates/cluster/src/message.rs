@@ -34,7 +34,7 @@ pub const FRAME_MAX_BYTES: usize = 8 * 1024 * 1024;
 /// Bytes of the length before each frame body.
 pub const FRAME_HEADER_BYTES: usize = 4;
 /// The internal protocol's version; a peer speaking another is turned away.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A request's id, unique on its connection.
 pub type RequestId = u64;
@@ -55,12 +55,9 @@ pub struct Hello {
 pub enum Request {
     /// The first request on every connection; answered `Welcome` or `Refused`.
     Hello(Hello),
-    /// A heartbeat, carrying the caller's incarnation and, from the group's leader while it
-    /// may grant leases, the epoch the group is at (`detector::Lease`); answered `Pong`
-    /// with the callee's incarnation.
+    /// A heartbeat, carrying the caller's incarnation; answered `Pong`.
     Ping {
         incarnation: Incarnation,
-        lease: Option<u64>,
     },
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<RaftNodeId>),
@@ -89,8 +86,13 @@ pub enum Response {
     Welcome,
     /// The callee will not talk to the caller, and says why.
     Refused(String),
+    /// The callee's incarnation and, from the group's leader while it may grant leases, the
+    /// epoch the group is at (`detector::Lease`). The caller dates the lease from when it
+    /// *sent* its ping, so an answer delayed in the network (held through a split, then
+    /// delivered) grants nothing fresh.
     Pong {
         incarnation: Incarnation,
+        lease: Option<u64>,
     },
     Append(Result<AppendEntriesResponse<RaftNodeId>, RaftError<RaftNodeId>>),
     Vote(Result<VoteResponse<RaftNodeId>, RaftError<RaftNodeId>>),
@@ -177,14 +179,14 @@ mod tests {
                 client: Some(SocketAddr::from(([127, 0, 0, 1], 21212))),
             };
             let mut bytes = encode_frame(7, &Request::Hello(hello.clone())).unwrap();
-            bytes.extend(encode_frame(8, &Response::Pong { incarnation: 4 }).unwrap());
+            bytes.extend(encode_frame(8, &Response::Pong { incarnation: 4, lease: None }).unwrap());
             let mut r = &bytes[..];
             let (id, req): (RequestId, Request) = read_frame(&mut r).await.unwrap();
             assert_eq!(id, 7);
             assert!(matches!(req, Request::Hello(h) if h == hello));
             let (id, resp): (RequestId, Response) = read_frame(&mut r).await.unwrap();
             assert_eq!(id, 8);
-            assert!(matches!(resp, Response::Pong { incarnation: 4 }));
+            assert!(matches!(resp, Response::Pong { incarnation: 4, .. }));
 
             let huge = ((FRAME_MAX_BYTES + 1) as u32).to_be_bytes();
             let err = read_frame::<Request, _>(&mut &huge[..]).await.unwrap_err();

@@ -268,12 +268,9 @@ impl Handler for NodeHandler {
     async fn handle(&self, from: NodeId, request: Request) -> Response {
         match request {
             Request::Hello(_) => Response::Refused("hello was already said on this connection".into()),
-            Request::Ping { incarnation, lease } => {
+            Request::Ping { incarnation } => {
                 self.shared.record(from, incarnation);
-                if let Some(epoch) = lease {
-                    self.shared.renew_lease(self.shared.now_ms(), epoch);
-                }
-                Response::Pong { incarnation: self.shared.incarnation }
+                Response::Pong { incarnation: self.shared.incarnation, lease: self.shared.granting() }
             }
             Request::Append(rpc) => Response::Append(self.raft.append_entries(rpc).await),
             Request::Vote(rpc) => Response::Vote(self.raft.vote(rpc).await),
@@ -592,9 +589,14 @@ async fn ping_peer(shared: Arc<Shared>, transport: Arc<Transport>, peer: NodeId,
     let limit = Duration::from_millis(shared.timing.minority_timeout_ms);
     loop {
         tick.tick().await;
-        let ping = Request::Ping { incarnation: shared.incarnation, lease: shared.granting() };
-        if let Ok(Response::Pong { incarnation }) = transport.call(peer, ping, limit).await {
+        let ping = Request::Ping { incarnation: shared.incarnation };
+        // A lease counts from the moment the ping left: however late the answer comes.
+        let sent = shared.now_ms();
+        if let Ok(Response::Pong { incarnation, lease }) = transport.call(peer, ping, limit).await {
             shared.record(peer, incarnation);
+            if let Some(epoch) = lease {
+                shared.renew_lease(sent, epoch);
+            }
         }
     }
 }

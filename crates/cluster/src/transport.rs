@@ -550,7 +550,7 @@ mod tests {
             let n = self.seen.fetch_add(1, Ordering::Relaxed) as u64;
             match request {
                 Request::Ping { incarnation: 99, .. } => std::future::pending().await,
-                _ => Response::Pong { incarnation: n },
+                _ => Response::Pong { incarnation: n, lease: None },
             }
         }
     }
@@ -576,12 +576,12 @@ mod tests {
         let t = Transport::start(0, &[dead, live, dead], hello(0), Arc::default());
         let limit = Duration::from_secs(5);
         for i in 0..3 {
-            let r = t.call(1, Request::Ping { incarnation: 1, lease: None }, limit).await.unwrap();
-            assert!(matches!(r, Response::Pong { incarnation } if incarnation == i));
-            let e = t.call(2, Request::Ping { incarnation: 1, lease: None }, limit).await.unwrap_err();
+            let r = t.call(1, Request::Ping { incarnation: 1 }, limit).await.unwrap();
+            assert!(matches!(r, Response::Pong { incarnation, .. } if incarnation == i));
+            let e = t.call(2, Request::Ping { incarnation: 1 }, limit).await.unwrap_err();
             assert!(matches!(e, CallError::Unreachable { peer: 2, .. }), "{e}");
         }
-        assert_eq!(t.call(0, Request::Ping { incarnation: 1, lease: None }, limit).await.unwrap_err(), CallError::UnknownPeer(0));
+        assert_eq!(t.call(0, Request::Ping { incarnation: 1 }, limit).await.unwrap_err(), CallError::UnknownPeer(0));
         server.abort();
     }
 
@@ -592,9 +592,9 @@ mod tests {
         let t = Arc::new(Transport::start(0, &[addr, addr], hello(0), Arc::default()));
         let stuck = {
             let t = t.clone();
-            tokio::spawn(async move { t.call(1, Request::Ping { incarnation: 99, lease: None }, Duration::from_millis(300)).await })
+            tokio::spawn(async move { t.call(1, Request::Ping { incarnation: 99 }, Duration::from_millis(300)).await })
         };
-        let r = t.call(1, Request::Ping { incarnation: 1, lease: None }, Duration::from_secs(5)).await;
+        let r = t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await;
         assert!(matches!(r, Ok(Response::Pong { .. })), "{r:?}");
         assert!(matches!(stuck.await.unwrap(), Err(CallError::Timeout { peer: 1, .. })));
         server.abort();
@@ -607,7 +607,7 @@ mod tests {
         let mut other = hello(0);
         other.nodes = 5;
         let t = Transport::start(0, &[addr, addr], other, Arc::default());
-        let e = t.call(1, Request::Ping { incarnation: 1, lease: None }, Duration::from_secs(5)).await.unwrap_err();
+        let e = t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await.unwrap_err();
         assert!(matches!(&e, CallError::Refused { peer: 1, reason } if reason.contains("not 5")), "{e}");
         server.abort();
     }
@@ -621,12 +621,12 @@ mod tests {
         let t = Transport::start(0, &[addr, addr], hello(0), faults.clone());
         let short = Duration::from_millis(300);
         faults.block(1);
-        assert_eq!(t.call(1, Request::Ping { incarnation: 1, lease: None }, short).await.unwrap_err(), CallError::Blocked(1));
+        assert_eq!(t.call(1, Request::Ping { incarnation: 1 }, short).await.unwrap_err(), CallError::Blocked(1));
         faults.heal();
         server_faults.block(0);
-        assert!(matches!(t.call(1, Request::Ping { incarnation: 1, lease: None }, short).await, Err(CallError::Timeout { .. })));
+        assert!(matches!(t.call(1, Request::Ping { incarnation: 1 }, short).await, Err(CallError::Timeout { .. })));
         server_faults.unblock(0);
-        assert!(t.call(1, Request::Ping { incarnation: 1, lease: None }, Duration::from_secs(5)).await.is_ok());
+        assert!(t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await.is_ok());
         server.abort();
     }
 
@@ -634,12 +634,12 @@ mod tests {
     async fn a_peer_that_comes_up_later_is_reached_after_backoff() {
         let addr = dead_addr().await;
         let t = Transport::start(0, &[addr, addr], hello(0), Arc::default());
-        assert!(t.call(1, Request::Ping { incarnation: 1, lease: None }, Duration::from_secs(5)).await.is_err());
+        assert!(t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await.is_err());
         let listener = TcpListener::bind(addr).await.unwrap();
         let server = tokio::spawn(serve(listener, Arc::new(Echo { seen: AtomicUsize::new(0) }), Arc::default()));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if t.call(1, Request::Ping { incarnation: 1, lease: None }, Duration::from_secs(5)).await.is_ok() {
+            if t.call(1, Request::Ping { incarnation: 1 }, Duration::from_secs(5)).await.is_ok() {
                 break;
             }
             assert!(Instant::now() < deadline, "never reconnected");

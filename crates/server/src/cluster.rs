@@ -87,6 +87,8 @@ pub struct ClusterSettings {
     pub kfactor: u32,
     pub sites_per_node: u32,
     pub placement: Placement,
+    /// Where to listen for the other nodes, if not on this node's address in `hosts`.
+    pub listen: Option<SocketAddr>,
 }
 
 impl ClusterSettings {
@@ -94,6 +96,9 @@ impl ClusterSettings {
     /// `sites_per_node` is `--sites` (or its default).
     pub fn from_config(c: &ServerConfig, sites_per_node: u32) -> Result<Option<ClusterSettings>, String> {
         if c.hosts.is_empty() {
+            if c.internal_listen.is_some() {
+                return Err("--internal-listen needs a cluster: give --hosts and --internal too".into());
+            }
             if c.internal.is_some() {
                 return Err("--internal needs --hosts: list every node's internal address, this node's among them".into());
             }
@@ -131,7 +136,8 @@ impl ClusterSettings {
             ));
         }
         let placement = Placement::new(nodes, sites_per_node, kfactor).map_err(|e| format!("the cluster layout is impossible: {e}"))?;
-        Ok(Some(ClusterSettings { node_id: node_id as NodeId, hosts, kfactor, sites_per_node, placement }))
+        let listen = c.internal_listen.as_deref().map(|l| resolve(l, "--internal-listen")).transpose()?;
+        Ok(Some(ClusterSettings { node_id: node_id as NodeId, hosts, kfactor, sites_per_node, placement, listen }))
     }
 
     /// The cluster's partitions: every node runs a site for each (`--sites` is per node).

@@ -48,6 +48,9 @@ pub struct ServerConfig {
     pub security: SecurityConfig,
     /// In a cluster: this node's internal address (one of `hosts`).
     pub internal: Option<String>,
+    /// In a cluster: where to listen for the other nodes when that is not `internal` (the
+    /// address the others reach, say through a proxy or a NAT).
+    pub internal_listen: Option<String>,
     /// In a cluster: every node's internal address; empty for a single node.
     pub hosts: Vec<String>,
     /// In a cluster: extra copies of each partition (0 when not given).
@@ -74,6 +77,7 @@ impl Default for ServerConfig {
             snapshots_keep: None,
             security: SecurityConfig::default(),
             internal: None,
+            internal_listen: None,
             hosts: Vec::new(),
             kfactor: None,
         }
@@ -124,8 +128,10 @@ pub struct FileConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub users: Option<Vec<UserEntry>>,
-    /// Cluster: `internal = "host:port"`, `hosts = "h1:p,h2:p"` (or a list), `kfactor = 1`.
+    /// Cluster: `internal = "host:port"`, `hosts = "h1:p,h2:p"` (or a list), `kfactor = 1`,
+    /// `internal_listen = "host:port"`.
     pub internal: Option<String>,
+    pub internal_listen: Option<String>,
     pub hosts: Option<HostList>,
     pub kfactor: Option<u32>,
 }
@@ -186,6 +192,9 @@ impl FileConfig {
         }
         if self.internal.is_some() {
             c.internal = self.internal;
+        }
+        if self.internal_listen.is_some() {
+            c.internal_listen = self.internal_listen;
         }
         if let Some(h) = self.hosts {
             c.hosts = h.into_vec();

@@ -33,25 +33,33 @@ fn log_setup(node: usize) -> (String, Stdio) {
 /// Starts `n` nodes with k-factor `k` (`SITES_PER_NODE` sites each, command log off) and
 /// waits until every one is ready. Node i is `servers[i]`.
 pub fn start_cluster(root: &Path, n: usize, k: u32) -> Vec<Server> {
-    start_cluster_on(root, &free_addrs(n), k, "off")
+    start_cluster_on(root, &free_addrs(n), None, k, "off")
 }
 
 /// `start_cluster` with the nodes' internal addresses given (to restart a node later with
-/// `start_node`) and their `--command-log` mode.
-pub fn start_cluster_on(root: &Path, hosts: &[String], k: u32, command_log: &str) -> Vec<Server> {
-    let children: Vec<_> = (0..hosts.len()).map(|i| spawn_node(root, i, hosts, k, command_log)).collect();
+/// `start_node`), where each listens if not there (`--internal-listen`, behind a
+/// `FaultProxy`), and their `--command-log` mode.
+pub fn start_cluster_on(root: &Path, hosts: &[String], listens: Option<&[String]>, k: u32, command_log: &str) -> Vec<Server> {
+    let children: Vec<_> = (0..hosts.len()).map(|i| spawn_node(root, i, hosts, listens, k, command_log)).collect();
     // Every node is started before any is waited for: none is ready before a majority is up.
     children.into_iter().map(|(child, data)| Server::from_child(child, &data)).collect()
 }
 
 /// Starts node `i` of the cluster on `hosts` (again, after it was killed: with its data
 /// directory, whose cluster membership data it keeps) and waits until it is ready.
-pub fn start_node(root: &Path, i: usize, hosts: &[String], k: u32, command_log: &str) -> Server {
-    let (child, data) = spawn_node(root, i, hosts, k, command_log);
+pub fn start_node(root: &Path, i: usize, hosts: &[String], listens: Option<&[String]>, k: u32, command_log: &str) -> Server {
+    let (child, data) = spawn_node(root, i, hosts, listens, k, command_log);
     Server::from_child(child, &data)
 }
 
-fn spawn_node(root: &Path, i: usize, hosts: &[String], k: u32, command_log: &str) -> (std::process::Child, std::path::PathBuf) {
+fn spawn_node(
+    root: &Path,
+    i: usize,
+    hosts: &[String],
+    listens: Option<&[String]>,
+    k: u32,
+    command_log: &str,
+) -> (std::process::Child, std::path::PathBuf) {
     let data = root.join(format!("node-{i}"));
     let (filter, log) = log_setup(i);
     let child = Command::new(BIN)
@@ -59,6 +67,7 @@ fn spawn_node(root: &Path, i: usize, hosts: &[String], k: u32, command_log: &str
         .args(["--listen", "127.0.0.1:0", "--http", "off", "--sites", &SITES_PER_NODE.to_string(), "--command-log", command_log])
         .args(["--internal", &hosts[i], "--hosts", &hosts.join(","), "--kfactor", &k.to_string(), "--data"])
         .arg(&data)
+        .args(listens.map(|l| ["--internal-listen".to_string(), l[i].clone()]).into_iter().flatten())
         .env("LOCKSTEP_LOG", filter)
         .stdout(Stdio::piped())
         .stderr(log)

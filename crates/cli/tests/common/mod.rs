@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod history;
+pub mod proxy;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
