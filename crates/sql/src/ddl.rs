@@ -165,6 +165,11 @@ fn table_body(c: &mut Cursor, table: &str) -> Result<(Vec<ColumnDef>, Vec<KeySpe
         if !c.eat_punct(",") {
             return Err(c.error("expected ',' or ')' in the column list"));
         }
+        // A comma right before the closing parenthesis, as VoltDB's own example schemas
+        // have, ends the list as well.
+        if c.eat_punct(")") {
+            break;
+        }
     }
     if cols.is_empty() {
         return Err(Error::sql(format!("{table} needs at least one column")));
@@ -298,11 +303,31 @@ fn check_unique_partitioning(t: &TableDef, ix: &IndexDef) -> Result<()> {
     Ok(())
 }
 
+/// `( column [ASC | DESC], … )`. A DESC column is kept in ascending order: the index is
+/// ordered, and an ORDER BY … DESC reads it backwards, so both directions are served from
+/// the one order (a key mixing directions is still correct: such an ORDER BY sorts).
+fn index_columns(c: &mut Cursor) -> Result<Vec<String>> {
+    const WHAT: &str = "a column name (expression indexes are not supported)";
+    c.expect_punct("(")?;
+    let mut v = Vec::new();
+    loop {
+        v.push(c.ident(WHAT)?);
+        if !c.eat_word("ASC") {
+            c.eat_word("DESC");
+        }
+        if !c.eat_punct(",") {
+            break;
+        }
+    }
+    c.expect_punct(")")?;
+    Ok(v)
+}
+
 fn create_index(catalog: &mut Catalog, c: &mut Cursor, unique: bool, assume_unique: bool) -> Result<DdlOutcome> {
     let name = c.ident("an index name")?;
     c.expect_word("ON")?;
     let tname = c.ident("a table name")?;
-    let cols = c.name_list("a column name (expression indexes are not supported)")?;
+    let cols = index_columns(c)?;
     if c.is_word("WHERE") {
         return Err(Error::sql("partial indexes (CREATE INDEX … WHERE) are not supported"));
     }

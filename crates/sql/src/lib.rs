@@ -39,6 +39,8 @@ mod tests_limits;
 #[cfg(test)]
 mod tests_mp;
 #[cfg(test)]
+mod tests_query;
+#[cfg(test)]
 mod tests_sql;
 
 use std::borrow::Cow;

@@ -90,59 +90,91 @@ pub fn readable_table(catalog: &Catalog, name: &ast::ObjectName) -> Result<Arc<T
 struct FromItem<'q> {
     source: Source,
     left: bool,
-    on: Option<&'q ast::Expr>,
+    /// ON conditions (a parenthesised join can give its last item the outer one as well).
+    on: Vec<&'q ast::Expr>,
 }
 
 fn from_items<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<Vec<FromItem<'q>>> {
     let mut items: Vec<FromItem> = Vec::new();
-    let mut offset = 0;
-    let mut add = |items: &mut Vec<FromItem<'q>>, f: &TableFactor, left: bool, on: Option<&'q ast::Expr>| -> Result<()> {
-        let (name, alias) = match f {
-            TableFactor::Table { name, alias, args: None, .. } => (name, alias),
-            TableFactor::Derived { .. } => return Err(unsupported("a subquery in FROM")),
-            other => return Err(unsupported(format!("FROM item {other}"))),
-        };
-        let table = readable_table(catalog, name)?;
-        let sname = match alias {
-            Some(a) => {
-                if !a.columns.is_empty() {
-                    return Err(unsupported("column aliases in FROM"));
-                }
-                ident_name(&a.name)
-            }
-            None => table.name.clone(),
-        };
-        if items.iter().any(|i| i.source.name.eq_ignore_ascii_case(&sname)) {
-            return Err(Error::sql(format!("{sname} appears twice in FROM; give one of them an alias")));
-        }
-        if items.len() >= JOIN_SOURCES_MAX {
-            return Err(Error::sql(format!("a SELECT may join at most {JOIN_SOURCES_MAX} tables")));
-        }
-        let width = table.columns.len();
-        items.push(FromItem { source: Source { name: sname, table, offset }, left, on });
-        offset += width;
-        Ok(())
-    };
     for twj in from {
-        add(&mut items, &twj.relation, false, None)?;
-        for j in &twj.joins {
-            let (left, c) = match &j.join_operator {
-                JoinOperator::Join(c) | JoinOperator::Inner(c) => (false, c),
-                JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (true, c),
-                JoinOperator::CrossJoin(c) => (false, c),
-                // Not `{other:?}`: that would print the whole ON expression, recursively.
-                _ => return Err(unsupported("this kind of join (use [INNER] JOIN, LEFT [OUTER] JOIN or CROSS JOIN)")),
-            };
-            let on = match c {
-                JoinConstraint::On(e) => Some(e),
-                JoinConstraint::None if !left => None,
-                JoinConstraint::None => return Err(Error::sql("LEFT JOIN needs an ON condition")),
-                JoinConstraint::Using(_) | JoinConstraint::Natural => return Err(unsupported("JOIN … USING / NATURAL JOIN")),
-            };
-            add(&mut items, &j.relation, left, on)?;
-        }
+        add_joins(catalog, &mut items, twj)?;
     }
     Ok(items)
+}
+
+/// Adds one FROM item and its joins. A parenthesised join, `(a CROSS JOIN b)`, is laid out
+/// in line: where it stands first or on the right of an inner join, its ON conditions and
+/// the outer ones together are the same filters over the same rows, so the parentheses
+/// change nothing. On the right of a LEFT JOIN they would (the outer join pads the whole
+/// group), which is refused.
+fn add_joins<'q>(catalog: &Catalog, items: &mut Vec<FromItem<'q>>, twj: &'q ast::TableWithJoins) -> Result<()> {
+    add_factor(catalog, items, &twj.relation, false, None)?;
+    for j in &twj.joins {
+        let (left, c) = match &j.join_operator {
+            JoinOperator::Join(c) | JoinOperator::Inner(c) => (false, c),
+            JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (true, c),
+            JoinOperator::CrossJoin(c) => (false, c),
+            // Not `{other:?}`: that would print the whole ON expression, recursively.
+            _ => return Err(unsupported("this kind of join (use [INNER] JOIN, LEFT [OUTER] JOIN or CROSS JOIN)")),
+        };
+        let on = match c {
+            JoinConstraint::On(e) => Some(e),
+            JoinConstraint::None if !left => None,
+            JoinConstraint::None => return Err(Error::sql("LEFT JOIN needs an ON condition")),
+            JoinConstraint::Using(_) | JoinConstraint::Natural => return Err(unsupported("JOIN … USING / NATURAL JOIN")),
+        };
+        add_factor(catalog, items, &j.relation, left, on)?;
+    }
+    Ok(())
+}
+
+fn add_factor<'q>(
+    catalog: &Catalog,
+    items: &mut Vec<FromItem<'q>>,
+    f: &'q TableFactor,
+    left: bool,
+    on: Option<&'q ast::Expr>,
+) -> Result<()> {
+    let (name, alias) = match f {
+        TableFactor::Table { name, alias, args: None, .. } => (name, alias),
+        TableFactor::NestedJoin { table_with_joins, alias } => {
+            if alias.is_some() {
+                return Err(unsupported("an alias on a parenthesised join"));
+            }
+            if left && !table_with_joins.joins.is_empty() {
+                return Err(unsupported("a parenthesised join on the right of LEFT JOIN"));
+            }
+            let first = items.len();
+            add_joins(catalog, items, table_with_joins)?;
+            // The outer join's ON condition goes to the group's last item, where every
+            // table it may name has been joined (for `(b)` alone, that is `b` itself).
+            let last = items.len() - 1;
+            items[last].on.extend(on);
+            items[first].left |= left;
+            return Ok(());
+        }
+        TableFactor::Derived { .. } => return Err(unsupported("a subquery in FROM")),
+        other => return Err(unsupported(format!("FROM item {other}"))),
+    };
+    let table = readable_table(catalog, name)?;
+    let sname = match alias {
+        Some(a) => {
+            if !a.columns.is_empty() {
+                return Err(unsupported("column aliases in FROM"));
+            }
+            ident_name(&a.name)
+        }
+        None => table.name.clone(),
+    };
+    if items.iter().any(|i| i.source.name.eq_ignore_ascii_case(&sname)) {
+        return Err(Error::sql(format!("{sname} appears twice in FROM; give one of them an alias")));
+    }
+    if items.len() >= JOIN_SOURCES_MAX {
+        return Err(Error::sql(format!("a SELECT may join at most {JOIN_SOURCES_MAX} tables")));
+    }
+    let offset = items.last().map(|i| i.source.offset + i.source.width()).unwrap_or(0);
+    items.push(FromItem { source: Source { name: sname, table, offset }, left, on: on.into_iter().collect() });
+    Ok(())
 }
 
 /// The level holding column `c` of the joined row.
@@ -203,7 +235,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
     };
     let mut no_from_filter: Vec<Expr> = Vec::new();
     for (j, it) in items.iter().enumerate() {
-        if let Some(cond) = it.on {
+        for cond in it.on.iter().copied() {
             let (t, had_agg) = b.bind_input(cond, &sources[..=j]);
             if had_agg {
                 return Err(Error::sql("aggregate functions are not allowed in ON"));

@@ -98,7 +98,15 @@ fn keys_and_partitioning_are_checked() {
     assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER PRIMARY KEY, b INTEGER PRIMARY KEY)").contains("more than one PRIMARY KEY"));
     assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER, a BIGINT)").contains("defined twice"));
     assert!(fails(&mut cat, "CREATE TABLE x (a BLOB)").contains("unknown column type BLOB"));
-    assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER,)").contains("expected a column name"));
+    // A trailing comma before `)`, as VoltDB's example schemas have, is accepted.
+    apply(&mut cat, "CREATE TABLE x (a INTEGER, PRIMARY KEY (a),\n)");
+    assert_eq!(cat.table("x").unwrap().indexes.len(), 1);
+    assert!(fails(&mut cat, "CREATE TABLE x2 (,)").contains("expected a column name"));
+    assert!(fails(&mut cat, "CREATE TABLE x2 (a INTEGER,,)").contains("expected a column name"));
+    // DESC index columns are accepted: the ordered index is read backwards for them.
+    apply(&mut cat, "CREATE INDEX x_a ON x (a DESC); CREATE INDEX u_na ON u (n ASC, a DESC)");
+    assert_eq!(cat.table("u").unwrap().indexes.iter().find(|i| i.name == "U_NA").unwrap().columns.len(), 2);
+    assert!(fails(&mut cat, "CREATE INDEX x_b ON x (a DESC DESC)").contains("expected"));
     assert!(fails(&mut cat, "CREATE TABLE u (a INTEGER)").ends_with("object name already exists: U"));
     // FOREIGN KEY is accepted and not enforced, as VoltDB does.
     apply(
