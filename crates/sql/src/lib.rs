@@ -14,6 +14,7 @@ mod ddl_view;
 mod exec;
 mod exec_agg;
 mod exec_dml;
+mod exec_query;
 mod explain;
 mod expr;
 mod fragment;
@@ -125,6 +126,9 @@ pub struct Prepared {
     /// DML on a replicated table (must run multi-partition).
     pub writes_replicated: bool,
     pub(crate) plan: Plan,
+    /// The subqueries of a SELECT (in expressions, in FROM, sides of set operations), by
+    /// the ids its plan uses; empty for most statements.
+    pub(crate) subqueries: Vec<plan::SubqueryPlan>,
 }
 
 fn parse_one(sql: &str) -> Result<Statement> {
@@ -150,7 +154,7 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
     }
     let rw = script::rewrite_for_parser(sql)?;
     let stmt = parse_one(&rw.sql)?;
-    let mut b = bind::Binder::new(rw.param_count);
+    let mut b = bind::Binder::new(rw.param_count, Some(catalog));
     let plan = match &stmt {
         Statement::Query(q) => Plan::Select(plan::plan_query(catalog, &mut b, q)?),
         Statement::Insert(i) => Plan::Insert(plan_dml::plan_insert(catalog, &mut b, i, rw.upsert)?),
@@ -166,7 +170,16 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
         Plan::Select(s) => s.columns.to_vec(),
         _ => vec![ResultColumn { name: "modified_tuples".into(), ty: DataType::BigInt }],
     };
-    let (route, writes_replicated) = route::route(catalog, &plan);
+    let subqueries = std::mem::take(&mut b.subqueries);
+    let (route, writes_replicated) = match &plan {
+        _ if subqueries.is_empty() => route::route(catalog, &plan),
+        Plan::Select(s) => (route::query_route(s, &subqueries), false),
+        _ => {
+            return Err(Error::sql(
+                "subqueries, derived tables and set operations are not supported in INSERT, UPDATE or DELETE yet: run the query first",
+            ))
+        }
+    };
     let sql: Arc<str> = Arc::from(sql);
     Ok(Prepared {
         statement: StatementRef::Sql(sql.clone()),
@@ -178,6 +191,7 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
         route,
         writes_replicated,
         plan,
+        subqueries,
     })
 }
 
@@ -219,11 +233,15 @@ pub fn execute(p: &Prepared, params: &[Value], ctx: &ExecCtx, part: &mut Partiti
 }
 
 pub(crate) fn execute_coerced(p: &Prepared, params: &[Value], ctx: &ExecCtx, part: &mut Partition) -> Result<ResultTable> {
-    let env = expr::Env::new(params, ctx);
     if let Plan::Select(s) = &p.plan {
+        if !p.subqueries.is_empty() {
+            return exec_query::run_statement(s, &p.subqueries, &exec_query::PartitionTables(part), params, ctx);
+        }
+        let env = expr::Env::new(params, ctx);
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::run_select(s, &src, &env, false);
     }
+    let env = expr::Env::new(params, ctx);
     run_dml(p, &env, part).map(ResultTable::modified)
 }
 
@@ -241,6 +259,17 @@ pub fn execute_each(
     row: &mut dyn FnMut(&[Value]) -> Result<bool>,
 ) -> Result<u64> {
     let params = coerce_params(p, params)?;
+    if matches!(p.plan, Plan::Select(_)) && !p.subqueries.is_empty() {
+        let t = execute_coerced(p, &params, ctx, part)?;
+        let mut sent = 0;
+        for r in &t.rows {
+            sent += 1;
+            if !row(r)? {
+                break;
+            }
+        }
+        return Ok(sent);
+    }
     let env = expr::Env::new(&params, ctx);
     if let Plan::Select(s) = &p.plan {
         let src = exec::PartitionSource::new(part, &s.levels)?;

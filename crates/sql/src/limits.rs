@@ -171,6 +171,11 @@ impl Watch {
         Watch { deadline, left: Cell::new(DEADLINE_CHECK_ROWS) }
     }
 
+    /// A watch on the same deadline, for a subquery's run (its own count of rows).
+    pub fn child(&self) -> Watch {
+        Watch { deadline: self.deadline, left: Cell::new(self.left.get()) }
+    }
+
     /// Counts one row; fails once in a while if the deadline has passed.
     #[inline]
     pub fn tick(&self) -> Result<()> {

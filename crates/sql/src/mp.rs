@@ -15,9 +15,10 @@ use lockstep_storage::Partition;
 use crate::exec::{each_in_table, probe, run_select, run_select_merged, GatheredSource, PartitionSource};
 use crate::exec_agg::{partial_rows, pushes_down};
 use crate::exec_dml::{insert_rows, source_rows};
+use crate::exec_query::{run_statement, GatheredTables};
 use crate::expr::{arith, sort_cmp, ArithOp, Env};
 use crate::limits::{row_bytes, Limits};
-use crate::plan::SelectPlan;
+use crate::plan::{SelectPlan, SubBody};
 use crate::plan_dml::{InsertPlan, InsertSource};
 use crate::{coerce_params, execute_coerced, ExecCtx, Fragment, FragmentSpec, Plan, Prepared, Route, SiteAccess, SiteFn, Step, Target};
 
@@ -103,7 +104,9 @@ fn fragment(p: &Arc<Prepared>, params: Vec<Value>, ctx: &ExecCtx, step: Step) ->
 pub(crate) fn site_fn(p: Arc<Prepared>, spec: Arc<FragmentSpec>) -> SiteFn {
     let tally = match &spec.step {
         Step::Partials => Some(Tally::default()),
-        Step::GatherLevel { rows_before, bytes_before, .. } => Some(Tally::starting_at(*rows_before, *bytes_before)),
+        Step::GatherLevel { rows_before, bytes_before, .. } | Step::GatherTable { rows_before, bytes_before, .. } => {
+            Some(Tally::starting_at(*rows_before, *bytes_before))
+        }
         Step::Execute | Step::InsertRows(_) => None,
     };
     Arc::new(move |part: &mut Partition| run_step(&p, &spec, tally.as_ref(), part))
@@ -126,6 +129,7 @@ fn run_step(p: &Prepared, spec: &FragmentSpec, tally: Option<&Tally>, part: &mut
             let s = select_of(p).ok_or_else(|| Error::unexpected("not a SELECT"))?;
             gather_level(s, *level as usize, params, ctx, part, tally()?)
         }
+        Step::GatherTable { table, .. } => gather_table(p, *table, ctx, part, tally()?),
         Step::InsertRows(rows) => {
             let ins = insert_of(p).ok_or_else(|| Error::unexpected("not an INSERT"))?;
             let env = Env::new(params, ctx);
@@ -155,6 +159,10 @@ pub(crate) fn check_step(p: &Prepared, step: &Step) -> Result<()> {
             Some(s) if (*level as usize) < s.levels.len() => Ok(()),
             _ => bad(&format!("the rows of source {level}")),
         },
+        Step::GatherTable { table, .. } => match statement_tables(p).iter().any(|t| t.id == *table) {
+            true => Ok(()),
+            false => bad(&format!("the rows of table {table}")),
+        },
         Step::InsertRows(rows) => match insert_of(p) {
             Some(ins) if rows.iter().all(|r| r.len() == ins.columns.len()) => Ok(()),
             Some(ins) => bad(&format!("rows of other than {} values", ins.columns.len())),
@@ -183,6 +191,7 @@ pub fn execute_mp(p: &Arc<Prepared>, params: &[Value], ctx: &ExecCtx, sites: &mu
     }
     let env = Env::new(&params, ctx);
     match &p.plan {
+        Plan::Select(s) if !p.subqueries.is_empty() => select_gathering_tables(p, s, &params, ctx, sites),
         Plan::Select(s) => select_everywhere(p, s, &params, ctx, sites, &env),
         Plan::Insert(i) => {
             let rows = match &i.source {
@@ -321,10 +330,99 @@ fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, si
         if level.merge_view {
             level_rows = merge_view_rows(&level.source.table, level_rows, &env)?;
         }
-        rows.push(level_rows);
+        rows.push(level_rows.into());
     }
     let index_columns = s.levels.iter().map(|l| l.source.table.indexes.iter().map(|i| i.columns.clone()).collect()).collect();
     Ok(GatheredSource::new(rows, index_columns))
+}
+
+/// The stored tables a SELECT with subqueries reads (its own levels', and every
+/// subquery's), each once, with whether it is partitioned and a view that must be merged.
+fn statement_tables(p: &Prepared) -> Vec<GatherTable> {
+    let mut out: Vec<GatherTable> = Vec::new();
+    let top = match &p.plan {
+        Plan::Select(s) => Some(s),
+        _ => None,
+    };
+    let subs = p.subqueries.iter().filter_map(|s| match &s.body {
+        SubBody::Select(p) => Some(&**p),
+        SubBody::SetOp(_) => None,
+    });
+    for plan in top.into_iter().chain(subs) {
+        for l in plan.levels.iter().filter(|l| l.derived.is_none()) {
+            if !out.iter().any(|t| t.id == l.source.table.id) {
+                out.push(GatherTable {
+                    id: l.source.table.id,
+                    def: l.source.table.clone(),
+                    partitioned: l.partitioned,
+                    merge_view: l.merge_view,
+                });
+            }
+        }
+    }
+    out
+}
+
+struct GatherTable {
+    id: lockstep_core::TableId,
+    def: Arc<TableDef>,
+    partitioned: bool,
+    merge_view: bool,
+}
+
+/// A SELECT with subqueries or set operations across partitions: every table it reads is
+/// gathered whole (partitioned ones from every partition, replicated ones from partition
+/// 0, all while the sites are parked in this transaction, so one snapshot), then the
+/// statement runs here over what was gathered.
+fn select_gathering_tables(
+    p: &Arc<Prepared>,
+    s: &SelectPlan,
+    params: &[Value],
+    ctx: &ExecCtx,
+    sites: &mut dyn SiteAccess,
+) -> Result<ResultTable> {
+    let env = Env::new(params, ctx);
+    let mut tables = HashMap::new();
+    let (mut rows_before, mut bytes_before) = (0u64, 0u64);
+    for t in statement_tables(p) {
+        let step = Step::GatherTable { table: t.id, rows_before, bytes_before };
+        let f = fragment(p, params.to_vec(), ctx, step);
+        let target = if t.partitioned { Target::All } else { Target::One(0) };
+        let mut rows = Vec::new();
+        for r in sites.run_fragment(target, f)? {
+            env.watch.tick()?;
+            rows.extend(r.rows);
+        }
+        rows_before = rows_before.saturating_add(rows.len() as u64);
+        bytes_before = rows.iter().fold(bytes_before, |b, r| b.saturating_add(row_bytes(r) as u64));
+        if t.merge_view {
+            rows = merge_view_rows(&t.def, rows, &env)?;
+        }
+        tables.insert(t.id, rows.into());
+    }
+    sites.reads_done();
+    run_statement(s, &p.subqueries, &GatheredTables { tables }, params, ctx)
+}
+
+/// Every row of one stored table on this partition.
+fn gather_table(p: &Prepared, table: u32, ctx: &ExecCtx, part: &mut Partition, tally: &Tally) -> Result<ResultTable> {
+    let def = statement_tables(p)
+        .into_iter()
+        .find(|t| t.id == table)
+        .ok_or_else(|| Error::unexpected(format!("statement \"{}\" reads no table {table}", p.sql)))?
+        .def;
+    let env = Env::new(&[], ctx);
+    let stored = part.table(table)?;
+    let mut out = ResultTable::new(def.columns.iter().map(|c| ResultColumn { name: c.name.as_str().into(), ty: c.ty }).collect::<Vec<_>>());
+    let mut share = Share { tally, rows: 0, bytes: 0 };
+    each_in_table(stored, &crate::exec::Probe::Scan, &mut |_, row| {
+        env.watch.tick()?;
+        share.add(row, &ctx.limits)?;
+        out.rows.push(row.to_vec());
+        Ok(true)
+    })?;
+    share.report(&ctx.limits)?;
+    Ok(out)
 }
 
 /// One partition's rows of level `j`, filtered by the terms that are safe to apply early.

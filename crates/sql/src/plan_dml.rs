@@ -73,6 +73,7 @@ fn single_level(catalog: &Catalog, table: Arc<TableDef>, name: String, filter: V
         gather_access: Access::Scan,
         gather_filter: Vec::new(),
         merge_view: false,
+        derived: None,
     };
     level.residual = crate::access::residual_filters(&level);
     level

@@ -7,7 +7,7 @@
 use lockstep_core::{Catalog, DataType, TableDef, TableKind, Value};
 
 use crate::expr::{CmpOp, Expr};
-use crate::plan::{is_partitioned, Level};
+use crate::plan::{is_partitioned, Level, SelectPlan, SubBody, SubqueryPlan};
 use crate::plan_dml::InsertSource;
 use crate::{Plan, Route};
 
@@ -102,6 +102,31 @@ fn select_route(levels: &[Level], width: usize) -> Route {
         return Route::AnyPartition;
     }
     pinned_route(levels, width).unwrap_or(Route::All)
+}
+
+/// The route of a SELECT with subqueries: every SELECT in it (the statement's and its
+/// subqueries') that reads a partitioned table must be pinned to the same partition key
+/// for it to run on one partition; if none reads one, any partition will do.
+pub fn query_route(top: &SelectPlan, subs: &[SubqueryPlan]) -> Route {
+    let selects = std::iter::once(top).chain(subs.iter().filter_map(|s| match &s.body {
+        SubBody::Select(p) => Some(&**p),
+        SubBody::SetOp(_) => None,
+    }));
+    let mut chosen: Option<Route> = None;
+    for p in selects {
+        if p.levels.iter().all(|l| !l.partitioned) {
+            continue;
+        }
+        let Some(r) = pinned_route(&p.levels, p.width) else {
+            return Route::All;
+        };
+        match &chosen {
+            None => chosen = Some(r),
+            Some(c) if *c == r => {}
+            Some(_) => return Route::All,
+        }
+    }
+    chosen.unwrap_or(Route::AnyPartition)
 }
 
 /// (route, writes_replicated) of a planned statement.

@@ -5,7 +5,8 @@
 
 use lockstep_core::Value;
 
-use crate::tests_sql::{company, i, s, Db};
+use crate::tests_sql::{company, dec, i, s, Db, N};
+use crate::Route;
 
 fn ids(v: &[i64]) -> Vec<Vec<Value>> {
     v.iter().map(|&x| vec![i(x)]).collect()
@@ -40,4 +41,201 @@ fn parenthesised_joins_are_laid_out_in_line() {
     );
     assert_eq!(db.rows("SELECT COUNT(*) FROM dept d2 JOIN (emp e CROSS JOIN dept d) ON d2.id = d.id AND e.dept = d.id"), ids(&[4]));
     assert!(db.err("SELECT * FROM dept d LEFT JOIN (emp e JOIN dept d2 ON e.dept = d2.id) ON e.dept = d.id").contains("LEFT JOIN"));
+}
+
+/// `company()`'s rows, for reading the expected answers below:
+/// emp (id, name, dept, salary, bonus): (1 ann 10 100 1.5) (2 bob 10 200 NULL)
+/// (3 cy 20 150 2.25) (4 di NULL 50 NULL) (5 ed 20 NULL 0.5);
+/// dept (id, title): (10 eng) (20 ops) (30 hr).
+#[test]
+fn set_operations_treat_nulls_as_duplicates() {
+    let mut db = company();
+    let rows = |v: Vec<Value>| v.into_iter().map(|x| vec![x]).collect::<Vec<_>>();
+    // emp.dept is {10, 10, 20, NULL, 20}; dept.id is {10, 20, 30}.
+    assert_eq!(db.rows("SELECT dept FROM emp UNION SELECT id FROM dept ORDER BY 1"), rows(vec![N, i(10), i(20), i(30)]));
+    assert_eq!(db.rows("SELECT dept FROM emp UNION ALL SELECT id FROM dept ORDER BY 1 DESC LIMIT 4"), ids(&[30, 20, 20, 20]));
+    assert_eq!(db.rows("SELECT dept FROM emp INTERSECT SELECT id FROM dept ORDER BY 1"), ids(&[10, 20]));
+    // Only the NULL is on the left alone: EXCEPT keeps it (NULL equals NULL here).
+    assert_eq!(db.rows("SELECT dept FROM emp EXCEPT SELECT id FROM dept"), rows(vec![N]));
+    assert_eq!(db.rows("SELECT id FROM dept EXCEPT SELECT dept FROM emp"), ids(&[30]));
+    assert_eq!(db.rows("SELECT dept FROM emp INTERSECT SELECT NULL FROM dept"), rows(vec![N]));
+    // ALL counts: 10 is twice on the left and once on the right.
+    assert_eq!(db.rows("SELECT dept FROM emp INTERSECT ALL SELECT id FROM dept ORDER BY 1"), ids(&[10, 20]));
+    assert_eq!(db.rows("SELECT dept FROM emp EXCEPT ALL SELECT id FROM dept ORDER BY 1"), rows(vec![N, i(10), i(20)]));
+    assert_eq!(
+        db.rows("SELECT dept FROM emp WHERE dept = 10 INTERSECT ALL SELECT dept FROM emp WHERE id IN (1, 2, 3) ORDER BY 1"),
+        ids(&[10, 10])
+    );
+    // ORDER BY, LIMIT and OFFSET apply to the whole; the names are the left side's.
+    let t = db.run("SELECT dept, salary FROM emp WHERE id < 3 UNION ALL SELECT id, NULL FROM dept ORDER BY 1, 2 LIMIT 3 OFFSET 1");
+    assert_eq!(t.rows, vec![vec![i(10), i(100)], vec![i(10), i(200)], vec![i(20), N]]);
+    assert_eq!(t.columns[0].name, "DEPT".into());
+    assert_eq!(
+        db.rows("SELECT name FROM emp WHERE id = 1 UNION SELECT title FROM dept ORDER BY name"),
+        rows(vec![s("ann"), s("eng"), s("hr"), s("ops")])
+    );
+    // INTERSECT binds tighter than UNION; parentheses group.
+    assert_eq!(db.rows("SELECT 1 FROM dept UNION SELECT 2 FROM dept INTERSECT SELECT 3 FROM dept"), ids(&[1]));
+    assert_eq!(db.rows("(SELECT 1 FROM dept UNION SELECT 2 FROM dept) EXCEPT SELECT 1 FROM dept"), ids(&[2]));
+    // Numbers of different types are one type in the answer: 1 and 1.0 are duplicates.
+    assert_eq!(db.rows("SELECT bonus FROM emp WHERE id = 1 UNION SELECT 1.5 FROM dept"), rows(vec![dec("1.5")]));
+    assert_eq!(db.rows("SELECT id FROM emp WHERE id = 1 UNION SELECT CAST(1 AS FLOAT) FROM dept"), rows(vec![Value::Float(1.0)]));
+    assert!(db.err("SELECT id, name FROM emp UNION SELECT id FROM dept").contains("as many columns"));
+    assert!(db.err("SELECT id FROM emp UNION SELECT title FROM dept").contains("column 1 of UNION is INTEGER on the left and VARCHAR"));
+    assert!(db.err("SELECT id FROM emp UNION SELECT id FROM dept ORDER BY 3").contains("ORDER BY position 3"));
+    // Parameters reach every side.
+    let p = db.try_run("SELECT id FROM emp WHERE id = ? UNION SELECT id FROM dept WHERE id = ? ORDER BY 1", &[i(2), i(20)]).unwrap();
+    assert_eq!(p.rows, ids(&[2, 20]));
+}
+
+#[test]
+fn in_and_not_in_follow_sql_null_rules() {
+    let mut db = company();
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept IN (SELECT id FROM dept WHERE title <> 'hr') ORDER BY id"), ids(&[1, 2, 3, 5]));
+    // di's NULL dept is NOT IN nothing it can tell: unknown, so not kept.
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept NOT IN (SELECT id FROM dept WHERE title = 'hr') ORDER BY id"), ids(&[1, 2, 3, 5]));
+    // A NULL in the set makes NOT IN unknown for every value not found.
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id NOT IN (SELECT dept FROM emp)"), ids(&[]));
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id NOT IN (SELECT dept FROM emp WHERE dept IS NOT NULL)"), ids(&[30]));
+    // Over an empty set NOT IN is true and IN false, even for NULL.
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept NOT IN (SELECT id FROM dept WHERE id > 100) ORDER BY id"), ids(&[1, 2, 3, 4, 5]));
+    assert_eq!(db.rows("SELECT id FROM emp WHERE dept IN (SELECT id FROM dept WHERE id > 100)"), ids(&[]));
+    assert_eq!(
+        db.rows(
+            "SELECT NULL IN (SELECT id FROM dept), NULL IN (SELECT id FROM dept WHERE id > 99), 10 IN (SELECT dept FROM emp), \
+             30 IN (SELECT dept FROM emp), 30 NOT IN (SELECT dept FROM emp)"
+        ),
+        vec![vec![N, Value::Bool(false), Value::Bool(true), N, N]]
+    );
+    // Comparison across types (INTEGER against DECIMAL) compares values.
+    assert_eq!(db.rows("SELECT id FROM emp WHERE id IN (SELECT bonus * 2 FROM emp) ORDER BY id"), ids(&[1, 3]));
+    // Set operations as the subquery, and a parameter on the left.
+    assert_eq!(
+        db.try_run("SELECT ? IN (SELECT id FROM dept UNION SELECT dept FROM emp)", &[i(30)]).unwrap().rows,
+        vec![vec![Value::Bool(true)]]
+    );
+    assert!(db.err("SELECT id FROM emp WHERE id IN (SELECT id, title FROM dept)").contains("one column"));
+    assert!(db.err("SELECT id FROM emp WHERE name IN (SELECT id FROM dept)").contains("cannot compare"));
+}
+
+#[test]
+fn exists_and_scalar_subqueries_in_where_select_and_having() {
+    let mut db = company();
+    assert_eq!(
+        db.rows("SELECT id, (SELECT MAX(salary) FROM emp) FROM dept ORDER BY id"),
+        vec![vec![i(10), i(200)], vec![i(20), i(200)], vec![i(30), i(200)]]
+    );
+    assert_eq!(db.rows("SELECT id FROM emp WHERE salary > (SELECT AVG(salary) FROM emp) ORDER BY id"), ids(&[2, 3]));
+    assert_eq!(
+        db.rows(
+            "SELECT dept, COUNT(*) FROM emp GROUP BY dept HAVING COUNT(*) >= (SELECT COUNT(*) FROM dept WHERE id = 10) * 2 ORDER BY dept"
+        ),
+        vec![vec![i(10), i(2)], vec![i(20), i(2)]]
+    );
+    // No row is NULL; more than one is an error.
+    assert_eq!(db.rows("SELECT (SELECT title FROM dept WHERE id = 99)"), vec![vec![N]]);
+    assert!(db.err("SELECT (SELECT title FROM dept)").contains("returned 3 rows"));
+    assert_eq!(db.rows("SELECT id FROM dept WHERE EXISTS (SELECT 1 FROM emp WHERE salary > 180)"), ids(&[10, 20, 30]));
+    assert_eq!(db.rows("SELECT id FROM dept WHERE NOT EXISTS (SELECT 1 FROM emp WHERE salary > 180)"), ids(&[]));
+    // The subquery's answer may be a key the index looks up.
+    assert_eq!(db.rows("SELECT name FROM emp WHERE id = (SELECT MIN(id) + 1 FROM dept WHERE id > 15) - 19"), vec![vec![s("bob")]]);
+    assert!(db.err("SELECT (SELECT id, title FROM dept WHERE id = 10)").contains("one column"));
+    assert!(db.err("UPDATE emp SET salary = 1 WHERE dept IN (SELECT id FROM dept)").contains("not supported in INSERT, UPDATE or DELETE"));
+}
+
+#[test]
+fn correlated_subqueries_run_per_outer_row() {
+    let mut db = company();
+    assert_eq!(
+        db.rows("SELECT id, (SELECT title FROM dept WHERE dept.id = emp.dept) FROM emp ORDER BY id"),
+        vec![vec![i(1), s("eng")], vec![i(2), s("eng")], vec![i(3), s("ops")], vec![i(4), N], vec![i(5), s("ops")]]
+    );
+    assert_eq!(
+        db.rows("SELECT id FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id AND e.salary > 120) ORDER BY id"),
+        ids(&[10, 20])
+    );
+    assert_eq!(db.rows("SELECT id FROM dept d WHERE NOT EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id)"), ids(&[30]));
+    // Each employee paid the most in their department (ed's NULL salary never is).
+    assert_eq!(
+        db.rows("SELECT id FROM emp e WHERE salary = (SELECT MAX(salary) FROM emp x WHERE x.dept = e.dept) ORDER BY id"),
+        ids(&[2, 3])
+    );
+    assert_eq!(
+        db.rows("SELECT title FROM dept d WHERE d.id IN (SELECT dept FROM emp WHERE salary >= d.id * 10) ORDER BY 1"),
+        vec![vec![s("eng")]]
+    );
+    // A subquery inside a correlated one, reading only its own enclosing query.
+    assert_eq!(
+        db.rows(
+            "SELECT id FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id AND e.salary IN (SELECT MAX(salary) FROM emp)) "
+        ),
+        ids(&[10])
+    );
+    assert!(db
+        .err("SELECT id FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE EXISTS (SELECT 1 FROM emp x WHERE x.id = d.id))")
+        .contains("two or more levels out"));
+    assert!(db.err("SELECT dept, (SELECT COUNT(*) FROM dept WHERE dept.id = emp.dept) FROM emp GROUP BY dept").contains("grouped query"));
+}
+
+#[test]
+fn derived_tables_in_from() {
+    let mut db = company();
+    assert_eq!(
+        db.rows("SELECT d.n, d.s FROM (SELECT dept AS n, SUM(salary) AS s FROM emp GROUP BY dept) AS d WHERE d.s > 100 ORDER BY 1"),
+        vec![vec![i(10), i(300)], vec![i(20), i(150)]]
+    );
+    assert_eq!(
+        db.rows("SELECT t.title, x.c FROM dept t JOIN (SELECT dept, COUNT(*) AS c FROM emp GROUP BY dept) x ON x.dept = t.id ORDER BY 1"),
+        vec![vec![s("eng"), i(2)], vec![s("ops"), i(2)]]
+    );
+    assert_eq!(
+        db.rows("SELECT a, b FROM (SELECT id, title FROM dept WHERE id > 10) AS d (a, b) ORDER BY a DESC"),
+        vec![vec![i(30), s("hr")], vec![i(20), s("ops")]]
+    );
+    assert_eq!(db.rows("SELECT COUNT(*) FROM (SELECT dept FROM emp UNION SELECT id FROM dept) u"), ids(&[4]));
+    assert!(db.err("SELECT * FROM (SELECT id FROM dept)").contains("needs a name"));
+    assert!(db.err("SELECT * FROM dept d, (SELECT id FROM emp WHERE emp.dept = d.id) x").contains("unknown"));
+}
+
+#[test]
+fn subquery_routing_follows_every_select() {
+    let mut db = Db::new(
+        "CREATE TABLE p (id INTEGER NOT NULL, v INTEGER, PRIMARY KEY (id)); PARTITION TABLE p ON COLUMN id;
+         CREATE TABLE q (id INTEGER NOT NULL, w INTEGER, PRIMARY KEY (id)); PARTITION TABLE q ON COLUMN id;
+         CREATE TABLE r (k INTEGER NOT NULL PRIMARY KEY);",
+    );
+    let route = |db: &mut Db, sql: &str| crate::prepare(&db.cat, sql).unwrap().route;
+    assert_eq!(route(&mut db, "SELECT k FROM r UNION SELECT k FROM r"), Route::AnyPartition);
+    assert_eq!(route(&mut db, "SELECT v FROM p WHERE id = 5 UNION SELECT w FROM q WHERE id = 5"), Route::PartitionConst(i(5)));
+    assert_eq!(route(&mut db, "SELECT v FROM p WHERE id = 5 UNION SELECT w FROM q WHERE id = 6"), Route::All);
+    assert_eq!(route(&mut db, "SELECT v FROM p WHERE id = 5 UNION SELECT w FROM q"), Route::All);
+    assert_eq!(route(&mut db, "SELECT k FROM r WHERE k IN (SELECT v FROM p WHERE id = 7)"), Route::PartitionConst(i(7)));
+    assert_eq!(route(&mut db, "SELECT k FROM r WHERE k IN (SELECT v FROM p)"), Route::All);
+    assert_eq!(route(&mut db, "SELECT v FROM p WHERE id = 7 AND v IN (SELECT w FROM q)"), Route::All);
+    assert_eq!(route(&mut db, "SELECT x.v FROM (SELECT v FROM p WHERE id = 3) x"), Route::PartitionConst(i(3)));
+}
+
+#[test]
+fn nesting_limits_answer_with_errors_and_explain_names_subqueries() {
+    let mut db = company();
+    // Eight levels of subqueries are allowed, nine are not.
+    let nested = |n: usize| {
+        let mut q = "SELECT MAX(id) FROM dept".to_string();
+        for _ in 0..n {
+            q = format!("SELECT MAX(id) FROM dept WHERE id <= ({q})");
+        }
+        q
+    };
+    assert_eq!(db.rows(&nested(8)), ids(&[30]));
+    assert!(db.err(&nested(9)).contains("nested more than 8 deep"));
+    let chain = |n: usize| vec!["SELECT id FROM dept"; n].join(" UNION ");
+    assert_eq!(db.rows(&format!("{} ORDER BY 1", chain(64))), ids(&[10, 20, 30]));
+    assert!(db.err(&chain(200)).contains("at most 64"));
+    let p = crate::prepare(&db.cat, "SELECT id FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id) UNION SELECT 5").unwrap();
+    let text = crate::explain(&p);
+    assert!(text.contains("SCAN of subquery 3"), "{text}");
+    assert!(text.contains("SUBQUERY 0 (runs for each row of the query around it)"), "{text}");
+    assert!(text.contains("SUBQUERY 3 (runs once): subquery 1 UNION subquery 2"), "{text}");
+    // The correlated subquery looks the outer row's key up in an index.
+    assert!(text.contains("INDEX PREFIX LOOKUP of E using EMP_DEPT"), "{text}");
 }

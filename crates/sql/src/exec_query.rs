@@ -1,0 +1,205 @@
+//! Statements with subqueries, derived tables or set operations. The statement's SELECT
+//! runs as any other (`exec::run_select`); each subquery runs when an expression or a
+//! derived table first needs it, through the `Runner` the expressions reach by their `Env`.
+//! A subquery that does not read the enclosing row runs once per statement and its answer
+//! is kept; a correlated one runs for each row that asks. Every subquery reads the same
+//! tables as the statement — one partition's (`PartitionTables`), or, across partitions,
+//! the rows gathered from all of them while every site was parked in the same transaction
+//! (`GatheredTables`) — so they all see one snapshot.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use lockstep_core::{Error, Result, ResultTable, TableId, Value};
+use lockstep_storage::Partition;
+
+use crate::exec::{run_select, GatheredSource, PartitionSource, RowSource};
+use crate::expr::{Env, SubRows, SubqueryRunner};
+use crate::plan::{SelectPlan, SetOp, SetOpPlan, SubBody, SubqueryPlan};
+use crate::ExecCtx;
+
+/// Rows shared between the levels and subqueries that read them.
+pub type SharedRows = Rc<[Vec<Value>]>;
+
+/// Where the stored tables' rows come from.
+pub trait Tables {
+    /// A row source for `plan`'s levels; `derived[j]` holds the rows of level `j` when it is
+    /// a derived table.
+    fn source<'s>(&'s self, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>>;
+    /// The rows were gathered from several partitions, so no index order holds.
+    fn gathered(&self) -> bool;
+}
+
+/// One partition's tables.
+pub struct PartitionTables<'a>(pub &'a Partition);
+
+impl Tables for PartitionTables<'_> {
+    fn source<'s>(&'s self, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>> {
+        Ok(Box::new(PartitionSource::with_derived(self.0, &plan.levels, derived)?))
+    }
+
+    fn gathered(&self) -> bool {
+        false
+    }
+}
+
+/// Whole tables gathered from every partition that holds them, by table id.
+pub struct GatheredTables {
+    pub tables: HashMap<TableId, SharedRows>,
+}
+
+impl Tables for GatheredTables {
+    fn source<'s>(&'s self, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>> {
+        let mut rows = Vec::with_capacity(plan.levels.len());
+        let mut index_columns = Vec::with_capacity(plan.levels.len());
+        for (l, d) in plan.levels.iter().zip(derived) {
+            let r = match d {
+                Some(r) => r,
+                None => self.tables.get(&l.source.table.id).cloned().ok_or_else(|| {
+                    Error::unexpected(format!("the rows of {} were not gathered for this statement", l.source.table.name))
+                })?,
+            };
+            rows.push(r);
+            index_columns.push(l.source.table.indexes.iter().map(|i| i.columns.clone()).collect());
+        }
+        Ok(Box::new(GatheredSource::new(rows, index_columns)))
+    }
+
+    fn gathered(&self) -> bool {
+        true
+    }
+}
+
+/// Runs the subqueries of one statement over `tables`, keeping the answers of those that
+/// do not depend on the enclosing row.
+pub struct Runner<'a> {
+    subs: &'a [SubqueryPlan],
+    tables: &'a dyn Tables,
+    kept: RefCell<Vec<Option<Rc<SubRows>>>>,
+}
+
+impl<'a> Runner<'a> {
+    pub fn new(subs: &'a [SubqueryPlan], tables: &'a dyn Tables) -> Runner<'a> {
+        Runner { subs, tables, kept: RefCell::new(vec![None; subs.len()]) }
+    }
+
+    fn compute(&self, sub: &SubqueryPlan, outer: &[Value], env: &Env) -> Result<SharedRows> {
+        match &sub.body {
+            SubBody::Select(plan) => {
+                let inner = env.for_subquery(outer);
+                Ok(run_plan(plan, self.tables, &inner)?.rows.into())
+            }
+            SubBody::SetOp(s) => {
+                let l = self.rows(s.left, outer, env)?;
+                let r = self.rows(s.right, outer, env)?;
+                set_operation(s, &l.rows, &r.rows, env)
+            }
+        }
+    }
+}
+
+impl SubqueryRunner for Runner<'_> {
+    fn rows(&self, id: usize, outer: &[Value], env: &Env) -> Result<Rc<SubRows>> {
+        if let Some(r) = self.kept.borrow().get(id).and_then(Clone::clone) {
+            return Ok(r);
+        }
+        let sub = self.subs.get(id).ok_or_else(|| Error::unexpected(format!("no subquery {id} in the statement")))?;
+        let rows = Rc::new(SubRows::new(self.compute(sub, outer, env)?));
+        if !sub.correlated {
+            if let Some(slot) = self.kept.borrow_mut().get_mut(id) {
+                *slot = Some(rows.clone());
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// Runs `plan`, its derived tables' rows first.
+fn run_plan(plan: &SelectPlan, tables: &dyn Tables, env: &Env) -> Result<ResultTable> {
+    let mut derived = Vec::with_capacity(plan.levels.len());
+    for l in &plan.levels {
+        derived.push(match l.derived {
+            Some(id) => {
+                let runner = env.subqueries.ok_or_else(|| Error::unexpected("a derived table without the statement's subqueries"))?;
+                Some(runner.rows(id, &[], env)?.rows.clone())
+            }
+            None => None,
+        });
+    }
+    let src = tables.source(plan, derived)?;
+    run_select(plan, &*src, env, tables.gathered())
+}
+
+/// Runs a statement's SELECT that has subqueries over `tables`.
+pub fn run_statement(
+    plan: &SelectPlan,
+    subs: &[SubqueryPlan],
+    tables: &dyn Tables,
+    params: &[Value],
+    ctx: &ExecCtx,
+) -> Result<ResultTable> {
+    let runner = Runner::new(subs, tables);
+    let mut env = Env::new(params, ctx);
+    env.subqueries = Some(&runner);
+    run_plan(plan, tables, &env)
+}
+
+/// A side's rows with its columns converted to the operation's types where they differ.
+fn converted<'r>(s: &SetOpPlan, side: usize, rows: &'r [Vec<Value>]) -> std::borrow::Cow<'r, [Vec<Value>]> {
+    if !s.convert[side] {
+        return std::borrow::Cow::Borrowed(rows);
+    }
+    let conv =
+        |(v, t): (&Value, &lockstep_core::DataType)| if v.is_null() { Value::Null } else { v.coerce_to(*t).unwrap_or_else(|_| v.clone()) };
+    std::borrow::Cow::Owned(rows.iter().map(|r| r.iter().zip(&s.types).map(conv).collect()).collect())
+}
+
+/// `left op [ALL] right`. Rows are duplicates when every column is equal, NULL equal to
+/// NULL (SQL's rule for duplicates, unlike `=`). Without ALL the answer has no duplicates;
+/// with ALL, a row that is m times on the left and n times on the right is there m + n
+/// times (UNION), min(m, n) times (INTERSECT) or max(m − n, 0) times (EXCEPT).
+fn set_operation(s: &SetOpPlan, left: &[Vec<Value>], right: &[Vec<Value>], env: &Env) -> Result<SharedRows> {
+    let (l, r) = (converted(s, 0, left), converted(s, 1, right));
+    combine(s, &l, &r, env)
+}
+
+fn combine<'r>(s: &SetOpPlan, l: &'r [Vec<Value>], r: &'r [Vec<Value>], env: &Env) -> Result<SharedRows> {
+    let mut out: Vec<Vec<Value>> = Vec::new();
+    let mut seen: HashSet<&[Value]> = HashSet::new();
+    // Each output row once without ALL.
+    let mut keep = |row: &'r [Value], out: &mut Vec<Vec<Value>>| {
+        if s.all || seen.insert(row) {
+            out.push(row.to_vec());
+        }
+    };
+    match s.op {
+        SetOp::Union => {
+            for row in l.iter().chain(r.iter()) {
+                env.watch.tick()?;
+                keep(row, &mut out);
+            }
+        }
+        SetOp::Intersect | SetOp::Except => {
+            let mut counts: HashMap<&[Value], usize> = HashMap::new();
+            for row in r.iter() {
+                env.watch.tick()?;
+                *counts.entry(row).or_default() += 1;
+            }
+            for row in l.iter() {
+                env.watch.tick()?;
+                let n = counts.get_mut(&row[..]);
+                let in_right = n.as_ref().is_some_and(|n| **n > 0);
+                if s.all {
+                    if let Some(n) = n {
+                        *n = n.saturating_sub(1);
+                    }
+                }
+                if in_right == (s.op == SetOp::Intersect) {
+                    keep(row, &mut out);
+                }
+            }
+        }
+    }
+    Ok(out.into())
+}
