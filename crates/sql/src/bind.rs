@@ -88,6 +88,9 @@ pub struct Binder<'c> {
     outer: Vec<OuterScope>,
     /// Columns of the enclosing query read by the subquery being bound.
     outer_refs: Vec<usize>,
+    /// Lower-case names of the tables and plain views the statement reads, for a plain
+    /// view's dependencies.
+    pub reads: Vec<String>,
     pub param_types: Vec<Option<DataType>>,
     pub agg: Option<AggCtx>,
     /// Aggregate calls are collected (true) or only noticed (false, via `saw_agg`).
@@ -194,6 +197,7 @@ impl<'c> Binder<'c> {
             subqueries: Vec::new(),
             outer: Vec::new(),
             outer_refs: Vec::new(),
+            reads: Vec::new(),
             param_types: vec![None; param_count],
             agg: None,
             agg_active: false,

@@ -393,6 +393,18 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
     }
     let cascade = c.eat_word("CASCADE");
     c.expect_end()?;
+    if let Some(v) = catalog.plain_view(&name).cloned() {
+        if what != "VIEW" {
+            return Err(Error::sql(format!("{} is a view; use DROP VIEW", v.name)));
+        }
+        let plain = plain_dependents(catalog, std::slice::from_ref(&v.name));
+        refuse_dependents(&v.name, &plain, what, cascade)?;
+        for d in plain.iter().chain(std::iter::once(&v.name)) {
+            catalog.drop_plain_view(d)?;
+        }
+        let extra = if plain.is_empty() { String::new() } else { format!(" (with views {})", plain.join(", ")) };
+        return done(format!("view {}{extra} dropped", v.name));
+    }
     let Some(t) = catalog.table(&name).cloned() else {
         if if_exists {
             return done(format!("{} {name} does not exist; nothing dropped", what.to_lowercase()));
@@ -416,12 +428,45 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
             t.name
         )));
     }
+    let mut dropped: Vec<String> = views.clone();
+    dropped.push(t.name.clone());
+    let plain = plain_dependents(catalog, &dropped);
+    refuse_dependents(&t.name, &plain, what, cascade)?;
+    for v in &plain {
+        catalog.drop_plain_view(v)?;
+    }
     for v in &views {
         catalog.drop_table(v)?;
     }
     catalog.drop_table(&t.name)?;
-    let extra = if views.is_empty() { String::new() } else { format!(" (with views {})", views.join(", ")) };
+    let all: Vec<String> = views.iter().chain(&plain).cloned().collect();
+    let extra = if all.is_empty() { String::new() } else { format!(" (with views {})", all.join(", ")) };
     done(format!("{} {} dropped{extra}", what.to_lowercase(), t.name))
+}
+
+/// The plain views that read any of `names`, directly or through other plain views.
+fn plain_dependents(catalog: &Catalog, names: &[String]) -> Vec<String> {
+    let mut gone: Vec<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
+    let mut out = Vec::new();
+    loop {
+        let next: Vec<String> = catalog
+            .plain_views()
+            .filter(|v| !out.contains(&v.name) && !names.contains(&v.name) && v.reads.iter().any(|r| gone.contains(r)))
+            .map(|v| v.name.clone())
+            .collect();
+        if next.is_empty() {
+            return out;
+        }
+        gone.extend(next.iter().map(|n| n.to_ascii_lowercase()));
+        out.extend(next);
+    }
+}
+
+fn refuse_dependents(name: &str, plain: &[String], what: &str, cascade: bool) -> Result<()> {
+    if plain.is_empty() || cascade {
+        return Ok(());
+    }
+    Err(Error::sql(format!("views read {name} ({}): drop them first or use DROP {what} {name} CASCADE", plain.join(", "))))
 }
 
 fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {

@@ -229,6 +229,13 @@ fn add_factor<'q>(
         }
         other => return Err(unsupported(format!("FROM item {other}"))),
     };
+    let n = object_name(name)?;
+    b.reads.push(n.to_ascii_lowercase());
+    if catalog.table(&n).is_none() {
+        if let Some(v) = catalog.plain_view(&n) {
+            return expand_view(b, items, v, alias.as_ref(), left, on);
+        }
+    }
     let table = readable_table(catalog, name)?;
     let sname = match alias {
         Some(a) => {
@@ -240,6 +247,67 @@ fn add_factor<'q>(
         None => table.name.clone(),
     };
     push_item(items, table, sname, left, on, None)
+}
+
+/// A plain view read in FROM: its query, planned here as a derived table under the view's
+/// name (or the alias), with the view's column names.
+fn expand_view<'q>(
+    b: &mut Binder,
+    items: &mut Vec<FromItem<'q>>,
+    v: &lockstep_core::PlainViewDef,
+    alias: Option<&ast::TableAlias>,
+    left: bool,
+    on: Option<&'q ast::Expr>,
+) -> Result<()> {
+    let in_view = |e: Error| e.context(format!("in view {}", v.name));
+    let q = view_query(&v.query, &v.name).map_err(in_view)?;
+    let (id, _) = b.plan_subquery(&q, &[], true).map_err(in_view)?;
+    let mut cols = b.subqueries[id].columns.to_vec();
+    if cols.len() != v.columns.len() {
+        return Err(Error::sql(format!(
+            "view {} now selects {} columns, not the {} it was created with: drop it and create it again",
+            v.name,
+            cols.len(),
+            v.columns.len()
+        )));
+    }
+    for (c, n) in cols.iter_mut().zip(&v.columns) {
+        c.name = n.as_str().into();
+    }
+    let sname = match alias {
+        Some(a) => {
+            rename_columns(&mut cols, a)?;
+            ident_name(&a.name)
+        }
+        None => v.name.clone(),
+    };
+    let table = Arc::new(derived_table(&sname, &cols));
+    push_item(items, table, sname, left, on, Some(id))
+}
+
+/// The query of a plain view, parsed.
+pub fn view_query(text: &str, name: &str) -> Result<ast::Query> {
+    let rw = crate::script::rewrite_for_parser(text)?;
+    if rw.param_count > 0 {
+        return Err(Error::sql(format!("view {name} cannot have parameters (?)")));
+    }
+    let mut stmts = crate::nesting::parse_statements(&rw.sql, &format!(" in view {name}"))?;
+    match (stmts.pop(), stmts.is_empty()) {
+        (Some(ast::Statement::Query(q)), true) => Ok(*q),
+        _ => Err(Error::sql(format!("view {name} must be defined by one SELECT"))),
+    }
+}
+
+/// Plans a plain view's query as `CREATE VIEW` checks it: its column names, and the tables
+/// and plain views it reads.
+pub fn plan_view(catalog: &Catalog, text: &str, name: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let q = view_query(text, name)?;
+    let mut b = Binder::new(0, Some(catalog));
+    let plan = plan_query(catalog, &mut b, &q)?;
+    let mut reads = std::mem::take(&mut b.reads);
+    reads.sort();
+    reads.dedup();
+    Ok((plan.columns.iter().map(|c| c.name.to_string()).collect(), reads))
 }
 
 /// `AS d (x, y)`: the derived table's columns renamed, as many names as it has columns.

@@ -239,3 +239,32 @@ fn nesting_limits_answer_with_errors_and_explain_names_subqueries() {
     // The correlated subquery looks the outer row's key up in an index.
     assert!(text.contains("INDEX PREFIX LOOKUP of E using EMP_DEPT"), "{text}");
 }
+
+/// Views are expanded at plan time: they hold no rows, and see every change to their
+/// tables at once.
+#[test]
+fn plain_views_expand_where_they_are_read() {
+    let mut db = company();
+    for ddl in [
+        "CREATE VIEW paid AS SELECT id, name, dept, salary FROM emp WHERE salary IS NOT NULL",
+        "CREATE VIEW rich (who, amount) AS SELECT name, salary FROM paid WHERE salary > 120",
+    ] {
+        crate::apply_ddl(&mut db.cat, ddl, &crate::tests_sql::NoFiles).unwrap_or_else(|e| panic!("{ddl}: {e}"));
+    }
+    assert!(db.cat.table("paid").is_none(), "a plain view is not a table");
+    assert_eq!(db.rows("SELECT id FROM paid ORDER BY id"), ids(&[1, 2, 3, 4]));
+    let t = db.run("SELECT * FROM rich ORDER BY amount DESC");
+    assert_eq!(t.rows, vec![vec![s("bob"), i(200)], vec![s("cy"), i(150)]]);
+    assert_eq!(t.columns[0].name, "WHO".into());
+    assert_eq!(
+        db.rows("SELECT p.name, d.title FROM paid p LEFT JOIN dept d ON d.id = p.dept ORDER BY p.id"),
+        vec![vec![s("ann"), s("eng")], vec![s("bob"), s("eng")], vec![s("cy"), s("ops")], vec![s("di"), N]]
+    );
+    assert_eq!(
+        db.rows("SELECT dept, SUM(salary) FROM paid GROUP BY dept ORDER BY dept"),
+        vec![vec![N, i(50)], vec![i(10), i(300)], vec![i(20), i(150)]]
+    );
+    assert_eq!(db.rows("SELECT COUNT(*) FROM paid WHERE dept NOT IN (SELECT id FROM dept WHERE title = 'hr')"), ids(&[3]));
+    db.run("UPDATE emp SET salary = 300 WHERE id = 5");
+    assert_eq!(db.rows("SELECT who FROM rich WHERE amount = 300"), vec![vec![s("ed")]]);
+}
