@@ -268,3 +268,62 @@ fn plain_views_expand_where_they_are_read() {
     db.run("UPDATE emp SET salary = 300 WHERE id = 5");
     assert_eq!(db.rows("SELECT who FROM rich WHERE amount = 300"), vec![vec![s("ed")]]);
 }
+
+/// Procedures read rows one at a time (`execute_each`): a statement with subqueries hands
+/// over the same rows as a whole result, and stops when asked.
+#[test]
+fn rows_of_subquery_statements_handed_over_one_at_a_time() {
+    let mut db = company();
+    let sql = "SELECT id FROM emp e WHERE EXISTS (SELECT 1 FROM dept d WHERE d.id = e.dept) UNION SELECT 99 ORDER BY 1";
+    let whole = db.rows(sql);
+    assert_eq!(whole, ids(&[1, 2, 3, 5, 99]));
+    let p = crate::prepare(&db.cat, sql).unwrap();
+    let mut got = Vec::new();
+    let n = crate::execute_each(&p, &[], &db.ctx, &mut db.part, &mut |r| {
+        got.push(r.to_vec());
+        Ok(got.len() < 3)
+    })
+    .unwrap();
+    assert_eq!((n, got), (3, whole[..3].to_vec()));
+}
+
+/// The same queries over 3 partitions (emp partitioned, dept replicated) answer as over
+/// one partition holding every row.
+#[test]
+fn multi_partition_answers_equal_single_partition_ones() {
+    let ddl = format!("{}\nPARTITION TABLE emp ON COLUMN id;", crate::tests_sql::SCHEMA);
+    let mut one = Db::new(&ddl);
+    let mut sites = crate::testing::LocalSites::new(3, &one.cat).unwrap();
+    let mut mp = |db: &Db, sites: &mut crate::testing::LocalSites, sql: &str| {
+        let p = std::sync::Arc::new(crate::prepare(&db.cat, sql).unwrap_or_else(|e| panic!("{sql}: {e}")));
+        crate::execute_mp(&p, &[], &db.ctx, sites)
+    };
+    for sql in [
+        "INSERT INTO emp VALUES (1, 'ann', 10, 100, 1.5), (2, 'bob', 10, 200, NULL), (3, 'cy', 20, 150, 2.25), (4, 'di', NULL, 50, NULL), (5, 'ed', 20, NULL, 0.5)",
+        "INSERT INTO dept VALUES (10, 'eng'), (20, 'ops'), (30, 'hr')",
+    ] {
+        one.run(sql);
+        mp(&one, &mut sites, sql).unwrap();
+    }
+    let queries = [
+        "SELECT dept FROM emp UNION SELECT id FROM dept ORDER BY 1",
+        "SELECT dept FROM emp EXCEPT ALL SELECT id FROM dept ORDER BY 1",
+        "SELECT dept FROM emp INTERSECT SELECT id FROM dept ORDER BY 1 LIMIT 1",
+        "SELECT id FROM dept WHERE id NOT IN (SELECT dept FROM emp)",
+        "SELECT id FROM emp WHERE dept NOT IN (SELECT id FROM dept WHERE title = 'hr') ORDER BY id",
+        "SELECT id, (SELECT title FROM dept WHERE dept.id = emp.dept) FROM emp ORDER BY id",
+        "SELECT id FROM dept d WHERE NOT EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id)",
+        "SELECT id FROM emp e WHERE salary = (SELECT MAX(salary) FROM emp x WHERE x.dept = e.dept) ORDER BY id",
+        "SELECT d.n, d.s FROM (SELECT dept AS n, SUM(salary) AS s FROM emp GROUP BY dept) AS d ORDER BY 1",
+        "SELECT COUNT(*) FROM emp WHERE salary > (SELECT AVG(salary) FROM emp)",
+        "SELECT name FROM emp WHERE id = 3 UNION ALL SELECT title FROM dept WHERE id IN (SELECT dept FROM emp WHERE id = 3)",
+    ];
+    for sql in queries {
+        let want = one.run(sql);
+        let got = mp(&one, &mut sites, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(got, want, "{sql}");
+    }
+    // The last one is pinned to emp's partition of id 3; the others run everywhere.
+    assert_eq!(crate::prepare(&one.cat, queries[10]).unwrap().route, Route::PartitionConst(i(3)));
+    assert_eq!(crate::prepare(&one.cat, queries[0]).unwrap().route, Route::All);
+}
