@@ -235,6 +235,16 @@ impl<'c> Binder<'c> {
         Ok((id, read))
     }
 
+    /// EXISTS asks only whether there is a row: a subquery that neither groups nor has a
+    /// LIMIT of its own stops at its first (after its OFFSET, if it has one).
+    fn stop_at_first_row(&mut self, id: usize) {
+        if let Some(crate::plan::SubBody::Select(p)) = self.subqueries.get_mut(id).map(|s| &mut s.body) {
+            if p.agg.is_none() && p.limit.is_none() {
+                p.limit = Some(Expr::Const(Value::Int(1)));
+            }
+        }
+    }
+
     /// The one column of subquery `id` (IN and scalar subqueries), or an error naming `what`.
     fn single_column(&self, id: usize, what: &str) -> Result<DataType> {
         let cols = &self.subqueries[id].columns;
@@ -250,6 +260,7 @@ impl<'c> Binder<'c> {
         Ok(match e {
             ast::Expr::Exists { subquery, negated } => {
                 let (id, refs) = self.plan_subquery(subquery, scope, false)?;
+                self.stop_at_first_row(id);
                 let x = sub(id, SubqueryKind::Exists, refs);
                 Typed { expr: if *negated { Expr::Not(Box::new(x)) } else { x }, ty: boolean }
             }

@@ -77,18 +77,36 @@ pub struct Runner<'a> {
     subs: &'a [SubqueryPlan],
     tables: &'a dyn Tables,
     kept: RefCell<Vec<Option<Rc<SubRows>>>>,
+    /// Each SELECT subquery's row source, built on its first run: a correlated subquery
+    /// over gathered rows then builds the hash of a level's rows on a key once, not once
+    /// per outer row.
+    sources: RefCell<Vec<Option<Rc<dyn RowSource + 'a>>>>,
 }
 
 impl<'a> Runner<'a> {
     pub fn new(subs: &'a [SubqueryPlan], tables: &'a dyn Tables) -> Runner<'a> {
-        Runner { subs, tables, kept: RefCell::new(vec![None; subs.len()]) }
+        Runner { subs, tables, kept: RefCell::new(vec![None; subs.len()]), sources: RefCell::new(vec![None; subs.len()]) }
     }
 
-    fn compute(&self, sub: &SubqueryPlan, outer: &[Value], env: &Env) -> Result<SharedRows> {
+    /// The row source of SELECT subquery `id` (its derived tables' rows, which never
+    /// depend on the enclosing row, are read once).
+    fn source(&self, id: usize, plan: &SelectPlan, env: &Env) -> Result<Rc<dyn RowSource + 'a>> {
+        if let Some(s) = self.sources.borrow().get(id).and_then(Clone::clone) {
+            return Ok(s);
+        }
+        let src: Rc<dyn RowSource + 'a> = Rc::from(self.tables.source(plan, derived_rows(plan, env)?)?);
+        if let Some(slot) = self.sources.borrow_mut().get_mut(id) {
+            *slot = Some(src.clone());
+        }
+        Ok(src)
+    }
+
+    fn compute(&self, id: usize, sub: &SubqueryPlan, outer: &[Value], env: &Env) -> Result<SharedRows> {
         match &sub.body {
             SubBody::Select(plan) => {
+                let src = self.source(id, plan, env)?;
                 let inner = env.for_subquery(outer);
-                Ok(run_plan(plan, self.tables, &inner)?.rows.into())
+                Ok(run_select(plan, &*src, &inner, self.tables.gathered())?.rows.into())
             }
             SubBody::SetOp(s) => {
                 let l = self.rows(s.left, outer, env)?;
@@ -105,7 +123,7 @@ impl SubqueryRunner for Runner<'_> {
             return Ok(r);
         }
         let sub = self.subs.get(id).ok_or_else(|| Error::unexpected(format!("no subquery {id} in the statement")))?;
-        let rows = Rc::new(SubRows::new(self.compute(sub, outer, env)?));
+        let rows = Rc::new(SubRows::new(self.compute(id, sub, outer, env)?));
         if !sub.correlated {
             if let Some(slot) = self.kept.borrow_mut().get_mut(id) {
                 *slot = Some(rows.clone());
@@ -115,8 +133,8 @@ impl SubqueryRunner for Runner<'_> {
     }
 }
 
-/// Runs `plan`, its derived tables' rows first.
-fn run_plan(plan: &SelectPlan, tables: &dyn Tables, env: &Env) -> Result<ResultTable> {
+/// The rows of `plan`'s derived tables, by level.
+fn derived_rows(plan: &SelectPlan, env: &Env) -> Result<Vec<Option<SharedRows>>> {
     let mut derived = Vec::with_capacity(plan.levels.len());
     for l in &plan.levels {
         derived.push(match l.derived {
@@ -127,7 +145,12 @@ fn run_plan(plan: &SelectPlan, tables: &dyn Tables, env: &Env) -> Result<ResultT
             None => None,
         });
     }
-    let src = tables.source(plan, derived)?;
+    Ok(derived)
+}
+
+/// Runs `plan`, its derived tables' rows first.
+fn run_plan(plan: &SelectPlan, tables: &dyn Tables, env: &Env) -> Result<ResultTable> {
+    let src = tables.source(plan, derived_rows(plan, env)?)?;
     run_select(plan, &*src, env, tables.gathered())
 }
 

@@ -294,7 +294,7 @@ fn multi_partition_answers_equal_single_partition_ones() {
     let ddl = format!("{}\nPARTITION TABLE emp ON COLUMN id;", crate::tests_sql::SCHEMA);
     let mut one = Db::new(&ddl);
     let mut sites = crate::testing::LocalSites::new(3, &one.cat).unwrap();
-    let mut mp = |db: &Db, sites: &mut crate::testing::LocalSites, sql: &str| {
+    let mp = |db: &Db, sites: &mut crate::testing::LocalSites, sql: &str| {
         let p = std::sync::Arc::new(crate::prepare(&db.cat, sql).unwrap_or_else(|e| panic!("{sql}: {e}")));
         crate::execute_mp(&p, &[], &db.ctx, sites)
     };
