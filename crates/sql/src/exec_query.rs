@@ -162,8 +162,13 @@ pub fn run_statement(
     params: &[Value],
     ctx: &ExecCtx,
 ) -> Result<ResultTable> {
+    run_statement_in(plan, subs, tables, &Env::new(params, ctx))
+}
+
+/// `run_statement` with the statement's environment at hand (an INSERT … SELECT's).
+pub fn run_statement_in(plan: &SelectPlan, subs: &[SubqueryPlan], tables: &dyn Tables, env: &Env) -> Result<ResultTable> {
     let runner = Runner::new(subs, tables);
-    let mut env = Env::new(params, ctx);
+    let mut env = env.for_subquery(&[]);
     env.subqueries = Some(&runner);
     run_plan(plan, tables, &env)
 }

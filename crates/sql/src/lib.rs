@@ -174,11 +174,11 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
     let (route, writes_replicated) = match &plan {
         _ if subqueries.is_empty() => route::route(catalog, &plan),
         Plan::Select(s) => (route::query_route(s, &subqueries), false),
-        _ => {
-            return Err(Error::sql(
-                "subqueries, derived tables and set operations are not supported in INSERT, UPDATE or DELETE yet: run the query first",
-            ))
-        }
+        // INSERT … SELECT runs across partitions whatever its SELECT reads.
+        Plan::Insert(plan_dml::InsertPlan { source: plan_dml::InsertSource::Select(_), .. }) => route::route(catalog, &plan),
+        _ => return Err(Error::sql(
+            "subqueries are not supported in UPDATE or DELETE yet (nor in INSERT … VALUES): select the keys first, then change the rows",
+        )),
     };
     let sql: Arc<str> = Arc::from(sql);
     Ok(Prepared {
@@ -285,6 +285,10 @@ pub fn execute_each(
 fn run_dml(p: &Prepared, env: &expr::Env, part: &mut Partition) -> Result<u64> {
     let sp = part.savepoint();
     let r = match &p.plan {
+        Plan::Insert(i @ plan_dml::InsertPlan { source: plan_dml::InsertSource::Select(s), .. }) if !p.subqueries.is_empty() => {
+            let rows = exec_query::run_statement_in(s, &p.subqueries, &exec_query::PartitionTables(part), env).map(|t| t.rows);
+            rows.and_then(|rows| exec_dml::insert_rows(i, rows, part, env))
+        }
         Plan::Insert(i) => exec_dml::run_insert(i, part, env),
         Plan::Update(u) => exec_dml::run_update(u, part, env),
         Plan::Delete(d) => exec_dml::run_delete(d, part, env),

@@ -195,6 +195,7 @@ pub fn execute_mp(p: &Arc<Prepared>, params: &[Value], ctx: &ExecCtx, sites: &mu
         Plan::Select(s) => select_everywhere(p, s, &params, ctx, sites, &env),
         Plan::Insert(i) => {
             let rows = match &i.source {
+                InsertSource::Select(s) if !p.subqueries.is_empty() => select_gathering_tables(p, s, &params, ctx, sites)?.rows,
                 InsertSource::Select(s) => select_everywhere(p, s, &params, ctx, sites, &env)?.rows,
                 InsertSource::Values(_) => source_rows(i, &Partition::new(u32::MAX), &env)?,
             };
@@ -340,10 +341,7 @@ fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, si
 /// subquery's), each once, with whether it is partitioned and a view that must be merged.
 fn statement_tables(p: &Prepared) -> Vec<GatherTable> {
     let mut out: Vec<GatherTable> = Vec::new();
-    let top = match &p.plan {
-        Plan::Select(s) => Some(s),
-        _ => None,
-    };
+    let top = select_of(p);
     let subs = p.subqueries.iter().filter_map(|s| match &s.body {
         SubBody::Select(p) => Some(&**p),
         SubBody::SetOp(_) => None,

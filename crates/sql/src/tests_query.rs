@@ -140,7 +140,14 @@ fn exists_and_scalar_subqueries_in_where_select_and_having() {
     // The subquery's answer may be a key the index looks up.
     assert_eq!(db.rows("SELECT name FROM emp WHERE id = (SELECT MIN(id) + 1 FROM dept WHERE id > 15) - 19"), vec![vec![s("bob")]]);
     assert!(db.err("SELECT (SELECT id, title FROM dept WHERE id = 10)").contains("one column"));
-    assert!(db.err("UPDATE emp SET salary = 1 WHERE dept IN (SELECT id FROM dept)").contains("not supported in INSERT, UPDATE or DELETE"));
+    assert!(db.err("UPDATE emp SET salary = 1 WHERE dept IN (SELECT id FROM dept)").contains("not supported in UPDATE or DELETE"));
+    assert!(db.err("INSERT INTO dept VALUES ((SELECT MAX(id) FROM dept) + 1, 'x')").contains("nor in INSERT … VALUES"));
+    // INSERT … SELECT reads everything before it writes.
+    let n = db.run(
+        "INSERT INTO dept SELECT id + 100, name FROM emp WHERE dept IN (SELECT id FROM dept WHERE title = 'ops') UNION SELECT 99, 'new'",
+    );
+    assert_eq!(n.rows, vec![vec![i(3)]]);
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id > 30 ORDER BY id"), ids(&[99, 103, 105]));
 }
 
 #[test]
@@ -317,6 +324,9 @@ fn multi_partition_answers_equal_single_partition_ones() {
         "SELECT d.n, d.s FROM (SELECT dept AS n, SUM(salary) AS s FROM emp GROUP BY dept) AS d ORDER BY 1",
         "SELECT COUNT(*) FROM emp WHERE salary > (SELECT AVG(salary) FROM emp)",
         "SELECT name FROM emp WHERE id = 3 UNION ALL SELECT title FROM dept WHERE id IN (SELECT dept FROM emp WHERE id = 3)",
+        // Rows gathered from every partition, inserted where their keys belong.
+        "INSERT INTO emp (id, name, dept) SELECT id + 10, title, id FROM dept WHERE id NOT IN (SELECT dept FROM emp WHERE dept IS NOT NULL)",
+        "SELECT id, name, dept FROM emp WHERE id > 10",
     ];
     for sql in queries {
         let want = one.run(sql);
