@@ -5,13 +5,14 @@
 //! is kept; a correlated one runs for each row that asks. Every subquery reads the same
 //! tables as the statement — one partition's (`PartitionTables`), or, across partitions,
 //! the rows gathered from all of them while every site was parked in the same transaction
-//! (`GatheredTables`) — so they all see one snapshot.
+//! (`GatheredTables`: each SELECT's sources, filtered by what does not depend on an
+//! enclosing row) — so they all see one snapshot.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-use lockstep_core::{Error, Result, ResultTable, TableId, Value};
+use lockstep_core::{Error, Result, ResultTable, Value};
 use lockstep_storage::Partition;
 
 use crate::exec::{run_select, GatheredSource, PartitionSource, RowSource};
@@ -24,9 +25,10 @@ pub type SharedRows = Rc<[Vec<Value>]>;
 
 /// Where the stored tables' rows come from.
 pub trait Tables {
-    /// A row source for `plan`'s levels; `derived[j]` holds the rows of level `j` when it is
+    /// A row source for the levels of `plan`, the statement's SELECT number `query` (0 for
+    /// its own, k + 1 for subquery k); `derived[j]` holds the rows of level `j` when it is
     /// a derived table.
-    fn source<'s>(&'s self, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>>;
+    fn source<'s>(&'s self, query: usize, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>>;
     /// The rows were gathered from several partitions, so no index order holds.
     fn gathered(&self) -> bool;
 }
@@ -35,7 +37,7 @@ pub trait Tables {
 pub struct PartitionTables<'a>(pub &'a Partition);
 
 impl Tables for PartitionTables<'_> {
-    fn source<'s>(&'s self, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>> {
+    fn source<'s>(&'s self, _query: usize, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>> {
         Ok(Box::new(PartitionSource::with_derived(self.0, &plan.levels, derived)?))
     }
 
@@ -44,19 +46,20 @@ impl Tables for PartitionTables<'_> {
     }
 }
 
-/// Whole tables gathered from every partition that holds them, by table id.
+/// The rows of each stored source of each SELECT of the statement, gathered from every
+/// partition that holds them, by (query, level) as `Tables::source` numbers them.
 pub struct GatheredTables {
-    pub tables: HashMap<TableId, SharedRows>,
+    pub levels: HashMap<(usize, usize), SharedRows>,
 }
 
 impl Tables for GatheredTables {
-    fn source<'s>(&'s self, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>> {
+    fn source<'s>(&'s self, query: usize, plan: &SelectPlan, derived: Vec<Option<SharedRows>>) -> Result<Box<dyn RowSource + 's>> {
         let mut rows = Vec::with_capacity(plan.levels.len());
         let mut index_columns = Vec::with_capacity(plan.levels.len());
-        for (l, d) in plan.levels.iter().zip(derived) {
+        for (j, (l, d)) in plan.levels.iter().zip(derived).enumerate() {
             let r = match d {
                 Some(r) => r,
-                None => self.tables.get(&l.source.table.id).cloned().ok_or_else(|| {
+                None => self.levels.get(&(query, j)).cloned().ok_or_else(|| {
                     Error::unexpected(format!("the rows of {} were not gathered for this statement", l.source.table.name))
                 })?,
             };
@@ -94,7 +97,7 @@ impl<'a> Runner<'a> {
         if let Some(s) = self.sources.borrow().get(id).and_then(Clone::clone) {
             return Ok(s);
         }
-        let src: Rc<dyn RowSource + 'a> = Rc::from(self.tables.source(plan, derived_rows(plan, env)?)?);
+        let src: Rc<dyn RowSource + 'a> = Rc::from(self.tables.source(id + 1, plan, derived_rows(plan, env)?)?);
         if let Some(slot) = self.sources.borrow_mut().get_mut(id) {
             *slot = Some(src.clone());
         }
@@ -150,7 +153,7 @@ fn derived_rows(plan: &SelectPlan, env: &Env) -> Result<Vec<Option<SharedRows>>>
 
 /// Runs `plan`, its derived tables' rows first.
 fn run_plan(plan: &SelectPlan, tables: &dyn Tables, env: &Env) -> Result<ResultTable> {
-    let src = tables.source(plan, derived_rows(plan, env)?)?;
+    let src = tables.source(0, plan, derived_rows(plan, env)?)?;
     run_select(plan, &*src, env, tables.gathered())
 }
 

@@ -285,7 +285,7 @@ impl Expr {
             Expr::Const(_) | Expr::Param(_) | Expr::Outer(_) => {}
             // Only the operand moves: the subquery reads the row by the positions it was
             // planned with, so the planner never moves an expression that has one
-            // (`has_subquery`).
+            // (`stands_alone`).
             Expr::Subquery(sq) => {
                 if let SubqueryKind::In { operand, .. } = &mut sq.kind {
                     operand.map_columns(map);
@@ -377,24 +377,36 @@ impl Expr {
         }
     }
 
-    /// Whether a subquery is part of the expression.
-    pub fn has_subquery(&self) -> bool {
-        match self {
-            Expr::Subquery(_) => true,
-            Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => false,
-            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.has_subquery(),
-            Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
-                a.has_subquery() || b.has_subquery()
-            }
-            Expr::InList(e, l, _) => e.has_subquery() || l.iter().any(Expr::has_subquery),
-            Expr::Between(x, lo, hi) => x.has_subquery() || lo.has_subquery() || hi.has_subquery(),
-            Expr::Case { operand, whens, otherwise } => {
-                operand.as_ref().is_some_and(|o| o.has_subquery())
-                    || otherwise.as_ref().is_some_and(|o| o.has_subquery())
-                    || whens.iter().any(|(w, t)| w.has_subquery() || t.has_subquery())
-            }
-            Expr::Func(_, args) => args.iter().any(Expr::has_subquery),
+    /// Whether `f` holds for a node of the tree.
+    fn any(&self, f: &dyn Fn(&Expr) -> bool) -> bool {
+        if f(self) {
+            return true;
         }
+        match self {
+            Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => false,
+            Expr::Subquery(sq) => match &sq.kind {
+                SubqueryKind::In { operand, .. } => operand.any(f),
+                _ => false,
+            },
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.any(f),
+            Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
+                a.any(f) || b.any(f)
+            }
+            Expr::InList(e, l, _) => e.any(f) || l.iter().any(|x| x.any(f)),
+            Expr::Between(x, lo, hi) => x.any(f) || lo.any(f) || hi.any(f),
+            Expr::Case { operand, whens, otherwise } => {
+                operand.as_ref().is_some_and(|o| o.any(f))
+                    || otherwise.as_ref().is_some_and(|o| o.any(f))
+                    || whens.iter().any(|(w, t)| w.any(f) || t.any(f))
+            }
+            Expr::Func(_, args) => args.iter().any(|x| x.any(f)),
+        }
+    }
+
+    /// Whether a partition can evaluate the expression alone, while gathering: it runs no
+    /// subquery and reads no enclosing row.
+    pub fn stands_alone(&self) -> bool {
+        !self.any(&|e| matches!(e, Expr::Subquery(_) | Expr::Outer(_)))
     }
 
     /// True for a constant or a parameter: a value fixed for the whole statement.

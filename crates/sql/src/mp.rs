@@ -104,7 +104,7 @@ fn fragment(p: &Arc<Prepared>, params: Vec<Value>, ctx: &ExecCtx, step: Step) ->
 pub(crate) fn site_fn(p: Arc<Prepared>, spec: Arc<FragmentSpec>) -> SiteFn {
     let tally = match &spec.step {
         Step::Partials => Some(Tally::default()),
-        Step::GatherLevel { rows_before, bytes_before, .. } | Step::GatherTable { rows_before, bytes_before, .. } => {
+        Step::GatherLevel { rows_before, bytes_before, .. } | Step::GatherQueryLevel { rows_before, bytes_before, .. } => {
             Some(Tally::starting_at(*rows_before, *bytes_before))
         }
         Step::Execute | Step::InsertRows(_) => None,
@@ -129,7 +129,10 @@ fn run_step(p: &Prepared, spec: &FragmentSpec, tally: Option<&Tally>, part: &mut
             let s = select_of(p).ok_or_else(|| Error::unexpected("not a SELECT"))?;
             gather_level(s, *level as usize, params, ctx, part, tally()?)
         }
-        Step::GatherTable { table, .. } => gather_table(p, *table, ctx, part, tally()?),
+        Step::GatherQueryLevel { query, level, .. } => {
+            let s = query_plans(p).get(*query as usize).copied().flatten().ok_or_else(|| Error::unexpected("no such SELECT"))?;
+            gather_level(s, *level as usize, params, ctx, part, tally()?)
+        }
         Step::InsertRows(rows) => {
             let ins = insert_of(p).ok_or_else(|| Error::unexpected("not an INSERT"))?;
             let env = Env::new(params, ctx);
@@ -159,9 +162,9 @@ pub(crate) fn check_step(p: &Prepared, step: &Step) -> Result<()> {
             Some(s) if (*level as usize) < s.levels.len() => Ok(()),
             _ => bad(&format!("the rows of source {level}")),
         },
-        Step::GatherTable { table, .. } => match statement_tables(p).iter().any(|t| t.id == *table) {
-            true => Ok(()),
-            false => bad(&format!("the rows of table {table}")),
+        Step::GatherQueryLevel { query, level, .. } => match query_plans(p).get(*query as usize).copied().flatten() {
+            Some(s) if s.levels.get(*level as usize).is_some_and(|l| l.derived.is_none()) => Ok(()),
+            _ => bad(&format!("the rows of source {level} of SELECT {query}")),
         },
         Step::InsertRows(rows) => match insert_of(p) {
             Some(ins) if rows.iter().all(|r| r.len() == ins.columns.len()) => Ok(()),
@@ -337,41 +340,22 @@ fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, si
     Ok(GatheredSource::new(rows, index_columns))
 }
 
-/// The stored tables a SELECT with subqueries reads (its own levels', and every
-/// subquery's), each once, with whether it is partitioned and a view that must be merged.
-fn statement_tables(p: &Prepared) -> Vec<GatherTable> {
-    let mut out: Vec<GatherTable> = Vec::new();
-    let top = select_of(p);
-    let subs = p.subqueries.iter().filter_map(|s| match &s.body {
+/// The SELECT plans of a statement with subqueries, numbered as `Step::GatherQueryLevel`
+/// does: 0 is the statement's own (an INSERT's SELECT), k + 1 its subquery k (None for a
+/// set operation, which reads no table itself).
+fn query_plans(p: &Prepared) -> Vec<Option<&SelectPlan>> {
+    let subs = p.subqueries.iter().map(|s| match &s.body {
         SubBody::Select(p) => Some(&**p),
         SubBody::SetOp(_) => None,
     });
-    for plan in top.into_iter().chain(subs) {
-        for l in plan.levels.iter().filter(|l| l.derived.is_none()) {
-            if !out.iter().any(|t| t.id == l.source.table.id) {
-                out.push(GatherTable {
-                    id: l.source.table.id,
-                    def: l.source.table.clone(),
-                    partitioned: l.partitioned,
-                    merge_view: l.merge_view,
-                });
-            }
-        }
-    }
-    out
+    std::iter::once(select_of(p)).chain(subs).collect()
 }
 
-struct GatherTable {
-    id: lockstep_core::TableId,
-    def: Arc<TableDef>,
-    partitioned: bool,
-    merge_view: bool,
-}
-
-/// A SELECT with subqueries or set operations across partitions: every table it reads is
-/// gathered whole (partitioned ones from every partition, replicated ones from partition
-/// 0, all while the sites are parked in this transaction, so one snapshot), then the
-/// statement runs here over what was gathered.
+/// A SELECT with subqueries or set operations across partitions: the stored sources of
+/// every SELECT in it are gathered (partitioned ones from every partition, replicated ones
+/// from partition 0, each filtered by its terms that depend on neither another source nor
+/// an enclosing row; all while the sites are parked in this transaction, so one
+/// snapshot), then the statement runs here over what was gathered.
 fn select_gathering_tables(
     p: &Arc<Prepared>,
     s: &SelectPlan,
@@ -380,47 +364,29 @@ fn select_gathering_tables(
     sites: &mut dyn SiteAccess,
 ) -> Result<ResultTable> {
     let env = Env::new(params, ctx);
-    let mut tables = HashMap::new();
+    let mut levels = HashMap::new();
     let (mut rows_before, mut bytes_before) = (0u64, 0u64);
-    for t in statement_tables(p) {
-        let step = Step::GatherTable { table: t.id, rows_before, bytes_before };
-        let f = fragment(p, params.to_vec(), ctx, step);
-        let target = if t.partitioned { Target::All } else { Target::One(0) };
-        let mut rows = Vec::new();
-        for r in sites.run_fragment(target, f)? {
-            env.watch.tick()?;
-            rows.extend(r.rows);
+    for (query, plan) in query_plans(p).into_iter().enumerate() {
+        let Some(plan) = plan else { continue };
+        for (j, level) in plan.levels.iter().enumerate().filter(|(_, l)| l.derived.is_none()) {
+            let step = Step::GatherQueryLevel { query: query as u32, level: j as u32, rows_before, bytes_before };
+            let f = fragment(p, params.to_vec(), ctx, step);
+            let target = if level.partitioned { Target::All } else { Target::One(0) };
+            let mut rows = Vec::new();
+            for r in sites.run_fragment(target, f)? {
+                env.watch.tick()?;
+                rows.extend(r.rows);
+            }
+            rows_before = rows_before.saturating_add(rows.len() as u64);
+            bytes_before = rows.iter().fold(bytes_before, |b, r| b.saturating_add(row_bytes(r) as u64));
+            if level.merge_view {
+                rows = merge_view_rows(&level.source.table, rows, &env)?;
+            }
+            levels.insert((query, j), rows.into());
         }
-        rows_before = rows_before.saturating_add(rows.len() as u64);
-        bytes_before = rows.iter().fold(bytes_before, |b, r| b.saturating_add(row_bytes(r) as u64));
-        if t.merge_view {
-            rows = merge_view_rows(&t.def, rows, &env)?;
-        }
-        tables.insert(t.id, rows.into());
     }
     sites.reads_done();
-    run_statement(s, &p.subqueries, &GatheredTables { tables }, params, ctx)
-}
-
-/// Every row of one stored table on this partition.
-fn gather_table(p: &Prepared, table: u32, ctx: &ExecCtx, part: &mut Partition, tally: &Tally) -> Result<ResultTable> {
-    let def = statement_tables(p)
-        .into_iter()
-        .find(|t| t.id == table)
-        .ok_or_else(|| Error::unexpected(format!("statement \"{}\" reads no table {table}", p.sql)))?
-        .def;
-    let env = Env::new(&[], ctx);
-    let stored = part.table(table)?;
-    let mut out = ResultTable::new(def.columns.iter().map(|c| ResultColumn { name: c.name.as_str().into(), ty: c.ty }).collect::<Vec<_>>());
-    let mut share = Share { tally, rows: 0, bytes: 0 };
-    each_in_table(stored, &crate::exec::Probe::Scan, &mut |_, row| {
-        env.watch.tick()?;
-        share.add(row, &ctx.limits)?;
-        out.rows.push(row.to_vec());
-        Ok(true)
-    })?;
-    share.report(&ctx.limits)?;
-    Ok(out)
+    run_statement(s, &p.subqueries, &GatheredTables { levels }, params, ctx)
 }
 
 /// One partition's rows of level `j`, filtered by the terms that are safe to apply early.

@@ -720,7 +720,7 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         for e in &on[j] {
             let local = e.min_column().is_some_and(|c| c >= src.offset) || e.max_column().is_none();
             let ok_for_view = !merge_view || e.max_column().is_none_or(|c| c < src.offset + group_len);
-            if local && ok_for_view && e.max_column().is_some() && !e.has_subquery() {
+            if local && ok_for_view && e.max_column().is_some() && e.stands_alone() {
                 let mut l = e.clone();
                 let off = src.offset;
                 l.map_columns(&|c| c - off);
@@ -781,6 +781,8 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         && plan.agg.is_none()
         && !plan.distinct
         && !plan.levels[0].merge_view
+        && plan.levels[0].derived.is_none()
+        && plan.levels[0].on.iter().all(Expr::stands_alone)
         && (plan.order.is_empty() || plan.sorted_by_index);
     if plan.gather_limit {
         let l = &mut plan.levels[0];

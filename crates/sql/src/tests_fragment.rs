@@ -38,7 +38,7 @@ fn kind(step: &Step) -> &'static str {
         Step::Execute => "execute",
         Step::Partials => "partials",
         Step::GatherLevel { .. } => "gather",
-        Step::GatherTable { .. } => "gather table",
+        Step::GatherQueryLevel { .. } => "gather table",
         Step::InsertRows(_) => "insert",
     }
 }

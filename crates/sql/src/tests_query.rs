@@ -333,6 +333,15 @@ fn multi_partition_answers_equal_single_partition_ones() {
         let got = mp(&one, &mut sites, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
         assert_eq!(got, want, "{sql}");
     }
+    // Each source is filtered where it is read: one dept row and one emp row cross, not
+    // the 3 + 7 rows of the whole tables (the gather cap would refuse those).
+    let mut capped = one.ctx;
+    capped.limits.gather_rows_max = 2;
+    let sql = "SELECT title FROM dept WHERE id = 10 AND id IN (SELECT dept FROM emp WHERE salary > 180)";
+    let p = std::sync::Arc::new(crate::prepare(&one.cat, sql).unwrap());
+    assert_eq!(crate::execute_mp(&p, &[], &capped, &mut sites).unwrap().rows, vec![vec![s("eng")]]);
+    let p = std::sync::Arc::new(crate::prepare(&one.cat, "SELECT title FROM dept WHERE id IN (SELECT dept FROM emp)").unwrap());
+    assert!(crate::execute_mp(&p, &[], &capped, &mut sites).unwrap_err().message.contains("more than 2 rows"));
     // The last one is pinned to emp's partition of id 3; the others run everywhere.
     assert_eq!(crate::prepare(&one.cat, queries[10]).unwrap().route, Route::PartitionConst(i(3)));
     assert_eq!(crate::prepare(&one.cat, queries[0]).unwrap().route, Route::All);
