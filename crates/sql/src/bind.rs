@@ -277,6 +277,29 @@ impl<'c> Binder<'c> {
                 let kind = SubqueryKind::In { operand: coerce_const(x.expr, Some(ty)), negated: *negated, same_type };
                 Typed { expr: sub(id, kind, refs), ty: boolean }
             }
+            ast::Expr::AnyOp { left, compare_op, right, .. } | ast::Expr::AllOp { left, compare_op, right } => {
+                let all = matches!(e, ast::Expr::AllOp { .. });
+                let word = if all { "ALL" } else { "ANY" };
+                let ast::Expr::Subquery(q) = right.as_ref() else {
+                    return Err(unsupported(format!("{word} over anything but a subquery")));
+                };
+                let op = match compare_op {
+                    BinaryOperator::Eq => CmpOp::Eq,
+                    BinaryOperator::NotEq => CmpOp::Ne,
+                    BinaryOperator::Lt => CmpOp::Lt,
+                    BinaryOperator::LtEq => CmpOp::Le,
+                    BinaryOperator::Gt => CmpOp::Gt,
+                    BinaryOperator::GtEq => CmpOp::Ge,
+                    other => return Err(unsupported(format!("{other} {word}"))),
+                };
+                let x = self.bind(left, scope)?;
+                let (id, refs) = self.plan_subquery(q, scope, false)?;
+                let ty = self.single_column(id, word)?;
+                self.infer_param(&x, Some(ty));
+                check_comparable(x.ty, Some(ty))?;
+                let kind = SubqueryKind::Quantified { operand: coerce_const(x.expr, Some(ty)), op, all };
+                Typed { expr: sub(id, kind, refs), ty: boolean }
+            }
             ast::Expr::Subquery(q) => {
                 let (id, refs) = self.plan_subquery(q, scope, false)?;
                 let ty = self.single_column(id, "a scalar subquery")?;
@@ -572,7 +595,7 @@ impl<'c> Binder<'c> {
                 self.call(Func::Trim(side), args)?
             }
             A::Function(f) => self.function(f, scope)?,
-            A::InSubquery { .. } | A::Exists { .. } | A::Subquery(_) => self.subquery_expr(e, scope)?,
+            A::InSubquery { .. } | A::Exists { .. } | A::Subquery(_) | A::AnyOp { .. } | A::AllOp { .. } => self.subquery_expr(e, scope)?,
             A::IsTrue(_) | A::IsFalse(_) | A::IsNotTrue(_) | A::IsNotFalse(_) => return Err(unsupported(format!("{e}"))),
             A::TypedString(ts) => {
                 let word = ts.data_type.to_string();

@@ -119,6 +119,19 @@ pub enum SubqueryKind {
     In { operand: Expr, negated: bool, same_type: bool },
     /// Its one value: NULL when it has no row, an error when it has more than one.
     Scalar,
+    /// `operand op ANY (subquery)` (`all` false; SOME is ANY) or `operand op ALL
+    /// (subquery)` over its one column.
+    Quantified { operand: Expr, op: CmpOp, all: bool },
+}
+
+impl SubqueryKind {
+    /// The expression compared with the subquery's rows, if any.
+    pub fn operand(&self) -> Option<&Expr> {
+        match self {
+            SubqueryKind::In { operand, .. } | SubqueryKind::Quantified { operand, .. } => Some(operand),
+            SubqueryKind::Exists | SubqueryKind::Scalar => None,
+        }
+    }
 }
 
 /// Runs a statement's subqueries for the expressions that use them (`exec_query::Runner`).
@@ -243,7 +256,7 @@ impl Expr {
             Expr::Column(i) => f(*i),
             Expr::Const(_) | Expr::Param(_) | Expr::Outer(_) => {}
             Expr::Subquery(sq) => {
-                if let SubqueryKind::In { operand, .. } = &sq.kind {
+                if let Some(operand) = sq.kind.operand() {
                     operand.visit_columns(f);
                 }
                 sq.outer_columns.iter().for_each(|&c| f(c));
@@ -287,7 +300,7 @@ impl Expr {
             // planned with, so the planner never moves an expression that has one
             // (`stands_alone`).
             Expr::Subquery(sq) => {
-                if let SubqueryKind::In { operand, .. } = &mut sq.kind {
+                if let SubqueryKind::In { operand, .. } | SubqueryKind::Quantified { operand, .. } = &mut sq.kind {
                     operand.map_columns(map);
                 }
             }
@@ -327,10 +340,7 @@ impl Expr {
     pub fn depth(&self) -> usize {
         let below = match self {
             Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => 0,
-            Expr::Subquery(sq) => match &sq.kind {
-                SubqueryKind::In { operand, .. } => operand.depth(),
-                _ => 0,
-            },
+            Expr::Subquery(sq) => sq.kind.operand().map_or(0, Expr::depth),
             Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.depth(),
             Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.depth().max(b.depth())
@@ -384,10 +394,7 @@ impl Expr {
         }
         match self {
             Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => false,
-            Expr::Subquery(sq) => match &sq.kind {
-                SubqueryKind::In { operand, .. } => operand.any(f),
-                _ => false,
-            },
+            Expr::Subquery(sq) => sq.kind.operand().is_some_and(|o| o.any(f)),
             Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.any(f),
             Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.any(f) || b.any(f)
@@ -435,6 +442,11 @@ fn eval_subquery(sq: &SubqueryRef, row: &[Value], env: &Env) -> Result<Value> {
                 ))),
             }
         }
+        SubqueryKind::Quantified { operand, op, all } => {
+            let x = operand.eval_ref(row, env)?;
+            let r = runner.rows(sq.id, outer, env)?;
+            quantified(&x, *op, *all, &r.rows)
+        }
         SubqueryKind::In { operand, negated, same_type } => {
             let x = operand.eval_ref(row, env)?;
             let r = runner.rows(sq.id, outer, env)?;
@@ -471,6 +483,23 @@ fn eval_subquery(sq: &SubqueryRef, row: &[Value], env: &Env) -> Result<Value> {
             })
         }
     }
+}
+
+/// `x op ANY (rows)` is true when the comparison holds for some row, else unknown when it
+/// is unknown for some row, else false (so false over no rows); `x op ALL (rows)` is false
+/// when it fails for some row, else unknown when it is unknown for some, else true (so
+/// true over no rows).
+fn quantified(x: &Value, op: CmpOp, all: bool, rows: &[Vec<Value>]) -> Result<Value> {
+    let decisive = !all;
+    let mut unknown = false;
+    for v in rows.iter().filter_map(|r| r.first()) {
+        match compare(op, x, v)?.truth() {
+            Some(b) if b == decisive => return Ok(Value::Bool(decisive)),
+            Some(_) => {}
+            None => unknown = true,
+        }
+    }
+    Ok(if unknown { Value::Null } else { Value::Bool(!decisive) })
 }
 
 /// NOT: unknown stays unknown.

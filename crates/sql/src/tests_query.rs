@@ -118,6 +118,28 @@ fn in_and_not_in_follow_sql_null_rules() {
     assert!(db.err("SELECT id FROM emp WHERE name IN (SELECT id FROM dept)").contains("cannot compare"));
 }
 
+/// Salaries are {100, 200, 150, 50, NULL}.
+#[test]
+fn any_and_all_comparisons_follow_sql_null_rules() {
+    let mut db = company();
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id * 10 > ALL (SELECT salary FROM emp WHERE salary IS NOT NULL)"), ids(&[30]));
+    // 300 > NULL is unknown, so 300 > ALL is unknown.
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id * 10 > ALL (SELECT salary FROM emp)"), ids(&[]));
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id * 10 = ANY (SELECT salary FROM emp) ORDER BY id"), ids(&[10, 20]));
+    assert_eq!(db.rows("SELECT id FROM dept WHERE NOT (id * 10 = ANY (SELECT salary FROM emp))"), ids(&[]));
+    // Over no rows ALL is true and ANY false.
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id * 10 < ALL (SELECT salary FROM emp WHERE id > 99) ORDER BY id"), ids(&[10, 20, 30]));
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id = ANY (SELECT salary FROM emp WHERE id > 99)"), ids(&[]));
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id * 10 > SOME (SELECT salary FROM emp WHERE dept = 10) ORDER BY id"), ids(&[20, 30]));
+    // <> ALL is NOT IN.
+    assert_eq!(db.rows("SELECT id FROM dept WHERE id <> ALL (SELECT dept FROM emp)"), ids(&[]));
+    assert_eq!(
+        db.rows("SELECT id FROM dept d WHERE 150 <= ANY (SELECT salary FROM emp e WHERE e.dept = d.id) ORDER BY id"),
+        ids(&[10, 20])
+    );
+    assert!(db.err("SELECT id FROM dept WHERE id > ALL (SELECT id, title FROM dept)").contains("one column"));
+}
+
 #[test]
 fn exists_and_scalar_subqueries_in_where_select_and_having() {
     let mut db = company();
