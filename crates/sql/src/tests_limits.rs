@@ -56,6 +56,19 @@ fn with_limits(limits: Limits) -> ExecCtx {
     ExecCtx { limits, ..ctx() }
 }
 
+/// Each run of a correlated subquery reads fewer rows than a check interval, and so does
+/// the query around it: the deadline must still stop them (each run looks at the clock).
+#[test]
+fn correlated_subqueries_past_their_deadline_fail() {
+    let mut db = Db::new(DDL);
+    load(&mut db, "a", 100);
+    let sql = "SELECT COUNT(*) FROM a x WHERE (SELECT COUNT(*) FROM a y WHERE y.id <= x.id) > 0";
+    assert_eq!(db.rows(sql), vec![vec![i(100)]]);
+    db.ctx = with_deadline(passed());
+    let e = failure(db.try_run(sql, &[]), "a passed deadline must stop the subqueries");
+    assert!(is_query_timeout(&e), "{}", e.message);
+}
+
 #[test]
 fn a_cross_join_past_its_deadline_fails_with_voltdbs_message_and_changes_nothing() {
     let mut db = Db::new(DDL);
