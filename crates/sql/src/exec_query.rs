@@ -17,6 +17,7 @@ use lockstep_storage::Partition;
 
 use crate::exec::{run_select, GatheredSource, PartitionSource, RowSource};
 use crate::expr::{Env, SubRows, SubqueryRunner};
+use crate::limits::row_bytes;
 use crate::plan::{SelectPlan, SetOp, SetOpPlan, SubBody, SubqueryPlan};
 use crate::ExecCtx;
 
@@ -80,6 +81,9 @@ pub struct Runner<'a> {
     subs: &'a [SubqueryPlan],
     tables: &'a dyn Tables,
     kept: RefCell<Vec<Option<Rc<SubRows>>>>,
+    /// Bytes of the answers kept, held against the cap on what one answer may hold: each
+    /// answer is capped as it is built, and together they may not pass it either.
+    kept_bytes: std::cell::Cell<usize>,
     /// Each SELECT subquery's row source, built on its first run: a correlated subquery
     /// over gathered rows then builds the hash of a level's rows on a key once, not once
     /// per outer row.
@@ -88,7 +92,13 @@ pub struct Runner<'a> {
 
 impl<'a> Runner<'a> {
     pub fn new(subs: &'a [SubqueryPlan], tables: &'a dyn Tables) -> Runner<'a> {
-        Runner { subs, tables, kept: RefCell::new(vec![None; subs.len()]), sources: RefCell::new(vec![None; subs.len()]) }
+        Runner {
+            subs,
+            tables,
+            kept: RefCell::new(vec![None; subs.len()]),
+            kept_bytes: std::cell::Cell::new(0),
+            sources: RefCell::new(vec![None; subs.len()]),
+        }
     }
 
     /// The row source of SELECT subquery `id` (its derived tables' rows, which never
@@ -128,6 +138,11 @@ impl SubqueryRunner for Runner<'_> {
         let sub = self.subs.get(id).ok_or_else(|| Error::unexpected(format!("no subquery {id} in the statement")))?;
         let rows = Rc::new(SubRows::new(self.compute(id, sub, outer, env)?));
         if !sub.correlated {
+            let bytes = rows.rows.iter().fold(self.kept_bytes.get(), |b, r| b.saturating_add(row_bytes(r)));
+            if bytes > env.limits.result_bytes_max {
+                return Err(env.limits.result_too_big());
+            }
+            self.kept_bytes.set(bytes);
             if let Some(slot) = self.kept.borrow_mut().get_mut(id) {
                 *slot = Some(rows.clone());
             }
