@@ -245,6 +245,12 @@ impl<'c> Binder<'c> {
         }
     }
 
+    /// How many reads of the enclosing query's columns the subquery being planned has made
+    /// so far: a side of a set operation that adds some depends on the enclosing row.
+    pub fn outer_reads(&self) -> usize {
+        self.outer_refs.len()
+    }
+
     /// The one column of subquery `id` (IN and scalar subqueries), or an error naming `what`.
     fn single_column(&self, id: usize, what: &str) -> Result<DataType> {
         let cols = &self.subqueries[id].columns;

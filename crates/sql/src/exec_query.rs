@@ -101,15 +101,21 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// The row source of SELECT subquery `id` (its derived tables' rows, which never
-    /// depend on the enclosing row, are read once).
+    /// The row source of SELECT subquery `id`, run in `env`. It is kept unless a level's
+    /// rows depend on the enclosing row (a set operation with ORDER BY or LIMIT inside a
+    /// correlated subquery reads its sides as a derived level).
     fn source(&self, id: usize, plan: &SelectPlan, env: &Env) -> Result<Rc<dyn RowSource + 'a>> {
-        if let Some(s) = self.sources.borrow().get(id).and_then(Clone::clone) {
-            return Ok(s);
+        let keep = plan.levels.iter().all(|l| l.derived.is_none_or(|d| self.subs.get(d).is_some_and(|s| !s.correlated)));
+        if keep {
+            if let Some(s) = self.sources.borrow().get(id).and_then(Clone::clone) {
+                return Ok(s);
+            }
         }
         let src: Rc<dyn RowSource + 'a> = Rc::from(self.tables.source(id + 1, plan, derived_rows(plan, env)?)?);
-        if let Some(slot) = self.sources.borrow_mut().get_mut(id) {
-            *slot = Some(src.clone());
+        if keep {
+            if let Some(slot) = self.sources.borrow_mut().get_mut(id) {
+                *slot = Some(src.clone());
+            }
         }
         Ok(src)
     }
@@ -117,8 +123,8 @@ impl<'a> Runner<'a> {
     fn compute(&self, id: usize, sub: &SubqueryPlan, outer: &[Value], env: &Env) -> Result<SharedRows> {
         match &sub.body {
             SubBody::Select(plan) => {
-                let src = self.source(id, plan, env)?;
                 let inner = env.for_subquery(outer);
+                let src = self.source(id, plan, &inner)?;
                 Ok(run_select(plan, &*src, &inner, self.tables.gathered())?.rows.into())
             }
             SubBody::SetOp(s) => {
@@ -151,14 +157,16 @@ impl SubqueryRunner for Runner<'_> {
     }
 }
 
-/// The rows of `plan`'s derived tables, by level.
+/// The rows of `plan`'s derived tables, by level, for the enclosing row of `env` (which
+/// only the sides of a set operation under ORDER BY or LIMIT may read: a subquery in FROM
+/// cannot).
 fn derived_rows(plan: &SelectPlan, env: &Env) -> Result<Vec<Option<SharedRows>>> {
     let mut derived = Vec::with_capacity(plan.levels.len());
     for l in &plan.levels {
         derived.push(match l.derived {
             Some(id) => {
                 let runner = env.subqueries.ok_or_else(|| Error::unexpected("a derived table without the statement's subqueries"))?;
-                Some(runner.rows(id, &[], env)?.rows.clone())
+                Some(runner.rows(id, env.outer, env)?.rows.clone())
             }
             None => None,
         });

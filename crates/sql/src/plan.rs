@@ -402,12 +402,14 @@ fn plan_set_expr(catalog: &Catalog, b: &mut Binder, body: &SetExpr, depth: usize
     if depth >= SET_OPERATIONS_MAX {
         return Err(Error::sql(format!("a query may chain at most {SET_OPERATIONS_MAX} UNION / INTERSECT / EXCEPT operations")));
     }
-    match body {
+    // A side that reads the enclosing query's row runs again for each such row.
+    let before = b.outer_reads();
+    let id = match body {
         SetExpr::Select(s) => {
             let plan = plan_select(catalog, b, s, None)?;
-            Ok(push_subquery(b, SubBody::Select(Box::new(plan))))
+            push_subquery(b, SubBody::Select(Box::new(plan)))
         }
-        SetExpr::Query(q) => plan_subquery_body(catalog, b, q),
+        SetExpr::Query(q) => plan_subquery_body(catalog, b, q)?,
         SetExpr::SetOperation { op, set_quantifier, left, right } => {
             let op = match op {
                 ast::SetOperator::Union => SetOp::Union,
@@ -422,10 +424,12 @@ fn plan_set_expr(catalog: &Catalog, b: &mut Binder, body: &SetExpr, depth: usize
             let l = plan_set_expr(catalog, b, left, depth + 1)?;
             let r = plan_set_expr(catalog, b, right, depth + 1)?;
             let plan = set_op_plan(b, op, all, l, r)?;
-            Ok(push_subquery(b, SubBody::SetOp(plan)))
+            push_subquery(b, SubBody::SetOp(plan))
         }
-        _ => Err(unsupported("this kind of query")),
-    }
+        _ => return Err(unsupported("this kind of query")),
+    };
+    b.subqueries[id].correlated = b.outer_reads() > before;
+    Ok(id)
 }
 
 fn set_op_name(op: SetOp, all: bool) -> String {
