@@ -365,6 +365,13 @@ impl<'c> Binder<'c> {
         self.agg_active = true;
     }
 
+    /// Ends the grouping of one SELECT (the next side of a set operation starts without
+    /// one): its keys and aggregates.
+    pub fn end_grouping(&mut self) -> Option<AggCtx> {
+        self.agg_active = false;
+        self.agg.take()
+    }
+
     /// Binds an expression over the aggregated row (when grouping) or the input row.
     ///
     /// Recursion here costs tens of KB of stack per level in debug builds, so each level

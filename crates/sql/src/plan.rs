@@ -709,7 +709,7 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         Some(q) => limits(b, q)?,
         None => (None, None),
     };
-    let agg = b.agg.take();
+    let agg = b.end_grouping();
 
     // Levels with access paths.
     let mut levels = Vec::with_capacity(sources.len());

@@ -83,6 +83,11 @@ fn set_operations_treat_nulls_as_duplicates() {
     assert!(db.err("SELECT id, name FROM emp UNION SELECT id FROM dept").contains("as many columns"));
     assert!(db.err("SELECT id FROM emp UNION SELECT title FROM dept").contains("column 1 of UNION is INTEGER on the left and VARCHAR"));
     assert!(db.err("SELECT id FROM emp UNION SELECT id FROM dept ORDER BY 3").contains("ORDER BY position 3"));
+    // A grouped side leaves nothing behind for the next one.
+    assert_eq!(
+        db.rows("SELECT dept, COUNT(*) FROM emp WHERE dept > 10 GROUP BY dept UNION ALL SELECT id, 1 FROM dept WHERE id < 20 ORDER BY 1"),
+        vec![vec![i(10), i(1)], vec![i(20), i(2)]]
+    );
     // Parameters reach every side.
     let p = db.try_run("SELECT id FROM emp WHERE id = ? UNION SELECT id FROM dept WHERE id = ? ORDER BY 1", &[i(2), i(20)]).unwrap();
     assert_eq!(p.rows, ids(&[2, 20]));
