@@ -426,10 +426,15 @@ impl<'c> Binder<'c> {
                     return self.bind_aggregate(f, scope);
                 }
             }
-            // The trial binds this same node again: it is not a level deeper.
+            // The trial binds this same node again: it is not a level deeper. When it is
+            // dropped, so are the subqueries it planned (binding again plans them anew).
+            let mark = self.subqueries.len();
             self.depth -= 1;
             let (trial, had_agg) = self.bind_input(e, scope);
             self.depth += 1;
+            if had_agg {
+                self.subqueries.truncate(mark);
+            }
             if !had_agg {
                 let t = trial?;
                 if let Some(k) = self.group_position(&t.expr) {

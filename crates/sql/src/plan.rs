@@ -604,6 +604,8 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
     };
     let mut aggregated = !group_exprs.is_empty() || s.having.is_some();
     if !aggregated {
+        // A look for aggregates only: the subqueries it planned are planned again below.
+        let mark = b.subqueries.len();
         for item in &s.projection {
             if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
                 let (r, had) = b.bind_input(e, &sources);
@@ -611,6 +613,7 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
                 aggregated |= had;
             }
         }
+        b.subqueries.truncate(mark);
     }
     if aggregated {
         let mut keys = Vec::new();

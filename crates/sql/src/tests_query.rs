@@ -289,6 +289,11 @@ fn nesting_limits_answer_with_errors_and_explain_names_subqueries() {
     assert!(text.contains("SCAN of subquery 3"), "{text}");
     assert!(text.contains("SUBQUERY 0 (runs for each row of the query around it)"), "{text}");
     assert!(text.contains("SUBQUERY 3 (runs once): subquery 1 UNION subquery 2"), "{text}");
+    // Binding that looks for aggregates first keeps no second copy of a subquery.
+    let p = crate::prepare(&db.cat, "SELECT COUNT(*) + (SELECT MAX(id) FROM dept), (SELECT MIN(id) FROM dept) FROM emp").unwrap();
+    assert_eq!(p.subqueries.len(), 2);
+    let p = crate::prepare(&db.cat, "SELECT (SELECT MAX(id) FROM dept) FROM emp").unwrap();
+    assert_eq!(p.subqueries.len(), 1);
     // The correlated subquery looks the outer row's key up in an index.
     assert!(text.contains("INDEX PREFIX LOOKUP of E using EMP_DEPT"), "{text}");
 }
