@@ -72,9 +72,9 @@ pub const SUBQUERY_DEPTH_MAX: usize = 8;
 /// A query enclosing the subquery being bound: the sources its columns come from.
 struct OuterScope {
     sources: Vec<Source>,
-    /// It groups: its expressions read the aggregated row, which a correlated subquery
-    /// cannot refer into.
-    grouped: bool,
+    /// Its group keys, when it groups: its expressions then read the aggregated row
+    /// `[keys…, aggregates…]`, where a correlated subquery may read a key.
+    group: Option<Vec<Expr>>,
     /// A subquery in FROM (or a view): it may not read the enclosing query's columns.
     barrier: bool,
 }
@@ -219,7 +219,7 @@ impl<'c> Binder<'c> {
         let refs = std::mem::take(&mut self.outer_refs);
         self.agg_active = false;
         self.saw_agg = false;
-        self.outer.push(OuterScope { sources: scope.to_vec(), grouped: agg.is_some(), barrier });
+        self.outer.push(OuterScope { sources: scope.to_vec(), group: agg.as_ref().map(|a| a.group.clone()), barrier });
         let r = crate::plan::plan_subquery_body(catalog, self, q);
         self.outer.pop();
         let mut read = std::mem::replace(&mut self.outer_refs, refs);
@@ -325,18 +325,22 @@ impl<'c> Binder<'c> {
         let Some(top) = self.outer.last() else {
             return Err(err);
         };
-        let (sources, grouped, barrier) = (top.sources.clone(), top.grouped, top.barrier);
+        let (sources, group, barrier) = (top.sources.clone(), top.group.clone(), top.barrier);
         if barrier {
             return Err(err);
         }
         match self.column(&sources, qual, col) {
             Ok(Typed { expr: Expr::Column(pos), ty }) => {
-                if grouped {
-                    return Err(unsupported(format!(
-                        "a subquery reading {} of a grouped query in its select list, HAVING or ORDER BY",
-                        display_name(qual, col)
-                    )));
-                }
+                // Over a grouped query's aggregated row, a column is there as a group key.
+                let pos = match &group {
+                    None => pos,
+                    Some(keys) => keys.iter().position(|k| *k == Expr::Column(pos)).ok_or_else(|| {
+                        Error::sql(format!(
+                            "a subquery in a grouped query's select list, HAVING or ORDER BY may read only its GROUP BY columns, not {}",
+                            display_name(qual, col)
+                        ))
+                    })?,
+                };
                 self.outer_refs.push(pos);
                 Ok(Typed { expr: Expr::Outer(pos), ty })
             }

@@ -227,7 +227,22 @@ fn correlated_subqueries_run_per_outer_row() {
     assert!(db
         .err("SELECT id FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE EXISTS (SELECT 1 FROM emp x WHERE x.id = d.id))")
         .contains("two or more levels out"));
-    assert!(db.err("SELECT dept, (SELECT COUNT(*) FROM dept WHERE dept.id = emp.dept) FROM emp GROUP BY dept").contains("grouped query"));
+    // Over a grouped query, a subquery reads its group keys.
+    assert_eq!(
+        db.rows("SELECT dept, (SELECT title FROM dept d WHERE d.id = emp.dept) FROM emp GROUP BY dept ORDER BY 1"),
+        vec![vec![N, N], vec![i(10), s("eng")], vec![i(20), s("ops")]]
+    );
+    assert_eq!(
+        db.rows("SELECT dept FROM emp GROUP BY dept HAVING COUNT(*) > (SELECT COUNT(*) FROM emp x WHERE x.dept = emp.dept AND x.salary >= 100) ORDER BY 1"),
+        vec![vec![N], vec![i(20)]]
+    );
+    assert_eq!(
+        db.rows("SELECT dept, COUNT(*) FROM emp GROUP BY dept ORDER BY (SELECT title FROM dept d WHERE d.id = emp.dept) DESC"),
+        vec![vec![i(20), i(2)], vec![i(10), i(2)], vec![N, i(1)]]
+    );
+    assert!(db
+        .err("SELECT dept, (SELECT COUNT(*) FROM dept WHERE dept.id = emp.id) FROM emp GROUP BY dept")
+        .contains("only its GROUP BY columns"));
 }
 
 #[test]
@@ -374,6 +389,7 @@ fn multi_partition_answers_equal_single_partition_ones() {
         "SELECT id FROM emp e WHERE salary = (SELECT MAX(salary) FROM emp x WHERE x.dept = e.dept) ORDER BY id",
         "SELECT d.n, d.s FROM (SELECT dept AS n, SUM(salary) AS s FROM emp GROUP BY dept) AS d ORDER BY 1",
         "SELECT COUNT(*) FROM emp WHERE salary > (SELECT AVG(salary) FROM emp)",
+        "SELECT dept, (SELECT title FROM dept d WHERE d.id = emp.dept) FROM emp GROUP BY dept ORDER BY 1",
         "SELECT id FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id AND e.salary > 180 \
          UNION SELECT 1 FROM emp e WHERE e.dept = d.id AND e.bonus > 2) ORDER BY id",
         "SELECT id, (SELECT salary FROM emp e WHERE e.dept = d.id AND salary IS NOT NULL \
