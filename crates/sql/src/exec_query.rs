@@ -199,6 +199,15 @@ pub fn run_statement_in(plan: &SelectPlan, subs: &[SubqueryPlan], tables: &dyn T
     run_plan(plan, tables, &env)
 }
 
+/// Runs `f` with `env` given a runner for `subs` over `tables` (an UPDATE or DELETE
+/// reading through subqueries).
+pub fn with_runner<T>(subs: &[SubqueryPlan], tables: &dyn Tables, env: &Env, f: impl FnOnce(&Env) -> Result<T>) -> Result<T> {
+    let runner = Runner::new(subs, tables);
+    let mut env = env.for_subquery(&[]);
+    env.subqueries = Some(&runner);
+    f(&env)
+}
+
 /// A side's rows with its columns converted to the operation's types where they differ.
 fn converted<'r>(s: &SetOpPlan, side: usize, rows: &'r [Vec<Value>]) -> std::borrow::Cow<'r, [Vec<Value>]> {
     if !s.convert[side] {

@@ -109,10 +109,7 @@ pub fn explain(p: &Prepared) -> String {
     };
     let _ = writeln!(out, "ROUTE: {route}{}", if p.writes_replicated { " (writes a replicated table)" } else { "" });
     match &p.plan {
-        Plan::Select(s) => {
-            select_text(s, &mut out, "");
-            subqueries_text(&p.subqueries, &mut out);
-        }
+        Plan::Select(s) => select_text(s, &mut out, ""),
         Plan::Insert(i) => {
             let verb = if i.upsert { "UPSERT" } else { "INSERT" };
             match &i.source {
@@ -132,5 +129,6 @@ pub fn explain(p: &Prepared) -> String {
             let _ = writeln!(out, "DELETE FROM {} via {}", d.level.source.name, access_text(&d.level));
         }
     }
+    subqueries_text(&p.subqueries, &mut out);
     out
 }

@@ -176,9 +176,8 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
         Plan::Select(s) => (route::query_route(s, &subqueries), false),
         // INSERT … SELECT runs across partitions whatever its SELECT reads.
         Plan::Insert(plan_dml::InsertPlan { source: plan_dml::InsertSource::Select(_), .. }) => route::route(catalog, &plan),
-        _ => return Err(Error::sql(
-            "subqueries are not supported in UPDATE or DELETE yet (nor in INSERT … VALUES): select the keys first, then change the rows",
-        )),
+        Plan::Update(_) | Plan::Delete(_) => route::dml_with_subqueries_route(catalog, &plan, &subqueries)?,
+        Plan::Insert(_) => return Err(Error::sql("subqueries are not supported in INSERT … VALUES: use INSERT … SELECT")),
     };
     let sql: Arc<str> = Arc::from(sql);
     Ok(Prepared {
@@ -290,6 +289,18 @@ fn run_dml(p: &Prepared, env: &expr::Env, part: &mut Partition) -> Result<u64> {
             rows.and_then(|rows| exec_dml::insert_rows(i, rows, part, env))
         }
         Plan::Insert(i) => exec_dml::run_insert(i, part, env),
+        // With subqueries: what the statement reads (through them too) is read first, with
+        // the partition lent to them, and written after.
+        Plan::Update(u) if !p.subqueries.is_empty() => {
+            let changes =
+                exec_query::with_runner(&p.subqueries, &exec_query::PartitionTables(part), env, |e| exec_dml::update_changes(u, part, e));
+            changes.and_then(|c| exec_dml::apply_update(u, c, part, env))
+        }
+        Plan::Delete(d) if !p.subqueries.is_empty() => {
+            let rows =
+                exec_query::with_runner(&p.subqueries, &exec_query::PartitionTables(part), env, |e| exec_dml::delete_rows(d, part, e));
+            rows.and_then(|r| exec_dml::apply_delete(d, r, part, env))
+        }
         Plan::Update(u) => exec_dml::run_update(u, part, env),
         Plan::Delete(d) => exec_dml::run_delete(d, part, env),
         Plan::Select(_) => Ok(0),

@@ -167,8 +167,7 @@ fn exists_and_scalar_subqueries_in_where_select_and_having() {
     // The subquery's answer may be a key the index looks up.
     assert_eq!(db.rows("SELECT name FROM emp WHERE id = (SELECT MIN(id) + 1 FROM dept WHERE id > 15) - 19"), vec![vec![s("bob")]]);
     assert!(db.err("SELECT (SELECT id, title FROM dept WHERE id = 10)").contains("one column"));
-    assert!(db.err("UPDATE emp SET salary = 1 WHERE dept IN (SELECT id FROM dept)").contains("not supported in UPDATE or DELETE"));
-    assert!(db.err("INSERT INTO dept VALUES ((SELECT MAX(id) FROM dept) + 1, 'x')").contains("nor in INSERT … VALUES"));
+    assert!(db.err("INSERT INTO dept VALUES ((SELECT MAX(id) FROM dept) + 1, 'x')").contains("use INSERT … SELECT"));
     // INSERT … SELECT reads everything before it writes.
     let n = db.run(
         "INSERT INTO dept SELECT id + 100, name FROM emp WHERE dept IN (SELECT id FROM dept WHERE title = 'ops') UNION SELECT 99, 'new'",
@@ -245,6 +244,26 @@ fn correlated_subqueries_run_per_outer_row() {
         .contains("only its GROUP BY columns"));
 }
 
+/// UPDATE and DELETE read everything, subqueries included, before they change a row.
+#[test]
+fn update_and_delete_with_subqueries() {
+    let mut db = company();
+    // Ed's NULL salary becomes the highest salary there was: 200.
+    assert_eq!(db.rows("UPDATE emp SET salary = (SELECT MAX(salary) FROM emp) WHERE salary IS NULL"), ids(&[1]));
+    assert_eq!(db.rows("SELECT salary FROM emp WHERE id = 5"), ids(&[200]));
+    // Each bonus becomes the head count of the employee's department (0 for di's NULL).
+    assert_eq!(db.rows("UPDATE emp SET bonus = (SELECT COUNT(*) FROM emp x WHERE x.dept = emp.dept)"), ids(&[5]));
+    assert_eq!(
+        db.rows("SELECT id, bonus FROM emp ORDER BY id"),
+        vec![vec![i(1), dec("2")], vec![i(2), dec("2")], vec![i(3), dec("2")], vec![i(4), dec("0")], vec![i(5), dec("2")]]
+    );
+    // Only hr has nobody paid over 180 (ed, in ops, is paid 200 now).
+    assert_eq!(db.rows("DELETE FROM dept WHERE NOT EXISTS (SELECT 1 FROM emp WHERE emp.dept = dept.id AND salary > 180)"), ids(&[1]));
+    assert_eq!(db.rows("SELECT id FROM dept ORDER BY id"), ids(&[10, 20]));
+    assert_eq!(db.rows("DELETE FROM emp WHERE dept NOT IN (SELECT id FROM dept) OR dept IS NULL"), ids(&[1]));
+    assert_eq!(db.rows("SELECT COUNT(*) FROM emp"), ids(&[4]));
+}
+
 #[test]
 fn derived_tables_in_from() {
     let mut db = company();
@@ -281,6 +300,18 @@ fn subquery_routing_follows_every_select() {
     assert_eq!(route(&mut db, "SELECT k FROM r WHERE k IN (SELECT v FROM p)"), Route::All);
     assert_eq!(route(&mut db, "SELECT v FROM p WHERE id = 7 AND v IN (SELECT w FROM q)"), Route::All);
     assert_eq!(route(&mut db, "SELECT x.v FROM (SELECT v FROM p WHERE id = 3) x"), Route::PartitionConst(i(3)));
+    // UPDATE and DELETE run their subqueries where they run: on replicated tables, or
+    // pinned to the statement's own partition.
+    assert_eq!(route(&mut db, "DELETE FROM p WHERE v IN (SELECT k FROM r)"), Route::All);
+    assert_eq!(route(&mut db, "DELETE FROM p WHERE id = 5 AND v IN (SELECT w FROM q WHERE id = 5)"), Route::PartitionConst(i(5)));
+    assert_eq!(route(&mut db, "UPDATE r SET k = k + 0 WHERE k IN (SELECT k FROM r)"), Route::All);
+    for refused in [
+        "DELETE FROM p WHERE v IN (SELECT w FROM q)",
+        "DELETE FROM p WHERE id = 5 AND v IN (SELECT w FROM q WHERE id = 6)",
+        "DELETE FROM r WHERE k IN (SELECT v FROM p WHERE id = 1)",
+    ] {
+        assert!(db.err(refused).contains("same partition key"), "{refused}");
+    }
 }
 
 #[test]
@@ -390,6 +421,9 @@ fn multi_partition_answers_equal_single_partition_ones() {
         "SELECT d.n, d.s FROM (SELECT dept AS n, SUM(salary) AS s FROM emp GROUP BY dept) AS d ORDER BY 1",
         "SELECT COUNT(*) FROM emp WHERE salary > (SELECT AVG(salary) FROM emp)",
         "SELECT dept, (SELECT title FROM dept d WHERE d.id = emp.dept) FROM emp GROUP BY dept ORDER BY 1",
+        // Each partition changes its rows, reading its copy of dept.
+        "UPDATE emp SET bonus = (SELECT COUNT(*) FROM dept WHERE dept.id = emp.dept)",
+        "SELECT id, bonus FROM emp ORDER BY id",
         "SELECT id FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id AND e.salary > 180 \
          UNION SELECT 1 FROM emp e WHERE e.dept = d.id AND e.bonus > 2) ORDER BY id",
         "SELECT id, (SELECT salary FROM emp e WHERE e.dept = d.id AND salary IS NOT NULL \
