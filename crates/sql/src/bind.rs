@@ -79,6 +79,15 @@ struct OuterScope {
     barrier: bool,
 }
 
+/// A common table expression: a named query, planned as a derived table where it is read.
+#[derive(Clone)]
+pub struct Cte {
+    pub name: String,
+    pub query: ast::Query,
+    /// The `name (col, …)` alias, applied as a derived table's column names are.
+    pub alias: ast::TableAlias,
+}
+
 pub struct Binder<'c> {
     /// For planning subqueries; None where only expressions are bound.
     catalog: Option<&'c Catalog>,
@@ -91,6 +100,8 @@ pub struct Binder<'c> {
     /// Lower-case names of the tables and plain views the statement reads, for a plain
     /// view's dependencies.
     pub reads: Vec<String>,
+    /// The common table expressions (`WITH name AS (…)`) in scope, innermost last.
+    pub ctes: Vec<Cte>,
     pub param_types: Vec<Option<DataType>>,
     pub agg: Option<AggCtx>,
     /// Aggregate calls are collected (true) or only noticed (false, via `saw_agg`).
@@ -198,6 +209,7 @@ impl<'c> Binder<'c> {
             outer: Vec::new(),
             outer_refs: Vec::new(),
             reads: Vec::new(),
+            ctes: Vec::new(),
             param_types: vec![None; param_count],
             agg: None,
             agg_active: false,

@@ -7,7 +7,7 @@ use lockstep_core::{Catalog, ColumnDef, DataType, Error, Result, ResultColumn, T
 use sqlparser::ast::{self as ast, JoinConstraint, JoinOperator, SelectItem, SetExpr, TableFactor};
 
 use crate::access::{choose_access, Access, KeyTerm};
-use crate::bind::{ident_name, object_name, AggCtx, Binder, Source, Typed};
+use crate::bind::{ident_name, object_name, AggCtx, Binder, Cte, Source, Typed};
 use crate::expr::{CmpOp, Expr};
 
 /// Most FROM items one SELECT may join.
@@ -230,6 +230,11 @@ fn add_factor<'q>(
         other => return Err(unsupported(format!("FROM item {other}"))),
     };
     let n = object_name(name)?;
+    if name.0.len() == 1 {
+        if let Some(i) = b.ctes.iter().rposition(|c| c.name.eq_ignore_ascii_case(&n)) {
+            return expand_cte(b, items, i, alias.as_ref(), left, on);
+        }
+    }
     b.reads.push(n.to_ascii_lowercase());
     if catalog.table(&n).is_none() {
         if let Some(v) = catalog.plain_view(&n) {
@@ -247,6 +252,34 @@ fn add_factor<'q>(
         None => table.name.clone(),
     };
     push_item(items, table, sname, left, on, None)
+}
+
+/// A common table expression read in FROM: its query, planned here as a derived table. It
+/// sees the expressions defined before it, not itself or those after it (no recursion).
+fn expand_cte<'q>(
+    b: &mut Binder,
+    items: &mut Vec<FromItem<'q>>,
+    i: usize,
+    alias: Option<&ast::TableAlias>,
+    left: bool,
+    on: Option<&'q ast::Expr>,
+) -> Result<()> {
+    let cte = b.ctes[i].clone();
+    let later = b.ctes.split_off(i);
+    let planned = b.plan_subquery(&cte.query, &[], true);
+    b.ctes.extend(later);
+    let (id, _) = planned.map_err(|e| e.context(format!("in WITH {}", cte.name)))?;
+    let mut cols = b.subqueries[id].columns.to_vec();
+    rename_columns(&mut cols, &cte.alias)?;
+    let sname = match alias {
+        Some(a) => {
+            rename_columns(&mut cols, a)?;
+            ident_name(&a.name)
+        }
+        None => cte.name.clone(),
+    };
+    let table = Arc::new(derived_table(&sname, &cols));
+    push_item(items, table, sname, left, on, Some(id))
 }
 
 /// A plain view read in FROM: its query, planned here as a derived table under the view's
@@ -360,12 +393,28 @@ fn level_of(sources: &[Source], e: &Expr) -> usize {
 /// Plans a query (a SELECT, or set operations over SELECTs, with optional ORDER BY /
 /// LIMIT / OFFSET).
 pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<SelectPlan> {
-    if q.with.is_some() {
-        return Err(unsupported("WITH"));
-    }
     if q.fetch.is_some() || !q.locks.is_empty() || q.for_clause.is_some() {
         return Err(unsupported("FETCH / FOR UPDATE"));
     }
+    // WITH's names are in scope for the query and the subqueries in it, and no further.
+    let scope = b.ctes.len();
+    if let Some(w) = &q.with {
+        if w.recursive {
+            return Err(unsupported("WITH RECURSIVE"));
+        }
+        for cte in &w.cte_tables {
+            if cte.from.is_some() {
+                return Err(unsupported("WITH … FROM"));
+            }
+            b.ctes.push(Cte { name: ident_name(&cte.alias.name), query: (*cte.query).clone(), alias: cte.alias.clone() });
+        }
+    }
+    let r = plan_query_body(catalog, b, q);
+    b.ctes.truncate(scope);
+    r
+}
+
+fn plan_query_body(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<SelectPlan> {
     match q.body.as_ref() {
         SetExpr::Select(s) => plan_select(catalog, b, s, Some(q)),
         body @ (SetExpr::SetOperation { .. } | SetExpr::Query(_)) => {

@@ -264,6 +264,44 @@ fn update_and_delete_with_subqueries() {
     assert_eq!(db.rows("SELECT COUNT(*) FROM emp"), ids(&[4]));
 }
 
+/// `WITH` (not recursive): each name is a query planned where it is read, seeing the
+/// names defined before it.
+#[test]
+fn common_table_expressions() {
+    let mut db = company();
+    assert_eq!(
+        db.rows("WITH d AS (SELECT dept, COUNT(*) AS n FROM emp GROUP BY dept) SELECT title, n FROM dept JOIN d ON d.dept = dept.id ORDER BY title"),
+        vec![vec![s("eng"), i(2)], vec![s("ops"), i(2)]]
+    );
+    assert_eq!(
+        db.rows("WITH a AS (SELECT id FROM dept WHERE id > 10), b (x) AS (SELECT id * 2 FROM a) SELECT x FROM b ORDER BY x"),
+        ids(&[40, 60])
+    );
+    assert_eq!(
+        db.rows(
+            "WITH s AS (SELECT salary FROM emp WHERE salary IS NOT NULL) SELECT (SELECT MAX(salary) FROM s) - (SELECT MIN(salary) FROM s)"
+        ),
+        ids(&[150])
+    );
+    // A name hides a table of the same name.
+    assert_eq!(db.rows("WITH dept AS (SELECT 1 AS id) SELECT COUNT(*) FROM dept"), ids(&[1]));
+    assert_eq!(
+        db.rows("SELECT id FROM dept WHERE id IN (WITH e AS (SELECT dept FROM emp) SELECT dept FROM e) ORDER BY id"),
+        ids(&[10, 20])
+    );
+    assert_eq!(
+        db.rows("WITH a AS (SELECT id FROM dept) SELECT id FROM a WHERE id < 20 UNION SELECT id FROM a WHERE id > 20 ORDER BY 1"),
+        ids(&[10, 30])
+    );
+    // Out of its query the name is gone; a query does not see itself.
+    assert!(db.err("SELECT (WITH z AS (SELECT 1 AS k) SELECT k FROM z) FROM z").contains("object not found: Z"));
+    let e = db.err("WITH x AS (SELECT * FROM x) SELECT * FROM x");
+    assert!(e.contains("object not found: X") && e.contains("in WITH X"), "{e}");
+    assert!(db
+        .err("WITH RECURSIVE r (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r")
+        .contains("WITH RECURSIVE is not supported"));
+}
+
 #[test]
 fn derived_tables_in_from() {
     let mut db = company();
@@ -421,6 +459,7 @@ fn multi_partition_answers_equal_single_partition_ones() {
         "SELECT d.n, d.s FROM (SELECT dept AS n, SUM(salary) AS s FROM emp GROUP BY dept) AS d ORDER BY 1",
         "SELECT COUNT(*) FROM emp WHERE salary > (SELECT AVG(salary) FROM emp)",
         "SELECT dept, (SELECT title FROM dept d WHERE d.id = emp.dept) FROM emp GROUP BY dept ORDER BY 1",
+        "WITH d AS (SELECT dept, COUNT(*) AS n FROM emp GROUP BY dept) SELECT title, n FROM dept JOIN d ON d.dept = dept.id ORDER BY title",
         // Each partition changes its rows, reading its copy of dept.
         "UPDATE emp SET bonus = (SELECT COUNT(*) FROM dept WHERE dept.id = emp.dept)",
         "SELECT id, bonus FROM emp ORDER BY id",
