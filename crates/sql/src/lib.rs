@@ -3,7 +3,8 @@
 //!
 //! A statement's path: `script` (splitting, `?` numbering) → sqlparser → `bind` (names,
 //! types) → `plan` / `plan_dml` (+ `access` paths, `route`) → `exec` / `exec_dml` on one
-//! partition, or `mp` across all of them. DDL goes through `ddl`.
+//! partition, or `mp` across all of them; subqueries, derived tables, views and set
+//! operations run through `exec_query`. DDL goes through `ddl`.
 
 mod access;
 mod bind;
