@@ -409,6 +409,11 @@ fn plain_views_expand_where_they_are_read() {
     assert_eq!(db.rows("SELECT COUNT(*) FROM paid WHERE dept NOT IN (SELECT id FROM dept WHERE title = 'hr')"), ids(&[3]));
     db.run("UPDATE emp SET salary = 300 WHERE id = 5");
     assert_eq!(db.rows("SELECT who FROM rich WHERE amount = 300"), vec![vec![s("ed")]]);
+    // A view over `*` whose table gains a column no longer matches its column names.
+    crate::apply_ddl(&mut db.cat, "CREATE VIEW everyone AS SELECT * FROM dept", &crate::tests_sql::NoFiles).unwrap();
+    assert_eq!(db.rows("SELECT COUNT(*) FROM everyone"), ids(&[3]));
+    crate::apply_ddl(&mut db.cat, "ALTER TABLE dept ADD COLUMN floor INTEGER", &crate::tests_sql::NoFiles).unwrap();
+    assert!(db.err("SELECT * FROM everyone").contains("drop it and create it again"));
 }
 
 /// Procedures read rows one at a time (`execute_each`): a statement with subqueries hands
