@@ -221,10 +221,25 @@ pub struct RoleDef {
 pub const BUILTIN_ROLES: [(&str, Permissions); 2] =
     [("administrator", Permissions::ADMIN), ("user", Permissions::SQL.union(Permissions::ALLPROC))];
 
+/// A plain view (`CREATE VIEW v AS SELECT …` without grouping): a named query that the
+/// planner expands where it is read. It holds no rows and nothing maintains it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlainViewDef {
+    pub name: String,
+    /// Its query, as written.
+    pub query: String,
+    /// Its column names, in order.
+    pub columns: Vec<String>,
+    /// Lower-case names of the tables and plain views its query reads: dropping one of
+    /// them must not leave the view reading nothing.
+    pub reads: Vec<String>,
+}
+
 /// The whole schema. Cheap to clone: definitions are shared.
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
     tables: BTreeMap<String, Arc<TableDef>>,
+    plain_views: BTreeMap<String, Arc<PlainViewDef>>,
     by_id: BTreeMap<TableId, Arc<TableDef>>,
     procedures: BTreeMap<String, Arc<ProcedureDef>>,
     roles: BTreeMap<String, Arc<RoleDef>>,
@@ -290,9 +305,36 @@ impl Catalog {
         self.next_table_id
     }
 
+    pub fn plain_view(&self, name: &str) -> Option<&Arc<PlainViewDef>> {
+        self.plain_views.get(&key(name))
+    }
+
+    /// Plain views in name order.
+    pub fn plain_views(&self) -> impl Iterator<Item = &Arc<PlainViewDef>> {
+        self.plain_views.values()
+    }
+
+    /// Adds a plain view; its name must be free of tables, streams and views.
+    pub fn add_plain_view(&mut self, def: PlainViewDef) -> Result<Arc<PlainViewDef>> {
+        let k = key(&def.name);
+        if self.tables.contains_key(&k) || self.plain_views.contains_key(&k) {
+            return Err(Error::sql(format!("object name already exists: {}", def.name)));
+        }
+        let def = Arc::new(def);
+        self.plain_views.insert(k, def.clone());
+        self.version += 1;
+        Ok(def)
+    }
+
+    pub fn drop_plain_view(&mut self, name: &str) -> Result<Arc<PlainViewDef>> {
+        let def = self.plain_views.remove(&key(name)).ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
+        self.version += 1;
+        Ok(def)
+    }
+
     /// Adds a table; its `id` is assigned here.
     pub fn add_table(&mut self, mut def: TableDef) -> Result<Arc<TableDef>> {
-        if self.tables.contains_key(&key(&def.name)) {
+        if self.tables.contains_key(&key(&def.name)) || self.plain_views.contains_key(&key(&def.name)) {
             return Err(Error::sql(format!("object name already exists: {}", def.name)));
         }
         def.id = self.next_table_id;

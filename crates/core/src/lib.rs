@@ -13,8 +13,8 @@ pub mod value;
 mod value_serde;
 
 pub use catalog::{
-    get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, Permissions, ProcedureBody, ProcedureDef, RoleDef, TableDef,
-    TableId, TableKind, ViewAggregate, ViewDef, BUILTIN_ROLES,
+    get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, Permissions, PlainViewDef, ProcedureBody, ProcedureDef,
+    RoleDef, TableDef, TableId, TableKind, ViewAggregate, ViewDef, BUILTIN_ROLES,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use hash::HashRing;

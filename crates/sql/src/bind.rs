@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use lockstep_core::{decimal, DataType, Error, Result, TableDef, Value};
+use lockstep_core::{decimal, Catalog, DataType, Error, Result, TableDef, Value};
 use sqlparser::ast::{self as ast, BinaryOperator, DuplicateTreatment, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator};
 
-use crate::expr::{ArithOp, CmpOp, Expr, EXPR_DEPTH_MAX};
+use crate::expr::{ArithOp, CmpOp, Expr, SubqueryKind, SubqueryRef, EXPR_DEPTH_MAX};
 use crate::func::{self, Field, Func, TrimSide};
 
 /// One FROM item: a table or view under its alias, occupying columns `offset..offset+width`.
@@ -65,7 +65,43 @@ const BIND_STACK_RED_ZONE_BYTES: usize = 128 * 1024;
 /// Size of each stack segment `bind` adds when it runs short.
 const BIND_STACK_SEGMENT_BYTES: usize = 1024 * 1024;
 
-pub struct Binder {
+/// Deepest a statement may nest subqueries (a subquery inside a subquery …, derived
+/// tables and views included). Each level runs inside the one above it, on the same stack.
+pub const SUBQUERY_DEPTH_MAX: usize = 8;
+
+/// A query enclosing the subquery being bound: the sources its columns come from.
+struct OuterScope {
+    sources: Vec<Source>,
+    /// Its group keys, when it groups: its expressions then read the aggregated row
+    /// `[keys…, aggregates…]`, where a correlated subquery may read a key.
+    group: Option<Vec<Expr>>,
+    /// A subquery in FROM (or a view): it may not read the enclosing query's columns.
+    barrier: bool,
+}
+
+/// A common table expression: a named query, planned as a derived table where it is read.
+#[derive(Clone)]
+pub struct Cte {
+    pub name: String,
+    pub query: ast::Query,
+    /// The `name (col, …)` alias, applied as a derived table's column names are.
+    pub alias: ast::TableAlias,
+}
+
+pub struct Binder<'c> {
+    /// For planning subqueries; None where only expressions are bound.
+    catalog: Option<&'c Catalog>,
+    /// Every subquery of the statement, by id (`Expr::Subquery`, `Level::derived`).
+    pub subqueries: Vec<crate::plan::SubqueryPlan>,
+    /// The queries enclosing the one being bound, innermost last.
+    outer: Vec<OuterScope>,
+    /// Columns of the enclosing query read by the subquery being bound.
+    outer_refs: Vec<usize>,
+    /// Lower-case names of the tables and plain views the statement reads, for a plain
+    /// view's dependencies.
+    pub reads: Vec<String>,
+    /// The common table expressions (`WITH name AS (…)`) in scope, innermost last.
+    pub ctes: Vec<Cte>,
     pub param_types: Vec<Option<DataType>>,
     pub agg: Option<AggCtx>,
     /// Aggregate calls are collected (true) or only noticed (false, via `saw_agg`).
@@ -165,15 +201,191 @@ fn function_args(f: &ast::Function) -> Result<(Vec<Option<&ast::Expr>>, bool)> {
     }
 }
 
-impl Binder {
-    pub fn new(param_count: usize) -> Binder {
-        Binder { param_types: vec![None; param_count], agg: None, agg_active: false, saw_agg: false, depth: 0 }
+impl<'c> Binder<'c> {
+    pub fn new(param_count: usize, catalog: Option<&'c Catalog>) -> Binder<'c> {
+        Binder {
+            catalog,
+            subqueries: Vec::new(),
+            outer: Vec::new(),
+            outer_refs: Vec::new(),
+            reads: Vec::new(),
+            ctes: Vec::new(),
+            param_types: vec![None; param_count],
+            agg: None,
+            agg_active: false,
+            saw_agg: false,
+            depth: 0,
+        }
+    }
+
+    /// Plans `q` as a subquery of a query whose columns are `scope` (none for a `barrier`:
+    /// a subquery in FROM). Returns its id and the columns of `scope` it reads.
+    pub fn plan_subquery(&mut self, q: &ast::Query, scope: &[Source], barrier: bool) -> Result<(usize, Vec<usize>)> {
+        let catalog = self.catalog.ok_or_else(|| unsupported("a subquery here"))?;
+        if self.outer.len() >= SUBQUERY_DEPTH_MAX {
+            return Err(Error::sql(format!("subqueries are nested more than {SUBQUERY_DEPTH_MAX} deep: simplify the statement")));
+        }
+        // The subquery binds with state of its own; the enclosing query's comes back after.
+        let agg = self.agg.take();
+        let (agg_active, saw_agg) = (self.agg_active, self.saw_agg);
+        let refs = std::mem::take(&mut self.outer_refs);
+        self.agg_active = false;
+        self.saw_agg = false;
+        self.outer.push(OuterScope { sources: scope.to_vec(), group: agg.as_ref().map(|a| a.group.clone()), barrier });
+        let r = crate::plan::plan_subquery_body(catalog, self, q);
+        self.outer.pop();
+        let mut read = std::mem::replace(&mut self.outer_refs, refs);
+        self.agg = agg;
+        self.agg_active = agg_active;
+        self.saw_agg = saw_agg;
+        let id = r?;
+        read.sort_unstable();
+        read.dedup();
+        if let Some(sq) = self.subqueries.get_mut(id) {
+            sq.correlated = !read.is_empty();
+        }
+        Ok((id, read))
+    }
+
+    /// EXISTS asks only whether there is a row: a subquery that neither groups nor has a
+    /// LIMIT of its own stops at its first (after its OFFSET, if it has one).
+    fn stop_at_first_row(&mut self, id: usize) {
+        if let Some(crate::plan::SubBody::Select(p)) = self.subqueries.get_mut(id).map(|s| &mut s.body) {
+            if p.agg.is_none() && p.limit.is_none() {
+                p.limit = Some(Expr::Const(Value::Int(1)));
+            }
+        }
+    }
+
+    /// How many reads of the enclosing query's columns the subquery being planned has made
+    /// so far: a side of a set operation that adds some depends on the enclosing row.
+    pub fn outer_reads(&self) -> usize {
+        self.outer_refs.len()
+    }
+
+    /// The one column of subquery `id` (IN and scalar subqueries), or an error naming `what`.
+    fn single_column(&self, id: usize, what: &str) -> Result<DataType> {
+        let cols = &self.subqueries[id].columns;
+        match &cols[..] {
+            [c] => Ok(c.ty),
+            _ => Err(Error::sql(format!("the subquery of {what} must return one column, not {}", cols.len()))),
+        }
+    }
+
+    fn subquery_expr(&mut self, e: &ast::Expr, scope: &[Source]) -> Result<Typed> {
+        let boolean = Some(DataType::Boolean);
+        let sub = |id, kind, outer_columns| Expr::Subquery(Box::new(SubqueryRef { id, kind, outer_columns }));
+        Ok(match e {
+            ast::Expr::Exists { subquery, negated } => {
+                let (id, refs) = self.plan_subquery(subquery, scope, false)?;
+                self.stop_at_first_row(id);
+                let x = sub(id, SubqueryKind::Exists, refs);
+                Typed { expr: if *negated { Expr::Not(Box::new(x)) } else { x }, ty: boolean }
+            }
+            ast::Expr::InSubquery { expr, subquery, negated } => {
+                let x = self.bind(expr, scope)?;
+                let (id, refs) = self.plan_subquery(subquery, scope, false)?;
+                let ty = self.single_column(id, "IN")?;
+                self.infer_param(&x, Some(ty));
+                check_comparable(x.ty, Some(ty))?;
+                let x_ty = self.param_aware_type(&x);
+                // Values of one type (any integer width is one Int) are equal exactly when
+                // their hashes agree; FLOAT's -0.0 and 0.0 are not, so FLOAT compares.
+                let same_type = x_ty.is_some_and(|t| (t == ty && t != DataType::Float) || (t.is_integer() && ty.is_integer()));
+                let kind = SubqueryKind::In { operand: coerce_const(x.expr, Some(ty)), negated: *negated, same_type };
+                Typed { expr: sub(id, kind, refs), ty: boolean }
+            }
+            ast::Expr::AnyOp { left, compare_op, right, .. } | ast::Expr::AllOp { left, compare_op, right } => {
+                let all = matches!(e, ast::Expr::AllOp { .. });
+                let word = if all { "ALL" } else { "ANY" };
+                let ast::Expr::Subquery(q) = right.as_ref() else {
+                    return Err(unsupported(format!("{word} over anything but a subquery")));
+                };
+                let op = match compare_op {
+                    BinaryOperator::Eq => CmpOp::Eq,
+                    BinaryOperator::NotEq => CmpOp::Ne,
+                    BinaryOperator::Lt => CmpOp::Lt,
+                    BinaryOperator::LtEq => CmpOp::Le,
+                    BinaryOperator::Gt => CmpOp::Gt,
+                    BinaryOperator::GtEq => CmpOp::Ge,
+                    other => return Err(unsupported(format!("{other} {word}"))),
+                };
+                let x = self.bind(left, scope)?;
+                let (id, refs) = self.plan_subquery(q, scope, false)?;
+                let ty = self.single_column(id, word)?;
+                self.infer_param(&x, Some(ty));
+                check_comparable(x.ty, Some(ty))?;
+                let kind = SubqueryKind::Quantified { operand: coerce_const(x.expr, Some(ty)), op, all };
+                Typed { expr: sub(id, kind, refs), ty: boolean }
+            }
+            ast::Expr::Subquery(q) => {
+                let (id, refs) = self.plan_subquery(q, scope, false)?;
+                let ty = self.single_column(id, "a scalar subquery")?;
+                Typed { expr: sub(id, SubqueryKind::Scalar, refs), ty: Some(ty) }
+            }
+            other => return Err(unsupported(format!("expression {other}"))),
+        })
+    }
+
+    /// A column of the query being bound, or else of the query enclosing it (a correlated
+    /// subquery), as `Expr::Outer`.
+    fn column_or_outer(&mut self, scope: &[Source], qual: Option<&ast::Ident>, col: &ast::Ident) -> Result<Typed> {
+        let err = match self.column(scope, qual, col) {
+            Ok(t) => return Ok(t),
+            Err(e) => e,
+        };
+        let Some(top) = self.outer.last() else {
+            return Err(err);
+        };
+        let (sources, group, barrier) = (top.sources.clone(), top.group.clone(), top.barrier);
+        if barrier {
+            return Err(err);
+        }
+        match self.column(&sources, qual, col) {
+            Ok(Typed { expr: Expr::Column(pos), ty }) => {
+                // Over a grouped query's aggregated row, a column is there as a group key.
+                let pos = match &group {
+                    None => pos,
+                    Some(keys) => keys.iter().position(|k| *k == Expr::Column(pos)).ok_or_else(|| {
+                        Error::sql(format!(
+                            "a subquery in a grouped query's select list, HAVING or ORDER BY may read only its GROUP BY columns, not {}",
+                            display_name(qual, col)
+                        ))
+                    })?,
+                };
+                self.outer_refs.push(pos);
+                Ok(Typed { expr: Expr::Outer(pos), ty })
+            }
+            Ok(t) => Ok(t),
+            Err(_) => {
+                let further = self.outer.iter().rev().skip(1).take_while(|o| !o.barrier).any(|o| {
+                    let name = ident_name(col);
+                    o.sources
+                        .iter()
+                        .any(|s| qual.is_none_or(|q| s.name.eq_ignore_ascii_case(&ident_name(q))) && s.table.column_index(&name).is_some())
+                });
+                if further {
+                    return Err(unsupported(format!(
+                        "a subquery reading {} of a query two or more levels out (only the query right around it)",
+                        display_name(qual, col)
+                    )));
+                }
+                Err(err)
+            }
+        }
     }
 
     /// Starts collecting aggregates over `group` keys.
     pub fn start_grouping(&mut self, group: Vec<Typed>) {
         self.agg = Some(AggCtx { group: group.into_iter().map(|g| g.expr).collect(), aggs: Vec::new() });
         self.agg_active = true;
+    }
+
+    /// Ends the grouping of one SELECT (the next side of a set operation starts without
+    /// one): its keys and aggregates.
+    pub fn end_grouping(&mut self) -> Option<AggCtx> {
+        self.agg_active = false;
+        self.agg.take()
     }
 
     /// Binds an expression over the aggregated row (when grouping) or the input row.
@@ -230,10 +442,15 @@ impl Binder {
                     return self.bind_aggregate(f, scope);
                 }
             }
-            // The trial binds this same node again: it is not a level deeper.
+            // The trial binds this same node again: it is not a level deeper. When it is
+            // dropped, so are the subqueries it planned (binding again plans them anew).
+            let mark = self.subqueries.len();
             self.depth -= 1;
             let (trial, had_agg) = self.bind_input(e, scope);
             self.depth += 1;
+            if had_agg {
+                self.subqueries.truncate(mark);
+            }
             if !had_agg {
                 let t = trial?;
                 if let Some(k) = self.group_position(&t.expr) {
@@ -253,9 +470,9 @@ impl Binder {
     fn bind_node(&mut self, e: &ast::Expr, scope: &[Source]) -> Result<Typed> {
         use ast::Expr as A;
         Ok(match e {
-            A::Identifier(id) => self.column(scope, None, id)?,
+            A::Identifier(id) => self.column_or_outer(scope, None, id)?,
             A::CompoundIdentifier(parts) => match parts.as_slice() {
-                [t, c] => self.column(scope, Some(t), c)?,
+                [t, c] => self.column_or_outer(scope, Some(t), c)?,
                 _ => return Err(Error::sql(format!("unsupported column reference {e}"))),
             },
             A::Value(v) => self.literal(&v.value)?,
@@ -412,9 +629,7 @@ impl Binder {
                 self.call(Func::Trim(side), args)?
             }
             A::Function(f) => self.function(f, scope)?,
-            A::InSubquery { .. } | A::Exists { .. } | A::Subquery(_) => {
-                return Err(unsupported("a subquery (IN (SELECT …), EXISTS, scalar subquery)"))
-            }
+            A::InSubquery { .. } | A::Exists { .. } | A::Subquery(_) | A::AnyOp { .. } | A::AllOp { .. } => self.subquery_expr(e, scope)?,
             A::IsTrue(_) | A::IsFalse(_) | A::IsNotTrue(_) | A::IsNotFalse(_) => return Err(unsupported(format!("{e}"))),
             A::TypedString(ts) => {
                 let word = ts.data_type.to_string();
@@ -695,6 +910,13 @@ impl Binder {
             }
         };
         Ok(Typed { expr: Expr::Column(ctx.group.len() + pos), ty: Some(ty) })
+    }
+}
+
+fn display_name(qual: Option<&ast::Ident>, col: &ast::Ident) -> String {
+    match qual {
+        Some(q) => format!("{}.{}", ident_name(q), ident_name(col)),
+        None => ident_name(col),
     }
 }
 

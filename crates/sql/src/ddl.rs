@@ -165,6 +165,11 @@ fn table_body(c: &mut Cursor, table: &str) -> Result<(Vec<ColumnDef>, Vec<KeySpe
         if !c.eat_punct(",") {
             return Err(c.error("expected ',' or ')' in the column list"));
         }
+        // A comma right before the closing parenthesis, as VoltDB's own example schemas
+        // have, ends the list as well.
+        if c.eat_punct(")") {
+            break;
+        }
     }
     if cols.is_empty() {
         return Err(Error::sql(format!("{table} needs at least one column")));
@@ -298,11 +303,31 @@ fn check_unique_partitioning(t: &TableDef, ix: &IndexDef) -> Result<()> {
     Ok(())
 }
 
+/// `( column [ASC | DESC], … )`. A DESC column is kept in ascending order: the index is
+/// ordered, and an ORDER BY … DESC reads it backwards, so both directions are served from
+/// the one order (a key mixing directions is still correct: such an ORDER BY sorts).
+fn index_columns(c: &mut Cursor) -> Result<Vec<String>> {
+    const WHAT: &str = "a column name (expression indexes are not supported)";
+    c.expect_punct("(")?;
+    let mut v = Vec::new();
+    loop {
+        v.push(c.ident(WHAT)?);
+        if !c.eat_word("ASC") {
+            c.eat_word("DESC");
+        }
+        if !c.eat_punct(",") {
+            break;
+        }
+    }
+    c.expect_punct(")")?;
+    Ok(v)
+}
+
 fn create_index(catalog: &mut Catalog, c: &mut Cursor, unique: bool, assume_unique: bool) -> Result<DdlOutcome> {
     let name = c.ident("an index name")?;
     c.expect_word("ON")?;
     let tname = c.ident("a table name")?;
-    let cols = c.name_list("a column name (expression indexes are not supported)")?;
+    let cols = index_columns(c)?;
     if c.is_word("WHERE") {
         return Err(Error::sql("partial indexes (CREATE INDEX … WHERE) are not supported"));
     }
@@ -368,6 +393,18 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
     }
     let cascade = c.eat_word("CASCADE");
     c.expect_end()?;
+    if let Some(v) = catalog.plain_view(&name).cloned() {
+        if what != "VIEW" {
+            return Err(Error::sql(format!("{} is a view; use DROP VIEW", v.name)));
+        }
+        let plain = plain_dependents(catalog, std::slice::from_ref(&v.name));
+        refuse_dependents(&v.name, &plain, what, cascade)?;
+        for d in plain.iter().chain(std::iter::once(&v.name)) {
+            catalog.drop_plain_view(d)?;
+        }
+        let extra = if plain.is_empty() { String::new() } else { format!(" (with views {})", plain.join(", ")) };
+        return done(format!("view {}{extra} dropped", v.name));
+    }
     let Some(t) = catalog.table(&name).cloned() else {
         if if_exists {
             return done(format!("{} {name} does not exist; nothing dropped", what.to_lowercase()));
@@ -391,12 +428,45 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
             t.name
         )));
     }
+    let mut dropped: Vec<String> = views.clone();
+    dropped.push(t.name.clone());
+    let plain = plain_dependents(catalog, &dropped);
+    refuse_dependents(&t.name, &plain, what, cascade)?;
+    for v in &plain {
+        catalog.drop_plain_view(v)?;
+    }
     for v in &views {
         catalog.drop_table(v)?;
     }
     catalog.drop_table(&t.name)?;
-    let extra = if views.is_empty() { String::new() } else { format!(" (with views {})", views.join(", ")) };
+    let all: Vec<String> = views.iter().chain(&plain).cloned().collect();
+    let extra = if all.is_empty() { String::new() } else { format!(" (with views {})", all.join(", ")) };
     done(format!("{} {} dropped{extra}", what.to_lowercase(), t.name))
+}
+
+/// The plain views that read any of `names`, directly or through other plain views.
+fn plain_dependents(catalog: &Catalog, names: &[String]) -> Vec<String> {
+    let mut gone: Vec<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
+    let mut out = Vec::new();
+    loop {
+        let next: Vec<String> = catalog
+            .plain_views()
+            .filter(|v| !out.contains(&v.name) && !names.contains(&v.name) && v.reads.iter().any(|r| gone.contains(r)))
+            .map(|v| v.name.clone())
+            .collect();
+        if next.is_empty() {
+            return out;
+        }
+        gone.extend(next.iter().map(|n| n.to_ascii_lowercase()));
+        out.extend(next);
+    }
+}
+
+fn refuse_dependents(name: &str, plain: &[String], what: &str, cascade: bool) -> Result<()> {
+    if plain.is_empty() || cascade {
+        return Ok(());
+    }
+    Err(Error::sql(format!("views read {name} ({}): drop them first or use DROP {what} {name} CASCADE", plain.join(", "))))
 }
 
 fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {

@@ -1,7 +1,8 @@
 //! CREATE VIEW: a materialized view `SELECT k…, COUNT(*), SUM(x), COUNT(x), MIN(x), MAX(x)
-//! FROM src [GROUP BY k…]`, kept up to date by storage.
+//! FROM src [GROUP BY k…]`, kept up to date by storage; or, for a query that does not
+//! group, a plain view, expanded by the planner where it is read.
 
-use lockstep_core::{Catalog, ColumnDef, DataType, Error, IndexDef, Result, TableDef, TableKind, ViewAggregate, ViewDef};
+use lockstep_core::{Catalog, ColumnDef, DataType, Error, IndexDef, PlainViewDef, Result, TableDef, TableKind, ViewAggregate, ViewDef};
 use sqlparser::ast::{self as ast, SelectItem, SetExpr, TableFactor};
 
 use crate::bind::{ident_name, object_name};
@@ -22,6 +23,43 @@ fn column_of(src: &TableDef, e: &ast::Expr) -> Result<usize> {
     src.column_index(&n).ok_or_else(|| Error::sql(format!("unknown column {n} in {}", src.name)))
 }
 
+/// Whether a view's query groups (GROUP BY, or an aggregate in its select list): such a
+/// view is materialized and kept by storage; any other is a plain view.
+fn aggregates(q: &ast::Query) -> bool {
+    let SetExpr::Select(s) = q.body.as_ref() else {
+        return false;
+    };
+    let grouped = !matches!(&s.group_by, ast::GroupByExpr::Expressions(v, m) if v.is_empty() && m.is_empty());
+    grouped
+        || s.projection.iter().any(|item| match item {
+            SelectItem::UnnamedExpr(ast::Expr::Function(f)) | SelectItem::ExprWithAlias { expr: ast::Expr::Function(f), .. } => {
+                matches!(f.name.to_string().to_ascii_uppercase().as_str(), "COUNT" | "SUM" | "MIN" | "MAX" | "AVG")
+            }
+            _ => false,
+        })
+}
+
+/// `CREATE VIEW v [(names)] AS <query without grouping>`: a named query the planner expands
+/// where the view is read. The query is planned now, so a view that cannot run is refused
+/// here.
+fn create_plain_view(catalog: &mut Catalog, name: String, names: Option<Vec<String>>, text: &str) -> Result<DdlOutcome> {
+    let query = text.trim().trim_end_matches(';').trim_end().to_string();
+    let (mut columns, reads) = crate::plan::plan_view(catalog, &query, &name)?;
+    if let Some(n) = names {
+        if n.len() != columns.len() {
+            return Err(Error::sql(format!("view {name} names {} columns but selects {}", n.len(), columns.len())));
+        }
+        columns = n;
+    }
+    for (i, col) in columns.iter().enumerate() {
+        if columns[..i].iter().any(|c| c.eq_ignore_ascii_case(col)) {
+            return Err(Error::sql(format!("view {name} has two columns named {col}: name them apart with AS")));
+        }
+    }
+    catalog.add_plain_view(PlainViewDef { name: name.clone(), query, columns, reads })?;
+    Ok(DdlOutcome { message: format!("view {name} created") })
+}
+
 pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     let name = c.ident("a view name")?;
     let names = if c.peek().is_some_and(|t| t.is_punct("(")) { Some(c.name_list("a column name")?) } else { None };
@@ -32,6 +70,9 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
         [ast::Statement::Query(q)] => q,
         _ => return Err(Error::sql(format!("view {name} must be defined by one SELECT"))),
     };
+    if !aggregates(q) {
+        return create_plain_view(catalog, name, names, text);
+    }
     if q.order_by.is_some() || q.limit_clause.is_some() || q.with.is_some() {
         return Err(not_in_view("ORDER BY / LIMIT / WITH"));
     }

@@ -11,6 +11,7 @@ use lockstep_storage::{Partition, Table as StoreTable};
 
 use crate::access::{eval_keys, eval_range, Access, KeyValues, RangeKeys};
 use crate::exec_agg::{aggregate, finish_groups, merge_partials};
+use crate::exec_query::SharedRows;
 use crate::expr::{sort_cmp, Env, Expr};
 use crate::limits::{row_bytes, DEADLINE_CHECK_ROWS};
 use crate::plan::{Level, SelectPlan, SortKey};
@@ -62,19 +63,47 @@ fn filters<'a>(l: &'a Level, src: &dyn RowSource) -> &'a [Expr] {
     }
 }
 
-/// One partition's tables, one per level.
+/// One partition's tables, one per level (None for a derived table, whose rows are in
+/// `derived`).
 pub struct PartitionSource<'a> {
-    pub tables: smallvec::SmallVec<[&'a StoreTable; 4]>,
+    pub tables: smallvec::SmallVec<[Option<&'a StoreTable>; 4]>,
+    derived: Vec<Option<SharedRows>>,
 }
 
 impl<'a> PartitionSource<'a> {
     pub fn new(part: &'a Partition, levels: &[Level]) -> Result<Self> {
-        let mut tables = smallvec::SmallVec::new();
-        for l in levels {
-            tables.push(part.table(l.source.table.id).map_err(|e| e.context(format!("reading {}", l.source.table.name)))?);
-        }
-        Ok(PartitionSource { tables })
+        Self::with_derived(part, levels, Vec::new())
     }
+
+    /// As `new`, with the rows of the derived tables among the levels (`derived[j]` for
+    /// level `j`).
+    pub fn with_derived(part: &'a Partition, levels: &[Level], derived: Vec<Option<SharedRows>>) -> Result<Self> {
+        let mut tables = smallvec::SmallVec::new();
+        for (j, l) in levels.iter().enumerate() {
+            if l.derived.is_some() {
+                if derived.get(j).is_none_or(Option::is_none) {
+                    return Err(Error::unexpected(format!("the rows of derived table {} are missing", l.source.name)));
+                }
+                tables.push(None);
+                continue;
+            }
+            tables.push(Some(part.table(l.source.table.id).map_err(|e| e.context(format!("reading {}", l.source.table.name)))?));
+        }
+        Ok(PartitionSource { tables, derived })
+    }
+}
+
+/// Visits the rows of a derived table (it has no index: every probe but `Empty` scans).
+fn each_derived(rows: &[Vec<Value>], probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
+    if matches!(probe, Probe::Empty) {
+        return Ok(true);
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if !f(i as u32, r)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Visits the rows of one stored table selected by `probe`.
@@ -150,7 +179,13 @@ impl RowSource for PartitionSource<'_> {
     }
 
     fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
-        each_in_table(self.tables[j], probe, f)
+        match self.tables[j] {
+            Some(t) => each_in_table(t, probe, f),
+            None => match self.derived.get(j) {
+                Some(Some(rows)) => each_derived(rows, probe, f),
+                _ => Err(Error::unexpected(format!("no rows for source {j}"))),
+            },
+        }
     }
 }
 
@@ -159,14 +194,14 @@ impl RowSource for PartitionSource<'_> {
 /// first time it is probed, so joins stay linear; other probes scan (every filter is
 /// re-checked anyway).
 pub struct GatheredSource {
-    pub rows: Vec<Vec<Vec<Value>>>,
+    pub rows: Vec<SharedRows>,
     /// For each level, each index's columns (positions within that level's rows).
     pub index_columns: Vec<Vec<Vec<usize>>>,
     hashed: std::cell::RefCell<std::collections::HashMap<(usize, usize, usize), std::collections::HashMap<Vec<Value>, Vec<u32>>>>,
 }
 
 impl GatheredSource {
-    pub fn new(rows: Vec<Vec<Vec<Value>>>, index_columns: Vec<Vec<Vec<usize>>>) -> Self {
+    pub fn new(rows: Vec<SharedRows>, index_columns: Vec<Vec<Vec<usize>>>) -> Self {
         GatheredSource { rows, index_columns, hashed: Default::default() }
     }
 

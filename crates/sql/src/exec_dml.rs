@@ -128,8 +128,15 @@ fn matching_rows<T>(level: &Level, part: &Partition, env: &Env, mut keep: impl F
 }
 
 pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64> {
+    let changes = update_changes(p, part, env)?;
+    apply_update(p, changes, part, env)
+}
+
+/// The changes an UPDATE makes: (row id, the new values of the set columns). Everything it
+/// reads, it reads here, before anything changes.
+pub fn update_changes(p: &UpdatePlan, part: &Partition, env: &Env) -> Result<Vec<(u32, Vec<(usize, Value)>)>> {
     let table = &p.level.source.table;
-    let changes = matching_rows(&p.level, part, env, |old| {
+    matching_rows(&p.level, part, env, |old| {
         // Every SET expression sees the old row; only the set columns change, so only
         // they are carried (TATP's subscriber row has 34 columns, UPDATE_LOCATION sets one).
         let mut sets = Vec::with_capacity(p.sets.len());
@@ -139,11 +146,14 @@ pub fn run_update(p: &UpdatePlan, part: &mut Partition, env: &Env) -> Result<u64
             sets.push((*c, v));
         }
         Ok(sets)
-    })?;
+    })
+}
+
+pub fn apply_update(p: &UpdatePlan, changes: Vec<(u32, Vec<(usize, Value)>)>, part: &mut Partition, env: &Env) -> Result<u64> {
     let n = changes.len() as u64;
     for (id, sets) in changes {
         env.watch.tick()?;
-        part.update_columns(table.id, id, sets)?;
+        part.update_columns(p.level.source.table.id, id, sets)?;
     }
     Ok(n)
 }
@@ -165,7 +175,16 @@ fn check_partition_column_kept(table: &TableDef, c: usize, old: &Value, new: &Va
 }
 
 pub fn run_delete(p: &DeletePlan, part: &mut Partition, env: &Env) -> Result<u64> {
-    let rows = matching_rows(&p.level, part, env, |_| Ok(()))?;
+    let rows = delete_rows(p, part, env)?;
+    apply_delete(p, rows, part, env)
+}
+
+/// The rows a DELETE removes, all found before any is.
+pub fn delete_rows(p: &DeletePlan, part: &Partition, env: &Env) -> Result<Vec<(u32, ())>> {
+    matching_rows(&p.level, part, env, |_| Ok(()))
+}
+
+pub fn apply_delete(p: &DeletePlan, rows: Vec<(u32, ())>, part: &mut Partition, env: &Env) -> Result<u64> {
     let tid = p.level.source.table.id;
     let n = rows.len() as u64;
     for (id, _) in rows {

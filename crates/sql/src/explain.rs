@@ -3,11 +3,15 @@
 use std::fmt::Write;
 
 use crate::access::Access;
-use crate::plan::{Level, SelectPlan};
+use crate::plan::{Level, SelectPlan, SetOp, SubBody, SubqueryPlan};
 use crate::plan_dml::InsertSource;
 use crate::{Plan, Prepared, Route};
 
 fn access_text(l: &Level) -> String {
+    if let Some(id) = l.derived {
+        let name = if l.source.name.is_empty() { String::new() } else { format!(" {}", l.source.name) };
+        return format!("SCAN of subquery {id}{name}");
+    }
     let t = &l.source.table;
     let index_name = |i: usize| t.indexes.get(i).map(|x| x.name.clone()).unwrap_or_else(|| format!("#{i}"));
     match &l.access {
@@ -67,6 +71,31 @@ fn select_text(s: &SelectPlan, out: &mut String, indent: &str) {
     let _ = writeln!(out, "{indent}PROJECTION: {} columns", s.columns.len());
 }
 
+/// Each subquery of the statement, by the id the lines above name it by.
+fn subqueries_text(subs: &[SubqueryPlan], out: &mut String) {
+    if !subs.is_empty() {
+        let _ = writeln!(out, "SUBQUERIES (run at the coordinator over gathered tables when the route is all partitions):");
+    }
+    for (id, sq) in subs.iter().enumerate() {
+        let when = if sq.correlated { "for each row of the query around it" } else { "once" };
+        match &sq.body {
+            SubBody::Select(s) => {
+                let _ = writeln!(out, "  SUBQUERY {id} (runs {when}):");
+                select_text(s, out, "    ");
+            }
+            SubBody::SetOp(s) => {
+                let op = match s.op {
+                    SetOp::Union => "UNION",
+                    SetOp::Intersect => "INTERSECT",
+                    SetOp::Except => "EXCEPT",
+                };
+                let all = if s.all { " ALL" } else { "" };
+                let _ = writeln!(out, "  SUBQUERY {id} (runs {when}): subquery {} {op}{all} subquery {}", s.left, s.right);
+            }
+        }
+    }
+}
+
 /// Human-readable plan (for @Explain).
 pub fn explain(p: &Prepared) -> String {
     let mut out = String::new();
@@ -100,5 +129,6 @@ pub fn explain(p: &Prepared) -> String {
             let _ = writeln!(out, "DELETE FROM {} via {}", d.level.source.name, access_text(&d.level));
         }
     }
+    subqueries_text(&p.subqueries, &mut out);
     out
 }

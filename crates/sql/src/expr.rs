@@ -91,6 +91,83 @@ pub enum Expr {
     },
     Func(Func, Vec<Expr>),
     Cast(Box<Expr>, DataType),
+    /// Column `i` of the enclosing query's row, read by a correlated subquery (`Env::outer`).
+    Outer(usize),
+    /// A subquery's answer used as a value: EXISTS, IN or a scalar.
+    Subquery(Box<SubqueryRef>),
+}
+
+/// A subquery inside an expression: which of the statement's subqueries (`Prepared`'s
+/// list, run by `Env::subqueries`) and how its rows become a value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubqueryRef {
+    pub id: usize,
+    pub kind: SubqueryKind,
+    /// The columns of the row this expression is evaluated on that the subquery reads
+    /// (as `Expr::Outer`): empty for a subquery that does not depend on the row, whose
+    /// answer is computed once per statement.
+    pub outer_columns: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SubqueryKind {
+    /// EXISTS: whether it has a row.
+    Exists,
+    /// `operand [NOT] IN (subquery)` over its one column. `same_type`: the operand and
+    /// the column have one type, so equality is equality of values and a hash set can
+    /// answer it.
+    In { operand: Expr, negated: bool, same_type: bool },
+    /// Its one value: NULL when it has no row, an error when it has more than one.
+    Scalar,
+    /// `operand op ANY (subquery)` (`all` false; SOME is ANY) or `operand op ALL
+    /// (subquery)` over its one column.
+    Quantified { operand: Expr, op: CmpOp, all: bool },
+}
+
+impl SubqueryKind {
+    /// The expression compared with the subquery's rows, if any.
+    pub fn operand(&self) -> Option<&Expr> {
+        match self {
+            SubqueryKind::In { operand, .. } | SubqueryKind::Quantified { operand, .. } => Some(operand),
+            SubqueryKind::Exists | SubqueryKind::Scalar => None,
+        }
+    }
+}
+
+/// Runs a statement's subqueries for the expressions that use them (`exec_query::Runner`).
+pub trait SubqueryRunner {
+    /// The rows of subquery `id`, for the enclosing row `outer` (ignored, and the answer
+    /// kept, when the subquery does not depend on it).
+    fn rows(&self, id: usize, outer: &[Value], env: &Env) -> Result<std::rc::Rc<SubRows>>;
+}
+
+/// A subquery's answer, with the hash set an IN looks values up in, built on first use.
+pub struct SubRows {
+    pub rows: std::rc::Rc<[Vec<Value>]>,
+    set: std::cell::OnceCell<(std::collections::HashSet<Value>, bool)>,
+}
+
+impl SubRows {
+    pub fn new(rows: std::rc::Rc<[Vec<Value>]>) -> SubRows {
+        SubRows { rows, set: std::cell::OnceCell::new() }
+    }
+
+    /// The first column's values, and whether one of them is NULL.
+    fn set(&self) -> &(std::collections::HashSet<Value>, bool) {
+        self.set.get_or_init(|| {
+            let mut has_null = false;
+            let mut set = std::collections::HashSet::with_capacity(self.rows.len());
+            for r in self.rows.iter() {
+                match r.first() {
+                    Some(Value::Null) | None => has_null = true,
+                    Some(v) => {
+                        set.insert(v.clone());
+                    }
+                }
+            }
+            (set, has_null)
+        })
+    }
 }
 
 /// What an expression may read besides the row (parameters and the transaction clock),
@@ -100,11 +177,27 @@ pub struct Env<'a> {
     pub now_micros: i64,
     pub watch: Watch,
     pub limits: Limits,
+    /// The enclosing query's row, for a correlated subquery's `Expr::Outer` columns.
+    pub outer: &'a [Value],
+    /// What runs the statement's subqueries; None for statements without any.
+    pub subqueries: Option<&'a dyn SubqueryRunner>,
 }
 
 impl<'a> Env<'a> {
     pub fn new(params: &'a [Value], ctx: &ExecCtx) -> Env<'a> {
-        Env { params, now_micros: ctx.timestamp_micros, watch: Watch::new(ctx.deadline), limits: ctx.limits }
+        Env { params, now_micros: ctx.timestamp_micros, watch: Watch::new(ctx.deadline), limits: ctx.limits, outer: &[], subqueries: None }
+    }
+
+    /// The environment of a subquery run for the enclosing row `outer`.
+    pub fn for_subquery<'b>(&'b self, outer: &'b [Value]) -> Env<'b> {
+        Env {
+            params: self.params,
+            now_micros: self.now_micros,
+            watch: self.watch.child(),
+            limits: self.limits,
+            outer,
+            subqueries: self.subqueries,
+        }
     }
 }
 
@@ -147,6 +240,8 @@ impl Expr {
             Expr::Case { operand, whens, otherwise } => eval_case(operand.as_deref(), whens, otherwise.as_deref(), row, env),
             Expr::Func(f, args) => func::call(*f, args, row, env),
             Expr::Cast(e, ty) => cast(e.eval(row, env)?, *ty),
+            Expr::Outer(i) => Ok(env.outer.get(*i).cloned().unwrap_or(Value::Null)),
+            Expr::Subquery(sq) => eval_subquery(sq, row, env),
         }
     }
 
@@ -159,7 +254,13 @@ impl Expr {
     pub fn visit_columns(&self, f: &mut dyn FnMut(usize)) {
         match self {
             Expr::Column(i) => f(*i),
-            Expr::Const(_) | Expr::Param(_) => {}
+            Expr::Const(_) | Expr::Param(_) | Expr::Outer(_) => {}
+            Expr::Subquery(sq) => {
+                if let Some(operand) = sq.kind.operand() {
+                    operand.visit_columns(f);
+                }
+                sq.outer_columns.iter().for_each(|&c| f(c));
+            }
             Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.visit_columns(f),
             Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.visit_columns(f);
@@ -194,7 +295,15 @@ impl Expr {
     pub fn map_columns(&mut self, map: &dyn Fn(usize) -> usize) {
         match self {
             Expr::Column(i) => *i = map(*i),
-            Expr::Const(_) | Expr::Param(_) => {}
+            Expr::Const(_) | Expr::Param(_) | Expr::Outer(_) => {}
+            // Only the operand moves: the subquery reads the row by the positions it was
+            // planned with, so the planner never moves an expression that has one
+            // (`stands_alone`).
+            Expr::Subquery(sq) => {
+                if let SubqueryKind::In { operand, .. } | SubqueryKind::Quantified { operand, .. } = &mut sq.kind {
+                    operand.map_columns(map);
+                }
+            }
             Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.map_columns(map),
             Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.map_columns(map);
@@ -230,7 +339,8 @@ impl Expr {
     /// than `eval`'s.
     pub fn depth(&self) -> usize {
         let below = match self {
-            Expr::Const(_) | Expr::Param(_) | Expr::Column(_) => 0,
+            Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => 0,
+            Expr::Subquery(sq) => sq.kind.operand().map_or(0, Expr::depth),
             Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.depth(),
             Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.depth().max(b.depth())
@@ -277,10 +387,119 @@ impl Expr {
         }
     }
 
+    /// Whether `f` holds for a node of the tree.
+    fn any(&self, f: &dyn Fn(&Expr) -> bool) -> bool {
+        if f(self) {
+            return true;
+        }
+        match self {
+            Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => false,
+            Expr::Subquery(sq) => sq.kind.operand().is_some_and(|o| o.any(f)),
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.any(f),
+            Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
+                a.any(f) || b.any(f)
+            }
+            Expr::InList(e, l, _) => e.any(f) || l.iter().any(|x| x.any(f)),
+            Expr::Between(x, lo, hi) => x.any(f) || lo.any(f) || hi.any(f),
+            Expr::Case { operand, whens, otherwise } => {
+                operand.as_ref().is_some_and(|o| o.any(f))
+                    || otherwise.as_ref().is_some_and(|o| o.any(f))
+                    || whens.iter().any(|(w, t)| w.any(f) || t.any(f))
+            }
+            Expr::Func(_, args) => args.iter().any(|x| x.any(f)),
+        }
+    }
+
+    /// Whether a partition can evaluate the expression alone, while gathering: it runs no
+    /// subquery and reads no enclosing row.
+    pub fn stands_alone(&self) -> bool {
+        !self.any(&|e| matches!(e, Expr::Subquery(_) | Expr::Outer(_)))
+    }
+
     /// True for a constant or a parameter: a value fixed for the whole statement.
     pub fn is_fixed(&self) -> bool {
         matches!(self, Expr::Const(_) | Expr::Param(_))
     }
+}
+
+/// A subquery's answer as a value, with SQL's rules: `x IN (…)` is true when some row
+/// equals `x`, else unknown when `x` is NULL or a row is NULL, else false (so `NOT IN` of
+/// a set holding a NULL is never true); over no rows IN is false whatever `x` is.
+#[inline(never)]
+fn eval_subquery(sq: &SubqueryRef, row: &[Value], env: &Env) -> Result<Value> {
+    let runner = env.subqueries.ok_or_else(|| Error::unexpected("a subquery was evaluated where the statement's subqueries cannot run"))?;
+    let outer = if sq.outer_columns.is_empty() { &[][..] } else { row };
+    match &sq.kind {
+        SubqueryKind::Exists => Ok(Value::Bool(!runner.rows(sq.id, outer, env)?.rows.is_empty())),
+        SubqueryKind::Scalar => {
+            let r = runner.rows(sq.id, outer, env)?;
+            match &r.rows[..] {
+                [] => Ok(Value::Null),
+                [one] => Ok(one.first().cloned().unwrap_or(Value::Null)),
+                more => Err(Error::sql(format!(
+                    "a subquery used as a value returned {} rows; it must return at most one (add a WHERE, an aggregate or LIMIT 1)",
+                    more.len()
+                ))),
+            }
+        }
+        SubqueryKind::Quantified { operand, op, all } => {
+            let x = operand.eval_ref(row, env)?;
+            let r = runner.rows(sq.id, outer, env)?;
+            quantified(&x, *op, *all, &r.rows)
+        }
+        SubqueryKind::In { operand, negated, same_type } => {
+            let x = operand.eval_ref(row, env)?;
+            let r = runner.rows(sq.id, outer, env)?;
+            let found = if r.rows.is_empty() {
+                Some(false)
+            } else if x.is_null() {
+                None
+            } else if *same_type {
+                let (set, has_null) = r.set();
+                if set.contains(&*x) {
+                    Some(true)
+                } else if *has_null {
+                    None
+                } else {
+                    Some(false)
+                }
+            } else {
+                let mut found = Some(false);
+                for v in r.rows.iter().filter_map(|r| r.first()) {
+                    match compare(CmpOp::Eq, &x, v)?.truth() {
+                        Some(true) => {
+                            found = Some(true);
+                            break;
+                        }
+                        None => found = None,
+                        Some(false) => {}
+                    }
+                }
+                found
+            };
+            Ok(match found {
+                None => Value::Null,
+                Some(b) => Value::Bool(b != *negated),
+            })
+        }
+    }
+}
+
+/// `x op ANY (rows)` is true when the comparison holds for some row, else unknown when it
+/// is unknown for some row, else false (so false over no rows); `x op ALL (rows)` is false
+/// when it fails for some row, else unknown when it is unknown for some, else true (so
+/// true over no rows).
+fn quantified(x: &Value, op: CmpOp, all: bool, rows: &[Vec<Value>]) -> Result<Value> {
+    let decisive = !all;
+    let mut unknown = false;
+    for v in rows.iter().filter_map(|r| r.first()) {
+        match compare(op, x, v)?.truth() {
+            Some(b) if b == decisive => return Ok(Value::Bool(decisive)),
+            Some(_) => {}
+            None => unknown = true,
+        }
+    }
+    Ok(if unknown { Value::Null } else { Value::Bool(!decisive) })
 }
 
 /// NOT: unknown stays unknown.

@@ -42,6 +42,11 @@ pub enum Step {
     /// `rows_before`/`bytes_before` is what the statement had gathered before this level:
     /// the gather caps count from there.
     GatherLevel { level: u32, rows_before: u64, bytes_before: u64 },
+    /// For a statement with subqueries or set operations, which runs whole at the
+    /// coordinator: the rows of source `level` of its SELECT number `query` (0 is the
+    /// statement's own, k + 1 its subquery k), filtered as `GatherLevel` does; the caps
+    /// count from `rows_before`/`bytes_before`.
+    GatherQueryLevel { query: u32, level: u32, rows_before: u64, bytes_before: u64 },
     /// Insert (or upsert) these rows, values in the INSERT's column order, computed by the
     /// coordinator; all or none.
     InsertRows(Vec<Vec<Value>>),

@@ -3,7 +3,8 @@
 //!
 //! A statement's path: `script` (splitting, `?` numbering) → sqlparser → `bind` (names,
 //! types) → `plan` / `plan_dml` (+ `access` paths, `route`) → `exec` / `exec_dml` on one
-//! partition, or `mp` across all of them. DDL goes through `ddl`.
+//! partition, or `mp` across all of them; subqueries, derived tables, views and set
+//! operations run through `exec_query`. DDL goes through `ddl`.
 
 mod access;
 mod bind;
@@ -14,6 +15,7 @@ mod ddl_view;
 mod exec;
 mod exec_agg;
 mod exec_dml;
+mod exec_query;
 mod explain;
 mod expr;
 mod fragment;
@@ -38,6 +40,8 @@ mod tests_fragment;
 mod tests_limits;
 #[cfg(test)]
 mod tests_mp;
+#[cfg(test)]
+mod tests_query;
 #[cfg(test)]
 mod tests_sql;
 
@@ -123,6 +127,9 @@ pub struct Prepared {
     /// DML on a replicated table (must run multi-partition).
     pub writes_replicated: bool,
     pub(crate) plan: Plan,
+    /// The subqueries of a SELECT (in expressions, in FROM, sides of set operations), by
+    /// the ids its plan uses; empty for most statements.
+    pub(crate) subqueries: Vec<plan::SubqueryPlan>,
 }
 
 fn parse_one(sql: &str) -> Result<Statement> {
@@ -148,7 +155,7 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
     }
     let rw = script::rewrite_for_parser(sql)?;
     let stmt = parse_one(&rw.sql)?;
-    let mut b = bind::Binder::new(rw.param_count);
+    let mut b = bind::Binder::new(rw.param_count, Some(catalog));
     let plan = match &stmt {
         Statement::Query(q) => Plan::Select(plan::plan_query(catalog, &mut b, q)?),
         Statement::Insert(i) => Plan::Insert(plan_dml::plan_insert(catalog, &mut b, i, rw.upsert)?),
@@ -164,7 +171,15 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
         Plan::Select(s) => s.columns.to_vec(),
         _ => vec![ResultColumn { name: "modified_tuples".into(), ty: DataType::BigInt }],
     };
-    let (route, writes_replicated) = route::route(catalog, &plan);
+    let subqueries = std::mem::take(&mut b.subqueries);
+    let (route, writes_replicated) = match &plan {
+        _ if subqueries.is_empty() => route::route(catalog, &plan),
+        Plan::Select(s) => (route::query_route(s, &subqueries), false),
+        // INSERT … SELECT runs across partitions whatever its SELECT reads.
+        Plan::Insert(plan_dml::InsertPlan { source: plan_dml::InsertSource::Select(_), .. }) => route::route(catalog, &plan),
+        Plan::Update(_) | Plan::Delete(_) => route::dml_with_subqueries_route(catalog, &plan, &subqueries)?,
+        Plan::Insert(_) => return Err(Error::sql("subqueries are not supported in INSERT … VALUES: use INSERT … SELECT")),
+    };
     let sql: Arc<str> = Arc::from(sql);
     Ok(Prepared {
         statement: StatementRef::Sql(sql.clone()),
@@ -176,6 +191,7 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
         route,
         writes_replicated,
         plan,
+        subqueries,
     })
 }
 
@@ -217,11 +233,15 @@ pub fn execute(p: &Prepared, params: &[Value], ctx: &ExecCtx, part: &mut Partiti
 }
 
 pub(crate) fn execute_coerced(p: &Prepared, params: &[Value], ctx: &ExecCtx, part: &mut Partition) -> Result<ResultTable> {
-    let env = expr::Env::new(params, ctx);
     if let Plan::Select(s) = &p.plan {
+        if !p.subqueries.is_empty() {
+            return exec_query::run_statement(s, &p.subqueries, &exec_query::PartitionTables(part), params, ctx);
+        }
+        let env = expr::Env::new(params, ctx);
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::run_select(s, &src, &env, false);
     }
+    let env = expr::Env::new(params, ctx);
     run_dml(p, &env, part).map(ResultTable::modified)
 }
 
@@ -239,6 +259,17 @@ pub fn execute_each(
     row: &mut dyn FnMut(&[Value]) -> Result<bool>,
 ) -> Result<u64> {
     let params = coerce_params(p, params)?;
+    if matches!(p.plan, Plan::Select(_)) && !p.subqueries.is_empty() {
+        let t = execute_coerced(p, &params, ctx, part)?;
+        let mut sent = 0;
+        for r in &t.rows {
+            sent += 1;
+            if !row(r)? {
+                break;
+            }
+        }
+        return Ok(sent);
+    }
     let env = expr::Env::new(&params, ctx);
     if let Plan::Select(s) = &p.plan {
         let src = exec::PartitionSource::new(part, &s.levels)?;
@@ -254,7 +285,23 @@ pub fn execute_each(
 fn run_dml(p: &Prepared, env: &expr::Env, part: &mut Partition) -> Result<u64> {
     let sp = part.savepoint();
     let r = match &p.plan {
+        Plan::Insert(i @ plan_dml::InsertPlan { source: plan_dml::InsertSource::Select(s), .. }) if !p.subqueries.is_empty() => {
+            let rows = exec_query::run_statement_in(s, &p.subqueries, &exec_query::PartitionTables(part), env).map(|t| t.rows);
+            rows.and_then(|rows| exec_dml::insert_rows(i, rows, part, env))
+        }
         Plan::Insert(i) => exec_dml::run_insert(i, part, env),
+        // With subqueries: what the statement reads (through them too) is read first, with
+        // the partition lent to them, and written after.
+        Plan::Update(u) if !p.subqueries.is_empty() => {
+            let changes =
+                exec_query::with_runner(&p.subqueries, &exec_query::PartitionTables(part), env, |e| exec_dml::update_changes(u, part, e));
+            changes.and_then(|c| exec_dml::apply_update(u, c, part, env))
+        }
+        Plan::Delete(d) if !p.subqueries.is_empty() => {
+            let rows =
+                exec_query::with_runner(&p.subqueries, &exec_query::PartitionTables(part), env, |e| exec_dml::delete_rows(d, part, e));
+            rows.and_then(|r| exec_dml::apply_delete(d, r, part, env))
+        }
         Plan::Update(u) => exec_dml::run_update(u, part, env),
         Plan::Delete(d) => exec_dml::run_delete(d, part, env),
         Plan::Select(_) => Ok(0),

@@ -171,6 +171,13 @@ impl Watch {
         Watch { deadline, left: Cell::new(DEADLINE_CHECK_ROWS) }
     }
 
+    /// A watch on the same deadline, for one run of a subquery: it looks at the clock on its
+    /// first row, so a correlated subquery run once per row of a large query, each run too
+    /// short to reach a check of its own, still looks once per run.
+    pub fn child(&self) -> Watch {
+        Watch { deadline: self.deadline, left: Cell::new(0) }
+    }
+
     /// Counts one row; fails once in a while if the deadline has passed.
     #[inline]
     pub fn tick(&self) -> Result<()> {

@@ -15,9 +15,10 @@ use lockstep_storage::Partition;
 use crate::exec::{each_in_table, probe, run_select, run_select_merged, GatheredSource, PartitionSource};
 use crate::exec_agg::{partial_rows, pushes_down};
 use crate::exec_dml::{insert_rows, source_rows};
+use crate::exec_query::{run_statement, GatheredTables};
 use crate::expr::{arith, sort_cmp, ArithOp, Env};
 use crate::limits::{row_bytes, Limits};
-use crate::plan::SelectPlan;
+use crate::plan::{SelectPlan, SubBody};
 use crate::plan_dml::{InsertPlan, InsertSource};
 use crate::{coerce_params, execute_coerced, ExecCtx, Fragment, FragmentSpec, Plan, Prepared, Route, SiteAccess, SiteFn, Step, Target};
 
@@ -103,7 +104,9 @@ fn fragment(p: &Arc<Prepared>, params: Vec<Value>, ctx: &ExecCtx, step: Step) ->
 pub(crate) fn site_fn(p: Arc<Prepared>, spec: Arc<FragmentSpec>) -> SiteFn {
     let tally = match &spec.step {
         Step::Partials => Some(Tally::default()),
-        Step::GatherLevel { rows_before, bytes_before, .. } => Some(Tally::starting_at(*rows_before, *bytes_before)),
+        Step::GatherLevel { rows_before, bytes_before, .. } | Step::GatherQueryLevel { rows_before, bytes_before, .. } => {
+            Some(Tally::starting_at(*rows_before, *bytes_before))
+        }
         Step::Execute | Step::InsertRows(_) => None,
     };
     Arc::new(move |part: &mut Partition| run_step(&p, &spec, tally.as_ref(), part))
@@ -124,6 +127,10 @@ fn run_step(p: &Prepared, spec: &FragmentSpec, tally: Option<&Tally>, part: &mut
         }
         Step::GatherLevel { level, .. } => {
             let s = select_of(p).ok_or_else(|| Error::unexpected("not a SELECT"))?;
+            gather_level(s, *level as usize, params, ctx, part, tally()?)
+        }
+        Step::GatherQueryLevel { query, level, .. } => {
+            let s = query_plans(p).get(*query as usize).copied().flatten().ok_or_else(|| Error::unexpected("no such SELECT"))?;
             gather_level(s, *level as usize, params, ctx, part, tally()?)
         }
         Step::InsertRows(rows) => {
@@ -155,6 +162,10 @@ pub(crate) fn check_step(p: &Prepared, step: &Step) -> Result<()> {
             Some(s) if (*level as usize) < s.levels.len() => Ok(()),
             _ => bad(&format!("the rows of source {level}")),
         },
+        Step::GatherQueryLevel { query, level, .. } => match query_plans(p).get(*query as usize).copied().flatten() {
+            Some(s) if s.levels.get(*level as usize).is_some_and(|l| l.derived.is_none()) => Ok(()),
+            _ => bad(&format!("the rows of source {level} of SELECT {query}")),
+        },
         Step::InsertRows(rows) => match insert_of(p) {
             Some(ins) if rows.iter().all(|r| r.len() == ins.columns.len()) => Ok(()),
             Some(ins) => bad(&format!("rows of other than {} values", ins.columns.len())),
@@ -183,9 +194,11 @@ pub fn execute_mp(p: &Arc<Prepared>, params: &[Value], ctx: &ExecCtx, sites: &mu
     }
     let env = Env::new(&params, ctx);
     match &p.plan {
+        Plan::Select(s) if !p.subqueries.is_empty() => select_gathering_tables(p, s, &params, ctx, sites),
         Plan::Select(s) => select_everywhere(p, s, &params, ctx, sites, &env),
         Plan::Insert(i) => {
             let rows = match &i.source {
+                InsertSource::Select(s) if !p.subqueries.is_empty() => select_gathering_tables(p, s, &params, ctx, sites)?.rows,
                 InsertSource::Select(s) => select_everywhere(p, s, &params, ctx, sites, &env)?.rows,
                 InsertSource::Values(_) => source_rows(i, &Partition::new(u32::MAX), &env)?,
             };
@@ -321,10 +334,59 @@ fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, si
         if level.merge_view {
             level_rows = merge_view_rows(&level.source.table, level_rows, &env)?;
         }
-        rows.push(level_rows);
+        rows.push(level_rows.into());
     }
     let index_columns = s.levels.iter().map(|l| l.source.table.indexes.iter().map(|i| i.columns.clone()).collect()).collect();
     Ok(GatheredSource::new(rows, index_columns))
+}
+
+/// The SELECT plans of a statement with subqueries, numbered as `Step::GatherQueryLevel`
+/// does: 0 is the statement's own (an INSERT's SELECT), k + 1 its subquery k (None for a
+/// set operation, which reads no table itself).
+fn query_plans(p: &Prepared) -> Vec<Option<&SelectPlan>> {
+    let subs = p.subqueries.iter().map(|s| match &s.body {
+        SubBody::Select(p) => Some(&**p),
+        SubBody::SetOp(_) => None,
+    });
+    std::iter::once(select_of(p)).chain(subs).collect()
+}
+
+/// A SELECT with subqueries or set operations across partitions: the stored sources of
+/// every SELECT in it are gathered (partitioned ones from every partition, replicated ones
+/// from partition 0, each filtered by its terms that depend on neither another source nor
+/// an enclosing row; all while the sites are parked in this transaction, so one
+/// snapshot), then the statement runs here over what was gathered.
+fn select_gathering_tables(
+    p: &Arc<Prepared>,
+    s: &SelectPlan,
+    params: &[Value],
+    ctx: &ExecCtx,
+    sites: &mut dyn SiteAccess,
+) -> Result<ResultTable> {
+    let env = Env::new(params, ctx);
+    let mut levels = HashMap::new();
+    let (mut rows_before, mut bytes_before) = (0u64, 0u64);
+    for (query, plan) in query_plans(p).into_iter().enumerate() {
+        let Some(plan) = plan else { continue };
+        for (j, level) in plan.levels.iter().enumerate().filter(|(_, l)| l.derived.is_none()) {
+            let step = Step::GatherQueryLevel { query: query as u32, level: j as u32, rows_before, bytes_before };
+            let f = fragment(p, params.to_vec(), ctx, step);
+            let target = if level.partitioned { Target::All } else { Target::One(0) };
+            let mut rows = Vec::new();
+            for r in sites.run_fragment(target, f)? {
+                env.watch.tick()?;
+                rows.extend(r.rows);
+            }
+            rows_before = rows_before.saturating_add(rows.len() as u64);
+            bytes_before = rows.iter().fold(bytes_before, |b, r| b.saturating_add(row_bytes(r) as u64));
+            if level.merge_view {
+                rows = merge_view_rows(&level.source.table, rows, &env)?;
+            }
+            levels.insert((query, j), rows.into());
+        }
+    }
+    sites.reads_done();
+    run_statement(s, &p.subqueries, &GatheredTables { levels }, params, ctx)
 }
 
 /// One partition's rows of level `j`, filtered by the terms that are safe to apply early.

@@ -3,17 +3,60 @@
 
 use std::sync::Arc;
 
-use lockstep_core::{Catalog, DataType, Error, Result, ResultColumn, TableDef, TableKind, Value};
+use lockstep_core::{Catalog, ColumnDef, DataType, Error, Result, ResultColumn, TableDef, TableKind, Value};
 use sqlparser::ast::{self as ast, JoinConstraint, JoinOperator, SelectItem, SetExpr, TableFactor};
 
 use crate::access::{choose_access, Access, KeyTerm};
-use crate::bind::{ident_name, object_name, AggCtx, Binder, Source, Typed};
+use crate::bind::{ident_name, object_name, AggCtx, Binder, Cte, Source, Typed};
 use crate::expr::{CmpOp, Expr};
 
 /// Most FROM items one SELECT may join.
 pub const JOIN_SOURCES_MAX: usize = 16;
 /// Most output columns of one SELECT.
 pub const SELECT_COLUMNS_MAX: usize = 1024;
+/// Most set operations (UNION, INTERSECT, EXCEPT) one query may chain: each is a level of
+/// recursion when it is planned and run.
+pub const SET_OPERATIONS_MAX: usize = 64;
+/// The table id of a derived table (a subquery in FROM, a plain view): it names no stored
+/// table; its rows come from `Level::derived`.
+pub const DERIVED_TABLE_ID: lockstep_core::TableId = lockstep_core::TableId::MAX;
+
+/// One of a statement's subqueries: in an expression (`Expr::Subquery`), in FROM
+/// (`Level::derived`), or a side of a set operation.
+#[derive(Clone, Debug)]
+pub struct SubqueryPlan {
+    pub body: SubBody,
+    pub columns: Arc<[ResultColumn]>,
+    /// It reads columns of the query around it (`Expr::Outer`): it runs once per row of
+    /// that query instead of once per statement.
+    pub correlated: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum SubBody {
+    Select(Box<SelectPlan>),
+    SetOp(SetOpPlan),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetOp {
+    Union,
+    Intersect,
+    Except,
+}
+
+/// `left op [ALL] right`, both subqueries of the statement with as many columns.
+#[derive(Clone, Debug)]
+pub struct SetOpPlan {
+    pub op: SetOp,
+    pub all: bool,
+    pub left: usize,
+    pub right: usize,
+    /// Each column's type; a side whose column has another type (INTEGER against BIGINT
+    /// or FLOAT, say) has its values converted first, so equal values compare equal.
+    pub types: Vec<DataType>,
+    pub convert: [bool; 2],
+}
 
 /// One FROM item in join order.
 #[derive(Clone, Debug)]
@@ -36,6 +79,8 @@ pub struct Level {
     /// The source is a view of a partitioned table: gathered rows must be re-aggregated.
     pub merge_view: bool,
     pub partitioned: bool,
+    /// A derived table: its rows are those of this subquery of the statement.
+    pub derived: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,6 +122,22 @@ fn unsupported(what: impl std::fmt::Display) -> Error {
     Error::sql(format!("{what} is not supported"))
 }
 
+/// A table standing for a subquery's rows: its columns, no indexes, replicated.
+pub fn derived_table(name: &str, columns: &[ResultColumn]) -> TableDef {
+    let columns = columns
+        .iter()
+        .map(|c| ColumnDef {
+            name: c.name.to_string(),
+            ty: c.ty,
+            size: crate::ddl_parse::VARIABLE_SIZE_MAX,
+            in_bytes: false,
+            nullable: true,
+            default: None,
+        })
+        .collect();
+    TableDef { id: DERIVED_TABLE_ID, name: name.to_string(), columns, indexes: vec![], partition_column: None, kind: TableKind::Table }
+}
+
 /// Looks a FROM table up, refusing streams.
 pub fn readable_table(catalog: &Catalog, name: &ast::ObjectName) -> Result<Arc<TableDef>> {
     let n = object_name(name)?;
@@ -89,60 +150,235 @@ pub fn readable_table(catalog: &Catalog, name: &ast::ObjectName) -> Result<Arc<T
 
 struct FromItem<'q> {
     source: Source,
+    derived: Option<usize>,
     left: bool,
-    on: Option<&'q ast::Expr>,
+    /// ON conditions (a parenthesised join can give its last item the outer one as well).
+    on: Vec<&'q ast::Expr>,
 }
 
-fn from_items<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<Vec<FromItem<'q>>> {
+fn from_items<'q>(catalog: &Catalog, b: &mut Binder, from: &'q [ast::TableWithJoins]) -> Result<Vec<FromItem<'q>>> {
     let mut items: Vec<FromItem> = Vec::new();
-    let mut offset = 0;
-    let mut add = |items: &mut Vec<FromItem<'q>>, f: &TableFactor, left: bool, on: Option<&'q ast::Expr>| -> Result<()> {
-        let (name, alias) = match f {
-            TableFactor::Table { name, alias, args: None, .. } => (name, alias),
-            TableFactor::Derived { .. } => return Err(unsupported("a subquery in FROM")),
-            other => return Err(unsupported(format!("FROM item {other}"))),
-        };
-        let table = readable_table(catalog, name)?;
-        let sname = match alias {
-            Some(a) => {
-                if !a.columns.is_empty() {
-                    return Err(unsupported("column aliases in FROM"));
-                }
-                ident_name(&a.name)
-            }
-            None => table.name.clone(),
-        };
-        if items.iter().any(|i| i.source.name.eq_ignore_ascii_case(&sname)) {
-            return Err(Error::sql(format!("{sname} appears twice in FROM; give one of them an alias")));
-        }
-        if items.len() >= JOIN_SOURCES_MAX {
-            return Err(Error::sql(format!("a SELECT may join at most {JOIN_SOURCES_MAX} tables")));
-        }
-        let width = table.columns.len();
-        items.push(FromItem { source: Source { name: sname, table, offset }, left, on });
-        offset += width;
-        Ok(())
-    };
     for twj in from {
-        add(&mut items, &twj.relation, false, None)?;
-        for j in &twj.joins {
-            let (left, c) = match &j.join_operator {
-                JoinOperator::Join(c) | JoinOperator::Inner(c) => (false, c),
-                JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (true, c),
-                JoinOperator::CrossJoin(c) => (false, c),
-                // Not `{other:?}`: that would print the whole ON expression, recursively.
-                _ => return Err(unsupported("this kind of join (use [INNER] JOIN, LEFT [OUTER] JOIN or CROSS JOIN)")),
-            };
-            let on = match c {
-                JoinConstraint::On(e) => Some(e),
-                JoinConstraint::None if !left => None,
-                JoinConstraint::None => return Err(Error::sql("LEFT JOIN needs an ON condition")),
-                JoinConstraint::Using(_) | JoinConstraint::Natural => return Err(unsupported("JOIN … USING / NATURAL JOIN")),
-            };
-            add(&mut items, &j.relation, left, on)?;
-        }
+        add_joins(catalog, b, &mut items, twj)?;
     }
     Ok(items)
+}
+
+/// Adds one FROM item and its joins. A parenthesised join, `(a CROSS JOIN b)`, is laid out
+/// in line: where it stands first or on the right of an inner join, its ON conditions and
+/// the outer ones together are the same filters over the same rows, so the parentheses
+/// change nothing. On the right of a LEFT JOIN they would (the outer join pads the whole
+/// group), which is refused.
+fn add_joins<'q>(catalog: &Catalog, b: &mut Binder, items: &mut Vec<FromItem<'q>>, twj: &'q ast::TableWithJoins) -> Result<()> {
+    add_factor(catalog, b, items, &twj.relation, false, None)?;
+    for j in &twj.joins {
+        let (left, c) = match &j.join_operator {
+            JoinOperator::Join(c) | JoinOperator::Inner(c) => (false, c),
+            JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (true, c),
+            JoinOperator::CrossJoin(c) => (false, c),
+            // Not `{other:?}`: that would print the whole ON expression, recursively.
+            _ => return Err(unsupported("this kind of join (use [INNER] JOIN, LEFT [OUTER] JOIN or CROSS JOIN)")),
+        };
+        let on = match c {
+            JoinConstraint::On(e) => Some(e),
+            JoinConstraint::None if !left => None,
+            JoinConstraint::None => return Err(Error::sql("LEFT JOIN needs an ON condition")),
+            JoinConstraint::Using(_) | JoinConstraint::Natural => return Err(unsupported("JOIN … USING / NATURAL JOIN")),
+        };
+        add_factor(catalog, b, items, &j.relation, left, on)?;
+    }
+    Ok(())
+}
+
+fn add_factor<'q>(
+    catalog: &Catalog,
+    b: &mut Binder,
+    items: &mut Vec<FromItem<'q>>,
+    f: &'q TableFactor,
+    left: bool,
+    on: Option<&'q ast::Expr>,
+) -> Result<()> {
+    let (name, alias) = match f {
+        TableFactor::Table { name, alias, args: None, .. } => (name, alias),
+        TableFactor::NestedJoin { table_with_joins, alias } => {
+            if alias.is_some() {
+                return Err(unsupported("an alias on a parenthesised join"));
+            }
+            if left && !table_with_joins.joins.is_empty() {
+                return Err(unsupported("a parenthesised join on the right of LEFT JOIN"));
+            }
+            let first = items.len();
+            add_joins(catalog, b, items, table_with_joins)?;
+            // The outer join's ON condition goes to the group's last item, where every
+            // table it may name has been joined (for `(b)` alone, that is `b` itself).
+            let last = items.len() - 1;
+            items[last].on.extend(on);
+            items[first].left |= left;
+            return Ok(());
+        }
+        TableFactor::Derived { lateral, subquery, alias, .. } => {
+            if *lateral {
+                return Err(unsupported("LATERAL"));
+            }
+            let alias = alias.as_ref().ok_or_else(|| Error::sql("a subquery in FROM needs a name: FROM (SELECT …) AS d"))?;
+            let (id, _) = b.plan_subquery(subquery, &[], true)?;
+            let mut cols = b.subqueries[id].columns.to_vec();
+            rename_columns(&mut cols, alias)?;
+            let table = Arc::new(derived_table(&ident_name(&alias.name), &cols));
+            return push_item(items, table, ident_name(&alias.name), left, on, Some(id));
+        }
+        other => return Err(unsupported(format!("FROM item {other}"))),
+    };
+    let n = object_name(name)?;
+    if name.0.len() == 1 {
+        if let Some(i) = b.ctes.iter().rposition(|c| c.name.eq_ignore_ascii_case(&n)) {
+            return expand_cte(b, items, i, alias.as_ref(), left, on);
+        }
+    }
+    b.reads.push(n.to_ascii_lowercase());
+    if catalog.table(&n).is_none() {
+        if let Some(v) = catalog.plain_view(&n) {
+            return expand_view(b, items, v, alias.as_ref(), left, on);
+        }
+    }
+    let table = readable_table(catalog, name)?;
+    let sname = match alias {
+        Some(a) => {
+            if !a.columns.is_empty() {
+                return Err(unsupported("column aliases on a table in FROM"));
+            }
+            ident_name(&a.name)
+        }
+        None => table.name.clone(),
+    };
+    push_item(items, table, sname, left, on, None)
+}
+
+/// A common table expression read in FROM: its query, planned here as a derived table. It
+/// sees the expressions defined before it, not itself or those after it (no recursion).
+fn expand_cte<'q>(
+    b: &mut Binder,
+    items: &mut Vec<FromItem<'q>>,
+    i: usize,
+    alias: Option<&ast::TableAlias>,
+    left: bool,
+    on: Option<&'q ast::Expr>,
+) -> Result<()> {
+    let cte = b.ctes[i].clone();
+    let later = b.ctes.split_off(i);
+    let planned = b.plan_subquery(&cte.query, &[], true);
+    b.ctes.extend(later);
+    let (id, _) = planned.map_err(|e| e.context(format!("in WITH {}", cte.name)))?;
+    let mut cols = b.subqueries[id].columns.to_vec();
+    rename_columns(&mut cols, &cte.alias)?;
+    let sname = match alias {
+        Some(a) => {
+            rename_columns(&mut cols, a)?;
+            ident_name(&a.name)
+        }
+        None => cte.name.clone(),
+    };
+    let table = Arc::new(derived_table(&sname, &cols));
+    push_item(items, table, sname, left, on, Some(id))
+}
+
+/// A plain view read in FROM: its query, planned here as a derived table under the view's
+/// name (or the alias), with the view's column names.
+fn expand_view<'q>(
+    b: &mut Binder,
+    items: &mut Vec<FromItem<'q>>,
+    v: &lockstep_core::PlainViewDef,
+    alias: Option<&ast::TableAlias>,
+    left: bool,
+    on: Option<&'q ast::Expr>,
+) -> Result<()> {
+    let in_view = |e: Error| e.context(format!("in view {}", v.name));
+    let q = view_query(&v.query, &v.name).map_err(in_view)?;
+    let (id, _) = b.plan_subquery(&q, &[], true).map_err(in_view)?;
+    let mut cols = b.subqueries[id].columns.to_vec();
+    if cols.len() != v.columns.len() {
+        return Err(Error::sql(format!(
+            "view {} now selects {} columns, not the {} it was created with: drop it and create it again",
+            v.name,
+            cols.len(),
+            v.columns.len()
+        )));
+    }
+    for (c, n) in cols.iter_mut().zip(&v.columns) {
+        c.name = n.as_str().into();
+    }
+    let sname = match alias {
+        Some(a) => {
+            rename_columns(&mut cols, a)?;
+            ident_name(&a.name)
+        }
+        None => v.name.clone(),
+    };
+    let table = Arc::new(derived_table(&sname, &cols));
+    push_item(items, table, sname, left, on, Some(id))
+}
+
+/// The query of a plain view, parsed.
+pub fn view_query(text: &str, name: &str) -> Result<ast::Query> {
+    let rw = crate::script::rewrite_for_parser(text)?;
+    if rw.param_count > 0 {
+        return Err(Error::sql(format!("view {name} cannot have parameters (?)")));
+    }
+    let mut stmts = crate::nesting::parse_statements(&rw.sql, &format!(" in view {name}"))?;
+    match (stmts.pop(), stmts.is_empty()) {
+        (Some(ast::Statement::Query(q)), true) => Ok(*q),
+        _ => Err(Error::sql(format!("view {name} must be defined by one SELECT"))),
+    }
+}
+
+/// Plans a plain view's query as `CREATE VIEW` checks it: its column names, and the tables
+/// and plain views it reads.
+pub fn plan_view(catalog: &Catalog, text: &str, name: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let q = view_query(text, name)?;
+    let mut b = Binder::new(0, Some(catalog));
+    let plan = plan_query(catalog, &mut b, &q)?;
+    let mut reads = std::mem::take(&mut b.reads);
+    reads.sort();
+    reads.dedup();
+    Ok((plan.columns.iter().map(|c| c.name.to_string()).collect(), reads))
+}
+
+/// `AS d (x, y)`: the derived table's columns renamed, as many names as it has columns.
+fn rename_columns(cols: &mut [ResultColumn], alias: &ast::TableAlias) -> Result<()> {
+    if alias.columns.is_empty() {
+        return Ok(());
+    }
+    if alias.columns.len() != cols.len() {
+        return Err(Error::sql(format!(
+            "{} names {} columns, but its subquery has {}",
+            ident_name(&alias.name),
+            alias.columns.len(),
+            cols.len()
+        )));
+    }
+    for (c, a) in cols.iter_mut().zip(&alias.columns) {
+        c.name = ident_name(&a.name).into();
+    }
+    Ok(())
+}
+
+fn push_item<'q>(
+    items: &mut Vec<FromItem<'q>>,
+    table: Arc<TableDef>,
+    sname: String,
+    left: bool,
+    on: Option<&'q ast::Expr>,
+    derived: Option<usize>,
+) -> Result<()> {
+    if items.iter().any(|i| i.source.name.eq_ignore_ascii_case(&sname)) {
+        return Err(Error::sql(format!("{sname} appears twice in FROM; give one of them an alias")));
+    }
+    if items.len() >= JOIN_SOURCES_MAX {
+        return Err(Error::sql(format!("a SELECT may join at most {JOIN_SOURCES_MAX} tables")));
+    }
+    let offset = items.last().map(|i| i.source.offset + i.source.width()).unwrap_or(0);
+    items.push(FromItem { source: Source { name: sname, table, offset }, derived, left, on: on.into_iter().collect() });
+    Ok(())
 }
 
 /// The level holding column `c` of the joined row.
@@ -154,21 +390,196 @@ fn level_of(sources: &[Source], e: &Expr) -> usize {
     e.max_column().map(|c| level_of_column(sources, c)).unwrap_or(0)
 }
 
-/// Plans a query (a SELECT with optional ORDER BY / LIMIT / OFFSET).
+/// Plans a query (a SELECT, or set operations over SELECTs, with optional ORDER BY /
+/// LIMIT / OFFSET).
 pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<SelectPlan> {
-    if q.with.is_some() {
-        return Err(unsupported("WITH"));
-    }
     if q.fetch.is_some() || !q.locks.is_empty() || q.for_clause.is_some() {
         return Err(unsupported("FETCH / FOR UPDATE"));
     }
-    let select = match q.body.as_ref() {
-        SetExpr::Select(s) => s,
-        SetExpr::SetOperation { op, .. } => return Err(unsupported(format!("{op}"))),
-        SetExpr::Query(_) => return Err(unsupported("a parenthesised query")),
+    // WITH's names are in scope for the query and the subqueries in it, and no further.
+    let scope = b.ctes.len();
+    if let Some(w) = &q.with {
+        if w.recursive {
+            return Err(unsupported("WITH RECURSIVE"));
+        }
+        for cte in &w.cte_tables {
+            if cte.from.is_some() {
+                return Err(unsupported("WITH … FROM"));
+            }
+            b.ctes.push(Cte { name: ident_name(&cte.alias.name), query: (*cte.query).clone(), alias: cte.alias.clone() });
+        }
+    }
+    let r = plan_query_body(catalog, b, q);
+    b.ctes.truncate(scope);
+    r
+}
+
+fn plan_query_body(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<SelectPlan> {
+    match q.body.as_ref() {
+        SetExpr::Select(s) => plan_select(catalog, b, s, Some(q)),
+        body @ (SetExpr::SetOperation { .. } | SetExpr::Query(_)) => {
+            let id = plan_set_expr(catalog, b, body, 0)?;
+            plan_over_subquery(b, id, q)
+        }
+        _ => Err(unsupported("this kind of query")),
+    }
+}
+
+/// Plans a subquery's text and adds it to the statement's subqueries: its id.
+pub fn plan_subquery_body(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<usize> {
+    let bare = q.order_by.is_none() && q.limit_clause.is_none() && q.with.is_none() && q.fetch.is_none();
+    if bare && matches!(q.body.as_ref(), SetExpr::SetOperation { .. }) {
+        return plan_set_expr(catalog, b, &q.body, 0);
+    }
+    let plan = plan_query(catalog, b, q)?;
+    Ok(push_subquery(b, SubBody::Select(Box::new(plan))))
+}
+
+fn push_subquery(b: &mut Binder, body: SubBody) -> usize {
+    let columns = match &body {
+        SubBody::Select(p) => p.columns.clone(),
+        SubBody::SetOp(s) => {
+            b.subqueries[s.left].columns.iter().zip(&s.types).map(|(c, t)| ResultColumn { name: c.name.clone(), ty: *t }).collect()
+        }
+    };
+    b.subqueries.push(SubqueryPlan { body, columns, correlated: false });
+    b.subqueries.len() - 1
+}
+
+/// Plans one side of a set operation (or the whole of one): its subquery id.
+fn plan_set_expr(catalog: &Catalog, b: &mut Binder, body: &SetExpr, depth: usize) -> Result<usize> {
+    if depth >= SET_OPERATIONS_MAX {
+        return Err(Error::sql(format!("a query may chain at most {SET_OPERATIONS_MAX} UNION / INTERSECT / EXCEPT operations")));
+    }
+    // A side that reads the enclosing query's row runs again for each such row.
+    let before = b.outer_reads();
+    let id = match body {
+        SetExpr::Select(s) => {
+            let plan = plan_select(catalog, b, s, None)?;
+            push_subquery(b, SubBody::Select(Box::new(plan)))
+        }
+        SetExpr::Query(q) => plan_subquery_body(catalog, b, q)?,
+        SetExpr::SetOperation { op, set_quantifier, left, right } => {
+            let op = match op {
+                ast::SetOperator::Union => SetOp::Union,
+                ast::SetOperator::Intersect => SetOp::Intersect,
+                ast::SetOperator::Except | ast::SetOperator::Minus => SetOp::Except,
+            };
+            let all = match set_quantifier {
+                ast::SetQuantifier::All => true,
+                ast::SetQuantifier::Distinct | ast::SetQuantifier::None => false,
+                other => return Err(unsupported(format!("{op:?} {other}"))),
+            };
+            let l = plan_set_expr(catalog, b, left, depth + 1)?;
+            let r = plan_set_expr(catalog, b, right, depth + 1)?;
+            let plan = set_op_plan(b, op, all, l, r)?;
+            push_subquery(b, SubBody::SetOp(plan))
+        }
         _ => return Err(unsupported("this kind of query")),
     };
-    let s = select.as_ref();
+    b.subqueries[id].correlated = b.outer_reads() > before;
+    Ok(id)
+}
+
+fn set_op_name(op: SetOp, all: bool) -> String {
+    let name = match op {
+        SetOp::Union => "UNION",
+        SetOp::Intersect => "INTERSECT",
+        SetOp::Except => "EXCEPT",
+    };
+    if all {
+        format!("{name} ALL")
+    } else {
+        name.to_string()
+    }
+}
+
+/// Checks that both sides have as many columns, of types that compare, and works out each
+/// column's type (the wider number, say).
+fn set_op_plan(b: &Binder, op: SetOp, all: bool, left: usize, right: usize) -> Result<SetOpPlan> {
+    let (lc, rc) = (&b.subqueries[left].columns, &b.subqueries[right].columns);
+    let name = set_op_name(op, all);
+    if lc.len() != rc.len() {
+        return Err(Error::sql(format!(
+            "each side of {name} must have as many columns: the left has {}, the right {}",
+            lc.len(),
+            rc.len()
+        )));
+    }
+    // A bare NULL has no type of its own (it is listed as VARCHAR): it takes the other side's.
+    let null_at = |id: usize, i: usize| match &b.subqueries[id].body {
+        SubBody::Select(p) => matches!(p.output.get(i), Some(Expr::Const(Value::Null))),
+        SubBody::SetOp(_) => false,
+    };
+    let mut types = Vec::with_capacity(lc.len());
+    for (i, (a, c)) in lc.iter().zip(rc.iter()).enumerate() {
+        let ty = match (a.ty, c.ty) {
+            (x, y) if x == y => x,
+            (_, y) if null_at(left, i) => y,
+            (x, _) if null_at(right, i) => x,
+            (x, y) if x.is_integer() && y.is_integer() => DataType::BigInt,
+            (x, y) if x.is_numeric() && y.is_numeric() => crate::func::numeric_result(&[Some(x), Some(y)]),
+            (x, y) => {
+                return Err(Error::sql(format!(
+                    "column {} of {name} is {} on the left and {} on the right: cast one side so they match",
+                    i + 1,
+                    x.sql_name(),
+                    y.sql_name()
+                )))
+            }
+        };
+        types.push(ty);
+    }
+    let differs = |cols: &[ResultColumn]| cols.iter().zip(&types).any(|(c, t)| c.ty != *t && !(c.ty.is_integer() && t.is_integer()));
+    let convert = [differs(lc), differs(rc)];
+    Ok(SetOpPlan { op, all, left, right, types, convert })
+}
+
+/// `SELECT * FROM (subquery id) ORDER BY … LIMIT … OFFSET …`: the ORDER BY and limits of a
+/// query whose body is a set operation (or a parenthesised query) apply to its whole.
+fn plan_over_subquery(b: &mut Binder, id: usize, q: &ast::Query) -> Result<SelectPlan> {
+    let columns = b.subqueries[id].columns.clone();
+    let table = Arc::new(derived_table("", &columns));
+    let source = Source { name: String::new(), table, offset: 0 };
+    let sources = std::slice::from_ref(&source);
+    let output: Vec<Expr> = (0..columns.len()).map(Expr::Column).collect();
+    let aliases: Vec<Option<String>> = columns.iter().map(|c| Some(c.name.to_string())).collect();
+    let mut hidden = Vec::new();
+    let order = order_by(b, sources, q, &output, &columns, &aliases, &mut hidden)?;
+    let (limit, offset) = limits(b, q)?;
+    let level = Level {
+        source: source.clone(),
+        left: false,
+        access: Access::Scan,
+        on: vec![],
+        residual: vec![],
+        post: vec![],
+        gather_access: Access::Scan,
+        gather_filter: vec![],
+        merge_view: false,
+        partitioned: false,
+        derived: Some(id),
+    };
+    Ok(SelectPlan {
+        levels: vec![level],
+        width: columns.len(),
+        agg: None,
+        having: None,
+        output,
+        columns,
+        hidden,
+        order,
+        sorted_by_index: false,
+        distinct: false,
+        limit,
+        offset,
+        gather_limit: false,
+    })
+}
+
+/// A SELECT; `q` is the query it is the body of (for ORDER BY and limits), None for a side
+/// of a set operation.
+fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&ast::Query>) -> Result<SelectPlan> {
     if s.top.is_some()
         || s.into.is_some()
         || !s.lateral_views.is_empty()
@@ -183,7 +594,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
         Some(ast::Distinct::Distinct) => true,
         Some(ast::Distinct::On(_)) => return Err(unsupported("DISTINCT ON")),
     };
-    let items = from_items(catalog, &s.from)?;
+    let items = from_items(catalog, b, &s.from)?;
     let sources: Vec<Source> = items.iter().map(|i| i.source.clone()).collect();
     let width: usize = sources.iter().map(Source::width).sum();
 
@@ -203,7 +614,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
     };
     let mut no_from_filter: Vec<Expr> = Vec::new();
     for (j, it) in items.iter().enumerate() {
-        if let Some(cond) = it.on {
+        for cond in it.on.iter().copied() {
             let (t, had_agg) = b.bind_input(cond, &sources[..=j]);
             if had_agg {
                 return Err(Error::sql("aggregate functions are not allowed in ON"));
@@ -242,6 +653,8 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
     };
     let mut aggregated = !group_exprs.is_empty() || s.having.is_some();
     if !aggregated {
+        // A look for aggregates only: the subqueries it planned are planned again below.
+        let mark = b.subqueries.len();
         for item in &s.projection {
             if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
                 let (r, had) = b.bind_input(e, &sources);
@@ -249,6 +662,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
                 aggregated |= had;
             }
         }
+        b.subqueries.truncate(mark);
     }
     if aggregated {
         let mut keys = Vec::new();
@@ -336,26 +750,18 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
 
     // ORDER BY.
     let mut hidden = Vec::new();
-    let mut order = Vec::new();
-    if let Some(ob) = &q.order_by {
-        let exprs = match &ob.kind {
-            ast::OrderByKind::Expressions(v) => v,
-            ast::OrderByKind::All(_) => return Err(unsupported("ORDER BY ALL")),
-        };
-        for o in exprs {
-            if o.options.nulls_first.is_some() || o.with_fill.is_some() {
-                return Err(unsupported("NULLS FIRST/LAST in ORDER BY"));
-            }
-            let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
-            let key = order_key(b, &sources, &o.expr, &output, &columns, &aliases, &mut hidden)?;
-            order.push((key, desc));
-        }
-    }
+    let order = match q {
+        Some(q) => order_by(b, &sources, q, &output, &columns, &aliases, &mut hidden)?,
+        None => Vec::new(),
+    };
     if distinct && !hidden.is_empty() {
         return Err(Error::sql("with SELECT DISTINCT, ORDER BY expressions must appear in the select list"));
     }
-    let (limit, offset) = limits(b, q)?;
-    let agg = b.agg.take();
+    let (limit, offset) = match q {
+        Some(q) => limits(b, q)?,
+        None => (None, None),
+    };
+    let agg = b.end_grouping();
 
     // Levels with access paths.
     let mut levels = Vec::with_capacity(sources.len());
@@ -363,14 +769,14 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
         let src = &sources[j];
         let terms = key_terms(&on[j], src);
         let access = choose_access(&src.table, &terms);
-        let partitioned = is_partitioned(catalog, &src.table);
+        let partitioned = it.derived.is_none() && is_partitioned(catalog, &src.table);
         let merge_view = partitioned && src.table.view().is_some();
         let group_len = src.table.view().map(|v| v.group_by.len()).unwrap_or(usize::MAX);
         let mut gather_filter = Vec::new();
         for e in &on[j] {
             let local = e.min_column().is_some_and(|c| c >= src.offset) || e.max_column().is_none();
             let ok_for_view = !merge_view || e.max_column().is_none_or(|c| c < src.offset + group_len);
-            if local && ok_for_view && e.max_column().is_some() {
+            if local && ok_for_view && e.max_column().is_some() && e.stands_alone() {
                 let mut l = e.clone();
                 let off = src.offset;
                 l.map_columns(&|c| c - off);
@@ -390,6 +796,7 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
             gather_filter,
             merge_view,
             partitioned,
+            derived: it.derived,
         });
     }
     if let Some(l0) = levels.first_mut() {
@@ -430,6 +837,8 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
         && plan.agg.is_none()
         && !plan.distinct
         && !plan.levels[0].merge_view
+        && plan.levels[0].derived.is_none()
+        && plan.levels[0].on.iter().all(Expr::stands_alone)
         && (plan.order.is_empty() || plan.sorted_by_index);
     if plan.gather_limit {
         let l = &mut plan.levels[0];
@@ -469,6 +878,34 @@ fn column_name(sources: &[Source], qual: Option<&ast::Ident>, id: &ast::Ident) -
         }
     }
     name
+}
+
+/// The ORDER BY of `q` as sort keys over the output (or hidden expressions).
+fn order_by(
+    b: &mut Binder,
+    sources: &[Source],
+    q: &ast::Query,
+    output: &[Expr],
+    columns: &[ResultColumn],
+    aliases: &[Option<String>],
+    hidden: &mut Vec<Expr>,
+) -> Result<Vec<(SortKey, bool)>> {
+    let mut order = Vec::new();
+    if let Some(ob) = &q.order_by {
+        let exprs = match &ob.kind {
+            ast::OrderByKind::Expressions(v) => v,
+            ast::OrderByKind::All(_) => return Err(unsupported("ORDER BY ALL")),
+        };
+        for o in exprs {
+            if o.options.nulls_first.is_some() || o.with_fill.is_some() {
+                return Err(unsupported("NULLS FIRST/LAST in ORDER BY"));
+            }
+            let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+            let key = order_key(b, sources, &o.expr, output, columns, aliases, hidden)?;
+            order.push((key, desc));
+        }
+    }
+    Ok(order)
 }
 
 fn order_key(

@@ -73,6 +73,7 @@ fn single_level(catalog: &Catalog, table: Arc<TableDef>, name: String, filter: V
         gather_access: Access::Scan,
         gather_filter: Vec::new(),
         merge_view: false,
+        derived: None,
     };
     level.residual = crate::access::residual_filters(&level);
     level
@@ -244,7 +245,7 @@ pub fn plan_insert(catalog: &Catalog, b: &mut Binder, ins: &ast::Insert, upsert:
             InsertSource::Values(rows)
         }
         SetExpr::Values(_) => return Err(Error::sql("ORDER BY / LIMIT after VALUES is not supported")),
-        SetExpr::Select(_) => {
+        SetExpr::Select(_) | SetExpr::SetOperation { .. } | SetExpr::Query(_) => {
             let plan = plan_query(catalog, b, q)?;
             if plan.columns.len() != columns.len() {
                 return Err(Error::sql(format!(

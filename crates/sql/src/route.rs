@@ -7,7 +7,7 @@
 use lockstep_core::{Catalog, DataType, TableDef, TableKind, Value};
 
 use crate::expr::{CmpOp, Expr};
-use crate::plan::{is_partitioned, Level};
+use crate::plan::{is_partitioned, Level, SelectPlan, SubBody, SubqueryPlan};
 use crate::plan_dml::InsertSource;
 use crate::{Plan, Route};
 
@@ -102,6 +102,54 @@ fn select_route(levels: &[Level], width: usize) -> Route {
         return Route::AnyPartition;
     }
     pinned_route(levels, width).unwrap_or(Route::All)
+}
+
+/// The route of a SELECT with subqueries: every SELECT in it (the statement's and its
+/// subqueries') that reads a partitioned table must be pinned to the same partition key
+/// for it to run on one partition; if none reads one, any partition will do.
+pub fn query_route(top: &SelectPlan, subs: &[SubqueryPlan]) -> Route {
+    selects_route(std::iter::once(top).chain(sub_selects(subs)))
+}
+
+fn sub_selects(subs: &[SubqueryPlan]) -> impl Iterator<Item = &SelectPlan> {
+    subs.iter().filter_map(|s| match &s.body {
+        SubBody::Select(p) => Some(&**p),
+        SubBody::SetOp(_) => None,
+    })
+}
+
+fn selects_route<'a>(selects: impl Iterator<Item = &'a SelectPlan>) -> Route {
+    let mut chosen: Option<Route> = None;
+    for p in selects {
+        if p.levels.iter().all(|l| !l.partitioned) {
+            continue;
+        }
+        let Some(r) = pinned_route(&p.levels, p.width) else {
+            return Route::All;
+        };
+        match &chosen {
+            None => chosen = Some(r),
+            Some(c) if *c == r => {}
+            Some(_) => return Route::All,
+        }
+    }
+    chosen.unwrap_or(Route::AnyPartition)
+}
+
+/// (route, writes_replicated) of an UPDATE or DELETE with subqueries. Each partition it
+/// runs on runs its subqueries over its own rows, so a subquery may read a partitioned
+/// table only when the statement runs on one partition and the subquery is pinned to the
+/// same one; a replicated table (the same on every partition) it may always read.
+pub fn dml_with_subqueries_route(catalog: &Catalog, plan: &Plan, subs: &[SubqueryPlan]) -> lockstep_core::Result<(Route, bool)> {
+    let (route, writes_replicated) = route(catalog, plan);
+    match selects_route(sub_selects(subs)) {
+        Route::AnyPartition => Ok((route, writes_replicated)),
+        r if r == route && r != Route::All && !writes_replicated => Ok((route, writes_replicated)),
+        _ => Err(lockstep_core::Error::sql(
+            "a subquery in UPDATE or DELETE may read a partitioned table only when it and the statement are both fixed to the same \
+             partition key (col = value): read replicated tables there, or select the keys first and then change the rows",
+        )),
+    }
 }
 
 /// (route, writes_replicated) of a planned statement.

@@ -98,7 +98,15 @@ fn keys_and_partitioning_are_checked() {
     assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER PRIMARY KEY, b INTEGER PRIMARY KEY)").contains("more than one PRIMARY KEY"));
     assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER, a BIGINT)").contains("defined twice"));
     assert!(fails(&mut cat, "CREATE TABLE x (a BLOB)").contains("unknown column type BLOB"));
-    assert!(fails(&mut cat, "CREATE TABLE x (a INTEGER,)").contains("expected a column name"));
+    // A trailing comma before `)`, as VoltDB's example schemas have, is accepted.
+    apply(&mut cat, "CREATE TABLE x (a INTEGER, PRIMARY KEY (a),\n)");
+    assert_eq!(cat.table("x").unwrap().indexes.len(), 1);
+    assert!(fails(&mut cat, "CREATE TABLE x2 (,)").contains("expected a column name"));
+    assert!(fails(&mut cat, "CREATE TABLE x2 (a INTEGER,,)").contains("expected a column name"));
+    // DESC index columns are accepted: the ordered index is read backwards for them.
+    apply(&mut cat, "CREATE INDEX x_a ON x (a DESC); CREATE INDEX u_na ON u (n ASC, a DESC)");
+    assert_eq!(cat.table("u").unwrap().indexes.iter().find(|i| i.name == "U_NA").unwrap().columns.len(), 2);
+    assert!(fails(&mut cat, "CREATE INDEX x_b ON x (a DESC DESC)").contains("expected"));
     assert!(fails(&mut cat, "CREATE TABLE u (a INTEGER)").ends_with("object name already exists: U"));
     // FOREIGN KEY is accepted and not enforced, as VoltDB does.
     apply(
@@ -135,6 +143,29 @@ fn alter_drop_stream_and_view_forms() {
         .contains("not supported in materialized views"));
     assert!(fails(&mut cat, "CREATE VIEW bad AS SELECT COUNT(*), k FROM src GROUP BY k").contains("must come before"));
     assert!(fails(&mut cat, "CREATE VIEW bad AS SELECT k, AVG(v) FROM src GROUP BY k").contains("not supported"));
+    // A view that does not group is a plain view: any query, checked when it is created.
+    assert_eq!(apply(&mut cat, "CREATE VIEW pv AS SELECT k, v FROM src WHERE v > 0;"), vec!["view PV created"]);
+    assert_eq!(apply(&mut cat, "CREATE VIEW pv2 (a) AS SELECT k FROM pv UNION SELECT v FROM src;"), vec!["view PV2 created"]);
+    assert_eq!(cat.plain_view("pv2").unwrap().reads, vec!["pv".to_string(), "src".to_string()]);
+    assert!(fails(&mut cat, "CREATE VIEW pv3 AS SELECT nope FROM src").contains("unknown column NOPE"));
+    assert!(fails(&mut cat, "CREATE VIEW pv3 AS SELECT k FROM src WHERE v = ?").contains("cannot have parameters"));
+    assert!(fails(&mut cat, "CREATE VIEW pv3 (a, b) AS SELECT k FROM src").contains("names 2 columns but selects 1"));
+    assert!(fails(&mut cat, "CREATE VIEW pv3 AS SELECT k, k FROM src").contains("two columns named K"));
+    assert!(fails(&mut cat, "CREATE TABLE pv (a INTEGER)").contains("object name already exists"));
+    assert!(fails(&mut cat, "CREATE VIEW src AS SELECT 1 FROM src").contains("object name already exists"));
+    assert!(fails(&mut cat, "DROP TABLE pv").contains("use DROP VIEW"));
+    assert!(fails(&mut cat, "DROP VIEW pv").contains("views read PV (PV2)"));
+    assert!(fails(&mut cat, "DROP TABLE src").contains("views read SRC (PV, PV2)"));
+    assert_eq!(
+        apply(&mut cat, "DROP VIEW pv2; DROP VIEW pv2 IF EXISTS"),
+        vec!["view PV2 dropped", "view PV2 does not exist; nothing dropped"]
+    );
+    apply(&mut cat, "CREATE VIEW pv2 AS SELECT k FROM pv;");
+    assert_eq!(
+        apply(&mut cat, "DROP TABLE src CASCADE; CREATE TABLE src (k INTEGER NOT NULL, v INTEGER);"),
+        vec!["table SRC dropped (with views PV, PV2)", "table SRC created"]
+    );
+    assert!(cat.plain_view("pv").is_none() && cat.plain_view("pv2").is_none());
     assert_eq!(apply(&mut cat, "DR TABLE src; SET DR=ACTIVE; CREATE ROLE admin WITH sysproc; IMPORT CLASS a.b.C").len(), 4);
 }
 

@@ -38,6 +38,7 @@ fn kind(step: &Step) -> &'static str {
         Step::Execute => "execute",
         Step::Partials => "partials",
         Step::GatherLevel { .. } => "gather",
+        Step::GatherQueryLevel { .. } => "gather table",
         Step::InsertRows(_) => "insert",
     }
 }
@@ -193,6 +194,35 @@ fn gather_steps_answer_alike_rebuilt() {
     assert_eq!(t.both("SELECT COUNT(*) FROM acct a, kind k", &[], &capped).0.map(|r| r.rows), Ok(vec![vec![i(90)]]));
     let e = t.fails("SELECT a.id, x.seq FROM acct a JOIN txn x ON x.acct = a.id ORDER BY 1, 2", &[], &capped, "gather");
     assert!(e.message.contains("more than 40 rows"), "{}", e.message);
+}
+
+/// Statements with subqueries or set operations gather whole tables and run at the
+/// coordinator; one whose every SELECT is pinned to one key runs there whole.
+#[test]
+fn table_gathering_steps_answer_alike_rebuilt() {
+    let mut t = Twins::loaded();
+    let col = |v: Vec<Value>| v.into_iter().map(|x| vec![x]).collect::<Vec<_>>();
+    assert_eq!(
+        t.ok("SELECT owner FROM acct WHERE id < 3 UNION SELECT label FROM kind ORDER BY 1", &[], "gather table").rows,
+        col(vec![s("ann"), s("bob"), s("cy"), s("one"), s("two"), s("zero")])
+    );
+    // Accounts with a transaction of seq 1: those with id % 3 = 2, ten of them.
+    let exists = "SELECT COUNT(*) FROM acct a WHERE EXISTS (SELECT 1 FROM txn x WHERE x.acct = a.id AND x.seq = 1)";
+    assert_eq!(t.ok(exists, &[], "gather table").rows, col(vec![i(10)]));
+    // Amounts are acct + seq: only account 29 has one over 28.
+    assert_eq!(
+        t.ok("SELECT id FROM acct WHERE id IN (SELECT acct FROM txn WHERE amt > ?) ORDER BY id", &[i(28)], "gather table").rows,
+        col(vec![i(29)])
+    );
+    // A view of a partitioned table is merged across partitions before the subquery reads it.
+    assert_eq!(
+        t.ok("SELECT o.owner, o.n FROM by_owner o WHERE o.n = (SELECT MAX(n) FROM by_owner) ORDER BY 1", &[], "gather table").rows,
+        vec![vec![s("ann"), i(10)], vec![s("bob"), i(10)], vec![s("cy"), i(10)]]
+    );
+    assert_eq!(
+        t.ok("SELECT bal FROM acct WHERE id = 13 UNION ALL SELECT amt FROM txn WHERE acct = 13", &[], "execute").rows,
+        col(vec![i(130), i(13)])
+    );
 }
 
 #[test]

@@ -56,6 +56,34 @@ fn with_limits(limits: Limits) -> ExecCtx {
     ExecCtx { limits, ..ctx() }
 }
 
+/// Each run of a correlated subquery reads fewer rows than a check interval, and so does
+/// the query around it: the deadline must still stop them (each run looks at the clock).
+#[test]
+fn correlated_subqueries_past_their_deadline_fail() {
+    let mut db = Db::new(DDL);
+    load(&mut db, "a", 100);
+    let sql = "SELECT COUNT(*) FROM a x WHERE (SELECT COUNT(*) FROM a y WHERE y.id <= x.id) > 0";
+    assert_eq!(db.rows(sql), vec![vec![i(100)]]);
+    db.ctx = with_deadline(passed());
+    let e = failure(db.try_run(sql, &[]), "a passed deadline must stop the subqueries");
+    assert!(is_query_timeout(&e), "{}", e.message);
+}
+
+/// The answers of subqueries kept for the whole statement count together against the cap
+/// on what one answer may hold.
+#[test]
+fn kept_subquery_answers_count_against_the_answer_cap() {
+    let mut db = Db::new(DDL);
+    load(&mut db, "a", 1_000);
+    db.run("INSERT INTO b VALUES (5000, 'x')");
+    // One set of 1,000 integers is counted as 12,000 bytes: one fits under the cap, two do not.
+    db.ctx = with_limits(Limits { result_bytes_max: 18_000, ..Limits::DEFAULT });
+    assert_eq!(db.rows("SELECT COUNT(*) FROM b WHERE id IN (SELECT id FROM a)"), vec![vec![i(0)]]);
+    let two = "SELECT COUNT(*) FROM b WHERE id IN (SELECT id FROM a) OR id IN (SELECT id + 1 FROM a)";
+    let e = failure(db.try_run(two, &[]), "two sets over the cap");
+    assert!(e.message.contains("larger than"), "{}", e.message);
+}
+
 #[test]
 fn a_cross_join_past_its_deadline_fails_with_voltdbs_message_and_changes_nothing() {
     let mut db = Db::new(DDL);
