@@ -86,6 +86,10 @@ async function monitorDuringBenchmark(page, server) {
   check(figures.durability.includes("sync"), "the durability panel shows the command log's mode");
   const result = await bench;
   check(result.tps > 0, `the benchmark ran (${result.tps} txn/s)`);
+  // The chart's busiest second cannot be far below the run's average: a chart that counts
+  // the wrong calls, or drops most of them, shows less.
+  const peak = await page.evaluate(tpsChartMax);
+  check(peak >= result.tps / 2, `the chart's busiest second (${Math.round(peak)}/s) agrees with the benchmark's average (${result.tps}/s)`);
 }
 
 async function schemaView(page) {

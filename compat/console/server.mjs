@@ -23,6 +23,8 @@ export function startServer(bin, extraArgs = []) {
     child.kill("SIGTERM");
     rmSync(data, { recursive: true, force: true });
   };
+  // However the test ends (its watchdog exits the process), the server goes with it.
+  process.on("exit", stop);
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => { stop(); reject(new Error(`the server printed no ready line within ${SERVER_READY_TIMEOUT_MS} ms`)); }, SERVER_READY_TIMEOUT_MS);
     child.on("exit", (code) => reject(new Error(`the server exited (code ${code}) before it was ready`)));
