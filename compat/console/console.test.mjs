@@ -100,6 +100,7 @@ async function schemaView(page) {
   const procs = await page.locator("#schema-procedures").textContent();
   check(procs.includes("single-partition on VOTES.PHONE_NUMBER"), "the schema view shows Vote's partitioning");
   check((await page.locator('[data-table="V_VOTES_BY_PHONE_NUMBER"]').textContent()).includes("view of VOTES"), "the schema view shows a view and its source");
+  await page.screenshot({ path: join(artifacts, "console-schema.png"), fullPage: true });
 }
 
 /** Types `text` into the SQL pane and runs it. */
@@ -132,6 +133,7 @@ async function sqlPane(page, server) {
   const text = await error.textContent();
   check(Boolean(message) && text.includes(message), `the error box shows the server's message (${text})`);
   check((await page.$$("#sql-result table")).length === 0, "a failed statement shows no result table");
+  await page.screenshot({ path: join(artifacts, "console-sql-error.png") });
 }
 
 /** A server with users: the page asks for a login, then shows the figures. */

@@ -26,6 +26,8 @@ const TYPE_NAMES = {
   3: "TINYINT", 4: "SMALLINT", 5: "INTEGER", 6: "BIGINT", 8: "FLOAT", 9: "VARCHAR",
   11: "TIMESTAMP", 22: "DECIMAL", 23: "BOOLEAN", 25: "VARBINARY",
 };
+/** Type codes whose values are numbers (right-aligned). */
+const NUMERIC_TYPES = new Set([3, 4, 5, 6, 8, 22]);
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563",
   "#65a30d", "#ea580c", "#0d9488", "#9333ea"];
 
@@ -505,7 +507,11 @@ function resultTable(result) {
   const wrap = el("div", undefined, "result");
   const table = el("table", undefined, "data");
   const head = headRow(result.schema.map((c) => c.name));
-  head.querySelectorAll("th").forEach((th, i) => { th.title = TYPE_NAMES[result.schema[i].type] ?? `type ${result.schema[i].type}`; });
+  head.querySelectorAll("th").forEach((th, i) => {
+    const type = result.schema[i].type;
+    th.title = TYPE_NAMES[type] ?? `type ${type}`;
+    if (NUMERIC_TYPES.has(type)) th.className = "num";
+  });
   table.append(head);
   const body = el("tbody");
   result.data.slice(0, RESULT_ROWS_SHOWN_MAX).forEach((row) => {
@@ -524,7 +530,7 @@ function resultTable(result) {
 function cell(value, type) {
   if (value === null) return el("td", "NULL", "null");
   if (type === 11 && typeof value === "number") return el("td", fmtTimestamp(value));
-  return el("td", String(value), typeof value === "number" ? "num" : undefined);
+  return el("td", String(value), NUMERIC_TYPES.has(type) ? "num" : undefined);
 }
 
 // ---- the page ----
