@@ -110,6 +110,20 @@ async function runSql(page, text) {
   await page.waitForFunction(() => !document.getElementById("sql-summary").textContent.startsWith("Running"), null, { timeout: WAIT_MS });
 }
 
+/** The page's own parsing and arithmetic, called in the page. */
+async function pageFunctions(page) {
+  const parsed = await page.evaluate(() => parseExec(`exec P 1 'a b', "c""d" NULL x;`));
+  check(JSON.stringify(parsed) === JSON.stringify({ procedure: "P", parameters: ["1", "a b", 'c"d', null, "x"] }),
+    `exec arguments split on spaces and commas, quotes keep spaces, NULL is null (${JSON.stringify(parsed)})`);
+  check(await page.evaluate(() => parseExec("SELECT 1")) === null, "a statement is not an exec");
+  const unclosed = await page.evaluate(() => { try { parseExec("exec P 'a"); return null; } catch (e) { return e.message; } });
+  check(Boolean(unclosed?.includes("not closed")), "an unclosed quote is refused");
+  // 10 calls: 5 in (0, 100] µs, 5 in (100, 250] µs; p50 ends the first bucket, p90 is 4/5 into the second.
+  const [p50, p90] = await page.evaluate(() => [0.5, 0.9].map((q) => percentileUs([100, 250], [0, 0, 0], [5, 5, 0], q)));
+  check(p50 === 100 && Math.abs(p90 - 220) < 1e-9, `percentiles interpolate inside their bucket (${p50}, ${p90})`);
+  check(await page.evaluate(() => percentileUs([100], [3, 1], [3, 1], 0.99)) === null, "no calls in between, no percentile");
+}
+
 async function sqlPane(page, server) {
   await page.click('nav button[data-tab="sql"]');
   const query = "SELECT contestant_number, contestant_name FROM contestants ORDER BY contestant_number";
@@ -177,6 +191,7 @@ async function main() {
   check((await page.title()) === "Lockstep console", "the console loads at /");
   await monitorDuringBenchmark(page, server);
   await schemaView(page);
+  await pageFunctions(page);
   await sqlPane(page, server);
   check(errors.length === 0, `no console errors${errors.length ? `:\n  ${errors.join("\n  ")}` : ""}`);
   await page.close();

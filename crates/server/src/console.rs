@@ -217,7 +217,8 @@ fn tables(front: &Arc<Front>, console: &Arc<Console>) -> J {
     }
     let Some(t) = value else { return J::Null };
     let rows: Vec<J> = t.tables.iter().map(|(name, rows, bytes)| json!({ "name": name, "rows": rows, "bytes": bytes })).collect();
-    json!({ "age_ms": age.map_or(0, |a| a.as_millis() as u64), "tables": rows })
+    let age_ms = age.map_or(0, |a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX));
+    json!({ "age_ms": age_ms, "tables": rows })
 }
 
 /// The snapshots on disk, as last read (null before the first read); refreshed in the
