@@ -63,7 +63,7 @@ type Body = Full<Bytes>;
 
 /// Is `path` the console's (the page at `/`, or anything under `/console/`)?
 pub fn serves(path: &str) -> bool {
-    path == "/" || path == "/index.html" || path.starts_with(PREFIX)
+    path == "/" || path.starts_with(PREFIX)
 }
 
 /// A figure read in the background, and when.
@@ -122,7 +122,6 @@ where
     if method != Method::GET && method != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "The console's paths answer GET only\n");
     }
-    let path = if path == "/index.html" { "/" } else { path };
     if let Some((_, content_type, body)) = FILES.iter().find(|(p, _, _)| *p == path) {
         return file(content_type, body);
     }
