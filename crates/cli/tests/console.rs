@@ -1,7 +1,8 @@
 //! The web console's server side, through a real HTTP client against the real binary: the
 //! page and its files (compiled in) with their types and security headers, the live
-//! figures moving with calls, the schema view's JSON, and the login its data needs with
-//! users on. The page itself runs in a real browser in `compat/console` (scripts/test.sh).
+//! figures moving with calls (tables and snapshots included), the schema view's JSON, and
+//! the login its data needs with users on. The page itself runs in a real browser in
+//! `compat/console` (scripts/test.sh).
 
 mod common;
 
@@ -79,7 +80,7 @@ fn the_page_and_its_files_are_served_from_the_binary_with_security_headers() {
 }
 
 #[test]
-fn live_figures_count_calls_by_procedure_and_report_tables_and_queues() {
+fn live_figures_count_calls_by_procedure_and_report_tables_snapshots_and_queues() {
     let dir = TempDir::new("console-live");
     let (_server, base) = http_server(&dir.0, &[]);
     let agent = agent();
@@ -112,6 +113,20 @@ fn live_figures_count_calls_by_procedure_and_report_tables_and_queues() {
             break;
         }
         assert!(Instant::now() < deadline, "the table figures never showed KV's 20 rows: {l}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // A snapshot taken shows up, read from its manifest.
+    assert_eq!(live(&agent)["snapshots"]["complete"], 0);
+    let (status, _, body) = get(&agent, &format!("{base}/api/1.0/?Procedure=@SnapshotSave"), None);
+    assert_eq!((status, json(&body)["status"].clone()), (200, J::from(1)), "{body}");
+    let deadline = Instant::now() + TABLE_FIGURES_WAIT;
+    loop {
+        let l = live(&agent);
+        if l["snapshots"]["complete"] == 1 {
+            assert!(l["snapshots"]["newest"]["bytes"].as_u64().is_some_and(|b| b > 0), "{l}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the snapshot never showed: {l}");
         std::thread::sleep(Duration::from_millis(500));
     }
 }
