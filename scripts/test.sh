@@ -6,8 +6,11 @@
 #   2. the fuzzers (scripts/fuzz.sh, AFL++ via cargo-afl): 25 s per target, or 15 minutes
 #      each (an hour in all) with LOCKSTEP_LONG=1; a crash or hang fails the run;
 #   3. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
-#      Central) and its JDBC driver against the real server.
-# Installs what the tests need when it is missing (a JDK 17, Maven and openssl; Prometheus; Go for the history
+#      Central) and its JDBC driver against the real server;
+#   4. compat/console: the web console in headless Chromium (playwright-core from npm), its
+#      screenshots kept under target/console/.
+# Installs what the tests need when it is missing (a JDK 17, Maven and openssl; Prometheus; Chromium,
+# Node.js and npm for the console; Go for the history
 # checker; PostgreSQL 15, Redis and Tarantool for the side-by-side adapters' tests; all from Debian).
 # Set LOCKSTEP_LONG=1 to also run the long soak and crash loops.
 set -euo pipefail
@@ -40,6 +43,14 @@ if ! command -v prometheus >/dev/null 2>&1; then
   $sudo apt-get install -y -q prometheus
 fi
 
+# compat/console drives Debian's Chromium with playwright-core (npm ci in its directory).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "installing Chromium, Node.js and npm for the web console's browser test"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q chromium nodejs npm
+fi
+
 # The peers the side-by-side adapters are tested against (PostgreSQL, Redis, Tarantool).
 bash scripts/peers.sh install
 
@@ -64,3 +75,5 @@ cargo test --workspace --no-fail-fast
 if [ "${LOCKSTEP_LONG:-}" = 1 ]; then fuzz_seconds=900; else fuzz_seconds=25; fi
 bash scripts/fuzz.sh "$fuzz_seconds"
 bash compat/java/run.sh target/debug/lockstep
+# The web console in a real browser; bounded, since a browser that hangs must not stall the run.
+timeout 300 bash compat/console/run.sh target/debug/lockstep

@@ -246,8 +246,8 @@ fn requests_the_api_refuses_are_answered_as_voltdb_answers_them() {
     let fits = format!("Procedure=@Ping&Parameters=[\"{}\"]", "x".repeat(lockstep_server::http::REQUEST_BODY_MAX_BYTES - 100));
     let (status, body) = read(agent.post(format!("{base}/api/1.0/")).send(fits.as_str()));
     assert_eq!((status, json(&body)["status"].clone()), (200, J::from(1)), "{}", &body[..body.len().min(300)]);
-    // Anything but the API and the metrics is not there (no console yet).
-    for path in ["/", "/api/3.0/", "/index.html"] {
+    // Anything but the API, the metrics and the console is not there.
+    for path in ["/api/3.0/", "/index.html", "/console/nope"] {
         assert_eq!(get(&agent, &base, path, &[]).0, 404, "{path}");
     }
     drop(server);

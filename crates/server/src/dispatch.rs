@@ -74,8 +74,8 @@ where
     let first_call = counters.is_none().then(|| (procedure.to_string(), front.clone()));
     move |a: Answered| {
         match (counters, first_call) {
-            (Some(c), _) => c.record(a.outcome.status),
-            (None, Some((name, front))) => front.metrics.record_new(&name, &a.outcome),
+            (Some(c), _) => c.record(a.outcome.status, a.round_trip),
+            (None, Some((name, front))) => front.metrics.record_new(&name, &a.outcome, a.round_trip),
             (None, None) => {}
         }
         reply(a)

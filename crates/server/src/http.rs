@@ -1,5 +1,6 @@
 //! The HTTP port (`--http`, 127.0.0.1:8080 by default): VoltDB's JSON API at `/api/1.0/`
-//! and `/api/2.0/`, and Prometheus' `/metrics`. Anything else is 404.
+//! and `/api/2.0/`, Prometheus' `/metrics`, and the web console at `/` with its files and
+//! data under `/console/` (`console.rs`). Anything else is 404.
 //!
 //! A request names the procedure and its JSON parameters in the query string or in a
 //! form-encoded POST body (`Procedure`, `Parameters`, `User`, `Password` or `Hashedpassword`,
@@ -63,11 +64,17 @@ type Body = Full<Bytes>;
 struct HttpState {
     front: Arc<Front>,
     calls: Arc<Semaphore>,
+    /// The console's cached figures (those it must ask the sites or the disk for).
+    console: Arc<crate::console::Console>,
 }
 
 /// Accepts HTTP connections on `listener` until the task is dropped (the server stops).
 pub async fn serve(listener: TcpListener, front: Arc<Front>) {
-    let state = Arc::new(HttpState { front, calls: Arc::new(Semaphore::new(HTTP_CALLS_IN_FLIGHT_MAX)) });
+    let state = Arc::new(HttpState {
+        front,
+        calls: Arc::new(Semaphore::new(HTTP_CALLS_IN_FLIGHT_MAX)),
+        console: Arc::new(crate::console::Console::default()),
+    });
     let connections = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
     loop {
         let (socket, peer) = match listener.accept().await {
@@ -114,7 +121,13 @@ fn log_throttled(line: &str) {
 
 async fn handle(req: Request<Incoming>, peer: SocketAddr, state: &HttpState) -> Response<Body> {
     state.front.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
-    let layout = match req.uri().path() {
+    let path = req.uri().path();
+    if crate::console::serves(path) {
+        let authorization = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let login = || authenticate(&Form(Vec::new()), authorization, peer, &state.front);
+        return crate::console::handle(req.method(), path, login, &state.front, &state.console);
+    }
+    let layout = match path {
         "/metrics" => return metrics(req, state).await,
         "/api/1.0/" | "/api/1.0" => Layout::V1,
         "/api/2.0/" | "/api/2.0" => Layout::V2,
@@ -178,7 +191,8 @@ async fn api(req: Request<Incoming>, peer: SocketAddr, layout: Layout, state: &H
             _ => return Err(refusal(jsonp, StatusCode::BAD_REQUEST, &format!("invalid query timeout: {t}"))),
         },
     };
-    let principal = authenticate(&form, authorization.as_deref(), peer, state).map_err(|e| refusal(jsonp, StatusCode::UNAUTHORIZED, &e))?;
+    let principal =
+        authenticate(&form, authorization.as_deref(), peer, &state.front).map_err(|e| refusal(jsonp, StatusCode::UNAUTHORIZED, &e))?;
     let params = match form.get("Parameters") {
         None => Vec::new(),
         Some(text) => json::parse_parameters(text)
@@ -271,7 +285,7 @@ async fn bounded_body(mut body: Incoming) -> Result<Bytes, BodyProblem> {
 /// The user a request logs in as: `Authorization: Basic …` (or VoltDB's `Hashed
 /// user:hexdigest`), else the `User` and `Password`/`Hashedpassword` fields. With security
 /// off everyone is let in without a principal, as on the wire.
-fn authenticate(form: &Form, authorization: Option<&str>, peer: SocketAddr, state: &HttpState) -> Result<Option<Arc<Principal>>, String> {
+fn authenticate(form: &Form, authorization: Option<&str>, peer: SocketAddr, front: &Front) -> Result<Option<Arc<Principal>>, String> {
     let (user, password, hashed) = match authorization.and_then(credentials_from_header) {
         Some(c) => c,
         None => {
@@ -293,7 +307,7 @@ fn authenticate(form: &Form, authorization: Option<&str>, peer: SocketAddr, stat
         (None, None) => (HashScheme::Sha256, Vec::new()),
     };
     let request = LoginRequest { version: 1, scheme, service: "database".into(), username: user.clone(), digest };
-    state.front.security.login(&request).map_err(|_| {
+    front.security.login(&request).map_err(|_| {
         let message = format!("User {user} from {} failed to authenticate", peer.ip());
         log_throttled(&format!("HTTP login refused: {message}"));
         message

@@ -1,6 +1,6 @@
 //! Network front ends: the VoltDB wire protocol on TCP (accept connections, log them in,
 //! decode invocations, hand them to the engine, and write the answers back) and the HTTP
-//! port (`http.rs`: VoltDB's JSON API and Prometheus' `/metrics`). In a
+//! port (`http.rs`: VoltDB's JSON API, Prometheus' `/metrics` and the web console, `console.rs`). In a
 //! cluster (`cluster.rs`) the server is one node, joined to the others through the engine's
 //! cluster hooks.
 
@@ -8,6 +8,7 @@ pub mod clients;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+pub mod console;
 pub mod dispatch;
 pub mod http;
 pub mod json;

@@ -27,7 +27,7 @@ const OTHER_PROCEDURES: &str = "(other)";
 /// How long a scrape waits for the sites' table figures before leaving them out.
 pub const TABLE_FIGURES_TIMEOUT_MS: u64 = 2000;
 /// Upper bounds of the latency histogram's buckets, in microseconds (100 µs to 10 s).
-const LATENCY_BOUNDS_US: [u64; 16] =
+pub(crate) const LATENCY_BOUNDS_US: [u64; 16] =
     [100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000];
 
 /// Calls of one procedure, by how they ended.
@@ -39,11 +39,14 @@ pub struct ProcCounters {
     aborts: AtomicU64,
     /// Any other failure (unexpected, unavailable, timed out …).
     failures: AtomicU64,
+    /// Round trips of all the calls, summed in microseconds (the console's mean latency).
+    latency_us: AtomicU64,
 }
 
 impl ProcCounters {
-    pub fn record(&self, status: i8) {
+    pub fn record(&self, status: i8, round_trip: Duration) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        self.latency_us.fetch_add(u64::try_from(round_trip.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
         match status {
             lockstep_engine::outcome::STATUS_SUCCESS => {}
             -1 | -2 => {
@@ -53,6 +56,14 @@ impl ProcCounters {
                 self.failures.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+impl ProcCounters {
+    /// (calls, aborts, failures, summed round trips in µs), for the console.
+    pub(crate) fn figures(&self) -> (u64, u64, u64, u64) {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (get(&self.calls), get(&self.aborts), get(&self.failures), get(&self.latency_us))
     }
 }
 
@@ -77,6 +88,11 @@ impl LatencyBuckets {
         self.counts[at].fetch_add(1, Ordering::Relaxed);
         self.sum_us.fetch_add(us, Ordering::Relaxed);
     }
+
+    /// The count of each bucket (not cumulative; the last is the overflow), for the console.
+    pub(crate) fn counts(&self) -> Vec<u64> {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+    }
 }
 
 /// The front end's own figures.
@@ -100,17 +116,17 @@ impl Metrics {
 
     /// Counts the first answer of a procedure not counted yet. A call of a procedure that
     /// does not exist adds no series (a client that tries names must not grow the set).
-    pub fn record_new(&self, name: &str, outcome: &Outcome) {
+    pub fn record_new(&self, name: &str, outcome: &Outcome, round_trip: Duration) {
         let unknown = outcome.status == -3 && outcome.status_string.as_deref().is_some_and(|s| s.ends_with("was not found"));
         if unknown {
             return;
         }
         let mut map = self.procedures.write().unwrap_or_else(|p| p.into_inner());
         let key = if map.len() < PROCEDURES_COUNTED_MAX || map.contains_key(name) { name } else { OTHER_PROCEDURES };
-        map.entry(key.into()).or_default().record(outcome.status);
+        map.entry(key.into()).or_default().record(outcome.status, round_trip);
     }
 
-    fn procedures_sorted(&self) -> Vec<(Box<str>, Arc<ProcCounters>)> {
+    pub(crate) fn procedures_sorted(&self) -> Vec<(Box<str>, Arc<ProcCounters>)> {
         let map = self.procedures.read().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<_> = map.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
@@ -254,13 +270,13 @@ fn engine(out: &mut Exposition, front: &Front) {
 }
 
 /// Rows and memory of each table, summed over the partitions.
-struct TableFigures {
+pub(crate) struct TableFigures {
     /// (table, rows, bytes), by name.
-    tables: Vec<(String, i64, i64)>,
+    pub(crate) tables: Vec<(String, i64, i64)>,
 }
 
 /// Reads `@Statistics TABLE` from the sites; None if they do not answer in time.
-async fn table_figures(engine: &Arc<Engine>) -> Option<TableFigures> {
+pub(crate) async fn table_figures(engine: &Arc<Engine>) -> Option<TableFigures> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let call = Call {
         procedure: "@Statistics".into(),
@@ -340,11 +356,11 @@ mod tests {
     #[test]
     fn procedures_count_by_status_and_unknown_names_add_no_series() {
         let m = Metrics::default();
-        m.record_new("Vote", &Outcome::tables(Vec::new()));
+        m.record_new("Vote", &Outcome::tables(Vec::new()), Duration::from_micros(10));
         let c = m.procedure("Vote").unwrap();
-        c.record(-1);
-        c.record(-3);
-        m.record_new("Nope", &Outcome::error(lockstep_core::Error::unexpected("Procedure Nope was not found")));
+        c.record(-1, Duration::from_micros(10));
+        c.record(-3, Duration::from_micros(10));
+        m.record_new("Nope", &Outcome::error(lockstep_core::Error::unexpected("Procedure Nope was not found")), Duration::ZERO);
         assert!(m.procedure("Nope").is_none());
         let mut out = Exposition::default();
         procedures(&mut out, &m);
