@@ -22,6 +22,10 @@ pub struct ServerArgs {
     /// one, printed on the ready line) [default: 127.0.0.1:21212]
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<String>,
+    /// Address to listen on for PostgreSQL clients (psql, PostgreSQL drivers), or off
+    /// [default: 127.0.0.1:5433]
+    #[arg(long, value_name = "HOST:PORT|off")]
+    pg: Option<String>,
     /// Data directory, created if missing: the schema (catalog.sql), the command log
     /// (cmdlog/), snapshots (snapshots/), export files (export/), Lua procedures for FROM
     /// CLASS (procedures/) and the lock file that keeps a second server out
@@ -55,7 +59,7 @@ pub struct ServerArgs {
     query_timeout_ms: Option<u64>,
     #[arg(long, value_name = "SIZE|PCT%|off", help = memory_limit_help())]
     memory_limit: Option<String>,
-    /// TOML file with the same keys (listen, data, sites, procedures, command_log,
+    /// TOML file with the same keys (listen, pg, data, sites, procedures, command_log,
     /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
     /// client_timeout_s, in_flight_per_connection, query_timeout_ms, memory_limit,
     /// security, tls_cert, tls_key, internal, hosts, kfactor) and the [[users]] that
@@ -135,6 +139,7 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
     }
     FileConfig {
         listen: args.listen,
+        pg: args.pg,
         data: args.data,
         sites: args.sites,
         procedures: args.procedures,
@@ -228,6 +233,17 @@ fn start(args: ServerArgs) -> Result<(), String> {
     let listener =
         runtime.block_on(tokio::net::TcpListener::bind(&config.listen)).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let client_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let pg_listener = match &config.pg {
+        Some(addr) => {
+            lockstep_pg::check_can_serve(security.tls().is_some())?;
+            let l = runtime.block_on(tokio::net::TcpListener::bind(addr)).map_err(|e| {
+                format!("cannot listen for PostgreSQL clients on {addr}: {e}; give another address with --pg HOST:PORT, or --pg off")
+            })?;
+            Some(l)
+        }
+        None => None,
+    };
+    let pg_addr = pg_listener.as_ref().and_then(|l| l.local_addr().ok());
     let stop = stop_signal();
     tokio::pin!(stop);
     let node = match &cluster {
@@ -269,6 +285,9 @@ fn start(args: ServerArgs) -> Result<(), String> {
         engine.shared().set_client_address(addr);
         let log = engine.shared().durable.log.mode_name();
         let data = config.data_dir.display();
+        if let Some(a) = pg_addr {
+            println!("lockstep: PostgreSQL clients on {a}");
+        }
         match &glue {
             None => println!("lockstep ready: listening on {addr}, {sites} sites, command log {log}, data in {data}"),
             Some(g) => {
@@ -288,7 +307,11 @@ fn start(args: ServerArgs) -> Result<(), String> {
         if let Some(g) = glue {
             let _ = front.cluster.set(g);
         }
+        let pg = pg_listener.map(|l| tokio::spawn(lockstep_pg::serve(l, front.clone())));
         serve(listener, front, stop).await;
+        if let Some(pg) = pg {
+            pg.abort();
+        }
         Ok::<(), String>(())
     });
     exit_if_stuck(SHUTDOWN_GRACE);

@@ -1,0 +1,799 @@
+//! The protocol handlers pgwire calls: start-up and login, the simple query protocol, the
+//! extended one (parse, bind, describe, execute), and the statements that run here rather
+//! than in the engine (`SET`, `SHOW`, `BEGIN`/`COMMIT`/`ROLLBACK`).
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use futures::{Sink, SinkExt};
+use lockstep_core::{DataType, Error, ResultColumn, ResultTable, Value};
+use lockstep_engine::{Call, Outcome, Principal};
+use lockstep_server::Front;
+use pgwire::api::auth::mechanism::{AuthMechanism, AuthState};
+use pgwire::api::auth::{AuthDriver, AuthOutcome, ServerParameterProvider, StartupHandler};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, ErrorHandler, Type, DEFAULT_NAME};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::extendedquery::{
+    Bind, BindComplete, Close, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+};
+use pgwire::messages::startup::{Authentication, ParameterStatus, PasswordMessageFamily};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+
+use crate::errors::{self, code, error_info};
+use crate::session::{self, Block, PORTALS_MAX, PREPARED_STATEMENTS_MAX, SETTINGS_MAX, SETTING_VALUE_MAX_BYTES};
+use crate::statement::{self, Arg, Command};
+use crate::types;
+
+/// The PostgreSQL version Lockstep reports: drivers choose the protocol features they use
+/// from it, and 15's are the ones implemented here.
+pub const SERVER_VERSION: &str = "15.0";
+/// The settings `SHOW` answers before any `SET`, and those sent to the client at start-up
+/// (the ones PostgreSQL reports, marked true).
+const DEFAULT_SETTINGS: &[(&str, &str, bool)] = &[
+    ("server_version", SERVER_VERSION, true),
+    ("server_version_num", "150000", false),
+    ("server_encoding", "UTF8", true),
+    ("client_encoding", "UTF8", true),
+    ("DateStyle", "ISO, MDY", true),
+    ("IntervalStyle", "postgres", true),
+    ("TimeZone", "UTC", true),
+    ("integer_datetimes", "on", true),
+    ("standard_conforming_strings", "on", true),
+    ("transaction_isolation", "serializable", false),
+    ("default_transaction_isolation", "serializable", false),
+    ("transaction_read_only", "off", false),
+    ("search_path", "public", false),
+    ("max_identifier_length", "63", false),
+    ("lc_collate", "C", false),
+    ("lc_ctype", "C", false),
+    ("extra_float_digits", "1", false),
+    ("application_name", "", true),
+];
+/// Settings whose change PostgreSQL reports to the client (its GUC_REPORT ones).
+const REPORTED: &[&str] = &["application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings"];
+
+/// Everything a connection's handlers share.
+pub struct Pg {
+    pub front: Arc<Front>,
+    parser: Arc<Parser>,
+    driver: AuthDriver<Params, Arc<Principal>>,
+}
+
+impl Pg {
+    pub fn new(front: Arc<Front>, cancels: Arc<ConnectionManager>) -> Arc<Pg> {
+        let parser = Arc::new(Parser { front: front.clone() });
+        let driver = AuthDriver::new(Params).with_connection_manager(cancels);
+        Arc::new(Pg { front, parser, driver })
+    }
+}
+
+/// A statement parsed for the extended protocol: what it is, the types of its `$n`
+/// parameters as Lockstep infers them, and the columns of its rows (None: it returns none).
+#[derive(Clone, Debug)]
+pub struct Statement {
+    pub command: Command,
+    pub params: Vec<Option<DataType>>,
+    pub columns: Option<Arc<[ResultColumn]>>,
+}
+
+pub struct Parser {
+    front: Arc<Front>,
+}
+
+impl Parser {
+    fn describe(&self, command: Command) -> Result<Statement, Error> {
+        let catalog = self.front.engine.catalog();
+        let (params, columns) = match &command {
+            Command::Sql(sql) => {
+                let p = lockstep_sql::prepare(&catalog, sql)?;
+                let columns = p.read_only.then(|| Arc::from(p.columns.clone()));
+                (p.param_types.clone(), columns)
+            }
+            Command::Call { procedure, args, .. } => describe_call(&self.front, procedure, args)?,
+            Command::Show(name) => (Vec::new(), Some(show_columns(name))),
+            _ => (Vec::new(), None),
+        };
+        Ok(Statement { command, params, columns })
+    }
+}
+
+/// A procedure call's parameter types and columns: known for procedures whose body is one
+/// SQL statement (planned here to learn them); for Lua procedures the parameters are text
+/// (unless the client gives their types) and the rows are not described.
+fn describe_call(front: &Front, procedure: &str, args: &[Arg]) -> Result<(Vec<Option<DataType>>, Option<Arc<[ResultColumn]>>), Error> {
+    let view = front.engine.shared().view();
+    let info = lockstep_core::get_ignoring_case(&view.procs, procedure)
+        .ok_or_else(|| Error::unexpected(format!("Procedure {procedure} was not found")))?;
+    let planned = match view.catalog.procedure(&info.name).map(|p| &p.body) {
+        Some(lockstep_core::ProcedureBody::Sql(sql)) => Some(lockstep_sql::prepare(&view.catalog, sql)?),
+        _ => None,
+    };
+    let pg_count = args.iter().filter_map(|a| if let Arg::Param(n) = a { Some(*n) } else { None }).max().unwrap_or(0);
+    let mut params = vec![None; pg_count];
+    for (position, arg) in args.iter().enumerate() {
+        if let (Arg::Param(n), Some(p)) = (arg, &planned) {
+            params[n - 1] = params[n - 1].or(p.param_types.get(position).copied().flatten());
+        }
+    }
+    let columns = planned.filter(|p| p.read_only).map(|p| Arc::from(p.columns.clone()));
+    Ok((params, columns))
+}
+
+fn show_columns(name: &str) -> Arc<[ResultColumn]> {
+    let col = |n: &str| ResultColumn { name: n.into(), ty: DataType::Varchar };
+    if name == "all" {
+        Arc::from(vec![col("name"), col("setting"), col("description")])
+    } else {
+        Arc::from(vec![col(name)])
+    }
+}
+
+#[async_trait]
+impl QueryParser for Parser {
+    type Statement = Statement;
+
+    async fn parse_sql<C>(&self, _client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let statements = lockstep_sql::split_statements(sql).map_err(|e| errors::to_pgwire(&e))?;
+        if statements.len() > 1 {
+            return Err(user_error(code::SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement"));
+        }
+        let Some(text) = statements.first() else { return Ok(None) };
+        let command = statement::classify(text, |name| is_procedure(&self.front, name)).map_err(|e| errors::to_pgwire(&e))?;
+        self.describe(command).map(Some).map_err(|e| errors::to_pgwire(&e))
+    }
+
+    fn get_parameter_types(&self, stmt: &Statement) -> PgWireResult<Vec<Type>> {
+        Ok(stmt.params.iter().map(|t| types::param_type(*t)).collect())
+    }
+
+    fn get_result_schema(&self, stmt: &Statement, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+        let text = Format::UnifiedText;
+        Ok(stmt.columns.as_deref().map(|c| fields(c, format.unwrap_or(&text))).unwrap_or_default())
+    }
+}
+
+fn is_procedure(front: &Front, name: &str) -> bool {
+    lockstep_core::get_ignoring_case(&front.engine.shared().view().procs, name).is_some()
+}
+
+/// The row description of `columns`, each in the format the client asked for.
+fn fields(columns: &[ResultColumn], format: &Format) -> Vec<FieldInfo> {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            FieldInfo::new(c.name.to_string(), None, None, types::pg_type(c.ty), format.format_for(i))
+                .with_type_size(types::type_size(c.ty))
+        })
+        .collect()
+}
+
+fn user_error(code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(code, message)))
+}
+
+/// What one statement produced.
+enum Out {
+    Rows { columns: Arc<[ResultColumn]>, rows: Vec<Vec<Value>>, tag: &'static str },
+    Done(String),
+    BlockStart,
+    BlockEnd(&'static str),
+}
+
+impl Pg {
+    /// Runs one statement with its parameters; notices go to the client as they arise.
+    async fn run<C>(&self, client: &mut C, command: &Command, params: Vec<Value>) -> Result<Vec<Out>, ErrorInfo>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let block = session::with(client, |s| s.block);
+        if block == Block::Failed && !matches!(command, Command::Commit | Command::Rollback) {
+            return Err(error_info(
+                code::IN_FAILED_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let result = self.run_in_block(client, command, params).await;
+        if result.is_err() {
+            session::with(client, |s| {
+                if matches!(s.block, Block::Open { .. }) {
+                    s.block = Block::Failed;
+                }
+            });
+        }
+        result
+    }
+
+    async fn run_in_block<C>(&self, client: &mut C, command: &Command, params: Vec<Value>) -> Result<Vec<Out>, ErrorInfo>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match command {
+            Command::Empty => Ok(Vec::new()),
+            Command::Begin | Command::Commit | Command::Rollback => self.transaction(client, command).await,
+            Command::Set { name, value } => self.set(client, name.as_deref(), value.as_deref()).await,
+            Command::ResetAll => {
+                session::with(client, |s| s.settings.clear());
+                Ok(vec![Out::Done("RESET".into())])
+            }
+            Command::Show(name) => show(client, name),
+            Command::Call { procedure, args, select } => {
+                let read_only =
+                    lockstep_core::get_ignoring_case(&self.front.engine.shared().view().procs, procedure).is_none_or(|p| p.read_only);
+                admit(client, !read_only)?;
+                let values = call_args(args, params)?;
+                let outcome = self.submit(client, procedure.clone(), values).await;
+                let tables = success(outcome)?;
+                let tag = if *select { "SELECT" } else { "CALL" };
+                if tables.is_empty() {
+                    return Ok(vec![Out::Done("CALL".into())]);
+                }
+                Ok(tables.into_iter().map(|t| Out::Rows { columns: t.columns, rows: t.rows, tag }).collect())
+            }
+            Command::Ddl(sql) => {
+                admit(client, true)?;
+                success(self.adhoc(client, sql, params).await)?;
+                Ok(vec![Out::Done(statement::command_tag(sql))])
+            }
+            Command::Sql(sql) => {
+                let writes = statement::writes(sql);
+                admit(client, writes)?;
+                let tables = success(self.adhoc(client, sql, params).await)?;
+                let Some(table) = tables.into_iter().next() else { return Ok(vec![Out::Done(statement::command_tag(sql))]) };
+                if writes {
+                    return Ok(vec![Out::Done(write_tag(sql, &table))]);
+                }
+                Ok(vec![Out::Rows { columns: table.columns, rows: table.rows, tag: "SELECT" }])
+            }
+        }
+    }
+
+    /// `BEGIN`, `COMMIT`, `ROLLBACK`: see `docs/guide/postgres.md` for why a block may
+    /// change data with one statement only.
+    async fn transaction<C>(&self, client: &mut C, command: &Command) -> Result<Vec<Out>, ErrorInfo>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let block = session::with(client, |s| s.block);
+        match (command, block) {
+            (Command::Begin, Block::None) => {
+                session::with(client, |s| s.block = Block::Open { wrote: false });
+                notice(client, "NOTICE", "Lockstep runs every statement as its own transaction: in this block, the first statement that changes data commits when it runs, and a second one is refused").await?;
+                Ok(vec![Out::BlockStart])
+            }
+            (Command::Begin, _) => {
+                notice(client, "WARNING", "there is already a transaction in progress").await?;
+                Ok(vec![Out::Done("BEGIN".into())])
+            }
+            (Command::Commit, Block::Open { .. }) => {
+                session::with(client, |s| s.block = Block::None);
+                Ok(vec![Out::BlockEnd("COMMIT")])
+            }
+            (Command::Commit | Command::Rollback, Block::Failed) => {
+                session::with(client, |s| s.block = Block::None);
+                Ok(vec![Out::BlockEnd("ROLLBACK")])
+            }
+            (Command::Rollback, Block::Open { wrote }) => {
+                session::with(client, |s| s.block = Block::None);
+                if wrote {
+                    notice(client, "WARNING", "ROLLBACK cannot undo the change made in this block: Lockstep committed it when it ran")
+                        .await?;
+                }
+                Ok(vec![Out::BlockEnd("ROLLBACK")])
+            }
+            (_, _) => {
+                notice(client, "WARNING", "there is no transaction in progress").await?;
+                Ok(vec![Out::Done(if matches!(command, Command::Commit) { "COMMIT" } else { "ROLLBACK" }.into())])
+            }
+        }
+    }
+
+    async fn set<C>(&self, client: &mut C, name: Option<&str>, value: Option<&str>) -> Result<Vec<Out>, ErrorInfo>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(name) = name else { return Ok(vec![Out::Done("SET".into())]) };
+        if let Some(v) = value {
+            if v.len() > SETTING_VALUE_MAX_BYTES {
+                return Err(error_info(
+                    code::PROGRAM_LIMIT,
+                    format!("the value of {name} is {} bytes; the limit is {SETTING_VALUE_MAX_BYTES}", v.len()),
+                ));
+            }
+            if name == "client_encoding" && !matches!(v.to_ascii_uppercase().replace(['-', '_'], "").as_str(), "UTF8" | "UNICODE") {
+                return Err(error_info(
+                    code::FEATURE_NOT_SUPPORTED,
+                    format!("client_encoding {v} is not supported: Lockstep speaks UTF8 only"),
+                ));
+            }
+        }
+        let stored = session::with(client, |s| {
+            if value.is_some() && !s.settings.contains_key(name) && s.settings.len() >= SETTINGS_MAX {
+                return false;
+            }
+            match value {
+                Some(v) => s.settings.insert(name.to_string(), v.to_string()),
+                None => s.settings.remove(name),
+            };
+            true
+        });
+        if !stored {
+            return Err(error_info(code::PROGRAM_LIMIT, format!("a connection may SET at most {SETTINGS_MAX} parameters")));
+        }
+        if let Some(reported) = REPORTED.iter().find(|r| r.eq_ignore_ascii_case(name)) {
+            let now = setting(client, name).unwrap_or_default();
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(reported.to_string(), now)))
+                .await
+                .map_err(|e| internal(PgWireError::from(e)))?;
+        }
+        Ok(vec![Out::Done("SET".into())])
+    }
+
+    /// Sends a call to the engine and waits for its outcome, as the VoltDB front end does.
+    async fn submit(&self, client: &(impl ClientInfo + ?Sized), procedure: String, params: Vec<Value>) -> Outcome {
+        if let Some(why) = self.front.unavailable() {
+            return Outcome::error(Error::unavailable(why));
+        }
+        let principal = session::with(client, |s| s.principal.clone());
+        let adhoc = procedure == "@AdHoc";
+        let call = Call { procedure, params, partition_destination: None, all_partition: false, timeout_ms: None, principal };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let started = std::time::Instant::now();
+        self.front.engine.submit(call, Box::new(move |o| drop(tx.send(o))));
+        let outcome = rx.await.unwrap_or_else(|_| Outcome::error(Error::unexpected("the engine dropped the call without an answer")));
+        let now = std::time::Instant::now();
+        self.front.engine.shared().stats.latency.record_at(now, now.saturating_duration_since(started));
+        if adhoc {
+            self.front.subscribers.catalog_may_have_changed(&self.front.engine);
+        }
+        outcome
+    }
+
+    async fn adhoc(&self, client: &(impl ClientInfo + ?Sized), sql: &str, params: Vec<Value>) -> Outcome {
+        let mut all = Vec::with_capacity(params.len() + 1);
+        all.push(Value::Str(sql.into()));
+        all.extend(params);
+        self.submit(client, "@AdHoc".into(), all).await
+    }
+}
+
+/// Applies the block's rule before a statement runs: one that changes data is the block's
+/// first and last such statement.
+fn admit(client: &(impl ClientInfo + ?Sized), writes: bool) -> Result<(), ErrorInfo> {
+    if !writes {
+        return Ok(());
+    }
+    session::with(client, |s| {
+        match s.block {
+        Block::Open { wrote: true } => Err(error_info(
+            code::FEATURE_NOT_SUPPORTED,
+            "Lockstep runs every statement as its own transaction, so a transaction block may change data with one statement only, and the earlier one has committed: send ROLLBACK, then run the changes without BEGIN, or in one stored procedure to make them atomic",
+        )),
+        Block::Open { wrote: false } => {
+            s.block = Block::Open { wrote: true };
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+    })
+}
+
+/// The tables of a successful outcome, or its error with a SQLSTATE.
+fn success(o: Outcome) -> Result<Vec<ResultTable>, ErrorInfo> {
+    if o.is_success() {
+        return Ok(o.tables);
+    }
+    let message = o.status_string.unwrap_or_else(|| "the call failed".into());
+    Err(error_info(errors::sqlstate(errors::kind_from_status(o.status), &message), message))
+}
+
+/// `INSERT 0 n`, `UPDATE n`, … from the count a DML statement returns.
+fn write_tag(sql: &str, table: &ResultTable) -> String {
+    let n = match table.rows.first().and_then(|r| r.first()) {
+        Some(Value::Int(n)) => *n,
+        _ => 0,
+    };
+    match statement::command_tag(sql).as_str() {
+        "INSERT" | "UPSERT" => format!("INSERT 0 {n}"),
+        "TRUNCATE" => "TRUNCATE TABLE".into(),
+        other => format!("{other} {n}"),
+    }
+}
+
+/// A `CALL`'s arguments with the client's parameters put in.
+fn call_args(args: &[Arg], params: Vec<Value>) -> Result<Vec<Value>, ErrorInfo> {
+    args.iter()
+        .map(|a| match a {
+            Arg::Value(v) => Ok(v.clone()),
+            Arg::Param(n) => {
+                params.get(n - 1).cloned().ok_or_else(|| error_info(code::PROTOCOL_VIOLATION, format!("there is no parameter ${n}")))
+            }
+        })
+        .collect()
+}
+
+/// The value of a setting as `SHOW` reports it: the session's, the client's start-up one,
+/// or the default.
+fn setting(client: &(impl ClientInfo + ?Sized), name: &str) -> Option<String> {
+    let lower = name.to_ascii_lowercase();
+    if let Some(v) = session::with(client, |s| s.settings.get(&lower).cloned()) {
+        return Some(v);
+    }
+    if let Some((_, v)) = client.metadata().iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
+        return Some(v.clone());
+    }
+    DEFAULT_SETTINGS.iter().find(|(k, _, _)| k.eq_ignore_ascii_case(name)).map(|(_, v, _)| v.to_string())
+}
+
+fn show(client: &(impl ClientInfo + ?Sized), name: &str) -> Result<Vec<Out>, ErrorInfo> {
+    let str = |s: &str| Value::Str(s.into());
+    if name == "all" {
+        let mut names: Vec<String> = DEFAULT_SETTINGS.iter().map(|(k, _, _)| k.to_string()).collect();
+        names.extend(session::with(client, |s| s.settings.keys().cloned().collect::<Vec<_>>()));
+        names.sort_by_key(|n| n.to_ascii_lowercase());
+        names.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+        let rows = names.iter().map(|n| vec![str(n), str(&setting(client, n).unwrap_or_default()), str("")]).collect();
+        return Ok(vec![Out::Rows { columns: show_columns(name), rows, tag: "SHOW" }]);
+    }
+    let value = setting(client, name)
+        .ok_or_else(|| error_info(code::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\"")))?;
+    Ok(vec![Out::Rows { columns: show_columns(name), rows: vec![vec![str(&value)]], tag: "SHOW" }])
+}
+
+async fn notice<C>(client: &mut C, severity: &str, message: &str) -> Result<(), ErrorInfo>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let info = ErrorInfo::new(severity.to_string(), "00000".to_string(), message.to_string());
+    client.feed(PgWireBackendMessage::NoticeResponse(info.into())).await.map_err(|e| internal(PgWireError::from(e)))
+}
+
+fn internal(e: PgWireError) -> ErrorInfo {
+    error_info(code::INTERNAL_ERROR, e.to_string())
+}
+
+/// Rows as pgwire's data-row stream, each value in its column's format.
+fn query_response(columns: &[ResultColumn], rows: Vec<Vec<Value>>, format: &Format, tag: &str) -> QueryResponse {
+    let schema = Arc::new(fields(columns, format));
+    let types: Vec<(DataType, FieldFormat)> = columns.iter().enumerate().map(|(i, c)| (c.ty, format.format_for(i))).collect();
+    let encoded: Vec<PgWireResult<DataRow>> = rows.into_iter().map(|row| encode_row(&types, &row)).collect();
+    let mut response = QueryResponse::new(schema, futures::stream::iter(encoded));
+    response.set_command_tag(tag);
+    response
+}
+
+fn encode_row(types: &[(DataType, FieldFormat)], row: &[Value]) -> PgWireResult<DataRow> {
+    let mut data = BytesMut::with_capacity(16 * row.len());
+    for ((ty, format), v) in types.iter().zip(row) {
+        types::encode_field(&mut data, *ty, v, *format).map_err(|e| errors::to_pgwire(&e))?;
+    }
+    Ok(DataRow::new(data, row.len() as i16))
+}
+
+fn to_response(out: Out, format: &Format) -> Response {
+    match out {
+        Out::Rows { columns, rows, tag } => Response::Query(query_response(&columns, rows, format, tag)),
+        Out::Done(tag) => Response::Execution(Tag::new(&tag)),
+        Out::BlockStart => Response::TransactionStart(Tag::new("BEGIN")),
+        Out::BlockEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Pg {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = match lockstep_sql::split_statements(query) {
+            Ok(s) => s,
+            Err(e) => return Ok(vec![Response::Error(Box::new(errors::from_lockstep(&e)))]),
+        };
+        let mut responses = Vec::with_capacity(statements.len());
+        // Like PostgreSQL, the statements after a failed one are not run.
+        for text in &statements {
+            let outs = match statement::classify(text, |name| is_procedure(&self.front, name)) {
+                Ok(command) => self.run(client, &command, Vec::new()).await,
+                Err(e) => Err(errors::from_lockstep(&e)),
+            };
+            match outs {
+                Ok(outs) => responses.extend(outs.into_iter().map(|o| to_response(o, &Format::UnifiedText))),
+                Err(e) => {
+                    responses.push(Response::Error(Box::new(e)));
+                    break;
+                }
+            }
+        }
+        if statements.is_empty() {
+            responses.push(Response::EmptyQuery);
+        }
+        Ok(responses)
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Pg {
+    type Statement = Statement;
+    type QueryParser = Parser;
+
+    fn query_parser(&self) -> Arc<Parser> {
+        self.parser.clone()
+    }
+
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.clone().unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        reserve_name(client, &name, true)?;
+        match StoredStatement::parse(client, &message, self.parser.clone()).await? {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        client.send(PgWireBackendMessage::ParseComplete(ParseComplete::new())).await?;
+        Ok(())
+    }
+
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statement_name = message.statement_name.as_deref().unwrap_or(DEFAULT_NAME);
+        let portal_name = message.portal_name.as_deref().unwrap_or(DEFAULT_NAME).to_owned();
+        reserve_name(client, &portal_name, false)?;
+        match client.portal_store().get_statement(statement_name) {
+            Some(Entry::Value(statement)) => {
+                let portal = Portal::try_new(&message, statement)?;
+                client.portal_store().put_portal(Arc::new(portal));
+            }
+            Some(Entry::Empty) if message.parameters.is_empty() => client.portal_store().put_empty_portal(&portal_name),
+            Some(Entry::Empty) => {
+                return Err(user_error(code::PROTOCOL_VIOLATION, "bind message supplies parameters to an empty statement"))
+            }
+            None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
+        }
+        client.send(PgWireBackendMessage::BindComplete(BindComplete::new())).await?;
+        Ok(())
+    }
+
+    async fn on_close<C>(&self, client: &mut C, message: Close) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => {
+                client.portal_store().rm_statement(name);
+                session::with(client, |s| s.statements.remove(name));
+            }
+            TARGET_TYPE_BYTE_PORTAL => {
+                client.portal_store().rm_portal(name);
+                session::with(client, |s| s.portals.remove(name));
+            }
+            _ => {}
+        }
+        client.send(PgWireBackendMessage::CloseComplete(pgwire::messages::extendedquery::CloseComplete::new())).await?;
+        Ok(())
+    }
+
+    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Statement>, _max_rows: usize) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let stmt = &portal.statement.statement;
+        let params = match bound_params(portal) {
+            Ok(p) => p,
+            Err(e) => return Ok(Response::Error(Box::new(e))),
+        };
+        let outs = match self.run(client, &stmt.command, params).await {
+            Ok(outs) => outs,
+            Err(e) => return Ok(Response::Error(Box::new(e))),
+        };
+        // One result per execution: a procedure's first table, and only when its rows
+        // were described (the client reads them with that description).
+        let out = match outs.into_iter().next() {
+            None => return Ok(Response::EmptyQuery),
+            Some(Out::Rows { .. }) if stmt.columns.is_none() => Out::Done("CALL".into()),
+            Some(o) => o,
+        };
+        Ok(to_response(out, &portal.result_column_format))
+    }
+}
+
+/// Counts a new named statement or portal against the connection's limit.
+fn reserve_name(client: &(impl ClientInfo + ?Sized), name: &str, statement: bool) -> PgWireResult<()> {
+    if name == DEFAULT_NAME {
+        return Ok(());
+    }
+    let (what, max) = if statement { ("prepared statements", PREPARED_STATEMENTS_MAX) } else { ("portals", PORTALS_MAX) };
+    let admitted = session::with(client, |s| {
+        let set = if statement { &mut s.statements } else { &mut s.portals };
+        if set.contains(name) {
+            return true;
+        }
+        if set.len() >= max {
+            return false;
+        }
+        set.insert(name.to_string());
+        true
+    });
+    if admitted {
+        Ok(())
+    } else {
+        Err(user_error(code::PROGRAM_LIMIT, format!("a connection may hold at most {max} named {what}: close (DEALLOCATE) some first")))
+    }
+}
+
+/// The portal's parameters as Lockstep values, each decoded by its type (the client's,
+/// else the one described) and format.
+fn bound_params(portal: &Portal<Statement>) -> Result<Vec<Value>, ErrorInfo> {
+    let stored = &portal.statement;
+    let expected = stored.statement.params.len().max(stored.parameter_types.len());
+    if portal.parameters.len() != expected {
+        return Err(error_info(
+            code::PROTOCOL_VIOLATION,
+            format!("bind message supplies {} parameters, but the prepared statement requires {expected}", portal.parameters.len()),
+        ));
+    }
+    portal
+        .parameters
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            let ty = stored
+                .parameter_types
+                .get(i)
+                .cloned()
+                .flatten()
+                .unwrap_or_else(|| types::param_type(stored.statement.params.get(i).copied().flatten()));
+            types::decode_param(bytes.as_deref(), &ty, portal.parameter_format.format_for(i)).map_err(|e| errors::from_lockstep(&e))
+        })
+        .collect()
+}
+
+/// The settings sent at start-up.
+pub struct Params;
+
+impl ServerParameterProvider for Params {
+    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
+        let mut params: HashMap<String, String> =
+            DEFAULT_SETTINGS.iter().filter(|(_, _, report)| *report).map(|(k, v, _)| (k.to_string(), v.to_string())).collect();
+        if let Some(app) = client.metadata().get(pgwire::api::METADATA_APPLICATION_NAME) {
+            params.insert("application_name".into(), app.clone());
+        }
+        if let Some(user) = client.metadata().get(pgwire::api::METADATA_USER) {
+            params.insert("session_authorization".into(), user.clone());
+        }
+        Some(params)
+    }
+}
+
+/// Logins: everyone with security off (trust); with it on, the password (sent in clear
+/// text) checked against the same users as the VoltDB port.
+#[async_trait]
+impl StartupHandler for Pg {
+    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let outcome = match message {
+            PgWireFrontendMessage::Startup(ref startup) => {
+                pgwire::api::auth::protocol_negotiation(client, startup).await?;
+                pgwire::api::auth::save_startup_parameters_to_metadata(client, startup);
+                let mechanism: Box<dyn AuthMechanism<Arc<Principal>>> =
+                    if self.front.security.enabled() { Box::new(PasswordCheck { front: self.front.clone() }) } else { Box::new(Trust) };
+                self.driver.begin_authentication(client, mechanism).await?
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(m) => self.driver.advance_authentication(client, m).await?,
+            _ => return Ok(()),
+        };
+        if let AuthOutcome::Authenticated { identity, final_message } = outcome {
+            session::with(client, |s| s.principal = identity);
+            self.driver.complete_authentication(client, final_message).await?;
+        }
+        Ok(())
+    }
+}
+
+struct Trust;
+
+#[async_trait]
+impl AuthMechanism<Arc<Principal>> for Trust {
+    async fn begin(&mut self, _client: &(dyn ClientInfo + Send + Sync)) -> PgWireResult<AuthState<Arc<Principal>>> {
+        Ok(AuthState::Ok { final_message: None, identity: None })
+    }
+
+    async fn next(
+        &mut self,
+        _client: &(dyn ClientInfo + Send + Sync),
+        _message: PasswordMessageFamily,
+    ) -> PgWireResult<AuthState<Arc<Principal>>> {
+        Err(PgWireError::NoAuthenticationInProgress)
+    }
+}
+
+struct PasswordCheck {
+    front: Arc<Front>,
+}
+
+#[async_trait]
+impl AuthMechanism<Arc<Principal>> for PasswordCheck {
+    async fn begin(&mut self, _client: &(dyn ClientInfo + Send + Sync)) -> PgWireResult<AuthState<Arc<Principal>>> {
+        Ok(AuthState::InProgress(Authentication::CleartextPassword))
+    }
+
+    async fn next(
+        &mut self,
+        client: &(dyn ClientInfo + Send + Sync),
+        message: PasswordMessageFamily,
+    ) -> PgWireResult<AuthState<Arc<Principal>>> {
+        let password = message.into_password()?;
+        let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
+        let scheme = lockstep_wire::login::HashScheme::Sha256;
+        let request = lockstep_wire::login::LoginRequest {
+            version: 1,
+            scheme,
+            service: "database".into(),
+            username: user.clone(),
+            digest: scheme.hash(password.password.as_bytes()),
+        };
+        match self.front.security.login(&request) {
+            Ok(principal) => Ok(AuthState::Ok { final_message: None, identity: principal }),
+            Err(_) => Err(PgWireError::InvalidPassword(user)),
+        }
+    }
+}
+
+/// Rewrites the errors pgwire makes itself where Lockstep has more to say.
+pub struct Errors;
+
+impl ErrorHandler for Errors {
+    fn on_error<C: ClientInfo>(&self, _client: &C, error: &mut PgWireError) {
+        if matches!(error, PgWireError::QueryCanceled) {
+            *error = user_error(
+                code::QUERY_CANCELED,
+                "canceling statement due to user request: the answer is no longer awaited, but the statement runs on to its end (or the query timeout) in Lockstep, and a change it makes stands",
+            );
+        }
+    }
+}

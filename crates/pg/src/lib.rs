@@ -1,0 +1,116 @@
+//! The PostgreSQL wire protocol (`--pg`): psql and PostgreSQL drivers run SQL and call
+//! procedures through the same engine as the VoltDB port. The protocol itself (framing,
+//! start-up, the extended-query state machine) is the `pgwire` crate's; this crate maps it
+//! onto Lockstep: statements (`statement.rs`), types (`types.rs`), errors and their
+//! SQLSTATEs (`errors.rs`), per-connection state (`session.rs`) and the handlers
+//! (`handler.rs`). What works and what does not yet is in `docs/guide/postgres.md`.
+
+pub mod errors;
+pub mod handler;
+pub mod session;
+pub mod statement;
+pub mod types;
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use lockstep_server::Front;
+use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::{ConnectionManager, ErrorHandler, PgWireServerHandlers};
+use pgwire::messages::response::ErrorResponse;
+use pgwire::messages::Message;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+/// How long the answer to a connection over the limit may take to write.
+const REFUSAL_TIMEOUT_MS: u64 = 1_000;
+/// After a failed accept (out of file descriptors, usually), wait this long before the next.
+const ACCEPT_RETRY_MS: u64 = 50;
+
+/// The settings the PostgreSQL port can run with: it has no TLS yet, so it refuses to start
+/// beside a client port that requires TLS (its passwords and data would travel in clear).
+pub fn check_can_serve(tls_on_client_port: bool) -> Result<(), String> {
+    if tls_on_client_port {
+        return Err(
+            "the PostgreSQL port (--pg) has no TLS yet, and the client port uses TLS: start with --pg off, or without --tls-cert".into()
+        );
+    }
+    Ok(())
+}
+
+/// The handlers pgwire asks for, one set shared by every connection.
+struct Handlers {
+    pg: Arc<handler::Pg>,
+    cancels: Arc<ConnectionManager>,
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.pg.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.pg.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
+        self.pg.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(self.cancels.clone()))
+    }
+
+    fn error_handler(&self) -> Arc<impl ErrorHandler> {
+        Arc::new(handler::Errors)
+    }
+}
+
+/// Accepts PostgreSQL clients until the task is dropped. Past `--max-connections` of them
+/// (counted apart from the VoltDB port's), a new one is told so and closed.
+pub async fn serve(listener: TcpListener, front: Arc<Front>) {
+    let cancels = Arc::new(ConnectionManager::new());
+    let slots = Arc::new(Semaphore::new(front.config.max_connections));
+    let handlers = Arc::new(Handlers { pg: handler::Pg::new(front.clone(), cancels.clone()), cancels });
+    loop {
+        match listener.accept().await {
+            Ok((socket, peer)) => {
+                let _ = socket.set_nodelay(true);
+                match slots.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let handlers = handlers.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                                tracing::debug!(%peer, "PostgreSQL connection ended: {e}");
+                            }
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        tracing::warn!(%peer, "PostgreSQL connection refused: {} are open (--max-connections)", front.config.max_connections);
+                        tokio::spawn(refuse(socket));
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!("PostgreSQL accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(ACCEPT_RETRY_MS)).await;
+            }
+        }
+    }
+}
+
+/// Answers a connection over the limit with PostgreSQL's "too many connections" and closes
+/// it (a client reads an error response at any point of the start-up).
+async fn refuse(mut socket: TcpStream) {
+    let info = errors::error_info(errors::code::TOO_MANY_CONNECTIONS, "sorry, too many clients already (--max-connections)");
+    let mut info = info;
+    info.severity = pgwire::error::SEVERITY_FATAL.to_owned();
+    let mut out = BytesMut::new();
+    if ErrorResponse::from(info).encode(&mut out).is_ok() {
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(REFUSAL_TIMEOUT_MS), socket.write_all(&out)).await;
+    }
+    let _ = socket.shutdown().await;
+}
