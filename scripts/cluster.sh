@@ -94,7 +94,7 @@ start() {
   for ((i = 0; i < nodes; i++)); do
     local dir=$root/node-$i
     mkdir -p "$dir"
-    "$bin" server --listen "127.0.0.1:$((client_port + i))" --internal "127.0.0.1:$((internal_port + i))" \
+    "$bin" server --pg off --listen "127.0.0.1:$((client_port + i))" --internal "127.0.0.1:$((internal_port + i))" \
       --hosts "$hosts" --kfactor "$kfactor" --sites "$sites" --data "$dir" >"$dir/server.log" 2>&1 &
     echo $! >"$dir/pid"
   done

@@ -33,7 +33,7 @@ if [ "$listen" != 127.0.0.1:21212 ]; then
   shell_cmd="$shell_cmd --server $listen"
 fi
 
-"$bin" server --listen "$listen" --data "$data" &
+"$bin" server --pg off --listen "$listen" --data "$data" &
 server=$!
 
 # Ctrl-C or SIGTERM: stop the server, wait for it, and exit with its status (0 for a clean

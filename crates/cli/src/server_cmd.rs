@@ -234,8 +234,11 @@ fn start(args: ServerArgs) -> Result<(), String> {
         runtime.block_on(tokio::net::TcpListener::bind(&config.listen)).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let client_addr = listener.local_addr().map_err(|e| e.to_string())?;
     let pg_listener = match &config.pg {
+        Some(_) if security.tls().is_some() => {
+            tracing::warn!("{}", lockstep_pg::OFF_WITHOUT_TLS);
+            None
+        }
         Some(addr) => {
-            lockstep_pg::check_can_serve(security.tls().is_some())?;
             let l = runtime.block_on(tokio::net::TcpListener::bind(addr)).map_err(|e| {
                 format!("cannot listen for PostgreSQL clients on {addr}: {e}; give another address with --pg HOST:PORT, or --pg off")
             })?;

@@ -180,7 +180,11 @@ async fn snapshots_are_taken_listed_and_recovered_with_the_log_after_them() {
     let before = ok(&client, "@StateHash", vec![]).await.tables[0].rows.clone();
     sigkill(server);
     // The log after the snapshot only replays on the partitioning it ran on.
-    let out = Command::new(common::BIN).args(["server", "--listen", "127.0.0.1:0", "--sites", "3", "--data"]).arg(&dir.0).output().unwrap();
+    let out = Command::new(common::BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--pg", "off", "--sites", "3", "--data"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--sites 2"), "{}", String::from_utf8_lossy(&out.stderr));
     let server = Server::start_with(&dir.0, &["--sites", "2"], "127.0.0.1:0");
@@ -238,7 +242,7 @@ async fn a_torn_log_tail_is_cut_and_reported_and_a_damaged_snapshot_skipped() {
     std::fs::write(&part, bytes).unwrap();
 
     let out = Command::new(common::BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--sites", "2", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--pg", "off", "--sites", "2", "--data"])
         .arg(&dir.0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

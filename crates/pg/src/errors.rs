@@ -103,20 +103,21 @@ pub fn sqlstate(kind: ErrorKind, message: &str) -> &'static str {
     }
 }
 
-/// An ERROR response with this code and message.
-pub fn error_info(code: &str, message: impl Into<String>) -> ErrorInfo {
-    ErrorInfo::new(SEVERITY_ERROR.to_owned(), code.to_owned(), message.into())
+/// An ERROR response with this code and message (boxed: it is large, and travels in
+/// `Result`s).
+pub fn error_info(code: &str, message: impl Into<String>) -> Box<ErrorInfo> {
+    Box::new(ErrorInfo::new(SEVERITY_ERROR.to_owned(), code.to_owned(), message.into()))
 }
 
 /// A Lockstep error as an ERROR response.
-pub fn from_lockstep(e: &lockstep_core::Error) -> ErrorInfo {
+pub fn from_lockstep(e: &lockstep_core::Error) -> Box<ErrorInfo> {
     error_info(sqlstate(e.kind, &e.message), e.message.clone())
 }
 
 /// A Lockstep error as the error a pgwire handler returns (the connection answers it and
 /// goes on).
 pub fn to_pgwire(e: &lockstep_core::Error) -> PgWireError {
-    PgWireError::UserError(Box::new(from_lockstep(e)))
+    PgWireError::UserError(from_lockstep(e))
 }
 
 #[cfg(test)]

@@ -181,7 +181,7 @@ fn fields(columns: &[ResultColumn], format: &Format) -> Vec<FieldInfo> {
 }
 
 fn user_error(code: &str, message: impl Into<String>) -> PgWireError {
-    PgWireError::UserError(Box::new(error_info(code, message)))
+    PgWireError::UserError(error_info(code, message))
 }
 
 /// What one statement produced.
@@ -194,7 +194,7 @@ enum Out {
 
 impl Pg {
     /// Runs one statement with its parameters; notices go to the client as they arise.
-    async fn run<C>(&self, client: &mut C, command: &Command, params: Vec<Value>) -> Result<Vec<Out>, ErrorInfo>
+    async fn run<C>(&self, client: &mut C, command: &Command, params: Vec<Value>) -> Result<Vec<Out>, Box<ErrorInfo>>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -218,7 +218,7 @@ impl Pg {
         result
     }
 
-    async fn run_in_block<C>(&self, client: &mut C, command: &Command, params: Vec<Value>) -> Result<Vec<Out>, ErrorInfo>
+    async fn run_in_block<C>(&self, client: &mut C, command: &Command, params: Vec<Value>) -> Result<Vec<Out>, Box<ErrorInfo>>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -266,7 +266,7 @@ impl Pg {
 
     /// `BEGIN`, `COMMIT`, `ROLLBACK`: see `docs/guide/postgres.md` for why a block may
     /// change data with one statement only.
-    async fn transaction<C>(&self, client: &mut C, command: &Command) -> Result<Vec<Out>, ErrorInfo>
+    async fn transaction<C>(&self, client: &mut C, command: &Command) -> Result<Vec<Out>, Box<ErrorInfo>>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -306,7 +306,7 @@ impl Pg {
         }
     }
 
-    async fn set<C>(&self, client: &mut C, name: Option<&str>, value: Option<&str>) -> Result<Vec<Out>, ErrorInfo>
+    async fn set<C>(&self, client: &mut C, name: Option<&str>, value: Option<&str>) -> Result<Vec<Out>, Box<ErrorInfo>>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -380,7 +380,7 @@ impl Pg {
 
 /// Applies the block's rule before a statement runs: one that changes data is the block's
 /// first and last such statement.
-fn admit(client: &(impl ClientInfo + ?Sized), writes: bool) -> Result<(), ErrorInfo> {
+fn admit(client: &(impl ClientInfo + ?Sized), writes: bool) -> Result<(), Box<ErrorInfo>> {
     if !writes {
         return Ok(());
     }
@@ -400,7 +400,7 @@ fn admit(client: &(impl ClientInfo + ?Sized), writes: bool) -> Result<(), ErrorI
 }
 
 /// The tables of a successful outcome, or its error with a SQLSTATE.
-fn success(o: Outcome) -> Result<Vec<ResultTable>, ErrorInfo> {
+fn success(o: Outcome) -> Result<Vec<ResultTable>, Box<ErrorInfo>> {
     if o.is_success() {
         return Ok(o.tables);
     }
@@ -422,7 +422,7 @@ fn write_tag(sql: &str, table: &ResultTable) -> String {
 }
 
 /// A `CALL`'s arguments with the client's parameters put in.
-fn call_args(args: &[Arg], params: Vec<Value>) -> Result<Vec<Value>, ErrorInfo> {
+fn call_args(args: &[Arg], params: Vec<Value>) -> Result<Vec<Value>, Box<ErrorInfo>> {
     args.iter()
         .map(|a| match a {
             Arg::Value(v) => Ok(v.clone()),
@@ -446,7 +446,7 @@ fn setting(client: &(impl ClientInfo + ?Sized), name: &str) -> Option<String> {
     DEFAULT_SETTINGS.iter().find(|(k, _, _)| k.eq_ignore_ascii_case(name)).map(|(_, v, _)| v.to_string())
 }
 
-fn show(client: &(impl ClientInfo + ?Sized), name: &str) -> Result<Vec<Out>, ErrorInfo> {
+fn show(client: &(impl ClientInfo + ?Sized), name: &str) -> Result<Vec<Out>, Box<ErrorInfo>> {
     let str = |s: &str| Value::Str(s.into());
     if name == "all" {
         let mut names: Vec<String> = DEFAULT_SETTINGS.iter().map(|(k, _, _)| k.to_string()).collect();
@@ -461,7 +461,7 @@ fn show(client: &(impl ClientInfo + ?Sized), name: &str) -> Result<Vec<Out>, Err
     Ok(vec![Out::Rows { columns: show_columns(name), rows: vec![vec![str(&value)]], tag: "SHOW" }])
 }
 
-async fn notice<C>(client: &mut C, severity: &str, message: &str) -> Result<(), ErrorInfo>
+async fn notice<C>(client: &mut C, severity: &str, message: &str) -> Result<(), Box<ErrorInfo>>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
@@ -471,7 +471,7 @@ where
     client.feed(PgWireBackendMessage::NoticeResponse(info.into())).await.map_err(|e| internal(PgWireError::from(e)))
 }
 
-fn internal(e: PgWireError) -> ErrorInfo {
+fn internal(e: PgWireError) -> Box<ErrorInfo> {
     error_info(code::INTERNAL_ERROR, e.to_string())
 }
 
@@ -513,7 +513,7 @@ impl SimpleQueryHandler for Pg {
     {
         let statements = match lockstep_sql::split_statements(query) {
             Ok(s) => s,
-            Err(e) => return Ok(vec![Response::Error(Box::new(errors::from_lockstep(&e)))]),
+            Err(e) => return Ok(vec![Response::Error(errors::from_lockstep(&e))]),
         };
         let mut responses = Vec::with_capacity(statements.len());
         // Like PostgreSQL, the statements after a failed one are not run.
@@ -525,7 +525,7 @@ impl SimpleQueryHandler for Pg {
             match outs {
                 Ok(outs) => responses.extend(outs.into_iter().map(|o| to_response(o, &Format::UnifiedText))),
                 Err(e) => {
-                    responses.push(Response::Error(Box::new(e)));
+                    responses.push(Response::Error(e));
                     break;
                 }
             }
@@ -621,11 +621,11 @@ impl ExtendedQueryHandler for Pg {
         let stmt = &portal.statement.statement;
         let params = match bound_params(portal) {
             Ok(p) => p,
-            Err(e) => return Ok(Response::Error(Box::new(e))),
+            Err(e) => return Ok(Response::Error(e)),
         };
         let outs = match self.run(client, &stmt.command, params).await {
             Ok(outs) => outs,
-            Err(e) => return Ok(Response::Error(Box::new(e))),
+            Err(e) => return Ok(Response::Error(e)),
         };
         // One result per execution: a procedure's first table, and only when its rows
         // were described (the client reads them with that description).
@@ -664,7 +664,7 @@ fn reserve_name(client: &(impl ClientInfo + ?Sized), name: &str, statement: bool
 
 /// The portal's parameters as Lockstep values, each decoded by its type (the client's,
 /// else the one described) and format.
-fn bound_params(portal: &Portal<Statement>) -> Result<Vec<Value>, ErrorInfo> {
+fn bound_params(portal: &Portal<Statement>) -> Result<Vec<Value>, Box<ErrorInfo>> {
     let stored = &portal.statement;
     let expected = stored.statement.params.len().max(stored.parameter_types.len());
     if portal.parameters.len() != expected {

@@ -29,16 +29,9 @@ const REFUSAL_TIMEOUT_MS: u64 = 1_000;
 /// After a failed accept (out of file descriptors, usually), wait this long before the next.
 const ACCEPT_RETRY_MS: u64 = 50;
 
-/// The settings the PostgreSQL port can run with: it has no TLS yet, so it refuses to start
-/// beside a client port that requires TLS (its passwords and data would travel in clear).
-pub fn check_can_serve(tls_on_client_port: bool) -> Result<(), String> {
-    if tls_on_client_port {
-        return Err(
-            "the PostgreSQL port (--pg) has no TLS yet, and the client port uses TLS: start with --pg off, or without --tls-cert".into()
-        );
-    }
-    Ok(())
-}
+/// Why the PostgreSQL port stays off beside a client port that requires TLS: it has no TLS
+/// yet, and its passwords and data would travel in clear.
+pub const OFF_WITHOUT_TLS: &str = "the PostgreSQL port (--pg) is off: it has no TLS yet, and the client port requires TLS";
 
 /// The handlers pgwire asks for, one set shared by every connection.
 struct Handlers {
@@ -105,11 +98,10 @@ pub async fn serve(listener: TcpListener, front: Arc<Front>) {
 /// Answers a connection over the limit with PostgreSQL's "too many connections" and closes
 /// it (a client reads an error response at any point of the start-up).
 async fn refuse(mut socket: TcpStream) {
-    let info = errors::error_info(errors::code::TOO_MANY_CONNECTIONS, "sorry, too many clients already (--max-connections)");
-    let mut info = info;
+    let mut info = errors::error_info(errors::code::TOO_MANY_CONNECTIONS, "sorry, too many clients already (--max-connections)");
     info.severity = pgwire::error::SEVERITY_FATAL.to_owned();
     let mut out = BytesMut::new();
-    if ErrorResponse::from(info).encode(&mut out).is_ok() {
+    if ErrorResponse::from(*info).encode(&mut out).is_ok() {
         let _ = tokio::time::timeout(std::time::Duration::from_millis(REFUSAL_TIMEOUT_MS), socket.write_all(&out)).await;
     }
     let _ = socket.shutdown().await;

@@ -42,7 +42,7 @@ pub fn start_cluster(root: &Path, n: usize, k: u32) -> Vec<Server> {
             let (filter, log) = log_setup(i);
             let child = Command::new(BIN)
                 .arg("server")
-                .args(["--listen", "127.0.0.1:0", "--sites", &SITES_PER_NODE.to_string(), "--command-log", "off"])
+                .args(["--listen", "127.0.0.1:0", "--pg", "off", "--sites", &SITES_PER_NODE.to_string(), "--command-log", "off"])
                 .args(["--internal", internal, "--hosts", &joined, "--kfactor", &k.to_string(), "--data"])
                 .arg(&data)
                 .env("LOCKSTEP_LOG", filter)

@@ -57,6 +57,7 @@ impl Server {
             .args(["--listen", listen, "--data"])
             .arg(data)
             .args(extra)
+            .args(if extra.contains(&"--pg") { &[][..] } else { &["--pg", "off"][..] })
             .env("LOCKSTEP_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
