@@ -272,6 +272,53 @@ async fn settings_and_transaction_blocks_follow_the_documented_rules() {
     assert_eq!(ids, [[Some("1".to_string())], [Some("2".to_string())]]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_security_on_the_password_is_checked_and_the_user_s_permissions_apply() {
+    let dir = TempDir::new("pg-security");
+    let config = dir.0.join("lockstep.toml");
+    std::fs::write(&config, "sites = 2\n").expect("write config");
+    for (user, roles, password) in [("admin", "administrator", "admin-pw"), ("nina", "nothing", "nina-pw")] {
+        let mut child = Command::new(common::BIN)
+            .args(["user", "add", user, "--roles", roles, "--password-stdin", "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run lockstep user add");
+        child.stdin.take().expect("stdin").write_all(format!("{password}\n").as_bytes()).expect("password");
+        assert!(child.wait().expect("user add").success());
+    }
+    let pg = free_addrs(1).remove(0);
+    let _server = Server::start_with(&dir.0.join("data"), &["--security", "on", "--config", config.to_str().expect("utf-8"), "--pg", &pg], "127.0.0.1:0");
+    let (host, port) = pg.rsplit_once(':').expect("host:port");
+    let as_user = |user: &str, password: &str| format!("host={host} port={port} user={user} password={password} dbname=lockstep connect_timeout=10");
+    let e = tokio_postgres::connect(&as_user("admin", "wrong"), NoTls).await.err().expect("a wrong password is refused");
+    assert_eq!(sqlstate(&e), SqlState::INVALID_PASSWORD, "{e:?}");
+    assert!(tokio_postgres::connect(&as_user("nobody", "x"), NoTls).await.is_err(), "an unknown user is refused");
+    let (admin, connection) = tokio_postgres::connect(&as_user("admin", "admin-pw"), NoTls).await.expect("the right password logs in");
+    tokio::spawn(connection);
+    admin.batch_execute(SCHEMA).await.expect("the administrator changes the schema");
+    let (nina, connection) = tokio_postgres::connect(&as_user("nina", "nina-pw"), NoTls).await.expect("nina logs in");
+    tokio::spawn(connection);
+    let e = nina.simple_query("SELECT COUNT(*) FROM t").await.unwrap_err();
+    assert_eq!(sqlstate(&e), SqlState::INSUFFICIENT_PRIVILEGE, "{e:?}");
+}
+
+#[test]
+fn a_taken_postgresql_port_stops_the_start_with_an_error_naming_the_flag() {
+    let dir = TempDir::new("pg-taken");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("hold a port");
+    let addr = taken.local_addr().expect("address").to_string();
+    let out = Command::new(common::BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--pg", &addr, "--data"])
+        .arg(&dir.0)
+        .output()
+        .expect("run lockstep server");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot listen for PostgreSQL clients on {addr}")) && stderr.contains("--pg off"), "{stderr}");
+}
+
 /// `psql` (Debian's postgresql-client) against the port: DDL, DML, a query, CALL and an
 /// error's SQLSTATE. Skipped, saying so, where psql is not installed.
 #[test]

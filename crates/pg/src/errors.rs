@@ -58,7 +58,9 @@ pub fn sqlstate(kind: ErrorKind, message: &str) -> &'static str {
         ErrorKind::Unavailable => return code::CANNOT_CONNECT_NOW,
         _ => {}
     }
-    if has("timed out") || has("timeout") || has("was stopped after") {
+    if has("does not have the") && has("permission") {
+        code::INSUFFICIENT_PRIVILEGE
+    } else if has("timed out") || has("timeout") || has("was stopped after") {
         code::QUERY_CANCELED
     } else if has("duplicate key") {
         code::UNIQUE_VIOLATION
@@ -88,8 +90,6 @@ pub fn sqlstate(kind: ErrorKind, message: &str) -> &'static str {
         code::NUMERIC_OUT_OF_RANGE
     } else if has("cannot convert") || has("is not a timestamp") || has("invalid input syntax") {
         code::INVALID_TEXT
-    } else if has("permission") || has("not allowed to") || has("is not authorized") {
-        code::INSUFFICIENT_PRIVILEGE
     } else if has("is not supported") {
         code::FEATURE_NOT_SUPPORTED
     } else if has("limit") && (has("bytes") || has("rows")) {
@@ -142,6 +142,8 @@ mod tests {
         assert_eq!(state(Error::type_error("cannot convert VARCHAR 'x' to INTEGER")), "22P02");
         assert_eq!(state(Error::type_error("value 300 is out of range for TINYINT")), "22003");
         assert_eq!(state(Error::unexpected("Procedure Nope was not found")), "42883");
+        let refusal = "User nina does not have the SQLREAD permission needed for procedure Get (an administrator can grant it to one of the user's roles: nothing)";
+        assert_eq!(state(Error::unexpected(refusal)), "42501");
     }
 
     #[test]
