@@ -289,9 +289,14 @@ async fn with_security_on_the_password_is_checked_and_the_user_s_permissions_app
         assert!(child.wait().expect("user add").success());
     }
     let pg = free_addrs(1).remove(0);
-    let _server = Server::start_with(&dir.0.join("data"), &["--security", "on", "--config", config.to_str().expect("utf-8"), "--pg", &pg], "127.0.0.1:0");
+    let _server = Server::start_with(
+        &dir.0.join("data"),
+        &["--security", "on", "--config", config.to_str().expect("utf-8"), "--pg", &pg],
+        "127.0.0.1:0",
+    );
     let (host, port) = pg.rsplit_once(':').expect("host:port");
-    let as_user = |user: &str, password: &str| format!("host={host} port={port} user={user} password={password} dbname=lockstep connect_timeout=10");
+    let as_user =
+        |user: &str, password: &str| format!("host={host} port={port} user={user} password={password} dbname=lockstep connect_timeout=10");
     let e = tokio_postgres::connect(&as_user("admin", "wrong"), NoTls).await.err().expect("a wrong password is refused");
     assert_eq!(sqlstate(&e), SqlState::INVALID_PASSWORD, "{e:?}");
     assert!(tokio_postgres::connect(&as_user("nobody", "x"), NoTls).await.is_err(), "an unknown user is refused");
