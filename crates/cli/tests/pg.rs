@@ -324,6 +324,64 @@ fn a_taken_postgresql_port_stops_the_start_with_an_error_naming_the_flag() {
     assert!(stderr.contains(&format!("cannot listen for PostgreSQL clients on {addr}")) && stderr.contains("--pg off"), "{stderr}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_loads_text_and_csv_rows() {
+    use futures::SinkExt;
+    let dir = TempDir::new("pg-copy");
+    let (_server, pg) = start(&dir);
+    let client = connect(&pg).await;
+    client.batch_execute(SCHEMA).await.expect("schema");
+    // Text format, every type, the rows cut across messages, 2,500 rows in all (several batches).
+    let sink = client.copy_in("COPY t FROM STDIN").await.expect("COPY starts");
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"1\t-1\t2\t3\t0.5\t1.25\ttab\\there\t\\\\x0aff\t2024-01-02 03:04:05\tt\n2\t\\N\t\\N\t"))
+        .await
+        .expect("data");
+    let mut more = String::from("\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\n");
+    for id in 3..=2_500 {
+        more.push_str(&format!("{id}\t\\N\t\\N\t\\N\t\\N\t\\N\trow {id}\t\\N\t\\N\tf\n"));
+    }
+    sink.send(bytes::Bytes::from(more)).await.expect("data");
+    assert_eq!(sink.finish().await.expect("COPY ends"), 2_500);
+    let text = simple_rows(&client, "SELECT id, ti, si, bi, f, d, v, b, ts, ok FROM t WHERE id <= 2 ORDER BY id").await;
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        text[0],
+        [
+            s("1"),
+            s("-1"),
+            s("2"),
+            s("3"),
+            s("0.5"),
+            s("1.250000000000"),
+            s("tab\there"),
+            s("\\x0aff"),
+            s("2024-01-02 03:04:05.000000"),
+            s("t")
+        ]
+    );
+    assert_eq!(text[1], [s("2"), None, None, None, None, None, None, None, None, None]);
+    assert_eq!(simple_rows(&client, "SELECT COUNT(*) FROM t").await, [[s("2500")]]);
+    // CSV with a header and a column list; a duplicate key stops the COPY with its SQLSTATE.
+    let sink = client.copy_in("COPY t (v, id) FROM STDIN WITH (FORMAT csv, HEADER)").await.expect("COPY csv");
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"v,id\n\"a, \"\"quoted\"\"\",3001\n,3002\n")).await.expect("data");
+    assert_eq!(sink.finish().await.expect("COPY csv ends"), 2);
+    assert_eq!(simple_rows(&client, "SELECT v FROM t WHERE id >= 3001 ORDER BY id").await, [[s("a, \"quoted\"")], [None]]);
+    let sink = client.copy_in("COPY t (id) FROM STDIN").await.expect("COPY");
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"4000\n1\n4001\n")).await.expect("data");
+    let e = sink.finish().await.unwrap_err();
+    assert_eq!(sqlstate(&e), SqlState::UNIQUE_VIOLATION, "{e:?}");
+    // A bad row is reported with its line; the connection goes on.
+    let sink = client.copy_in("COPY t FROM STDIN").await.expect("COPY");
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"5000\tonly two columns\n")).await.expect("data");
+    let e = sink.finish().await.unwrap_err();
+    assert!(format!("{e:?}").contains("line 1"), "{e:?}");
+    assert_eq!(simple_rows(&client, "SELECT COUNT(*) FROM t WHERE id = 5000").await, [[s("0")]]);
+}
+
 /// `psql` (Debian's postgresql-client) against the port: DDL, DML, a query, CALL and an
 /// error's SQLSTATE. Skipped, saying so, where psql is not installed.
 #[test]
@@ -336,6 +394,9 @@ fn psql_runs_a_script() {
     let (_server, pg) = start(&dir);
     let (host, port) = pg.rsplit_once(':').expect("host:port");
     let script = dir.0.join("script.sql");
+    let csv = dir.0.join("rows.csv");
+    std::fs::write(&csv, "10,ten\n11,\"eleven, quoted\"\n12,\n").expect("write the CSV file");
+    let csv = csv.display();
     std::fs::write(
         &script,
         format!(
@@ -345,6 +406,8 @@ INSERT INTO t (id, v) VALUES (2, 'two');
 UPDATE t SET v = 'uno' WHERE id = 1;
 SELECT id, v, d FROM t ORDER BY id;
 CALL NameOf(2);
+\\copy t (id, v) from '{csv}' with (format csv)
+SELECT COUNT(*) AS loaded FROM t WHERE id >= 10;
 INSERT INTO t (id) VALUES (1);
 DELETE FROM t WHERE id = 2;
 "
@@ -369,6 +432,9 @@ DELETE FROM t WHERE id = 2;
         " 2 | two |",
         "(2 rows)",
         " two",
+        "COPY 3",
+        " LOADED",
+        "      3",
         "DELETE 1",
     ] {
         assert!(stdout.contains(expected), "psql printed no {expected:?}:\n{stdout}\n{stderr}");

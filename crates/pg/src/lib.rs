@@ -5,6 +5,7 @@
 //! SQLSTATEs (`errors.rs`), per-connection state (`session.rs`) and the handlers
 //! (`handler.rs`). What works and what does not yet is in `docs/guide/postgres.md`.
 
+pub mod copy;
 pub mod errors;
 pub mod handler;
 pub mod session;
@@ -49,6 +50,10 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
+        self.pg.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
         self.pg.clone()
     }
 

@@ -37,6 +37,8 @@ pub struct Session {
     pub block: Block,
     pub statements: HashSet<String>,
     pub portals: HashSet<String>,
+    /// The `COPY … FROM STDIN` under way.
+    pub copy: Option<Box<crate::handler::CopyState>>,
 }
 
 /// The connection's session, created on first use.

@@ -4,6 +4,8 @@
 
 use lockstep_core::{decimal, value::parse_hex, Error, Value};
 
+use crate::copy::CopyIn;
+
 /// Most arguments a `CALL` may pass (VoltDB's limit on a procedure's parameters).
 pub const CALL_ARGS_MAX: usize = 1025;
 
@@ -27,6 +29,8 @@ pub enum Command {
         args: Vec<Arg>,
         select: bool,
     },
+    /// `COPY table FROM STDIN`: rows follow in the copy stream.
+    Copy(CopyIn),
     /// Schema changes, run through the coordinator.
     Ddl(String),
     /// Any other SQL: given to the engine as ad-hoc SQL, `$n` parameters and all.
@@ -59,6 +63,7 @@ pub fn classify(sql: &str, is_procedure: impl Fn(&str) -> bool) -> Result<Comman
         "DISCARD" => Command::ResetAll,
         "SHOW" => Command::Show(show_name(&toks)),
         "CALL" => parse_call(&toks, 1, false)?,
+        "COPY" => Command::Copy(parse_copy(&toks)?),
         "SELECT" if is_select_from_procedure(&toks, &is_procedure) => parse_call(&toks, 3, true)?,
         _ if lockstep_sql::is_ddl(sql) => Command::Ddl(sql.to_string()),
         _ => Command::Sql(sql.to_string()),
@@ -205,6 +210,78 @@ fn parse_arg(toks: &[Tok], i: usize) -> Option<(Arg, usize)> {
         _ => return None,
     };
     Some((Arg::Value(value), next))
+}
+
+/// `COPY name [(columns)] FROM STDIN [[WITH] (options) | legacy options]`.
+fn parse_copy(toks: &[Tok]) -> Result<CopyIn, Error> {
+    let usage = || Error::sql("expected COPY table [(columns)] FROM STDIN [WITH (FORMAT text|csv, DELIMITER 'c', NULL 'text', HEADER)]");
+    let (table, mut i) = procedure_name(toks, 1).ok_or_else(usage)?;
+    let mut columns = None;
+    if toks.get(i).is_some_and(|t| t.is_punct('(')) {
+        let mut names = Vec::new();
+        i += 1;
+        loop {
+            names.push(toks.get(i).and_then(Tok::ident).ok_or_else(usage)?);
+            match toks.get(i + 1) {
+                Some(t) if t.is_punct(',') => i += 2,
+                Some(t) if t.is_punct(')') => break,
+                _ => return Err(usage()),
+            }
+        }
+        i += 2;
+        columns = Some(names);
+    }
+    match (toks.get(i).and_then(Tok::word).as_deref(), toks.get(i + 1).and_then(Tok::word).as_deref()) {
+        (Some("FROM"), Some("STDIN")) => i += 2,
+        (Some("TO"), _) => return Err(Error::sql("COPY … TO is not supported yet: read the rows with SELECT")),
+        (Some("FROM"), _) => {
+            return Err(Error::sql(
+                "COPY FROM a file on the server is not supported: use COPY … FROM STDIN (psql's \\copy sends a local file that way)",
+            ))
+        }
+        _ => return Err(usage()),
+    }
+    let mut spec = CopyIn::new(table, columns);
+    if toks.get(i).and_then(Tok::word).as_deref() == Some("WITH") {
+        i += 1;
+    }
+    let parenthesized = toks.get(i).is_some_and(|t| t.is_punct('('));
+    if parenthesized {
+        i += 1;
+    }
+    while let Some(t) = toks.get(i) {
+        if t.is_punct(')') && parenthesized {
+            i += 1;
+            break;
+        }
+        if t.is_punct(',') {
+            i += 1;
+            continue;
+        }
+        let name = t.word().ok_or_else(usage)?;
+        i += 1;
+        if toks.get(i).and_then(Tok::word).as_deref() == Some("AS") {
+            i += 1;
+        }
+        // The legacy spellings' CSV and HEADER take no value (a word after them is the next option).
+        let takes_value = match name.as_str() {
+            "CSV" | "BINARY" => false,
+            "HEADER" => parenthesized,
+            _ => true,
+        };
+        let value = match toks.get(i).map(|t| &t.kind) {
+            Some(Kind::Str(v) | Kind::Word(v)) if takes_value => {
+                i += 1;
+                Some(v.clone())
+            }
+            _ => None,
+        };
+        spec.option(&name, value.as_deref())?;
+    }
+    if i != toks.len() {
+        return Err(usage());
+    }
+    Ok(spec)
 }
 
 /// An integer literal is a BIGINT; one with a point a DECIMAL; one with an exponent a FLOAT.
@@ -444,6 +521,22 @@ mod tests {
         assert!(matches!(c("SELECT * FROM other(1)"), Command::Sql(_)));
         assert!(classify("CALL Vote(1 + 2)", |_| true).is_err());
         assert!(classify("CALL Vote(1", |_| true).is_err());
+    }
+
+    #[test]
+    fn copy_takes_its_options_in_both_spellings() {
+        let Command::Copy(c1) = c("COPY t (a, \"B\") FROM STDIN WITH (FORMAT csv, HEADER true, NULL 'nil', DELIMITER ';')") else {
+            panic!()
+        };
+        assert_eq!((c1.table.as_str(), c1.columns.clone()), ("t", Some(vec!["a".to_string(), "B".to_string()])));
+        assert_eq!((c1.format, c1.header, c1.null.as_str(), c1.delimiter), (crate::copy::Format::Csv, true, "nil", ';'));
+        let Command::Copy(c2) = c("copy t from stdin csv header delimiter as '|'") else { panic!() };
+        assert_eq!((c2.format, c2.header, c2.delimiter, c2.columns), (crate::copy::Format::Csv, true, '|', None));
+        let Command::Copy(c3) = c("COPY t FROM STDIN") else { panic!() };
+        assert_eq!((c3.format, c3.delimiter, c3.null.as_str()), (crate::copy::Format::Text, '\t', "\\N"));
+        assert!(classify("COPY t TO STDOUT", |_| false).is_err());
+        assert!(classify("COPY t FROM '/etc/passwd'", |_| false).is_err());
+        assert!(classify("COPY t FROM STDIN (FORMAT binary)", |_| false).is_err());
     }
 
     #[test]
