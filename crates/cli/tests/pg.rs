@@ -382,6 +382,30 @@ async fn copy_from_stdin_loads_text_and_csv_rows() {
     assert_eq!(simple_rows(&client, "SELECT COUNT(*) FROM t WHERE id = 5000").await, [[s("0")]]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_request_ends_the_wait_for_a_long_query() {
+    let dir = TempDir::new("pg-cancel");
+    let pg = free_addrs(1).remove(0);
+    // The canceled query runs on in the server until the query timeout stops it.
+    let _server =
+        Server::start_with(&dir.0, &["--sites", "1", "--command-log", "off", "--query-timeout-ms", "3000", "--pg", &pg], "127.0.0.1:0");
+    let client = connect(&pg).await;
+    client.batch_execute("CREATE TABLE r (id INTEGER NOT NULL PRIMARY KEY)").await.expect("schema");
+    let rows: String = (0..1_000).map(|i| format!("{i}\n")).collect();
+    let sink = client.copy_in("COPY r FROM STDIN").await.expect("COPY");
+    futures::pin_mut!(sink);
+    futures::SinkExt::send(&mut sink, bytes::Bytes::from(rows)).await.expect("rows");
+    sink.finish().await.expect("COPY ends");
+    let token = client.cancel_token();
+    // A billion-row join: it cannot end before the cancel arrives.
+    let long = tokio::spawn(async move { client.simple_query("SELECT COUNT(*) FROM r a, r b, r c").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel_query(NoTls).await.expect("send the cancel request");
+    let e = long.await.expect("the query task").unwrap_err();
+    assert_eq!(sqlstate(&e), SqlState::QUERY_CANCELED, "{e:?}");
+    assert!(format!("{e:?}").contains("runs on"), "the error says the statement goes on: {e:?}");
+}
+
 /// `psql` (Debian's postgresql-client) against the port: DDL, DML, a query, CALL and an
 /// error's SQLSTATE. Skipped, saying so, where psql is not installed.
 #[test]
