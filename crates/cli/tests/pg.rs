@@ -466,6 +466,82 @@ DELETE FROM t WHERE id = 2;
     assert!(stderr.contains("ERROR:  23505"), "psql showed no unique violation:\n{stderr}");
 }
 
+/// `pgbench` with a custom script that calls the Voter example's Lua `Vote` procedure, in
+/// the simple, extended and prepared modes, several clients each: no transaction fails and
+/// every vote is counted. Skipped, saying so, where pgbench is not installed.
+#[test]
+fn pgbench_calls_a_procedure_in_every_query_mode() {
+    if Command::new("pgbench").arg("--version").output().is_err() || Command::new("psql").arg("--version").output().is_err() {
+        eprintln!(
+            "pgbench_calls_a_procedure_in_every_query_mode: skipped, pgbench or psql is not installed (apt-get install postgresql-client)"
+        );
+        return;
+    }
+    let dir = TempDir::new("pg-pgbench");
+    let voter = common::repo_root().join("apps/voter");
+    let pg = free_addrs(1).remove(0);
+    let voter_dir = voter.to_str().expect("utf-8 path");
+    let _server = Server::start_with(
+        &dir.0.join("data"),
+        &["--sites", "2", "--command-log", "off", "--procedures", voter_dir, "--pg", &pg],
+        "127.0.0.1:0",
+    );
+    let (host, port) = pg.rsplit_once(':').expect("host:port");
+    let psql = |args: &[&str]| {
+        let out = Command::new("psql")
+            .args(["-h", host, "-p", port, "-U", "bench", "-d", "lockstep", "-X", "-q", "-v", "ON_ERROR_STOP=1"])
+            .args(args)
+            .current_dir(&voter)
+            .output()
+            .expect("run psql");
+        assert!(out.status.success(), "psql {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    psql(&["-f", "ddl.sql"]);
+    psql(&["-c", "CALL Initialize(6, 'Edwina Burnam,Tabatha Gehling,Kelly Clauss,Jessie Alloway,Alana Bregman,Jessie Eichman')"]);
+    let script = dir.0.join("vote.sql");
+    std::fs::write(
+        &script,
+        "\\set phone random(2000000000, 9999999999)\n\\set contestant random(1, 6)\nCALL Vote(:phone, :contestant, 1000);\n",
+    )
+    .expect("write the script");
+    let (clients, per_client) = (4, 250);
+    for mode in ["simple", "extended", "prepared"] {
+        let out = Command::new("pgbench")
+            .args([
+                "-h",
+                host,
+                "-p",
+                port,
+                "-U",
+                "bench",
+                "-n",
+                "-M",
+                mode,
+                "-c",
+                &clients.to_string(),
+                "-j",
+                "2",
+                "-t",
+                &per_client.to_string(),
+                "-f",
+            ])
+            .arg(&script)
+            .arg("lockstep")
+            .output()
+            .expect("run pgbench");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "pgbench -M {mode}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            stdout.contains(&format!("number of transactions actually processed: {}", clients * per_client)),
+            "pgbench -M {mode}: {stdout}"
+        );
+        assert!(stdout.contains("number of failed transactions: 0 "), "pgbench -M {mode}: {stdout}");
+    }
+    let count = psql(&["-t", "-A", "-c", "SELECT COUNT(*) FROM votes"]);
+    assert_eq!(count.trim(), (3 * clients * per_client).to_string(), "every vote counted");
+}
+
 /// Just enough of the protocol, spoken by hand, to run an extended query with text
 /// parameters and text results (tokio-postgres always asks for binary).
 struct Raw {

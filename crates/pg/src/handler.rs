@@ -85,6 +85,9 @@ impl Pg {
 pub struct Statement {
     pub command: Command,
     pub params: Vec<Option<DataType>>,
+    /// Nothing converts the parameters Lockstep could not type (a Lua procedure's): they
+    /// are `unknown`, and read as literals.
+    pub untyped: bool,
     pub columns: Option<Arc<[ResultColumn]>>,
 }
 
@@ -95,24 +98,29 @@ pub struct Parser {
 impl Parser {
     fn describe(&self, command: Command) -> Result<Statement, Error> {
         let catalog = self.front.engine.catalog();
-        let (params, columns) = match &command {
+        let (params, columns, untyped) = match &command {
             Command::Sql(sql) => {
                 let p = lockstep_sql::prepare(&catalog, sql)?;
                 let columns = p.read_only.then(|| Arc::from(p.columns.clone()));
-                (p.param_types.clone(), columns)
+                (p.param_types.clone(), columns, false)
             }
             Command::Call { procedure, args, .. } => describe_call(&self.front, procedure, args)?,
-            Command::Show(name) => (Vec::new(), Some(show_columns(name))),
-            _ => (Vec::new(), None),
+            Command::Show(name) => (Vec::new(), Some(show_columns(name)), false),
+            _ => (Vec::new(), None, false),
         };
-        Ok(Statement { command, params, columns })
+        Ok(Statement { command, params, untyped, columns })
     }
 }
 
-/// A procedure call's parameter types and columns: known for procedures whose body is one
-/// SQL statement (planned here to learn them); for Lua procedures the parameters are text
-/// (unless the client gives their types) and the rows are not described.
-fn describe_call(front: &Front, procedure: &str, args: &[Arg]) -> Result<(Vec<Option<DataType>>, Option<Arc<[ResultColumn]>>), Error> {
+/// A procedure call's parameter types and columns, and whether its untyped parameters are
+/// read as literals: types and columns are known for procedures whose body is one SQL
+/// statement (planned here to learn them); a Lua procedure's parameters are `unknown`
+/// (unless the client gives their types) and its rows are not described.
+fn describe_call(
+    front: &Front,
+    procedure: &str,
+    args: &[Arg],
+) -> Result<(Vec<Option<DataType>>, Option<Arc<[ResultColumn]>>, bool), Error> {
     let view = front.engine.shared().view();
     let info = lockstep_core::get_ignoring_case(&view.procs, procedure)
         .ok_or_else(|| Error::unexpected(format!("Procedure {procedure} was not found")))?;
@@ -127,8 +135,9 @@ fn describe_call(front: &Front, procedure: &str, args: &[Arg]) -> Result<(Vec<Op
             params[n - 1] = params[n - 1].or(p.param_types.get(position).copied().flatten());
         }
     }
+    let untyped = planned.is_none();
     let columns = planned.filter(|p| p.read_only).map(|p| Arc::from(p.columns.clone()));
-    Ok((params, columns))
+    Ok((params, columns, untyped))
 }
 
 fn show_columns(name: &str) -> Arc<[ResultColumn]> {
@@ -158,7 +167,7 @@ impl QueryParser for Parser {
     }
 
     fn get_parameter_types(&self, stmt: &Statement) -> PgWireResult<Vec<Type>> {
-        Ok(stmt.params.iter().map(|t| types::param_type(*t)).collect())
+        Ok(stmt.params.iter().map(|t| types::param_type(*t, stmt.untyped)).collect())
     }
 
     fn get_result_schema(&self, stmt: &Statement, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
@@ -830,7 +839,7 @@ fn bound_params(portal: &Portal<Statement>) -> Result<Vec<Value>, Box<ErrorInfo>
                 .get(i)
                 .cloned()
                 .flatten()
-                .unwrap_or_else(|| types::param_type(stored.statement.params.get(i).copied().flatten()));
+                .unwrap_or_else(|| types::param_type(stored.statement.params.get(i).copied().flatten(), stored.statement.untyped));
             types::decode_param(bytes.as_deref(), &ty, portal.parameter_format.format_for(i)).map_err(|e| errors::from_lockstep(&e))
         })
         .collect()

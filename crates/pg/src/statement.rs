@@ -284,18 +284,13 @@ fn parse_copy(toks: &[Tok]) -> Result<CopyIn, Error> {
     Ok(spec)
 }
 
-/// An integer literal is a BIGINT; one with a point a DECIMAL; one with an exponent a FLOAT.
+/// A number literal (see `types::literal`).
 fn number(text: &str, negative: bool) -> Option<Value> {
     let signed = if negative { format!("-{text}") } else { text.to_string() };
-    if let Ok(i) = signed.parse::<i64>() {
-        return Some(Value::Int(i));
+    match crate::types::literal(&signed) {
+        Value::Str(_) => None,
+        v => Some(v),
     }
-    if !text.contains(['e', 'E']) {
-        if let Some(d) = decimal::parse(&signed) {
-            return Some(Value::Decimal(d));
-        }
-    }
-    signed.parse::<f64>().ok().map(Value::Float)
 }
 
 /// The first keyword of a statement that changes data, for the transaction rules.
@@ -404,6 +399,9 @@ fn lex(sql: &str) -> Result<Vec<Tok>, Error> {
         } else if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) {
             i = number_end(b, i);
             Kind::Number(sql[start..i].to_string())
+        } else if let Some((body, end)) = dollar_quoted(sql, i) {
+            i = end;
+            Kind::Str(body)
         } else if c == b'$' && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
             i += 1;
             while i < b.len() && b[i].is_ascii_digit() {
@@ -418,6 +416,21 @@ fn lex(sql: &str) -> Result<Vec<Tok>, Error> {
         out.push(Tok { kind, start, end: i });
     }
     Ok(out)
+}
+
+/// A `$tag$…$tag$` string at `start` (a procedure's inline Lua source, say): its body and
+/// the index past it; None if there is none there.
+fn dollar_quoted(sql: &str, start: usize) -> Option<(String, usize)> {
+    let rest = sql.get(start..)?.strip_prefix('$')?;
+    let tag_len = rest.find('$')?;
+    let tag = &rest[..tag_len];
+    if !tag.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') || tag.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let delimiter = &sql[start..start + tag_len + 2];
+    let body_start = start + delimiter.len();
+    let body_len = sql[body_start..].find(delimiter)?;
+    Some((sql[body_start..body_start + body_len].to_string(), body_start + body_len + delimiter.len()))
 }
 
 fn number_end(b: &[u8], mut i: usize) -> usize {
@@ -543,6 +556,12 @@ mod tests {
     fn sql_ddl_and_empty_statements_are_told_apart() {
         assert!(matches!(c("CREATE TABLE t (a INTEGER)"), Command::Ddl(_)));
         assert!(matches!(c("select 1"), Command::Sql(_)));
+        let inline = "CREATE PROCEDURE P FROM FILE 'p.lua' SOURCE $lua$ return function() return \"it's\" end $lua$";
+        assert_eq!(c(inline), Command::Ddl(inline.into()));
+        assert_eq!(
+            c("CALL Vote($$a 'b$$, $1)"),
+            Command::Call { procedure: "Vote".into(), args: vec![Arg::Value(Value::Str("a 'b".into())), Arg::Param(1)], select: false }
+        );
         assert_eq!(c("  -- nothing\n"), Command::Empty);
         assert!(writes("insert into t values (1)") && writes("/* x */ UPSERT INTO t VALUES (1)") && !writes("select 1"));
         assert_eq!(command_tag("create unique index i on t (a)"), "CREATE INDEX");

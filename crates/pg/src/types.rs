@@ -218,6 +218,7 @@ fn decode_text_param(b: &[u8], ty: &Type) -> Result<Value, Error> {
         Type::FLOAT4 | Type::FLOAT8 => Value::Float(parse_float(text).ok_or_else(bad)?),
         Type::BOOL => Value::Bool(parse_bool(text).ok_or_else(bad)?),
         Type::BYTEA => Value::Bytes(parse_bytea(text).ok_or_else(bad)?.into()),
+        Type::UNKNOWN => literal(text),
         _ => Value::Str(text.into()),
     })
 }
@@ -263,7 +264,8 @@ fn decode_binary_param(b: &[u8], ty: &Type) -> Result<Value, Error> {
             Value::Timestamp(t.checked_add(PG_EPOCH_MICROS).ok_or_else(|| Error::graceful("the timestamp parameter is out of range"))?)
         }
         Type::BYTEA => Value::Bytes(b.to_vec().into()),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+        Type::UNKNOWN => literal(std::str::from_utf8(b).map_err(|_| Error::graceful("a text parameter is not valid UTF-8"))?),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
             Value::Str(std::str::from_utf8(b).map_err(|_| Error::graceful("a text parameter is not valid UTF-8"))?.into())
         }
         _ => return Err(Error::graceful(format!("parameters of type {} are not supported; send text or a Lockstep type", ty.name()))),
@@ -271,9 +273,38 @@ fn decode_binary_param(b: &[u8], ty: &Type) -> Result<Value, Error> {
 }
 
 /// The PostgreSQL type of a parameter whose type the client left open: the type Lockstep
-/// inferred for it, or text (Lockstep converts strings to the column's type).
-pub fn param_type(inferred: Option<DataType>) -> Type {
-    inferred.map_or(Type::TEXT, pg_type)
+/// inferred for it; else text where the statement converts strings to its column's type,
+/// or `unknown` where nothing will (a Lua procedure's arguments): a value sent for an
+/// `unknown` parameter is read as a literal would be (`literal`).
+pub fn param_type(inferred: Option<DataType>, untyped: bool) -> Type {
+    match inferred {
+        Some(t) => pg_type(t),
+        None if untyped => Type::UNKNOWN,
+        None => Type::TEXT,
+    }
+}
+
+/// A value written as SQL writes a literal: an integer is a BIGINT, a number with a point a
+/// DECIMAL, one with an exponent a FLOAT; anything else is text.
+pub fn literal(text: &str) -> Value {
+    let t = text.trim();
+    if let Ok(i) = t.parse::<i64>() {
+        return Value::Int(i);
+    }
+    let numeric = !t.is_empty()
+        && t.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'))
+        && t.bytes().any(|b| b.is_ascii_digit());
+    if numeric {
+        if !t.contains(['e', 'E']) {
+            if let Some(d) = decimal::parse(t) {
+                return Value::Decimal(d);
+            }
+        }
+        if let Ok(f) = t.parse::<f64>() {
+            return Value::Float(f);
+        }
+    }
+    Value::Str(text.into())
 }
 
 #[cfg(test)]
@@ -380,6 +411,20 @@ mod tests {
         assert_eq!(text(&v), "\\x00ab10");
         assert_eq!(decode_param(Some(b"\\x00ab10"), &Type::BYTEA, FieldFormat::Text).unwrap(), v);
         assert_eq!(binary(DataType::Varbinary, &v), [0, 0xab, 0x10]);
+    }
+
+    #[test]
+    fn untyped_parameters_read_as_literals_and_typed_text_stays_text() {
+        assert_eq!(param_type(None, true), Type::UNKNOWN);
+        assert_eq!(param_type(None, false), Type::TEXT);
+        assert_eq!(param_type(Some(DataType::BigInt), true), Type::INT8);
+        let unknown = |t: &str| decode_param(Some(t.as_bytes()), &Type::UNKNOWN, FieldFormat::Text).unwrap();
+        assert_eq!(unknown("5551234567"), Value::Int(5_551_234_567));
+        assert_eq!(unknown("-1.5"), Value::Decimal(decimal::parse("-1.5").unwrap()));
+        assert_eq!(unknown("1e3"), Value::Float(1000.0));
+        assert_eq!(unknown("Ohio"), Value::Str("Ohio".into()));
+        assert_eq!(unknown("1-2"), Value::Str("1-2".into()));
+        assert_eq!(decode_param(Some(b"42"), &Type::TEXT, FieldFormat::Text).unwrap(), Value::Str("42".into()));
     }
 
     #[test]
