@@ -238,6 +238,26 @@ async fn procedures_run_by_call_and_select_and_several_statements_share_a_query(
     let rows = client.query("SELECT * FROM NameOf($1)", &[&1i32]).await.expect("SELECT * FROM procedure");
     assert_eq!(rows[0].get::<_, String>(0), "a");
     assert_eq!(simple_rows(&client, "CALL NameOf(1)").await, [[Some("a".to_string())]]);
+    // A Lua procedure's parameters have no declared types: a value sent for one the client
+    // left untyped is read as a literal would be; one the client typed as text stays text.
+    client
+        .batch_execute(
+            "CREATE TABLE kinds (k VARCHAR(16));
+             CREATE PROCEDURE Kind FROM FILE 'kind.lua' SOURCE $lua$
+               local record = sql [[INSERT INTO kinds VALUES (?)]]
+               return function(a) record:exec(math.type(a) or type(a)) return 0 end
+             $lua$",
+        )
+        .await
+        .expect("a Lua procedure");
+    client.execute("CALL Kind($1)", &[&"42"]).await.expect("untyped: a literal");
+    client.execute("CALL Kind($1)", &[&"2.5e0"]).await.expect("untyped: a literal");
+    let typed = client.prepare_typed("CALL Kind($1)", &[Type::TEXT]).await.expect("typed as text");
+    client.execute(&typed, &[&"42"]).await.expect("typed: text");
+    client.simple_query("CALL Kind(7)").await.expect("a literal in the text");
+    let kinds = simple_rows(&client, "SELECT k FROM kinds ORDER BY k").await;
+    let s = |v: &str| vec![Some(v.to_string())];
+    assert_eq!(kinds, [s("float"), s("integer"), s("integer"), s("string")], "float 2.5, integers 42 and 7, string '42'");
     // A statement after a failed one in the same query does not run.
     assert!(client.simple_query("INSERT INTO t (id) VALUES (1); INSERT INTO t (id) VALUES (3)").await.is_err());
     assert_eq!(simple_rows(&client, "SELECT COUNT(*) FROM t WHERE id = 3").await, [[Some("0".to_string())]]);
