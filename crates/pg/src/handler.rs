@@ -2,7 +2,6 @@
 //! extended one (parse, bind, describe, execute), and the statements that run here rather
 //! than in the engine (`SET`, `SHOW`, `BEGIN`/`COMMIT`/`ROLLBACK`).
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -12,9 +11,7 @@ use futures::{Sink, SinkExt};
 use lockstep_core::{DataType, Error, ResultColumn, ResultTable, Value};
 use lockstep_engine::{Call, Outcome, Principal};
 use lockstep_server::Front;
-use pgwire::api::auth::mechanism::{AuthMechanism, AuthState};
-use pgwire::api::auth::{AuthDriver, AuthOutcome, ServerParameterProvider, StartupHandler};
-use pgwire::api::copy::CopyHandler;
+use pgwire::api::auth::AuthDriver;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
@@ -22,59 +19,29 @@ use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, ErrorHandler, Type, DEFAULT_NAME};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::extendedquery::{
     Bind, BindComplete, Close, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
-use pgwire::messages::startup::{Authentication, ParameterStatus, PasswordMessageFamily};
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::messages::PgWireBackendMessage;
 
-use crate::copy::{CopyIn, RowReader, COPY_BATCH_ROWS};
 use crate::errors::{self, code, error_info};
-use crate::session::{self, Block, PORTALS_MAX, PREPARED_STATEMENTS_MAX, SETTINGS_MAX, SETTING_VALUE_MAX_BYTES};
+use crate::session::{self, Block, PORTALS_MAX, PREPARED_STATEMENTS_MAX};
+use crate::settings::{show, show_columns};
 use crate::statement::{self, Arg, Command};
 use crate::types;
-
-/// The PostgreSQL version Lockstep reports: drivers choose the protocol features they use
-/// from it, and 15's are the ones implemented here.
-pub const SERVER_VERSION: &str = "15.0";
-/// The settings `SHOW` answers before any `SET`, and those sent to the client at start-up
-/// (the ones PostgreSQL reports, marked true).
-const DEFAULT_SETTINGS: &[(&str, &str, bool)] = &[
-    ("server_version", SERVER_VERSION, true),
-    ("server_version_num", "150000", false),
-    ("server_encoding", "UTF8", true),
-    ("client_encoding", "UTF8", true),
-    ("DateStyle", "ISO, MDY", true),
-    ("IntervalStyle", "postgres", true),
-    ("TimeZone", "UTC", true),
-    ("integer_datetimes", "on", true),
-    ("standard_conforming_strings", "on", true),
-    ("transaction_isolation", "serializable", false),
-    ("default_transaction_isolation", "serializable", false),
-    ("transaction_read_only", "off", false),
-    ("search_path", "public", false),
-    ("max_identifier_length", "63", false),
-    ("lc_collate", "C", false),
-    ("lc_ctype", "C", false),
-    ("extra_float_digits", "1", false),
-    ("application_name", "", true),
-];
-/// Settings whose change PostgreSQL reports to the client (its GUC_REPORT ones).
-const REPORTED: &[&str] = &["application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings"];
 
 /// Everything a connection's handlers share.
 pub struct Pg {
     pub front: Arc<Front>,
     parser: Arc<Parser>,
-    driver: AuthDriver<Params, Arc<Principal>>,
+    pub(crate) driver: AuthDriver<crate::auth::Params, Arc<Principal>>,
 }
 
 impl Pg {
     pub fn new(front: Arc<Front>, cancels: Arc<ConnectionManager>) -> Arc<Pg> {
         let parser = Arc::new(Parser { front: front.clone() });
-        let driver = AuthDriver::new(Params).with_connection_manager(cancels);
+        let driver = AuthDriver::new(crate::auth::Params).with_connection_manager(cancels);
         Arc::new(Pg { front, parser, driver })
     }
 }
@@ -140,15 +107,6 @@ fn describe_call(
     Ok((params, columns, untyped))
 }
 
-fn show_columns(name: &str) -> Arc<[ResultColumn]> {
-    let col = |n: &str| ResultColumn { name: n.into(), ty: DataType::Varchar };
-    if name == "all" {
-        Arc::from(vec![col("name"), col("setting"), col("description")])
-    } else {
-        Arc::from(vec![col(name)])
-    }
-}
-
 #[async_trait]
 impl QueryParser for Parser {
     type Statement = Statement;
@@ -192,12 +150,12 @@ fn fields(columns: &[ResultColumn], format: &Format) -> Vec<FieldInfo> {
         .collect()
 }
 
-fn user_error(code: &str, message: impl Into<String>) -> PgWireError {
+pub(crate) fn user_error(code: &str, message: impl Into<String>) -> PgWireError {
     PgWireError::UserError(error_info(code, message))
 }
 
 /// What one statement produced.
-enum Out {
+pub(crate) enum Out {
     Rows {
         columns: Arc<[ResultColumn]>,
         rows: Vec<Vec<Value>>,
@@ -327,50 +285,6 @@ impl Pg {
         }
     }
 
-    async fn set<C>(&self, client: &mut C, name: Option<&str>, value: Option<&str>) -> Result<Vec<Out>, Box<ErrorInfo>>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let Some(name) = name else { return Ok(vec![Out::Done("SET".into())]) };
-        if let Some(v) = value {
-            if v.len() > SETTING_VALUE_MAX_BYTES {
-                return Err(error_info(
-                    code::PROGRAM_LIMIT,
-                    format!("the value of {name} is {} bytes; the limit is {SETTING_VALUE_MAX_BYTES}", v.len()),
-                ));
-            }
-            if name == "client_encoding" && !matches!(v.to_ascii_uppercase().replace(['-', '_'], "").as_str(), "UTF8" | "UNICODE") {
-                return Err(error_info(
-                    code::FEATURE_NOT_SUPPORTED,
-                    format!("client_encoding {v} is not supported: Lockstep speaks UTF8 only"),
-                ));
-            }
-        }
-        let stored = session::with(client, |s| {
-            if value.is_some() && !s.settings.contains_key(name) && s.settings.len() >= SETTINGS_MAX {
-                return false;
-            }
-            match value {
-                Some(v) => s.settings.insert(name.to_string(), v.to_string()),
-                None => s.settings.remove(name),
-            };
-            true
-        });
-        if !stored {
-            return Err(error_info(code::PROGRAM_LIMIT, format!("a connection may SET at most {SETTINGS_MAX} parameters")));
-        }
-        if let Some(reported) = REPORTED.iter().find(|r| r.eq_ignore_ascii_case(name)) {
-            let now = setting(client, name).unwrap_or_default();
-            client
-                .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(reported.to_string(), now)))
-                .await
-                .map_err(|e| internal(PgWireError::from(e)))?;
-        }
-        Ok(vec![Out::Done("SET".into())])
-    }
-
     /// Sends a call to the engine and waits for its outcome, as the VoltDB front end does.
     async fn submit(&self, client: &(impl ClientInfo + ?Sized), procedure: String, params: Vec<Value>) -> Outcome {
         if let Some(why) = self.front.unavailable() {
@@ -391,7 +305,7 @@ impl Pg {
         outcome
     }
 
-    async fn adhoc(&self, client: &(impl ClientInfo + ?Sized), sql: &str, params: Vec<Value>) -> Outcome {
+    pub(crate) async fn adhoc(&self, client: &(impl ClientInfo + ?Sized), sql: &str, params: Vec<Value>) -> Outcome {
         let mut all = Vec::with_capacity(params.len() + 1);
         all.push(Value::Str(sql.into()));
         all.extend(params);
@@ -399,133 +313,8 @@ impl Pg {
     }
 }
 
-/// A `COPY … FROM STDIN` under way: its reader, the statement that inserts one row, how
-/// many rows went in, and the first failure (after which the rest of the data is dropped).
-pub struct CopyState {
-    reader: RowReader,
-    insert: String,
-    columns: usize,
-    table: String,
-    loaded: u64,
-    failed: Option<Box<ErrorInfo>>,
-}
-
-impl Pg {
-    fn start_copy(&self, spec: &CopyIn) -> Result<CopyState, Box<ErrorInfo>> {
-        let catalog = self.front.engine.catalog();
-        let table =
-            catalog.table(&spec.table).ok_or_else(|| error_info(code::UNDEFINED_TABLE, format!("object not found: {}", spec.table)))?;
-        let indexes: Vec<usize> = match &spec.columns {
-            None => (0..table.columns.len()).collect(),
-            Some(names) => names
-                .iter()
-                .map(|n| {
-                    table
-                        .column_index(n)
-                        .ok_or_else(|| error_info(code::UNDEFINED_COLUMN, format!("table {} has no column {n}", table.name)))
-                })
-                .collect::<Result<_, _>>()?,
-        };
-        let names: Vec<&str> = indexes.iter().map(|&i| table.columns[i].name.as_str()).collect();
-        let marks = vec!["?"; names.len()].join(", ");
-        let insert = format!("INSERT INTO {} ({}) VALUES ({marks})", table.name, names.join(", "));
-        let types = indexes.iter().map(|&i| table.columns[i].ty).collect();
-        Ok(CopyState {
-            reader: RowReader::new(spec.clone(), types),
-            insert,
-            columns: indexes.len(),
-            table: table.name.clone(),
-            loaded: 0,
-            failed: None,
-        })
-    }
-
-    /// Inserts rows, a batch at a time, each row its own call (so each goes to its
-    /// partition), the calls of a batch in flight together. Stops at the first failure.
-    async fn load(&self, client: &(impl ClientInfo + ?Sized), state: &mut CopyState, rows: Vec<Vec<Value>>) {
-        let mut rows = rows.into_iter().peekable();
-        while rows.peek().is_some() && state.failed.is_none() {
-            let batch: Vec<Vec<Value>> = rows.by_ref().take(COPY_BATCH_ROWS).collect();
-            let calls = batch.into_iter().map(|row| self.adhoc(client, &state.insert, row));
-            for outcome in futures::future::join_all(calls).await {
-                match success(outcome) {
-                    Ok(_) => state.loaded += 1,
-                    Err(mut e) if state.failed.is_none() => {
-                        e.message = format!(
-                            "COPY {}, row {}: {} ({} rows before it were loaded and stay)",
-                            state.table,
-                            state.loaded + 1,
-                            e.message,
-                            state.loaded
-                        );
-                        state.failed = Some(e);
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
-    }
-}
-
-/// The rows of a COPY arrive here; the statement ends at CopyDone (or CopyFail).
-#[async_trait]
-impl CopyHandler for Pg {
-    async fn on_copy_data<C>(&self, client: &mut C, data: CopyData) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let Some(mut state) = session::with(client, |s| s.copy.take()) else {
-            return Err(user_error(code::PROTOCOL_VIOLATION, "COPY data arrived outside a COPY"));
-        };
-        if state.failed.is_none() {
-            match state.reader.feed(&data.data) {
-                Ok(rows) => self.load(client, &mut state, rows).await,
-                Err(e) => state.failed = Some(errors::from_lockstep(&e)),
-            }
-        }
-        session::with(client, |s| s.copy = Some(state));
-        Ok(())
-    }
-
-    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let Some(mut state) = session::with(client, |s| s.copy.take()) else {
-            return Err(user_error(code::PROTOCOL_VIOLATION, "COPY done outside a COPY"));
-        };
-        if state.failed.is_none() {
-            match state.reader.finish() {
-                Ok(rows) => self.load(client, &mut state, rows).await,
-                Err(e) => state.failed = Some(errors::from_lockstep(&e)),
-            }
-        }
-        if let Some(e) = state.failed {
-            fail_block(client);
-            return Err(PgWireError::UserError(e));
-        }
-        client.send(PgWireBackendMessage::CommandComplete(Tag::new("COPY").with_rows(state.loaded as usize).into())).await?;
-        Ok(())
-    }
-
-    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let loaded = session::with(client, |s| s.copy.take()).map_or(0, |c| c.loaded);
-        fail_block(client);
-        user_error(code::QUERY_CANCELED, format!("COPY from stdin failed: {} ({loaded} rows before it were loaded and stay)", fail.message))
-    }
-}
-
 /// An error inside a `BEGIN` block fails the block.
-fn fail_block(client: &(impl ClientInfo + ?Sized)) {
+pub(crate) fn fail_block(client: &(impl ClientInfo + ?Sized)) {
     session::with(client, |s| {
         if matches!(s.block, Block::Open { .. }) {
             s.block = Block::Failed;
@@ -555,7 +344,7 @@ fn admit(client: &(impl ClientInfo + ?Sized), writes: bool) -> Result<(), Box<Er
 }
 
 /// The tables of a successful outcome, or its error with a SQLSTATE.
-fn success(o: Outcome) -> Result<Vec<ResultTable>, Box<ErrorInfo>> {
+pub(crate) fn success(o: Outcome) -> Result<Vec<ResultTable>, Box<ErrorInfo>> {
     if o.is_success() {
         return Ok(o.tables);
     }
@@ -588,34 +377,6 @@ fn call_args(args: &[Arg], params: Vec<Value>) -> Result<Vec<Value>, Box<ErrorIn
         .collect()
 }
 
-/// The value of a setting as `SHOW` reports it: the session's, the client's start-up one,
-/// or the default.
-fn setting(client: &(impl ClientInfo + ?Sized), name: &str) -> Option<String> {
-    let lower = name.to_ascii_lowercase();
-    if let Some(v) = session::with(client, |s| s.settings.get(&lower).cloned()) {
-        return Some(v);
-    }
-    if let Some((_, v)) = client.metadata().iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
-        return Some(v.clone());
-    }
-    DEFAULT_SETTINGS.iter().find(|(k, _, _)| k.eq_ignore_ascii_case(name)).map(|(_, v, _)| v.to_string())
-}
-
-fn show(client: &(impl ClientInfo + ?Sized), name: &str) -> Result<Vec<Out>, Box<ErrorInfo>> {
-    let str = |s: &str| Value::Str(s.into());
-    if name == "all" {
-        let mut names: Vec<String> = DEFAULT_SETTINGS.iter().map(|(k, _, _)| k.to_string()).collect();
-        names.extend(session::with(client, |s| s.settings.keys().cloned().collect::<Vec<_>>()));
-        names.sort_by_key(|n| n.to_ascii_lowercase());
-        names.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
-        let rows = names.iter().map(|n| vec![str(n), str(&setting(client, n).unwrap_or_default()), str("")]).collect();
-        return Ok(vec![Out::Rows { columns: show_columns(name), rows, tag: "SHOW" }]);
-    }
-    let value = setting(client, name)
-        .ok_or_else(|| error_info(code::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\"")))?;
-    Ok(vec![Out::Rows { columns: show_columns(name), rows: vec![vec![str(&value)]], tag: "SHOW" }])
-}
-
 async fn notice<C>(client: &mut C, severity: &str, message: &str) -> Result<(), Box<ErrorInfo>>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
@@ -626,7 +387,7 @@ where
     client.feed(PgWireBackendMessage::NoticeResponse(info.into())).await.map_err(|e| internal(PgWireError::from(e)))
 }
 
-fn internal(e: PgWireError) -> Box<ErrorInfo> {
+pub(crate) fn internal(e: PgWireError) -> Box<ErrorInfo> {
     error_info(code::INTERNAL_ERROR, e.to_string())
 }
 
@@ -843,101 +604,6 @@ fn bound_params(portal: &Portal<Statement>) -> Result<Vec<Value>, Box<ErrorInfo>
             types::decode_param(bytes.as_deref(), &ty, portal.parameter_format.format_for(i)).map_err(|e| errors::from_lockstep(&e))
         })
         .collect()
-}
-
-/// The settings sent at start-up.
-pub struct Params;
-
-impl ServerParameterProvider for Params {
-    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
-        let mut params: HashMap<String, String> =
-            DEFAULT_SETTINGS.iter().filter(|(_, _, report)| *report).map(|(k, v, _)| (k.to_string(), v.to_string())).collect();
-        if let Some(app) = client.metadata().get(pgwire::api::METADATA_APPLICATION_NAME) {
-            params.insert("application_name".into(), app.clone());
-        }
-        if let Some(user) = client.metadata().get(pgwire::api::METADATA_USER) {
-            params.insert("session_authorization".into(), user.clone());
-        }
-        Some(params)
-    }
-}
-
-/// Logins: everyone with security off (trust); with it on, the password (sent in clear
-/// text) checked against the same users as the VoltDB port.
-#[async_trait]
-impl StartupHandler for Pg {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let outcome = match message {
-            PgWireFrontendMessage::Startup(ref startup) => {
-                pgwire::api::auth::protocol_negotiation(client, startup).await?;
-                pgwire::api::auth::save_startup_parameters_to_metadata(client, startup);
-                let mechanism: Box<dyn AuthMechanism<Arc<Principal>>> =
-                    if self.front.security.enabled() { Box::new(PasswordCheck { front: self.front.clone() }) } else { Box::new(Trust) };
-                self.driver.begin_authentication(client, mechanism).await?
-            }
-            PgWireFrontendMessage::PasswordMessageFamily(m) => self.driver.advance_authentication(client, m).await?,
-            _ => return Ok(()),
-        };
-        if let AuthOutcome::Authenticated { identity, final_message } = outcome {
-            session::with(client, |s| s.principal = identity);
-            self.driver.complete_authentication(client, final_message).await?;
-        }
-        Ok(())
-    }
-}
-
-struct Trust;
-
-#[async_trait]
-impl AuthMechanism<Arc<Principal>> for Trust {
-    async fn begin(&mut self, _client: &(dyn ClientInfo + Send + Sync)) -> PgWireResult<AuthState<Arc<Principal>>> {
-        Ok(AuthState::Ok { final_message: None, identity: None })
-    }
-
-    async fn next(
-        &mut self,
-        _client: &(dyn ClientInfo + Send + Sync),
-        _message: PasswordMessageFamily,
-    ) -> PgWireResult<AuthState<Arc<Principal>>> {
-        Err(PgWireError::NoAuthenticationInProgress)
-    }
-}
-
-struct PasswordCheck {
-    front: Arc<Front>,
-}
-
-#[async_trait]
-impl AuthMechanism<Arc<Principal>> for PasswordCheck {
-    async fn begin(&mut self, _client: &(dyn ClientInfo + Send + Sync)) -> PgWireResult<AuthState<Arc<Principal>>> {
-        Ok(AuthState::InProgress(Authentication::CleartextPassword))
-    }
-
-    async fn next(
-        &mut self,
-        client: &(dyn ClientInfo + Send + Sync),
-        message: PasswordMessageFamily,
-    ) -> PgWireResult<AuthState<Arc<Principal>>> {
-        let password = message.into_password()?;
-        let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
-        let scheme = lockstep_wire::login::HashScheme::Sha256;
-        let request = lockstep_wire::login::LoginRequest {
-            version: 1,
-            scheme,
-            service: "database".into(),
-            username: user.clone(),
-            digest: scheme.hash(password.password.as_bytes()),
-        };
-        match self.front.security.login(&request) {
-            Ok(principal) => Ok(AuthState::Ok { final_message: None, identity: principal }),
-            Err(_) => Err(PgWireError::InvalidPassword(user)),
-        }
-    }
 }
 
 /// Rewrites the errors pgwire makes itself where Lockstep has more to say.

@@ -38,7 +38,7 @@ pub struct Session {
     pub statements: HashSet<String>,
     pub portals: HashSet<String>,
     /// The `COPY … FROM STDIN` under way.
-    pub copy: Option<Box<crate::handler::CopyState>>,
+    pub copy: Option<Box<crate::copy_in::CopyState>>,
 }
 
 /// The connection's session, created on first use.

@@ -2,7 +2,7 @@
 //! procedure call (`CALL P(args)`, `SELECT * FROM P(args)`), a session setting (`SET`,
 //! `SHOW`, `RESET`), or a transaction command (`BEGIN`, `COMMIT`, `ROLLBACK`).
 
-use lockstep_core::{decimal, value::parse_hex, Error, Value};
+use lockstep_core::{value::parse_hex, Error, Value};
 
 use crate::copy::CopyIn;
 
@@ -473,6 +473,7 @@ fn quoted(sql: &str, start: usize, q: char) -> Result<(String, usize), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockstep_core::decimal;
 
     fn c(sql: &str) -> Command {
         classify(sql, |name| name.eq_ignore_ascii_case("Vote") || name == "KV.insert").unwrap()
