@@ -1,6 +1,6 @@
-//! The protocol handlers pgwire calls: start-up and login, the simple query protocol, the
-//! extended one (parse, bind, describe, execute), and the statements that run here rather
-//! than in the engine (`SET`, `SHOW`, `BEGIN`/`COMMIT`/`ROLLBACK`).
+//! The query handlers pgwire calls: the simple query protocol, the extended one (parse,
+//! bind, describe, execute, close), how each kind of statement runs (SQL and procedure
+//! calls through the engine, `BEGIN`/`COMMIT`/`ROLLBACK` here), and its rows encoded.
 
 use std::fmt::Debug;
 use std::sync::Arc;
