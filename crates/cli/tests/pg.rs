@@ -199,6 +199,13 @@ async fn text_parameters_and_results_of_the_extended_protocol() {
     );
     let (_, rows) = raw.extended("SELECT v FROM t WHERE id = $1 OR v = $2", &[None, Some("it's")]);
     assert_eq!(rows, [[s("it's")]]);
+    // After an error the server skips the rest until Sync: one error, then ready again.
+    let kinds: Vec<u8> = raw.pipeline_kinds("SELECT nope FROM t WHERE id = $1", &[Some("5")]);
+    assert_eq!(kinds, [b'E'], "{:?}", String::from_utf8_lossy(&kinds));
+    let kinds: Vec<u8> = raw.pipeline_kinds("SELECT v FROM t WHERE id = $1", &[Some("x")]);
+    assert_eq!(kinds, [b'1', b'2', b'E'], "a bad parameter fails the Execute: {:?}", String::from_utf8_lossy(&kinds));
+    let (tag, _) = raw.extended("SELECT v FROM t WHERE id = $1", &[Some("5")]);
+    assert_eq!(tag, "SELECT 1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -612,6 +619,33 @@ impl Raw {
 
     /// Parse, Bind (all text), Execute, Sync: the command tag and the rows as text.
     fn extended(&mut self, sql: &str, params: &[Option<&str>]) -> (String, Vec<Vec<Option<String>>>) {
+        self.send_pipeline(sql, params);
+        let mut tag = String::new();
+        let mut rows = Vec::new();
+        for (kind, body) in self.until_ready() {
+            match kind {
+                b'C' => tag = String::from_utf8_lossy(&body[..body.len() - 1]).into_owned(),
+                b'D' => rows.push(data_row(&body)),
+                _ => {}
+            }
+        }
+        (tag, rows)
+    }
+
+    /// The same pipeline; the kinds of the messages answered before ReadyForQuery, errors
+    /// included.
+    fn pipeline_kinds(&mut self, sql: &str, params: &[Option<&str>]) -> Vec<u8> {
+        self.send_pipeline(sql, params);
+        let mut kinds = Vec::new();
+        loop {
+            match self.read().0 {
+                b'Z' => return kinds,
+                k => kinds.push(k),
+            }
+        }
+    }
+
+    fn send_pipeline(&mut self, sql: &str, params: &[Option<&str>]) {
         let mut parse = b"\0".to_vec();
         parse.extend(sql.as_bytes());
         parse.extend(b"\0\0\0");
@@ -634,16 +668,6 @@ impl Raw {
         self.send(b'B', &bind);
         self.send(b'E', b"\0\0\0\0\0");
         self.send(b'S', b"");
-        let mut tag = String::new();
-        let mut rows = Vec::new();
-        for (kind, body) in self.until_ready() {
-            match kind {
-                b'C' => tag = String::from_utf8_lossy(&body[..body.len() - 1]).into_owned(),
-                b'D' => rows.push(data_row(&body)),
-                _ => {}
-            }
-        }
-        (tag, rows)
     }
 }
 

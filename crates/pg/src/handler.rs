@@ -536,14 +536,10 @@ impl ExtendedQueryHandler for Pg {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = &portal.statement.statement;
-        let params = match bound_params(portal) {
-            Ok(p) => p,
-            Err(e) => return Ok(Response::Error(e)),
-        };
-        let outs = match self.run(client, &stmt.command, params).await {
-            Ok(outs) => outs,
-            Err(e) => return Ok(Response::Error(e)),
-        };
+        // Failures are errors, not error responses: pgwire then skips what the client sent
+        // after them until Sync, as PostgreSQL does.
+        let params = bound_params(portal).map_err(PgWireError::UserError)?;
+        let outs = self.run(client, &stmt.command, params).await.map_err(PgWireError::UserError)?;
         // One result per execution: a procedure's first table, and only when its rows
         // were described (the client reads them with that description).
         let out = match outs.into_iter().next() {
