@@ -225,6 +225,13 @@ impl Pg {
                 session::with(client, |s| s.copy = Some(Box::new(state)));
                 Ok(vec![Out::CopyIn(columns)])
             }
+            Command::Catalog(sql) => match crate::catalog::answer(sql, &self.front.engine.catalog()) {
+                Some((columns, rows)) => Ok(vec![Out::Rows { columns, rows, tag: "SELECT" }]),
+                None => Err(error_info(
+                    code::UNDEFINED_TABLE,
+                    "PostgreSQL's catalog (pg_catalog) is not there: only the queries of psql's \\d, \\dt, \\dv, \\d NAME, \\df and \\dn are answered",
+                )),
+            },
             Command::Ddl(sql) => {
                 admit(client, true)?;
                 success(self.adhoc(client, sql, params).await)?;

@@ -7,6 +7,7 @@
 //! (`handler.rs`). What works and what does not yet is in `docs/guide/postgres.md`.
 
 pub mod auth;
+pub mod catalog;
 pub mod copy;
 pub mod copy_in;
 pub mod errors;

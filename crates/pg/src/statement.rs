@@ -31,6 +31,8 @@ pub enum Command {
     },
     /// `COPY table FROM STDIN`: rows follow in the copy stream.
     Copy(CopyIn),
+    /// A query of PostgreSQL's catalog (`pg_catalog.…`): only psql's `\d` ones are answered.
+    Catalog(String),
     /// Schema changes, run through the coordinator.
     Ddl(String),
     /// Any other SQL: given to the engine as ad-hoc SQL, `$n` parameters and all.
@@ -65,6 +67,7 @@ pub fn classify(sql: &str, is_procedure: impl Fn(&str) -> bool) -> Result<Comman
         "CALL" => parse_call(&toks, 1, false)?,
         "COPY" => Command::Copy(parse_copy(&toks)?),
         "SELECT" if is_select_from_procedure(&toks, &is_procedure) => parse_call(&toks, 3, true)?,
+        "SELECT" if sql.to_ascii_lowercase().contains("pg_catalog.") => Command::Catalog(sql.to_string()),
         _ if lockstep_sql::is_ddl(sql) => Command::Ddl(sql.to_string()),
         _ => Command::Sql(sql.to_string()),
     })
