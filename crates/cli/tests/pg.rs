@@ -461,6 +461,9 @@ CALL NameOf(2);
 SELECT COUNT(*) AS loaded FROM t WHERE id >= 10;
 INSERT INTO t (id) VALUES (1);
 DELETE FROM t WHERE id = 2;
+\\dt
+\\d t
+\\df
 "
         ),
     )
@@ -487,6 +490,14 @@ DELETE FROM t WHERE id = 2;
         " LOADED",
         "      3",
         "DELETE 1",
+        // \dt, \d t and \df, from Lockstep's catalog.
+        " public | T    | table | lockstep",
+        "Table \"public.T\"",
+        " ID     | integer       |           | not null | ",
+        " V      | varchar(40)   |           |          | ",
+        " TS     | timestamp     |           |          | ",
+        " public | NameOf |",
+        "| integer             | proc",
     ] {
         assert!(stdout.contains(expected), "psql printed no {expected:?}:\n{stdout}\n{stderr}");
     }
