@@ -206,6 +206,10 @@ async fn text_parameters_and_results_of_the_extended_protocol() {
     assert_eq!(kinds, [b'1', b'2', b'E'], "a bad parameter fails the Execute: {:?}", String::from_utf8_lossy(&kinds));
     let (tag, _) = raw.extended("SELECT v FROM t WHERE id = $1", &[Some("5")]);
     assert_eq!(tag, "SELECT 1");
+    // A statement without rows is described by NoData, parameters or not (JDBC reads an
+    // empty row description as a result set).
+    assert_eq!(raw.describe_kinds("INSERT INTO t (id) VALUES ($1)"), [b'1', b't', b'n']);
+    assert_eq!(raw.describe_kinds("SELECT v FROM t WHERE id = $1"), [b'1', b't', b'T']);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -654,6 +658,17 @@ impl Raw {
                 k => kinds.push(k),
             }
         }
+    }
+
+    /// Parse and Describe of a statement, then Sync: the kinds of the messages answered.
+    fn describe_kinds(&mut self, sql: &str) -> Vec<u8> {
+        let mut parse = b"\0".to_vec();
+        parse.extend(sql.as_bytes());
+        parse.extend(b"\0\0\0");
+        self.send(b'P', &parse);
+        self.send(b'D', b"S\0");
+        self.send(b'S', b"");
+        self.until_ready().into_iter().map(|(kind, _)| kind).collect()
     }
 
     fn send_pipeline(&mut self, sql: &str, params: &[Option<&str>]) {

@@ -19,9 +19,9 @@ use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, ErrorHandler, Type, DEFAULT_NAME};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::data::DataRow;
+use pgwire::messages::data::{DataRow, NoData, ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
-    Bind, BindComplete, Close, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+    Bind, BindComplete, Close, Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::PgWireBackendMessage;
 
@@ -509,6 +509,53 @@ impl ExtendedQueryHandler for Pg {
             None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
         }
         client.send(PgWireBackendMessage::BindComplete(BindComplete::new())).await?;
+        Ok(())
+    }
+
+    /// Describe, answered here: a statement that returns no rows is described by NoData
+    /// (pgwire sends an empty row description when it has parameters, which JDBC reads as
+    /// a result set).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let (params, fields) = match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
+                Some(Entry::Value(stored)) => {
+                    let described = self.parser.get_parameter_types(&stored.statement)?;
+                    let types = (0..described.len().max(stored.parameter_types.len()))
+                        .map(|i| {
+                            stored.parameter_types.get(i).cloned().flatten().or_else(|| described.get(i).cloned()).unwrap_or(Type::UNKNOWN)
+                        })
+                        .collect::<Vec<Type>>();
+                    (Some(types), self.parser.get_result_schema(&stored.statement, None)?)
+                }
+                Some(Entry::Empty) => (Some(Vec::new()), Vec::new()),
+                None => return Err(PgWireError::StatementNotFound(name.to_owned())),
+            },
+            TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
+                Some(Entry::Value(portal)) => {
+                    (None, self.parser.get_result_schema(&portal.statement.statement, Some(&portal.result_column_format))?)
+                }
+                Some(Entry::Empty) => (None, Vec::new()),
+                None => return Err(PgWireError::PortalNotFound(name.to_owned())),
+            },
+            other => return Err(PgWireError::InvalidTargetType(other)),
+        };
+        if let Some(types) = params {
+            client
+                .send(PgWireBackendMessage::ParameterDescription(ParameterDescription::new(types.iter().map(Type::oid).collect())))
+                .await?;
+        }
+        if fields.is_empty() {
+            client.send(PgWireBackendMessage::NoData(NoData::new())).await?;
+        } else {
+            client.send(PgWireBackendMessage::RowDescription(RowDescription::new(fields.iter().map(Into::into).collect()))).await?;
+        }
         Ok(())
     }
 

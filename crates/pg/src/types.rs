@@ -218,6 +218,7 @@ fn decode_text_param(b: &[u8], ty: &Type) -> Result<Value, Error> {
         Type::FLOAT4 | Type::FLOAT8 => Value::Float(parse_float(text).ok_or_else(bad)?),
         Type::BOOL => Value::Bool(parse_bool(text).ok_or_else(bad)?),
         Type::BYTEA => Value::Bytes(parse_bytea(text).ok_or_else(bad)?.into()),
+        Type::TIMESTAMP | Type::TIMESTAMPTZ => Value::Timestamp(parse_timestamp(text).ok_or_else(bad)?),
         Type::UNKNOWN => literal(text),
         _ => Value::Str(text.into()),
     })
@@ -238,6 +239,36 @@ fn parse_bool(text: &str) -> Option<bool> {
         "f" | "false" | "no" | "off" | "0" | "n" => Some(false),
         _ => None,
     }
+}
+
+/// A timestamp as PostgreSQL writes one, in microseconds since the epoch (UTC): Lockstep's
+/// `YYYY-MM-DD HH:MM:SS.ffffff`, with an optional zone offset (`+00`, `-05:30`, `Z`) that
+/// drivers add (JDBC does), taken away.
+fn parse_timestamp(text: &str) -> Option<i64> {
+    let t = text.trim();
+    // The offset starts at the last sign after the time of day (the date has '-' too).
+    let time_at = t.find([' ', 'T']).unwrap_or(t.len());
+    let (local, offset_s) = match t[time_at..].rfind(['+', '-']).map(|i| time_at + i) {
+        Some(at) => (&t[..at], zone_offset_s(&t[at..])?),
+        None => (t.strip_suffix('Z').unwrap_or(t), 0),
+    };
+    let micros = time::parse_timestamp(local).ok()?;
+    micros.checked_sub(offset_s.checked_mul(1_000_000)?)
+}
+
+/// `+HH`, `+HH:MM`, `-HHMM`, `+HH:MM:SS` in seconds east of UTC.
+fn zone_offset_s(zone: &str) -> Option<i64> {
+    let sign = if zone.starts_with('-') { -1 } else { 1 };
+    let digits: String = zone[1..].chars().filter(char::is_ascii_digit).collect();
+    if digits.len() > 6
+        || !digits.len().is_multiple_of(2)
+        || digits.is_empty()
+        || zone[1..].chars().any(|c| !c.is_ascii_digit() && c != ':')
+    {
+        return None;
+    }
+    let part = |i: usize| digits.get(i..i + 2).map_or(Some(0), |p| p.parse::<i64>().ok());
+    Some(sign * (part(0)? * 3600 + part(2)? * 60 + part(4)?))
 }
 
 /// PostgreSQL's hex format for bytea (`\x0a0b`).
@@ -403,6 +434,19 @@ mod tests {
             decode_param(Some(&0i64.to_be_bytes()), &Type::TIMESTAMP, FieldFormat::Binary).unwrap(),
             Value::Timestamp(PG_EPOCH_MICROS)
         );
+    }
+
+    #[test]
+    fn text_timestamps_may_carry_a_zone_offset() {
+        let ts = |t: &str| decode_param(Some(t.as_bytes()), &Type::TIMESTAMP, FieldFormat::Text).unwrap();
+        let base = time::parse_timestamp("2024-01-02 03:04:05.000006").unwrap();
+        assert_eq!(ts("2024-01-02 03:04:05.000006"), Value::Timestamp(base));
+        assert_eq!(ts("2024-01-02 03:04:05.000006+00"), Value::Timestamp(base));
+        assert_eq!(ts("2024-01-02T03:04:05.000006Z"), Value::Timestamp(base));
+        assert_eq!(ts("2024-01-02 05:34:05.000006+02:30"), Value::Timestamp(base));
+        assert_eq!(ts("2024-01-01 22:04:05.000006-0500"), Value::Timestamp(base));
+        assert_eq!(ts("2024-01-02"), Value::Timestamp(time::parse_timestamp("2024-01-02").unwrap()));
+        assert!(decode_param(Some(b"2024-01-02 03:04:05+xx"), &Type::TIMESTAMP, FieldFormat::Text).is_err());
     }
 
     #[test]
