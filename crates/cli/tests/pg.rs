@@ -404,6 +404,9 @@ async fn copy_from_stdin_loads_text_and_csv_rows() {
     sink.send(bytes::Bytes::from_static(b"4000\n1\n4001\n")).await.expect("data");
     let e = sink.finish().await.unwrap_err();
     assert_eq!(sqlstate(&e), SqlState::UNIQUE_VIOLATION, "{e:?}");
+    // Its rows follow the query string, so COPY must end it.
+    let e = client.simple_query("COPY t FROM STDIN; SELECT 1 FROM t").await.unwrap_err();
+    assert_eq!(sqlstate(&e), SqlState::FEATURE_NOT_SUPPORTED, "{e:?}");
     // A bad row is reported with its line; the connection goes on.
     let sink = client.copy_in("COPY t FROM STDIN").await.expect("COPY");
     futures::pin_mut!(sink);

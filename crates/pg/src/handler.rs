@@ -441,8 +441,12 @@ impl SimpleQueryHandler for Pg {
         };
         let mut responses = Vec::with_capacity(statements.len());
         // Like PostgreSQL, the statements after a failed one are not run.
-        for text in &statements {
+        for (i, text) in statements.iter().enumerate() {
             let outs = match statement::classify(text, |name| is_procedure(&self.front, name)) {
+                // Its rows come after this answer: a statement after it would run first.
+                Ok(Command::Copy(_)) if i + 1 < statements.len() => {
+                    Err(error_info(code::FEATURE_NOT_SUPPORTED, "COPY … FROM STDIN must be the last statement of a query string"))
+                }
                 Ok(command) => self.run(client, &command, Vec::new()).await,
                 Err(e) => Err(errors::from_lockstep(&e)),
             };
