@@ -6,7 +6,8 @@ use lockstep_core::{value::parse_hex, Error, Value};
 
 use crate::copy::CopyIn;
 
-/// Most arguments a `CALL` may pass (VoltDB's limit on a procedure's parameters).
+/// Most arguments a `CALL` may pass, and the highest `$n` (VoltDB's limit on a procedure's
+/// parameters).
 pub const CALL_ARGS_MAX: usize = 1025;
 
 /// One statement, classified.
@@ -410,7 +411,12 @@ fn lex(sql: &str) -> Result<Vec<Tok>, Error> {
             while i < b.len() && b[i].is_ascii_digit() {
                 i += 1;
             }
-            Kind::Param(sql[start + 1..i].parse().map_err(|_| Error::sql(format!("bad parameter {}", &sql[start..i])))?)
+            let bad = || Error::sql(format!("bad parameter {}: parameters are $1 to ${CALL_ARGS_MAX}", &sql[start..i]));
+            let n: usize = sql[start + 1..i].parse().map_err(|_| bad())?;
+            if n == 0 || n > CALL_ARGS_MAX {
+                return Err(bad());
+            }
+            Kind::Param(n)
         } else {
             let ch = sql[i..].chars().next().unwrap_or(' ');
             i += ch.len_utf8();
@@ -537,6 +543,9 @@ mod tests {
         // A table function that is not a procedure stays SQL.
         assert!(matches!(c("SELECT * FROM other(1)"), Command::Sql(_)));
         assert!(classify("CALL Vote(1 + 2)", |_| true).is_err());
+        assert!(classify("CALL Vote($0)", |_| true).is_err());
+        assert!(classify("CALL Vote($99999999999)", |_| true).is_err());
+        assert!(classify("CALL Vote($1026)", |_| true).is_err());
         assert!(classify("CALL Vote(1", |_| true).is_err());
     }
 
