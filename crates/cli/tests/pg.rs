@@ -206,6 +206,15 @@ async fn text_parameters_and_results_of_the_extended_protocol() {
     assert_eq!(kinds, [b'1', b'2', b'E'], "a bad parameter fails the Execute: {:?}", String::from_utf8_lossy(&kinds));
     let (tag, _) = raw.extended("SELECT v FROM t WHERE id = $1", &[Some("5")]);
     assert_eq!(tag, "SELECT 1");
+    // A message longer than the limit is refused from its header, and the connection closed.
+    let mut big = Raw::connect(&pg);
+    big.stream.write_all(&[b'Q', 0x7f, 0xff, 0xff, 0xff]).expect("a header claiming 2 GiB");
+    let (kind, body) = big.read();
+    assert_eq!(kind, b'E');
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("54000") && text.contains("over the limit"), "{text}");
+    let mut rest = Vec::new();
+    assert!(matches!(big.stream.read_to_end(&mut rest), Ok(_)), "the server closes the connection");
     // A statement without rows is described by NoData, parameters or not (JDBC reads an
     // empty row description as a result set).
     assert_eq!(raw.describe_kinds("INSERT INTO t (id) VALUES ($1)"), [b'1', b't', b'n']);

@@ -14,6 +14,7 @@ pub mod errors;
 pub mod handler;
 pub mod session;
 pub mod settings;
+pub mod socket;
 pub mod statement;
 pub mod types;
 
@@ -21,9 +22,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use lockstep_server::Front;
-use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::{ConnectionManager, ErrorHandler, PgWireServerHandlers};
+use pgwire::api::ConnectionManager;
 use pgwire::messages::response::ErrorResponse;
 use pgwire::messages::Message;
 use tokio::io::AsyncWriteExt;
@@ -39,36 +38,11 @@ const ACCEPT_RETRY_MS: u64 = 50;
 /// yet, and its passwords and data would travel in clear.
 pub const OFF_WITHOUT_TLS: &str = "the PostgreSQL port (--pg) is off: it has no TLS yet, and the client port requires TLS";
 
-/// The handlers pgwire asks for, one set shared by every connection.
-struct Handlers {
+/// What every connection shares: the handlers, and the registry of connections that
+/// cancel requests look up.
+pub struct Handlers {
     pg: Arc<handler::Pg>,
     cancels: Arc<ConnectionManager>,
-}
-
-impl PgWireServerHandlers for Handlers {
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        self.pg.clone()
-    }
-
-    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.pg.clone()
-    }
-
-    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        self.pg.clone()
-    }
-
-    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
-        self.pg.clone()
-    }
-
-    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
-        Arc::new(DefaultCancelHandler::new(self.cancels.clone()))
-    }
-
-    fn error_handler(&self) -> Arc<impl ErrorHandler> {
-        Arc::new(handler::Errors)
-    }
 }
 
 /// Accepts PostgreSQL clients until the task is dropped. Past `--max-connections` of them
@@ -85,7 +59,7 @@ pub async fn serve(listener: TcpListener, front: Arc<Front>) {
                     Ok(permit) => {
                         let handlers = handlers.clone();
                         tokio::spawn(async move {
-                            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                            if let Err(e) = socket::run(socket, &handlers).await {
                                 tracing::debug!(%peer, "PostgreSQL connection ended: {e}");
                             }
                             drop(permit);
