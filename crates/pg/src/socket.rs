@@ -67,7 +67,8 @@ pub async fn run(socket: TcpStream, handlers: &crate::Handlers) -> io::Result<()
             Some(Ok(msg)) => msg,
             // A message over the limit (or a broken one): say why, then close.
             Some(Err(e)) => {
-                let mut info = error_info(code::PROGRAM_LIMIT, e.to_string());
+                let state = if socket.get_ref().limit.refused { code::PROGRAM_LIMIT } else { code::PROTOCOL_VIOLATION };
+                let mut info = error_info(state, e.to_string());
                 info.severity = pgwire::error::SEVERITY_FATAL.to_owned();
                 let _ = process_error(&mut socket, PgWireError::UserError(info), false).await;
                 break;
@@ -146,11 +147,13 @@ pub struct MessageLimit {
     /// The first four body bytes of an untyped message: its request code.
     code: [u8; 4],
     code_have: usize,
+    /// Set once a message was refused for its length.
+    pub refused: bool,
 }
 
 impl MessageLimit {
     pub fn new(max: usize) -> MessageLimit {
-        MessageLimit { max, typed: false, header: [0; 5], have: 0, remaining: 0, code: [0; 4], code_have: 0 }
+        MessageLimit { max, typed: false, header: [0; 5], have: 0, remaining: 0, code: [0; 4], code_have: 0, refused: false }
     }
 
     /// Takes the next bytes of the stream; an Err says what was wrong.
@@ -185,6 +188,7 @@ impl MessageLimit {
                     .and_then(|l| l.checked_sub(4))
                     .ok_or_else(|| format!("a message claims a length of {len} bytes"))?;
                 if body > self.max {
+                    self.refused = true;
                     return Err(format!("a message of {body} bytes is over the limit of {} bytes", self.max));
                 }
                 self.remaining = body;
@@ -249,7 +253,7 @@ mod tests {
         limit.observe(&untyped(196_608, b"user\0me\0\0")).unwrap();
         let header = &typed(b'Q', 101)[..5];
         let e = limit.observe(header).unwrap_err();
-        assert!(e.contains("101 bytes is over the limit of 100"), "{e}");
+        assert!(e.contains("101 bytes is over the limit of 100") && limit.refused, "{e}");
         let mut limit = MessageLimit::new(100);
         assert!(limit.observe(&untyped(196_608, &[0u8; 200])).is_err(), "the start-up message is bounded too");
         let mut limit = MessageLimit::new(100);
