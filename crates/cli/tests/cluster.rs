@@ -204,14 +204,7 @@ fn flags_that_cannot_form_a_cluster_are_refused_with_the_reason() {
     let dir = TempDir::new("cluster-flags");
     let hosts = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3";
     let refused = |extra: &[&str]| {
-        let out = Command::new(BIN)
-            .arg("server")
-            .arg("--data")
-            .arg(&dir.0)
-            .args(["--listen", "127.0.0.1:0", "--pg", "off"])
-            .args(extra)
-            .output()
-            .unwrap();
+        let out = Command::new(BIN).arg("server").arg("--data").arg(&dir.0).args(["--listen", "127.0.0.1:0"]).args(extra).output().unwrap();
         assert!(!out.status.success(), "{extra:?} was accepted");
         String::from_utf8_lossy(&out.stderr).to_string()
     };
