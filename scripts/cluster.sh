@@ -102,7 +102,7 @@ start() {
       http="127.0.0.1:$((http_port + i))"
     fi
     "$bin" server --listen "127.0.0.1:$((client_port + i))" --internal "127.0.0.1:$((internal_port + i))" \
-      --http "$http" --hosts "$hosts" --kfactor "$kfactor" --sites "$sites" --data "$dir" >"$dir/server.log" 2>&1 &
+      --http "$http" --pg off --hosts "$hosts" --kfactor "$kfactor" --sites "$sites" --data "$dir" >"$dir/server.log" 2>&1 &
     echo $! >"$dir/pid"
   done
 

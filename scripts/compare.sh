@@ -77,7 +77,7 @@ start() {
     mkdir -p "$WORK/lockstep"
     # The peers run without durability (scripts/peers.sh), so Lockstep runs with its command
     # log off: the same promise on every side.
-    "$BIN" server --listen "127.0.0.1:$LOCKSTEP_PORT" --http off --data "$WORK/lockstep/data" --command-log off >"$WORK/lockstep/server.log" 2>&1 &
+    "$BIN" server --listen "127.0.0.1:$LOCKSTEP_PORT" --http off --pg off --data "$WORK/lockstep/data" --command-log off >"$WORK/lockstep/server.log" 2>&1 &
     echo $! >"$WORK/lockstep.pid"
     for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$LOCKSTEP_PORT") 2>/dev/null && break; sleep 0.1; done
     TARGET[lockstep]="lockstep://127.0.0.1:$LOCKSTEP_PORT"

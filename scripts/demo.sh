@@ -38,7 +38,7 @@ http_args=()
 if [ -n "${LOCKSTEP_DEMO_HTTP:-}" ]; then
   http_args=(--http "$LOCKSTEP_DEMO_HTTP")
 fi
-"$bin" server --listen "$listen" --data "$data" "${http_args[@]}" &
+"$bin" server --pg off --listen "$listen" --data "$data" "${http_args[@]}" &
 server=$!
 
 # Ctrl-C or SIGTERM: stop the server, wait for it, and exit with its status (0 for a clean

@@ -60,7 +60,7 @@ start_server() {
     addr="127.0.0.1:$port"
     rm -rf "$work/$name/data"
     mkdir -p "$work/$name"
-    "$bin" server --data "$work/$name/data" --listen "$addr" --http off --procedures "$repo/apps/$app/procedures" \
+    "$bin" server --data "$work/$name/data" --listen "$addr" --http off --pg off --procedures "$repo/apps/$app/procedures" \
         --command-log async "${sites_flag[@]}" >"$work/$name/server.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 1 100); do

@@ -24,6 +24,10 @@ pub struct ServerArgs {
     listen: Option<String>,
     #[arg(long, value_name = "HOST:PORT|off", help = http_help())]
     http: Option<String>,
+    /// Address to listen on for PostgreSQL clients (psql, PostgreSQL drivers), or off
+    /// [default: 127.0.0.1:5433]
+    #[arg(long, value_name = "HOST:PORT|off")]
+    pg: Option<String>,
     /// Data directory, created if missing: the schema (catalog.sql), the command log
     /// (cmdlog/), snapshots (snapshots/), export files (export/), Lua procedures for FROM
     /// CLASS (procedures/) and the lock file that keeps a second server out
@@ -57,7 +61,7 @@ pub struct ServerArgs {
     query_timeout_ms: Option<u64>,
     #[arg(long, value_name = "SIZE|PCT%|off", help = memory_limit_help())]
     memory_limit: Option<String>,
-    /// TOML file with the same keys (listen, http, data, sites, procedures, command_log,
+    /// TOML file with the same keys (listen, http, pg, data, sites, procedures, command_log,
     /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
     /// client_timeout_s, in_flight_per_connection, query_timeout_ms, memory_limit,
     /// security, tls_cert, tls_key, internal, hosts, kfactor) and the [[users]] that
@@ -150,6 +154,7 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
     FileConfig {
         listen: args.listen,
         http: args.http,
+        pg: args.pg,
         data: args.data,
         sites: args.sites,
         procedures: args.procedures,
@@ -255,6 +260,20 @@ fn start(args: ServerArgs) -> Result<(), String> {
         None => None,
     };
     let http_note = http_addr.map_or_else(|| "HTTP off".to_string(), |a| format!("HTTP on {a}"));
+    let pg_listener = match &config.pg {
+        Some(_) if security.tls().is_some() => {
+            tracing::warn!("{}", lockstep_pg::OFF_WITHOUT_TLS);
+            None
+        }
+        Some(addr) => {
+            let l = runtime.block_on(tokio::net::TcpListener::bind(addr)).map_err(|e| {
+                format!("cannot listen for PostgreSQL clients on {addr}: {e}; give another address with --pg HOST:PORT, or --pg off")
+            })?;
+            Some(l)
+        }
+        None => None,
+    };
+    let pg_addr = pg_listener.as_ref().and_then(|l| l.local_addr().ok());
     let stop = stop_signal();
     tokio::pin!(stop);
     let node = match &cluster {
@@ -296,6 +315,9 @@ fn start(args: ServerArgs) -> Result<(), String> {
         engine.shared().set_client_address(addr);
         let log = engine.shared().durable.log.mode_name();
         let data = config.data_dir.display();
+        if let Some(a) = pg_addr {
+            println!("lockstep: PostgreSQL clients on {a}");
+        }
         match &glue {
             None => println!("lockstep ready: listening on {addr}, {http_note}, {sites} sites, command log {log}, data in {data}"),
             Some(g) => {
@@ -319,7 +341,11 @@ fn start(args: ServerArgs) -> Result<(), String> {
         if let Some(l) = http_listener {
             tokio::spawn(lockstep_server::http::serve(l, front.clone()));
         }
+        let pg = pg_listener.map(|l| tokio::spawn(lockstep_pg::serve(l, front.clone())));
         serve(listener, front, stop).await;
+        if let Some(pg) = pg {
+            pg.abort();
+        }
         Ok::<(), String>(())
     });
     exit_if_stuck(SHUTDOWN_GRACE);

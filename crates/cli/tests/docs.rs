@@ -175,7 +175,7 @@ fn run(command: &str, dir: &Path) -> (bool, String) {
 /// Starts a quiet server (warnings and errors only) for one document.
 fn quiet_server(data: &Path) -> Server {
     let child = Command::new(BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--sites", "2", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--pg", "off", "--sites", "2", "--data"])
         .arg(data)
         .env("LOCKSTEP_LOG", "warn")
         .stdout(Stdio::piped())

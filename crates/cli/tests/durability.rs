@@ -181,7 +181,7 @@ async fn snapshots_are_taken_listed_and_recovered_with_the_log_after_them() {
     sigkill(server);
     // The log after the snapshot only replays on the partitioning it ran on.
     let out = Command::new(common::BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--sites", "3", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--pg", "off", "--sites", "3", "--data"])
         .arg(&dir.0)
         .output()
         .unwrap();
@@ -242,7 +242,7 @@ async fn a_torn_log_tail_is_cut_and_reported_and_a_damaged_snapshot_skipped() {
     std::fs::write(&part, bytes).unwrap();
 
     let out = Command::new(common::BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--sites", "2", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--pg", "off", "--sites", "2", "--data"])
         .arg(&dir.0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -59,7 +59,7 @@ async fn a_second_server_on_a_live_data_directory_stops_and_changes_nothing() {
     let before = files(&dir.0);
 
     let data = dir.0.to_str().unwrap();
-    let (status, stderr) = run_to_end(&["--listen", "127.0.0.1:0", "--data", data, "--sites", "2"]);
+    let (status, stderr) = run_to_end(&["--listen", "127.0.0.1:0", "--pg", "off", "--data", data, "--sites", "2"]);
     assert!(!status.success(), "the second server must not run");
     assert!(stderr.contains("is in use by another Lockstep process"), "{stderr}");
     assert!(stderr.contains(&format!("pid {}", first.pid())), "names the owner: {stderr}");
@@ -196,7 +196,7 @@ async fn a_client_that_never_reads_its_answers_is_let_go() {
 fn log_lines_are_plain_text_and_bad_connections_cannot_flood_them() {
     let dir = TempDir::new("log-flood");
     let child = Command::new(BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--sites", "1", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--pg", "off", "--sites", "1", "--data"])
         .arg(&dir.0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -268,7 +268,7 @@ async fn writes_stop_above_the_memory_limit_while_reads_and_deletes_go_on() {
 async fn a_stop_ends_the_process_while_a_partition_is_busy() {
     let dir = TempDir::new("busy-stop");
     let child = Command::new(BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--sites", "1", "--query-timeout-ms", "0", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--pg", "off", "--sites", "1", "--query-timeout-ms", "0", "--data"])
         .arg(&dir.0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

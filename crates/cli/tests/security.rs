@@ -145,7 +145,7 @@ async fn security_off_accepts_anyone_and_security_on_needs_an_administrator() {
     let config = dir.0.join("plain.toml");
     user_add(&config, "u", "user", "pw");
     let out = Command::new(BIN)
-        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--security", "on", "--data"])
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--pg", "off", "--security", "on", "--data"])
         .arg(dir.0.join("closed"))
         .arg("--config")
         .arg(&config)

@@ -340,7 +340,7 @@ fn the_server_runs_without_transparent_huge_pages_unless_asked() {
 
     let dir = TempDir::new("thp-on");
     let child = std::process::Command::new(common::BIN)
-        .args(["server", "--sites", "1", "--listen", "127.0.0.1:0", "--http", "off", "--data"])
+        .args(["server", "--sites", "1", "--listen", "127.0.0.1:0", "--http", "off", "--pg", "off", "--data"])
         .arg(&dir.0)
         .env("MIMALLOC_ALLOW_THP", "1")
         .stdout(std::process::Stdio::piped())

@@ -20,12 +20,17 @@ pub const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:8080";
 /// A frame that has begun must be complete, and unread answers must make progress, within
 /// this many seconds (VoltDB's client hang-up timeout is 30 s as well).
 pub const CLIENT_TIMEOUT_S_DEFAULT: u64 = 30;
+/// Where the PostgreSQL-protocol listener (`--pg`) is unless told otherwise: PostgreSQL's
+/// port plus one, so it never collides with a local PostgreSQL.
+pub const PG_LISTEN_DEFAULT: &str = "127.0.0.1:5433";
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub listen: String,
     /// The HTTP port's address; None when it is off (`--http off`).
     pub http: Option<String>,
+    /// The PostgreSQL-protocol listener's address; None when `--pg off`.
+    pub pg: Option<String>,
     pub data_dir: PathBuf,
     pub sites: Option<u32>,
     pub procedures: Option<PathBuf>,
@@ -62,6 +67,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:21212".into(),
             http: Some(HTTP_LISTEN_DEFAULT.into()),
+            pg: Some(PG_LISTEN_DEFAULT.into()),
             data_dir: PathBuf::from("lockstep-data"),
             sites: None,
             procedures: None,
@@ -110,6 +116,8 @@ pub struct FileConfig {
     pub listen: Option<String>,
     /// `host:port` of the HTTP port, or `"off"`.
     pub http: Option<String>,
+    /// `pg = "host:port"` or `pg = "off"`.
+    pub pg: Option<String>,
     pub data: Option<PathBuf>,
     pub sites: Option<u32>,
     pub procedures: Option<PathBuf>,
@@ -150,6 +158,9 @@ impl FileConfig {
         }
         if let Some(v) = self.http {
             c.http = (!v.trim().eq_ignore_ascii_case("off")).then_some(v);
+        }
+        if let Some(v) = self.pg {
+            c.pg = (!v.trim().eq_ignore_ascii_case("off")).then_some(v);
         }
         if let Some(v) = self.data {
             c.data_dir = v;
@@ -245,6 +256,16 @@ mod tests {
             file.apply_to(&mut c);
             assert_eq!(c.hosts, ["127.0.0.1:3021", "127.0.0.1:3022"]);
             assert_eq!((c.internal.as_deref(), c.kfactor), (Some("127.0.0.1:3022"), Some(1)));
+        }
+    }
+
+    #[test]
+    fn the_postgresql_listener_is_on_by_default_and_off_when_told() {
+        assert_eq!(ServerConfig::default().pg.as_deref(), Some(PG_LISTEN_DEFAULT));
+        for (text, want) in [("pg = \"off\"", None), ("pg = \"127.0.0.1:6543\"", Some("127.0.0.1:6543"))] {
+            let mut c = ServerConfig::default();
+            toml::from_str::<FileConfig>(text).unwrap().apply_to(&mut c);
+            assert_eq!(c.pg.as_deref(), want, "{text}");
         }
     }
 }

@@ -64,7 +64,18 @@ fn spawn_node(
     let (filter, log) = log_setup(i);
     let child = Command::new(BIN)
         .arg("server")
-        .args(["--listen", "127.0.0.1:0", "--http", "off", "--sites", &SITES_PER_NODE.to_string(), "--command-log", command_log])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "off",
+            "--pg",
+            "off",
+            "--sites",
+            &SITES_PER_NODE.to_string(),
+            "--command-log",
+            command_log,
+        ])
         .args(["--internal", &hosts[i], "--hosts", &hosts.join(","), "--kfactor", &k.to_string(), "--data"])
         .arg(&data)
         .args(listens.map(|l| ["--internal-listen".to_string(), l[i].clone()]).into_iter().flatten())

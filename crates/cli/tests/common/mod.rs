@@ -63,6 +63,7 @@ impl Server {
             .arg(data)
             .args(extra)
             .args(http_off)
+            .args(if extra.contains(&"--pg") { &[][..] } else { &["--pg", "off"][..] })
             .env("LOCKSTEP_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

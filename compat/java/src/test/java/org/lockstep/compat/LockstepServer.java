@@ -141,7 +141,7 @@ public final class LockstepServer implements AutoCloseable {
 
     /** Starts the process; the future completes with its client port once it is ready. */
     private CompletableFuture<Integer> spawn(String listen) throws IOException {
-        List<String> command = new ArrayList<>(List.of(binary().toString(), "server", "--listen", listen,
+        List<String> command = new ArrayList<>(List.of(binary().toString(), "server", "--pg", "off", "--listen", listen,
                 "--data", dataDir.toString(), "--sites", Integer.toString(SITES)));
         command.addAll(extraArgs);
         // Tests run servers side by side: none takes the HTTP port unless a test asks for it.
