@@ -3,7 +3,9 @@
 //! others: it hears no majority and refuses every call, clearly, while nodes 0 and 2 declare
 //! it down, take its partitions over and go on writing. Healed, it serves no stale read
 //! while it catches up, rejoins its partitions, and every row acknowledged on either side is
-//! read through every node. Every wait is bounded; nothing asserts a time.
+//! read through every node. Then a one-way cut (node 1 hears nothing from node 2, node 2
+//! still hears node 1, the group hears both): the partitions they share must not stop,
+//! and no row is lost. Every wait is bounded; nothing asserts a time.
 
 mod common;
 
@@ -21,6 +23,9 @@ const NODES: usize = 3;
 const KFACTOR: u32 = 1;
 /// VoltDB's SERVER_UNAVAILABLE status.
 const SERVER_UNAVAILABLE: i8 = -5;
+/// How long a one-way cut lasts: past the time a leader waits for a member that does not
+/// answer (100 replication ticks of 20 ms) before it has the member dropped.
+const ONE_WAY_CUT: Duration = Duration::from_millis(4_000);
 /// The node cut off from the others.
 const LONE: usize = 1;
 /// How long reads through the healed node are checked for staleness.
@@ -146,5 +151,23 @@ async fn a_split_off_minority_refuses_calls_the_majority_goes_on_and_nothing_is_
         assert!(r.status == 1 && r.tables[0].rows.is_empty(), "a write refused in the minority is there: {:?}", r.tables);
     }
 
+    // A one-way cut: node 1 hears nothing from node 2 while node 2 hears node 1, and the
+    // group's leader hears both, so nobody is declared down. The leader of a partition they
+    // share sees its member acknowledge nothing and has the group drop it from the
+    // partition; writes go on through node 0, and once the cut heals the member rejoins and
+    // no acknowledged row is lost.
+    proxy.cut_one_way(2, 1);
+    let until = Instant::now() + ONE_WAY_CUT;
+    let mut k = 200;
+    while Instant::now() < until {
+        put(&clients[0], k).await;
+        written.push(k);
+        k += 1;
+    }
+    proxy.heal();
+    wait_fully_replicated(&clients[0], "the cluster did not come back whole after the one-way cut").await;
+    for (n, c) in clients.iter().enumerate() {
+        read_all(c, &written, n).await;
+    }
     drop(nodes);
 }

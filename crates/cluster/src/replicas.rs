@@ -23,9 +23,22 @@ use crate::replication::{Action, AppendError, Entry, LearnError, Replication, Se
 /// How often each partition's replication ticks (resends what was not acknowledged after
 /// three ticks), by default.
 pub const TICK_DEFAULT_MS: u64 = 20;
-/// `CaughtUp` notices waiting to be read (`Replicas::caught_up`); more are dropped, and
-/// said again later by the replication.
-const CAUGHT_UP_QUEUE_MAX: usize = 64;
+/// Membership notices waiting to be read (`Replicas::member_changes`); more are dropped,
+/// and said again later by the replication.
+const MEMBER_CHANGES_QUEUE_MAX: usize = 64;
+
+/// A change of a partition's members that a leader asks the cluster state for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberChange {
+    /// The learner caught up: make it a member (`Command::Rejoined`).
+    CaughtUp,
+    /// The member acknowledges nothing though the group hears it: drop it
+    /// (`Command::Evict`).
+    Unresponsive,
+}
+
+/// A notice for the cluster state: (partition, node, term, what).
+pub type MemberNotice = (PartitionId, NodeId, Term, MemberChange);
 
 /// Runs entries ordered by another replica on this node's copy of a partition.
 pub trait Executor: Send + Sync + 'static {
@@ -65,15 +78,15 @@ struct Inner {
     partitions: BTreeMap<PartitionId, Mutex<Partition>>,
     poster: Poster,
     executor: Arc<dyn Executor>,
-    /// Learners of partitions this node leads that caught up: (partition, learner, term).
-    caught_up: mpsc::Sender<(PartitionId, NodeId, Term)>,
+    /// Members and learners of partitions this node leads that should change.
+    member_changes: mpsc::Sender<MemberNotice>,
 }
 
 /// The replication of this node's partitions; see the module header.
 pub struct Replicas {
     inner: Arc<Inner>,
     task: JoinHandle<()>,
-    caught_up: Mutex<Option<mpsc::Receiver<(PartitionId, NodeId, Term)>>>,
+    member_changes: Mutex<Option<mpsc::Receiver<MemberNotice>>>,
 }
 
 impl Replicas {
@@ -90,10 +103,10 @@ impl Replicas {
             .into_iter()
             .map(|p| (p, Mutex::new(Partition { repl: Replication::new(me, 0), waiting: BTreeMap::new() })))
             .collect();
-        let (caught_up, caught_up_rx) = mpsc::channel(CAUGHT_UP_QUEUE_MAX);
-        let inner = Arc::new(Inner { partitions, poster: node.poster(), executor, caught_up });
+        let (member_changes, notices) = mpsc::channel(MEMBER_CHANGES_QUEUE_MAX);
+        let inner = Arc::new(Inner { partitions, poster: node.poster(), executor, member_changes });
         let task = tokio::spawn(run(inner.clone(), node.subscribe(), inbox, tick));
-        Some(Replicas { inner, task, caught_up: Mutex::new(Some(caught_up_rx)) })
+        Some(Replicas { inner, task, member_changes: Mutex::new(Some(notices)) })
     }
 
     /// The leader ran a transaction whose results hash to `hash`: order it and send it to
@@ -151,11 +164,11 @@ impl Replicas {
         self.inner.partitions.get(&partition).is_some_and(|p| lock(p).repl.learning())
     }
 
-    /// The learners that caught up with a partition this node leads, as (partition, node,
-    /// term), for the caller to have the cluster state make them members in that term; the
+    /// The changes of members the partitions this node leads need (learners that caught
+    /// up, members that do not answer), for the caller to ask the cluster state for; the
     /// first call takes the receiver.
-    pub fn caught_up(&self) -> Option<mpsc::Receiver<(PartitionId, NodeId, Term)>> {
-        self.caught_up.lock().unwrap_or_else(|e| e.into_inner()).take()
+    pub fn member_changes(&self) -> Option<mpsc::Receiver<MemberNotice>> {
+        self.member_changes.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// How far this node has run `partition`.
@@ -197,7 +210,10 @@ impl Inner {
                 Action::Deposed(after) => self.answer(partition, after + 1.., Err(ReplicateError::Unknown)),
                 Action::Diverged { node, seq } => diverged(partition, node, seq),
                 Action::CaughtUp { node, term } => {
-                    let _ = self.caught_up.try_send((partition, node, term));
+                    let _ = self.member_changes.try_send((partition, node, term, MemberChange::CaughtUp));
+                }
+                Action::Unresponsive { node, term } => {
+                    let _ = self.member_changes.try_send((partition, node, term, MemberChange::Unresponsive));
                 }
             }
         }

@@ -47,6 +47,10 @@ pub const RESEND_BATCH_MAX: usize = 256;
 pub const RESEND_AFTER_TICKS: u32 = 3;
 /// Ticks between two `CaughtUp`s for a learner the cluster state has not made a member yet.
 pub const CAUGHT_UP_AGAIN_TICKS: u32 = 50;
+/// Ticks a member may leave entries unacknowledged before the leader says so
+/// (`Unresponsive`), and between two such notices: well past the failure timeout, so a
+/// member that is down is declared down first.
+pub const UNRESPONSIVE_AFTER_TICKS: u32 = 100;
 /// Entries a leader sends a learner ahead of its acknowledgements.
 pub const LEARNER_WINDOW: u64 = 4_096;
 /// Entries a leader keeps for a learner that has not acknowledged them; a learner further
@@ -130,6 +134,15 @@ pub enum Action<P> {
         node: NodeId,
         term: Term,
     },
+    /// A member has acknowledged nothing for `UNRESPONSIVE_AFTER_TICKS` while entries wait
+    /// for it, and commits wait with them. A member that is down is declared down before
+    /// this; one that is not (the group hears it, but the link from this leader to it, or
+    /// back, is cut) would hold the partition for as long as that lasts: the cluster state
+    /// may drop it from the members of this term (said again until it does).
+    Unresponsive {
+        node: NodeId,
+        term: Term,
+    },
 }
 
 /// Why `append` refused an entry.
@@ -166,11 +179,16 @@ struct Slot<P> {
 /// How far the leader knows a learner to be, and how far it has sent to it.
 #[derive(Clone, Copy, Debug)]
 struct Learner {
+    /// The entry its image was taken at.
+    from: Seq,
     acked: Seq,
     sent: Seq,
     idle_ticks: u32,
     /// Caught up once: from then on it counts for commits like a member, so that it holds
-    /// every committed entry when the cluster state makes it one.
+    /// every committed entry when the cluster state makes it one. Not before every entry of
+    /// its image is committed: the image may hold entries the members have not all run, and
+    /// a learner holds them in its state but not in its log, so it could not hand them to a
+    /// new leader's repair.
     counted: bool,
     /// Ticks since `CaughtUp` was last said (it is said again while it stays a learner).
     ready_ticks: u32,
@@ -181,8 +199,10 @@ struct Learner {
 struct Progress {
     /// Has run every entry up to this one.
     acked: Seq,
-    /// Ticks since `acked` last grew while entries were outstanding.
+    /// Ticks since `acked` last grew while entries were outstanding (reset by a resend).
     idle_ticks: u32,
+    /// Ticks since `acked` last grew while entries were outstanding (not reset).
+    stalled_ticks: u32,
 }
 
 #[derive(Debug)]
@@ -332,7 +352,7 @@ impl<P: Clone> Replication<P> {
                         Some(l) if l.counted => self.learners.remove(&n).map_or(0, |l| l.acked),
                         _ => 0,
                     };
-                    progress.insert(n, Progress { acked, idle_ticks: 0 });
+                    progress.insert(n, Progress { acked, ..Progress::default() });
                 }
                 self.advance_commit(&mut out);
             }
@@ -458,7 +478,12 @@ impl<P: Clone> Replication<P> {
                 for (&node, p) in progress.iter_mut() {
                     if p.acked >= self.received {
                         p.idle_ticks = 0;
+                        p.stalled_ticks = 0;
                         continue;
+                    }
+                    p.stalled_ticks += 1;
+                    if p.stalled_ticks.is_multiple_of(UNRESPONSIVE_AFTER_TICKS) {
+                        out.push(Action::Unresponsive { node, term });
                     }
                     p.idle_ticks += 1;
                     if p.idle_ticks >= RESEND_AFTER_TICKS {
@@ -516,7 +541,7 @@ impl<P: Clone> Replication<P> {
             return Err(AppendError::AlreadyMember);
         }
         let at = self.received;
-        self.learners.insert(node, Learner { acked: at, sent: at, idle_ticks: 0, counted: false, ready_ticks: 0 });
+        self.learners.insert(node, Learner { from: at, acked: at, sent: at, idle_ticks: 0, counted: false, ready_ticks: 0 });
         Ok(at)
     }
 
@@ -566,7 +591,7 @@ impl<P: Clone> Replication<P> {
             l.acked = seq.min(self.received);
             l.idle_ticks = 0;
         }
-        if !l.counted && l.acked >= self.committed {
+        if !l.counted && l.acked >= self.committed && self.committed >= l.from {
             l.counted = true;
             out.push(Action::CaughtUp { node, term: self.view.term });
         }
@@ -672,6 +697,7 @@ impl<P: Clone> Replication<P> {
         if seq > p.acked {
             p.acked = seq.min(self.received);
             p.idle_ticks = 0;
+            p.stalled_ticks = 0;
         }
         if let Some(i) = self.index_of(seq) {
             match self.log[i].hash {
@@ -706,7 +732,8 @@ impl<P: Clone> Replication<P> {
         }
         // What each member already holds is unknown beyond the committed point; sending from
         // there is safe, members skip what they hold and answer with how far they ran.
-        let progress: BTreeMap<NodeId, Progress> = self.others().map(|n| (n, Progress { acked: self.committed, idle_ticks: 0 })).collect();
+        let progress: BTreeMap<NodeId, Progress> =
+            self.others().map(|n| (n, Progress { acked: self.committed, ..Progress::default() })).collect();
         let entries = self.entries_after(self.committed, usize::MAX);
         for &to in progress.keys() {
             for chunk in entries.chunks(RESEND_BATCH_MAX) {

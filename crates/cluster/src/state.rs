@@ -40,6 +40,10 @@ pub enum Command {
     /// `incarnation`) with the partition recovered from its command log: it becomes the
     /// partition's only member and its leader; the other replicas rejoin from it.
     Restore { partition: PartitionId, node: NodeId, incarnation: Incarnation },
+    /// The partition's leader in `term` says member `node` acknowledges nothing though the
+    /// group hears it (a one-way cut between them): it leaves the partition's members (and
+    /// rejoins when it can). Only in that term, and never the leader.
+    Evict { partition: PartitionId, node: NodeId, term: u64 },
     /// A schema change (DDL statements, applied together) that every node applies, in the
     /// order the group commits them. `origin` and `id` name the call that proposed it, so
     /// the proposing node can answer that call once it applied the change itself.
@@ -87,6 +91,8 @@ pub enum Refusal {
     OutdatedRejoin { partition: PartitionId, node: NodeId },
     #[error("partition {partition} cannot be restored from node {node}: only the member it lost last, with no member left, can")]
     NotTheLastMember { partition: PartitionId, node: NodeId },
+    #[error("node {node} cannot be dropped from partition {partition}: it is not a member other than the leader, or the partition's term moved on")]
+    CannotEvict { partition: PartitionId, node: NodeId },
 }
 
 /// Why a state read from disk or the network cannot be used.
@@ -220,6 +226,7 @@ impl ClusterState {
             Command::SetLeader { partition, node } => self.set_leader(*partition, *node),
             Command::Rejoined { partition, node, incarnation, term } => self.rejoined(*partition, *node, *incarnation, *term),
             Command::Restore { partition, node, incarnation } => self.restore(*partition, *node, *incarnation),
+            Command::Evict { partition, node, term } => self.evict(*partition, *node, *term),
             Command::Schema(change) => {
                 // Whether the statements are valid is for each node's engine to find: they
                 // all find the same, as they all hold the same schema before it.
@@ -332,6 +339,16 @@ impl ClusterState {
         self.members[p] = vec![node];
         self.leaders[p] = Some(node);
         self.last_members[p] = None;
+        Ok(true)
+    }
+
+    fn evict(&mut self, partition: PartitionId, node: NodeId, term: u64) -> Result<bool, Refusal> {
+        self.known_node(node)?;
+        let p = self.members.get(partition as usize).ok_or(Refusal::UnknownPartition(partition))?;
+        if !p.contains(&node) || self.leader(partition) == Some(node) || self.view(partition).term != term {
+            return Err(Refusal::CannotEvict { partition, node });
+        }
+        self.members[partition as usize].retain(|&m| m != node);
         Ok(true)
     }
 
@@ -500,6 +517,27 @@ mod tests {
     }
 
     #[test]
+    fn a_member_is_evicted_only_in_its_term_and_never_the_leader() {
+        let mut s = state(3, 2, 1);
+        let p = 0;
+        let leader = s.leader(p).unwrap();
+        let other = *s.members(p).iter().find(|m| **m != leader).unwrap();
+        let term = s.view(p).term;
+        assert_eq!(
+            s.apply(&Command::Evict { partition: p, node: leader, term }),
+            Outcome::Refused(Refusal::CannotEvict { partition: p, node: leader })
+        );
+        assert_eq!(
+            s.apply(&Command::Evict { partition: p, node: other, term: term + 1 }),
+            Outcome::Refused(Refusal::CannotEvict { partition: p, node: other })
+        );
+        assert!(matches!(s.apply(&Command::Evict { partition: p, node: other, term }), Outcome::Changed { .. }));
+        assert_eq!(s.members(p), &[leader]);
+        assert_eq!(s.view(p).term, term, "the leader stays, and so does the term");
+        s.validate().unwrap();
+    }
+
+    #[test]
     fn a_partitions_view_has_a_new_term_only_when_its_leader_changes() {
         let mut s = state(3, 2, 1);
         let led = s.led_by(0);
@@ -597,6 +635,12 @@ mod tests {
                 incarnation,
                 term
             }),
+            (0..partitions + 1, 0..nodes + 1, 0u64..4).prop_map(|(partition, node, incarnation)| Command::Restore {
+                partition,
+                node,
+                incarnation
+            }),
+            (0..partitions + 1, 0..nodes + 1, 0u64..8).prop_map(|(partition, node, term)| Command::Evict { partition, node, term }),
             (0..nodes, 0u64..4).prop_map(|(origin, id)| Command::Schema(SchemaChange { statements: vec![format!("-- {id}")], origin, id })),
         ]
     }

@@ -2,8 +2,10 @@
 //! scheduler runs its replicas over a simulated network that delays and drops messages
 //! (in order per link, as TCP), delivers each node its views of the cluster state late and
 //! at different times, crashes leaders and members, removes live nodes from the partition
-//! (a false suspicion), moves leadership (a rebalance) and brings lost nodes back (a
-//! rejoin: a snapshot from the leader, then its entries as a learner). Afterwards it checks what a
+//! (a false suspicion), moves leadership (a rebalance), brings lost nodes back (a rejoin: a
+//! snapshot from the leader, then its entries as a learner) and cuts one direction between
+//! the leader and a member (which the group does not see: the leader must say the member
+//! does not answer). Afterwards it checks what a
 //! client must be able to rely on:
 //! - every replica ran the same entries in the same order (each history is a prefix of one
 //!   order), and the surviving members end identical;
@@ -83,6 +85,11 @@ struct Sim {
     learning: BTreeMap<NodeId, u64>,
     /// `CaughtUp` said by (leader, learner), for the group to act on.
     caught_up: Vec<(NodeId, NodeId, u64)>,
+    /// `Unresponsive` said by (leader, member, term).
+    unresponsive: Vec<(NodeId, NodeId, u64)>,
+    /// A one-way cut: messages on this link are lost until then (the group hears both ends).
+    cut: Option<((NodeId, NodeId), u64)>,
+    evicted: u32,
     rejoined: u32,
 }
 
@@ -130,6 +137,9 @@ impl Sim {
             rejoin: None,
             learning: BTreeMap::new(),
             caught_up: Vec::new(),
+            unresponsive: Vec::new(),
+            cut: None,
+            evicted: 0,
             rejoined: 0,
         };
         sim.publish_view();
@@ -151,7 +161,8 @@ impl Sim {
         for a in actions {
             match a {
                 Action::Send { to, message } => {
-                    if self.rng.chance(self.loss_per_mille) {
+                    let cut = self.cut.is_some_and(|(link, until)| link == (node, to) && self.now < until);
+                    if cut || self.rng.chance(self.loss_per_mille) {
                         continue;
                     }
                     let link = self.links.entry((node, to)).or_default();
@@ -177,6 +188,7 @@ impl Sim {
                 }
                 Action::Diverged { node: d, seq } => self.diverged.push((d, seq)),
                 Action::CaughtUp { node: learner, term } => self.caught_up.push((node, learner, term)),
+                Action::Unresponsive { node: member, term } => self.unresponsive.push((node, member, term)),
             }
         }
     }
@@ -311,9 +323,32 @@ impl Sim {
                 self.publish_view();
             }
         }
+        // A member its leader says does not answer leaves the partition (the group drops it
+        // in that term, never the leader).
+        for (leader, node, term) in std::mem::take(&mut self.unresponsive) {
+            if term == self.view.term && self.view.leader == Some(leader) && leader != node && self.view.members.remove(&node) {
+                self.lost += 1;
+                self.evicted += 1;
+                self.publish_view();
+            }
+        }
         // A learner whose term ended starts over later.
         let term = self.view.term;
         self.learning.retain(|_, t| *t == term);
+    }
+
+    /// Cuts one direction between the leader and a member for a while: the member is not
+    /// down, so only the leader's `Unresponsive` can get the partition going again.
+    fn cut_one_way(&mut self) {
+        let Some(leader) = self.view.leader else { return };
+        let others: Vec<NodeId> = self.view.members.iter().copied().filter(|m| *m != leader).collect();
+        if others.is_empty() {
+            return;
+        }
+        let member = others[self.rng.below(others.len() as u64) as usize];
+        let link = if self.rng.chance(500) { (leader, member) } else { (member, leader) };
+        let until = self.now + 200 + self.rng.below(2_000);
+        self.cut = Some((link, until));
     }
 
     fn rebalance(&mut self) {
@@ -354,6 +389,7 @@ impl Sim {
                 3 => self.lose(false),
                 4..=5 => self.rebalance(),
                 6..=8 if self.rejoin.is_none() => self.start_rejoin(),
+                9 if self.cut.is_none() => self.cut_one_way(),
                 _ => {}
             }
         }
@@ -362,6 +398,7 @@ impl Sim {
     /// Runs without faults or new calls until every live member has run everything and every
     /// rejoin under way has ended.
     fn quiesce(&mut self) {
+        self.cut = None;
         for _ in 0..20_000 {
             self.step(false, false);
             let leader = self.view.leader.map(|l| &self.nodes[l as usize]);
@@ -437,17 +474,19 @@ fn simulate(seed: u64) -> Sim {
 
 #[test]
 fn replicas_agree_and_keep_every_committed_entry_through_crashes_removals_and_rebalances() {
-    let (mut acked, mut terms, mut rejoined) = (0, 0, 0);
+    let (mut acked, mut terms, mut rejoined, mut evicted) = (0, 0, 0, 0);
     for seed in 0..seeds(300, 20_000) {
         let sim = simulate(seed);
         acked += sim.acked.len();
         terms += sim.view.term;
         rejoined += sim.rejoined;
+        evicted += sim.evicted;
     }
     // The runs did something: calls committed, leaders changed, nodes came back.
     assert!(acked > 10_000, "only {acked} calls committed over all seeds");
     assert!(terms > 400, "leaders changed only {terms} times over all seeds");
     assert!(rejoined > 100, "only {rejoined} nodes rejoined over all seeds");
+    assert!(evicted > 10, "only {evicted} members were dropped for a one-way cut over all seeds");
 }
 
 #[test]

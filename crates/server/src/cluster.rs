@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lockstep_cluster::node::Service;
-use lockstep_cluster::replicas::{Executor, Replicas, ReplicateError, TICK_DEFAULT_MS};
+use lockstep_cluster::replicas::{Executor, MemberChange, MemberNotice, Replicas, ReplicateError, TICK_DEFAULT_MS};
 use lockstep_cluster::replication::Entry;
 use lockstep_cluster::state::SchemaChange;
 use lockstep_cluster::transport::CallError;
@@ -328,8 +328,8 @@ impl ClusterGlue {
         // An engine that recovered no schema (a node whose data went with its last process)
         // applies every change again, whatever an earlier process counted.
         let applied = if engine.catalog().version == 0 { 0 } else { read_count(&applied_file)? };
-        if let Some(caught_up) = glue.replicas.caught_up() {
-            glue.runtime.spawn(make_members(Arc::downgrade(&glue), caught_up));
+        if let Some(notices) = glue.replicas.member_changes() {
+            glue.runtime.spawn(change_members(Arc::downgrade(&glue), notices));
         }
         glue.runtime.spawn(rejoin_partitions(Arc::downgrade(&glue)));
         glue.runtime.spawn(apply_schema_changes(Arc::downgrade(&glue), glue.node.subscribe(), applied_file, applied));
@@ -789,20 +789,38 @@ async fn rejoin_partitions(glue: Weak<ClusterGlue>) {
     }
 }
 
-/// On a leader: has the cluster state make each learner that caught up a member.
-async fn make_members(glue: Weak<ClusterGlue>, mut caught_up: tokio::sync::mpsc::Receiver<(PartitionId, NodeId, u64)>) {
-    while let Some((partition, node, term)) = caught_up.recv().await {
+/// On a leader: has the cluster state make each learner that caught up a member, and drop
+/// each member that acknowledges nothing though the group hears it.
+async fn change_members(glue: Weak<ClusterGlue>, mut notices: tokio::sync::mpsc::Receiver<MemberNotice>) {
+    while let Some((partition, node, term, change)) = notices.recv().await {
         let Some(g) = glue.upgrade() else { return };
-        if g.view().state.members(partition).contains(&node) {
-            continue;
-        }
-        let Some(incarnation) = g.learners.lock().unwrap_or_else(|e| e.into_inner()).get(&(partition, node)).copied() else { continue };
-        match g.node.propose_via_leader(Command::Rejoined { partition, node, incarnation, term }).await {
-            Ok(lockstep_cluster::Outcome::Changed { .. }) => {
+        let member = g.view().state.members(partition).contains(&node);
+        let command = match change {
+            MemberChange::CaughtUp if !member => {
+                let Some(incarnation) = g.learners.lock().unwrap_or_else(|e| e.into_inner()).get(&(partition, node)).copied() else {
+                    continue;
+                };
+                Command::Rejoined { partition, node, incarnation, term }
+            }
+            MemberChange::Unresponsive if member => {
+                tracing::warn!(
+                    partition,
+                    node,
+                    "node {node} acknowledges none of partition {partition}'s transactions though the cluster hears it (a one-way cut between it and this node?): dropping it from the partition's replicas; it rejoins when it can"
+                );
+                Command::Evict { partition, node, term }
+            }
+            _ => continue,
+        };
+        match g.node.propose_via_leader(command).await {
+            Ok(lockstep_cluster::Outcome::Changed { .. }) if change == MemberChange::CaughtUp => {
                 tracing::info!(partition, node, "node {node} caught up and is a member of partition {partition} again")
             }
-            Ok(other) => tracing::info!(partition, node, "node {node} was not made a member of partition {partition}: {other:?}"),
-            Err(e) => tracing::warn!(partition, node, "node {node} could not be made a member of partition {partition} now: {e}"),
+            Ok(lockstep_cluster::Outcome::Changed { .. }) => {
+                tracing::info!(partition, node, "node {node} left partition {partition}'s replicas")
+            }
+            Ok(other) => tracing::info!(partition, node, "the members of partition {partition} did not change for node {node}: {other:?}"),
+            Err(e) => tracing::warn!(partition, node, "the members of partition {partition} could not be changed for node {node} now: {e}"),
         }
     }
 }
