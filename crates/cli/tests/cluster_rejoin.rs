@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::{free_addrs, fully_replicated, members, start_cluster_on, start_node};
+use common::cluster::{free_addrs, start_cluster_on, start_node, wait_fully_replicated};
 use common::TempDir;
 use lockstep_client::{Client, ClientConfig, Response};
 use lockstep_core::Value;
@@ -97,11 +97,7 @@ async fn a_restarted_node_rejoins_its_partitions_while_writes_go_on_and_then_ser
     let rejoined = connect(&addr(&nodes, 1)).await;
 
     // Node 1 is a member of each of its partitions again.
-    let deadline = Instant::now() + LIVENESS_LIMIT;
-    while !fully_replicated(&survivors[0], KFACTOR).await {
-        assert!(Instant::now() < deadline, "node 1 did not rejoin its partitions: TOPO lists {:?}", members(&survivors[0]).await);
-        tokio::time::sleep(POLL).await;
-    }
+    wait_fully_replicated(&survivors[0], KFACTOR, LIVENESS_LIMIT, "node 1 did not rejoin its partitions").await;
     stop.store(true, Ordering::Relaxed);
     writer.await.expect("the writer");
     let during = std::mem::take(&mut *during.lock().unwrap());
@@ -155,11 +151,7 @@ async fn a_whole_cluster_killed_at_once_comes_back_from_its_command_logs() {
     let nodes = tokio::task::spawn_blocking(move || start_cluster_on(&root, &h, None, KFACTOR, "sync")).await.expect("restart the cluster");
     let client = connect(&nodes[0].addr).await;
     // Each partition is restored from the node that held it last, and the others rejoin it.
-    let deadline = Instant::now() + LIVENESS_LIMIT;
-    while !fully_replicated(&client, KFACTOR).await {
-        assert!(Instant::now() < deadline, "the cluster did not come back whole: TOPO lists {:?}", members(&client).await);
-        tokio::time::sleep(POLL).await;
-    }
+    wait_fully_replicated(&client, KFACTOR, LIVENESS_LIMIT, "the cluster did not come back whole").await;
     for n in &nodes {
         let c = connect(&n.addr).await;
         for k in 0..2 * ROWS_PER_PHASE {

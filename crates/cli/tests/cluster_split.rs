@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::{fully_replicated, members, start_cluster_on};
+use common::cluster::{start_cluster_on, wait_fully_replicated};
 use common::proxy::FaultProxy;
 use common::TempDir;
 use lockstep_client::{Client, ClientConfig, Response};
@@ -66,14 +66,6 @@ async fn read_all(client: &Client, keys: &[i64], node: usize) {
             }
         };
         assert_eq!(got, Some(s(&format!("v{k}"))), "acknowledged row {k} through node {node}");
-    }
-}
-
-async fn wait_fully_replicated(client: &Client, what: &str) {
-    let deadline = Instant::now() + LIVENESS_LIMIT;
-    while !fully_replicated(client, KFACTOR).await {
-        assert!(Instant::now() < deadline, "{what}: TOPO lists {:?}", members(client).await);
-        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -144,7 +136,7 @@ async fn a_split_off_minority_refuses_calls_the_majority_goes_on_and_nothing_is_
     }
     // Then node 1 rejoins its partitions, and every row is served through every node; the
     // writes refused in the minority never happened.
-    wait_fully_replicated(&clients[0], "node 1 did not rejoin after the split healed").await;
+    wait_fully_replicated(&clients[0], KFACTOR, LIVENESS_LIMIT, "node 1 did not rejoin after the split healed").await;
     for (n, c) in clients.iter().enumerate() {
         read_all(c, &written, n).await;
         let r = call(c, "KV.select", vec![Value::Int(1_000)]).await.expect("answered");
@@ -165,7 +157,7 @@ async fn a_split_off_minority_refuses_calls_the_majority_goes_on_and_nothing_is_
         k += 1;
     }
     proxy.heal();
-    wait_fully_replicated(&clients[0], "the cluster did not come back whole after the one-way cut").await;
+    wait_fully_replicated(&clients[0], KFACTOR, LIVENESS_LIMIT, "the cluster did not come back whole after the one-way cut").await;
     for (n, c) in clients.iter().enumerate() {
         read_all(c, &written, n).await;
     }

@@ -112,3 +112,13 @@ pub async fn members(client: &lockstep_client::Client) -> Option<Vec<Vec<String>
 pub async fn fully_replicated(client: &lockstep_client::Client, k: u32) -> bool {
     members(client).await.is_some_and(|m| !m.is_empty() && m.iter().all(|hosts| hosts.len() == k as usize + 1))
 }
+
+/// Waits (at most `limit`) until every partition has k + 1 members, per `client`; panics
+/// with `what` and the members TOPO lists if not.
+pub async fn wait_fully_replicated(client: &lockstep_client::Client, k: u32, limit: std::time::Duration, what: &str) {
+    let deadline = std::time::Instant::now() + limit;
+    while !fully_replicated(client, k).await {
+        assert!(std::time::Instant::now() < deadline, "{what}: TOPO lists {:?}", members(client).await);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
