@@ -64,8 +64,9 @@ const LOSSES_MAX: usize = 2;
 const REJOIN_LIMIT_MS: u64 = 60_000;
 const REJOIN_POLL_MS: u64 = 100;
 /// After the last fault the clients run this long without faults, so every history ends
-/// with calls on the settled cluster.
-const QUIET_END_MS: u64 = 2_000;
+/// with calls on the settled cluster (longer than a client's call timeout, so that a call
+/// stuck in the last fault is not all a client did after it).
+const QUIET_END_MS: u64 = 6_000;
 /// Faults last this long in the short run, and in each round of the long one.
 const SHORT_RUN_MS: u64 = 12_000;
 const LONG_RUN_MS: u64 = 60_000;

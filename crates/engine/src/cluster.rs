@@ -190,6 +190,11 @@ pub trait ClusterHooks: Send + Sync + 'static {
 
     fn topology(&self) -> Topology;
 
+    /// Whether this node serves now (it is not cut off from the majority).
+    fn serving(&self) -> bool {
+        true
+    }
+
     /// What this node did for and with the others (`@Statistics CLUSTER`).
     fn counters(&self) -> ClusterCounters {
         ClusterCounters::default()

@@ -341,7 +341,8 @@ impl Coordinator {
         let plans = self.registry.plan_cache(self.catalog.clone());
         let mut shares: BTreeMap<u32, Share> = BTreeMap::new();
         // The node that coordinates now began this session. If the cluster declares it down
-        // while the session has only read, the session ends at once: a coordinator killed
+        // while the session has only read (or this node is cut off from the majority), the
+        // session ends at once: a coordinator killed
         // mid-transaction would otherwise keep this node's partitions parked, and their
         // calls waiting, for `REMOTE_SESSION_IDLE`, long after the failover. Rolling back
         // what only read changes nothing, whatever the coordinator did. A session that wrote
@@ -356,6 +357,12 @@ impl Coordinator {
                 Err(RecvTimeoutError::Timeout) if last_step.elapsed() < REMOTE_SESSION_IDLE => {
                     if let Some(c) = coordinator.filter(|c| !wrote && declared_down(&*hooks, *c)) {
                         tracing::warn!(txn_id, "node {c}, coordinating multi-partition transaction {txn_id}, was declared down before the transaction wrote here: rolled back here");
+                        return ended(&self.links, &here, false);
+                    }
+                    // Cut off from the majority, this node cannot take part in the end of
+                    // the transaction anyway.
+                    if !wrote && !hooks.serving() {
+                        tracing::warn!(txn_id, "this node was cut off from the majority before multi-partition transaction {txn_id} wrote here: rolled back here");
                         return ended(&self.links, &here, false);
                     }
                     continue;

@@ -568,6 +568,10 @@ impl ClusterHooks for ClusterGlue {
         Topology { me: self.me, hosts, partitions }
     }
 
+    fn serving(&self) -> bool {
+        self.refusal().is_none()
+    }
+
     fn counters(&self) -> ClusterCounters {
         ClusterCounters {
             forwarded: self.forwarded.load(Ordering::Relaxed),

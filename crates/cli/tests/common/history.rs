@@ -19,8 +19,13 @@ use tokio::sync::watch;
 use super::{adhoc, ok, repo_root};
 
 /// How long a client waits for an answer before it records the call as of unknown outcome
-/// (a paused server answers nobody).
-pub const CALL_TIMEOUT_MS: u64 = 1_500;
+/// (a paused server answers nobody). Well above a failover (about 1 s) and a loaded
+/// machine's slow answers: every call of unknown outcome overlaps everything after it in
+/// the checker's search, and the bank history (one object) cannot take many.
+pub const CALL_TIMEOUT_MS: u64 = 4_000;
+/// Pause of a client after a call of unknown outcome (it starts again as a new process),
+/// so that a node that answers nobody does not pile them up.
+pub const UNKNOWN_PAUSE_MS: u64 = 500;
 /// How long connecting (and the client's routing calls) may take.
 pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Pause between attempts to reach a server that is down.
@@ -420,7 +425,10 @@ pub async fn run_worker(slot: usize, clients: usize, seed: u64, mut w: Box<dyn W
         let call = w.next(&mut rng, &client, &shared);
         let (outcome, reconnect) = call_and_record(&client, &call, w.as_mut(), &shared, &log, process).await;
         match outcome {
-            Outcome::Info(_) => process += clients,
+            Outcome::Info(_) => {
+                process += clients;
+                tokio::time::sleep(Duration::from_millis(UNKNOWN_PAUSE_MS)).await;
+            }
             Outcome::Fail { unavailable: true, .. } => tokio::time::sleep(Duration::from_millis(UNAVAILABLE_PAUSE_MS)).await,
             _ => {}
         }
