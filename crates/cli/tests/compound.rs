@@ -134,3 +134,74 @@ async fn the_tatp_compound_procedures_run_as_concurrent_single_partition_calls()
     let mp: Vec<_> = stats.iter().filter(|(name, part, _)| *part == MP_PARTITION_ID && name.contains("Compound")).collect();
     assert!(mp.is_empty(), "compound procedures ran as multi-partition work: {mp:?}");
 }
+
+/// Calls in flight at once per client while measuring.
+const MEASURE_IN_FLIGHT: usize = 50;
+/// Calls each way runs while measuring.
+const MEASURE_CALLS: i64 = 20_000;
+
+/// Not a test: measures UPDATE_LOCATION by sub_nbr three ways on one server, for the
+/// figures in docs (no assertion on speed). Run with
+/// `cargo test -p lockstep-cli --test compound -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_compound_against_the_client_side_two_step() {
+    let dir = TempDir::new("compound-measure");
+    let procs = repo_root().join("apps/tatp/procedures");
+    let server = Server::start_with(&dir.0, &["--sites", "4", "--procedures", procs.to_str().expect("utf-8")], "127.0.0.1:0");
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(server.client().await);
+    }
+    load_kit(&clients[0]).await;
+    // The former version: the same two steps as one multi-partition transaction.
+    adhoc(
+        &clients[0],
+        "CREATE PROCEDURE UpdateLocationMp FROM FILE 'mp.lua' SOURCE $lua$
+         local find = sql [[SELECT s_id FROM subscriber_nbr_map WHERE sub_nbr = ?]]
+         local update = sql [[UPDATE subscriber SET vlr_location = ? WHERE s_id = ?]]
+         return function(sub_nbr, vlr_location)
+           local row = find:first(sub_nbr)
+           if not row then return -1 end
+           update:exec(vlr_location, row.s_id)
+           return 0
+         end$lua$",
+    )
+    .await;
+    for way in ["mode 3 (client: SUBSCRIBER_NBR_MAP.select, then UpdateLocation)", "mode 4 (UpdateLocationCompound)", "one MP transaction"]
+    {
+        let started = std::time::Instant::now();
+        let per_client = MEASURE_CALLS / CLIENTS as i64;
+        let runs = clients.iter().enumerate().map(|(k, c)| async move {
+            let mut next = 0i64;
+            let mut in_flight = futures::stream::FuturesUnordered::new();
+            use futures::StreamExt;
+            loop {
+                while in_flight.len() < MEASURE_IN_FLIGHT && next < per_client {
+                    let id = (k as i64 * per_client + next) % SUBSCRIBERS;
+                    next += 1;
+                    in_flight.push(one_update(c, way, id));
+                }
+                if in_flight.next().await.is_none() {
+                    break;
+                }
+            }
+        });
+        futures::future::join_all(runs).await;
+        let secs = started.elapsed().as_secs_f64();
+        println!("{way}: {MEASURE_CALLS} calls in {secs:.2} s = {:.0}/s", MEASURE_CALLS as f64 / secs);
+    }
+}
+
+async fn one_update(c: &Client, way: &str, id: i64) {
+    let nbr = format!("0{id}");
+    if way.starts_with("mode 3") {
+        let r = ok(c, "SUBSCRIBER_NBR_MAP.select", vec![s(&nbr)]).await;
+        let s_id = r.tables[0].rows[0][1].clone();
+        ok(c, "UpdateLocation", vec![s_id, i(id)]).await;
+    } else if way.starts_with("mode 4") {
+        ok(c, "UpdateLocationCompound", vec![s(&nbr), i(id)]).await;
+    } else {
+        ok(c, "UpdateLocationMp", vec![s(&nbr), i(id)]).await;
+    }
+}
