@@ -9,7 +9,6 @@
 //! nothing undoes the earlier calls when a later one fails (as VoltDB's compound procedures).
 
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -111,6 +110,8 @@ impl CompoundThread {
     }
 
     pub(crate) fn run(mut self) {
+        let sweep = Duration::from_millis(COMPOUND_SWEEP_MS);
+        let mut swept = Instant::now();
         loop {
             match self.rx.recv_timeout(Duration::from_millis(COMPOUND_SWEEP_MS)) {
                 Ok(CompoundMsg::Start { name, params, principal, timeout, reply }) => self.start(&name, params, principal, timeout, reply),
@@ -120,7 +121,11 @@ impl CompoundThread {
                 Err(RecvTimeoutError::Timeout) if self.engine.strong_count() == 0 => break,
                 Err(RecvTimeoutError::Timeout) => {}
             }
-            self.expire();
+            // Not after every message: the sweep looks at every invocation in flight.
+            if swept.elapsed() >= sweep {
+                self.expire();
+                swept = Instant::now();
+            }
         }
         for (id, inv) in std::mem::take(&mut self.invocations) {
             self.runtime.abandon(id);
@@ -136,8 +141,7 @@ impl CompoundThread {
         let Some(ProcedureBody::Lua { path, source }) = catalog.procedure(name).map(|d| &d.body) else {
             return self.answer_caller(reply, Outcome::error(Error::unexpected(format!("Procedure {name} was not found"))));
         };
-        let source: Rc<str> = Rc::from(source.as_str());
-        let (id, step) = self.runtime.start(name, path, &source, &params);
+        let (id, step) = self.runtime.start(name, path, source, &params);
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let inv = Invocation { reply, principal, deadline, answers: Vec::new(), waiting: 0 };
         self.step(&engine, id, inv, step);

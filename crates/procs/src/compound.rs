@@ -139,7 +139,7 @@ impl CompoundRuntime {
 
     /// Starts an invocation of procedure `name` (body `source`, from `path` for messages);
     /// returns its id and its first step.
-    pub fn start(&mut self, name: &str, path: &str, source: &Rc<str>, params: &[Value]) -> (u64, Step) {
+    pub fn start(&mut self, name: &str, path: &str, source: &str, params: &[Value]) -> (u64, Step) {
         let id = self.next_id;
         self.next_id += 1;
         let step = match self.body(name, path, source).and_then(|f| self.lua.create_thread(f).map_err(internal)) {
@@ -171,15 +171,15 @@ impl CompoundRuntime {
         self.running.remove(&id);
     }
 
-    fn body(&mut self, name: &str, path: &str, source: &Rc<str>) -> Result<Function, Error> {
+    fn body(&mut self, name: &str, path: &str, source: &str) -> Result<Function, Error> {
         let key = name.to_ascii_lowercase();
         if let Some((loaded, f)) = self.bodies.get(&key) {
-            if **loaded == **source {
+            if **loaded == *source {
                 return Ok(f.clone());
             }
         }
         let f = self.load(name, path, source)?;
-        self.bodies.insert(key, (source.clone(), f.clone()));
+        self.bodies.insert(key, (Rc::from(source), f.clone()));
         Ok(f)
     }
 
@@ -389,7 +389,7 @@ mod tests {
     }
 
     fn start(rt: &mut CompoundRuntime, source: &str, params: &[Value]) -> (u64, Step) {
-        rt.start("P", "P.lua", &Rc::from(source), params)
+        rt.start("P", "P.lua", source, params)
     }
 
     fn calls(step: Step) -> Vec<IssuedCall> {
