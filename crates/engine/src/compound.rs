@@ -378,6 +378,30 @@ mod tests {
     }
 
     #[test]
+    fn the_query_timeout_bounds_the_whole_invocation() {
+        let e = start("timeout");
+        ddl(
+            &e,
+            "CREATE PROCEDURE Spin PARTITION ON TABLE s COLUMN id PARAMETER 0 FROM FILE 'spin.lua' SOURCE $lua$
+             return function(id) while true do end end$lua$",
+        );
+        // Each call fails at the time left; the body keeps calling until none is left.
+        ddl(
+            &e,
+            "CREATE PROCEDURE Spinner FROM FILE 'spinner.lua' SOURCE $lua$compound = true
+             return function() for i = 1, 60 do call('Spin', 1) end return 'never' end$lua$",
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let call = Call { procedure: "Spinner".into(), timeout_ms: Some(100), ..Default::default() };
+        e.submit(call, Box::new(move |o| tx.send(o).unwrap()));
+        let o = rx.recv().unwrap();
+        assert!(!o.is_success());
+        let text = o.status_string.unwrap_or_default();
+        assert!(lockstep_procs::is_procedure_timeout(&lockstep_core::Error::graceful(text.clone())), "{text}");
+        e.shutdown();
+    }
+
+    #[test]
     fn a_compound_procedure_cannot_be_partitioned() {
         let e = start("partitioned");
         let (tx, rx) = std::sync::mpsc::channel();
