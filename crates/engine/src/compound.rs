@@ -1,8 +1,9 @@
-//! The compound-procedure thread: runs compound procedures (Lua bodies marked
+//! The compound-procedure threads: run compound procedures (Lua bodies marked
 //! `compound = true`) outside every partition. Each invocation is a Lua coroutine; the
 //! calls it issues go through `Engine::submit` like a client's (so single-partition calls
 //! run on their partitions alongside everything else, and in a cluster are forwarded to
-//! their leaders), and their answers come back to this thread as messages that resume it.
+//! their leaders), and their answers come back to the invocation's thread as messages that
+//! resume it.
 //! The thread never waits on a call: it only ever waits for its next message.
 //!
 //! A compound procedure is not a transaction: each call it issues commits on its own, and
@@ -25,6 +26,9 @@ use crate::registry::ProcRoute;
 /// Compound invocations running (started, not yet answered) at most; a call beyond them is
 /// refused as overload, so answers waiting in memory stay bounded.
 pub const COMPOUND_IN_FLIGHT_MAX: usize = 10_000;
+/// Compound threads, each with its own Lua state; invocations are dealt to them in turn,
+/// and an invocation stays on its thread.
+pub const COMPOUND_THREADS: usize = 2;
 /// How often the thread looks for invocations whose time has run out, in ms.
 const COMPOUND_SWEEP_MS: u64 = 100;
 
@@ -49,7 +53,10 @@ pub(crate) enum CompoundMsg {
 /// The way to the compound thread, held by the engine.
 #[derive(Clone)]
 pub(crate) struct CompoundLink {
-    tx: Sender<CompoundMsg>,
+    /// One queue per compound thread.
+    txs: Arc<[Sender<CompoundMsg>]>,
+    /// The thread the next invocation goes to.
+    next: Arc<AtomicUsize>,
     /// Invocations started and not yet answered (see `COMPOUND_IN_FLIGHT_MAX`).
     in_flight: Arc<AtomicUsize>,
 }
@@ -64,7 +71,8 @@ impl CompoundLink {
             ))));
         }
         let msg = CompoundMsg::Start { name, params: call.params, principal: call.principal, timeout, reply };
-        if let Err(e) = self.tx.send(msg) {
+        let tx = &self.txs[self.next.fetch_add(1, Ordering::Relaxed) % self.txs.len()];
+        if let Err(e) = tx.send(msg) {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
             if let CompoundMsg::Start { reply, .. } = e.0 {
                 reply(Outcome::error(Error::unavailable("the server is shutting down")));
@@ -73,14 +81,18 @@ impl CompoundLink {
     }
 
     pub(crate) fn shutdown(&self) {
-        let _ = self.tx.send(CompoundMsg::Shutdown);
+        for tx in self.txs.iter() {
+            let _ = tx.send(CompoundMsg::Shutdown);
+        }
     }
 }
 
-/// A channel to a compound thread not started yet (`spawn` starts it once the engine exists).
-pub(crate) fn channel() -> (CompoundLink, Receiver<CompoundMsg>) {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    (CompoundLink { tx, in_flight: Arc::new(AtomicUsize::new(0)) }, rx)
+/// The queues of `COMPOUND_THREADS` compound threads not started yet (the engine starts
+/// them once it exists): the link, and each thread's own (sender, receiver).
+pub(crate) fn channels() -> (CompoundLink, Vec<(Sender<CompoundMsg>, Receiver<CompoundMsg>)>) {
+    let queues: Vec<_> = (0..COMPOUND_THREADS).map(|_| crossbeam_channel::unbounded()).collect();
+    let txs: Arc<[Sender<CompoundMsg>]> = queues.iter().map(|(tx, _)| tx.clone()).collect();
+    (CompoundLink { txs, next: Arc::default(), in_flight: Arc::new(AtomicUsize::new(0)) }, queues)
 }
 
 /// One invocation waiting for the answers to its calls.
@@ -103,10 +115,15 @@ pub(crate) struct CompoundThread {
 }
 
 impl CompoundThread {
-    pub(crate) fn new(engine: Weak<Engine>, link: &CompoundLink, rx: Receiver<CompoundMsg>) -> lockstep_core::Result<Self> {
+    /// A thread reading `rx`, whose calls' answers come back through `tx` (its own queue).
+    pub(crate) fn new(
+        engine: Weak<Engine>,
+        link: &CompoundLink,
+        (tx, rx): (Sender<CompoundMsg>, Receiver<CompoundMsg>),
+    ) -> lockstep_core::Result<Self> {
         let config = engine.upgrade().map(|e| e.shared().config.clone()).ok_or_else(|| Error::unexpected("the engine stopped"))?;
         let runtime = CompoundRuntime::new(config.lua_memory_limit_bytes, config.lua_instruction_budget)?;
-        Ok(CompoundThread { engine, rx, tx: link.tx.clone(), in_flight: link.in_flight.clone(), runtime, invocations: HashMap::new() })
+        Ok(CompoundThread { engine, rx, tx, in_flight: link.in_flight.clone(), runtime, invocations: HashMap::new() })
     }
 
     pub(crate) fn run(mut self) {

@@ -230,7 +230,7 @@ pub struct Engine {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Ownership of the data directory, given up when the engine has shut down.
     data_dir_lock: Mutex<Option<DataDirLock>>,
-    /// The thread that runs compound procedures.
+    /// The threads that run compound procedures.
     compound: CompoundLink,
 }
 
@@ -334,18 +334,19 @@ impl Engine {
             move || Coordinator::new(coordinator_shared, links, catalog, records, store, mp_rx, replaying),
             Coordinator::run,
         )?);
-        let (compound, compound_rx) = crate::compound::channel();
+        let (compound, compound_queues) = crate::compound::channels();
         let engine = Arc::new(Engine {
             shared,
             threads: Mutex::new(threads),
             data_dir_lock: Mutex::new(Some(data_dir_lock)),
             compound: compound.clone(),
         });
-        let weak = Arc::downgrade(&engine);
-        let compound_thread =
-            spawn_built("compound".into(), move || CompoundThread::new(weak, &compound, compound_rx), CompoundThread::run)?;
-        if let Ok(mut t) = engine.threads.lock() {
-            t.push(compound_thread);
+        for (i, queue) in compound_queues.into_iter().enumerate() {
+            let (weak, link) = (Arc::downgrade(&engine), compound.clone());
+            let thread = spawn_built(format!("compound-{i}"), move || CompoundThread::new(weak, &link, queue), CompoundThread::run)?;
+            if let Ok(mut t) = engine.threads.lock() {
+                t.push(thread);
+            }
         }
         if let Some(reader) = log_reader {
             let replayed = recovery::replay(&engine, reader, base.as_ref())?;
