@@ -105,9 +105,9 @@ CREATE PROCEDURE InsertCallForwardingMultiPartition PARTITION ON TABLE subscribe
 CREATE PROCEDURE DeleteCallForwardingMultiPartition PARTITION ON TABLE subscriber COLUMN s_id PARAMETER 0
   FROM FILE 'procedures/DeleteCallForwardingMultiPartition.lua';
 
--- The kit's compound procedures (its fk mode 4): the subscriber_nbr_map lookup and the
--- write, here as one multi-partition transaction each (answers 0, or -1 for an unknown
--- number).
+-- The kit's compound procedures (its fk mode 4): each file declares itself compound, so
+-- it runs as a chain of single-partition calls (the subscriber_nbr_map lookup, then the
+-- write), not as a transaction (answers 0, or -1 for an unknown number).
 CREATE PROCEDURE UpdateLocationCompound FROM FILE 'procedures/UpdateLocationCompound.lua';
 CREATE PROCEDURE InsertCallForwardingCompound FROM FILE 'procedures/InsertCallForwardingCompound.lua';
 CREATE PROCEDURE DeleteCallForwardingCompound FROM FILE 'procedures/DeleteCallForwardingCompound.lua';

@@ -1,12 +1,17 @@
--- UpdateLocationCompound(sub_nbr, vlr_location): the kit's compound procedure (look the
--- number up in subscriber_nbr_map, then UpdateLocation) as one multi-partition transaction.
--- Returns 0 when done, -1 when the number is unknown (the kit's "errors" answer).
-local find = sql [[SELECT s_id FROM subscriber_nbr_map WHERE sub_nbr = ?]]
-local update = sql [[UPDATE subscriber SET vlr_location = ? WHERE s_id = ?]]
+-- UpdateLocationCompound(sub_nbr, vlr_location): the kit's compound procedure (its fk mode
+-- 4). Not a transaction: a chain of two single-partition calls, as the kit's Java
+-- VoltCompoundProcedure: SUBSCRIBER_NBR_MAP.select(sub_nbr) on the number's partition, then
+-- UpdateLocation(s_id, vlr_location) on the subscriber's. Returns 0 when done, -1 when the
+-- number is unknown; a failed call aborts with its message (the update is not undone if
+-- something fails after it: nothing is, across a compound procedure's calls).
+compound = true
 
 return function(sub_nbr, vlr_location)
-  local row = find:first(sub_nbr)
+  local found = call("SUBSCRIBER_NBR_MAP.select", sub_nbr)
+  if not found.ok then abort("SUBSCRIBER_NBR_MAP.select failed: " .. found.message) end
+  local row = found.tables[1][1]
   if not row then return -1 end
-  update:exec(vlr_location, row.s_id)
+  local updated = call("UpdateLocation", row.s_id, vlr_location)
+  if not updated.ok then abort("UpdateLocation failed: " .. updated.message) end
   return 0
 end

@@ -13,6 +13,7 @@ use lockstep_sql::Route;
 use crate::auth::{self, AdHocKind, Principal};
 use crate::cluster::{ClusterHooks, ErrorData, MpRemote, MpRequest, ReplicatedEntry, SpRequest};
 use crate::cmdlog::{self, CommandLog, Durability, Record};
+use crate::compound::{CompoundLink, CompoundThread};
 use crate::config::EngineConfig;
 use crate::datadir::DataDirLock;
 use crate::ddl::FsDdlEnv;
@@ -229,6 +230,8 @@ pub struct Engine {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Ownership of the data directory, given up when the engine has shut down.
     data_dir_lock: Mutex<Option<DataDirLock>>,
+    /// The threads that run compound procedures.
+    compound: CompoundLink,
 }
 
 impl Engine {
@@ -331,7 +334,20 @@ impl Engine {
             move || Coordinator::new(coordinator_shared, links, catalog, records, store, mp_rx, replaying),
             Coordinator::run,
         )?);
-        let engine = Arc::new(Engine { shared, threads: Mutex::new(threads), data_dir_lock: Mutex::new(Some(data_dir_lock)) });
+        let (compound, compound_queues) = crate::compound::channels();
+        let engine = Arc::new(Engine {
+            shared,
+            threads: Mutex::new(threads),
+            data_dir_lock: Mutex::new(Some(data_dir_lock)),
+            compound: compound.clone(),
+        });
+        for (i, queue) in compound_queues.into_iter().enumerate() {
+            let (weak, link) = (Arc::downgrade(&engine), compound.clone());
+            let thread = spawn_built(format!("compound-{i}"), move || CompoundThread::new(weak, &link, queue), CompoundThread::run)?;
+            if let Ok(mut t) = engine.threads.lock() {
+                t.push(thread);
+            }
+        }
         if let Some(reader) = log_reader {
             let replayed = recovery::replay(&engine, reader, base.as_ref())?;
             // A fresh snapshot makes the next recovery short and gives a catalog that came
@@ -411,6 +427,15 @@ impl Engine {
             }
         }
         let timeout = self.call_timeout(call.timeout_ms);
+        if info.route == ProcRoute::Compound {
+            if call.partition_destination.is_some() {
+                return reply(Outcome::error(Error::graceful(format!(
+                    "procedure {} is a compound procedure and cannot be sent to one partition",
+                    info.name
+                ))));
+            }
+            return self.compound.start(info.name.clone(), call, timeout, reply);
+        }
         match self.route(info, call) {
             Ok(Routed::Site(site, params)) => self.run_sp(site, SpWork::Proc(info.name.clone()), params, timeout, reply),
             Ok(Routed::Mp(params)) => match self.mp_elsewhere() {
@@ -651,6 +676,7 @@ impl Engine {
                 }
                 Ok(Routed::Site(d, params))
             }
+            ProcRoute::Compound => Err(Error::unexpected(format!("compound procedure {} reached the router", info.name))),
             ProcRoute::Multi => {
                 if destination.is_some() {
                     return Err(Error::graceful(format!("procedure {} is multi-partition and cannot be sent to one partition", info.name)));
@@ -753,6 +779,7 @@ impl Engine {
     /// Stops accepting calls, lets queued work finish, and joins every thread.
     pub fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::Relaxed);
+        self.compound.shutdown();
         let mp = self.shared.mp.lock().ok().and_then(|mut g| g.take());
         if let Some(tx) = mp {
             let _ = tx.send(MpWork::Shutdown);

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod cluster;
 pub mod cmdlog;
+pub mod compound;
 pub mod config;
 pub mod datadir;
 pub mod ddl;

@@ -27,6 +27,9 @@ pub enum ProcRoute {
     Multi,
     /// On the partition the caller names (every-partition calls).
     Directed,
+    /// A compound procedure: not a transaction, run on the compound thread as a chain of
+    /// ordinary calls (`compound.rs`).
+    Compound,
 }
 
 impl ProcRoute {
@@ -122,7 +125,7 @@ impl Registry {
         self.lua.set_load_time_limit(load_time_limit);
         let mut procs = NameMap::default();
         for info in procedure_infos(catalog) {
-            if (self.scope == Scope::Coordinator) != info.route.is_multi() {
+            if (self.scope == Scope::Coordinator) != info.route.is_multi() || info.route == ProcRoute::Compound {
                 continue;
             }
             let key = info.name.to_ascii_lowercase();
@@ -165,6 +168,13 @@ impl Registry {
             ProcedureBody::Sql(sql) => {
                 let p = lockstep_sql::prepare(catalog, sql).map_err(|e| e.context(format!("procedure {}", def.name)))?;
                 ProcImpl::Sql(check(p, 0)?)
+            }
+            ProcedureBody::Lua { source, .. } if lockstep_procs::is_compound(source) => {
+                return Err(Error::sql(format!(
+                    "procedure {} is a compound procedure ({}): declare it without PARTITION ON; it runs as a chain of calls, not on one partition",
+                    def.name,
+                    lockstep_procs::COMPOUND_DECLARATION
+                )))
             }
             ProcedureBody::Lua { path, source } => {
                 let mut stmts = Vec::new();
@@ -300,6 +310,7 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
                     Ok(p) => (ProcRoute::Multi, p.read_only),
                     Err(_) => (ProcRoute::Multi, false),
                 },
+                ProcedureBody::Lua { source, .. } if lockstep_procs::is_compound(source) => (ProcRoute::Compound, false),
                 ProcedureBody::Lua { .. } => (ProcRoute::Multi, false),
             },
         };

@@ -5,6 +5,7 @@
 //! one [`LuaRuntime`] per site thread.
 
 mod bytecode;
+mod compound;
 mod convert;
 mod errors;
 mod freeze;
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use lockstep_core::{DataType, Result, ResultTable, Value};
 
+pub use compound::{is_compound, CallAnswer, CompoundRuntime, Failure, IssuedCall, Step, COMPOUND_CALLS_MAX, COMPOUND_DECLARATION};
 pub use runtime::{LuaRuntime, Proc as LuaProc};
 pub use stmt::{each_row_of, modified_count};
 

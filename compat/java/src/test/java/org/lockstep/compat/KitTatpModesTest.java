@@ -259,6 +259,33 @@ class KitTatpModesTest {
         assertEquals(-1, Clients.scalar(ok("UpdateLocationCompound", "0999", 1L)));
     }
 
+    /**
+     * Mode 4 under concurrency: the kit's client fires the compound procedures asynchronously
+     * and checks each callback for SUCCESS. Every subscriber's UpdateLocationCompound in flight
+     * at once, then the locations read back (each call's write happened exactly once).
+     */
+    @Test
+    void compoundModeUnderConcurrency() throws Exception {
+        java.util.concurrent.ConcurrentLinkedQueue<String> bad = new java.util.concurrent.ConcurrentLinkedQueue<>();
+        java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(3 * SUBSCRIBERS);
+        org.voltdb.client.ProcedureCallback check = r -> {
+            if (r.getStatus() != ClientResponse.SUCCESS || r.getResults()[0].asScalarLong() != 0) {
+                bad.add(r.getStatusString());
+            }
+            done.countDown();
+        };
+        for (int i = 0; i < SUBSCRIBERS; i++) {
+            client.callProcedure(check, "UpdateLocationCompound", "0" + i, 5000L + i);
+            client.callProcedure(check, "InsertCallForwardingCompound", "0" + i, 1, 100, 1);
+            client.callProcedure(check, "DeleteCallForwardingCompound", "0" + i, 1, 16L);
+        }
+        assertTrue(done.await(60, java.util.concurrent.TimeUnit.SECONDS), "every compound call answered");
+        assertTrue(bad.isEmpty(), "failed or non-zero answers: " + bad);
+        for (int i = 0; i < SUBSCRIBERS; i++) {
+            assertEquals(5000L + i, count("SELECT vlr_location FROM subscriber WHERE s_id = " + i));
+        }
+    }
+
     /** The read transactions of the loop, in every mode, with the kit's parameter types. */
     @Test
     void readsAndSubscriberDataUpdatesAnswerTheKitsShapes() throws Exception {
