@@ -58,6 +58,8 @@ const SCHEMA_APPLIED_FILE: &str = "schema-applied";
 /// How long the coordinating node waits for a node's answer to one step of a
 /// multi-partition transaction (a fragment may run up to the query timeout).
 const MP_STEP_TIMEOUT_MS: u64 = 60_000;
+/// How often a step waiting for another node looks whether that node was declared down.
+const MP_STEP_CHECK_MS: u64 = 50;
 /// How often a node looks for partitions it holds a replica of but is not a member of
 /// (after a restart), to rejoin them.
 const REJOIN_CHECK_MS: u64 = 500;
@@ -545,13 +547,33 @@ impl ClusterHooks for ClusterGlue {
             Err(e) => return failed(format!("a transaction step cannot be encoded: {e}")),
         };
         let limit = Duration::from_millis(MP_STEP_TIMEOUT_MS);
-        match self.runtime.block_on(self.node.invoke_step(node, payload, limit)) {
-            Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
+        // The step is given up as soon as its node is declared down or this node is cut off
+        // from the majority: the coordinator's partitions stay parked while it waits.
+        let gone = async {
+            loop {
+                sleep(Duration::from_millis(MP_STEP_CHECK_MS)).await;
+                let view = self.views.borrow();
+                if !view.state.is_alive(node) || view.standing != Standing::Serving {
+                    return;
+                }
+            }
+        };
+        let answered = self.runtime.block_on(async {
+            tokio::select! {
+                r = self.node.invoke_step(node, payload, limit) => Some(r),
+                () = gone => None,
+            }
+        });
+        match answered {
+            None => failed(format!(
+                "node {node} was declared down, or this node cut off from the majority, while a transaction step waited for it"
+            )),
+            Some(Ok(Ok(bytes))) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
                 Ok(ForwardAnswer::Step(answer)) => answer,
                 _ => failed(format!("node {node} answered a transaction step unreadably")),
             },
-            Ok(Err(why)) => failed(why),
-            Err(e) => failed(format!("node {node} did not answer a transaction step: {e}")),
+            Some(Ok(Err(why))) => failed(why),
+            Some(Err(e)) => failed(format!("node {node} did not answer a transaction step: {e}")),
         }
     }
 
