@@ -15,7 +15,7 @@ const SERVER_READY_TIMEOUT_MS = 30_000;
  */
 export function startServer(bin, extraArgs = []) {
   const data = mkdtempSync(join(tmpdir(), "lockstep-console-"));
-  const child = spawn(bin, ["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data", data, ...extraArgs], {
+  const child = spawn(bin, ["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--pg", "off", "--data", data, ...extraArgs], {
     env: { ...process.env, LOCKSTEP_LOG: "warn" },
     stdio: ["ignore", "pipe", "inherit"],
   });
