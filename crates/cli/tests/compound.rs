@@ -140,12 +140,15 @@ const MEASURE_IN_FLIGHT: usize = 50;
 /// Calls each way runs while measuring.
 const MEASURE_CALLS: i64 = 20_000;
 
-/// Not a test: measures UPDATE_LOCATION by sub_nbr three ways on one server, for the
-/// figures in docs (no assertion on speed). Run with
-/// `cargo test -p lockstep-cli --test compound -- --ignored --nocapture`.
+/// A measurement more than a test, so it runs only with LOCKSTEP_LONG=1: UPDATE_LOCATION by
+/// sub_nbr three ways on one server, every call checked to succeed, the rates printed (no
+/// assertion on speed). `LOCKSTEP_LONG=1 cargo test -p lockstep-cli --test compound --
+/// --nocapture measure`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
 async fn measure_compound_against_the_client_side_two_step() {
+    if !common::history::long() {
+        return;
+    }
     let dir = TempDir::new("compound-measure");
     let procs = repo_root().join("apps/tatp/procedures");
     let server = Server::start_with(&dir.0, &["--sites", "4", "--procedures", procs.to_str().expect("utf-8")], "127.0.0.1:0");

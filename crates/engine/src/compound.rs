@@ -261,15 +261,10 @@ fn timed_out() -> Error {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Call, Engine, EngineConfig, Outcome};
+    use crate::mp::tests::run;
+    use crate::{Call, Engine, EngineConfig};
     use lockstep_core::{ResultTable, Value};
     use std::sync::Arc;
-
-    fn run(engine: &Engine, procedure: &str, params: Vec<Value>) -> Outcome {
-        let (tx, rx) = std::sync::mpsc::channel();
-        engine.submit(Call { procedure: procedure.into(), params, ..Default::default() }, Box::new(move |o| tx.send(o).unwrap()));
-        rx.recv().unwrap()
-    }
 
     fn ddl(engine: &Engine, sql: &str) {
         let (tx, rx) = std::sync::mpsc::channel();

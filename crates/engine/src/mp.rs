@@ -878,12 +878,13 @@ fn outcome_result(o: Outcome) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use crate::cmdlog::{self, LogReader, Record};
     use crate::{Call, Engine, EngineConfig, Outcome};
     use lockstep_core::Value;
 
-    fn run(engine: &Engine, procedure: &str, params: Vec<Value>) -> Outcome {
+    /// Submits one call and waits for its answer.
+    pub(crate) fn run(engine: &Engine, procedure: &str, params: Vec<Value>) -> Outcome {
         let (tx, rx) = std::sync::mpsc::channel();
         engine.submit(Call { procedure: procedure.into(), params, ..Default::default() }, Box::new(move |o| tx.send(o).unwrap()));
         rx.recv().unwrap()
