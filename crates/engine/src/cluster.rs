@@ -48,9 +48,19 @@ pub enum MpRemote {
     Begin { txn_id: i64 },
     /// Run a fragment of transaction `txn_id` on a parked partition.
     Fragment { txn_id: i64, partition: u32, spec: FragmentSpec },
-    /// Commit (after replicating what the transaction did to each partition) or roll back,
-    /// and let the partitions go.
+    /// Prepare: hand each partition's share to its replicas, which hold it without running
+    /// it; answered once every replica has it. `participants`: every partition with a share.
+    Prepare { txn_id: i64, participants: Vec<u32> },
+    /// The transaction's outcome: every share's replicas run it (commit) or drop it; the
+    /// partitions go.
     End { txn_id: i64, commit: bool },
+    /// From a newly coordinating node: what this node knows of transactions a coordinator
+    /// left undecided (`InDoubtRow`s). A session not yet prepared is ended here, so it can
+    /// never be prepared later.
+    InDoubt,
+    /// The outcome of `txn_id` for a share `partition`'s site holds (its leader, which
+    /// prepared it, went down before deciding it).
+    Resolve { txn_id: i64, partition: u32, commit: bool },
 }
 
 /// A result table as it travels between nodes (column types by their wire codes).
@@ -119,7 +129,10 @@ impl From<ErrorData> for Error {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum ReplicatedEntry {
     Txn(Vec<u8>),
-    MpPart { txn_id: i64, specs: Vec<FragmentSpec> },
+    /// A prepared share: held, not run, until the `MpDecide` that follows it.
+    MpPart { txn_id: i64, participants: Vec<u32>, specs: Vec<FragmentSpec> },
+    /// The outcome of the share held: run it (commit) or drop it.
+    MpDecide { txn_id: i64, commit: bool },
 }
 
 impl ReplicatedEntry {
@@ -262,6 +275,15 @@ pub fn parts_hash(results: std::result::Result<&[ResultTable], &Error>) -> u64 {
         }
         Err(e) => e.message.hash(&mut h),
     }
+    h.finish()
+}
+
+/// The hash replicas compare for a prepared share (held, not run: nothing to compare but
+/// that they hold it) and for a dropped one.
+pub fn held_hash(txn_id: i64, commit: Option<bool>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    ("mp-share", txn_id, commit).hash(&mut h);
     h.finish()
 }
 

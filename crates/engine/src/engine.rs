@@ -11,7 +11,7 @@ use lockstep_core::{Catalog, Error, HashRing, Result, Value};
 use lockstep_sql::Route;
 
 use crate::auth::{self, AdHocKind, Principal};
-use crate::cluster::{ClusterHooks, ErrorData, MpRemote, MpRequest, ReplicatedEntry, SpRequest};
+use crate::cluster::{ClusterHooks, ErrorData, MpRemote, MpRequest, ReplicatedEntry, SpRequest, TableData};
 use crate::cmdlog::{self, CommandLog, Durability, Record};
 use crate::compound::{CompoundLink, CompoundThread};
 use crate::config::EngineConfig;
@@ -21,6 +21,7 @@ use crate::durable::Durable;
 use crate::memory::MemoryGuard;
 use crate::mp::{Coordinator, MpWork, SiteLink};
 use crate::mp_cluster::{RemoteReply, RemoteStep};
+use crate::mp_ledger::Ledger;
 use crate::outcome::{Outcome, Reply};
 use crate::recovery;
 use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
@@ -97,6 +98,8 @@ pub struct Shared {
     pub(crate) remote_steps: (Sender<RemoteStep>, crossbeam_channel::Receiver<RemoteStep>),
     /// The multi-partition transaction this node serves for the coordinator now (0: none).
     pub(crate) serving_mp: std::sync::atomic::AtomicI64,
+    /// What this node knows of multi-partition transactions prepared here.
+    pub(crate) ledger: Arc<Mutex<Ledger>>,
 }
 
 impl Shared {
@@ -275,6 +278,7 @@ impl Engine {
         let memory = MemoryGuard::start(config.memory_limit);
         let (mp_tx, mp_rx) = unbounded();
         let cluster = ClusterLink::default();
+        let ledger: Arc<Mutex<Ledger>> = Default::default();
         let mut links = Vec::new();
         let mut sites = Vec::new();
         let mut threads = Vec::new();
@@ -291,6 +295,7 @@ impl Engine {
                 durable: durable.clone(),
                 memory: memory.clone(),
                 cluster: cluster.clone(),
+                ledger: ledger.clone(),
             };
             // A site's Lua state cannot move between threads: build the site on its own.
             let (site_config, site_catalog, site_ring) = (config.clone(), catalog.clone(), ring.clone());
@@ -326,6 +331,7 @@ impl Engine {
             cluster,
             remote_steps: bounded(REMOTE_STEPS_MAX),
             serving_mp: std::sync::atomic::AtomicI64::new(0),
+            ledger,
         });
         let coordinator_shared = shared.clone();
         let replaying = log_reader.is_some();
@@ -508,7 +514,21 @@ impl Engine {
     pub fn mp_participant(&self, message: MpRemote, reply: RemoteReply) {
         match message {
             MpRemote::Begin { txn_id } => self.shared.send_mp(MpWork::RemoteSession { txn_id, reply }),
-            MpRemote::Fragment { txn_id, .. } | MpRemote::End { txn_id, .. } if self.shared.serving_mp.load(Ordering::SeqCst) != txn_id => {
+            MpRemote::InDoubt => match self.shared.cluster.get() {
+                Some(hooks) => reply(crate::mp_cluster::in_doubt_report(&**hooks, &self.shared.ledger, self.shared.sites.len() as u32)),
+                None => reply(Err(ErrorData { status: -5, message: "this node is not in a cluster".into() })),
+            },
+            MpRemote::Resolve { txn_id, partition, commit } => {
+                let done = Box::new(move |r: std::result::Result<(), String>| {
+                    reply(r.map(|()| TableData { columns: Vec::new(), rows: Vec::new() }).map_err(|message| ErrorData { status: -5, message }))
+                });
+                if let Some(SiteMsg::Resolve { done, .. }) = self.try_send_site(partition, SiteMsg::Resolve { txn_id, commit, done }) {
+                    done(Err(format!("partition {partition}'s site cannot take the outcome of transaction {txn_id} now")));
+                }
+            }
+            MpRemote::Fragment { txn_id, .. } | MpRemote::Prepare { txn_id, .. } | MpRemote::End { txn_id, .. }
+                if self.shared.serving_mp.load(Ordering::SeqCst) != txn_id =>
+            {
                 // A step of a transaction this node does not serve (it ended here, or a
                 // coordinator that lost its place still runs it): answered now, not queued
                 // where nobody reads it.
@@ -580,7 +600,10 @@ impl Engine {
                     return Err(Error::unexpected(format!("partition {partition} was sent a replicated entry it cannot run: {other:?}")))
                 }
             },
-            ReplicatedEntry::MpPart { txn_id, specs } => SiteMsg::ReplicatedMp { txn_id, seq: Some(seq), specs },
+            ReplicatedEntry::MpPart { txn_id, participants, specs } => {
+                SiteMsg::ReplicatedMp { txn_id, seq: Some(seq), participants, specs }
+            }
+            ReplicatedEntry::MpDecide { txn_id, commit } => SiteMsg::ReplicatedDecide { txn_id, seq: Some(seq), commit },
         };
         let tx = self.shared.sites.get(partition as usize).ok_or_else(|| Error::graceful(format!("invalid partition {partition}")))?;
         // A follower's queue holds only what its leader ordered, which the replication bounds

@@ -15,6 +15,7 @@ pub mod export;
 pub mod memory;
 pub mod mp;
 pub mod mp_cluster;
+pub mod mp_ledger;
 pub mod name_cache;
 pub mod outcome;
 pub mod recovery;

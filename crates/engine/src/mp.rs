@@ -226,6 +226,9 @@ pub struct Coordinator {
     /// Log positions of the snapshots completed since start, oldest first. The log is cut
     /// only behind the oldest one kept on disk, so recovery can fall back to it.
     snapshot_log_seqs: std::collections::VecDeque<u64>,
+    /// In a cluster: the topology (`mp_cluster::topology_fingerprint`) at which no
+    /// multi-partition transaction was left undecided by a failure; None: look again.
+    pub(crate) in_doubt_settled: Option<u64>,
 }
 
 /// A snapshot whose files the sites are still writing.
@@ -278,6 +281,7 @@ impl Coordinator {
             snapshot: None,
             next_snapshot_id,
             snapshot_log_seqs: std::collections::VecDeque::new(),
+            in_doubt_settled: None,
         })
     }
 
@@ -363,6 +367,13 @@ impl Coordinator {
 
     /// Periodic snapshots, and the snapshot that lifts the write fence once the log works.
     fn periodic(&mut self, last_snapshot: &mut std::time::Instant) {
+        if let Some(hooks) = self.shared.cluster.get().cloned() {
+            if !self.replaying && hooks.mp_coordinator() == Some(hooks.topology().me) {
+                if let Err(why) = self.settle_in_doubt(&*hooks) {
+                    tracing::info!("a multi-partition transaction left undecided is not settled yet: {why}");
+                }
+            }
+        }
         if self.snapshot.is_some() || self.replaying {
             return;
         }
@@ -693,6 +704,18 @@ impl Coordinator {
     /// Parks every site, marks their state for a snapshot and logs where it was taken;
     /// the sites then write their files between transactions.
     fn start_snapshot(&mut self, reply: Option<Reply>) {
+        // A site holding a prepared share parks only once it has its outcome.
+        if let Some(hooks) = self.shared.cluster.get().cloned() {
+            let held = (0..self.links.len() as u32).find(|p| crate::mp_ledger::lock(&self.shared.ledger).held(*p).is_some());
+            if let Some(p) = held.filter(|_| self.settle_in_doubt(&*hooks).is_err()) {
+                if let Some(reply) = reply {
+                    reply(Outcome::error(Error::unavailable(format!(
+                        "partition {p} waits for the outcome of a multi-partition transaction; try the snapshot again shortly"
+                    ))));
+                }
+                return;
+            }
+        }
         if self.snapshot.is_some() {
             if let Some(reply) = reply {
                 reply(Outcome::error(Error::graceful("a snapshot is already being written; try again when it completes")));

@@ -4,16 +4,18 @@
 //! leads its partition, as data (`FragmentSpec`), or runs it here. A node that leads
 //! partitions serves such a transaction on its own coordinator thread (`remote_session`).
 //!
-//! What a transaction did to a partition reaches the partition's replicas as one entry of
-//! its replication, at the place where the partition was parked: the fragments that ran on
-//! it, in order (`ReplicatedEntry::MpPart`), which the replicas' sites run again; their hash
-//! of the answers must equal the leader's. The answer goes out once every replica has run
-//! every share.
+//! What a transaction did to a partition reaches the partition's replicas in two entries of
+//! its replication, at the place where the partition was parked. First the *prepared share*:
+//! the fragments that ran on it, in order (`ReplicatedEntry::MpPart`), which the replicas
+//! hold without running. Once every share is in every replica, the coordinator decides to
+//! commit, and a second entry (`ReplicatedEntry::MpDecide`) has the replicas run the share
+//! again (their hash of the answers must equal the leader's) or drop it. Each is in the
+//! command log of every replica (`Record::MpShare`, `Record::MpDecide`).
 //!
-//! Each share is in the command log of every replica of its partition (`Record::MpShare`, at
-//! its place in the partition's order), so a whole cluster restarted from its logs has it. A
-//! node lost between the first share replicated and the last leaves the transaction on some
-//! partitions only (its answer then says the outcome is unknown): see docs/cluster.md.
+//! A coordinator or a leader lost between the two entries leaves shares held undecided. The
+//! node coordinating next gathers what every node knows (`mp_ledger`) and decides each such
+//! transaction by one rule: an outcome any partition applied stands; otherwise commit if
+//! and only if every share was prepared (docs/cluster.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -26,6 +28,7 @@ use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{Deadline, ExecCtx, Fragment, FragmentSpec, PlanCache, SiteAccess, SiteFn, StatementRef, StatementResolver, Target};
 
 use crate::cluster::{ClusterHooks, ErrorData, MpRemote, RemoteAnswer, ReplicatedEntry, TableData};
+use crate::mp_ledger::{self, Decision, InDoubtRow, Ledger, ShareState};
 use crate::cmdlog::Record;
 use crate::mp::{Coordinator, MpRunner, SiteLink, Sites};
 use crate::outcome::Outcome;
@@ -41,6 +44,8 @@ pub const REMOTE_SESSION_IDLE: Duration = Duration::from_secs(30);
 pub const REMOTE_SESSION_POLL: Duration = Duration::from_millis(50);
 /// How long a transaction's answer waits for the replicas of the partitions led here.
 pub const REPLICATION_WAIT: Duration = Duration::from_secs(30);
+/// How long a new leader's site is given to apply the outcome of a share it holds.
+const RESOLVE_WAIT: Duration = Duration::from_secs(10);
 
 /// The answer to one step of a remote session.
 pub type RemoteReply = Box<dyn FnOnce(RemoteAnswer) + Send>;
@@ -69,6 +74,8 @@ pub(crate) struct ClusterSites<'a> {
     leaders: Vec<u32>,
     plans: &'a PlanCache,
     shares: BTreeMap<u32, Share>,
+    /// Partitions led elsewhere where a fragment ran: each has a share there.
+    remote: BTreeSet<u32>,
 }
 
 impl ClusterSites<'_> {
@@ -131,7 +138,11 @@ impl SiteAccess for ClusterSites<'_> {
                 r
             } else {
                 let message = MpRemote::Fragment { txn_id: self.txn_id, partition: p, spec: (*fragment.spec).clone() };
-                self.hooks.mp_remote(leader, message).map_err(Error::from).and_then(TableData::into_table)
+                let answer = self.hooks.mp_remote(leader, message).map_err(Error::from).and_then(TableData::into_table);
+                if answer.is_ok() {
+                    self.remote.insert(p);
+                }
+                answer
             };
             answers.push(answer);
         }
@@ -163,58 +174,143 @@ fn named_by_text(spec: &FragmentSpec, plans: &PlanCache) -> Result<FragmentSpec>
     Ok(named)
 }
 
-/// Replicates each share (when committing) and logs it here as the partition's leader
-/// (the partition is parked, so the record falls at the share's place in its order);
-/// returns the channel on which the replicas' answers and the log's arrive, how many to
-/// wait for, or why a share could not be sent.
-fn send_shares(
+/// Answers awaited from the replicas (and this node's log) of the shares led here.
+pub(crate) struct Pending {
+    rx: crossbeam_channel::Receiver<std::result::Result<(), String>>,
+    expected: usize,
+    /// Why a share could not be sent at all.
+    failed: Option<String>,
+}
+
+impl Pending {
+    fn new() -> (crossbeam_channel::Sender<std::result::Result<(), String>>, Pending) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (tx, Pending { rx, expected: 0, failed: None })
+    }
+
+    /// Waits for every answer; the reason if any failed or none came in time.
+    fn wait(self) -> Option<String> {
+        let mut failed = self.failed;
+        for _ in 0..self.expected {
+            match self.rx.recv_timeout(REPLICATION_WAIT) {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => failed = Some(why),
+                Err(_) => failed = Some(format!("the replicas did not confirm within {} s", REPLICATION_WAIT.as_secs())),
+            }
+        }
+        failed
+    }
+}
+
+/// Prepares each share led here: its replicas hold it, not run; it is logged here too (the
+/// partition is parked, so the record falls at the share's place in its order).
+fn prepare_shares(
     hooks: &dyn ClusterHooks,
     durable: &Arc<crate::durable::Durable>,
     txn_id: i64,
-    shares: BTreeMap<u32, Share>,
-) -> (crossbeam_channel::Receiver<std::result::Result<(), String>>, usize, Option<String>) {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let (mut expected, mut failed) = (0, None);
-    for (p, share) in shares {
-        let hash = crate::cluster::parts_hash(Ok(&share.results));
+    participants: &[u32],
+    shares: &BTreeMap<u32, Share>,
+) -> Pending {
+    let (tx, mut pending) = Pending::new();
+    for (&p, share) in shares {
         let record = match durable.logging() {
-            true => postcard::to_allocvec(&share.specs).map(|specs| Some(Record::MpShare { txn_id, partition: p, specs })),
+            true => postcard::to_allocvec(&share.specs)
+                .map(|specs| Some(Record::MpShare { txn_id, partition: p, participants: participants.to_vec(), specs })),
             false => Ok(None),
         };
         let sent = record.map_err(|e| format!("the share cannot be encoded: {e}")).and_then(|record| {
-            let entry = ReplicatedEntry::MpPart { txn_id, specs: share.specs }.encode().map_err(|e| e.message)?;
+            let entry = ReplicatedEntry::MpPart { txn_id, participants: participants.to_vec(), specs: share.specs.clone() };
+            let entry = entry.encode().map_err(|e| e.message)?;
             let replicated = tx.clone();
-            hooks.replicate(p, entry, hash, Box::new(move |r| drop(replicated.send(r))))?;
+            hooks.replicate(p, entry, crate::cluster::held_hash(txn_id, None), Box::new(move |r| drop(replicated.send(r))))?;
             Ok(record)
         });
         match sent {
             Ok(record) => {
-                expected += 1;
+                pending.expected += 1;
                 if let Some(record) = record {
                     let logged = tx.clone();
                     let done =
                         move |o: Outcome| drop(logged.send(if o.is_success() { Ok(()) } else { Err(o.status_string.unwrap_or_default()) }));
                     durable.append_then_reply(&record, Outcome::tables(Vec::new()), Box::new(done));
-                    expected += 1;
+                    pending.expected += 1;
                 }
             }
-            Err(why) => failed = Some(format!("partition {p}: {why}")),
+            Err(why) => pending.failed = Some(format!("partition {p}: {why}")),
         }
     }
-    (rx, expected, failed)
+    pending
 }
 
-/// Waits for `expected` replication answers; the reason if any failed or none came.
-fn wait_for_replicas(rx: crossbeam_channel::Receiver<std::result::Result<(), String>>, expected: usize) -> Option<String> {
-    let mut failed = None;
-    for _ in 0..expected {
-        match rx.recv_timeout(REPLICATION_WAIT) {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => failed = Some(why),
-            Err(_) => failed = Some(format!("the replicas did not confirm within {} s", REPLICATION_WAIT.as_secs())),
+/// Decides each share led here: its replicas run it (commit) or drop it; logged here and
+/// recorded in the ledger.
+fn decide_shares(
+    hooks: &dyn ClusterHooks,
+    durable: &Arc<crate::durable::Durable>,
+    ledger: &std::sync::Mutex<Ledger>,
+    txn_id: i64,
+    commit: bool,
+    shares: &BTreeMap<u32, Share>,
+) -> Pending {
+    let (tx, mut pending) = Pending::new();
+    for (&p, share) in shares {
+        mp_ledger::lock(ledger).decided(p, txn_id, commit);
+        let hash = match commit {
+            true => crate::cluster::parts_hash(Ok(&share.results)),
+            false => crate::cluster::held_hash(txn_id, Some(false)),
+        };
+        if durable.logging() {
+            durable.append(&Record::MpDecide { txn_id, partition: p, commit });
+        }
+        let replicated = tx.clone();
+        let sent = ReplicatedEntry::MpDecide { txn_id, commit }
+            .encode()
+            .map_err(|e| e.message)
+            .and_then(|entry| hooks.replicate(p, entry, hash, Box::new(move |r| drop(replicated.send(r)))));
+        match sent {
+            Ok(()) => pending.expected += 1,
+            Err(why) => pending.failed = Some(format!("partition {p}: {why}")),
         }
     }
-    failed
+    pending
+}
+
+/// The in-doubt report a node answers `MpRemote::InDoubt` with: the partitions it leads and
+/// is ready to answer for, and its rows (one cell, encoded).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct InDoubtReport {
+    ready: Vec<u32>,
+    rows: Vec<InDoubtRow>,
+}
+
+/// This node's in-doubt report, as a table that travels like any answer.
+pub(crate) fn in_doubt_report(hooks: &dyn ClusterHooks, ledger: &std::sync::Mutex<Ledger>, partitions: u32) -> RemoteAnswer {
+    let ready: Vec<u32> = (0..partitions).filter(|p| hooks.leads(*p)).collect();
+    let rows = mp_ledger::lock(ledger).rows(|p| ready.contains(&p));
+    let bytes = postcard::to_allocvec(&InDoubtReport { ready, rows })
+        .map_err(|e| ErrorData { status: -5, message: format!("an in-doubt report cannot be encoded: {e}") })?;
+    Ok(TableData { columns: vec![("REPORT".into(), lockstep_core::DataType::Varbinary.wire_code())], rows: vec![vec![lockstep_core::Value::Bytes(bytes.into())]] })
+}
+
+fn read_report(t: TableData) -> Option<InDoubtReport> {
+    match t.rows.first()?.first()? {
+        lockstep_core::Value::Bytes(b) => postcard::from_bytes(b).ok(),
+        _ => None,
+    }
+}
+
+/// What decides whether transactions left undecided must be looked for again: which nodes
+/// are alive and who leads each partition.
+fn topology_fingerprint(t: &crate::cluster::Topology) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    for host in &t.hosts {
+        (host.id, host.alive).hash(&mut h);
+    }
+    for p in &t.partitions {
+        p.leader.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Whether the cluster has declared `node` down (the topology lists it, not alive).
@@ -239,6 +335,11 @@ impl Coordinator {
         timeout: Option<Duration>,
         body: impl FnOnce(&mut Registry, &mut MpRunner, &CallContext) -> Result<ProcOutput>,
     ) -> Outcome {
+        if let Err(why) = self.settle_in_doubt(&*hooks) {
+            return Outcome::error(Error::unavailable(format!(
+                "a multi-partition transaction left undecided by a failure is being settled ({why}): try again shortly"
+            )));
+        }
         let topology = hooks.topology();
         let me = topology.me;
         let mut leaders = Vec::with_capacity(self.links.len());
@@ -269,7 +370,7 @@ impl Coordinator {
             }
         }
         let plans = self.registry.plan_cache(self.catalog.clone());
-        let mut shares = BTreeMap::new();
+        let (mut shares, mut participants) = (BTreeMap::new(), BTreeSet::new());
         if result.is_ok() {
             let ts = timestamp_micros(txn_id);
             let mut ctx = ExecCtx::new(txn_id, ts);
@@ -283,6 +384,7 @@ impl Coordinator {
                 leaders: leaders.clone(),
                 plans: &plans,
                 shares: BTreeMap::new(),
+                remote: BTreeSet::new(),
             };
             let mut runner = MpRunner { sites: Sites::Cluster(sites), ctx };
             let call = CallContext { txn_id, timestamp_micros: ts, partition: None, time_limit: crate::registry::time_limit(ctx.deadline) };
@@ -290,32 +392,142 @@ impl Coordinator {
             result = catch_unwind(AssertUnwindSafe(|| body(registry, &mut runner, &call))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
             if let Sites::Cluster(s) = &mut runner.sites {
                 shares = s.take_shares();
+                participants = s.remote.iter().copied().chain(shares.keys().copied()).collect();
             }
         }
-        let commit = result.is_ok();
-        let (acks, expected, mut unknown) =
-            if commit { send_shares(&*hooks, &self.shared.durable, txn_id, shares) } else { (crossbeam_channel::never(), 0, None) };
-        ended(&self.links, &here, commit);
-        for n in begun {
-            if let Err(e) = hooks.mp_remote(n, MpRemote::End { txn_id, commit }) {
-                if commit {
-                    unknown = Some(format!("node {n}: {}", e.message));
+        let participants: Vec<u32> = participants.into_iter().collect();
+        let durable = self.shared.durable.clone();
+        let ledger = self.shared.ledger.clone();
+        // Prepare: every share into every replica, held, before anything commits anywhere.
+        let prepare = result.is_ok() && !participants.is_empty();
+        let mut not_prepared = None;
+        if prepare {
+            let local = prepare_shares(&*hooks, &durable, txn_id, &participants, &shares);
+            for &n in &begun {
+                if let Err(e) = hooks.mp_remote(n, MpRemote::Prepare { txn_id, participants: participants.clone() }) {
+                    not_prepared = Some(format!("node {n}: {}", e.message));
                 }
             }
+            if let Some(why) = local.wait() {
+                not_prepared = Some(why);
+            }
         }
-        if let Some(why) = wait_for_replicas(acks, expected) {
-            unknown = Some(why);
+        // Decide. Once every share is prepared the outcome is settled: whoever decides it
+        // later (after a failure here) decides the same.
+        let commit = result.is_ok() && not_prepared.is_none();
+        let local = match prepare {
+            true => decide_shares(&*hooks, &durable, &ledger, txn_id, commit, &shares),
+            false => Pending::new().1,
+        };
+        ended(&self.links, &here, commit);
+        let mut undelivered = None;
+        for n in begun {
+            if let Err(e) = hooks.mp_remote(n, MpRemote::End { txn_id, commit }) {
+                undelivered = Some(format!("node {n}: {}", e.message));
+            }
         }
-        let outcome = Outcome::from_result(result);
-        match unknown {
-            Some(why) if outcome.is_success() => crate::cluster::unknown(&why),
-            _ => outcome,
+        // An abort after a prepare is final only once every replica has dropped its share.
+        if prepare && !commit {
+            if let Some(why) = local.wait() {
+                undelivered = Some(why);
+            }
+        }
+        if let Some(why) = &undelivered {
+            tracing::warn!(txn_id, commit, "the outcome of multi-partition transaction {txn_id} has not reached every node yet ({why}): it will be settled again");
+            self.in_doubt_settled = None;
+        }
+        match (result, not_prepared) {
+            (Ok(out), None) => Outcome::from_output(out),
+            (Ok(_), Some(why)) => match undelivered {
+                Some(more) => crate::cluster::unknown(&format!("{why}; then {more}")),
+                None => Outcome::error(Error::unavailable(format!("the transaction was rolled back: it could not be prepared everywhere ({why})"))),
+            },
+            (Err(e), _) => Outcome::error(e),
         }
     }
 
+    /// Before this node parks partitions as the coordinator: settles the transactions a
+    /// failure left undecided, if the cluster changed since they were last looked for.
+    pub(crate) fn settle_in_doubt(&mut self, hooks: &dyn ClusterHooks) -> std::result::Result<(), String> {
+        let fingerprint = topology_fingerprint(&hooks.topology());
+        if self.in_doubt_settled == Some(fingerprint) {
+            return Ok(());
+        }
+        let (settled, _) = self.resolve_in_doubt(hooks);
+        settled.map(|()| self.in_doubt_settled = Some(fingerprint))
+    }
+
+    /// As the coordinating node: asks every node leading partitions what it knows of
+    /// undecided transactions, and ends each by `mp_ledger::decide`. Returns Ok once
+    /// nothing is left undecided, and the outcomes decided (this node's own session is
+    /// ended by its caller).
+    pub(crate) fn resolve_in_doubt(&mut self, hooks: &dyn ClusterHooks) -> (std::result::Result<(), String>, BTreeMap<i64, bool>) {
+        let topology = hooks.topology();
+        let me = topology.me;
+        let partitions = self.links.len() as u32;
+        let leaders: BTreeSet<u32> = topology.partitions.iter().filter_map(|p| p.leader).collect();
+        let (mut rows, mut ready) = (Vec::<(u32, InDoubtRow)>::new(), BTreeSet::new());
+        let mut left = None;
+        for &n in &leaders {
+            let answer =
+                if n == me { in_doubt_report(hooks, &self.shared.ledger, partitions) } else { hooks.mp_remote(n, MpRemote::InDoubt) };
+            match answer.ok().and_then(read_report) {
+                Some(report) => {
+                    ready.extend(report.ready);
+                    rows.extend(report.rows.into_iter().map(|r| (n, r)));
+                }
+                None => left = Some(format!("node {n} did not say what it holds")),
+            }
+        }
+        if let Some(p) = (0..partitions).find(|p| !ready.contains(p)) {
+            left = Some(format!("partition {p} has no leader ready"));
+        }
+        let all: Vec<InDoubtRow> = rows.iter().map(|(_, r)| r.clone()).collect();
+        let mut outcomes = BTreeMap::new();
+        for txn_id in mp_ledger::undecided(&all) {
+            let commit = match mp_ledger::decide(txn_id, &all, |p| ready.contains(&p)) {
+                Decision::Commit => true,
+                Decision::Abort => false,
+                Decision::Wait(why) => {
+                    left = Some(why);
+                    continue;
+                }
+            };
+            tracing::warn!(txn_id, commit, "settling multi-partition transaction {txn_id}, left undecided by a failure");
+            outcomes.insert(txn_id, commit);
+            let mut sessions = BTreeSet::new();
+            for (n, r) in rows.iter().filter(|(_, r)| r.txn_id == txn_id) {
+                let sent = match r.state {
+                    ShareState::Open | ShareState::Prepared if *n != me && sessions.insert(*n) => {
+                        hooks.mp_remote(*n, MpRemote::End { txn_id, commit }).map(drop).map_err(|e| e.message)
+                    }
+                    ShareState::Held if *n == me => self.resolve_here(r.partition, txn_id, commit),
+                    ShareState::Held => hooks
+                        .mp_remote(*n, MpRemote::Resolve { txn_id, partition: r.partition, commit })
+                        .map(drop)
+                        .map_err(|e| e.message),
+                    _ => Ok(()),
+                };
+                if let Err(why) = sent {
+                    left = Some(format!("node {n}: {why}"));
+                }
+            }
+        }
+        (left.map_or(Ok(()), Err), outcomes)
+    }
+
+    /// Hands the outcome of a share held to a site here and waits until it is replicated.
+    fn resolve_here(&self, partition: u32, txn_id: i64, commit: bool) -> std::result::Result<(), String> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let done = Box::new(move |r| drop(tx.send(r)));
+        let link = self.links.get(partition as usize).ok_or_else(|| format!("no partition {partition}"))?;
+        link.queue.send(SiteMsg::Resolve { txn_id, commit, done }).map_err(|_| "a partition site has stopped".to_string())?;
+        rx.recv_timeout(RESOLVE_WAIT).unwrap_or_else(|_| Err(format!("partition {partition} did not apply the outcome in time")))
+    }
+
     /// Serves transaction `txn_id` for the coordinating node: parks the partitions this
-    /// node leads, runs the fragments it sends, and at its end replicates each partition's
-    /// share before letting the partitions go.
+    /// node leads, runs the fragments it sends, prepares their shares when asked, and
+    /// applies the outcome it decides before letting the partitions go.
     pub(crate) fn remote_session(&mut self, txn_id: i64, begun: RemoteReply) {
         let Some(hooks) = self.shared.cluster.get().cloned() else {
             return begun(Err(ErrorData { status: -5, message: "this node is not in a cluster".into() }));
@@ -328,71 +540,100 @@ impl Coordinator {
             let _ = self.links[p as usize].queue.send(SiteMsg::MpBegin { txn_id, log_marker: false });
         }
         self.shared.serving_mp.store(txn_id, std::sync::atomic::Ordering::SeqCst);
+        mp_ledger::lock(&self.shared.ledger).session_begin(txn_id);
         // Steps of this transaction are taken from here until the session returns.
-        struct Serving<'a>(&'a std::sync::atomic::AtomicI64);
+        struct Serving<'a>(&'a crate::engine::Shared);
         impl Drop for Serving<'_> {
             fn drop(&mut self) {
-                self.0.store(0, std::sync::atomic::Ordering::SeqCst);
+                self.0.serving_mp.store(0, std::sync::atomic::Ordering::SeqCst);
+                mp_ledger::lock(&self.0.ledger).session_end();
             }
         }
         let shared = self.shared.clone();
-        let _serving = Serving(&shared.serving_mp);
+        let _serving = Serving(&shared);
         begun(Ok(TableData { columns: Vec::new(), rows: Vec::new() }));
         let plans = self.registry.plan_cache(self.catalog.clone());
         let mut shares: BTreeMap<u32, Share> = BTreeMap::new();
-        // The node that coordinates now began this session. If the cluster declares it down
-        // while the session has only read (or this node is cut off from the majority), the
-        // session ends at once: a coordinator killed
-        // mid-transaction would otherwise keep this node's partitions parked, and their
-        // calls waiting, for `REMOTE_SESSION_IDLE`, long after the failover. Rolling back
-        // what only read changes nothing, whatever the coordinator did. A session that wrote
-        // still waits for its end (or the idle limit): with no prepare step yet, letting it
-        // go early could undo here what the coordinator committed elsewhere.
         let coordinator = hooks.mp_coordinator();
-        let mut wrote = false;
+        let (mut prepare_sent, mut prepared) = (false, false);
         let mut last_step = std::time::Instant::now();
+        let durable = shared.durable.clone();
         loop {
             let step = match self.shared.remote_steps.1.recv_timeout(REMOTE_SESSION_POLL) {
                 Ok(step) => step,
-                Err(RecvTimeoutError::Timeout) if last_step.elapsed() < REMOTE_SESSION_IDLE => {
-                    if let Some(c) = coordinator.filter(|c| !wrote && declared_down(&*hooks, *c)) {
-                        tracing::warn!(txn_id, "node {c}, coordinating multi-partition transaction {txn_id}, was declared down before the transaction wrote here: rolled back here");
-                        return ended(&self.links, &here, false);
+                Err(RecvTimeoutError::Timeout) if prepared => {
+                    // Prepared, the outcome is the coordinator's to give, or its successor's.
+                    if let Some(c) = coordinator.filter(|c| declared_down(&*hooks, *c)) {
+                        if hooks.mp_coordinator() == Some(hooks.topology().me) {
+                            // The successor is this node, and this session its thread.
+                            let (_, outcomes) = self.resolve_in_doubt(&*hooks);
+                            if let Some(&commit) = outcomes.get(&txn_id) {
+                                tracing::warn!(txn_id, commit, "node {c}, coordinating multi-partition transaction {txn_id}, went down after it was prepared: settled here");
+                                drop(decide_shares(&*hooks, &durable, &shared.ledger, txn_id, commit, &shares));
+                                return ended(&self.links, &here, commit);
+                            }
+                        }
                     }
-                    // Cut off from the majority, this node cannot take part in the end of
-                    // the transaction anyway.
-                    if !wrote && !hooks.serving() {
-                        tracing::warn!(txn_id, "this node was cut off from the majority before multi-partition transaction {txn_id} wrote here: rolled back here");
+                    // Deposed: the partitions' new leaders hold the shares and get the outcome.
+                    let topology = hooks.topology();
+                    if !here.iter().any(|p| topology.partitions.get(*p as usize).and_then(|x| x.leader) == Some(topology.me)) {
+                        tracing::warn!(txn_id, "this node no longer leads the partitions of prepared transaction {txn_id}: its new leaders settle it");
                         return ended(&self.links, &here, false);
                     }
                     continue;
                 }
+                Err(RecvTimeoutError::Timeout) if last_step.elapsed() < REMOTE_SESSION_IDLE => {
+                    // Not prepared: the coordinator cannot commit without this node, so the
+                    // session may end here as soon as the coordinator is gone or this node
+                    // is cut off from the majority.
+                    if let Some(c) = coordinator.filter(|c| declared_down(&*hooks, *c)) {
+                        tracing::warn!(txn_id, "node {c}, coordinating multi-partition transaction {txn_id}, was declared down before it was prepared: rolled back here");
+                        return self.session_abort(&*hooks, txn_id, &here, prepare_sent, &shares);
+                    }
+                    if !hooks.serving() {
+                        tracing::warn!(txn_id, "this node was cut off from the majority before multi-partition transaction {txn_id} was prepared: rolled back here");
+                        return self.session_abort(&*hooks, txn_id, &here, prepare_sent, &shares);
+                    }
+                    continue;
+                }
                 Err(_) => {
-                    tracing::warn!(
-                        txn_id,
-                        "the coordinating node went silent during multi-partition transaction {txn_id}: rolled back here"
-                    );
-                    return ended(&self.links, &here, false);
+                    tracing::warn!(txn_id, "the coordinating node went silent during multi-partition transaction {txn_id}: rolled back here");
+                    return self.session_abort(&*hooks, txn_id, &here, prepare_sent, &shares);
                 }
             };
             last_step = std::time::Instant::now();
             match step.message {
-                MpRemote::Fragment { txn_id: t, partition, spec } if t == txn_id => {
-                    // A fragment that fails to resolve runs nothing; any other may write.
-                    wrote |= plans.resolve(spec.catalog_version, &spec.statement).is_ok_and(|p| !p.read_only);
+                MpRemote::Fragment { txn_id: t, partition, spec } if t == txn_id && !prepare_sent => {
                     let answer = self.remote_fragment(&here, &plans, partition, spec, &mut shares);
                     (step.reply)(answer.as_ref().map(TableData::from).map_err(ErrorData::from));
                 }
+                MpRemote::Prepare { txn_id: t, participants } if t == txn_id && !prepare_sent => {
+                    prepare_sent = true;
+                    let failed = prepare_shares(&*hooks, &durable, txn_id, &participants, &shares).wait();
+                    let partitions: Vec<u32> = shares.keys().copied().collect();
+                    let answer = match failed {
+                        None if mp_ledger::lock(&shared.ledger).session_prepared(txn_id, partitions, participants) => {
+                            prepared = true;
+                            Ok(TableData { columns: Vec::new(), rows: Vec::new() })
+                        }
+                        None => Err("a new coordinator settled the transaction before it was prepared here".to_string()),
+                        Some(why) => Err(why),
+                    };
+                    (step.reply)(answer.map_err(|message| ErrorData { status: -5, message }));
+                }
                 MpRemote::End { txn_id: t, commit } if t == txn_id => {
-                    let (acks, expected, mut failed) = if commit {
-                        send_shares(&*hooks, &self.shared.durable, txn_id, shares)
-                    } else {
-                        (crossbeam_channel::never(), 0, None)
+                    if commit && !prepared {
+                        tracing::error!(txn_id, "told to commit multi-partition transaction {txn_id}, which was not prepared here: rolled back");
+                    }
+                    let commit = commit && prepared;
+                    let pending = match prepare_sent {
+                        true => decide_shares(&*hooks, &durable, &shared.ledger, txn_id, commit, &shares),
+                        false => Pending::new().1,
                     };
                     ended(&self.links, &here, commit);
-                    if let Some(why) = wait_for_replicas(acks, expected) {
-                        failed = Some(why);
-                    }
+                    // A commit was settled when every share was prepared; an abort is final
+                    // here once every replica dropped its share.
+                    let failed = if commit { None } else { pending.wait() };
                     (step.reply)(match failed {
                         None => Ok(TableData { columns: Vec::new(), rows: Vec::new() }),
                         Some(why) => Err(ErrorData { status: crate::durable::STATUS_RESPONSE_UNKNOWN, message: why }),
@@ -401,10 +642,18 @@ impl Coordinator {
                 }
                 _ => (step.reply)(Err(ErrorData {
                     status: -5,
-                    message: format!("this node is serving multi-partition transaction {txn_id}, not that one"),
+                    message: format!("this node is serving multi-partition transaction {txn_id}, not that step of it"),
                 })),
             }
         }
+    }
+
+    /// Ends a session that was not prepared: its shares (if a prepare began) are dropped.
+    fn session_abort(&self, hooks: &dyn ClusterHooks, txn_id: i64, here: &[u32], prepare_sent: bool, shares: &BTreeMap<u32, Share>) {
+        if prepare_sent {
+            drop(decide_shares(hooks, &self.shared.durable, &self.shared.ledger, txn_id, false, shares));
+        }
+        ended(&self.links, here, false);
     }
 
     fn remote_fragment(

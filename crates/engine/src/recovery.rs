@@ -139,10 +139,13 @@ pub fn replay(engine: &Arc<Engine>, mut log: Peekable<LogReader>, base: Option<&
                 }
                 shared.send_mp(MpWork::Replay { txn_id, procedure, params })
             }
-            Record::MpShare { txn_id, partition, specs } => {
+            Record::MpShare { txn_id, partition, participants, specs } => {
                 let specs = postcard::from_bytes(&specs)
                     .map_err(|e| Error::unexpected(format!("a logged share of transaction {txn_id} cannot be decoded: {e}")))?;
-                shared.send_site(check(partition)?, SiteMsg::ReplicatedMp { txn_id, seq: None, specs });
+                shared.send_site(check(partition)?, SiteMsg::ReplicatedMp { txn_id, seq: None, participants, specs });
+            }
+            Record::MpDecide { txn_id, partition, commit } => {
+                shared.send_site(check(partition)?, SiteMsg::ReplicatedDecide { txn_id, seq: None, commit });
             }
             Record::SnapshotTaken { .. } => continue,
         }

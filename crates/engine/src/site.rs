@@ -68,13 +68,28 @@ pub enum SiteMsg {
         txn_id: i64,
         seq: u64,
     },
-    /// In a cluster: entry `seq` of this partition is its share of multi-partition
-    /// transaction `txn_id`: the fragments its leader ran, to run here in one transaction.
-    /// Without `seq`, a share read back from the command log in recovery.
+    /// In a cluster: entry `seq` of this partition is its prepared share of multi-partition
+    /// transaction `txn_id`: the fragments its leader ran, held here (not run) until the
+    /// outcome (`ReplicatedDecide`). Without `seq`, read back from the command log.
     ReplicatedMp {
         txn_id: i64,
         seq: Option<u64>,
+        participants: Vec<u32>,
         specs: Vec<lockstep_sql::FragmentSpec>,
+    },
+    /// The outcome of the share held: run it in one transaction (commit) or drop it.
+    ReplicatedDecide {
+        txn_id: i64,
+        seq: Option<u64>,
+        commit: bool,
+    },
+    /// On a partition's new leader, whose predecessor prepared a share and went down: the
+    /// outcome of the share held, decided by the coordinator; this site applies it and
+    /// replicates it; `done` once every replica has it.
+    Resolve {
+        txn_id: i64,
+        commit: bool,
+        done: Box<dyn FnOnce(std::result::Result<(), String>) + Send>,
     },
     /// Enter the multi-partition transaction `txn_id`: serve the MP link until it ends.
     /// `log_marker` records where it fell in this site's order (not during replay, nor for
@@ -206,7 +221,23 @@ pub struct Site {
     cluster: ClusterLink,
     /// Plans for replicated multi-partition shares, at the site's catalog version.
     plans: Option<lockstep_sql::PlanCache>,
+    /// A prepared share of a multi-partition transaction, waiting for its outcome: no new
+    /// work runs here until it comes.
+    held: Option<HeldShare>,
+    /// A multi-partition transaction that asked to park this site while a share was held.
+    deferred: std::collections::VecDeque<SiteMsg>,
+    ledger: Arc<std::sync::Mutex<crate::mp_ledger::Ledger>>,
 }
+
+/// A prepared share this site holds.
+struct HeldShare {
+    txn_id: i64,
+    specs: Vec<lockstep_sql::FragmentSpec>,
+}
+
+/// At most this many requests to park the site wait while it holds a share (one coordinator
+/// runs one multi-partition transaction at a time).
+const DEFERRED_MAX: usize = 8;
 
 /// The engine's cluster hooks, once set (`Engine::set_cluster`); shared by every site.
 pub type ClusterLink = Arc<std::sync::OnceLock<Arc<dyn ClusterHooks>>>;
@@ -237,6 +268,7 @@ pub struct SiteLinks {
     pub durable: Arc<Durable>,
     pub memory: Arc<MemoryGuard>,
     pub cluster: ClusterLink,
+    pub ledger: Arc<std::sync::Mutex<crate::mp_ledger::Ledger>>,
 }
 
 impl Site {
@@ -275,6 +307,9 @@ impl Site {
             waiting: Vec::with_capacity(ANSWERS_HELD_MAX),
             cluster: links.cluster,
             plans: None,
+            held: None,
+            deferred: Default::default(),
+            ledger: links.ledger,
         };
         if let Some(dir) = restore {
             let rows = site.load_snapshot(dir).map_err(|e| e.context(format!("partition {id}: cannot load snapshot {}", dir.display())))?;
@@ -303,7 +338,8 @@ impl Site {
             if self.answers.len() >= ANSWERS_HELD_MAX || self.waiting.len() >= ANSWERS_HELD_MAX {
                 self.send_answers();
             }
-            let msg = match self.queue.try_recv() {
+            let deferred = if self.held.is_none() { self.deferred.pop_front() } else { None };
+            let msg = match deferred.map_or_else(|| self.queue.try_recv(), Ok) {
                 Ok(m) => m,
                 Err(_) if !self.answers.is_empty() || !self.waiting.is_empty() => {
                     self.send_answers();
@@ -333,10 +369,27 @@ impl Site {
                 }
             };
             match msg {
+                SiteMsg::Call { reply, .. } if self.held.is_some() => {
+                    let txn = self.held.as_ref().map_or(0, |h| h.txn_id);
+                    let why = format!(
+                        "partition {} waits for the outcome of multi-partition transaction {txn}, which its previous leader prepared: try again shortly",
+                        self.id
+                    );
+                    self.answer(Outcome::error(Error::unavailable(why)), reply)
+                }
+                msg @ SiteMsg::MpBegin { .. } if self.held.is_some() => {
+                    if self.deferred.len() >= DEFERRED_MAX {
+                        tracing::error!(site = self.id, "too many multi-partition transactions wait for a held share: one is dropped");
+                    } else {
+                        self.deferred.push_back(msg);
+                    }
+                }
                 SiteMsg::Call { work, params, timeout, reply } => self.run_single(work, params, Run::Live { reply, timeout }),
                 SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, Run::Replay(txn_id)),
                 SiteMsg::Replicated { work, params, txn_id, seq } => self.run_single(work, params, Run::Replicated { txn_id, seq }),
-                SiteMsg::ReplicatedMp { txn_id, seq, specs } => self.run_replicated_mp(txn_id, seq, specs),
+                SiteMsg::ReplicatedMp { txn_id, seq, participants, specs } => self.hold_share(txn_id, seq, participants, specs),
+                SiteMsg::ReplicatedDecide { txn_id, seq, commit } => self.replicated_decide(txn_id, seq, commit),
+                SiteMsg::Resolve { txn_id, commit, done } => self.resolve_held(txn_id, commit, done),
                 SiteMsg::MpBegin { txn_id, log_marker } => {
                     // The transaction may hold the site for a while: answer the callers first.
                     self.send_answers();
@@ -455,6 +508,10 @@ impl Site {
     fn begin_rejoin_snapshot(&mut self, joiner: u32, dir: &std::path::Path) -> Result<(u64, u64, SnapshotWriter)> {
         if self.snapshot.is_some() {
             return Err(Error::unavailable("a snapshot of the partition is being written; rejoin again when it is done"));
+        }
+        if self.held.is_some() {
+            // An image now would lack the share its replicas hold.
+            return Err(Error::unavailable("the partition waits for a multi-partition transaction's outcome; rejoin again when it has it"));
         }
         let cluster = self.cluster.get().cloned().ok_or_else(|| Error::unexpected("not in a cluster"))?;
         let writer = SnapshotWriter::create(dir, self.id, self.ids.high_water())?;
@@ -645,14 +702,17 @@ impl Site {
         }
     }
 
-    /// Runs this partition's share of a multi-partition transaction its leader ran: the same
-    /// fragments in the same order, all or nothing; logs it like the leader, and reports
-    /// (once logged) the hash of what they answered. In recovery (no `seq`) it only runs.
-    fn run_replicated_mp(&mut self, txn_id: i64, seq: Option<u64>, specs: Vec<lockstep_sql::FragmentSpec>) {
+    /// Holds this partition's prepared share of a multi-partition transaction its leader
+    /// ran; logs it like the leader, and reports (once logged) that it holds it. In recovery
+    /// (no `seq`) it only holds it.
+    fn hold_share(&mut self, txn_id: i64, seq: Option<u64>, participants: Vec<u32>, specs: Vec<lockstep_sql::FragmentSpec>) {
         self.ids.advance_past(txn_id);
+        if let Some(h) = &self.held {
+            tracing::error!(site = self.id, txn_id, "a share was prepared while the share of {} waits for its outcome", h.txn_id);
+        }
         let logged = match seq.is_some() && self.durable.logging() {
             true => match postcard::to_allocvec(&specs) {
-                Ok(bytes) => Some(Record::MpShare { txn_id, partition: self.id, specs: bytes }),
+                Ok(bytes) => Some(Record::MpShare { txn_id, partition: self.id, participants: participants.clone(), specs: bytes }),
                 Err(e) => {
                     tracing::error!(site = self.id, txn_id, "a share cannot be encoded for the command log: {e}");
                     None
@@ -660,25 +720,16 @@ impl Site {
             },
             false => None,
         };
-        if self.plans.as_ref().is_none_or(|p| p.catalog_version() != self.catalog.version) {
-            self.plans = Some(lockstep_sql::PlanCache::new(self.catalog.clone()));
-        }
-        self.part.begin();
-        let (part, plans) = (&mut self.part, &self.plans);
-        let result = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<ResultTable>> {
-            let plans = plans.as_ref().ok_or_else(|| Error::unexpected("no plan cache"))?;
-            specs.into_iter().map(|spec| lockstep_sql::fragment_fn(spec, plans).and_then(|f| f(part))).collect()
-        }))
-        .unwrap_or_else(|panic| Err(Error::from_panic(&*panic)));
-        let hash = crate::cluster::parts_hash(result.as_deref());
-        let ran = result.is_ok();
-        match result {
-            Ok(_) => self.commit(txn_id),
-            Err(_) => self.part.rollback(),
-        }
+        crate::mp_ledger::lock(&self.ledger).hold(self.id, txn_id, participants);
+        self.held = Some(HeldShare { txn_id, specs });
+        self.report_applied(seq, logged, crate::cluster::held_hash(txn_id, None));
+    }
+
+    /// Logs `record` (if any), then reports entry `seq` (if any) as run with `hash`.
+    fn report_applied(&mut self, seq: Option<u64>, record: Option<Record>, hash: u64) {
         let (Some(seq), Some(cluster)) = (seq, self.cluster.get().cloned()) else { return };
         let partition = self.id;
-        match logged.filter(|_| ran) {
+        match record {
             Some(record) => self.durable.append_then_reply(
                 &record,
                 Outcome::tables(Vec::new()),
@@ -686,6 +737,69 @@ impl Site {
             ),
             None => cluster.applied(partition, seq, hash),
         }
+    }
+
+    /// A replica's outcome of the share held, ordered by its leader as entry `seq` (none in
+    /// recovery): run it or drop it, log it, report the hash.
+    fn replicated_decide(&mut self, txn_id: i64, seq: Option<u64>, commit: bool) {
+        let hash = self.decide_held(txn_id, commit);
+        let record = (seq.is_some() && self.durable.logging()).then_some(Record::MpDecide { txn_id, partition: self.id, commit });
+        self.report_applied(seq, record, hash);
+    }
+
+    /// On a new leader: applies the coordinator's outcome of the share held and hands it to
+    /// the replication, as the leader that prepared it would have.
+    fn resolve_held(&mut self, txn_id: i64, commit: bool, done: Box<dyn FnOnce(std::result::Result<(), String>) + Send>) {
+        if self.held.as_ref().is_none_or(|h| h.txn_id != txn_id) {
+            // Decided already (a repeated message), or never prepared here: nothing to do
+            // for an abort; a commit of a share never held would be a broken promise.
+            let known = crate::mp_ledger::lock(&self.ledger).outcome(self.id, txn_id);
+            return done(match (commit, known) {
+                (false, None | Some(false)) | (true, Some(true)) => Ok(()),
+                _ => Err(format!("partition {} holds no prepared share of transaction {txn_id}", self.id)),
+            });
+        }
+        let Some(cluster) = self.cluster.get().cloned() else { return done(Err("this node is not in a cluster".into())) };
+        let entry = match (crate::cluster::ReplicatedEntry::MpDecide { txn_id, commit }).encode() {
+            Ok(e) => e,
+            Err(e) => return done(Err(e.message)),
+        };
+        let hash = self.decide_held(txn_id, commit);
+        if self.durable.logging() {
+            self.durable.append(&Record::MpDecide { txn_id, partition: self.id, commit });
+        }
+        if let Err(why) = cluster.replicate(self.id, entry, hash, done) {
+            tracing::error!(site = self.id, txn_id, "the outcome of a held share could not be replicated: {why}");
+        }
+    }
+
+    /// Runs the share held (commit: its fragments in order, all or nothing) or drops it;
+    /// records the outcome; the hash replicas compare.
+    fn decide_held(&mut self, txn_id: i64, commit: bool) -> u64 {
+        let Some(held) = self.held.take_if(|h| h.txn_id == txn_id) else {
+            tracing::error!(site = self.id, txn_id, "an outcome came for a share this site does not hold");
+            return !crate::cluster::held_hash(txn_id, Some(commit));
+        };
+        crate::mp_ledger::lock(&self.ledger).decided(self.id, txn_id, commit);
+        if !commit {
+            return crate::cluster::held_hash(txn_id, Some(false));
+        }
+        if self.plans.as_ref().is_none_or(|p| p.catalog_version() != self.catalog.version) {
+            self.plans = Some(lockstep_sql::PlanCache::new(self.catalog.clone()));
+        }
+        self.part.begin();
+        let (part, plans) = (&mut self.part, &self.plans);
+        let result = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<ResultTable>> {
+            let plans = plans.as_ref().ok_or_else(|| Error::unexpected("no plan cache"))?;
+            held.specs.into_iter().map(|spec| lockstep_sql::fragment_fn(spec, plans).and_then(|f| f(part))).collect()
+        }))
+        .unwrap_or_else(|panic| Err(Error::from_panic(&*panic)));
+        let hash = crate::cluster::parts_hash(result.as_deref());
+        match result {
+            Ok(_) => self.commit(txn_id),
+            Err(_) => self.part.rollback(),
+        }
+        hash
     }
 
     fn commit(&mut self, txn_id: i64) {

@@ -241,19 +241,24 @@ fn multi_partition_transactions_span_the_nodes_and_reach_every_replica() {
     let dup = call(&a, "@AdHoc", vec![Value::Str("INSERT INTO copy SELECT k, v FROM kv".into())]);
     assert!(!dup.is_success(), "copying rows that are there already must fail");
 
-    // Each partition's replica ran the leader's share: both nodes hold the same rows.
-    assert!(net.pending.lock().unwrap().is_empty());
+    // Each partition's replica ran the leader's share: both nodes hold the same rows. (The
+    // outcome of the last one may still be on its way: a commit is answered once prepared.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !net.pending.lock().unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "a replica never confirmed an entry");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(net.mismatches.lock().unwrap().is_empty(), "{:?}", net.mismatches.lock().unwrap());
     assert_eq!(state_hashes(&a), state_hashes(&b));
     stop(&net, dirs);
 }
 
 /// A coordinator that dies in a multi-partition transaction leaves the partitions it parked
-/// on other nodes parked: once the cluster declares it down, a session that has only read
-/// lets them go at once (rolling back a read changes nothing), rather than after
-/// `REMOTE_SESSION_IDLE`.
+/// on other nodes parked: once the cluster declares it down, a session not yet prepared
+/// lets them go at once (the coordinator cannot have committed without it), rather than
+/// after `REMOTE_SESSION_IDLE`.
 #[test]
-fn a_read_only_transaction_of_a_coordinator_declared_down_lets_its_partitions_go() {
+fn a_session_not_prepared_when_its_coordinator_is_declared_down_lets_its_partitions_go() {
     // Partition 1 is led by node 1, which node 0 (the coordinator) parks and then dies.
     let (net, dirs) = cluster("mp-down", vec![0, 1]);
     let b = net.engine(1).clone();
@@ -282,5 +287,68 @@ fn a_step_of_a_transaction_the_node_does_not_serve_is_answered_at_once() {
     net.engine(1).mp_participant(MpRemote::End { txn_id: 42, commit: true }, Box::new(move |a| tx.send(a).unwrap()));
     let answer = rx.recv_timeout(Duration::from_secs(5)).expect("answered at once, not queued");
     assert!(answer.is_err_and(|e| e.message.contains("not serving")));
+    stop(&net, dirs);
+}
+
+/// A partition whose leader prepared a share and went down: its new leader holds the share,
+/// refuses the partition's calls until the outcome comes, says what it holds to the node
+/// coordinating next (`InDoubt`), and applies the outcome it is given (`Resolve`) on every
+/// replica. A held share also shows in every later report until then, and an outcome
+/// given twice changes nothing.
+#[test]
+fn a_share_held_undecided_is_reported_refuses_calls_and_applies_its_outcome() {
+    use lockstep_engine::cluster::{ReplicatedEntry, TableData};
+    use lockstep_sql::{ExecCtx, FragmentSpec, StatementRef, Step};
+    // Partition 1 is led by node 1: it gets the share as its predecessor replicated it.
+    let (net, dirs) = cluster("held", vec![0, 1]);
+    let b = net.engine(1).clone();
+    schema(&b);
+    let ring = lockstep_core::HashRing::new(PARTITIONS);
+    let keys: Vec<i64> = (0..1_000i64).filter(|k| ring.partition_for(&Value::Int(*k)) == 1).take(2).collect();
+    let txn_id = 1 << 41;
+    let spec = FragmentSpec {
+        catalog_version: b.catalog().version,
+        statement: StatementRef::Sql(format!("INSERT INTO kv VALUES ({}, 'held')", keys[0]).into()),
+        params: vec![],
+        ctx: ExecCtx::new(txn_id, 0),
+        step: Step::Execute,
+    };
+    let entry = ReplicatedEntry::MpPart { txn_id, participants: vec![0, 1], specs: vec![spec] }.encode().unwrap();
+    // Both replicas hold it as entry 1 (the new leader's outcome is entry 2).
+    for n in 0..2 {
+        net.engine(n).run_replicated(1, 1, &entry).unwrap();
+    }
+    net.next_seq.lock().unwrap().insert(1, 1);
+
+    let refused = call(&b, "KV.insert", vec![Value::Int(keys[1]), Value::Str("new".into())]);
+    assert!(refused.status_string.as_deref().unwrap_or("").contains("waits for the outcome"), "{:?}", refused.status_string);
+
+    let ask = |message: MpRemote| {
+        let (tx, rx) = mpsc::channel();
+        b.mp_participant(message, Box::new(move |a| tx.send(a).unwrap()));
+        rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
+    };
+    let report = |t: TableData| match &t.rows[0][0] {
+        Value::Bytes(b) => format!("{:?}", b.as_ref()),
+        other => panic!("a report is one byte string, not {other:?}"),
+    };
+    let held = report(ask(MpRemote::InDoubt).unwrap());
+    assert!(!held.is_empty());
+    assert_eq!(report(ask(MpRemote::InDoubt).unwrap()), held, "a second report says the same");
+
+    assert!(ask(MpRemote::Resolve { txn_id, partition: 1, commit: true }).is_ok());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !net.pending.lock().unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the outcome never reached the replica");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(ask(MpRemote::Resolve { txn_id, partition: 1, commit: true }).is_ok(), "an outcome given twice");
+    assert!(ask(MpRemote::Resolve { txn_id, partition: 1, commit: false }).is_err(), "the opposite outcome of a committed share");
+    assert_ne!(report(ask(MpRemote::InDoubt).unwrap()), held, "still held after its outcome");
+    let row = sql(&b, &format!("SELECT v FROM kv WHERE k = {}", keys[0]));
+    assert_eq!(row.tables[0].rows, vec![vec![Value::Str("held".into())]], "the committed share's row");
+    assert!(call(&b, "KV.insert", vec![Value::Int(keys[1]), Value::Str("new".into())]).is_success());
+    assert!(net.mismatches.lock().unwrap().is_empty(), "{:?}", net.mismatches.lock().unwrap());
+    assert_eq!(state_hashes(&net.engine(0).clone()), state_hashes(&b), "the replica ran the share as the new leader did");
     stop(&net, dirs);
 }

@@ -15,6 +15,7 @@ const KIND_MP_MARKER: i8 = 3;
 const KIND_MP: i8 = 4;
 const KIND_SNAPSHOT_TAKEN: i8 = 5;
 const KIND_MP_SHARE: i8 = 6;
+const KIND_MP_DECIDE: i8 = 7;
 
 /// One command log record.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,9 +38,15 @@ pub enum Record {
     SnapshotTaken { txn_id: i64, snapshot_id: u64 },
     /// In a cluster: partition `partition`'s share of multi-partition transaction `txn_id`,
     /// the fragments that ran on it (`specs`: their encoding, as replicated), at its place in
-    /// the partition's order.
-    MpShare { txn_id: i64, partition: u32, specs: Vec<u8> },
+    /// the partition's order, prepared: it takes effect only with an `MpDecide` that commits.
+    /// `participants`: every partition with a share of the transaction.
+    MpShare { txn_id: i64, partition: u32, participants: Vec<u32>, specs: Vec<u8> },
+    /// The outcome of the share of `txn_id` prepared just before on `partition`.
+    MpDecide { txn_id: i64, partition: u32, commit: bool },
 }
+
+/// The most partitions a logged share may name (far above any cluster's partition count).
+const PARTICIPANTS_MAX: u32 = 1 << 16;
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_be_bytes());
@@ -49,7 +56,10 @@ impl Record {
     /// The one partition whose data the record changes; None when it may change any.
     pub fn partition(&self) -> Option<u32> {
         match self {
-            Record::Sp { partition, .. } | Record::AdHocSp { partition, .. } | Record::MpShare { partition, .. } => Some(*partition),
+            Record::Sp { partition, .. }
+            | Record::AdHocSp { partition, .. }
+            | Record::MpShare { partition, .. }
+            | Record::MpDecide { partition, .. } => Some(*partition),
             Record::MpMarker { .. } | Record::Mp { .. } | Record::SnapshotTaken { .. } => None,
         }
     }
@@ -94,11 +104,21 @@ impl Record {
                 put_i64(out, *txn_id);
                 put_i64(out, *snapshot_id as i64);
             }
-            Record::MpShare { txn_id, partition, specs } => {
+            Record::MpShare { txn_id, partition, participants, specs } => {
                 put_i8(out, KIND_MP_SHARE);
                 put_i64(out, *txn_id);
                 put_u32(out, *partition);
+                put_u32(out, participants.len() as u32);
+                for p in participants {
+                    put_u32(out, *p);
+                }
                 put_varbinary(out, specs);
+            }
+            Record::MpDecide { txn_id, partition, commit } => {
+                put_i8(out, KIND_MP_DECIDE);
+                put_i64(out, *txn_id);
+                put_u32(out, *partition);
+                put_i8(out, i8::from(*commit));
             }
         }
         Ok(())
@@ -128,10 +148,21 @@ impl Record {
                 params: decode_params(&mut r)?,
             },
             KIND_SNAPSHOT_TAKEN => Record::SnapshotTaken { txn_id: r.i64("transaction id")?, snapshot_id: r.i64("snapshot id")? as u64 },
-            KIND_MP_SHARE => Record::MpShare {
+            KIND_MP_SHARE => {
+                let txn_id = r.i64("transaction id")?;
+                let partition = r.i32("partition")? as u32;
+                let count = r.i32("participant count")? as u32;
+                if count > PARTICIPANTS_MAX {
+                    return Err(Error::unexpected(format!("a logged share names {count} participants, over the limit of {PARTICIPANTS_MAX}")));
+                }
+                let participants = (0..count).map(|_| r.i32("participant").map(|p| p as u32)).collect::<Result<Vec<u32>>>()?;
+                let specs = r.varbinary("fragments")?.ok_or_else(|| Error::unexpected("a logged share has no fragments"))?.to_vec();
+                Record::MpShare { txn_id, partition, participants, specs }
+            }
+            KIND_MP_DECIDE => Record::MpDecide {
                 txn_id: r.i64("transaction id")?,
                 partition: r.i32("partition")? as u32,
-                specs: r.varbinary("fragments")?.ok_or_else(|| Error::unexpected("a logged share has no fragments"))?.to_vec(),
+                commit: r.i8("outcome")? != 0,
             },
             other => return Err(Error::unexpected(format!("command log record has unknown kind {other} (written by a newer version?)"))),
         };
@@ -146,6 +177,7 @@ impl Record {
             | Record::AdHocSp { txn_id, .. }
             | Record::Mp { txn_id, .. }
             | Record::MpShare { txn_id, .. }
+            | Record::MpDecide { txn_id, .. }
             | Record::SnapshotTaken { txn_id, .. } => *txn_id,
             Record::MpMarker { mp_txn_id, .. } => *mp_txn_id,
         }
@@ -191,8 +223,9 @@ mod tests {
             (any::<u32>(), any::<i64>()).prop_map(|(partition, mp_txn_id)| Record::MpMarker { partition, mp_txn_id }),
             (any::<i64>(), ".{0,12}", params()).prop_map(|(txn_id, procedure, params)| { Record::Mp { txn_id, procedure, params } }),
             (any::<i64>(), any::<u64>()).prop_map(|(txn_id, snapshot_id)| Record::SnapshotTaken { txn_id, snapshot_id }),
-            (any::<i64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..40))
-                .prop_map(|(txn_id, partition, specs)| Record::MpShare { txn_id, partition, specs }),
+            (any::<i64>(), any::<u32>(), proptest::collection::vec(any::<u32>(), 0..5), proptest::collection::vec(any::<u8>(), 0..40))
+                .prop_map(|(txn_id, partition, participants, specs)| Record::MpShare { txn_id, partition, participants, specs }),
+            (any::<i64>(), any::<u32>(), any::<bool>()).prop_map(|(txn_id, partition, commit)| Record::MpDecide { txn_id, partition, commit }),
         ]
     }
 
