@@ -11,6 +11,7 @@ import datetime
 import decimal
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -50,14 +51,15 @@ ROW = (
 
 
 class Server:
-    """A lockstep server in a temporary directory; `pg` is its PostgreSQL address."""
+    """A lockstep server in a temporary directory, with `extra` flags; `host` and `port` are
+    its PostgreSQL address."""
 
-    def __init__(self):
+    def __init__(self, extra=(), dir=None):
         binary = os.environ["LOCKSTEP_BIN"]
-        self.dir = tempfile.TemporaryDirectory(prefix="lockstep-psycopg-")
+        self.dir = dir or tempfile.TemporaryDirectory(prefix="lockstep-psycopg-")
         self.proc = subprocess.Popen(
             [binary, "server", "--listen", "127.0.0.1:0", "--pg", "127.0.0.1:0", "--http", "off",
-             "--sites", "2", "--command-log", "off", "--data", self.dir.name],
+             "--sites", "2", "--command-log", "off", "--data", os.path.join(self.dir.name, "data"), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         found = {}
         done = threading.Event()
@@ -87,6 +89,7 @@ class Server:
             self.proc.wait(timeout=SERVER_START_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        self.proc.stdout.close()
         self.dir.cleanup()
 
 
@@ -194,6 +197,77 @@ class PsycopgTest(unittest.TestCase):
         rows = self.conn.execute("SELECT id, v FROM t WHERE id >= 500 AND id < 600 ORDER BY id").fetchall()
         # 501 committed when it ran (BEGIN's NOTICE says so); 502 never ran.
         self.assertEqual(rows, [(500, "committed"), (501, None)])
+
+
+class TlsAndPasswordTest(unittest.TestCase):
+    """A server with security on and the certificate of its other ports (--tls-cert): the
+    PostgreSQL port speaks TLS, refuses clients without it, and checks passwords."""
+
+    @classmethod
+    def setUpClass(cls):
+        binary = os.environ["LOCKSTEP_BIN"]
+        dir = tempfile.TemporaryDirectory(prefix="lockstep-psycopg-tls-")
+        cls.cert = os.path.join(dir.name, "cert.pem")
+        key = os.path.join(dir.name, "key.pem")
+        config = os.path.join(dir.name, "lockstep.toml")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-keyout", key, "-out", cls.cert, "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                       check=True, capture_output=True)
+        subprocess.run([binary, "user", "add", "admin", "--roles", "administrator", "--password-stdin",
+                        "--config", config], input="s3cret pass\n", text=True, check=True, capture_output=True)
+        cls.server = Server(["--security", "on", "--config", config, "--tls-cert", cls.cert, "--tls-key", key], dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def connect(self, **kwargs):
+        return psycopg.connect(host=self.server.host, port=self.server.port, dbname="lockstep",
+                               connect_timeout=CONNECT_TIMEOUT_S, **kwargs)
+
+    def test_a_client_with_tls_and_the_password_is_served(self):
+        with self.connect(user="admin", password="s3cret pass", sslmode="verify-full",
+                          sslrootcert=self.cert) as conn:
+            self.assertTrue(conn.pgconn.ssl_in_use)
+            self.assertEqual(conn.execute("SELECT %s::INTEGER + 1", (41,)).fetchone(), (42,))
+
+    def test_a_wrong_password_is_refused(self):
+        with self.assertRaises(psycopg.OperationalError) as e:
+            self.connect(user="admin", password="wrong", sslmode="require")
+        self.assertIn("password authentication failed", str(e.exception).lower())
+
+    def test_a_client_without_tls_is_refused(self):
+        with self.assertRaises(psycopg.OperationalError) as e:
+            self.connect(user="admin", password="s3cret pass", sslmode="disable")
+        self.assertIn("TLS only", str(e.exception))
+
+    @unittest.skipIf(shutil.which("psql") is None, "psql is not installed (postgresql-client)")
+    def test_psql_connects_with_sslmode_require(self):
+        dsn = (f"host={self.server.host} port={self.server.port} user=admin dbname=lockstep "
+               "sslmode=require connect_timeout=10")
+        out = subprocess.run(["psql", dsn, "-X", "-At", "-c", "SELECT 7", "-c", "\\conninfo"],
+                             env={**os.environ, "PGPASSWORD": "s3cret pass"},
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.startswith("7\n"), out.stdout)
+        self.assertIn("SSL connection (protocol: TLSv1.3", out.stdout)
+
+
+class PlainPortTest(unittest.TestCase):
+    """Without a certificate the port declines TLS: sslmode=prefer goes on in clear,
+    sslmode=require gives up."""
+
+    def test_tls_is_declined_without_a_certificate(self):
+        server = Server()
+        try:
+            with server.connect(sslmode="prefer") as conn:
+                self.assertFalse(conn.pgconn.ssl_in_use)
+            with self.assertRaises(psycopg.OperationalError) as e:
+                server.connect(sslmode="require")
+            self.assertIn("does not support SSL", str(e.exception))
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":
