@@ -11,6 +11,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.math.BigDecimal;
+import java.sql.CallableStatement;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
@@ -242,6 +243,14 @@ class PgJdbcTest {
                             assertEquals("called " + id, rs.getString(1), sql);
                             assertFalse(rs.next(), sql);
                         }
+                    }
+                }
+                // JDBC's escape syntax: the driver sends `select * from NameOf($1) as result`.
+                try (CallableStatement cs = c.prepareCall("{call NameOf(?)}")) {
+                    cs.setInt(1, id);
+                    try (ResultSet rs = cs.executeQuery()) {
+                        assertTrue(rs.next());
+                        assertEquals("called " + id, rs.getString(1));
                     }
                 }
                 SQLException e = assertThrows(SQLException.class, () -> c.createStatement().execute("CALL NoSuchProcedure(1)"));
