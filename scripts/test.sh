@@ -8,7 +8,10 @@
 #   3. compat/java: the real VoltDB Java client (org.voltdb:voltdbclient:10.1.1 from Maven
 #      Central) and its JDBC driver against the real server;
 #   4. compat/console: the web console in headless Chromium (playwright-core from npm), its
-#      screenshots kept under target/console/.
+#      screenshots kept under target/console/;
+#   5. compat/pg: PostgreSQL drivers on the --pg port, Python's psycopg 3 (PyPI, in a venv
+#      under target/pg-python) and Go's pgx v5 (Go module proxy); Java's PostgreSQL JDBC
+#      driver (Maven Central) is compat/java's PgJdbcTest.
 # Installs what the tests need when it is missing (a JDK 17, Maven and openssl; Prometheus; Chromium,
 # Node.js and npm for the console; Go for the history
 # checker; PostgreSQL 15, Redis and Tarantool for the side-by-side adapters' tests; all from Debian).
@@ -64,6 +67,14 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 (cd compat/history && go mod download && go vet ./... && go test ./...)
 
+# compat/pg's psycopg suite runs in a virtual environment (Debian ships venv apart).
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  echo "installing Python's venv for the psycopg suite"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q python3 python3-venv
+fi
+
 # Formatting and lints first: they take seconds and fail fast.
 cargo fmt --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -75,5 +86,7 @@ cargo test --workspace --no-fail-fast
 if [ "${LOCKSTEP_LONG:-}" = 1 ]; then fuzz_seconds=900; else fuzz_seconds=25; fi
 bash scripts/fuzz.sh "$fuzz_seconds"
 bash compat/java/run.sh target/debug/lockstep
+# PostgreSQL drivers in Python and Go; bounded, since a driver that hangs must not stall the run.
+timeout 600 bash compat/pg/run.sh target/debug/lockstep
 # The web console in a real browser; bounded, since a browser that hangs must not stall the run.
 timeout 300 bash compat/console/run.sh target/debug/lockstep

@@ -261,10 +261,6 @@ fn start(args: ServerArgs) -> Result<(), String> {
     };
     let http_note = http_addr.map_or_else(|| "HTTP off".to_string(), |a| format!("HTTP on {a}"));
     let pg_listener = match &config.pg {
-        Some(_) if security.tls().is_some() => {
-            tracing::warn!("{}", lockstep_pg::OFF_WITHOUT_TLS);
-            None
-        }
         Some(addr) => {
             let l = runtime.block_on(tokio::net::TcpListener::bind(addr)).map_err(|e| {
                 format!("cannot listen for PostgreSQL clients on {addr}: {e}; give another address with --pg HOST:PORT, or --pg off")

@@ -33,6 +33,9 @@ pub mod code {
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
     pub const IN_FAILED_TRANSACTION: &str = "25P02";
     pub const INVALID_PASSWORD: &str = "28P01";
+    /// A connection refused before its login (PostgreSQL's answer when no pg_hba.conf line
+    /// allows it, such as a client without TLS where TLS is required).
+    pub const INVALID_AUTHORIZATION: &str = "28000";
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     pub const INTERNAL_ERROR: &str = "XX000";
 }

@@ -81,8 +81,9 @@ impl Parser {
 
 /// A procedure call's parameter types and columns, and whether its untyped parameters are
 /// read as literals: types and columns are known for procedures whose body is one SQL
-/// statement (planned here to learn them); a Lua procedure's parameters are `unknown`
-/// (unless the client gives their types) and its rows are not described.
+/// statement and for the default ones (`T.insert`; planned here to learn them); a Lua
+/// procedure's parameters are read as literals (unless the client gives their types) and
+/// its rows are not described.
 fn describe_call(
     front: &Front,
     procedure: &str,
@@ -91,10 +92,12 @@ fn describe_call(
     let view = front.engine.shared().view();
     let info = lockstep_core::get_ignoring_case(&view.procs, procedure)
         .ok_or_else(|| Error::unexpected(format!("Procedure {procedure} was not found")))?;
-    let planned = match view.catalog.procedure(&info.name).map(|p| &p.body) {
-        Some(lockstep_core::ProcedureBody::Sql(sql)) => Some(lockstep_sql::prepare(&view.catalog, sql)?),
-        _ => None,
+    let sql = match view.catalog.procedure(&info.name).map(|p| &p.body) {
+        Some(lockstep_core::ProcedureBody::Sql(sql)) => Some(sql.clone()),
+        Some(_) => None,
+        None => default_procedure_sql(&view.catalog, &info.name),
     };
+    let planned = sql.map(|sql| lockstep_sql::prepare(&view.catalog, &sql)).transpose()?;
     let pg_count = args.iter().filter_map(|a| if let Arg::Param(n) = a { Some(*n) } else { None }).max().unwrap_or(0);
     let mut params = vec![None; pg_count];
     for (position, arg) in args.iter().enumerate() {
@@ -105,6 +108,32 @@ fn describe_call(
     let untyped = planned.is_none();
     let columns = planned.filter(|p| p.read_only).map(|p| Arc::from(p.columns.clone()));
     Ok((params, columns, untyped))
+}
+
+/// The statement a default procedure (`TABLE.insert`, `.upsert`, `.update`, `.delete`,
+/// `.select`) runs, for describing its parameters and rows: the same shapes as the
+/// engine's registry builds (the engine runs the call; this only types it). None for
+/// any other name.
+fn default_procedure_sql(catalog: &lockstep_core::Catalog, name: &str) -> Option<String> {
+    let (table, op) = name.rsplit_once('.')?;
+    let t = catalog.table(table)?;
+    let columns: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+    let marks = vec!["?"; columns.len()].join(", ");
+    let key = || -> Option<String> {
+        let pk = t.primary_key()?;
+        Some(pk.columns.iter().map(|&i| format!("{} = ?", t.columns[i].name)).collect::<Vec<_>>().join(" AND "))
+    };
+    Some(match op.to_ascii_lowercase().as_str() {
+        "insert" => format!("INSERT INTO {} VALUES ({marks})", t.name),
+        "upsert" => format!("UPSERT INTO {} VALUES ({marks})", t.name),
+        "select" => format!("SELECT * FROM {} WHERE {}", t.name, key()?),
+        "delete" => format!("DELETE FROM {} WHERE {}", t.name, key()?),
+        "update" => {
+            let set = columns.iter().map(|c| format!("{c} = ?")).collect::<Vec<_>>().join(", ");
+            format!("UPDATE {} SET {set} WHERE {}", t.name, key()?)
+        }
+        _ => return None,
+    })
 }
 
 #[async_trait]
@@ -533,7 +562,8 @@ impl ExtendedQueryHandler for Pg {
                     let described = self.parser.get_parameter_types(&stored.statement)?;
                     let types = (0..described.len().max(stored.parameter_types.len()))
                         .map(|i| {
-                            stored.parameter_types.get(i).cloned().flatten().or_else(|| described.get(i).cloned()).unwrap_or(Type::UNKNOWN)
+                            let ty = stored.parameter_types.get(i).cloned().flatten().or_else(|| described.get(i).cloned());
+                            types::described_param_type(ty)
                         })
                         .collect::<Vec<Type>>();
                     (Some(types), self.parser.get_result_schema(&stored.statement, None)?)

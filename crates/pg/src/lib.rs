@@ -3,7 +3,7 @@
 //! start-up, the extended-query state machine) is the `pgwire` crate's; this crate maps it
 //! onto Lockstep: statements (`statement.rs`), types (`types.rs`), errors and their
 //! SQLSTATEs (`errors.rs`), logins (`auth.rs`), settings (`settings.rs`), `COPY`
-//! (`copy.rs`, `copy_in.rs`), per-connection state (`session.rs`) and the query handlers
+//! (`copy.rs`, `copy_in.rs`), TLS (`tls.rs`), per-connection state (`session.rs`) and the query handlers
 //! (`handler.rs`). What works and what does not yet is in `docs/guide/postgres.md`.
 
 pub mod auth;
@@ -16,6 +16,7 @@ pub mod session;
 pub mod settings;
 pub mod socket;
 pub mod statement;
+pub mod tls;
 pub mod types;
 
 use std::sync::Arc;
@@ -33,10 +34,6 @@ use tokio::sync::Semaphore;
 const REFUSAL_TIMEOUT_MS: u64 = 1_000;
 /// After a failed accept (out of file descriptors, usually), wait this long before the next.
 const ACCEPT_RETRY_MS: u64 = 50;
-
-/// Why the PostgreSQL port stays off beside a client port that requires TLS: it has no TLS
-/// yet, and its passwords and data would travel in clear.
-pub const OFF_WITHOUT_TLS: &str = "the PostgreSQL port (--pg) is off: it has no TLS yet, and the client port requires TLS";
 
 /// What every connection shares: the handlers, and the registry of connections that
 /// cancel requests look up.

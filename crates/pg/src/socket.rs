@@ -10,44 +10,43 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::DefaultClient;
 use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState};
 use pgwire::error::PgWireError;
 use pgwire::messages::PgWireFrontendMessage;
-use pgwire::tokio::server::{negotiate_tls, process_error, process_message, MaybeTls};
+use pgwire::tokio::server::{process_error, process_message, PgWireMessageServerCodec};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, FramedParts};
 
 use crate::errors::{code, error_info};
 use crate::handler::Statement;
+use crate::tls::{Stream, GSSENC_REQUEST_CODE, SSL_REQUEST_CODE};
 
 /// The longest message a client may send: as long as a VoltDB frame may be, and at most
 /// what a COPY row or a statement needs.
 pub const MESSAGE_MAX_BYTES: usize = 50 * 1024 * 1024;
 /// A client must have logged in this long after it connected.
 const STARTUP_TIMEOUT_MS: u64 = 60_000;
-/// The codes of the untyped requests that come before the start-up message.
-const SSL_REQUEST_CODE: i32 = 80_877_103;
-const GSSENC_REQUEST_CODE: i32 = 80_877_104;
 
 /// Serves one client until it leaves, breaks a rule, or the server stops.
 pub async fn run(socket: TcpStream, handlers: &crate::Handlers) -> io::Result<()> {
     let startup = tokio::time::sleep(Duration::from_millis(STARTUP_TIMEOUT_MS));
     tokio::pin!(startup);
+    let peer = socket.peer_addr()?;
     let negotiated = tokio::select! {
         _ = &mut startup => return Ok(()),
-        n = negotiate_tls::<Statement>(socket, None) => n?,
+        n = crate::tls::negotiate(socket, handlers.pg.front.security.tls()) => n?,
     };
-    // None: the client asked for TLS directly, and this port has none.
-    let Some(framed) = negotiated else { return Ok(()) };
-    let old = framed.into_parts();
+    let Some(negotiated) = negotiated else { return Ok(()) };
     let mut limit = MessageLimit::new(MESSAGE_MAX_BYTES);
-    // What was read ahead during the TLS negotiation is checked like the rest.
-    limit.observe(&old.read_buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let mut parts = FramedParts::new(Bounded { inner: old.io, limit }, old.codec);
-    parts.read_buf = old.read_buf;
-    parts.write_buf = old.write_buf;
+    // What was read ahead during the negotiation is checked like the rest.
+    limit.observe(&negotiated.read_ahead).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let codec = PgWireMessageServerCodec::<Statement>::new(DefaultClient::new(peer, negotiated.secure));
+    let mut parts = FramedParts::new(Bounded { inner: negotiated.stream, limit }, codec);
+    parts.read_buf = negotiated.read_ahead;
     let mut socket = Framed::from_parts(parts);
+    socket.set_state(PgWireConnectionState::AwaitingStartup);
 
     // The handlers by their own types (the trait's methods hide the statement type).
     let pg = handlers.pg.clone();
@@ -103,7 +102,7 @@ pub async fn run(socket: TcpStream, handlers: &crate::Handlers) -> io::Result<()
 
 /// The stream under pgwire's framing: every byte read goes through `MessageLimit`.
 struct Bounded {
-    inner: MaybeTls,
+    inner: Stream,
     limit: MessageLimit,
 }
 

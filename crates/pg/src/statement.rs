@@ -186,10 +186,24 @@ fn parse_call(toks: &[Tok], at: usize, select: bool) -> Result<Command, Error> {
             }
         }
     }
+    if select {
+        i = after_alias(toks, i);
+    }
     if i != toks.len() {
         return Err(usage());
     }
     Ok(Command::Call { procedure, args, select })
+}
+
+/// Past an alias after `SELECT * FROM P(…)` (`AS result`, `result`), which names nothing
+/// Lockstep uses; JDBC writes `{call P(?)}` as `select * from P($1) as result`.
+fn after_alias(toks: &[Tok], i: usize) -> usize {
+    let start = if toks.get(i).and_then(Tok::word).as_deref() == Some("AS") { i + 1 } else { i };
+    if toks.get(start).and_then(Tok::ident).is_some() && start + 1 == toks.len() {
+        start + 1
+    } else {
+        i
+    }
 }
 
 fn parse_arg(toks: &[Tok], i: usize) -> Option<(Arg, usize)> {
@@ -540,6 +554,12 @@ mod tests {
         );
         assert_eq!(c("call KV.insert()"), Command::Call { procedure: "KV.insert".into(), args: vec![], select: false });
         assert_eq!(c("SELECT * FROM vote($1)"), Command::Call { procedure: "vote".into(), args: vec![Arg::Param(1)], select: true });
+        let aliased = Command::Call { procedure: "vote".into(), args: vec![Arg::Param(1)], select: true };
+        assert_eq!(c("select * from vote($1) as result"), aliased);
+        assert_eq!(c("SELECT * FROM vote($1) r"), aliased);
+        assert!(classify("SELECT * FROM vote($1) AS", |_| true).is_err());
+        assert!(classify("SELECT * FROM vote($1) AS a b", |_| true).is_err());
+        assert!(classify("CALL vote($1) AS a", |_| true).is_err());
         // A table function that is not a procedure stays SQL.
         assert!(matches!(c("SELECT * FROM other(1)"), Command::Sql(_)));
         assert!(classify("CALL Vote(1 + 2)", |_| true).is_err());

@@ -315,6 +315,17 @@ pub fn param_type(inferred: Option<DataType>, untyped: bool) -> Type {
     }
 }
 
+/// The type a parameter is described with. PostgreSQL never describes one as `unknown`, and
+/// drivers cannot send a typed value for one (pgx has no encoding for it): one the client
+/// left open and nothing converts is described as text, which every driver can send, and
+/// is still read as a literal when it arrives (its type at Bind is the one of the Parse).
+pub fn described_param_type(ty: Option<Type>) -> Type {
+    match ty {
+        None | Some(Type::UNKNOWN) => Type::TEXT,
+        Some(t) => t,
+    }
+}
+
 /// A value written as SQL writes a literal: an integer is a BIGINT, a number with a point a
 /// DECIMAL, one with an exponent a FLOAT; anything else is text.
 pub fn literal(text: &str) -> Value {
@@ -462,6 +473,9 @@ mod tests {
         assert_eq!(param_type(None, true), Type::UNKNOWN);
         assert_eq!(param_type(None, false), Type::TEXT);
         assert_eq!(param_type(Some(DataType::BigInt), true), Type::INT8);
+        assert_eq!(described_param_type(Some(param_type(None, true))), Type::TEXT);
+        assert_eq!(described_param_type(None), Type::TEXT);
+        assert_eq!(described_param_type(Some(Type::INT8)), Type::INT8);
         let unknown = |t: &str| decode_param(Some(t.as_bytes()), &Type::UNKNOWN, FieldFormat::Text).unwrap();
         assert_eq!(unknown("5551234567"), Value::Int(5_551_234_567));
         assert_eq!(unknown("-1.5"), Value::Decimal(decimal::parse("-1.5").unwrap()));

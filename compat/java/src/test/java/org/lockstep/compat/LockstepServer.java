@@ -30,6 +30,8 @@ public final class LockstepServer implements AutoCloseable {
     private static final Pattern READY =
             Pattern.compile("lockstep ready: .*listening on ([0-9.]+):([0-9]+)");
 
+    private static final Pattern PG = Pattern.compile("PostgreSQL clients on (\\S+)");
+
     public static final int SITES = 2;
 
     private final Path dataDir;
@@ -141,9 +143,13 @@ public final class LockstepServer implements AutoCloseable {
 
     /** Starts the process; the future completes with its client port once it is ready. */
     private CompletableFuture<Integer> spawn(String listen) throws IOException {
-        List<String> command = new ArrayList<>(List.of(binary().toString(), "server", "--pg", "off", "--listen", listen,
+        List<String> command = new ArrayList<>(List.of(binary().toString(), "server", "--listen", listen,
                 "--data", dataDir.toString(), "--sites", Integer.toString(SITES)));
         command.addAll(extraArgs);
+        // The PostgreSQL port stays closed unless a test asks for it.
+        if (!extraArgs.contains("--pg")) {
+            command.addAll(List.of("--pg", "off"));
+        }
         // Tests run servers side by side: none takes the HTTP port unless a test asks for it.
         if (!extraArgs.contains("--http")) {
             command.addAll(List.of("--http", "off"));
@@ -221,6 +227,17 @@ public final class LockstepServer implements AutoCloseable {
     public void kill() throws InterruptedException {
         process.destroyForcibly().waitFor(STOP_TIMEOUT_SECONDS, TimeUnit.SECONDS);
         process = null;
+    }
+
+    /** The `host:port` of the PostgreSQL port, as the server printed it (started with `--pg`). */
+    public String pgAddress() {
+        for (String line : stdoutLines()) {
+            Matcher m = PG.matcher(line);
+            if (m.find()) {
+                return m.group(1);
+            }
+        }
+        throw new IllegalStateException("the server printed no PostgreSQL address: start it with --pg HOST:PORT");
     }
 
     /** What the server printed on stdout so far. */
