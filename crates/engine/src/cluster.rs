@@ -130,9 +130,16 @@ impl From<ErrorData> for Error {
 pub enum ReplicatedEntry {
     Txn(Vec<u8>),
     /// A prepared share: held, not run, until the `MpDecide` that follows it.
-    MpPart { txn_id: i64, participants: Vec<u32>, specs: Vec<FragmentSpec> },
+    MpPart {
+        txn_id: i64,
+        participants: Vec<u32>,
+        specs: Vec<FragmentSpec>,
+    },
     /// The outcome of the share held: run it (commit) or drop it.
-    MpDecide { txn_id: i64, commit: bool },
+    MpDecide {
+        txn_id: i64,
+        commit: bool,
+    },
 }
 
 impl ReplicatedEntry {

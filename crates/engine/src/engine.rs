@@ -520,7 +520,10 @@ impl Engine {
             },
             MpRemote::Resolve { txn_id, partition, commit } => {
                 let done = Box::new(move |r: std::result::Result<(), String>| {
-                    reply(r.map(|()| TableData { columns: Vec::new(), rows: Vec::new() }).map_err(|message| ErrorData { status: -5, message }))
+                    reply(
+                        r.map(|()| TableData { columns: Vec::new(), rows: Vec::new() })
+                            .map_err(|message| ErrorData { status: -5, message }),
+                    )
                 });
                 if let Some(SiteMsg::Resolve { done, .. }) = self.try_send_site(partition, SiteMsg::Resolve { txn_id, commit, done }) {
                     done(Err(format!("partition {partition}'s site cannot take the outcome of transaction {txn_id} now")));

@@ -28,9 +28,9 @@ use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{Deadline, ExecCtx, Fragment, FragmentSpec, PlanCache, SiteAccess, SiteFn, StatementRef, StatementResolver, Target};
 
 use crate::cluster::{ClusterHooks, ErrorData, MpRemote, RemoteAnswer, ReplicatedEntry, TableData};
-use crate::mp_ledger::{self, Decision, InDoubtRow, Ledger, ShareState};
 use crate::cmdlog::Record;
 use crate::mp::{Coordinator, MpRunner, SiteLink, Sites};
+use crate::mp_ledger::{self, Decision, InDoubtRow, Ledger, ShareState};
 use crate::outcome::Outcome;
 use crate::registry::Registry;
 use crate::site::{MpMsg, SiteMsg};
@@ -289,7 +289,10 @@ pub(crate) fn in_doubt_report(hooks: &dyn ClusterHooks, ledger: &std::sync::Mute
     let rows = mp_ledger::lock(ledger).rows(|p| ready.contains(&p));
     let bytes = postcard::to_allocvec(&InDoubtReport { ready, rows })
         .map_err(|e| ErrorData { status: -5, message: format!("an in-doubt report cannot be encoded: {e}") })?;
-    Ok(TableData { columns: vec![("REPORT".into(), lockstep_core::DataType::Varbinary.wire_code())], rows: vec![vec![lockstep_core::Value::Bytes(bytes.into())]] })
+    Ok(TableData {
+        columns: vec![("REPORT".into(), lockstep_core::DataType::Varbinary.wire_code())],
+        rows: vec![vec![lockstep_core::Value::Bytes(bytes.into())]],
+    })
 }
 
 fn read_report(t: TableData) -> Option<InDoubtReport> {
@@ -433,14 +436,20 @@ impl Coordinator {
             }
         }
         if let Some(why) = &undelivered {
-            tracing::warn!(txn_id, commit, "the outcome of multi-partition transaction {txn_id} has not reached every node yet ({why}): it will be settled again");
+            tracing::warn!(
+                txn_id,
+                commit,
+                "the outcome of multi-partition transaction {txn_id} has not reached every node yet ({why}): it will be settled again"
+            );
             self.in_doubt_settled = None;
         }
         match (result, not_prepared) {
             (Ok(out), None) => Outcome::from_output(out),
             (Ok(_), Some(why)) => match undelivered {
                 Some(more) => crate::cluster::unknown(&format!("{why}; then {more}")),
-                None => Outcome::error(Error::unavailable(format!("the transaction was rolled back: it could not be prepared everywhere ({why})"))),
+                None => Outcome::error(Error::unavailable(format!(
+                    "the transaction was rolled back: it could not be prepared everywhere ({why})"
+                ))),
             },
             (Err(e), _) => Outcome::error(e),
         }
@@ -502,10 +511,9 @@ impl Coordinator {
                         hooks.mp_remote(*n, MpRemote::End { txn_id, commit }).map(drop).map_err(|e| e.message)
                     }
                     ShareState::Held if *n == me => self.resolve_here(r.partition, txn_id, commit),
-                    ShareState::Held => hooks
-                        .mp_remote(*n, MpRemote::Resolve { txn_id, partition: r.partition, commit })
-                        .map(drop)
-                        .map_err(|e| e.message),
+                    ShareState::Held => {
+                        hooks.mp_remote(*n, MpRemote::Resolve { txn_id, partition: r.partition, commit }).map(drop).map_err(|e| e.message)
+                    }
                     _ => Ok(()),
                 };
                 if let Err(why) = sent {
@@ -577,7 +585,10 @@ impl Coordinator {
                     // Deposed: the partitions' new leaders hold the shares and get the outcome.
                     let topology = hooks.topology();
                     if !here.iter().any(|p| topology.partitions.get(*p as usize).and_then(|x| x.leader) == Some(topology.me)) {
-                        tracing::warn!(txn_id, "this node no longer leads the partitions of prepared transaction {txn_id}: its new leaders settle it");
+                        tracing::warn!(
+                            txn_id,
+                            "this node no longer leads the partitions of prepared transaction {txn_id}: its new leaders settle it"
+                        );
                         return ended(&self.links, &here, false);
                     }
                     continue;
@@ -597,7 +608,10 @@ impl Coordinator {
                     continue;
                 }
                 Err(_) => {
-                    tracing::warn!(txn_id, "the coordinating node went silent during multi-partition transaction {txn_id}: rolled back here");
+                    tracing::warn!(
+                        txn_id,
+                        "the coordinating node went silent during multi-partition transaction {txn_id}: rolled back here"
+                    );
                     return self.session_abort(&*hooks, txn_id, &here, prepare_sent, &shares);
                 }
             };
@@ -623,7 +637,10 @@ impl Coordinator {
                 }
                 MpRemote::End { txn_id: t, commit } if t == txn_id => {
                     if commit && !prepared {
-                        tracing::error!(txn_id, "told to commit multi-partition transaction {txn_id}, which was not prepared here: rolled back");
+                        tracing::error!(
+                            txn_id,
+                            "told to commit multi-partition transaction {txn_id}, which was not prepared here: rolled back"
+                        );
                     }
                     let commit = commit && prepared;
                     let pending = match prepare_sent {

@@ -68,6 +68,11 @@ impl Ledger {
         self.held.insert(partition, (txn_id, participants));
     }
 
+    /// `partition`'s site no longer holds a share (its state was replaced by a rejoin image).
+    pub fn drop_held(&mut self, partition: u32) {
+        self.held.remove(&partition);
+    }
+
     /// The share `partition`'s site holds, if any.
     pub fn held(&self, partition: u32) -> Option<i64> {
         self.held.get(&partition).map(|(t, _)| *t)
@@ -197,7 +202,8 @@ mod tests {
 
     #[test]
     fn an_outcome_a_partition_decided_stands_whatever_the_others_hold() {
-        let decided = |commit| InDoubtRow { participants: vec![], ..row(1, if commit { ShareState::Committed } else { ShareState::Aborted }) };
+        let decided =
+            |commit| InDoubtRow { participants: vec![], ..row(1, if commit { ShareState::Committed } else { ShareState::Aborted }) };
         // Committed elsewhere, but one participant's new leader only holds it: commit.
         assert_eq!(decide(7, &[row(0, ShareState::Held), decided(true)], |_| true), Decision::Commit);
         assert_eq!(decide(7, &[row(0, ShareState::Held), decided(false)], |_| true), Decision::Abort);

@@ -541,6 +541,12 @@ impl Site {
         part.load_rows(staged)?;
         self.part = part;
         self.ids.advance_past(reader.txn_id());
+        // The image is taken between transactions, never between a share's prepare and its
+        // outcome: a share held here from before (replayed from this node's log) is stale.
+        if let Some(stale) = self.held.take() {
+            tracing::info!(site = self.id, txn_id = stale.txn_id, "a share held from before the rejoin is superseded by the image");
+            crate::mp_ledger::lock(&self.ledger).drop_held(self.id);
+        }
         cluster.learn(self.id, term, seq).map_err(Error::unavailable)?;
         Ok(loaded)
     }

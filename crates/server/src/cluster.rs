@@ -68,6 +68,9 @@ const REJOIN_CHECK_MS: u64 = 500;
 const REJOIN_SNAPSHOT_TIMEOUT_MS: u64 = 600_000;
 /// Bytes of a partition's image in one message from its leader to a rejoining node.
 const REJOIN_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+/// The largest partition image a rejoining node accepts (its size comes from the network;
+/// an in-memory partition this large could not be loaded anyway).
+const REJOIN_IMAGE_BYTES_MAX: u64 = 1 << 40;
 /// How long one chunk of an image may take to arrive.
 const REJOIN_CHUNK_TIMEOUT_MS: u64 = 30_000;
 /// Where a leader writes the images of its partitions for rejoining nodes, and where a
@@ -744,6 +747,12 @@ impl ClusterGlue {
             bytes = entry.size,
             "rejoining partition {partition}: receiving its image from node {leader}"
         );
+        if entry.size > REJOIN_IMAGE_BYTES_MAX {
+            return Err(format!(
+                "node {leader}'s image of partition {partition} is {} bytes, over the limit of {REJOIN_IMAGE_BYTES_MAX}",
+                entry.size
+            ));
+        }
         let dir = self.dir.join(REJOIN_IN_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         let path = dir.join(lockstep_engine::snapshot::partition_file_name(partition));
@@ -758,6 +767,9 @@ impl ClusterGlue {
                 return Err(format!("node {leader}'s image of partition {partition} ended at byte {offset} of {}", entry.size));
             }
             offset += bytes.len() as u64;
+            if offset > entry.size {
+                return Err(format!("node {leader} sent more than the {} bytes of its image of partition {partition}", entry.size));
+            }
             out = tokio::task::spawn_blocking(move || std::io::Write::write_all(&mut out, &bytes).map(|()| out))
                 .await
                 .map_err(|e| e.to_string())?

@@ -153,17 +153,17 @@ impl Record {
                 let partition = r.i32("partition")? as u32;
                 let count = r.i32("participant count")? as u32;
                 if count > PARTICIPANTS_MAX {
-                    return Err(Error::unexpected(format!("a logged share names {count} participants, over the limit of {PARTICIPANTS_MAX}")));
+                    return Err(Error::unexpected(format!(
+                        "a logged share names {count} participants, over the limit of {PARTICIPANTS_MAX}"
+                    )));
                 }
                 let participants = (0..count).map(|_| r.i32("participant").map(|p| p as u32)).collect::<Result<Vec<u32>>>()?;
                 let specs = r.varbinary("fragments")?.ok_or_else(|| Error::unexpected("a logged share has no fragments"))?.to_vec();
                 Record::MpShare { txn_id, partition, participants, specs }
             }
-            KIND_MP_DECIDE => Record::MpDecide {
-                txn_id: r.i64("transaction id")?,
-                partition: r.i32("partition")? as u32,
-                commit: r.i8("outcome")? != 0,
-            },
+            KIND_MP_DECIDE => {
+                Record::MpDecide { txn_id: r.i64("transaction id")?, partition: r.i32("partition")? as u32, commit: r.i8("outcome")? != 0 }
+            }
             other => return Err(Error::unexpected(format!("command log record has unknown kind {other} (written by a newer version?)"))),
         };
         r.expect_end("command log record")?;
@@ -225,7 +225,11 @@ mod tests {
             (any::<i64>(), any::<u64>()).prop_map(|(txn_id, snapshot_id)| Record::SnapshotTaken { txn_id, snapshot_id }),
             (any::<i64>(), any::<u32>(), proptest::collection::vec(any::<u32>(), 0..5), proptest::collection::vec(any::<u8>(), 0..40))
                 .prop_map(|(txn_id, partition, participants, specs)| Record::MpShare { txn_id, partition, participants, specs }),
-            (any::<i64>(), any::<u32>(), any::<bool>()).prop_map(|(txn_id, partition, commit)| Record::MpDecide { txn_id, partition, commit }),
+            (any::<i64>(), any::<u32>(), any::<bool>()).prop_map(|(txn_id, partition, commit)| Record::MpDecide {
+                txn_id,
+                partition,
+                commit
+            }),
         ]
     }
 
