@@ -222,6 +222,81 @@ mod tests {
         assert_eq!(l.rows(|_| true)[0].state, ShareState::Prepared);
     }
 
+    use proptest::prelude::*;
+
+    /// One participant partition in the model of a failure: prepared or not, and the
+    /// outcome it applied (as its current leader remembers it).
+    #[derive(Clone, Copy, Debug, Default)]
+    struct Part {
+        prepared: bool,
+        decided: Option<bool>,
+    }
+
+    proptest! {
+        /// The decision rule under every failure point: a coordinator prepares the
+        /// participants in turn (any prepare may fail), decides (commit only if all
+        /// prepared), delivers its outcome in turn, and crashes at any step; any leader that
+        /// applied the outcome may go down before its replicas had it (its successor then
+        /// holds the share undecided). Whatever happened, the next coordinator's `decide`
+        /// leaves every participant with one outcome, and the one the client was told.
+        #[test]
+        fn every_failure_point_ends_each_transaction_the_same_way_on_every_partition(
+            parts in 2usize..5,
+            prepare_fails in proptest::collection::vec(any::<bool>(), 5),
+            crash_at in 0usize..12,
+            forgets in proptest::collection::vec(any::<bool>(), 5),
+        ) {
+            let mut model = vec![Part::default(); parts];
+            let mut step = 0;
+            let mut crashed = false;
+            let mut all_prepared = true;
+            for (p, part) in model.iter_mut().enumerate() {
+                if step == crash_at { crashed = true; break; }
+                step += 1;
+                part.prepared = !prepare_fails[p];
+                all_prepared &= part.prepared;
+            }
+            // The client hears "committed" once every share is prepared.
+            let told_commit = !crashed && all_prepared;
+            if !crashed {
+                for (p, part) in model.iter_mut().enumerate() {
+                    if step == crash_at { break; }
+                    step += 1;
+                    if part.prepared && forgets[p] {
+                        continue; // applied by a leader that went down before its replicas had it
+                    }
+                    part.decided = Some(all_prepared);
+                }
+            }
+            let participants: Vec<u32> = (0..parts as u32).collect();
+            let rows: Vec<InDoubtRow> = model.iter().enumerate().filter_map(|(p, part)| {
+                let state = match part.decided {
+                    Some(true) => ShareState::Committed,
+                    Some(false) => ShareState::Aborted,
+                    None if part.prepared => ShareState::Held,
+                    None => return None,
+                };
+                Some(InDoubtRow { partition: p as u32, txn_id: 7, state, participants: participants.clone() })
+            }).collect();
+            let outcome = match decide(7, &rows, |_| true) {
+                Decision::Commit => true,
+                Decision::Abort => false,
+                Decision::Wait(why) => panic!("every leader answered, yet: {why}"),
+            };
+            for part in &model {
+                if let Some(d) = part.decided {
+                    prop_assert_eq!(d, outcome, "a partition applied the other outcome");
+                }
+            }
+            if told_commit {
+                prop_assert!(outcome, "the client was told the transaction committed");
+            }
+            if !all_prepared {
+                prop_assert!(!outcome, "committed though a share was never prepared");
+            }
+        }
+    }
+
     #[test]
     fn held_shares_are_reported_by_their_leaders_only_and_outcomes_are_bounded() {
         let mut l = Ledger::default();
