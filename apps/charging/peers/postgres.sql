@@ -97,7 +97,8 @@ BEGIN
   IF p_session <= 0 THEN p_session := nextval('session_ids'); END IF;
   DELETE FROM user_usage_table u WHERE u.userid = p_user AND u.productid = p_product AND u.sessionid = p_session
     RETURNING allocated_units INTO held;
-  used := greatest(0, least(p_used, coalesce(held, 0)));
+  -- Usage is charged in full, whatever was reserved (as the demo's ReportQuotaUsage).
+  used := greatest(0, p_used);
   amount := used * cost;
   IF amount > 0 THEN
     UPDATE user_balances b SET balance = b.balance - amount, tran_count = tran_count + 1 WHERE b.userid = p_user;

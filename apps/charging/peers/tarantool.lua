@@ -85,9 +85,9 @@ function ls_reportquotausage(userid, productid, units_used, units_wanted, sessio
   local cost = product[3]
   if session_id <= 0 then session_id = box.sequence.session_ids:next() end
   box.begin()
-  local alloc = box.space.user_usage_table:delete({ userid, productid, session_id })
-  local held = alloc and alloc[4] or 0
-  local used = math.max(0, math.min(units_used, held))
+  box.space.user_usage_table:delete({ userid, productid, session_id })
+  -- Usage is charged in full, whatever was reserved (as the demo's ReportQuotaUsage).
+  local used = math.max(0, units_used)
   local spent = used * cost
   if spent > 0 then
     box.space.user_balances:update(userid, { { '-', 3, spent }, { '+', 2, 1 } })
