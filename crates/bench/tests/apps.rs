@@ -265,10 +265,30 @@ fn every_workload_runs_and_passes_its_check() {
         short_run(Tatp::new(Some(200), FkMode::MultiQueryFirst), false).await;
         short_run(Tatp::new(Some(200), FkMode::AllPartitionsFirst), false).await;
         short_run(Tatp::new(Some(200), FkMode::AllPartitionsTasked), false).await;
+        short_run(Tatp::new(Some(200), FkMode::CachedAnswer), false).await;
+        short_run(Tatp::new(Some(200), FkMode::CompoundProcs), false).await;
         short_run(Charging::new(Some(200)), true).await;
         for m in [Mix::A, Mix::D, Mix::E, Mix::F] {
             short_run(Ycsb::new(m, Some(300), false), true).await;
         }
         short_run(Ycsb::new(Mix::E, Some(300), true), true).await;
+    });
+}
+
+#[test]
+fn tatp_modes_3_and_4_resolve_every_number_through_the_map() {
+    rt().block_on(async {
+        for mode in [FkMode::CachedAnswer, FkMode::CompoundProcs] {
+            let conn = Conn::embedded(Some(2)).unwrap();
+            let w = Arc::new(Tatp::new(Some(200), mode));
+            w.setup(&conn).await.unwrap();
+            assert_eq!(conn.scalar("SELECT COUNT(*) FROM subscriber_nbr_map").await.unwrap(), 200, "{mode:?}");
+            let phase = Phase { duration: Duration::from_secs(1), rate: None, window: 16, seed: 5, t_offset_s: 0.0, label: "test ".into() };
+            let r = run_phase(w.clone(), &conn, &phase).await;
+            assert_eq!(lockstep_bench::stats::total(&r.stats.snapshot()).errors, 0, "{mode:?}");
+            // UPDATE_LOCATION (MIX index 4) finds every subscriber by its number.
+            let (n, hits) = w.counts(4);
+            assert!(n > 0 && hits == n, "{mode:?}: {hits} of {n} UPDATE_LOCATION found their subscriber");
+        }
     });
 }
