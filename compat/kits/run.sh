@@ -111,7 +111,15 @@ run_voter() {
     done
     compile voter "${files[@]}" || { record voter FAIL "javac failed, see $work/voter/javac.log"; return; }
     start_server voter voter || { record voter FAIL "server did not start"; return; }
-    load_ddl voter voter || { record voter FAIL "ddl failed, see $work/voter/ddl.log"; stop_server; return; }
+    # The example's own schema script when it is there (its FROM CLASS voter.X binds X.lua on
+    # the server's procedure path, apps/voter/procedures); apps/voter/ddl.sql otherwise.
+    local kit_ddl; kit_ddl="$(find "$d" -maxdepth 3 -name ddl.sql | head -1)"
+    if [ -n "$kit_ddl" ]; then
+        (cd "$(dirname "$kit_ddl")" && "$bin" sql --server "$addr" -f ddl.sql) >"$work/voter/ddl.log" 2>&1 \
+            || { record voter FAIL "the example's ddl.sql failed, see $work/voter/ddl.log"; stop_server; return; }
+    else
+        load_ddl voter voter || { record voter FAIL "ddl failed, see $work/voter/ddl.log"; stop_server; return; }
+    fi
     timeout $((seconds + 120)) java "${java_opts[@]}" -cp "$work/voter/classes:$cp" voter.AsyncBenchmark \
         --servers="$addr" --duration="$seconds" --warmup=2 --latencyreport=true >"$work/voter/client.log" 2>&1
     local rc=$?

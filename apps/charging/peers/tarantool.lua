@@ -26,79 +26,107 @@ box.schema.sequence.create('session_ids', { if_not_exists = true, start = 100000
 
 local function now_us() return clock.realtime64() / 1000 end
 
--- Value reserved by a user's sessions.
-local function reserved(userid)
-  local r = 0
+-- The demo's remaining credit: the balance less the value reserved, nil (no row in the
+-- demo's answer) when the user holds no reservation.
+local function remaining(userid, balance)
+  local r, any = 0, false
   for _, u in box.space.user_usage_table:pairs({ userid }) do
     local p = box.space.product_table:get(u[2])
-    if p ~= nil then r = r + u[4] * p[3] end
+    if p ~= nil then
+      r = r + u[4] * p[3]
+      any = true
+    end
   end
-  return r
+  if not any then return nil end
+  return balance - r
 end
 
 local function event(userid, amount, purpose)
   box.space.user_financial_events:insert({ box.NULL, userid, amount, purpose })
 end
 
-function ls_upsertuser(userid, amount, is_new, json, purpose, last_seen, txn_id)
-  local user = box.space.user_table:get(userid)
-  local prev = box.space.user_recent_transactions:get({ userid, txn_id })
-  if prev ~= nil then return { { 46, prev[6], prev[5] } } end
-  box.begin()
-  if is_new == 'Y' then
-    if user ~= nil then box.rollback(); error('abort: UpsertUser: user ' .. userid .. " exists but shouldn't") end
-    box.space.user_table:replace({ userid, json, last_seen })
-    box.space.user_balances:insert({ userid, 1, amount })
-  else
-    if user == nil then box.rollback(); error('abort: UpsertUser: user ' .. userid .. ' does not exist') end
-    box.space.user_table:replace({ userid, json, last_seen })
-    if box.space.user_balances:update(userid, { { '+', 3, amount }, { '+', 2, 1 } }) == nil then
-      box.rollback(); error('abort: UpsertUser: user ' .. userid .. ' has no balance')
-    end
-  end
-  event(userid, amount, 'Created/updated with ' .. amount)
-  box.space.user_recent_transactions:insert({ userid, txn_id, now_us(), box.NULL, amount, 42 })
-  box.commit()
-  return { { 42, box.NULL, box.NULL } }
+local function null(v)
+  if v == nil then return box.NULL end
+  return v
 end
 
+local PURGE_AFTER_US = 120 * 60 * 1000000
+
+-- Answers (46, 0, NULL) for a repeat, else (42, tables, purged): 4 tables for a new user,
+-- 5 for an update, whose last counts the other records older than 120 minutes it purged.
+function ls_upsertuser(userid, amount, is_new, json, purpose, last_seen, txn_id)
+  local user = box.space.user_table:get(userid)
+  if box.space.user_recent_transactions:get({ userid, txn_id }) ~= nil then return { { 46, 0, box.NULL } } end
+  if string.upper(is_new) == 'Y' then
+    if user ~= nil then error('abort: User ' .. userid .. " exists but shouldn't") end
+    box.begin()
+    box.space.user_recent_transactions:insert({ userid, txn_id, now_us(), box.NULL, amount, 42 })
+    box.space.user_table:replace({ userid, json, last_seen })
+    box.space.user_balances:insert({ userid, 1, amount })
+    event(userid, amount, 'Created user ' .. userid .. ' with opening credit of ' .. amount)
+    box.commit()
+    return { { 42, 4, box.NULL } }
+  end
+  if user == nil then error('abort: User ' .. userid .. ' does not exist') end
+  if box.space.user_balances:get(userid) == nil then
+    error('abort: User ' .. userid .. ' exists but has no financial history...')
+  end
+  box.begin()
+  local now = now_us()
+  box.space.user_recent_transactions:insert({ userid, txn_id, now, box.NULL, amount, 42 })
+  box.space.user_table:replace({ userid, json, last_seen })
+  box.space.user_balances:update(userid, { { '+', 3, amount }, { '+', 2, 1 } })
+  event(userid, amount, 'Updated user ' .. userid .. ' - added credit of ' .. amount)
+  local old = {}
+  for _, t in box.space.user_recent_transactions:pairs({ userid }) do
+    if t[2] ~= txn_id and t[3] < now - PURGE_AFTER_US then old[#old + 1] = t[2] end
+  end
+  for _, id in ipairs(old) do box.space.user_recent_transactions:delete({ userid, id }) end
+  box.commit()
+  return { { 42, 5, #old } }
+end
+
+-- Answers (46, NULL, NULL, NULL) for a repeat, else (55, userid, balance, remaining credit).
 function ls_addcredit(userid, extra, txn_id)
-  if box.space.user_table:get(userid) == nil then error('abort: AddCredit: user ' .. userid .. ' does not exist') end
-  local prev = box.space.user_recent_transactions:get({ userid, txn_id })
-  if prev ~= nil then return { { 46, prev[6], prev[5], box.NULL } } end
+  if box.space.user_table:get(userid) == nil then error('abort: User ' .. userid .. ' does not exist') end
+  if box.space.user_recent_transactions:get({ userid, txn_id }) ~= nil then
+    return { { 46, box.NULL, box.NULL, box.NULL } }
+  end
   box.begin()
   local b = box.space.user_balances:update(userid, { { '+', 3, extra }, { '+', 2, 1 } })
   event(userid, extra, extra .. ' added')
   box.space.user_recent_transactions:insert({ userid, txn_id, now_us(), box.NULL, extra, 55 })
   box.commit()
-  return { { 55, userid, b[3], b[3] - reserved(userid) } }
+  return { { 55, userid, b[3], null(remaining(userid, b[3])) } }
 end
 
+-- Answers (46, NULL…) for a repeat, else (status, reservation deleted 0/1, units reserved or
+-- NULL, session, userid, remaining credit or NULL, balance, productid, units wanted > 0 as
+-- 0/1). As the demo: usage is charged in full (whatever was reserved), and units are
+-- reserved out of the remaining credit (the balance when nothing else is reserved).
 function ls_reportquotausage(userid, productid, units_used, units_wanted, session_id, txn_id)
-  if box.space.user_table:get(userid) == nil then error('abort: ReportQuotaUsage: user ' .. userid .. ' does not exist') end
+  if box.space.user_table:get(userid) == nil then error('abort: User ' .. userid .. ' does not exist') end
   local product = box.space.product_table:get(productid)
-  if product == nil then error('abort: ReportQuotaUsage: product ' .. productid .. ' does not exist') end
-  local prev = box.space.user_recent_transactions:get({ userid, txn_id })
-  if prev ~= nil then
-    return { { 46, prev[6], prev[5], box.NULL, box.NULL, box.NULL, box.NULL, box.NULL } }
+  if product == nil then error('abort: Product ' .. productid .. ' does not exist') end
+  if box.space.user_recent_transactions:get({ userid, txn_id }) ~= nil then
+    return { { 46, box.NULL, box.NULL, box.NULL, box.NULL, box.NULL, box.NULL, box.NULL, box.NULL } }
   end
   local cost = product[3]
   if session_id <= 0 then session_id = box.sequence.session_ids:next() end
   box.begin()
-  local alloc = box.space.user_usage_table:delete({ userid, productid, session_id })
-  local held = alloc and alloc[4] or 0
-  local used = math.max(0, math.min(units_used, held))
-  local spent = used * cost
-  if spent > 0 then
+  local spent = units_used * cost
+  if units_used > 0 then
     box.space.user_balances:update(userid, { { '-', 3, spent }, { '+', 2, 1 } })
-    event(userid, -spent, used .. ' units of product ' .. productid)
+    event(userid, -spent, units_used .. ' units of product ' .. productid)
   end
+  local deleted = box.space.user_usage_table:delete({ userid, productid, session_id }) ~= nil and 1 or 0
+  local bal = box.space.user_balances:get(userid)[3]
   local status, granted = 42, box.NULL
   if units_wanted > 0 then
-    local credit = box.space.user_balances:get(userid)[3] - reserved(userid)
+    local credit = remaining(userid, bal) or bal
     local grant = units_wanted
-    if cost > 0 then grant = math.min(units_wanted, math.floor(credit / cost)) end
-    if grant <= 0 then
+    if cost > 0 and credit > 0 then grant = math.min(units_wanted, math.floor(credit / cost)) end
+    if credit <= 0 or grant <= 0 then
       status = 43
     else
       box.space.user_usage_table:insert({ userid, productid, session_id, grant, now_us() })
@@ -108,8 +136,7 @@ function ls_reportquotausage(userid, productid, units_used, units_wanted, sessio
   end
   box.space.user_recent_transactions:insert({ userid, txn_id, now_us(), productid, -spent, status })
   box.commit()
-  local bal = box.space.user_balances:get(userid)[3]
-  return { { status, spent, granted, session_id, userid, bal - reserved(userid), bal, productid } }
+  return { { status, deleted, granted, session_id, userid, null(remaining(userid, bal)), bal, productid, units_wanted > 0 and 1 or 0 } }
 end
 
 function ls_gettotalbalance()
@@ -118,8 +145,8 @@ function ls_gettotalbalance()
     sum = sum + b[3]
     n = n + 1
   end
-  if n == 0 then return { { box.NULL, 0 } } end
-  return { { sum, n } }
+  if n == 0 then return { { box.NULL } } end
+  return { { sum } }
 end
 
 function ls_showcurrentallocations()

@@ -1,17 +1,19 @@
--- GetUser(userid): five tables: the user row, its balance row, its reservations, its
--- recent transactions, and its spendable credit (balance minus the value reserved).
--- Single-partition on userid.
-local user    = sql [[SELECT * FROM user_table WHERE userid = ?]]
-local balance = sql [[SELECT * FROM user_balances WHERE userid = ?]]
-local usage   = sql [[SELECT * FROM user_usage_table WHERE userid = ? ORDER BY productid, sessionid]]
-local txns    = sql [[SELECT * FROM user_recent_transactions WHERE userid = ? ORDER BY txn_time, user_txn_id]]
-local reserved = sql [[SELECT SUM(u.allocated_units * p.unit_cost) AS reserved
-  FROM user_usage_table u, product_table p WHERE u.userid = ? AND p.productid = u.productid]]
+-- GetUser(userid): everything about a user, as the charging demo's Java class answers: five
+-- tables: the user row, its balance row, its reservations (by product, session), its
+-- recorded transactions (USER_TXN_ID, TXN_TIME, PRODUCTID, AMOUNT, oldest first) and its
+-- remaining credit (USERID, BALANCE: the balance less the reservations' value; no row
+-- without reservations). An unknown user gives five empty tables. Single-partition.
+local get_user = sql [[SELECT * FROM user_table WHERE userid = ?]]
+local get_balance = sql [[SELECT * FROM user_balances WHERE userid = ?]]
+local get_usage = sql [[SELECT * FROM user_usage_table WHERE userid = ? ORDER BY productid, sessionid]]
+local get_txns = sql [[SELECT user_txn_id, txn_time, productid, amount FROM user_recent_transactions
+ WHERE userid = ? ORDER BY txn_time, user_txn_id, productid, amount]]
+local remaining_credit = sql [[SELECT v.userid AS userid, v.balance - SUM(uut.allocated_units * p.unit_cost) AS balance
+  FROM user_balances v, user_usage_table uut, product_table p
+ WHERE v.userid = ? AND v.userid = uut.userid AND p.productid = uut.productid
+ GROUP BY v.userid, v.balance ORDER BY v.userid, v.balance]]
 
 return function(userid)
-  local u, b, us, t, r = batch(user:bind(userid), balance:bind(userid), usage:bind(userid),
-    txns:bind(userid), reserved:bind(userid))
-  local credit = nil
-  if #b > 0 then credit = b[1].balance - ((#r > 0 and r[1].reserved) or 0) end
-  return u, b, us, t, result_table({ "userid", "credit" }, { { userid, credit } })
+  return batch(get_user:bind(userid), get_balance:bind(userid), get_usage:bind(userid), get_txns:bind(userid),
+    remaining_credit:bind(userid))
 end

@@ -65,6 +65,9 @@ pub const CHARGING: App = App {
         app_file!("charging", "procedures/GetUser.lua"),
         app_file!("charging", "procedures/AddCredit.lua"),
         app_file!("charging", "procedures/ReportQuotaUsage.lua"),
+        app_file!("charging", "procedures/GetAndLockUser.lua"),
+        app_file!("charging", "procedures/UpdateLockedUser.lua"),
+        app_file!("charging", "procedures/DeleteStaleAllocations.lua"),
     ],
 };
 

@@ -140,44 +140,47 @@ fn rqu(user: i64, product: i64, used: i64, wanted: i64, session: i64, txn: &str)
 }
 
 #[test]
-fn charging_conserves_money_and_answers_duplicates_once() {
+fn charging_answers_as_the_demo_and_conserves_money() {
     rt().block_on(async {
         let conn = loaded(&apps::CHARGING, "user_table").await;
         conn.adhoc("INSERT INTO product_table VALUES (2, 'data', 20)").await.unwrap();
         let user = |id: i64| vec![i(id), i(1000), s("Y"), s("{}"), s("Created"), Value::Timestamp(0), s(&format!("Create_{id}"))];
         assert_eq!(call(&conn, "UpsertUser", user(1)).await.app_status, 42);
         assert_eq!(call(&conn, "UpsertUser", user(2)).await.app_status, 42);
-        // Credit once; the repeat is answered 46 and changes nothing.
-        assert_eq!(call(&conn, "AddCredit", vec![i(1), i(500), s("c1")]).await.app_status, 55);
+        // Credit once; the repeat is answered 46 with no table and changes nothing.
+        let credit = call(&conn, "AddCredit", vec![i(1), i(500), s("c1")]).await;
+        assert_eq!((credit.app_status, credit.table_count(), credit.int(2, 0, 1)), (55, 5, Some(1500)));
         let again = call(&conn, "AddCredit", vec![i(1), i(500), s("c1")]).await;
-        assert_eq!(again.app_status, 46);
-        assert_eq!(again.int(0, 0, 1), Some(500), "the original amount comes back");
+        assert_eq!((again.app_status, again.table_count()), (46, 0));
         assert_eq!(conn.scalar("SELECT balance FROM user_balances WHERE userid = 1").await.unwrap(), 1500);
-        // Reserve 50 units (1000 money) of 1500, new session.
+        // Reserve 50 units (1000 money) of 1500, new session: (count, reservation, credit, balance).
         let r = call(&conn, "ReportQuotaUsage", rqu(1, 2, 0, 50, -1, "r1")).await;
-        assert_eq!(r.app_status, 45);
+        assert_eq!((r.app_status, r.table_count()), (45, 4));
         let session = r.int(3, 0, 2).unwrap();
         assert!(session > 0);
-        assert_eq!(r.int(2, 0, 1), Some(500), "credit = balance - reserved");
+        assert_eq!(r.int(2, 0, 1), Some(500), "remaining credit = balance - reserved");
         // Want 50 more in another session: only 25 are paid for.
         let r = call(&conn, "ReportQuotaUsage", rqu(1, 2, 0, 50, -1, "r2")).await;
-        assert_eq!(r.app_status, 44);
-        assert_eq!(r.int(1, 0, 2), Some(25));
-        // Use 60 of the first session's 50 units: only the 50 reserved are charged (1000).
+        assert_eq!((r.app_status, r.int(1, 0, 0)), (44, Some(25)), "the reservation, at len-3");
+        // Use 60 units of the first session's 50: all 60 are charged (1200), as in the demo.
         let r = call(&conn, "ReportQuotaUsage", rqu(1, 2, 60, 0, session, "r3")).await;
-        assert_eq!(r.int(0, 0, 0), Some(1000));
-        assert_eq!(r.int(3, 0, 0), Some(500));
+        assert_eq!((r.table_count(), r.int(4, 0, 0), r.int(3, 0, 1)), (5, Some(300), Some(300 - 500)));
         let dup = call(&conn, "ReportQuotaUsage", rqu(1, 2, 60, 0, session, "r3")).await;
-        assert_eq!(dup.app_status, 46);
-        // Nothing left to reserve: the other session holds 500.
-        assert_eq!(call(&conn, "ReportQuotaUsage", rqu(1, 2, 0, 10, -1, "r4")).await.app_status, 43);
+        assert_eq!((dup.app_status, dup.table_count()), (46, 0));
+        // Nothing left to reserve: the other session holds 500 of the 300.
+        let r = call(&conn, "ReportQuotaUsage", rqu(1, 2, 0, 10, -1, "r4")).await;
+        assert_eq!((r.app_status, r.table_count()), (43, 3));
         let total = call(&conn, "getTotalBalance", vec![]).await;
-        assert_eq!(total.int(0, 0, 0), Some(1000 + 1000 + 500 - 1000));
+        assert_eq!(total.int(0, 0, 0), Some(1000 + 1000 + 500 - 1200));
         let alloc = call(&conn, "showCurrentAllocations", vec![]).await;
         assert_eq!(alloc.rows(0), vec![vec![i(2), s("data"), i(25), i(500)]]);
         assert_eq!(conn.scalar("SELECT COUNT(*) FROM user_recent_transactions").await.unwrap(), 2 + 1 + 4);
         let unknown = conn.call("AddCredit", vec![i(9), i(1), s("x")]).await.unwrap();
         assert_eq!(unknown.status, lockstep_bench::conn::STATUS_USER_ABORT);
+        // A deleted user created again starts from its opening credit.
+        assert_eq!(call(&conn, "DelUser", vec![i(2)]).await.table_count(), 5);
+        assert_eq!(call(&conn, "UpsertUser", user(2)).await.app_status, 42);
+        assert_eq!(conn.scalar("SELECT balance FROM user_balances WHERE userid = 2").await.unwrap(), 1000);
     });
 }
 
@@ -262,10 +265,30 @@ fn every_workload_runs_and_passes_its_check() {
         short_run(Tatp::new(Some(200), FkMode::MultiQueryFirst), false).await;
         short_run(Tatp::new(Some(200), FkMode::AllPartitionsFirst), false).await;
         short_run(Tatp::new(Some(200), FkMode::AllPartitionsTasked), false).await;
+        short_run(Tatp::new(Some(200), FkMode::CachedAnswer), false).await;
+        short_run(Tatp::new(Some(200), FkMode::CompoundProcs), false).await;
         short_run(Charging::new(Some(200)), true).await;
         for m in [Mix::A, Mix::D, Mix::E, Mix::F] {
             short_run(Ycsb::new(m, Some(300), false), true).await;
         }
         short_run(Ycsb::new(Mix::E, Some(300), true), true).await;
+    });
+}
+
+#[test]
+fn tatp_modes_3_and_4_resolve_every_number_through_the_map() {
+    rt().block_on(async {
+        for mode in [FkMode::CachedAnswer, FkMode::CompoundProcs] {
+            let conn = Conn::embedded(Some(2)).unwrap();
+            let w = Arc::new(Tatp::new(Some(200), mode));
+            w.setup(&conn).await.unwrap();
+            assert_eq!(conn.scalar("SELECT COUNT(*) FROM subscriber_nbr_map").await.unwrap(), 200, "{mode:?}");
+            let phase = Phase { duration: Duration::from_secs(1), rate: None, window: 16, seed: 5, t_offset_s: 0.0, label: "test ".into() };
+            let r = run_phase(w.clone(), &conn, &phase).await;
+            assert_eq!(lockstep_bench::stats::total(&r.stats.snapshot()).errors, 0, "{mode:?}");
+            // UPDATE_LOCATION (MIX index 4) finds every subscriber by its number.
+            let (n, hits) = w.counts(4);
+            assert!(n > 0 && hits == n, "{mode:?}: {hits} of {n} UPDATE_LOCATION found their subscriber");
+        }
     });
 }

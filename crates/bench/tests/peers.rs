@@ -193,30 +193,41 @@ async fn charging(servers: &Servers) {
     b.same("UpsertUser", user(2, "c2", "Y"), &[]).await;
     b.same("UpsertUser", user(1, "c1", "Y"), &[]).await; // repeat: 46
     b.same("UpsertUser", user(1, "c3", "Y"), &[]).await; // exists: abort
-                                                         // A new session (id differs by design: blanked), then usage charged against it.
-    let first = b.same("ReportQuotaUsage", vec![i(1), i(2), i(0), i(30), i(-1), s("r1")], &[(1, 3), (3, 2)]).await;
+    b.same("UpsertUser", user(2, "u2", "N"), &[]).await; // an update: five tables
+                                                         // A new session (id differs by design: blanked in the reservation and the balance row).
+    let first = b.same("ReportQuotaUsage", vec![i(1), i(2), i(0), i(30), i(-1), s("r1")], &[(1, 1), (3, 2)]).await;
     assert_eq!(first.app_status, 45);
+    // Another session gets the 20 units the remaining 400 pay for; 10 of them are used and
+    // charged in full, and 5 more reserved out of 800 - 600.
     for (system, conn) in &b.peers {
         let a = conn.call("ReportQuotaUsage", vec![i(1), i(2), i(0), i(60), i(-1), s("r2")]).await.unwrap();
-        assert_eq!(a.app_status, 44, "{system}: some units");
+        assert_eq!((a.app_status, a.int(1, 0, 0)), (44, Some(20)), "{system}: some units");
         let session = a.int(3, 0, 2).unwrap();
         let used = conn.call("ReportQuotaUsage", vec![i(1), i(2), i(10), i(5), i(session), s("r3")]).await.unwrap();
-        assert_eq!((used.app_status, used.int(0, 0, 0)), (45, Some(200)), "{system}: 10 units of 20 charged");
+        assert_eq!((used.app_status, used.int(3, 0, 0)), (45, Some(800)), "{system}: 10 units of 20 charged");
     }
     let lock = b.lockstep.call("ReportQuotaUsage", vec![i(1), i(2), i(0), i(60), i(-1), s("r2")]).await.unwrap();
     let session = lock.int(3, 0, 2).unwrap();
-    b.lockstep.call("ReportQuotaUsage", vec![i(1), i(2), i(10), i(5), i(session), s("r3")]).await.unwrap();
+    let used = b.lockstep.call("ReportQuotaUsage", vec![i(1), i(2), i(10), i(5), i(session), s("r3")]).await.unwrap();
+    assert_eq!((used.app_status, used.int(3, 0, 0)), (45, Some(800)));
     b.same("ReportQuotaUsage", vec![i(1), i(2), i(10), i(5), i(session), s("r3")], &[]).await; // repeat: 46
     b.same("ReportQuotaUsage", vec![i(7), i(2), i(0), i(5), i(-1), s("r4")], &[]).await; // no user: abort
     b.same("ReportQuotaUsage", vec![i(1), i(9), i(0), i(5), i(-1), s("r5")], &[]).await; // no product: abort
     b.same("AddCredit", vec![i(2), i(250), s("a1")], &[]).await;
     b.same("AddCredit", vec![i(2), i(999), s("a1")], &[]).await; // repeat: 46
     b.same("AddCredit", vec![i(1), i(5), s("a2")], &[]).await; // credit net of reservations
+                                                               // User 2 holds 2250: 3 SMS used, nothing wanted (five tables); 112 units of data for its
+                                                               // 2247 (some of 500); then 7 left, less than one unit of data (no money, three tables).
+    b.same("ReportQuotaUsage", vec![i(2), i(1), i(3), i(0), i(-1), s("r6")], &[(4, 2)]).await;
+    let some = b.same("ReportQuotaUsage", vec![i(2), i(2), i(0), i(500), i(-1), s("r7")], &[(1, 1), (3, 2)]).await;
+    assert_eq!((some.app_status, some.int(1, 0, 0), some.int(2, 0, 1)), (44, Some(112), Some(7)));
+    let none = b.same("ReportQuotaUsage", vec![i(2), i(2), i(0), i(5), i(-1), s("r8")], &[(2, 2)]).await;
+    assert_eq!((none.app_status, none.table_count()), (43, 3));
     b.same("getTotalBalance", vec![], &[]).await;
     b.same("showCurrentAllocations", vec![], &[]).await;
-    assert_eq!(b.same_scalar("SELECT SUM(balance) FROM user_balances").await, 2055);
+    assert_eq!(b.same_scalar("SELECT SUM(balance) FROM user_balances").await, 805 + 2247);
     assert_eq!(b.same_scalar("SELECT COUNT(*) FROM user_balances WHERE balance < 0").await, 0);
-    assert_eq!(b.same_scalar("SELECT COUNT(*) FROM user_recent_transactions").await, 7);
+    assert_eq!(b.same_scalar("SELECT COUNT(*) FROM user_recent_transactions").await, 11);
 }
 
 async fn tatp(servers: &Servers) {

@@ -102,40 +102,69 @@ pub fn answer(proc: &str, raw: Raw) -> Answer {
     }
 }
 
-/// Charging's answers: (app status, …) split into the tables Lockstep's procedures return.
+/// A DML count table, as VoltDB answers an INSERT, UPDATE or DELETE.
+fn count(n: i64) -> ResultTable {
+    table(&["modified_tuples"], vec![vec![Value::Int(n)]])
+}
+
+/// The charging demo's remaining credit: (USERID, BALANCE), no row when `credit` is NULL.
+fn remaining(user: Value, credit: Value) -> ResultTable {
+    let rows = if credit == Value::Null { Vec::new() } else { vec![vec![user, credit]] };
+    table(&["USERID", "BALANCE"], rows)
+}
+
+/// Charging's answers: (app status, …) split into the tables the demo's procedures (and
+/// apps/charging's) return. A repeated transaction id answers no table.
 fn charging(proc: &str, r: &[Value]) -> Answer {
     let Some(status) = int(r, 0) else {
         return Answer::new(STATUS_GRACEFUL_FAILURE, Some(format!("{proc}: the peer answered {r:?}")), APP_STATUS_UNSET, Vec::new());
     };
     let app = status.clamp(i8::MIN as i64, i8::MAX as i64) as i8;
     if status == 46 {
-        return success(app, vec![table(&["status", "amount"], vec![vec![cell(r, 1), cell(r, 2)]])]);
+        return success(app, Vec::new());
     }
     match proc {
-        "UpsertUser" => success(app, vec![table(&["c0"], vec![vec![Value::Int(status)]])]),
+        // (42, tables, purged): a new user's four counts; an update's five, the last the purge.
+        "UpsertUser" => {
+            let mut tables = vec![count(1), count(1), count(1), count(1)];
+            if int(r, 1) == Some(5) {
+                tables.push(count(int(r, 2).unwrap_or(0)));
+            }
+            success(app, tables)
+        }
+        // (55, userid, balance, remaining credit or NULL)
         "AddCredit" => success(
             app,
             vec![
-                table(&["userid", "balance"], vec![vec![cell(r, 1), cell(r, 2)]]),
-                table(&["userid", "credit"], vec![vec![cell(r, 1), cell(r, 3)]]),
+                count(1),
+                count(1),
+                table(&["USERID", "BALANCE"], vec![vec![cell(r, 1), cell(r, 2)]]),
+                remaining(cell(r, 1), cell(r, 3)),
+                count(1),
             ],
         ),
         _ => {
-            // (status, spent, allocated or NULL, session, userid, credit, balance, productid)
+            // (status, deleted, allocated or NULL, session, userid, remaining or NULL, balance,
+            // productid, wanted 0/1)
             let (session, user, product) = (cell(r, 3), cell(r, 4), cell(r, 7));
             let alloc = match cell(r, 2) {
                 Value::Null => Vec::new(),
-                units => vec![vec![user.clone(), product.clone(), units, session.clone(), Value::Null]],
+                units => vec![vec![units, session.clone(), Value::Null, user.clone(), product.clone()]],
             };
-            success(
-                app,
-                vec![
-                    table(&["amount_spent"], vec![vec![cell(r, 1)]]),
-                    table(&["userid", "productid", "allocated_units", "sessionid", "lastdate"], alloc),
-                    table(&["userid", "credit"], vec![vec![user.clone(), cell(r, 5)]]),
-                    table(&["balance", "product_id", "session_id", "userid"], vec![vec![cell(r, 6), product, session, user]]),
-                ],
-            )
+            let reservation = table(&["ALLOCATED_UNITS", "SESSIONID", "LASTDATE", "USERID", "PRODUCTID"], alloc);
+            let credit = remaining(user.clone(), cell(r, 5));
+            let balance = table(&["BALANCE", "PRODUCT_ID", "SESSION_ID", "USERID"], vec![vec![cell(r, 6), product, session, user]]);
+            if int(r, 8) != Some(1) {
+                // Nothing wanted: no app status, and the five tables of the demo's second batch.
+                let deleted = count(int(r, 1).unwrap_or(0));
+                return success(APP_STATUS_UNSET, vec![deleted, count(1), reservation, credit, balance]);
+            }
+            let mut tables = Vec::with_capacity(4);
+            if status != 43 {
+                tables.push(count(1));
+            }
+            tables.extend([reservation, credit, balance]);
+            success(app, tables)
         }
     }
 }
@@ -153,24 +182,30 @@ mod tests {
     }
 
     #[test]
-    fn report_quota_usage_is_split_into_four_tables() {
-        let row = vec![
-            Value::Int(45),
-            Value::Int(10),
-            Value::Int(50),
-            Value::Int(7),
-            Value::Int(3),
-            Value::Int(900),
-            Value::Int(1000),
-            Value::Int(2),
-        ];
-        let a = answer("ReportQuotaUsage", Ok(vec![row]));
-        assert_eq!(a.app_status, 45);
-        assert_eq!(a.table_count(), 4);
-        assert_eq!(a.int(0, 0, 0), Some(10));
-        assert_eq!(a.int(1, 0, 2), Some(50));
-        assert_eq!(a.int(2, 0, 1), Some(900));
-        assert_eq!(a.int(3, 0, 2), Some(7));
+    fn report_quota_usage_is_split_as_the_demo_answers() {
+        let row = |status: i64, alloc: Value, wanted: i64| {
+            vec![
+                Value::Int(status),
+                Value::Int(1),
+                alloc,
+                Value::Int(7),
+                Value::Int(3),
+                Value::Int(900),
+                Value::Int(1000),
+                Value::Int(2),
+                Value::Int(wanted),
+            ]
+        };
+        let a = answer("ReportQuotaUsage", Ok(vec![row(45, Value::Int(50), 1)]));
+        assert_eq!((a.app_status, a.table_count()), (45, 4));
+        assert_eq!(a.int(1, 0, 0), Some(50), "the reservation at len-3");
+        assert_eq!(a.int(2, 0, 1), Some(900), "the remaining credit");
+        assert_eq!(a.int(3, 0, 2), Some(7), "the session at len-1");
+        let none = answer("ReportQuotaUsage", Ok(vec![row(43, Value::Null, 1)]));
+        assert_eq!((none.app_status, none.table_count(), none.row_count(0)), (43, 3, 0));
+        let used = answer("ReportQuotaUsage", Ok(vec![row(42, Value::Null, 0)]));
+        assert_eq!((used.app_status, used.table_count(), used.int(0, 0, 0)), (APP_STATUS_UNSET, 5, Some(1)));
+        assert_eq!(answer("AddCredit", Ok(vec![vec![Value::Int(46), Value::Null, Value::Null, Value::Null]])).table_count(), 0);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Telco charging (VoltDB's charging demo): users with credit reserve units of products per
 //! session and report usage; every 5th event of a user adds credit (the 80/20 mix); 1% of
 //! calls repeat an earlier transaction id, which must be answered, not applied. The value at
-//! risk and the total balance are queried every few seconds. Check: money is conserved, no
-//! balance is negative, no reservation exceeds its user's balance, each transaction id is
-//! applied once.
+//! risk and the total balance are queried every few seconds. The procedures are the demo's
+//! (apps/charging): usage is charged in full, whatever was reserved, so a balance may go
+//! below its reservations or below zero, and neither is checked. Check: money is conserved
+//! (the total equals the start plus credits less units used times their cost), each
+//! transaction id is recorded once, and every repeat is answered as already applied.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -40,6 +42,9 @@ pub const DUPLICATE_SHARE: f64 = 0.01;
 pub const QUERY_EVERY: Duration = Duration::from_secs(5);
 /// Users tried when the chosen one is busy, before skipping this turn.
 const BUSY_RETRIES: usize = 8;
+/// The demo's ReportQuotaUsage deletes a user's recorded transactions older than this (one
+/// per call), so the records can be counted exactly only in runs shorter than it.
+const TXN_RETENTION: Duration = Duration::from_secs(5 * 60);
 
 pub const STATUS_NO_MONEY: i8 = 43;
 pub const STATUS_SOME_UNITS: i8 = 44;
@@ -67,6 +72,10 @@ pub struct Charging {
     applied: AtomicI64,
     dups_sent: AtomicU64,
     dups_answered: AtomicU64,
+    /// When the setup ended; every recorded transaction older than [`TXN_RETENTION`] may go.
+    started: std::sync::Mutex<Option<Instant>>,
+    /// Whether the setup created every user (so no record predates the run).
+    fresh: std::sync::atomic::AtomicBool,
 }
 
 fn ok_or_err(a: &Answer) -> Result<(), Error> {
@@ -91,6 +100,8 @@ impl Charging {
             applied: AtomicI64::new(0),
             dups_sent: AtomicU64::new(0),
             dups_answered: AtomicU64::new(0),
+            started: std::sync::Mutex::new(None),
+            fresh: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -145,8 +156,12 @@ impl Charging {
             Value::from(txn.as_str()),
         ];
         let r = conn.call("ReportQuotaUsage", params).await;
+        // The demo charges the units used in full, at the product's cost.
+        let spent = used * PRODUCTS[product].2;
         let done = classify(r, |a| {
-            let (Some(spent), Some(new_session)) = (a.int(0, 0, 0), a.int(3, 0, 2)) else {
+            // As the demo's client: the last table is (BALANCE, PRODUCT_ID, SESSION_ID, USERID).
+            let last = a.table_count().wrapping_sub(1);
+            let (true, Some(new_session)) = (a.table_count() >= 3, a.int(last, 0, 2)) else {
                 return Done::error(format!("ReportQuotaUsage answered {} tables of an unexpected shape", a.table_count()));
             };
             self.spent.fetch_add(spent, Ordering::Relaxed);
@@ -199,6 +214,15 @@ impl Charging {
     }
 }
 
+impl Charging {
+    /// Whether no recorded transaction can have expired yet: every user was created by this
+    /// run's setup and the run is shorter than the demo's retention.
+    fn records_all_kept(&self) -> bool {
+        let elapsed = self.started.lock().ok().and_then(|s| s.map(|t| t.elapsed()));
+        self.fresh.load(Ordering::Relaxed) && elapsed.is_some_and(|e| e < TXN_RETENTION)
+    }
+}
+
 impl Workload for Charging {
     async fn setup(&self, conn: &Conn) -> Result<(), Error> {
         apps::ensure_loaded(conn, &apps::CHARGING, "user_table").await?;
@@ -206,6 +230,7 @@ impl Workload for Charging {
             conn.adhoc(&format!("UPSERT INTO product_table (productid, productname, unit_cost) VALUES ({id}, '{name}', {cost})")).await?;
         }
         let have = conn.scalar("SELECT COUNT(*) FROM user_table").await?;
+        self.fresh.store(have != self.users, Ordering::Relaxed);
         if have != self.users {
             if have > 0 {
                 for t in ["user_table", "user_usage_table", "user_balances", "user_recent_transactions"] {
@@ -236,6 +261,9 @@ impl Workload for Charging {
         }
         self.baseline_money.store(Self::total_balance(conn).await?, Ordering::Relaxed);
         self.baseline_txns.store(conn.scalar("SELECT COUNT(*) FROM user_recent_transactions").await?, Ordering::Relaxed);
+        if let Ok(mut started) = self.started.lock() {
+            *started = Some(Instant::now());
+        }
         Ok(())
     }
 
@@ -289,30 +317,16 @@ impl Workload for Charging {
             Ok(sum) => c.expect(sum == expected, format!("sum of user balances {sum} = total_balances view {expected}")),
             Err(e) => c.expect(false, format!("summing balances: {}", e.message)),
         }
-        match conn.scalar("SELECT COUNT(*) FROM user_balances WHERE balance < 0").await {
-            Ok(n) => c.expect(n == 0, format!("{n} negative balances")),
-            Err(e) => c.expect(false, format!("negative balances: {}", e.message)),
-        }
-        let over = "SELECT u.userid, b.balance, SUM(u.allocated_units * p.unit_cost) AS reserved \
-                    FROM user_usage_table u, user_balances b, product_table p \
-                    WHERE b.userid = u.userid AND p.productid = u.productid GROUP BY u.userid, b.balance";
-        match conn.adhoc(over).await {
-            Ok(a) => {
-                let rows = a.rows(0);
-                let bad = rows
-                    .iter()
-                    .filter(|r| match (r.get(1), r.get(2)) {
-                        (Some(Value::Int(b)), Some(Value::Int(res))) => res > b,
-                        _ => false,
-                    })
-                    .count();
-                c.expect(bad == 0, format!("{bad} of {} users with reservations have reserved more than their balance", rows.len()));
-            }
-            Err(e) => c.expect(false, format!("reservations: {}", e.message)),
-        }
         let txns_expected = self.baseline_txns.load(Ordering::Relaxed) + self.applied.load(Ordering::Relaxed);
         match conn.scalar("SELECT COUNT(*) FROM user_recent_transactions").await {
-            Ok(n) => c.expect(n == txns_expected, format!("transaction ids recorded {n} = applied {txns_expected} (each once)")),
+            Ok(n) if self.records_all_kept() => {
+                c.expect(n == txns_expected, format!("transaction ids recorded {n} = applied {txns_expected} (each once)"))
+            }
+            // Older records may have been deleted by the demo's housekeeping: at most as many.
+            Ok(n) => c.expect(
+                n <= txns_expected,
+                format!("transaction ids recorded {n} <= applied {txns_expected} (each at most once; older ones expire)"),
+            ),
             Err(e) => c.expect(false, format!("counting transactions: {}", e.message)),
         }
         let (sent, answered) = (self.dups_sent.load(Ordering::Relaxed), self.dups_answered.load(Ordering::Relaxed));

@@ -1,7 +1,8 @@
 //! TATP per the specification: population by its rules (s_id 1..P, sub_nbr the 15-digit
 //! s_id), NURand s_id, the mix 35/10/35/2/14/2/2, and the alternate key sub_nbr of
-//! UPDATE_LOCATION, INSERT_CALL_FORWARDING and DELETE_CALL_FORWARDING resolved one of three
-//! ways (`--fk-mode`). Check: each transaction's success rate within 2 points of the spec's.
+//! UPDATE_LOCATION, INSERT_CALL_FORWARDING and DELETE_CALL_FORWARDING resolved one of the
+//! five ways of VoltDB's TATP kit (`--fk-mode`, by name or by the kit's number 0-4). Check:
+//! each transaction's success rate within 2 points of the spec's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,24 +15,50 @@ use crate::stats::Done;
 use crate::workload::{populate, Check, Workload};
 use crate::workloads::classify;
 
-/// How sub_nbr becomes s_id (the three ways VoltDB's TATP post compares).
+/// How sub_nbr becomes s_id: the kit's FKMODEs (its number is each one's alias).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FkMode {
-    /// One multi-partition lookup (MapSubStringToNumberNoView), then the single-partition write.
-    MultiQueryFirst,
-    /// The lookup on every partition (MapSubStringToNumberAllPartitions), then the write.
+    /// Kit mode 0: the lookup on every partition (MapSubStringToNumberAllPartitions), then
+    /// the single-partition write.
+    #[value(alias = "0")]
     AllPartitionsFirst,
-    /// Every partition does the write itself if it holds the subscriber (*MultiPartition).
+    /// Kit mode 1: every partition does the write itself if it holds the subscriber
+    /// (*MultiPartition).
+    #[value(alias = "1")]
     AllPartitionsTasked,
+    /// Kit mode 2: one multi-partition lookup (MapSubStringToNumberNoView), then the write.
+    #[value(alias = "2")]
+    MultiQueryFirst,
+    /// Kit mode 3: a single-partition lookup in the number map (SUBSCRIBER_NBR_MAP.select,
+    /// partitioned on sub_nbr), then the write: two client calls.
+    #[value(alias = "3")]
+    CachedAnswer,
+    /// Kit mode 4: one call of a compound procedure (*Compound) that makes the same two
+    /// single-partition calls on the server.
+    #[value(alias = "4")]
+    CompoundProcs,
 }
 
 impl FkMode {
     pub fn name(self) -> &'static str {
         match self {
-            FkMode::MultiQueryFirst => "multi-query-first",
             FkMode::AllPartitionsFirst => "all-partitions-first",
             FkMode::AllPartitionsTasked => "all-partitions-tasked",
+            FkMode::MultiQueryFirst => "multi-query-first",
+            FkMode::CachedAnswer => "cached-answer",
+            FkMode::CompoundProcs => "compound-procs",
         }
+    }
+
+    /// Whether the mode reads subscriber_nbr_map (which the spec's population lacks).
+    fn uses_number_map(self) -> bool {
+        matches!(self, FkMode::CachedAnswer | FkMode::CompoundProcs)
+    }
+
+    /// Whether a write's answer tells a hit from a miss: the kit's compound procedures
+    /// answer 0 whatever InsertCallForwarding or DeleteCallForwarding changed.
+    fn tells_hits(self, kind: usize) -> bool {
+        !(self == FkMode::CompoundProcs && (kind == INSERT_CALL_FORWARDING || kind == DELETE_CALL_FORWARDING))
     }
 }
 
@@ -48,6 +75,11 @@ pub const MIX: [(&str, u32, f64); 7] = [
     ("INSERT_CALL_FORWARDING", 2, 31.25),
     ("DELETE_CALL_FORWARDING", 2, 31.25),
 ];
+/// Indexes into MIX of the writes whose outcome a compound procedure does not tell.
+const INSERT_CALL_FORWARDING: usize = 5;
+const DELETE_CALL_FORWARDING: usize = 6;
+/// What the kit's compound procedures answer for an unknown number.
+const COMPOUND_UNKNOWN_NUMBER: i64 = -1;
 /// Samples a transaction type needs before its success rate is checked (±1 point at 1σ).
 pub const CHECK_SAMPLES_MIN: u64 = 2500;
 /// Least allowed distance from the expected success rate, in percentage points.
@@ -93,15 +125,24 @@ impl Tatp {
     }
 
     fn note(&self, i: usize, done: &Done) {
+        if !self.fk_mode.tells_hits(i) {
+            return;
+        }
         self.counts[i].0.fetch_add(1, Ordering::Relaxed);
         if matches!(done, Done::Ok { outcome: "hit" }) {
             self.counts[i].1.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// sub_nbr → s_id by the chosen mode (not used by the tasked mode).
+    /// sub_nbr → s_id by the chosen mode (not used by the tasked and compound modes).
     async fn resolve(&self, conn: &Conn, nbr: &str) -> Result<Option<i64>, Error> {
         match self.fk_mode {
+            FkMode::CachedAnswer => {
+                // The map's row is (SUB_NBR, S_ID); the kit writes to s_id -1 when it has none.
+                let a = conn.call("SUBSCRIBER_NBR_MAP.select", vec![Value::from(nbr)]).await?;
+                ok_or_err(&a)?;
+                Ok(Some(a.int(0, 0, 1).unwrap_or(-1)))
+            }
             FkMode::MultiQueryFirst => {
                 let a = conn.call("MapSubStringToNumberNoView", vec![Value::from(nbr)]).await?;
                 ok_or_err(&a)?;
@@ -125,6 +166,16 @@ impl Tatp {
     /// mode call `tasked(sub_nbr, args…)` on every partition and add up the rows changed.
     async fn by_sub_nbr(&self, conn: &Conn, s_id: i64, proc: &str, tasked: &str, args: Vec<Value>) -> Done {
         let nbr = sub_nbr(s_id);
+        if self.fk_mode == FkMode::CompoundProcs {
+            let mut p = vec![Value::from(nbr.as_str())];
+            p.extend(args);
+            let compound = format!("{proc}Compound");
+            return classify(conn.call(&compound, p).await, |a| match a.int(0, 0, 0) {
+                Some(COMPOUND_UNKNOWN_NUMBER) => Done::ok("miss"),
+                Some(_) => Done::ok("hit"),
+                None => Done::error(format!("{compound} answered no value")),
+            });
+        }
         if self.fk_mode == FkMode::AllPartitionsTasked {
             let mut p = vec![Value::from(nbr.as_str())];
             p.extend(args);
@@ -183,14 +234,9 @@ fn pick(rng: &mut Rng) -> usize {
 
 const START_TIMES: [i64; 3] = [0, 8, 16];
 
-impl Workload for Tatp {
-    async fn setup(&self, conn: &Conn) -> Result<(), Error> {
-        apps::ensure_loaded(conn, &apps::TATP, "subscriber").await?;
-        let have = conn.scalar("SELECT COUNT(*) FROM subscriber").await?;
-        if have == self.subscribers {
-            eprintln!("tatp: {have} subscribers already loaded");
-            return Ok(());
-        }
+impl Tatp {
+    /// Loads the spec's population (after a Reset when some other population is there).
+    async fn populate(&self, conn: &Conn, have: i64) -> Result<(), Error> {
         if have > 0 {
             let a = conn.call("Reset", vec![]).await?;
             ok_or_err(&a)?;
@@ -229,6 +275,41 @@ impl Workload for Tatp {
             }
         })
         .await
+    }
+
+    /// Fills subscriber_nbr_map (sub_nbr → s_id), which modes 3 and 4 read and the spec's
+    /// population does not write, unless it already maps every subscriber.
+    async fn map_numbers(&self, conn: &Conn) -> Result<(), Error> {
+        if conn.scalar("SELECT COUNT(*) FROM subscriber_nbr_map").await? == self.subscribers {
+            return Ok(());
+        }
+        conn.adhoc("DELETE FROM subscriber_nbr_map").await?;
+        let conn2 = conn.clone();
+        populate("tatp number map", self.subscribers as u64, move |i| {
+            let conn = conn2.clone();
+            async move {
+                let s_id = i as i64 + 1;
+                let a = conn.call("SUBSCRIBER_NBR_MAP.insert", vec![Value::from(sub_nbr(s_id).as_str()), Value::Int(s_id)]).await?;
+                ok_or_err(&a).map_err(|e| e.context(format!("SUBSCRIBER_NBR_MAP.insert({s_id})")))
+            }
+        })
+        .await
+    }
+}
+
+impl Workload for Tatp {
+    async fn setup(&self, conn: &Conn) -> Result<(), Error> {
+        apps::ensure_loaded(conn, &apps::TATP, "subscriber").await?;
+        let have = conn.scalar("SELECT COUNT(*) FROM subscriber").await?;
+        if have == self.subscribers {
+            eprintln!("tatp: {have} subscribers already loaded");
+        } else {
+            self.populate(conn, have).await?;
+        }
+        if self.fk_mode.uses_number_map() {
+            self.map_numbers(conn).await?;
+        }
+        Ok(())
     }
 
     fn one<'a>(&'a self, conn: &'a Conn, rng: &'a mut Rng) -> impl std::future::Future<Output = (&'static str, Done)> + Send + 'a {
