@@ -76,12 +76,15 @@ async function monitorDuringBenchmark(page, server) {
     latency: Chart.getChart("chart-latency").data.datasets.map((d) => Math.max(0, ...d.data.filter((v) => v !== null))),
     procs: Chart.getChart("chart-procs").data.labels,
     queues: Chart.getChart("chart-queues").data.datasets.length,
+    cpu: Chart.getChart("chart-cpu").data.datasets.map((d) => Math.max(0, ...d.data.filter((v) => v !== null))),
     procedureRows: [...document.querySelectorAll("#procedures tbody tr")].map((tr) => tr.cells[0].textContent),
     durability: document.getElementById("durability").textContent,
   }));
   check(figures.latency.every((v) => v > 0), `the latency chart holds p50, p95 and p99 (${figures.latency.map((v) => v.toFixed(2)).join(", ")} ms)`);
   check(figures.procs.includes("Vote"), "the calls-by-procedure chart shows Vote");
   check(figures.queues === 3, "the queue chart has one line per partition (2) and the coordinator's");
+  check(figures.cpu.length === 3 && figures.cpu.every((v) => v > 0),
+    `the CPU chart shows the server's CPU and both partitions busy (${figures.cpu.map((v) => v.toFixed(1)).join(", ")} %)`);
   check(figures.procedureRows.includes("Vote"), "the procedures table lists Vote");
   check(figures.durability.includes("sync"), "the durability panel shows the command log's mode");
   const result = await bench;

@@ -377,6 +377,10 @@ async fn metrics_move_with_calls_and_many_requests_share_one_connection() {
     assert!(after.get("lockstep_table_memory_bytes{table=\"KV\"}").is_some_and(|b| *b > 0.0), "KV takes no memory");
     assert_eq!(after.get("lockstep_connections_open").copied(), Some(1.0), "the wire client is connected");
     assert!(after.contains_key("lockstep_partition_queue_depth{partition=\"1\"}"));
+    // The inserts ran on the partitions' threads, and the process used CPU doing it.
+    let busy: f64 = (0..2).map(|p| delta(&format!("lockstep_partition_busy_seconds_total{{partition=\"{p}\"}}"))).sum();
+    assert!(busy > 0.0, "no partition counted busy time for {CALLS} inserts");
+    assert!(delta("process_cpu_seconds_total") >= 0.0 && after.get("process_cpu_seconds_total").is_some_and(|s| *s > 0.0));
     assert!(after.get("lockstep_memory_resident_bytes").is_some_and(|b| *b > 0.0));
     // Keep-alive: 300 requests and two scrapes, on the agent's one connection.
     assert!(delta("lockstep_http_requests_total") >= (CALLS + 2) as f64);

@@ -100,6 +100,8 @@ pub struct Shared {
     pub(crate) serving_mp: std::sync::atomic::AtomicI64,
     /// What this node knows of multi-partition transactions prepared here.
     pub(crate) ledger: Arc<Mutex<Ledger>>,
+    /// Time each site spent running work, in nanoseconds.
+    busy_ns: Arc<[AtomicU64]>,
 }
 
 impl Shared {
@@ -175,6 +177,11 @@ impl Shared {
     /// work): what monitoring shows as each partition's queue depth.
     pub fn site_queue_depths(&self) -> Vec<usize> {
         self.sites.iter().map(|tx| tx.len()).collect()
+    }
+
+    /// Seconds each site has spent running transactions and fragments since start.
+    pub fn site_busy_seconds(&self) -> Vec<f64> {
+        self.busy_ns.iter().map(|n| n.load(Ordering::Relaxed) as f64 / 1e9).collect()
     }
 
     /// Clients' calls waiting for the multi-partition coordinator.
@@ -279,6 +286,7 @@ impl Engine {
         let (mp_tx, mp_rx) = unbounded();
         let cluster = ClusterLink::default();
         let ledger: Arc<Mutex<Ledger>> = Default::default();
+        let busy_ns: Arc<[AtomicU64]> = (0..config.sites).map(|_| AtomicU64::new(0)).collect();
         let mut links = Vec::new();
         let mut sites = Vec::new();
         let mut threads = Vec::new();
@@ -296,6 +304,7 @@ impl Engine {
                 memory: memory.clone(),
                 cluster: cluster.clone(),
                 ledger: ledger.clone(),
+                busy_ns: busy_ns.clone(),
             };
             // A site's Lua state cannot move between threads: build the site on its own.
             let (site_config, site_catalog, site_ring) = (config.clone(), catalog.clone(), ring.clone());
@@ -332,6 +341,7 @@ impl Engine {
             remote_steps: bounded(REMOTE_STEPS_MAX),
             serving_mp: std::sync::atomic::AtomicI64::new(0),
             ledger,
+            busy_ns,
         });
         let coordinator_shared = shared.clone();
         let replaying = log_reader.is_some();

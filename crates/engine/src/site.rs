@@ -227,6 +227,7 @@ pub struct Site {
     /// A multi-partition transaction that asked to park this site while a share was held.
     deferred: std::collections::VecDeque<SiteMsg>,
     ledger: Arc<std::sync::Mutex<crate::mp_ledger::Ledger>>,
+    busy_ns: Arc<[std::sync::atomic::AtomicU64]>,
 }
 
 /// A prepared share this site holds.
@@ -269,6 +270,8 @@ pub struct SiteLinks {
     pub memory: Arc<MemoryGuard>,
     pub cluster: ClusterLink,
     pub ledger: Arc<std::sync::Mutex<crate::mp_ledger::Ledger>>,
+    /// Nanoseconds each site has spent running transactions and fragments, by site.
+    pub busy_ns: Arc<[std::sync::atomic::AtomicU64]>,
 }
 
 impl Site {
@@ -310,6 +313,7 @@ impl Site {
             held: None,
             deferred: Default::default(),
             ledger: links.ledger,
+            busy_ns: links.busy_ns,
         };
         if let Some(dir) = restore {
             let rows = site.load_snapshot(dir).map_err(|e| e.context(format!("partition {id}: cannot load snapshot {}", dir.display())))?;
@@ -597,11 +601,11 @@ impl Site {
         .unwrap_or_else(|panic| Err(Error::from_panic(&*panic)));
         let result_bytes = result.as_ref().map(|o| stats::tables_bytes(&o.tables)).unwrap_or(0);
         let error = result.as_ref().err().map(|e| e.kind);
+        let took = started.elapsed();
+        self.add_busy(took);
         match &work {
-            SpWork::Proc(name) => self.stats.record_shared(name, started.elapsed(), &params, result_bytes, error),
-            SpWork::Statement(_) | SpWork::Sql(_) => {
-                self.stats.record(stats::ADHOC_PROCEDURE, started.elapsed(), &params, result_bytes, error)
-            }
+            SpWork::Proc(name) => self.stats.record_shared(name, took, &params, result_bytes, error),
+            SpWork::Statement(_) | SpWork::Sql(_) => self.stats.record(stats::ADHOC_PROCEDURE, took, &params, result_bytes, error),
         }
         let changed = self.part.savepoint() > 0 || !self.part.pending_exports().is_empty();
         let result = match result {
@@ -808,6 +812,13 @@ impl Site {
         hash
     }
 
+    /// Counts time this site spent running work (`lockstep_partition_busy_seconds_total`).
+    fn add_busy(&self, took: std::time::Duration) {
+        if let Some(n) = self.busy_ns.get(self.id as usize) {
+            n.fetch_add(took.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     fn commit(&mut self, txn_id: i64) {
         let rows = self.part.commit();
         if !rows.is_empty() {
@@ -827,7 +838,9 @@ impl Site {
             };
             match msg {
                 MpMsg::Fragment(f) => {
+                    let started = std::time::Instant::now();
                     let r = catch_unwind(AssertUnwindSafe(|| f(&mut self.part))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
+                    self.add_busy(started.elapsed());
                     if self.mp_out.send(r).is_err() {
                         self.part.rollback();
                         return;

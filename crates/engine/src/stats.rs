@@ -476,6 +476,19 @@ pub fn rss_kb() -> u64 {
     proc_kb("/proc/self/status", "VmRSS:")
 }
 
+/// CPU time this process has used, user and system, in seconds (from /proc/self/stat,
+/// counted in clock ticks of 1/100 s on Linux); 0 where /proc is unavailable.
+pub fn process_cpu_seconds() -> f64 {
+    const TICKS_PER_SECOND: f64 = 100.0;
+    let Ok(text) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the command name (which may hold spaces, so it ends at the last ')'):
+    // state is field 3; utime and stime are fields 14 and 15.
+    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / TICKS_PER_SECOND
+}
+
 /// Physical memory of the machine in KiB (MemTotal), 0 where /proc is unavailable.
 pub fn physical_memory_kb() -> u64 {
     proc_kb("/proc/meminfo", "MemTotal:")

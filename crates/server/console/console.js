@@ -174,6 +174,7 @@ function setupCharts() {
   c.tps = timeChart("chart-tps", ["transactions/s"]);
   c.latency = timeChart("chart-latency", ["p50", "p95", "p99"]);
   c.queues = timeChart("chart-queues", []);
+  c.cpu = timeChart("chart-cpu", []);
   c.cmdlog = timeChart("chart-cmdlog", ["KiB/s written", "syncs/s"]);
   c.procs = barChart("chart-procs", "calls/s");
   c.memory = barChart("chart-memory", "MiB", (item) => {
@@ -258,6 +259,7 @@ function onLive(live) {
   pushPoint(state.charts.latency, label, pct.map((us) => (us === null ? null : us / 1000)));
   $("p99-now").textContent = pct[2] === null ? "–" : `${fmtMs(pct[2])} ms`;
   showQueues(live, label);
+  showCpu(live, prev, seconds, label);
   const log = live.command_log, before = prev.command_log;
   pushPoint(state.charts.cmdlog, label, [(log.bytes - before.bytes) / 1024 / seconds, (log.syncs - before.syncs) / seconds]);
 }
@@ -298,6 +300,20 @@ function showQueues(live, label) {
     chart.options.plugins.legend.display = true;
   }
   pushPoint(chart, label, live.queues.concat([live.mp_queue]));
+}
+
+/** The server's CPU and each partition's busy time, as percent of one core. */
+function showCpu(live, prev, seconds, label) {
+  const chart = state.charts.cpu;
+  const names = ["server process"].concat(live.busy_seconds.map((_, i) => `partition ${i} busy`));
+  if (chart.data.datasets.length !== names.length) {
+    chart.data.labels = [];
+    chart.data.datasets = names.map((n, i) => lineDataset(n, i));
+    chart.options.plugins.legend.display = true;
+  }
+  const percent = (now, before) => Math.max(0, ((now - (before ?? now)) / seconds) * 100);
+  const busy = live.busy_seconds.map((b, i) => percent(b, prev.busy_seconds?.[i]));
+  pushPoint(chart, label, [percent(live.cpu_seconds, prev.cpu_seconds)].concat(busy));
 }
 
 function showMemory(tables) {

@@ -165,6 +165,8 @@ fn live(front: &Arc<Front>, console: &Arc<Console>) -> J {
         },
         "queues": shared.site_queue_depths(),
         "mp_queue": shared.mp_queue_depth(),
+        "busy_seconds": shared.site_busy_seconds(),
+        "cpu_seconds": stats::process_cpu_seconds(),
         "connections": front.live.len(),
         "rss_bytes": stats::rss_kb().saturating_mul(1024),
         "command_log": command_log(front),

@@ -234,6 +234,15 @@ fn engine(out: &mut Exposition, front: &Front) {
     for (p, depth) in shared.site_queue_depths().iter().enumerate() {
         out.sample("lockstep_partition_queue_depth", &[("partition", &p.to_string())], depth);
     }
+    out.family(
+        "lockstep_partition_busy_seconds_total",
+        "counter",
+        "Time each partition's thread spent running transactions and fragments.",
+    );
+    for (p, busy) in shared.site_busy_seconds().iter().enumerate() {
+        out.sample("lockstep_partition_busy_seconds_total", &[("partition", &p.to_string())], busy);
+    }
+    out.single("process_cpu_seconds_total", "counter", "User and system CPU time of the server process.", stats::process_cpu_seconds());
     out.single("lockstep_mp_queue_depth", "gauge", "Clients' calls waiting for the multi-partition coordinator.", shared.mp_queue_depth());
     out.single("lockstep_connections_open", "gauge", "Open wire-protocol client connections.", front.live.len());
     out.single(
