@@ -311,6 +311,32 @@ fn the_readme_names_the_java_client_version_the_suite_tests() {
     assert!(pom.contains(flag) && readme.contains(flag), "README.md and pom.xml must both carry {flag}");
 }
 
+/// The guide's table of system procedures is the server's (`sysproc_table`): the same
+/// procedures, parameters, callers and threads, in the same order.
+#[test]
+fn the_guides_system_procedure_table_is_the_servers() {
+    use lockstep_engine::auth::SysAccess;
+    use lockstep_engine::sysproc_table::SYSTEM_PROCEDURES;
+    let guide = std::fs::read_to_string(repo_root().join("docs/guide/monitoring.md")).expect("read monitoring.md");
+    let documented: Vec<Vec<String>> = guide
+        .lines()
+        .filter(|l| l.starts_with("| `@"))
+        .map(|l| l.replace("\\|", "¦").split('|').skip(1).take(4).map(|c| c.trim().replace('¦', "|")).collect())
+        .collect();
+    let served: Vec<Vec<String>> = SYSTEM_PROCEDURES
+        .iter()
+        .map(|s| {
+            let who = match s.access {
+                SysAccess::AnyUser => "any user",
+                SysAccess::Admin => "ADMIN",
+                SysAccess::BySql => "by its SQL",
+            };
+            vec![format!("`{}`", s.name), s.params.to_string(), who.to_string(), s.answered_by.describe().to_string()]
+        })
+        .collect();
+    assert_eq!(documented, served, "docs/guide/monitoring.md's system procedures differ from crates/engine/src/sysproc_table.rs");
+}
+
 #[allow(dead_code)]
 #[path = "snippets/voter_client.rs"]
 mod voter_client;

@@ -7,7 +7,7 @@
 //! - a user procedure: ALLPROC, or a role the procedure ALLOWs;
 //! - a default procedure (`T.insert` …): DEFAULTPROC, or DEFAULTPROCREAD for `T.select`;
 //! - `@AdHoc`: SQLREAD for statements that only read, SQL for writes, ADMIN for DDL;
-//! - a system procedure: what `SYSTEM_PROCEDURES` below says; one not listed needs ADMIN.
+//! - a system procedure: what its row of `sysproc_table` says; a name not there needs ADMIN.
 //!
 //! With security off, front ends pass no principal and everything is allowed. The user's
 //! permissions are resolved against the catalog's roles once per catalog version and kept
@@ -39,41 +39,9 @@ pub enum SysAccess {
     BySql,
 }
 
-/// Every system procedure Lockstep knows, by lower-case name, and what it needs. One not
-/// listed needs ADMIN, so a system procedure added later is closed until it is classified.
-pub const SYSTEM_PROCEDURES: &[(&str, SysAccess)] = &[
-    ("@adhoc", SysAccess::BySql),
-    ("@ping", SysAccess::AnyUser),
-    ("@statistics", SysAccess::AnyUser),
-    ("@systemcatalog", SysAccess::AnyUser),
-    ("@systeminformation", SysAccess::AnyUser),
-    ("@getpartitionkeys", SysAccess::AnyUser),
-    ("@subscribe", SysAccess::AnyUser),
-    ("@explain", SysAccess::AnyUser),
-    ("@explainproc", SysAccess::AnyUser),
-    ("@explainview", SysAccess::AnyUser),
-    ("@shutdown", SysAccess::Admin),
-    ("@pause", SysAccess::Admin),
-    ("@resume", SysAccess::Admin),
-    ("@quiesce", SysAccess::Admin),
-    ("@snapshotsave", SysAccess::Admin),
-    ("@snapshotrestore", SysAccess::Admin),
-    ("@snapshotscan", SysAccess::Admin),
-    ("@snapshotdelete", SysAccess::Admin),
-    // A hash of every row: a way to compare all data, so as privileged as reading it all.
-    ("@statehash", SysAccess::Admin),
-    ("@updateclasses", SysAccess::Admin),
-    ("@updateapplicationcatalog", SysAccess::Admin),
-    ("@updatelogging", SysAccess::Admin),
-    ("@promote", SysAccess::Admin),
-    ("@stopnode", SysAccess::Admin),
-    ("@prepareshutdown", SysAccess::Admin),
-    ("@cancelshutdown", SysAccess::Admin),
-];
-
-/// What the system procedure `lower_name` (lower-case, with its '@') needs.
-pub fn system_access(lower_name: &str) -> SysAccess {
-    SYSTEM_PROCEDURES.iter().find(|(n, _)| *n == lower_name).map_or(SysAccess::Admin, |(_, a)| *a)
+/// What the system procedure `name` needs (`sysproc_table`); one not in the table, ADMIN.
+pub fn system_access(name: &str) -> SysAccess {
+    crate::sysproc_table::find(name).map_or(SysAccess::Admin, |s| s.access)
 }
 
 /// No resolution cached yet (a real entry never has all bits set: versions stay far below 2^56).
@@ -159,12 +127,12 @@ pub fn check_procedure(who: Option<&Principal>, catalog: &Catalog, name: &str, a
 }
 
 /// May `who` call the system procedure `lower_name`? `@AdHoc` is checked per statement later.
-pub fn check_system(who: Option<&Principal>, catalog: &Catalog, lower_name: &str, shown_name: &str) -> Result<(), Error> {
+pub fn check_system(who: Option<&Principal>, catalog: &Catalog, name: &str) -> Result<(), Error> {
     let Some(who) = who else { return Ok(()) };
-    match system_access(lower_name) {
+    match system_access(name) {
         SysAccess::AnyUser | SysAccess::BySql => Ok(()),
         SysAccess::Admin if who.permissions(catalog).contains(Permissions::ADMIN) => Ok(()),
-        SysAccess::Admin => Err(who.refuse("ADMIN", &format!("system procedure {shown_name}"))),
+        SysAccess::Admin => Err(who.refuse("ADMIN", &format!("system procedure {name}"))),
     }
 }
 
@@ -209,7 +177,7 @@ mod tests {
     #[test]
     fn no_principal_is_allowed_everything() {
         let c = Catalog::default();
-        assert!(check_system(None, &c, "@shutdown", "@Shutdown").is_ok());
+        assert!(check_system(None, &c, "@Shutdown").is_ok());
         assert!(check_adhoc(None, &c, AdHocKind::Ddl).is_ok());
         assert!(check_procedure(None, &c, "p", &ProcAccess::User { allow: Arc::from(vec![]) }).is_ok());
     }
@@ -220,14 +188,14 @@ mod tests {
         let plain = user(&["user"]);
         let admin = user(&["Administrator"]);
         for name in ["@shutdown", "@pause", "@snapshotrestore", "@updateclasses", "@quiesce", "@promote", "@somethingnew"] {
-            let e = check_system(Some(&plain), &c, name, name).unwrap_err();
+            let e = check_system(Some(&plain), &c, name).unwrap_err();
             assert_eq!(e.kind.status_code(), -3);
             assert!(e.message.contains("User alice") && e.message.contains("ADMIN") && e.message.contains(name), "{e}");
-            assert!(check_system(Some(&admin), &c, name, name).is_ok());
+            assert!(check_system(Some(&admin), &c, name).is_ok());
         }
         let nobody = user(&[]);
         for name in ["@ping", "@statistics", "@systemcatalog", "@getpartitionkeys", "@subscribe", "@explain", "@adhoc"] {
-            assert!(check_system(Some(&nobody), &c, name, name).is_ok(), "{name}");
+            assert!(check_system(Some(&nobody), &c, name).is_ok(), "{name}");
         }
     }
 

@@ -24,6 +24,7 @@ pub mod site;
 pub mod snapshot;
 pub mod stats;
 pub mod store;
+pub mod sysproc_table;
 pub mod sysprocs;
 pub mod txn_id;
 

@@ -8,6 +8,7 @@ use crate::outcome::{Outcome, Reply};
 use crate::registry::ProcRoute;
 use crate::site::SiteMsg;
 use crate::stats;
+use crate::sysproc_table::{find, SysProc};
 
 /// Build string reported at login and by `@SystemInformation`.
 pub const BUILD_STRING: &str = concat!("lockstep-", env!("CARGO_PKG_VERSION"));
@@ -23,14 +24,18 @@ pub(crate) fn str_param(call: &Call, i: usize, what: &str) -> Result<String> {
 }
 
 pub fn submit(engine: &Engine, call: Call, reply: Reply) {
-    let name = call.procedure.to_ascii_lowercase();
+    // First who may call it: a name not in the table needs ADMIN, so a user without it
+    // learns nothing of which names exist.
     if let Some(who) = call.principal.as_deref() {
-        if let Err(e) = crate::auth::check_system(Some(who), &engine.catalog(), &name, &call.procedure) {
+        if let Err(e) = crate::auth::check_system(Some(who), &engine.catalog(), &call.procedure) {
             return reply(Outcome::error(e));
         }
     }
-    match name.as_str() {
-        "@adhoc" => {
+    let Some(sysproc) = find(&call.procedure).map(|s| s.proc) else {
+        return reply(Outcome::error(Error::unexpected(format!("Procedure {} was not found", call.procedure))));
+    };
+    let result = match sysproc {
+        SysProc::AdHoc => {
             let sql = match str_param(&call, 0, "the SQL text") {
                 Ok(s) => s,
                 Err(e) => return reply(Outcome::error(e)),
@@ -39,48 +44,48 @@ pub fn submit(engine: &Engine, call: Call, reply: Reply) {
             let params = call.params.into_iter().skip(1).collect();
             return engine.adhoc_as(call.principal.as_deref(), &sql, params, timeout, reply);
         }
-        "@statistics" => return stats::statistics(engine, &call, reply),
-        "@quiesce" => return quiesce(engine, reply),
+        SysProc::Statistics => return stats::statistics(engine, &call, reply),
+        SysProc::Quiesce => return quiesce(engine, reply),
         // Snapshots live in the data directory; VoltDB's path and nonce arguments are ignored.
-        "@snapshotsave" => return engine.snapshot(reply),
-        "@statehash" => return state_hash(engine, reply),
+        SysProc::SnapshotSave => return engine.snapshot(reply),
+        SysProc::StateHash => return state_hash(engine, reply),
         // `@SnapshotRestore(id)`, or VoltDB's (path, nonce): the nonce names the snapshot.
-        "@snapshotrestore" => {
+        SysProc::SnapshotRestore => {
             let id = match str_param(&call, call.params.len().saturating_sub(1).min(1), "the snapshot id (its NONCE in @SnapshotScan)") {
                 Ok(id) => id,
                 Err(e) => return reply(Outcome::error(e)),
             };
             return engine.shared().send_mp(crate::mp::MpWork::Restore { id, reply });
         }
-        _ => {}
-    }
-    let result = match name.as_str() {
-        "@ping" => {
+        SysProc::Ping => {
             let mut o = Outcome::tables(vec![ResultTable::with_columns(&[("STATUS", DataType::BigInt)])]);
             o.status_string = Some("SUCCESS".into());
             return reply(o);
         }
-        "@systemcatalog" => system_catalog(engine, &call),
-        "@getpartitionkeys" => partition_keys(engine, &call),
-        "@systeminformation" => system_information(engine, &call),
-        "@explain" => explain(engine, &call),
-        "@explainproc" => explain_proc(engine, &call),
-        "@snapshotscan" => snapshot_scan(engine),
-        "@pause" => {
+        SysProc::SystemCatalog => system_catalog(engine, &call),
+        SysProc::GetPartitionKeys => partition_keys(engine, &call),
+        SysProc::SystemInformation => system_information(engine, &call),
+        SysProc::Explain => explain(engine, &call),
+        SysProc::ExplainProc => explain_proc(engine, &call),
+        SysProc::SnapshotScan => snapshot_scan(engine),
+        SysProc::Pause => {
             engine.shared().set_paused(true);
             tracing::info!("paused: calls that write are refused until @Resume");
             Ok(vec![ResultTable::scalar("STATUS", 0)])
         }
-        "@resume" => {
+        SysProc::Resume => {
             engine.shared().set_paused(false);
             tracing::info!("resumed");
             Ok(vec![ResultTable::scalar("STATUS", 0)])
         }
-        "@updateclasses" => update_classes(engine, &call),
-        "@updateapplicationcatalog" => Err(Error::graceful(
+        SysProc::UpdateClasses => update_classes(engine, &call),
+        SysProc::UpdateApplicationCatalog => Err(Error::graceful(
             "Lockstep procedures are Lua, not Java classes: put Name.lua in the procedure directory and declare it with CREATE PROCEDURE … FROM CLASS a.b.Name (or FROM FILE 'path.lua')",
         )),
-        _ => Err(Error::unexpected(format!("Procedure {} was not found", call.procedure))),
+        // Answered by the front ends (the connection's own state); here they are not known.
+        SysProc::Subscribe | SysProc::Shutdown => {
+            Err(Error::graceful(format!("{} is answered by a client connection, not here", call.procedure)))
+        }
     };
     reply(match result {
         Ok(tables) => Outcome::tables(tables),

@@ -141,7 +141,7 @@ where
 
 /// The console's reads need what the system procedure they stand for needs.
 fn permitted(who: Option<&Principal>, front: &Front, sysproc: &str) -> Result<(), String> {
-    auth::check_system(who, &front.engine.catalog(), &sysproc.to_ascii_lowercase(), sysproc).map_err(|e| e.message)
+    auth::check_system(who, &front.engine.catalog(), sysproc).map_err(|e| e.message)
 }
 
 /// Everything the monitor's charts show, read from shared counters (and the caches).

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use lockstep_core::{Error, Value};
 use lockstep_engine::stats::IntervalBaselines;
+use lockstep_engine::sysproc_table::{self, AnsweredBy, SysProc};
 use lockstep_engine::{auth, stats, Call, Outcome};
 
 use crate::Front;
@@ -39,27 +40,26 @@ where
     let Caller { started, baselines, subscribe } = caller;
     let reply = counted(front, &call.procedure, reply);
     let now_answer = |outcome: Outcome, then_shutdown: bool| Answered { outcome, round_trip: started.elapsed(), then_shutdown };
-    // Only system procedures need their name lower-cased (user procedure names keep case).
-    let lower = if call.procedure.starts_with('@') { call.procedure.to_ascii_lowercase() } else { String::new() };
-    if let Some(e) = refusal(front, &call, &lower) {
+    let sysproc = call.procedure.starts_with('@').then(|| sysproc_table::find(&call.procedure).map(|s| s.proc)).flatten();
+    if let Some(e) = refusal(front, &call, sysproc) {
         return reply(now_answer(Outcome::error(e), false));
     }
-    match lower.as_str() {
-        "@subscribe" => reply(now_answer(subscribe(&call.params), false)),
-        "@statistics" if matches!(call.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
+    match sysproc {
+        Some(SysProc::Subscribe) => reply(now_answer(subscribe(&call.params), false)),
+        Some(SysProc::Statistics) if matches!(call.params.first(), Some(Value::Str(s)) if s.eq_ignore_ascii_case("LIVECLIENTS")) => {
             reply(now_answer(Outcome::tables(vec![front.live.table()]), false))
         }
         // Answered with the caller's baselines, so that an interval read measures from the
         // caller's own last one (the permission was checked by `refusal`).
-        "@statistics" => {
+        Some(SysProc::Statistics) => {
             let answer = Box::new(move |outcome| reply(Answered { outcome, round_trip: started.elapsed(), then_shutdown: false }));
             stats::statistics_for(&front.engine, &call, baselines.cloned(), answer)
         }
-        "@shutdown" => {
+        Some(SysProc::Shutdown) => {
             tracing::info!("@Shutdown called: stopping");
             reply(now_answer(Outcome::tables(Vec::new()), true))
         }
-        _ => submit(front, call, &lower, started, reply),
+        _ => submit(front, call, sysproc, started, reply),
     }
 }
 
@@ -86,24 +86,24 @@ where
 /// the caller may not call (the engine checks the rest), or a cluster node cut off from
 /// the majority, which takes no work (a subscription and a stop still do what they say:
 /// neither reads nor changes data).
-fn refusal(front: &Front, call: &Call, lower: &str) -> Option<Error> {
-    let answered_here = matches!(lower, "@subscribe" | "@statistics" | "@shutdown");
+fn refusal(front: &Front, call: &Call, sysproc: Option<SysProc>) -> Option<Error> {
+    let answered_here = matches!(sysproc, Some(SysProc::Subscribe | SysProc::Statistics | SysProc::Shutdown));
     if let Some(who) = call.principal.as_deref().filter(|_| answered_here) {
-        if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), lower, &call.procedure) {
+        if let Err(e) = auth::check_system(Some(who), &front.engine.catalog(), &call.procedure) {
             return Some(e);
         }
     }
-    if matches!(lower, "@subscribe" | "@shutdown") {
+    if sysproc_table::find(&call.procedure).is_some_and(|s| s.answered_by == AnsweredBy::FrontEnd) {
         return None;
     }
     front.unavailable().map(Error::unavailable)
 }
 
 /// Hands the call to the engine; its latency is recorded when the answer is ready.
-fn submit(front: &Arc<Front>, call: Call, lower: &str, started: Instant, reply: impl FnOnce(Answered) + Send + 'static) {
+fn submit(front: &Arc<Front>, call: Call, sysproc: Option<SysProc>, started: Instant, reply: impl FnOnce(Answered) + Send + 'static) {
     // LATENCY counts the calls applications make: user procedures and ad-hoc SQL.
-    let user_call = lower.is_empty() || lower == "@adhoc";
-    let adhoc = lower == "@adhoc";
+    let adhoc = sysproc == Some(SysProc::AdHoc);
+    let user_call = !call.procedure.starts_with('@') || adhoc;
     let reply_front = front.clone();
     front.engine.submit(
         call,
