@@ -244,12 +244,12 @@ fn snapshots(front: &Arc<Front>, console: &Arc<Console>) -> J {
 /// the newest directory without one, which is a snapshot being written if it is newer
 /// than every complete one.
 #[derive(Debug, Default, PartialEq)]
-struct Snapshots {
-    complete: usize,
+pub(crate) struct Snapshots {
+    pub(crate) complete: usize,
     /// (id, completed at in ms since the epoch, bytes) of the newest complete snapshot.
-    newest: Option<(u64, u64, u64)>,
+    pub(crate) newest: Option<(u64, u64, u64)>,
     /// (id, bytes written so far) of a snapshot being written.
-    writing: Option<(u64, u64)>,
+    pub(crate) writing: Option<(u64, u64)>,
 }
 
 impl Snapshots {
@@ -264,7 +264,7 @@ impl Snapshots {
 
 /// Reads the manifests of the newest snapshot directories (not their files: a manifest
 /// is enough to show the state; `snapshot::verify` is for restores).
-fn read_snapshots(root: &Path) -> Snapshots {
+pub(crate) fn read_snapshots(root: &Path) -> Snapshots {
     let mut dirs: Vec<(u64, PathBuf)> = match std::fs::read_dir(root) {
         Ok(entries) => entries
             .filter_map(Result::ok)

@@ -137,6 +137,8 @@ impl Metrics {
 /// The `/metrics` page: every figure, with its HELP and TYPE lines.
 pub async fn render(front: &Arc<Front>) -> String {
     let tables = table_figures(&front.engine).await;
+    let dir = lockstep_engine::snapshot::snapshots_dir(&front.engine.shared().config.data_dir);
+    let snaps = tokio::task::spawn_blocking(move || crate::console::read_snapshots(&dir)).await.unwrap_or_default();
     let mut out = Exposition::default();
     procedures(&mut out, &front.metrics);
     latency(&mut out, &front.metrics.latency);
@@ -144,7 +146,27 @@ pub async fn render(front: &Arc<Front>) -> String {
     if let Some(t) = tables {
         by_table(&mut out, &t);
     }
+    snapshots(&mut out, &snaps);
     out.text
+}
+
+/// The snapshots on disk (their manifests), and one being written.
+fn snapshots(out: &mut Exposition, s: &crate::console::Snapshots) {
+    out.single("lockstep_snapshots_complete", "gauge", "Complete snapshots in the data directory.", s.complete);
+    let (created_ms, bytes) = s.newest.map_or((0, 0), |(_, at, bytes)| (at, bytes));
+    out.single(
+        "lockstep_snapshot_last_complete_timestamp_seconds",
+        "gauge",
+        "When the newest complete snapshot was taken (0: none).",
+        created_ms as f64 / 1e3,
+    );
+    out.single("lockstep_snapshot_last_bytes", "gauge", "Size of the newest complete snapshot.", bytes);
+    out.single(
+        "lockstep_snapshot_in_progress_bytes",
+        "gauge",
+        "Bytes written so far of the snapshot being written (0: none).",
+        s.writing.map_or(0, |(_, b)| b),
+    );
 }
 
 /// Text in the exposition format, one family at a time.
