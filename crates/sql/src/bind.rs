@@ -108,6 +108,9 @@ pub struct Binder<'c> {
     agg_active: bool,
     pub saw_agg: bool,
     depth: usize,
+    /// Join in FROM's written order with nested loops only, as the planner did before it
+    /// chose orders (the reference plan the join tests compare against).
+    pub written_join_order: bool,
 }
 
 /// The upper-cased name of an unquoted identifier; quoted identifiers keep their case.
@@ -215,6 +218,7 @@ impl<'c> Binder<'c> {
             agg_active: false,
             saw_agg: false,
             depth: 0,
+            written_join_order: false,
         }
     }
 

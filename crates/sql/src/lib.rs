@@ -15,11 +15,13 @@ mod ddl_view;
 mod exec;
 mod exec_agg;
 mod exec_dml;
+mod exec_join;
 mod exec_query;
 mod explain;
 mod expr;
 mod fragment;
 mod func;
+mod join_order;
 mod lex;
 mod limits;
 mod mp;
@@ -36,6 +38,8 @@ mod tests_ddl;
 mod tests_depth;
 #[cfg(test)]
 mod tests_fragment;
+#[cfg(test)]
+mod tests_join;
 #[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
@@ -150,12 +154,19 @@ impl Prepared {
 
 /// Parses, binds, types, plans and routes one DML or SELECT statement.
 pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
+    prepare_joining(catalog, sql, false)
+}
+
+/// As `prepare`; `written_join_order` keeps FROM's order and nested loops (the reference
+/// plan tests compare the chosen joins with).
+pub(crate) fn prepare_joining(catalog: &Catalog, sql: &str, written_join_order: bool) -> Result<Prepared> {
     if is_ddl(sql) {
         return Err(Error::sql("DDL cannot be prepared as a query; apply it as DDL"));
     }
     let rw = script::rewrite_for_parser(sql)?;
     let stmt = parse_one(&rw.sql)?;
     let mut b = bind::Binder::new(rw.param_count, Some(catalog));
+    b.written_join_order = written_join_order;
     let plan = match &stmt {
         Statement::Query(q) => Plan::Select(plan::plan_query(catalog, &mut b, q)?),
         Statement::Insert(i) => Plan::Insert(plan_dml::plan_insert(catalog, &mut b, i, rw.upsert)?),

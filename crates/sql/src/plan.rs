@@ -10,8 +10,9 @@ use crate::access::{choose_access, Access, KeyTerm};
 use crate::bind::{ident_name, object_name, AggCtx, Binder, Cte, Source, Typed};
 use crate::expr::{CmpOp, Expr};
 
-/// Most FROM items one SELECT may join.
-pub const JOIN_SOURCES_MAX: usize = 16;
+/// Most FROM items one SELECT may join: the join planner keeps a set of sources in one
+/// `u64` (`join_order.rs`), and the executor recurses once per source.
+pub const JOIN_SOURCES_MAX: usize = 64;
 /// Most output columns of one SELECT.
 pub const SELECT_COLUMNS_MAX: usize = 1024;
 /// Most set operations (UNION, INTERSECT, EXCEPT) one query may chain: each is a level of
@@ -81,6 +82,12 @@ pub struct Level {
     pub partitioned: bool,
     /// A derived table: its rows are those of this subquery of the statement.
     pub derived: Option<usize>,
+    /// Its position in FROM as written (levels run in the order the planner chose).
+    pub written: usize,
+    /// A hash join: the level's rows (as its access path finds them, which then depends on
+    /// no other level) are put in a hash table on these columns once per run, and each
+    /// joined row so far probes it instead of reading them all. Empty: nested loop.
+    pub hash: Vec<crate::join_order::HashKey>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -559,6 +566,8 @@ fn plan_over_subquery(b: &mut Binder, id: usize, q: &ast::Query) -> Result<Selec
         merge_view: false,
         partitioned: false,
         derived: Some(id),
+        written: 0,
+        hash: Vec::new(),
     };
     Ok(SelectPlan {
         levels: vec![level],
@@ -797,6 +806,8 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
             merge_view,
             partitioned,
             derived: it.derived,
+            written: j,
+            hash: Vec::new(),
         });
     }
     if let Some(l0) = levels.first_mut() {
@@ -827,6 +838,9 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         if plan.agg.is_none() {
             plan.agg = Some(AggCtx::default());
         }
+    }
+    if !b.written_join_order {
+        crate::join_order::arrange(&mut plan.levels, &sources);
     }
     crate::access::order_by_index(&mut plan);
     for l in &mut plan.levels {
@@ -985,8 +999,15 @@ fn limits(b: &mut Binder, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>)
     }
 }
 
-/// `col op key` terms usable by an index on `src`: the key reads only earlier levels.
+/// `col op key` terms usable by an index on `src`: the key reads only earlier levels (in
+/// FROM as written).
 pub fn key_terms(on: &[Expr], src: &Source) -> Vec<KeyTerm> {
+    key_terms_over(on, src, &|c| c < src.offset)
+}
+
+/// `col op key` terms usable by an index on `src`, where the key reads only columns for
+/// which `joined` holds (those of the levels read before this one).
+pub fn key_terms_over(on: &[Expr], src: &Source, joined: &dyn Fn(usize) -> bool) -> Vec<KeyTerm> {
     let range = src.offset..src.offset + src.width();
     let mut out = Vec::new();
     for e in on {
@@ -996,7 +1017,9 @@ pub fn key_terms(on: &[Expr], src: &Source) -> Vec<KeyTerm> {
             }
             for (x, y, o) in [(a, b, *op), (b, a, op.flip())] {
                 if let Expr::Column(c) = x.as_ref() {
-                    if range.contains(c) && y.max_column().is_none_or(|m| m < src.offset) {
+                    let mut reads_joined = true;
+                    y.visit_columns(&mut |k| reads_joined &= joined(k));
+                    if range.contains(c) && reads_joined {
                         out.push(KeyTerm { column: c - src.offset, op: o, key: (**y).clone() });
                         break;
                     }
