@@ -86,6 +86,11 @@ pub struct Cte {
     pub query: ast::Query,
     /// The `name (col, …)` alias, applied as a derived table's column names are.
     pub alias: ast::TableAlias,
+    /// Declared in `WITH RECURSIVE`: its query may read its own name.
+    pub recursive: bool,
+    /// Inside its own recursive part: the subquery id of the rows the last iteration
+    /// found, which its name then stands for (`SubBody::Working`).
+    pub working: Option<usize>,
 }
 
 pub struct Binder<'c> {
@@ -111,6 +116,9 @@ pub struct Binder<'c> {
     /// Join in FROM's written order with nested loops only, as the planner did before it
     /// chose orders (the reference plan the join tests compare against).
     pub written_join_order: bool,
+    /// Reads of a recursive WITH's working rows so far: its recursive part is recursive
+    /// only if it makes one.
+    pub working_reads: usize,
 }
 
 /// The upper-cased name of an unquoted identifier; quoted identifiers keep their case.
@@ -219,6 +227,7 @@ impl<'c> Binder<'c> {
             saw_agg: false,
             depth: 0,
             written_join_order: false,
+            working_reads: 0,
         }
     }
 

@@ -97,7 +97,13 @@ fn subqueries_text(subs: &[SubqueryPlan], out: &mut String) {
         let _ = writeln!(out, "SUBQUERIES (run at the coordinator over gathered tables when the route is all partitions):");
     }
     for (id, sq) in subs.iter().enumerate() {
-        let when = if sq.correlated { "for each row of the query around it" } else { "once" };
+        let when = if sq.correlated {
+            "for each row of the query around it"
+        } else if sq.recursive {
+            "in each iteration"
+        } else {
+            "once"
+        };
         match &sq.body {
             SubBody::Select(s) => {
                 let _ = writeln!(out, "  SUBQUERY {id} (runs {when}):");
@@ -111,6 +117,17 @@ fn subqueries_text(subs: &[SubqueryPlan], out: &mut String) {
                 };
                 let all = if s.all { " ALL" } else { "" };
                 let _ = writeln!(out, "  SUBQUERY {id} (runs {when}): subquery {} {op}{all} subquery {}", s.left, s.right);
+            }
+            SubBody::Recursive(r) => {
+                let all = if r.all { " ALL" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "  SUBQUERY {id} (runs {when}): WITH RECURSIVE {}: subquery {}, then UNION{all} subquery {} over the last iteration's rows (subquery {}) until it finds none",
+                    r.name, r.base, r.step, r.working
+                );
+            }
+            SubBody::Working(_) => {
+                let _ = writeln!(out, "  SUBQUERY {id}: the rows the last iteration of a recursive WITH found");
             }
         }
     }

@@ -28,6 +28,7 @@ mod mp;
 mod nesting;
 mod plan;
 mod plan_dml;
+mod plan_recursive;
 mod route;
 mod script;
 pub mod testing;

@@ -31,12 +31,19 @@ pub struct SubqueryPlan {
     /// It reads columns of the query around it (`Expr::Outer`): it runs once per row of
     /// that query instead of once per statement.
     pub correlated: bool,
+    /// Part of a recursive WITH's recursive part: it runs again in every iteration.
+    pub recursive: bool,
 }
 
 #[derive(Clone, Debug)]
 pub enum SubBody {
     Select(Box<SelectPlan>),
     SetOp(SetOpPlan),
+    /// `WITH RECURSIVE`: its base, then its step again and again (`plan_recursive.rs`).
+    Recursive(crate::plan_recursive::RecursivePlan),
+    /// The rows of the recursion's last iteration, which its recursive part reads under
+    /// the WITH's name; these are its columns.
+    Working(Arc<[ResultColumn]>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,7 +269,9 @@ fn add_factor<'q>(
 }
 
 /// A common table expression read in FROM: its query, planned here as a derived table. It
-/// sees the expressions defined before it, not itself or those after it (no recursion).
+/// sees the expressions defined before it, not those after it, and itself only when it is
+/// recursive (`plan_recursive.rs`); inside its own recursive part its name stands for the
+/// rows of the last iteration.
 fn expand_cte<'q>(
     b: &mut Binder,
     items: &mut Vec<FromItem<'q>>,
@@ -272,12 +281,27 @@ fn expand_cte<'q>(
     on: Option<&'q ast::Expr>,
 ) -> Result<()> {
     let cte = b.ctes[i].clone();
-    let later = b.ctes.split_off(i);
-    let planned = b.plan_subquery(&cte.query, &[], true);
-    b.ctes.extend(later);
-    let (id, _) = planned.map_err(|e| e.context(format!("in WITH {}", cte.name)))?;
-    let mut cols = b.subqueries[id].columns.to_vec();
-    rename_columns(&mut cols, &cte.alias)?;
+    let (id, mut cols) = match cte.working {
+        Some(w) => {
+            b.working_reads += 1;
+            (w, b.subqueries[w].columns.to_vec())
+        }
+        None => {
+            let recursive = if cte.recursive { crate::plan_recursive::plan(b, i)? } else { None };
+            let id = match recursive {
+                Some(id) => id,
+                None => {
+                    let later = b.ctes.split_off(i);
+                    let planned = b.plan_subquery(&cte.query, &[], true);
+                    b.ctes.extend(later);
+                    planned.map_err(|e| e.context(format!("in WITH {}", cte.name)))?.0
+                }
+            };
+            let mut cols = b.subqueries[id].columns.to_vec();
+            rename_columns(&mut cols, &cte.alias)?;
+            (id, cols)
+        }
+    };
     let sname = match alias {
         Some(a) => {
             rename_columns(&mut cols, a)?;
@@ -351,7 +375,7 @@ pub fn plan_view(catalog: &Catalog, text: &str, name: &str) -> Result<(Vec<Strin
 }
 
 /// `AS d (x, y)`: the derived table's columns renamed, as many names as it has columns.
-fn rename_columns(cols: &mut [ResultColumn], alias: &ast::TableAlias) -> Result<()> {
+pub(crate) fn rename_columns(cols: &mut [ResultColumn], alias: &ast::TableAlias) -> Result<()> {
     if alias.columns.is_empty() {
         return Ok(());
     }
@@ -406,14 +430,17 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
     // WITH's names are in scope for the query and the subqueries in it, and no further.
     let scope = b.ctes.len();
     if let Some(w) = &q.with {
-        if w.recursive {
-            return Err(unsupported("WITH RECURSIVE"));
-        }
         for cte in &w.cte_tables {
             if cte.from.is_some() {
                 return Err(unsupported("WITH … FROM"));
             }
-            b.ctes.push(Cte { name: ident_name(&cte.alias.name), query: (*cte.query).clone(), alias: cte.alias.clone() });
+            b.ctes.push(Cte {
+                name: ident_name(&cte.alias.name),
+                query: (*cte.query).clone(),
+                alias: cte.alias.clone(),
+                recursive: w.recursive,
+                working: None,
+            });
         }
     }
     let r = plan_query_body(catalog, b, q);
@@ -442,14 +469,16 @@ pub fn plan_subquery_body(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> 
     Ok(push_subquery(b, SubBody::Select(Box::new(plan))))
 }
 
-fn push_subquery(b: &mut Binder, body: SubBody) -> usize {
+pub(crate) fn push_subquery(b: &mut Binder, body: SubBody) -> usize {
     let columns = match &body {
         SubBody::Select(p) => p.columns.clone(),
         SubBody::SetOp(s) => {
             b.subqueries[s.left].columns.iter().zip(&s.types).map(|(c, t)| ResultColumn { name: c.name.clone(), ty: *t }).collect()
         }
+        SubBody::Recursive(r) => r.columns.clone(),
+        SubBody::Working(columns) => columns.clone(),
     };
-    b.subqueries.push(SubqueryPlan { body, columns, correlated: false });
+    b.subqueries.push(SubqueryPlan { body, columns, correlated: false, recursive: false });
     b.subqueries.len() - 1
 }
 
@@ -503,7 +532,7 @@ fn set_op_name(op: SetOp, all: bool) -> String {
 
 /// Checks that both sides have as many columns, of types that compare, and works out each
 /// column's type (the wider number, say).
-fn set_op_plan(b: &Binder, op: SetOp, all: bool, left: usize, right: usize) -> Result<SetOpPlan> {
+pub(crate) fn set_op_plan(b: &Binder, op: SetOp, all: bool, left: usize, right: usize) -> Result<SetOpPlan> {
     let (lc, rc) = (&b.subqueries[left].columns, &b.subqueries[right].columns);
     let name = set_op_name(op, all);
     if lc.len() != rc.len() {
@@ -516,7 +545,7 @@ fn set_op_plan(b: &Binder, op: SetOp, all: bool, left: usize, right: usize) -> R
     // A bare NULL has no type of its own (it is listed as VARCHAR): it takes the other side's.
     let null_at = |id: usize, i: usize| match &b.subqueries[id].body {
         SubBody::Select(p) => matches!(p.output.get(i), Some(Expr::Const(Value::Null))),
-        SubBody::SetOp(_) => false,
+        SubBody::SetOp(_) | SubBody::Recursive(_) | SubBody::Working(_) => false,
     };
     let mut types = Vec::with_capacity(lc.len());
     for (i, (a, c)) in lc.iter().zip(rc.iter()).enumerate() {

@@ -89,6 +89,11 @@ fn three_partitions_answer_like_one() {
         "SELECT id FROM acct WHERE id = 17",
         "SELECT * FROM kind ORDER BY k",
         "SELECT COUNT(*), SUM(amt) FROM txn",
+        // Joins in another order than written, and by hash (no index on amt or bal).
+        "SELECT a.id, k.label, t.seq FROM kind k, acct a, txn t WHERE t.acct = a.id AND t.seq + 1 = k.k ORDER BY a.id, k.label, t.seq",
+        "SELECT a.id, t.acct FROM txn t JOIN acct a ON a.bal = t.amt ORDER BY 1, 2",
+        "WITH RECURSIVE c(id, n) AS (SELECT id, 0 FROM acct WHERE id = 3 \
+         UNION ALL SELECT a.id, c.n + 1 FROM acct a JOIN c ON a.id = c.id + 3 WHERE c.n < 5) SELECT id, n FROM c ORDER BY id",
     ];
     for q in queries {
         let a = mp.run(q, &[]).unwrap_or_else(|e| panic!("{q}: {e}"));
