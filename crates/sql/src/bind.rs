@@ -419,6 +419,10 @@ impl<'c> Binder<'c> {
             // Some forms build more levels than they have (NOT BETWEEN, say): check the
             // whole tree once it is built.
             Ok(t) if self.depth == 0 && t.expr.depth() > EXPR_DEPTH_MAX => Err(too_deep()),
+            Ok(mut t) if self.depth == 0 => {
+                t.expr.add_stack_checks();
+                Ok(t)
+            }
             r => r,
         }
     }
@@ -913,7 +917,13 @@ impl<'c> Binder<'c> {
             }
             AggFunc::Min | AggFunc::Max => arg_ty.ok_or_else(|| Error::sql(format!("cannot tell the type of the argument of {name}")))?,
         };
-        let spec = AggSpec { func, distinct: distinct && func != AggFunc::CountStar, arg: arg.map(|a| a.expr), ty };
+        // The argument is bound below the top of its expression, which it leaves: it gets
+        // stack checks of its own.
+        let arg = arg.map(|mut a| {
+            a.expr.add_stack_checks();
+            a.expr
+        });
+        let spec = AggSpec { func, distinct: distinct && func != AggFunc::CountStar, arg, ty };
         let ctx = self.agg.as_mut().ok_or_else(|| Error::sql(format!("aggregate {name} is not allowed here")))?;
         let pos = match ctx.aggs.iter().position(|a| *a == spec) {
             Some(p) => p,
