@@ -48,6 +48,8 @@ mod tests_mp;
 #[cfg(test)]
 mod tests_query;
 #[cfg(test)]
+mod tests_scan;
+#[cfg(test)]
 mod tests_sql;
 
 use std::borrow::Cow;

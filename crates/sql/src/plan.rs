@@ -124,6 +124,20 @@ pub struct SelectPlan {
     pub gather_limit: bool,
 }
 
+/// Whether the same group of a view of a partitioned table may be on several partitions,
+/// so that rows gathered from them must be merged first. Not when the view groups by the
+/// source's partitioning column: all the rows of a group are then on one partition, and
+/// each partition's view rows are final (an aggregate over them pushes down).
+fn view_groups_span_partitions(catalog: &Catalog, t: &TableDef) -> bool {
+    match t.view() {
+        Some(v) => {
+            let source_pc = catalog.table_by_id(v.source).and_then(|s| s.partition_column);
+            !source_pc.is_some_and(|pc| v.group_by.contains(&pc))
+        }
+        None => false,
+    }
+}
+
 /// Whether a table's rows live in partitions (not replicated on every site).
 pub fn is_partitioned(catalog: &Catalog, t: &TableDef) -> bool {
     match &t.kind {
@@ -808,7 +822,7 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         let terms = key_terms(&on[j], src);
         let access = choose_access(&src.table, &terms);
         let partitioned = it.derived.is_none() && is_partitioned(catalog, &src.table);
-        let merge_view = partitioned && src.table.view().is_some();
+        let merge_view = partitioned && view_groups_span_partitions(catalog, &src.table);
         let group_len = src.table.view().map(|v| v.group_by.len()).unwrap_or(usize::MAX);
         let mut gather_filter = Vec::new();
         for e in &on[j] {

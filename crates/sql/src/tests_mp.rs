@@ -79,6 +79,10 @@ fn three_partitions_answer_like_one() {
         "SELECT * FROM by_owner ORDER BY owner",
         "SELECT owner, total FROM by_owner WHERE n > 7 ORDER BY total DESC",
         "SELECT * FROM by_acct ORDER BY acct",
+        // by_acct groups by txn's partitioning column: each partition's rows are final,
+        // and the aggregate over them is computed on each partition.
+        "SELECT SUM(total), COUNT(*), MAX(n) FROM by_acct",
+        "SELECT n, COUNT(*) FROM by_acct GROUP BY n ORDER BY n",
         "SELECT a.id, a.owner, t.seq, t.amt FROM acct a JOIN txn t ON t.acct = a.id ORDER BY a.id, t.seq",
         "SELECT a.id, COUNT(t.seq) FROM acct a LEFT JOIN txn t ON t.acct = a.id GROUP BY a.id ORDER BY a.id",
         "SELECT id FROM acct ORDER BY id DESC LIMIT 5",
