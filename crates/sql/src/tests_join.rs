@@ -225,3 +225,22 @@ fn a_hash_table_past_its_cap_falls_back_to_nested_loops() {
     assert!(!want.is_empty());
     assert_eq!(got, want);
 }
+
+/// A SELECT may join `JOIN_SOURCES_MAX` tables (64), not one more.
+#[test]
+fn sixty_four_tables_join_and_sixty_five_are_refused() {
+    let max = crate::plan::JOIN_SOURCES_MAX;
+    let ddl: String = (0..=max).map(|k| format!("CREATE TABLE j{k} (id INTEGER NOT NULL PRIMARY KEY, v INTEGER);\n")).collect();
+    let mut db = Db::new(&ddl);
+    for k in 0..=max {
+        db.run(&format!("INSERT INTO j{k} VALUES (1, 10), (2, 20), (3, NULL)"));
+    }
+    let query = |n: usize| {
+        let from: Vec<String> = (0..n).map(|k| format!("j{k}")).collect();
+        let chain: Vec<String> = (1..n).map(|k| format!("j{k}.v = j{}.v", k - 1)).collect();
+        format!("SELECT COUNT(*), SUM(j{}.id) FROM {} WHERE {}", n - 1, from.join(", "), chain.join(" AND "))
+    };
+    assert_eq!(db.rows(&query(max)), vec![vec![Value::Int(2), Value::Int(3)]]);
+    let err = db.err(&query(max + 1));
+    assert!(err.contains("at most 64 tables"), "{err}");
+}
