@@ -86,6 +86,11 @@ pub struct Cte {
     pub query: ast::Query,
     /// The `name (col, …)` alias, applied as a derived table's column names are.
     pub alias: ast::TableAlias,
+    /// Declared in `WITH RECURSIVE`: its query may read its own name.
+    pub recursive: bool,
+    /// Inside its own recursive part: the subquery id of the rows the last iteration
+    /// found, which its name then stands for (`SubBody::Working`).
+    pub working: Option<usize>,
 }
 
 pub struct Binder<'c> {
@@ -108,6 +113,12 @@ pub struct Binder<'c> {
     agg_active: bool,
     pub saw_agg: bool,
     depth: usize,
+    /// Join in FROM's written order with nested loops only, as the planner did before it
+    /// chose orders (the reference plan the join tests compare against).
+    pub written_join_order: bool,
+    /// Reads of a recursive WITH's working rows so far: its recursive part is recursive
+    /// only if it makes one.
+    pub working_reads: usize,
 }
 
 /// The upper-cased name of an unquoted identifier; quoted identifiers keep their case.
@@ -215,6 +226,8 @@ impl<'c> Binder<'c> {
             agg_active: false,
             saw_agg: false,
             depth: 0,
+            written_join_order: false,
+            working_reads: 0,
         }
     }
 
@@ -406,6 +419,10 @@ impl<'c> Binder<'c> {
             // Some forms build more levels than they have (NOT BETWEEN, say): check the
             // whole tree once it is built.
             Ok(t) if self.depth == 0 && t.expr.depth() > EXPR_DEPTH_MAX => Err(too_deep()),
+            Ok(mut t) if self.depth == 0 => {
+                t.expr.add_stack_checks();
+                Ok(t)
+            }
             r => r,
         }
     }
@@ -900,7 +917,13 @@ impl<'c> Binder<'c> {
             }
             AggFunc::Min | AggFunc::Max => arg_ty.ok_or_else(|| Error::sql(format!("cannot tell the type of the argument of {name}")))?,
         };
-        let spec = AggSpec { func, distinct: distinct && func != AggFunc::CountStar, arg: arg.map(|a| a.expr), ty };
+        // The argument is bound below the top of its expression, which it leaves: it gets
+        // stack checks of its own.
+        let arg = arg.map(|mut a| {
+            a.expr.add_stack_checks();
+            a.expr
+        });
+        let spec = AggSpec { func, distinct: distinct && func != AggFunc::CountStar, arg, ty };
         let ctx = self.agg.as_mut().ok_or_else(|| Error::sql(format!("aggregate {name} is not allowed here")))?;
         let pos = match ctx.aggs.iter().position(|a| *a == spec) {
             Some(p) => p,

@@ -11,6 +11,7 @@ use lockstep_storage::{Partition, Table as StoreTable};
 
 use crate::access::{eval_keys, eval_range, Access, KeyValues, RangeKeys};
 use crate::exec_agg::{aggregate, finish_groups, merge_partials};
+use crate::exec_join::HashTables;
 use crate::exec_query::SharedRows;
 use crate::expr::{sort_cmp, Env, Expr};
 use crate::limits::{row_bytes, DEADLINE_CHECK_ROWS};
@@ -46,6 +47,9 @@ pub trait RowSource {
     /// Calls `f(row id, row)` for the candidate rows of level `j`; `f` returns false to stop.
     /// Returns false when stopped.
     fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool>;
+
+    /// The row of level `j` that `each` passed with `id` (a hash join keeps the ids).
+    fn row(&self, j: usize, id: u32) -> Option<&[Value]>;
 
     /// Whether rows come from the partition's own indexes, so that a level's `residual`
     /// filters suffice (see `access::residual_filters`).
@@ -178,6 +182,13 @@ impl RowSource for PartitionSource<'_> {
         true
     }
 
+    fn row(&self, j: usize, id: u32) -> Option<&[Value]> {
+        match self.tables.get(j)? {
+            Some(t) => t.get(id),
+            None => self.derived.get(j)?.as_ref()?.get(id as usize).map(Vec::as_slice),
+        }
+    }
+
     fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
         match self.tables[j] {
             Some(t) => each_in_table(t, probe, f),
@@ -221,6 +232,10 @@ impl GatheredSource {
 }
 
 impl RowSource for GatheredSource {
+    fn row(&self, j: usize, id: u32) -> Option<&[Value]> {
+        self.rows.get(j)?.get(id as usize).map(Vec::as_slice)
+    }
+
     fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
         if matches!(probe, Probe::Empty) {
             return Ok(true);
@@ -273,7 +288,8 @@ pub fn join_rows(plan: &SelectPlan, src: &dyn RowSource, env: &Env, emit: &mut d
         }
         _ => {
             let mut buf = vec![Value::Null; plan.width];
-            join_level(plan, src, env, 0, &mut buf, emit)?;
+            let hashes = HashTables::new(plan.levels.len());
+            join_level(plan, src, env, &hashes, 0, &mut buf, emit)?;
         }
     }
     Ok(())
@@ -284,6 +300,7 @@ fn join_level(
     plan: &SelectPlan,
     src: &dyn RowSource,
     env: &Env,
+    hashes: &HashTables,
     j: usize,
     buf: &mut Vec<Value>,
     emit: &mut dyn FnMut(&[Value]) -> Result<bool>,
@@ -293,11 +310,10 @@ fn join_level(
     }
     let l = &plan.levels[j];
     let (off, w) = (l.source.offset, l.source.width());
-    let p = probe(l, &l.access, buf, env)?;
     let on = filters(l, src);
     let mut matched = false;
     let mut go_on = true;
-    src.each(j, &p, &mut |_, row| {
+    let mut visit = |row: &[Value], buf: &mut Vec<Value>| -> Result<bool> {
         env.watch.tick()?;
         buf[off..off + w].clone_from_slice(row);
         if !all_hold(on, buf, env)? {
@@ -307,15 +323,29 @@ fn join_level(
         if !all_hold(&l.post, buf, env)? {
             return Ok(true);
         }
-        go_on = join_level(plan, src, env, j + 1, buf, emit)?;
+        go_on = join_level(plan, src, env, hashes, j + 1, buf, emit)?;
         Ok(go_on)
-    })?;
+    };
+    match hashes.table(plan, src, env, j, buf)? {
+        Some(table) => {
+            for &id in table.matching(&l.hash, buf) {
+                let row = src.row(j, id).ok_or_else(|| Error::unexpected(format!("row {id} of source {j} vanished during a hash join")))?;
+                if !visit(row, buf)? {
+                    break;
+                }
+            }
+        }
+        None => {
+            let p = probe(l, &l.access, buf, env)?;
+            src.each(j, &p, &mut |_, row| visit(row, buf))?;
+        }
+    }
     if l.left && !matched && go_on {
         for v in &mut buf[off..off + w] {
             *v = Value::Null;
         }
         if all_hold(&l.post, buf, env)? {
-            go_on = join_level(plan, src, env, j + 1, buf, emit)?;
+            go_on = join_level(plan, src, env, hashes, j + 1, buf, emit)?;
         }
     }
     Ok(go_on)

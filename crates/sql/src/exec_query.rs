@@ -19,6 +19,7 @@ use crate::exec::{run_select, GatheredSource, PartitionSource, RowSource};
 use crate::expr::{Env, SubRows, SubqueryRunner};
 use crate::limits::row_bytes;
 use crate::plan::{SelectPlan, SetOp, SetOpPlan, SubBody, SubqueryPlan};
+use crate::plan_recursive::{RecursivePlan, RECURSION_ITERATIONS_MAX, RECURSION_ROWS_MAX};
 use crate::ExecCtx;
 
 /// Rows shared between the levels and subqueries that read them.
@@ -88,6 +89,9 @@ pub struct Runner<'a> {
     /// over gathered rows then builds the hash of a level's rows on a key once, not once
     /// per outer row.
     sources: RefCell<Vec<Option<Rc<dyn RowSource + 'a>>>>,
+    /// The rows each running recursive WITH found in its last iteration, by the id of its
+    /// `SubBody::Working` subquery.
+    working: RefCell<HashMap<usize, SharedRows>>,
 }
 
 impl<'a> Runner<'a> {
@@ -98,6 +102,7 @@ impl<'a> Runner<'a> {
             kept: RefCell::new(vec![None; subs.len()]),
             kept_bytes: std::cell::Cell::new(0),
             sources: RefCell::new(vec![None; subs.len()]),
+            working: RefCell::new(HashMap::new()),
         }
     }
 
@@ -132,7 +137,104 @@ impl<'a> Runner<'a> {
                 let r = self.rows(s.right, outer, env)?;
                 set_operation(s, &l.rows, &r.rows, env)
             }
+            SubBody::Recursive(r) => self.recurse(r, outer, env),
+            SubBody::Working(_) => self
+                .working
+                .borrow()
+                .get(&id)
+                .cloned()
+                .ok_or_else(|| Error::unexpected(format!("subquery {id} read the rows of a recursive WITH that is not running"))),
         }
+    }
+
+    /// A recursive WITH's rows: the base's, then the step's over each iteration's new rows
+    /// until it finds none.
+    fn recurse(&self, r: &RecursivePlan, outer: &[Value], env: &Env) -> Result<SharedRows> {
+        let mut acc = Accumulated { answer: Vec::new(), seen: HashSet::new(), bytes: 0 };
+        let base = self.rows(r.base, outer, env)?;
+        let mut fresh = acc.add(r, &base.rows, false, env)?;
+        let mut iterations = 0usize;
+        while !fresh.is_empty() {
+            iterations += 1;
+            if iterations > RECURSION_ITERATIONS_MAX {
+                self.working.borrow_mut().remove(&r.working);
+                return Err(Error::sql(format!(
+                    "WITH RECURSIVE {} was still finding rows after {RECURSION_ITERATIONS_MAX} iterations (the most it may run): \
+                     give its recursive part a condition that stops it",
+                    r.name
+                )));
+            }
+            env.watch.check()?;
+            self.working.borrow_mut().insert(r.working, fresh.into());
+            self.forget_recursive();
+            let step = self.rows(r.step, outer, env);
+            let step = match step {
+                Ok(s) => s,
+                Err(e) => {
+                    self.working.borrow_mut().remove(&r.working);
+                    return Err(e);
+                }
+            };
+            fresh = acc.add(r, &step.rows, r.convert_step, env)?;
+        }
+        self.working.borrow_mut().remove(&r.working);
+        Ok(acc.answer.into())
+    }
+
+    /// Drops the answers and row sources kept for the subqueries that run again in each
+    /// iteration of a recursive WITH.
+    fn forget_recursive(&self) {
+        let (mut kept, mut sources) = (self.kept.borrow_mut(), self.sources.borrow_mut());
+        for (id, _) in self.subs.iter().enumerate().filter(|(_, s)| s.recursive) {
+            if let Some(k) = kept.get_mut(id) {
+                *k = None;
+            }
+            if let Some(s) = sources.get_mut(id) {
+                *s = None;
+            }
+        }
+    }
+}
+
+/// A recursive WITH's answer so far.
+struct Accumulated {
+    answer: Vec<Vec<Value>>,
+    /// The rows in the answer, for UNION (without ALL).
+    seen: HashSet<Vec<Value>>,
+    bytes: usize,
+}
+
+impl Accumulated {
+    /// Adds the rows that are new (all of them with UNION ALL) and returns them.
+    fn add(&mut self, r: &RecursivePlan, rows: &[Vec<Value>], convert: bool, env: &Env) -> Result<Vec<Vec<Value>>> {
+        let mut fresh = Vec::new();
+        for row in rows {
+            env.watch.tick()?;
+            let row: Vec<Value> = if convert {
+                row.iter()
+                    .zip(r.columns.iter())
+                    .map(|(v, c)| if v.is_null() { Ok(Value::Null) } else { v.coerce_to(c.ty) })
+                    .collect::<Result<_>>()?
+            } else {
+                row.clone()
+            };
+            if !r.all && !self.seen.insert(row.clone()) {
+                continue;
+            }
+            self.bytes = self.bytes.saturating_add(row_bytes(&row));
+            if self.bytes > env.limits.result_bytes_max {
+                return Err(env.limits.result_too_big());
+            }
+            if self.answer.len() >= RECURSION_ROWS_MAX {
+                return Err(Error::sql(format!(
+                    "WITH RECURSIVE {} found more than {RECURSION_ROWS_MAX} rows (the most it may hold): give its recursive part a condition that stops it sooner",
+                    r.name
+                )));
+            }
+            self.answer.push(row.clone());
+            fresh.push(row);
+        }
+        Ok(fresh)
     }
 }
 
@@ -143,7 +245,13 @@ impl SubqueryRunner for Runner<'_> {
         }
         let sub = self.subs.get(id).ok_or_else(|| Error::unexpected(format!("no subquery {id} in the statement")))?;
         let rows = Rc::new(SubRows::new(self.compute(id, sub, outer, env)?));
-        if !sub.correlated {
+        // Kept for one iteration of a recursive WITH (see `forget_recursive`), held
+        // against the cap as it is built rather than here, iteration after iteration.
+        if sub.recursive && !sub.correlated {
+            if let Some(slot) = self.kept.borrow_mut().get_mut(id) {
+                *slot = Some(rows.clone());
+            }
+        } else if !sub.correlated {
             let bytes = rows.rows.iter().fold(self.kept_bytes.get(), |b, r| b.saturating_add(row_bytes(r)));
             if bytes > env.limits.result_bytes_max {
                 return Err(env.limits.result_too_big());

@@ -34,13 +34,33 @@ fn access_text(l: &Level) -> String {
     }
 }
 
+/// How a level joins the ones before it: nested loop (probing its access path for each
+/// joined row) or hash join (on so many column pairs).
+fn join_text(j: usize, l: &Level) -> String {
+    let left = if l.left { "LEFT " } else { "" };
+    match (j, l.hash.len()) {
+        (0, _) => String::new(),
+        (_, 0) => format!("{left}NESTED LOOP JOIN: "),
+        (_, n) => format!("{left}HASH JOIN on {n} column{}: ", if n == 1 { "" } else { "s" }),
+    }
+}
+
+/// The order the sources are joined in, when the planner changed FROM's.
+fn join_order_text(s: &SelectPlan, out: &mut String, indent: &str) {
+    if s.levels.iter().enumerate().all(|(j, l)| l.written == j) {
+        return;
+    }
+    let names: Vec<&str> = s.levels.iter().map(|l| l.source.name.as_str()).collect();
+    let mut written: Vec<&Level> = s.levels.iter().collect();
+    written.sort_by_key(|l| l.written);
+    let as_written: Vec<&str> = written.iter().map(|l| l.source.name.as_str()).collect();
+    let _ = writeln!(out, "{indent}JOIN ORDER: {} (written: {})", names.join(", "), as_written.join(", "));
+}
+
 fn select_text(s: &SelectPlan, out: &mut String, indent: &str) {
+    join_order_text(s, out, indent);
     for (j, l) in s.levels.iter().enumerate() {
-        let join = match (j, l.left) {
-            (0, _) => "",
-            (_, true) => "LEFT NESTED LOOP JOIN: ",
-            (_, false) => "NESTED LOOP JOIN: ",
-        };
+        let join = join_text(j, l);
         let filt = l.on.len() + l.post.len();
         let _ = writeln!(
             out,
@@ -77,7 +97,13 @@ fn subqueries_text(subs: &[SubqueryPlan], out: &mut String) {
         let _ = writeln!(out, "SUBQUERIES (run at the coordinator over gathered tables when the route is all partitions):");
     }
     for (id, sq) in subs.iter().enumerate() {
-        let when = if sq.correlated { "for each row of the query around it" } else { "once" };
+        let when = if sq.correlated {
+            "for each row of the query around it"
+        } else if sq.recursive {
+            "in each iteration"
+        } else {
+            "once"
+        };
         match &sq.body {
             SubBody::Select(s) => {
                 let _ = writeln!(out, "  SUBQUERY {id} (runs {when}):");
@@ -91,6 +117,17 @@ fn subqueries_text(subs: &[SubqueryPlan], out: &mut String) {
                 };
                 let all = if s.all { " ALL" } else { "" };
                 let _ = writeln!(out, "  SUBQUERY {id} (runs {when}): subquery {} {op}{all} subquery {}", s.left, s.right);
+            }
+            SubBody::Recursive(r) => {
+                let all = if r.all { " ALL" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "  SUBQUERY {id} (runs {when}): WITH RECURSIVE {}: subquery {}, then UNION{all} subquery {} over the last iteration's rows (subquery {}) until it finds none",
+                    r.name, r.base, r.step, r.working
+                );
+            }
+            SubBody::Working(_) => {
+                let _ = writeln!(out, "  SUBQUERY {id}: the rows the last iteration of a recursive WITH found");
             }
         }
     }

@@ -15,12 +15,20 @@ use crate::limits::{Limits, Watch};
 use crate::ExecCtx;
 
 /// Deepest expression the text of a statement may nest, and the binder may build, in
-/// levels. What bounds it is the stack: every level costs a frame of `Expr::eval` (under
-/// 3 KB in a debug build, the largest; far less optimised), so the deepest expression
-/// evaluates in about 750 KB of debug stack, leaving most of a 2 MiB thread (the engine's
-/// sites and tokio workers) to its callers. `nesting` and the tests in `tests_depth`
-/// hold every entry point to it.
-pub const EXPR_DEPTH_MAX: usize = 256;
+/// levels (generated SQL nests deep). Every level costs a frame of `Expr::eval` (under
+/// 3 KB in a debug build, the largest; far less optimised), so a tree this deep would not
+/// fit a 2 MiB thread (the engine's sites and tokio workers): the binder puts an
+/// `Expr::Deep` every `EVAL_CHUNK_LEVELS` levels, where evaluation moves to a stack of its
+/// own when little is left. `nesting` and the tests in `tests_depth` hold every entry
+/// point to it.
+pub const EXPR_DEPTH_MAX: usize = 1000;
+/// Levels of a tree between two `Expr::Deep` stack checks.
+pub const EVAL_CHUNK_LEVELS: usize = 32;
+/// Stack that must be left for evaluation to go on in place at an `Expr::Deep`: room for
+/// `EVAL_CHUNK_LEVELS` levels of `eval` and of the functions it calls, with margin.
+const EVAL_STACK_RED_ZONE_BYTES: usize = 512 * 1024;
+/// The size of each stack segment evaluation moves to when the red zone is reached.
+const EVAL_STACK_SEGMENT_BYTES: usize = 4 * 1024 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArithOp {
@@ -95,6 +103,10 @@ pub enum Expr {
     Outer(usize),
     /// A subquery's answer used as a value: EXISTS, IN or a scalar.
     Subquery(Box<SubqueryRef>),
+    /// The expression inside, evaluated on a fresh stack segment when the stack is low: the
+    /// binder puts one every `EVAL_CHUNK_LEVELS` levels of a deep tree (`add_stack_checks`).
+    /// It counts as no level and is seen through by every walk of the tree.
+    Deep(Box<Expr>),
 }
 
 /// A subquery inside an expression: which of the statement's subqueries (`Prepared`'s
@@ -242,6 +254,62 @@ impl Expr {
             Expr::Cast(e, ty) => cast(e.eval(row, env)?, *ty),
             Expr::Outer(i) => Ok(env.outer.get(*i).cloned().unwrap_or(Value::Null)),
             Expr::Subquery(sq) => eval_subquery(sq, row, env),
+            Expr::Deep(e) => eval_deep(e, row, env),
+        }
+    }
+
+    /// Puts an `Expr::Deep` above every `EVAL_CHUNK_LEVELS` levels of the tree, so that
+    /// however deep it is, evaluation checks the stack at least that often. Returns the
+    /// levels above the last check. Planning only; grows its own stack as it goes.
+    pub fn add_stack_checks(&mut self) -> usize {
+        stacker::maybe_grow(WALK_STACK_RED_ZONE_BYTES, WALK_STACK_SEGMENT_BYTES, || {
+            let mut below = 0;
+            self.each_child_mut(&mut |c| below = below.max(c.add_stack_checks()));
+            if below + 1 < EVAL_CHUNK_LEVELS || matches!(self, Expr::Deep(_)) {
+                return below + 1;
+            }
+            let inner = std::mem::replace(self, Expr::Const(Value::Null));
+            *self = Expr::Deep(Box::new(inner));
+            0
+        })
+    }
+
+    /// Calls `f` on each direct child (a subquery's operand included).
+    fn each_child_mut(&mut self, f: &mut dyn FnMut(&mut Expr)) {
+        match self {
+            Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => {}
+            Expr::Subquery(sq) => {
+                if let SubqueryKind::In { operand, .. } | SubqueryKind::Quantified { operand, .. } = &mut sq.kind {
+                    f(operand);
+                }
+            }
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) | Expr::Deep(e) => f(e),
+            Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
+                f(a);
+                f(b);
+            }
+            Expr::InList(e, l, _) => {
+                f(e);
+                l.iter_mut().for_each(f);
+            }
+            Expr::Between(x, lo, hi) => {
+                f(x);
+                f(lo);
+                f(hi);
+            }
+            Expr::Case { operand, whens, otherwise } => {
+                if let Some(o) = operand {
+                    f(o);
+                }
+                for (w, t) in whens {
+                    f(w);
+                    f(t);
+                }
+                if let Some(o) = otherwise {
+                    f(o);
+                }
+            }
+            Expr::Func(_, args) => args.iter_mut().for_each(f),
         }
     }
 
@@ -261,7 +329,7 @@ impl Expr {
                 }
                 sq.outer_columns.iter().for_each(|&c| f(c));
             }
-            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.visit_columns(f),
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) | Expr::Deep(e) => e.visit_columns(f),
             Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.visit_columns(f);
                 b.visit_columns(f);
@@ -304,7 +372,7 @@ impl Expr {
                     operand.map_columns(map);
                 }
             }
-            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.map_columns(map),
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) | Expr::Deep(e) => e.map_columns(map),
             Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.map_columns(map);
                 b.map_columns(map);
@@ -339,6 +407,7 @@ impl Expr {
     /// than `eval`'s.
     pub fn depth(&self) -> usize {
         let below = match self {
+            Expr::Deep(e) => return e.depth(),
             Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => 0,
             Expr::Subquery(sq) => sq.kind.operand().map_or(0, Expr::depth),
             Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.depth(),
@@ -382,6 +451,7 @@ impl Expr {
                     stack.push(*b);
                     stack.push(*a);
                 }
+                Expr::Deep(inner) if matches!(*inner, Expr::And(..)) => stack.push(*inner),
                 e => out.push(e),
             }
         }
@@ -395,7 +465,7 @@ impl Expr {
         match self {
             Expr::Const(_) | Expr::Param(_) | Expr::Column(_) | Expr::Outer(_) => false,
             Expr::Subquery(sq) => sq.kind.operand().is_some_and(|o| o.any(f)),
-            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.any(f),
+            Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) | Expr::Deep(e) => e.any(f),
             Expr::Arith(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) | Expr::Concat(a, b) | Expr::Like(a, b, _) => {
                 a.any(f) || b.any(f)
             }
@@ -420,6 +490,18 @@ impl Expr {
     pub fn is_fixed(&self) -> bool {
         matches!(self, Expr::Const(_) | Expr::Param(_))
     }
+}
+
+/// Stack a walk of the tree over planning (`add_stack_checks`) keeps free.
+const WALK_STACK_RED_ZONE_BYTES: usize = 64 * 1024;
+/// The size of each stack segment such a walk moves to.
+const WALK_STACK_SEGMENT_BYTES: usize = 1024 * 1024;
+
+/// An `Expr::Deep`: goes on in place while the stack has room for the levels below it up
+/// to the next check, on a fresh segment otherwise.
+#[inline(never)]
+fn eval_deep(e: &Expr, row: &[Value], env: &Env) -> Result<Value> {
+    stacker::maybe_grow(EVAL_STACK_RED_ZONE_BYTES, EVAL_STACK_SEGMENT_BYTES, || e.eval(row, env))
 }
 
 /// A subquery's answer as a value, with SQL's rules: `x IN (…)` is true when some row

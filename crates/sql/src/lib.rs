@@ -15,17 +15,20 @@ mod ddl_view;
 mod exec;
 mod exec_agg;
 mod exec_dml;
+mod exec_join;
 mod exec_query;
 mod explain;
 mod expr;
 mod fragment;
 mod func;
+mod join_order;
 mod lex;
 mod limits;
 mod mp;
 mod nesting;
 mod plan;
 mod plan_dml;
+mod plan_recursive;
 mod route;
 mod script;
 pub mod testing;
@@ -37,11 +40,15 @@ mod tests_depth;
 #[cfg(test)]
 mod tests_fragment;
 #[cfg(test)]
+mod tests_join;
+#[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
 mod tests_mp;
 #[cfg(test)]
 mod tests_query;
+#[cfg(test)]
+mod tests_scan;
 #[cfg(test)]
 mod tests_sql;
 
@@ -150,12 +157,19 @@ impl Prepared {
 
 /// Parses, binds, types, plans and routes one DML or SELECT statement.
 pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
+    prepare_joining(catalog, sql, false)
+}
+
+/// As `prepare`; `written_join_order` keeps FROM's order and nested loops (the reference
+/// plan tests compare the chosen joins with).
+pub(crate) fn prepare_joining(catalog: &Catalog, sql: &str, written_join_order: bool) -> Result<Prepared> {
     if is_ddl(sql) {
         return Err(Error::sql("DDL cannot be prepared as a query; apply it as DDL"));
     }
     let rw = script::rewrite_for_parser(sql)?;
     let stmt = parse_one(&rw.sql)?;
     let mut b = bind::Binder::new(rw.param_count, Some(catalog));
+    b.written_join_order = written_join_order;
     let plan = match &stmt {
         Statement::Query(q) => Plan::Select(plan::plan_query(catalog, &mut b, q)?),
         Statement::Insert(i) => Plan::Insert(plan_dml::plan_insert(catalog, &mut b, i, rw.upsert)?),

@@ -346,7 +346,7 @@ fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, si
 fn query_plans(p: &Prepared) -> Vec<Option<&SelectPlan>> {
     let subs = p.subqueries.iter().map(|s| match &s.body {
         SubBody::Select(p) => Some(&**p),
-        SubBody::SetOp(_) => None,
+        SubBody::SetOp(_) | SubBody::Recursive(_) | SubBody::Working(_) => None,
     });
     std::iter::once(select_of(p)).chain(subs).collect()
 }

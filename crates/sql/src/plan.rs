@@ -10,8 +10,9 @@ use crate::access::{choose_access, Access, KeyTerm};
 use crate::bind::{ident_name, object_name, AggCtx, Binder, Cte, Source, Typed};
 use crate::expr::{CmpOp, Expr};
 
-/// Most FROM items one SELECT may join.
-pub const JOIN_SOURCES_MAX: usize = 16;
+/// Most FROM items one SELECT may join: the join planner keeps a set of sources in one
+/// `u64` (`join_order.rs`), and the executor recurses once per source.
+pub const JOIN_SOURCES_MAX: usize = 64;
 /// Most output columns of one SELECT.
 pub const SELECT_COLUMNS_MAX: usize = 1024;
 /// Most set operations (UNION, INTERSECT, EXCEPT) one query may chain: each is a level of
@@ -30,12 +31,19 @@ pub struct SubqueryPlan {
     /// It reads columns of the query around it (`Expr::Outer`): it runs once per row of
     /// that query instead of once per statement.
     pub correlated: bool,
+    /// Part of a recursive WITH's recursive part: it runs again in every iteration.
+    pub recursive: bool,
 }
 
 #[derive(Clone, Debug)]
 pub enum SubBody {
     Select(Box<SelectPlan>),
     SetOp(SetOpPlan),
+    /// `WITH RECURSIVE`: its base, then its step again and again (`plan_recursive.rs`).
+    Recursive(crate::plan_recursive::RecursivePlan),
+    /// The rows of the recursion's last iteration, which its recursive part reads under
+    /// the WITH's name; these are its columns.
+    Working(Arc<[ResultColumn]>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +89,12 @@ pub struct Level {
     pub partitioned: bool,
     /// A derived table: its rows are those of this subquery of the statement.
     pub derived: Option<usize>,
+    /// Its position in FROM as written (levels run in the order the planner chose).
+    pub written: usize,
+    /// A hash join: the level's rows (as its access path finds them, which then depends on
+    /// no other level) are put in a hash table on these columns once per run, and each
+    /// joined row so far probes it instead of reading them all. Empty: nested loop.
+    pub hash: Vec<crate::join_order::HashKey>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -108,6 +122,20 @@ pub struct SelectPlan {
     pub offset: Option<Expr>,
     /// Each partition may stop after `offset + limit` rows when gathering (MP).
     pub gather_limit: bool,
+}
+
+/// Whether the same group of a view of a partitioned table may be on several partitions,
+/// so that rows gathered from them must be merged first. Not when the view groups by the
+/// source's partitioning column: all the rows of a group are then on one partition, and
+/// each partition's view rows are final (an aggregate over them pushes down).
+fn view_groups_span_partitions(catalog: &Catalog, t: &TableDef) -> bool {
+    match t.view() {
+        Some(v) => {
+            let source_pc = catalog.table_by_id(v.source).and_then(|s| s.partition_column);
+            !source_pc.is_some_and(|pc| v.group_by.contains(&pc))
+        }
+        None => false,
+    }
 }
 
 /// Whether a table's rows live in partitions (not replicated on every site).
@@ -255,7 +283,9 @@ fn add_factor<'q>(
 }
 
 /// A common table expression read in FROM: its query, planned here as a derived table. It
-/// sees the expressions defined before it, not itself or those after it (no recursion).
+/// sees the expressions defined before it, not those after it, and itself only when it is
+/// recursive (`plan_recursive.rs`); inside its own recursive part its name stands for the
+/// rows of the last iteration.
 fn expand_cte<'q>(
     b: &mut Binder,
     items: &mut Vec<FromItem<'q>>,
@@ -265,12 +295,27 @@ fn expand_cte<'q>(
     on: Option<&'q ast::Expr>,
 ) -> Result<()> {
     let cte = b.ctes[i].clone();
-    let later = b.ctes.split_off(i);
-    let planned = b.plan_subquery(&cte.query, &[], true);
-    b.ctes.extend(later);
-    let (id, _) = planned.map_err(|e| e.context(format!("in WITH {}", cte.name)))?;
-    let mut cols = b.subqueries[id].columns.to_vec();
-    rename_columns(&mut cols, &cte.alias)?;
+    let (id, mut cols) = match cte.working {
+        Some(w) => {
+            b.working_reads += 1;
+            (w, b.subqueries[w].columns.to_vec())
+        }
+        None => {
+            let recursive = if cte.recursive { crate::plan_recursive::plan(b, i)? } else { None };
+            let id = match recursive {
+                Some(id) => id,
+                None => {
+                    let later = b.ctes.split_off(i);
+                    let planned = b.plan_subquery(&cte.query, &[], true);
+                    b.ctes.extend(later);
+                    planned.map_err(|e| e.context(format!("in WITH {}", cte.name)))?.0
+                }
+            };
+            let mut cols = b.subqueries[id].columns.to_vec();
+            rename_columns(&mut cols, &cte.alias)?;
+            (id, cols)
+        }
+    };
     let sname = match alias {
         Some(a) => {
             rename_columns(&mut cols, a)?;
@@ -344,7 +389,7 @@ pub fn plan_view(catalog: &Catalog, text: &str, name: &str) -> Result<(Vec<Strin
 }
 
 /// `AS d (x, y)`: the derived table's columns renamed, as many names as it has columns.
-fn rename_columns(cols: &mut [ResultColumn], alias: &ast::TableAlias) -> Result<()> {
+pub(crate) fn rename_columns(cols: &mut [ResultColumn], alias: &ast::TableAlias) -> Result<()> {
     if alias.columns.is_empty() {
         return Ok(());
     }
@@ -399,14 +444,17 @@ pub fn plan_query(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> Result<S
     // WITH's names are in scope for the query and the subqueries in it, and no further.
     let scope = b.ctes.len();
     if let Some(w) = &q.with {
-        if w.recursive {
-            return Err(unsupported("WITH RECURSIVE"));
-        }
         for cte in &w.cte_tables {
             if cte.from.is_some() {
                 return Err(unsupported("WITH … FROM"));
             }
-            b.ctes.push(Cte { name: ident_name(&cte.alias.name), query: (*cte.query).clone(), alias: cte.alias.clone() });
+            b.ctes.push(Cte {
+                name: ident_name(&cte.alias.name),
+                query: (*cte.query).clone(),
+                alias: cte.alias.clone(),
+                recursive: w.recursive,
+                working: None,
+            });
         }
     }
     let r = plan_query_body(catalog, b, q);
@@ -435,14 +483,16 @@ pub fn plan_subquery_body(catalog: &Catalog, b: &mut Binder, q: &ast::Query) -> 
     Ok(push_subquery(b, SubBody::Select(Box::new(plan))))
 }
 
-fn push_subquery(b: &mut Binder, body: SubBody) -> usize {
+pub(crate) fn push_subquery(b: &mut Binder, body: SubBody) -> usize {
     let columns = match &body {
         SubBody::Select(p) => p.columns.clone(),
         SubBody::SetOp(s) => {
             b.subqueries[s.left].columns.iter().zip(&s.types).map(|(c, t)| ResultColumn { name: c.name.clone(), ty: *t }).collect()
         }
+        SubBody::Recursive(r) => r.columns.clone(),
+        SubBody::Working(columns) => columns.clone(),
     };
-    b.subqueries.push(SubqueryPlan { body, columns, correlated: false });
+    b.subqueries.push(SubqueryPlan { body, columns, correlated: false, recursive: false });
     b.subqueries.len() - 1
 }
 
@@ -496,7 +546,7 @@ fn set_op_name(op: SetOp, all: bool) -> String {
 
 /// Checks that both sides have as many columns, of types that compare, and works out each
 /// column's type (the wider number, say).
-fn set_op_plan(b: &Binder, op: SetOp, all: bool, left: usize, right: usize) -> Result<SetOpPlan> {
+pub(crate) fn set_op_plan(b: &Binder, op: SetOp, all: bool, left: usize, right: usize) -> Result<SetOpPlan> {
     let (lc, rc) = (&b.subqueries[left].columns, &b.subqueries[right].columns);
     let name = set_op_name(op, all);
     if lc.len() != rc.len() {
@@ -509,7 +559,7 @@ fn set_op_plan(b: &Binder, op: SetOp, all: bool, left: usize, right: usize) -> R
     // A bare NULL has no type of its own (it is listed as VARCHAR): it takes the other side's.
     let null_at = |id: usize, i: usize| match &b.subqueries[id].body {
         SubBody::Select(p) => matches!(p.output.get(i), Some(Expr::Const(Value::Null))),
-        SubBody::SetOp(_) => false,
+        SubBody::SetOp(_) | SubBody::Recursive(_) | SubBody::Working(_) => false,
     };
     let mut types = Vec::with_capacity(lc.len());
     for (i, (a, c)) in lc.iter().zip(rc.iter()).enumerate() {
@@ -559,6 +609,8 @@ fn plan_over_subquery(b: &mut Binder, id: usize, q: &ast::Query) -> Result<Selec
         merge_view: false,
         partitioned: false,
         derived: Some(id),
+        written: 0,
+        hash: Vec::new(),
     };
     Ok(SelectPlan {
         levels: vec![level],
@@ -770,7 +822,7 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         let terms = key_terms(&on[j], src);
         let access = choose_access(&src.table, &terms);
         let partitioned = it.derived.is_none() && is_partitioned(catalog, &src.table);
-        let merge_view = partitioned && src.table.view().is_some();
+        let merge_view = partitioned && view_groups_span_partitions(catalog, &src.table);
         let group_len = src.table.view().map(|v| v.group_by.len()).unwrap_or(usize::MAX);
         let mut gather_filter = Vec::new();
         for e in &on[j] {
@@ -797,6 +849,8 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
             merge_view,
             partitioned,
             derived: it.derived,
+            written: j,
+            hash: Vec::new(),
         });
     }
     if let Some(l0) = levels.first_mut() {
@@ -827,6 +881,9 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         if plan.agg.is_none() {
             plan.agg = Some(AggCtx::default());
         }
+    }
+    if !b.written_join_order {
+        crate::join_order::arrange(&mut plan.levels, &sources);
     }
     crate::access::order_by_index(&mut plan);
     for l in &mut plan.levels {
@@ -985,8 +1042,15 @@ fn limits(b: &mut Binder, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>)
     }
 }
 
-/// `col op key` terms usable by an index on `src`: the key reads only earlier levels.
+/// `col op key` terms usable by an index on `src`: the key reads only earlier levels (in
+/// FROM as written).
 pub fn key_terms(on: &[Expr], src: &Source) -> Vec<KeyTerm> {
+    key_terms_over(on, src, &|c| c < src.offset)
+}
+
+/// `col op key` terms usable by an index on `src`, where the key reads only columns for
+/// which `joined` holds (those of the levels read before this one).
+pub fn key_terms_over(on: &[Expr], src: &Source, joined: &dyn Fn(usize) -> bool) -> Vec<KeyTerm> {
     let range = src.offset..src.offset + src.width();
     let mut out = Vec::new();
     for e in on {
@@ -996,7 +1060,9 @@ pub fn key_terms(on: &[Expr], src: &Source) -> Vec<KeyTerm> {
             }
             for (x, y, o) in [(a, b, *op), (b, a, op.flip())] {
                 if let Expr::Column(c) = x.as_ref() {
-                    if range.contains(c) && y.max_column().is_none_or(|m| m < src.offset) {
+                    let mut reads_joined = true;
+                    y.visit_columns(&mut |k| reads_joined &= joined(k));
+                    if range.contains(c) && reads_joined {
                         out.push(KeyTerm { column: c - src.offset, op: o, key: (**y).clone() });
                         break;
                     }

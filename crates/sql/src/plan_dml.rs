@@ -74,6 +74,8 @@ fn single_level(catalog: &Catalog, table: Arc<TableDef>, name: String, filter: V
         gather_filter: Vec::new(),
         merge_view: false,
         derived: None,
+        written: 0,
+        hash: Vec::new(),
     };
     level.residual = crate::access::residual_filters(&level);
     level

@@ -114,7 +114,7 @@ pub fn query_route(top: &SelectPlan, subs: &[SubqueryPlan]) -> Route {
 fn sub_selects(subs: &[SubqueryPlan]) -> impl Iterator<Item = &SelectPlan> {
     subs.iter().filter_map(|s| match &s.body {
         SubBody::Select(p) => Some(&**p),
-        SubBody::SetOp(_) => None,
+        SubBody::SetOp(_) | SubBody::Recursive(_) | SubBody::Working(_) => None,
     })
 }
 

@@ -38,6 +38,7 @@ fn nested_selects(n: usize) -> Vec<(&'static str, String)> {
         ("nested calls", format!("SELECT {}1{}", r("ABS(", n - 1), r(")", n - 1))),
         ("nested CASE", format!("SELECT {}1{}", r("CASE WHEN 1=1 THEN ", n - 2), r(" END", n - 2))),
         ("NOT chain", format!("SELECT {}TRUE", r("NOT ", n - 1))),
+        ("aggregate argument", format!("SELECT SUM(1{}) FROM t", r("+1", n - 2))),
         // Each `1+(` is two levels; an even depth needs one more `+1` outside.
         ("right-nested +", format!("SELECT {}1{}{}", r("1+(", (n - 1) / 2), r(")", (n - 1) / 2), r("+1", 1 - n % 2))),
     ]
@@ -124,13 +125,17 @@ fn statements_exactly_at_the_limit_work_end_to_end() {
             "|| chain" => s(&"a".repeat(EXPR_DEPTH_MAX)),
             "WHERE AND chain" => i(1),
             "right-nested +" => i(n / 2 + 1),
+            "aggregate argument" => i(n - 1),
             _ => i(1),
         };
         assert_eq!(rows, vec![vec![want]], "{what}");
         assert!(plan.is_ok_and(|p| p.contains("PROJECTION")), "{what}");
         assert!(proc.is_ok(), "{what}: {proc:?}");
-        // A query that does not group is a plain view, planned (so checked) when created.
-        assert!(view.is_ok(), "{what}: {view:?}");
+        // A query that does not group is a plain view, planned (so checked) when created
+        // (one that aggregates is a materialized view, which takes plain columns only).
+        if what != "aggregate argument" {
+            assert!(view.is_ok(), "{what}: {view:?}");
+        }
     }
 }
 

@@ -79,6 +79,10 @@ fn three_partitions_answer_like_one() {
         "SELECT * FROM by_owner ORDER BY owner",
         "SELECT owner, total FROM by_owner WHERE n > 7 ORDER BY total DESC",
         "SELECT * FROM by_acct ORDER BY acct",
+        // by_acct groups by txn's partitioning column: each partition's rows are final,
+        // and the aggregate over them is computed on each partition.
+        "SELECT SUM(total), COUNT(*), MAX(n) FROM by_acct",
+        "SELECT n, COUNT(*) FROM by_acct GROUP BY n ORDER BY n",
         "SELECT a.id, a.owner, t.seq, t.amt FROM acct a JOIN txn t ON t.acct = a.id ORDER BY a.id, t.seq",
         "SELECT a.id, COUNT(t.seq) FROM acct a LEFT JOIN txn t ON t.acct = a.id GROUP BY a.id ORDER BY a.id",
         "SELECT id FROM acct ORDER BY id DESC LIMIT 5",
@@ -89,6 +93,11 @@ fn three_partitions_answer_like_one() {
         "SELECT id FROM acct WHERE id = 17",
         "SELECT * FROM kind ORDER BY k",
         "SELECT COUNT(*), SUM(amt) FROM txn",
+        // Joins in another order than written, and by hash (no index on amt or bal).
+        "SELECT a.id, k.label, t.seq FROM kind k, acct a, txn t WHERE t.acct = a.id AND t.seq + 1 = k.k ORDER BY a.id, k.label, t.seq",
+        "SELECT a.id, t.acct FROM txn t JOIN acct a ON a.bal = t.amt ORDER BY 1, 2",
+        "WITH RECURSIVE c(id, n) AS (SELECT id, 0 FROM acct WHERE id = 3 \
+         UNION ALL SELECT a.id, c.n + 1 FROM acct a JOIN c ON a.id = c.id + 3 WHERE c.n < 5) SELECT id, n FROM c ORDER BY id",
     ];
     for q in queries {
         let a = mp.run(q, &[]).unwrap_or_else(|e| panic!("{q}: {e}"));

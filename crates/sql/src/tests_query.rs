@@ -297,9 +297,10 @@ fn common_table_expressions() {
     assert!(db.err("SELECT (WITH z AS (SELECT 1 AS k) SELECT k FROM z) FROM z").contains("object not found: Z"));
     let e = db.err("WITH x AS (SELECT * FROM x) SELECT * FROM x");
     assert!(e.contains("object not found: X") && e.contains("in WITH X"), "{e}");
-    assert!(db
-        .err("WITH RECURSIVE r (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r")
-        .contains("WITH RECURSIVE is not supported"));
+    // Only WITH RECURSIVE lets a query read its own name.
+    assert_eq!(db.rows("WITH RECURSIVE r (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r"), ids(&[1, 2, 3]));
+    let e = db.err("WITH r (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r");
+    assert!(e.contains("object not found: R"), "{e}");
 }
 
 #[test]
@@ -495,4 +496,85 @@ fn multi_partition_answers_equal_single_partition_ones() {
     let pinned = queries.iter().find(|q| q.contains("WHERE id = 3 UNION ALL")).unwrap();
     assert_eq!(crate::prepare(&one.cat, pinned).unwrap().route, Route::PartitionConst(i(3)));
     assert_eq!(crate::prepare(&one.cat, queries[0]).unwrap().route, Route::All);
+}
+
+#[test]
+fn with_recursive_counts_a_series() {
+    let mut db = company();
+    assert_eq!(
+        db.rows("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 5) SELECT n FROM t ORDER BY n"),
+        ids(&[1, 2, 3, 4, 5])
+    );
+    // 1 + 2 + … + 1000, over 999 iterations.
+    assert_eq!(
+        db.rows("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 1000) SELECT SUM(n), COUNT(*) FROM t"),
+        vec![vec![i(500_500), i(1000)]]
+    );
+    // Read twice, and joined with a table.
+    assert_eq!(
+        db.rows(
+            "WITH RECURSIVE t(n) AS (SELECT 10 UNION ALL SELECT n + 10 FROM t WHERE n < 30)
+             SELECT d.title FROM t JOIN dept d ON d.id = t.n WHERE t.n IN (SELECT n FROM t WHERE n > 10) ORDER BY 1"
+        ),
+        vec![vec![s("hr")], vec![s("ops")]]
+    );
+}
+
+/// A parent/child table walked from the root: each level of the tree is one iteration.
+#[test]
+fn with_recursive_walks_a_tree() {
+    let mut db = crate::tests_sql::Db::new("CREATE TABLE node (id INTEGER NOT NULL PRIMARY KEY, parent INTEGER, name VARCHAR(10));");
+    db.run("INSERT INTO node VALUES (1, NULL, 'root'), (2, 1, 'a'), (3, 1, 'b'), (4, 2, 'a1'), (5, 4, 'a11'), (6, 3, 'b1'), (7, NULL, 'other')");
+    let sql = "WITH RECURSIVE sub(id, name, depth) AS (
+                 SELECT id, name, 0 FROM node WHERE id = 2
+                 UNION ALL
+                 SELECT n.id, n.name, s.depth + 1 FROM node n JOIN sub s ON n.parent = s.id)
+               SELECT name, depth FROM sub ORDER BY depth, name";
+    assert_eq!(db.rows(sql), vec![vec![s("a"), i(0)], vec![s("a1"), i(1)], vec![s("a11"), i(2)]]);
+    // The path from a leaf up to its root.
+    let up = "WITH RECURSIVE up(id, parent) AS (
+                SELECT id, parent FROM node WHERE id = 6
+                UNION SELECT n.id, n.parent FROM node n, up WHERE n.id = up.parent)
+              SELECT id FROM up ORDER BY id";
+    assert_eq!(db.rows(up), ids(&[1, 3, 6]));
+    let ex = crate::explain(&crate::prepare(&db.cat, up).unwrap());
+    assert!(ex.contains("WITH RECURSIVE UP"), "{ex}");
+}
+
+/// UNION keeps each row once, so a walk around a cycle stops; UNION ALL keeps every row
+/// found, so the same walk would go round until the bound.
+#[test]
+fn with_recursive_union_removes_duplicates_and_union_all_keeps_them() {
+    let mut db = crate::tests_sql::Db::new("CREATE TABLE edge (a INTEGER NOT NULL, b INTEGER NOT NULL);");
+    db.run("INSERT INTO edge VALUES (1, 2), (2, 3), (3, 1), (1, 3)");
+    let reach = |kind: &str| {
+        format!("WITH RECURSIVE r(n) AS (SELECT 1 UNION {kind} SELECT e.b FROM edge e, r WHERE e.a = r.n) SELECT n FROM r ORDER BY n")
+    };
+    assert_eq!(db.rows(&reach("")), ids(&[1, 2, 3]));
+    // With ALL and two steps: (1, 0); then 2 and 3 from 1; then 3 from 2 and 1 from 3.
+    assert_eq!(
+        db.rows(
+            "WITH RECURSIVE r(n, k) AS (SELECT 1, 0 UNION ALL SELECT e.b, r.k + 1 FROM edge e, r WHERE e.a = r.n AND r.k < 2)
+             SELECT n, COUNT(*) FROM r GROUP BY n ORDER BY n"
+        ),
+        vec![vec![i(1), i(2)], vec![i(2), i(1)], vec![i(3), i(2)]]
+    );
+    // Two edges leave node 1: the rows double every few steps, to the bound on rows.
+    let err = db.err(&reach("ALL"));
+    assert!(err.contains("WITH RECURSIVE R") && err.contains("more than 1000000 rows"), "{err}");
+    // A series that never stops runs to the bound on iterations.
+    let err = db.err("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) SELECT COUNT(*) FROM t");
+    assert!(err.contains("WITH RECURSIVE T") && err.contains("after 100000 iterations"), "{err}");
+}
+
+#[test]
+fn with_recursive_refuses_what_it_cannot_run() {
+    let mut db = company();
+    let err = db.err("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT 'x' FROM t) SELECT n FROM t");
+    assert!(err.contains("BIGINT in the base and VARCHAR"), "{err}");
+    let err = db.err("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n, n FROM t) SELECT n FROM t");
+    assert!(err.contains("as many"), "{err}");
+    // Not recursive after all: a plain WITH, or a plain UNION.
+    assert_eq!(db.rows("WITH RECURSIVE t(n) AS (SELECT 1 UNION SELECT 2) SELECT n FROM t ORDER BY n"), ids(&[1, 2]));
+    assert_eq!(db.rows("WITH RECURSIVE t AS (SELECT id FROM dept) SELECT COUNT(*) FROM t"), ids(&[3]));
 }

@@ -564,3 +564,23 @@ fn rows_handed_over_one_at_a_time_equal_the_result_table() {
     assert!(crate::execute_each(&p, &[i(100), Value::from("dup"), i(1)], &db.ctx, &mut db.part, &mut |_| Ok(true)).is_err());
     assert_eq!(db.rows("SELECT name FROM t WHERE id = 100"), vec![vec![Value::from("x")]]);
 }
+
+/// Aggregates that add a value in place (COUNT, integer SUM and AVG, MIN and MAX kept)
+/// answer as the general path does: NULLs skipped, overflow reported, DISTINCT counted once.
+#[test]
+fn aggregates_added_in_place_keep_sql_semantics() {
+    let mut db = Db::new("CREATE TABLE a (id INTEGER NOT NULL PRIMARY KEY, x BIGINT, s VARCHAR(5));");
+    db.run("INSERT INTO a VALUES (1, 5, 'b'), (2, NULL, NULL), (3, -2, 'a'), (4, 5, 'c'), (5, 9223372036854775807, 'b')");
+    assert_eq!(
+        db.rows("SELECT COUNT(x), MIN(x), MAX(x), MIN(s), MAX(s), COUNT(*) FROM a WHERE id < 5"),
+        vec![vec![i(3), i(-2), i(5), s("a"), s("c"), i(4)]]
+    );
+    // 8 / 3 truncated, as VoltDB averages integers.
+    assert_eq!(
+        db.rows("SELECT SUM(x), AVG(x), COUNT(DISTINCT x), SUM(DISTINCT x) FROM a WHERE id < 5"),
+        vec![vec![i(8), i(2), i(2), i(3)]]
+    );
+    assert_eq!(db.rows("SELECT MAX(x) FROM a"), vec![vec![i(i64::MAX)]]);
+    assert!(db.err("SELECT SUM(x) FROM a").contains("overflow"));
+    assert_eq!(db.rows("SELECT SUM(x), MIN(x), COUNT(x) FROM a WHERE x IS NULL"), vec![vec![N, N, i(0)]]);
+}
