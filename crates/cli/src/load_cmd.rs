@@ -626,7 +626,8 @@ impl Loader<'_> {
         }
         let c = &self.counts;
         let elapsed = self.started.elapsed().as_secs_f64();
-        println!("{} rows read, {} inserted, {} rejected in {elapsed:.2} s ({:.0} rows/s)", c.read, c.inserted, c.rejected, self.rate());
+        println!("{} rows read, {} inserted, {} rejected", c.read, c.inserted, c.rejected);
+        println!("elapsed {elapsed:.2} s, {:.0} rows/s", self.rate());
         if let (Some(path), true) = (&self.rejects.path, c.rejected > 0) {
             println!("rejected rows are in {}", path.display());
         }
