@@ -14,7 +14,7 @@ mod value_serde;
 
 pub use catalog::{
     get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, Permissions, PlainViewDef, ProcedureBody, ProcedureDef,
-    RoleDef, TableDef, TableId, TableKind, ViewAggregate, ViewDef, BUILTIN_ROLES,
+    RoleDef, TableDef, TableId, TableKind, TtlDef, TtlUnit, ViewAggregate, ViewDef, BUILTIN_ROLES,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use hash::HashRing;

@@ -228,3 +228,41 @@ fn roles_and_allow_lists() {
     assert!(fails(&mut cat, "DROP ROLE ops").contains("does not exist"));
     assert_eq!(apply(&mut cat, "DROP ROLE IF EXISTS ops; DROP ROLE ops IF EXISTS").len(), 2);
 }
+
+#[test]
+fn ttl_is_created_altered_and_dropped_on_a_not_null_time_column() {
+    let mut cat = Catalog::default();
+    apply(
+        &mut cat,
+        "CREATE TABLE ev (id BIGINT NOT NULL, at TIMESTAMP NOT NULL, n INTEGER NOT NULL, note VARCHAR(10), maybe TIMESTAMP, PRIMARY KEY (id))
+           USING TTL 10 MINUTES ON COLUMN at BATCH_SIZE 50 MAX_FREQUENCY 3;",
+    );
+    let id = cat.table("ev").unwrap().id;
+    let ttl = cat.ttl(id).unwrap().clone();
+    assert_eq!(
+        (ttl.column.as_str(), ttl.amount, ttl.unit, ttl.batch_size, ttl.max_frequency),
+        ("AT", 10, lockstep_core::TtlUnit::Minutes, 50, 3)
+    );
+    assert_eq!(ttl.max_age_micros(), 600_000_000);
+
+    assert!(fails(&mut cat, "ALTER TABLE ev USING TTL 5 ON COLUMN at").contains("already has a TTL"));
+    assert_eq!(apply(&mut cat, "ALTER TABLE ev ALTER USING TTL 2 HOURS ON COLUMN n")[0], "TTL of EV set to 2 HOURS on column N");
+    let ttl = cat.ttl(id).unwrap();
+    assert_eq!((ttl.column.as_str(), ttl.batch_size, ttl.max_frequency), ("N", 1000, 1), "defaults come back with a new clause");
+    apply(&mut cat, "ALTER TABLE ev DROP TTL");
+    assert!(cat.ttl(id).is_none());
+    assert!(fails(&mut cat, "ALTER TABLE ev DROP TTL").contains("has no TTL"));
+    assert!(fails(&mut cat, "ALTER TABLE ev ALTER USING TTL 1 ON COLUMN at").contains("has no TTL to alter"));
+    apply(&mut cat, "ALTER TABLE ev USING TTL 1 DAYS ON COLUMN at");
+    assert_eq!(cat.ttl(id).unwrap().unit, lockstep_core::TtlUnit::Days);
+
+    assert!(fails(&mut cat, "CREATE TABLE a (v VARCHAR(5) NOT NULL) USING TTL 1 ON COLUMN v").contains("must be a TIMESTAMP"));
+    assert!(fails(&mut cat, "CREATE TABLE a (t TIMESTAMP) USING TTL 1 ON COLUMN t").contains("must be NOT NULL"));
+    assert!(fails(&mut cat, "CREATE TABLE a (t TIMESTAMP NOT NULL) USING TTL 1 ON COLUMN x").contains("not a column of A"));
+    assert!(fails(&mut cat, "CREATE TABLE a (t TIMESTAMP NOT NULL) USING TTL 0 ON COLUMN t").contains("positive"));
+    assert!(fails(&mut cat, "CREATE TABLE a (t TIMESTAMP NOT NULL) USING TTL 1 ON COLUMN t BATCH_SIZE 0").contains("BATCH_SIZE must be"));
+    assert!(cat.table("a").is_none(), "a refused TTL creates no table");
+
+    apply(&mut cat, "DROP TABLE ev");
+    assert_eq!(cat.ttls().count(), 0, "the TTL goes with its table");
+}
