@@ -122,6 +122,11 @@ impl Shared {
         (!frees_memory && self.memory.refuses_writes()).then(|| self.memory.error())
     }
 
+    /// Whether `Engine::shutdown` has begun (background threads stop then).
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+
     pub fn client_address(&self) -> Option<std::net::SocketAddr> {
         self.client_address.get().copied()
     }
@@ -373,6 +378,11 @@ impl Engine {
                     Err(_) => return Err(Error::unexpected("the coordinator stopped during recovery")),
                 }
             }
+        }
+        // Only after recovery: a replay must see the TTL deletions the log holds, no others.
+        let ttl = crate::ttl::start(&engine)?;
+        if let Ok(mut t) = engine.threads.lock() {
+            t.push(ttl);
         }
         Ok(engine)
     }

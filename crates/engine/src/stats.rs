@@ -437,6 +437,8 @@ pub struct EngineStats {
     pub mp: Mutex<ProcStats>,
     /// Round trip of every call as the front end saw it.
     pub latency: LatencyHistogram,
+    /// What TTL deleted, by table (`@Statistics TTL`).
+    pub ttl: crate::ttl::TtlStats,
 }
 
 /// Gathers one value from each of `n` senders and hands them over once every sender has
@@ -584,10 +586,11 @@ pub fn statistics_for(engine: &Engine, call: &Call, baselines: Option<Arc<Interv
         "LATENCY" => return reply(sync(vec![latency_table(&header, &shared.stats.latency.summary())])),
         "COMMANDLOG" => return reply(sync(vec![command_log_table(&header, engine)])),
         "CLUSTER" => return reply(sync(vec![cluster_table(&header, engine)])),
+        "TTL" => return reply(sync(vec![ttl_table(&header, engine)])),
         "PROCEDURE" | "PROCEDUREPROFILE" | "PROCEDUREMEMORY" | "TABLE" | "INDEX" | "MEMORY" => {}
         other => {
             return reply(Outcome::error(Error::graceful(format!(
-                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS, TOPO or CLUSTER"
+                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS, TOPO, TTL or CLUSTER"
             ))))
         }
     }
@@ -962,6 +965,39 @@ fn command_log_table(h: &Header, engine: &Engine) -> ResultTable {
     let mut r = h.row(None);
     r.extend([Value::Int(0), Value::Int(st.queued as i64), Value::Int(segments.min(1)), Value::Int(segments), Value::Int(fsync_interval)]);
     t.push(r);
+    t
+}
+
+/// `@Statistics TTL`: per table with a TTL, the rows its background deletion removed (in
+/// all, and in its last run, over every partition), its runs, the calls that failed and
+/// the last failure, and when it last ran (ms since the Unix epoch; 0: not yet).
+fn ttl_table(h: &Header, engine: &Engine) -> ResultTable {
+    use DataType::{BigInt as B, Varchar as V};
+    let mut t = table_with(
+        Header::columns(false),
+        &[
+            ("TABLE_NAME", V),
+            ("ROWS_DELETED", B),
+            ("ROWS_DELETED_LAST_ROUND", B),
+            ("LAST_DELETE_TIMESTAMP", B),
+            ("RUNS", B),
+            ("FAILED_CALLS", B),
+            ("LAST_ERROR", V),
+        ],
+    );
+    for (name, c) in engine.shared().stats.ttl.snapshot(&engine.catalog()) {
+        let mut r = h.row(None);
+        r.extend([
+            Value::from(name.as_str()),
+            Value::Int(c.rows_deleted),
+            Value::Int(c.rows_deleted_last_round),
+            Value::Int(c.last_run_ms),
+            Value::Int(c.runs),
+            Value::Int(c.failed_calls),
+            c.last_error.map_or(Value::Null, |e| Value::from(e.as_str())),
+        ]);
+        t.push(r);
+    }
     t
 }
 
