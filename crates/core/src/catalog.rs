@@ -285,12 +285,55 @@ impl TtlDef {
     }
 }
 
+/// When a task runs (`CREATE TASK … ON SCHEDULE …`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaskSchedule {
+    /// Every `millis`, counted from when the task was created or enabled.
+    Every { millis: i64 },
+    /// `millis` after the previous run ended.
+    Delay { millis: i64 },
+    /// At the seconds the cron expression names (UTC); checked when the task is created.
+    Cron(String),
+}
+
+/// Where a task's procedure runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskRunOn {
+    /// Once per run (VoltDB's default).
+    Database,
+    /// Once on every partition per run (a directed procedure).
+    Partitions,
+}
+
+/// What a task does when its procedure fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskOnError {
+    Log,
+    Ignore,
+    /// Stop running until the task is enabled again.
+    Stop,
+}
+
+/// A scheduled task: `procedure` called with `args` on `schedule`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskDef {
+    pub name: String,
+    pub schedule: TaskSchedule,
+    pub procedure: String,
+    pub args: Vec<Value>,
+    pub run_on: TaskRunOn,
+    pub on_error: TaskOnError,
+    pub enabled: bool,
+}
+
 /// The whole schema. Cheap to clone: definitions are shared.
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
     tables: BTreeMap<String, Arc<TableDef>>,
     /// Tables with a TTL, by table id.
     ttl: BTreeMap<TableId, Arc<TtlDef>>,
+    /// Scheduled tasks, by lower-case name.
+    tasks: BTreeMap<String, Arc<TaskDef>>,
     plain_views: BTreeMap<String, Arc<PlainViewDef>>,
     by_id: BTreeMap<TableId, Arc<TableDef>>,
     procedures: BTreeMap<String, Arc<ProcedureDef>>,
@@ -427,6 +470,30 @@ impl Catalog {
             None => self.ttl.remove(&id),
         };
         self.version += 1;
+    }
+
+    pub fn task(&self, name: &str) -> Option<&Arc<TaskDef>> {
+        self.tasks.get(&key(name))
+    }
+
+    /// Every task, in name order.
+    pub fn tasks(&self) -> impl Iterator<Item = &Arc<TaskDef>> {
+        self.tasks.values()
+    }
+
+    /// Adds or replaces a task (a new definition even when equal: the scheduler starts it
+    /// afresh, as after `ALTER TASK … ENABLE`).
+    pub fn put_task(&mut self, def: TaskDef) -> Arc<TaskDef> {
+        let def = Arc::new(def);
+        self.tasks.insert(key(&def.name), def.clone());
+        self.version += 1;
+        def
+    }
+
+    pub fn drop_task(&mut self, name: &str) -> Option<Arc<TaskDef>> {
+        let def = self.tasks.remove(&key(name));
+        self.version += 1;
+        def
     }
 
     pub fn drop_table(&mut self, name: &str) -> Result<Arc<TableDef>> {

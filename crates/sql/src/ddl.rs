@@ -7,7 +7,7 @@
 use lockstep_core::{Catalog, ColumnDef, Error, IndexDef, Permissions, Result, TableDef, TableKind};
 
 use crate::ddl_parse::{column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX};
-use crate::{ddl_proc, ddl_ttl, ddl_view};
+use crate::{ddl_proc, ddl_task, ddl_ttl, ddl_view};
 
 /// What DDL needs from its surroundings: Lua sources of procedures.
 pub trait DdlEnv {
@@ -61,6 +61,7 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
                     create_index(catalog, c, true, what == "ASSUMEUNIQUE")
                 }
                 "ROLE" => create_role(catalog, c),
+                "TASK" => done(ddl_task::create_task(catalog, c)?),
                 "FUNCTION" | "AGGREGATE" => Err(Error::sql(format!("CREATE {what} (Java user functions) is not supported"))),
                 other => Err(Error::sql(format!("CREATE {other} is not supported"))),
             }
@@ -72,10 +73,14 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
                 "INDEX" => drop_index(catalog, c),
                 "PROCEDURE" => ddl_proc::drop_procedure(catalog, c),
                 "ROLE" => drop_role(catalog, c),
+                "TASK" => done(ddl_task::drop_task(catalog, c)?),
                 other => Err(Error::sql(format!("DROP {other} is not supported"))),
             }
         }
         "ALTER" => {
+            if c.eat_word("TASK") {
+                return done(ddl_task::alter_task(catalog, c)?);
+            }
             c.expect_word("TABLE")?;
             alter_table(catalog, c)
         }

@@ -266,3 +266,45 @@ fn ttl_is_created_altered_and_dropped_on_a_not_null_time_column() {
     apply(&mut cat, "DROP TABLE ev");
     assert_eq!(cat.ttls().count(), 0, "the TTL goes with its table");
 }
+
+#[test]
+fn tasks_are_created_enabled_disabled_and_dropped() {
+    use lockstep_core::{TaskOnError, TaskRunOn, TaskSchedule, Value};
+    let mut cat = Catalog::default();
+    apply(
+        &mut cat,
+        "CREATE TABLE t (id BIGINT NOT NULL, note VARCHAR(10));
+         CREATE PROCEDURE Tidy DIRECTED AS DELETE FROM t WHERE id < ?;
+         CREATE TASK tidy ON SCHEDULE EVERY 2 SECONDS PROCEDURE Tidy WITH (-5, 'x', NULL, 1.5) RUN ON PARTITIONS ON ERROR STOP DISABLE;
+         CREATE TASK nightly ON SCHEDULE CRON '0 30 2 * * *' PROCEDURE T.insert WITH (1, 'n');
+         CREATE TASK ping ON SCHEDULE DELAY 250 MILLISECONDS PROCEDURE @Ping;",
+    );
+    let tidy = cat.task("TIDY").unwrap();
+    assert_eq!(tidy.schedule, TaskSchedule::Every { millis: 2000 });
+    assert_eq!(tidy.args, vec![Value::Int(-5), Value::from("x"), Value::Null, Value::Float(1.5)]);
+    assert_eq!((tidy.run_on, tidy.on_error, tidy.enabled), (TaskRunOn::Partitions, TaskOnError::Stop, false));
+    let nightly = cat.task("nightly").unwrap();
+    assert_eq!(
+        (&nightly.schedule, nightly.run_on, nightly.on_error, nightly.enabled),
+        (&TaskSchedule::Cron("0 30 2 * * *".into()), TaskRunOn::Database, TaskOnError::Log, true)
+    );
+    assert_eq!(cat.task("ping").unwrap().procedure, "@Ping");
+    assert_eq!(cat.task("ping").unwrap().schedule, TaskSchedule::Delay { millis: 250 });
+
+    assert_eq!(apply(&mut cat, "ALTER TASK tidy ENABLE")[0], "task TIDY enabled");
+    assert!(cat.task("tidy").unwrap().enabled);
+    apply(&mut cat, "ALTER TASK tidy DISABLE");
+    assert!(!cat.task("tidy").unwrap().enabled);
+    assert_eq!(apply(&mut cat, "DROP TASK tidy")[0], "task TIDY dropped");
+    assert!(cat.task("tidy").is_none());
+    apply(&mut cat, "DROP TASK IF EXISTS tidy");
+
+    assert!(fails(&mut cat, "DROP TASK tidy").contains("does not exist"));
+    assert!(fails(&mut cat, "CREATE TASK ping ON SCHEDULE EVERY 1 SECONDS PROCEDURE @Ping").contains("already exists"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 1 SECONDS PROCEDURE Nope").contains("Nope does not exist"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 0 SECONDS PROCEDURE @Ping").contains("interval"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 1 WEEKS PROCEDURE @Ping").contains("not a unit"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE CRON '0 99 * * * *' PROCEDURE @Ping").contains("minutes field"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 1 SECONDS PROCEDURE @Ping RUN ON HOSTS").contains("RUN ON HOSTS"));
+    assert!(fails(&mut cat, "ALTER TASK ping PAUSE").contains("ENABLE and DISABLE"));
+}
