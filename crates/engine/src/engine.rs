@@ -379,10 +379,11 @@ impl Engine {
                 }
             }
         }
-        // Only after recovery: a replay must see the TTL deletions the log holds, no others.
-        let ttl = crate::ttl::start(&engine)?;
+        // Only after recovery: a replay must see the TTL deletions and task runs the log
+        // holds, no others.
+        let (ttl, tasks) = (crate::ttl::start(&engine)?, crate::tasks::start(&engine)?);
         if let Ok(mut t) = engine.threads.lock() {
-            t.push(ttl);
+            t.extend([ttl, tasks]);
         }
         Ok(engine)
     }

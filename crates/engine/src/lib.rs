@@ -24,6 +24,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod store;
 pub mod sysprocs;
+pub mod tasks;
 pub mod ttl;
 pub mod txn_id;
 
