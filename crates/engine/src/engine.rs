@@ -539,6 +539,37 @@ impl Engine {
         self.shared.cluster.get().map_or(sysprocs::HOST_ID, |c| c.topology().me as i32)
     }
 
+    /// Whether this node starts the background work (TTL, tasks) for `partition`, or, with
+    /// None, the work done once for the whole database: in a cluster, the node leading the
+    /// partition, or the one coordinating multi-partition work, so that no run is made
+    /// once per node.
+    pub fn runs_background_for(&self, partition: Option<u32>) -> bool {
+        let Some(c) = self.shared.cluster.get() else { return true };
+        let me = c.topology().me;
+        c.serving()
+            && match partition {
+                Some(p) => c.leads(p),
+                None => c.mp_coordinator() == Some(me),
+            }
+    }
+
+    /// Where one run of background work goes from this node: each partition it leads
+    /// (`every_partition`), or the whole database once (None) when it coordinates; empty when
+    /// another node does the work (see `runs_background_for`).
+    pub fn background_destinations(&self, every_partition: bool) -> Vec<Option<i32>> {
+        if every_partition {
+            (0..self.partition_count())
+                .filter(|p| self.runs_background_for(Some(*p)))
+                .filter_map(|p| i32::try_from(p).ok())
+                .map(Some)
+                .collect()
+        } else if self.runs_background_for(None) {
+            vec![None]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Joins a cluster: from now on calls for partitions led elsewhere are forwarded, a
     /// leader's changes are replicated before they are answered, DDL goes through the
     /// cluster, and multi-partition work is refused (not built for clusters yet).

@@ -141,12 +141,14 @@ fn run(engine: Weak<Engine>) {
     }
 }
 
-/// Sends one run's calls; counts them into the task's statistics once all are answered.
+/// Sends one run's calls (in a cluster, only those for what this node leads or
+/// coordinates); counts them into the task's statistics once all are answered.
 fn start_run(engine: &Arc<Engine>, def: &Arc<TaskDef>, run: &Arc<Mutex<Run>>) {
-    let destinations: Vec<Option<i32>> = match def.run_on {
-        TaskRunOn::Database => vec![None],
-        TaskRunOn::Partitions => (0..engine.partition_count()).map(|p| i32::try_from(p).ok()).collect(),
-    };
+    let destinations = engine.background_destinations(def.run_on == TaskRunOn::Partitions);
+    if destinations.is_empty() {
+        return;
+    }
+    let calls = destinations.len() as i64;
     if let Ok(mut r) = run.lock() {
         r.waiting = destinations.len();
     }
@@ -170,20 +172,17 @@ fn start_run(engine: &Arc<Engine>, def: &Arc<TaskDef>, run: &Arc<Mutex<Run>>) {
                 }
                 r.ended = Some(now_micros());
                 let failed = std::mem::take(&mut *failures.lock().unwrap_or_else(|e| e.into_inner()));
-                finish_run(&engine2, &def, failed);
+                finish_run(&engine2, &def, calls, failed);
             }),
         );
     }
 }
 
-fn finish_run(engine: &Engine, def: &TaskDef, failed: Vec<String>) {
+fn finish_run(engine: &Engine, def: &TaskDef, calls: i64, failed: Vec<String>) {
     let mut map = engine.shared().stats.tasks.lock();
     let c = map.entry(def.name.clone()).or_default();
     c.runs += 1;
-    c.calls += match def.run_on {
-        TaskRunOn::Database => 1,
-        TaskRunOn::Partitions => i64::from(engine.partition_count()),
-    };
+    c.calls += calls;
     c.last_run_ms = crate::sysprocs::now_millis();
     c.failures += failed.len() as i64;
     let Some(first) = failed.into_iter().next() else { return };

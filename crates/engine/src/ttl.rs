@@ -163,13 +163,12 @@ fn run(engine: Weak<Engine>) {
 }
 
 /// Sends one run's calls: each partition for a partitioned table, one multi-partition
-/// call for a replicated one. The answers are counted into the table's statistics once
-/// all are in.
+/// call for a replicated one (in a cluster, only those this node leads or coordinates).
+/// The answers are counted into the table's statistics once all are in.
 fn start_round(engine: &Arc<Engine>, table: &TableDef, ttl: &TtlDef) -> Arc<Mutex<Round>> {
     let now_micros = crate::sysprocs::now_millis().saturating_mul(1000);
     let param = cutoff(table, ttl, now_micros);
-    let destinations: Vec<Option<i32>> =
-        if table.partition_column.is_some() { (0..engine.partition_count()).map(|p| i32::try_from(p).ok()).collect() } else { vec![None] };
+    let destinations = engine.background_destinations(table.partition_column.is_some());
     let round = Arc::new(Mutex::new(Round { waiting: destinations.len(), ..Round::default() }));
     let procedure = delete_procedure_name(&table.name);
     for destination in destinations {
