@@ -14,8 +14,9 @@ use lockstep_core::{Catalog, DataType, Result, TableDef, TableId, TtlDef, Value}
 use crate::engine::{Call, Engine};
 use crate::outcome::Outcome;
 
-/// How often the thread looks at the catalog for work.
-const TTL_TICK_MS: u64 = 100;
+/// How often the thread looks at the catalog for work: 20 ms allows the largest
+/// MAX_FREQUENCY (20 runs a second, `lockstep_sql` checks it).
+const TTL_TICK_MS: u64 = 20;
 /// Suffix of the per-table procedure that deletes one batch: `TABLE.ttl_delete`.
 pub const TTL_PROCEDURE_SUFFIX: &str = "ttl_delete";
 

@@ -11,8 +11,8 @@ pub const TTL_BATCH_SIZE_DEFAULT: u32 = 1000;
 pub const TTL_BATCH_SIZE_MAX: u32 = 100_000;
 /// Runs per second per table when MAX_FREQUENCY is not given (VoltDB's default).
 pub const TTL_MAX_FREQUENCY_DEFAULT: u32 = 1;
-/// Largest MAX_FREQUENCY, runs per second.
-pub const TTL_MAX_FREQUENCY_MAX: u32 = 100;
+/// Largest MAX_FREQUENCY, runs per second (the TTL thread looks for due runs every 20 ms).
+pub const TTL_MAX_FREQUENCY_MAX: u32 = 20;
 
 /// Parses `TTL n [unit] ON COLUMN c [BATCH_SIZE n] [MAX_FREQUENCY n]` (after `USING`) and
 /// checks it against `table`.
