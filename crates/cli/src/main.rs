@@ -1,8 +1,9 @@
 //! The `lockstep` command: `server` starts a node, `sql` is the shell, `bench` measures,
-//! `user` keeps the users of a server with security on.
+//! `user` keeps the users of a server with security on, `load` loads data files.
 
 mod alloc;
 mod bench_cmd;
+mod load_cmd;
 mod server_cmd;
 mod shell;
 mod user_cmd;
@@ -46,6 +47,8 @@ enum Command {
     },
     /// Users of a server with --security on, in its TOML config: add, list, remove.
     User(user_cmd::UserArgs),
+    /// Load data files into a table or through a procedure (`load csv`).
+    Load(load_cmd::LoadArgs),
 }
 
 #[derive(clap::Args)]
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
         }
         Command::Sql(args) => run_shell(args.server, args.commands, args.file, args.format, &args.login),
         Command::User(args) => user_cmd::run(args),
+        Command::Load(args) => load_cmd::run(args),
     }
 }
 

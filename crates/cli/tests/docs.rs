@@ -123,7 +123,7 @@ fn normalize(text: &str) -> Vec<String> {
 }
 
 /// A scratch directory with the repository's `apps` and `docs`, and `bin/lockstep`, which
-/// sends `sql` and `snapshot` to `addr` and refuses to start a second server.
+/// sends `sql`, `snapshot` and `load` to `addr` and refuses to start a second server.
 fn workdir(addr: &str) -> TempDir {
     let dir = TempDir::new("docs");
     for name in ["apps", "docs"] {
@@ -135,6 +135,8 @@ fn workdir(addr: &str) -> TempDir {
         "#!/bin/sh\n\
          case \"$1\" in\n\
          sql|snapshot) sub=$1; shift; exec '{BIN}' \"$sub\" --server {addr} \"$@\" ;;\n\
+         load) case \" $* \" in *' --help '*) exec '{BIN}' \"$@\" ;; esac\n\
+         sub=$2; shift 2; exec '{BIN}' load \"$sub\" --server {addr} \"$@\" ;;\n\
          server) case \" $* \" in *' --help '*) exec '{BIN}' \"$@\" ;; esac\n\
          echo 'docs test: a console block cannot start a server; show that in a sh block' >&2; exit 2 ;;\n\
          *) exec '{BIN}' \"$@\" ;;\n\

@@ -235,10 +235,105 @@ pub struct PlainViewDef {
     pub reads: Vec<String>,
 }
 
+/// The unit of a TTL's age (VoltDB's `USING TTL n [SECONDS|MINUTES|HOURS|DAYS]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtlUnit {
+    Seconds,
+    Minutes,
+    Hours,
+    Days,
+}
+
+impl TtlUnit {
+    pub fn seconds(self) -> i64 {
+        match self {
+            TtlUnit::Seconds => 1,
+            TtlUnit::Minutes => 60,
+            TtlUnit::Hours => 3600,
+            TtlUnit::Days => 86_400,
+        }
+    }
+
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            TtlUnit::Seconds => "SECONDS",
+            TtlUnit::Minutes => "MINUTES",
+            TtlUnit::Hours => "HOURS",
+            TtlUnit::Days => "DAYS",
+        }
+    }
+}
+
+/// A table's time to live (`USING TTL`): rows whose `column` is older than `amount` `unit`
+/// are deleted in the background, at most `batch_size` rows per partition per run and at
+/// most `max_frequency` runs per second.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TtlDef {
+    /// The column's name as the table spells it: a TIMESTAMP, or an integer holding
+    /// seconds since the Unix epoch; NOT NULL.
+    pub column: String,
+    pub amount: i64,
+    pub unit: TtlUnit,
+    pub batch_size: u32,
+    pub max_frequency: u32,
+}
+
+impl TtlDef {
+    /// The age past which a row expires, in microseconds.
+    pub fn max_age_micros(&self) -> i64 {
+        self.amount.saturating_mul(self.unit.seconds()).saturating_mul(1_000_000)
+    }
+}
+
+/// When a task runs (`CREATE TASK … ON SCHEDULE …`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaskSchedule {
+    /// Every `millis`, counted from when the task was created or enabled.
+    Every { millis: i64 },
+    /// `millis` after the previous run ended.
+    Delay { millis: i64 },
+    /// At the seconds the cron expression names (UTC); checked when the task is created.
+    Cron(String),
+}
+
+/// Where a task's procedure runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskRunOn {
+    /// Once per run (VoltDB's default).
+    Database,
+    /// Once on every partition per run (a directed procedure).
+    Partitions,
+}
+
+/// What a task does when its procedure fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskOnError {
+    Log,
+    Ignore,
+    /// Stop running until the task is enabled again.
+    Stop,
+}
+
+/// A scheduled task: `procedure` called with `args` on `schedule`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskDef {
+    pub name: String,
+    pub schedule: TaskSchedule,
+    pub procedure: String,
+    pub args: Vec<Value>,
+    pub run_on: TaskRunOn,
+    pub on_error: TaskOnError,
+    pub enabled: bool,
+}
+
 /// The whole schema. Cheap to clone: definitions are shared.
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
     tables: BTreeMap<String, Arc<TableDef>>,
+    /// Tables with a TTL, by table id.
+    ttl: BTreeMap<TableId, Arc<TtlDef>>,
+    /// Scheduled tasks, by lower-case name.
+    tasks: BTreeMap<String, Arc<TaskDef>>,
     plain_views: BTreeMap<String, Arc<PlainViewDef>>,
     by_id: BTreeMap<TableId, Arc<TableDef>>,
     procedures: BTreeMap<String, Arc<ProcedureDef>>,
@@ -358,9 +453,53 @@ impl Catalog {
         Ok(def)
     }
 
+    /// The TTL of table `id`, if it has one.
+    pub fn ttl(&self, id: TableId) -> Option<&Arc<TtlDef>> {
+        self.ttl.get(&id)
+    }
+
+    /// Every table with a TTL, with it, in table id order.
+    pub fn ttls(&self) -> impl Iterator<Item = (&Arc<TableDef>, &Arc<TtlDef>)> {
+        self.ttl.iter().filter_map(|(id, ttl)| self.by_id.get(id).map(|t| (t, ttl)))
+    }
+
+    /// Sets (or, with None, removes) the TTL of table `id`.
+    pub fn set_ttl(&mut self, id: TableId, ttl: Option<TtlDef>) {
+        match ttl {
+            Some(t) => self.ttl.insert(id, Arc::new(t)),
+            None => self.ttl.remove(&id),
+        };
+        self.version += 1;
+    }
+
+    pub fn task(&self, name: &str) -> Option<&Arc<TaskDef>> {
+        self.tasks.get(&key(name))
+    }
+
+    /// Every task, in name order.
+    pub fn tasks(&self) -> impl Iterator<Item = &Arc<TaskDef>> {
+        self.tasks.values()
+    }
+
+    /// Adds or replaces a task (a new definition even when equal: the scheduler starts it
+    /// afresh, as after `ALTER TASK … ENABLE`).
+    pub fn put_task(&mut self, def: TaskDef) -> Arc<TaskDef> {
+        let def = Arc::new(def);
+        self.tasks.insert(key(&def.name), def.clone());
+        self.version += 1;
+        def
+    }
+
+    pub fn drop_task(&mut self, name: &str) -> Option<Arc<TaskDef>> {
+        let def = self.tasks.remove(&key(name));
+        self.version += 1;
+        def
+    }
+
     pub fn drop_table(&mut self, name: &str) -> Result<Arc<TableDef>> {
         let def = self.tables.remove(&key(name)).ok_or_else(|| Error::sql(format!("object not found: {name}")))?;
         self.by_id.remove(&def.id);
+        self.ttl.remove(&def.id);
         self.version += 1;
         Ok(def)
     }

@@ -2,6 +2,7 @@
 //! partition hashing. Every other crate depends on this one and on nothing above it.
 
 pub mod catalog;
+pub mod cron;
 pub mod decimal;
 pub mod error;
 pub mod hash;
@@ -14,7 +15,8 @@ mod value_serde;
 
 pub use catalog::{
     get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, Permissions, PlainViewDef, ProcedureBody, ProcedureDef,
-    RoleDef, TableDef, TableId, TableKind, ViewAggregate, ViewDef, BUILTIN_ROLES,
+    RoleDef, TableDef, TableId, TableKind, TaskDef, TaskOnError, TaskRunOn, TaskSchedule, TtlDef, TtlUnit, ViewAggregate, ViewDef,
+    BUILTIN_ROLES,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use hash::HashRing;

@@ -127,6 +127,11 @@ impl Shared {
         (!frees_memory && self.memory.refuses_writes()).then(|| self.memory.error())
     }
 
+    /// Whether `Engine::shutdown` has begun (background threads stop then).
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+
     pub fn client_address(&self) -> Option<std::net::SocketAddr> {
         self.client_address.get().copied()
     }
@@ -390,6 +395,12 @@ impl Engine {
                 }
             }
         }
+        // Only after recovery: a replay must see the TTL deletions and task runs the log
+        // holds, no others.
+        let (ttl, tasks) = (crate::ttl::start(&engine)?, crate::tasks::start(&engine)?);
+        if let Ok(mut t) = engine.threads.lock() {
+            t.extend([ttl, tasks]);
+        }
         Ok(engine)
     }
 
@@ -559,6 +570,37 @@ impl Engine {
     /// This node's host id: its node id in a cluster, 0 on its own.
     pub fn host_id(&self) -> i32 {
         self.shared.cluster.get().map_or(sysprocs::HOST_ID, |c| c.topology().me as i32)
+    }
+
+    /// Whether this node starts the background work (TTL, tasks) for `partition`, or, with
+    /// None, the work done once for the whole database: in a cluster, the node leading the
+    /// partition, or the one coordinating multi-partition work, so that no run is made
+    /// once per node.
+    pub fn runs_background_for(&self, partition: Option<u32>) -> bool {
+        let Some(c) = self.shared.cluster.get() else { return true };
+        let me = c.topology().me;
+        c.serving()
+            && match partition {
+                Some(p) => c.leads(p),
+                None => c.mp_coordinator() == Some(me),
+            }
+    }
+
+    /// Where one run of background work goes from this node: each partition it leads
+    /// (`every_partition`), or the whole database once (None) when it coordinates; empty when
+    /// another node does the work (see `runs_background_for`).
+    pub fn background_destinations(&self, every_partition: bool) -> Vec<Option<i32>> {
+        if every_partition {
+            (0..self.partition_count())
+                .filter(|p| self.runs_background_for(Some(*p)))
+                .filter_map(|p| i32::try_from(p).ok())
+                .map(Some)
+                .collect()
+        } else if self.runs_background_for(None) {
+            vec![None]
+        } else {
+            Vec::new()
+        }
     }
 
     /// Joins a cluster: from now on calls for partitions led elsewhere are forwarded, a

@@ -26,6 +26,8 @@ pub mod stats;
 pub mod store;
 pub mod sysproc_table;
 pub mod sysprocs;
+pub mod tasks;
+pub mod ttl;
 pub mod txn_id;
 
 pub use auth::Principal;

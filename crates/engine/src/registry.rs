@@ -158,6 +158,17 @@ impl Registry {
             p.statement = StatementRef::Procedure { name: name.clone(), index };
             Ok(Arc::new(p))
         };
+        if let Some(source) = crate::ttl::delete_procedure_source(catalog, &info.name) {
+            let mut stmts = Vec::new();
+            let mut prepare = |text: &str| -> Result<StmtInfo> {
+                let p = check(lockstep_sql::prepare(catalog, text)?, stmts.len())?;
+                let info = StmtInfo { id: stmts.len(), param_types: p.param_types.clone() };
+                stmts.push(p);
+                Ok(info)
+            };
+            let body = self.lua.load(&info.name, "ttl", &source, &mut prepare)?;
+            return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Lua { body, stmts } });
+        }
         if let Some(sql) = crud_sql(catalog, &info.name) {
             let p = lockstep_sql::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {}", info.name)))?;
             return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Sql(check(p, 0)?) });
@@ -336,6 +347,14 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
             let access = crate::auth::ProcAccess::Default { read_only };
             out.push(ProcInfo { name: format!("{}.{}", table.name, suffix).into(), route, read_only, key_type, param, access });
         }
+    }
+    for (table, _) in catalog.ttls() {
+        // One batch of expired rows on the partition the caller names (the TTL scheduler
+        // names each in turn); a replicated table's rows are everywhere: one MP run.
+        let route = if table.partition_column.is_some() { ProcRoute::Directed } else { ProcRoute::Multi };
+        let access = crate::auth::ProcAccess::Default { read_only: false };
+        let name = crate::ttl::delete_procedure_name(&table.name).into();
+        out.push(ProcInfo { name, route, read_only: false, key_type: None, param: None, access });
     }
     out
 }

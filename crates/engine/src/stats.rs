@@ -437,6 +437,10 @@ pub struct EngineStats {
     pub mp: Mutex<ProcStats>,
     /// Round trip of every call as the front end saw it.
     pub latency: LatencyHistogram,
+    /// What TTL deleted, by table (`@Statistics TTL`).
+    pub ttl: crate::ttl::TtlStats,
+    /// What scheduled tasks did, by task (`@Statistics TASK`).
+    pub tasks: crate::tasks::TaskStats,
 }
 
 /// Gathers one value from each of `n` senders and hands them over once every sender has
@@ -597,10 +601,12 @@ pub fn statistics_for(engine: &Engine, call: &Call, baselines: Option<Arc<Interv
         "LATENCY" => return reply(sync(vec![latency_table(&header, &shared.stats.latency.summary())])),
         "COMMANDLOG" => return reply(sync(vec![command_log_table(&header, engine)])),
         "CLUSTER" => return reply(sync(vec![cluster_table(&header, engine)])),
+        "TTL" => return reply(sync(vec![ttl_table(&header, engine)])),
+        "TASK" => return reply(sync(vec![task_table(&header, engine)])),
         "PROCEDURE" | "PROCEDUREPROFILE" | "PROCEDUREMEMORY" | "TABLE" | "INDEX" | "MEMORY" => {}
         other => {
             return reply(Outcome::error(Error::graceful(format!(
-                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS, TOPO or CLUSTER"
+                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS, TOPO, TTL, TASK or CLUSTER"
             ))))
         }
     }
@@ -975,6 +981,81 @@ fn command_log_table(h: &Header, engine: &Engine) -> ResultTable {
     let mut r = h.row(None);
     r.extend([Value::Int(0), Value::Int(st.queued as i64), Value::Int(segments.min(1)), Value::Int(segments), Value::Int(fsync_interval)]);
     t.push(r);
+    t
+}
+
+/// `@Statistics TTL`: per table with a TTL, the rows its background deletion removed (in
+/// all, and in its last run, over every partition), its runs, the calls that failed and
+/// the last failure, and when it last ran (ms since the Unix epoch; 0: not yet).
+fn ttl_table(h: &Header, engine: &Engine) -> ResultTable {
+    use DataType::{BigInt as B, Varchar as V};
+    let mut t = table_with(
+        Header::columns(false),
+        &[
+            ("TABLE_NAME", V),
+            ("ROWS_DELETED", B),
+            ("ROWS_DELETED_LAST_ROUND", B),
+            ("LAST_DELETE_TIMESTAMP", B),
+            ("RUNS", B),
+            ("FAILED_CALLS", B),
+            ("LAST_ERROR", V),
+        ],
+    );
+    for (name, c) in engine.shared().stats.ttl.snapshot(&engine.catalog()) {
+        let mut r = h.row(None);
+        r.extend([
+            Value::from(name.as_str()),
+            Value::Int(c.rows_deleted),
+            Value::Int(c.rows_deleted_last_round),
+            Value::Int(c.last_run_ms),
+            Value::Int(c.runs),
+            Value::Int(c.failed_calls),
+            c.last_error.map_or(Value::Null, |e| Value::from(e.as_str())),
+        ]);
+        t.push(r);
+    }
+    t
+}
+
+/// `@Statistics TASK`: per scheduled task, its state (ENABLED, DISABLED, or STOPPED by a
+/// failure under ON ERROR STOP), where it runs, its procedure, and since start its runs,
+/// the procedure calls they made, the calls that failed, the last failure and when the last
+/// run ended (ms since the Unix epoch; 0: not yet).
+fn task_table(h: &Header, engine: &Engine) -> ResultTable {
+    use DataType::{BigInt as B, Varchar as V};
+    let mut t = table_with(
+        Header::columns(false),
+        &[
+            ("TASK_NAME", V),
+            ("STATE", V),
+            ("SCOPE", V),
+            ("PROCEDURE_NAME", V),
+            ("RUNS", B),
+            ("PROCEDURE_INVOCATIONS", B),
+            ("PROCEDURE_FAILURES", B),
+            ("LAST_RUN_TIMESTAMP", B),
+            ("LAST_ERROR", V),
+        ],
+    );
+    for (def, state, c) in engine.shared().stats.tasks.snapshot(&engine.catalog()) {
+        let scope = match def.run_on {
+            lockstep_core::TaskRunOn::Database => "DATABASE",
+            lockstep_core::TaskRunOn::Partitions => "PARTITIONS",
+        };
+        let mut r = h.row(None);
+        r.extend([
+            Value::from(def.name.as_str()),
+            Value::from(state),
+            Value::from(scope),
+            Value::from(def.procedure.as_str()),
+            Value::Int(c.runs),
+            Value::Int(c.calls),
+            Value::Int(c.failures),
+            Value::Int(c.last_run_ms),
+            c.last_error.map_or(Value::Null, |e| Value::from(e.as_str())),
+        ]);
+        t.push(r);
+    }
     t
 }
 

@@ -7,7 +7,7 @@
 use lockstep_core::{Catalog, ColumnDef, Error, IndexDef, Permissions, Result, TableDef, TableKind};
 
 use crate::ddl_parse::{column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX};
-use crate::{ddl_proc, ddl_view};
+use crate::{ddl_proc, ddl_task, ddl_ttl, ddl_view};
 
 /// What DDL needs from its surroundings: Lua sources of procedures.
 pub trait DdlEnv {
@@ -61,6 +61,7 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
                     create_index(catalog, c, true, what == "ASSUMEUNIQUE")
                 }
                 "ROLE" => create_role(catalog, c),
+                "TASK" => done(ddl_task::create_task(catalog, c)?),
                 "FUNCTION" | "AGGREGATE" => Err(Error::sql(format!("CREATE {what} (Java user functions) is not supported"))),
                 other => Err(Error::sql(format!("CREATE {other} is not supported"))),
             }
@@ -72,10 +73,14 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
                 "INDEX" => drop_index(catalog, c),
                 "PROCEDURE" => ddl_proc::drop_procedure(catalog, c),
                 "ROLE" => drop_role(catalog, c),
+                "TASK" => done(ddl_task::drop_task(catalog, c)?),
                 other => Err(Error::sql(format!("DROP {other} is not supported"))),
             }
         }
         "ALTER" => {
+            if c.eat_word("TASK") {
+                return done(ddl_task::alter_task(catalog, c)?);
+            }
             c.expect_word("TABLE")?;
             alter_table(catalog, c)
         }
@@ -236,7 +241,6 @@ fn create_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     if c.is_word("LIMIT") {
         skip_limit_partition_rows(c)?;
     }
-    c.expect_end()?;
     let indexes = key_indexes(&name, &mut cols, &keys, &[])?;
     for i in &indexes {
         if let Some(t) = index_name_taken(catalog, &i.name) {
@@ -244,7 +248,12 @@ fn create_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
         }
     }
     let def = TableDef { id: 0, name: name.clone(), columns: cols, indexes, partition_column: None, kind: TableKind::Table };
-    catalog.add_table(def)?;
+    let ttl = if c.eat_word("USING") { Some(ddl_ttl::parse_ttl(c, &def)?) } else { None };
+    c.expect_end()?;
+    let def = catalog.add_table(def)?;
+    if ttl.is_some() {
+        catalog.set_ttl(def.id, ttl);
+    }
     done(format!("table {name} created"))
 }
 
@@ -475,6 +484,9 @@ fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     if !matches!(t.kind, TableKind::Table) {
         return Err(Error::sql(format!("ALTER TABLE works on tables; {name} is not one")));
     }
+    if let Some(message) = ddl_ttl::alter_ttl(catalog, c, &t)? {
+        return done(message);
+    }
     let mut def = (*t).clone();
     if c.eat_word("ADD") {
         if let Some(k) = table_constraint(c)? {
@@ -527,7 +539,7 @@ fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
         catalog.replace_table(def)?;
         return done(format!("column {cname} added to {}", t.name));
     }
-    Err(c.error("ALTER TABLE supports ADD [COLUMN] and ADD constraint; unexpected text"))
+    Err(c.error("ALTER TABLE supports ADD [COLUMN], ADD constraint, [ALTER] USING TTL and DROP TTL; unexpected text"))
 }
 
 fn partition_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {

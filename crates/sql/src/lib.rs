@@ -11,6 +11,8 @@ mod bind;
 mod ddl;
 mod ddl_parse;
 mod ddl_proc;
+mod ddl_task;
+mod ddl_ttl;
 mod ddl_view;
 mod exec;
 mod exec_agg;

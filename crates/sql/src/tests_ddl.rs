@@ -228,3 +228,83 @@ fn roles_and_allow_lists() {
     assert!(fails(&mut cat, "DROP ROLE ops").contains("does not exist"));
     assert_eq!(apply(&mut cat, "DROP ROLE IF EXISTS ops; DROP ROLE ops IF EXISTS").len(), 2);
 }
+
+#[test]
+fn ttl_is_created_altered_and_dropped_on_a_not_null_time_column() {
+    let mut cat = Catalog::default();
+    apply(
+        &mut cat,
+        "CREATE TABLE ev (id BIGINT NOT NULL, at TIMESTAMP NOT NULL, n INTEGER NOT NULL, note VARCHAR(10), maybe TIMESTAMP, PRIMARY KEY (id))
+           USING TTL 10 MINUTES ON COLUMN at BATCH_SIZE 50 MAX_FREQUENCY 3;",
+    );
+    let id = cat.table("ev").unwrap().id;
+    let ttl = cat.ttl(id).unwrap().clone();
+    assert_eq!(
+        (ttl.column.as_str(), ttl.amount, ttl.unit, ttl.batch_size, ttl.max_frequency),
+        ("AT", 10, lockstep_core::TtlUnit::Minutes, 50, 3)
+    );
+    assert_eq!(ttl.max_age_micros(), 600_000_000);
+
+    assert!(fails(&mut cat, "ALTER TABLE ev USING TTL 5 ON COLUMN at").contains("already has a TTL"));
+    assert_eq!(apply(&mut cat, "ALTER TABLE ev ALTER USING TTL 2 HOURS ON COLUMN n")[0], "TTL of EV set to 2 HOURS on column N");
+    let ttl = cat.ttl(id).unwrap();
+    assert_eq!((ttl.column.as_str(), ttl.batch_size, ttl.max_frequency), ("N", 1000, 1), "defaults come back with a new clause");
+    apply(&mut cat, "ALTER TABLE ev DROP TTL");
+    assert!(cat.ttl(id).is_none());
+    assert!(fails(&mut cat, "ALTER TABLE ev DROP TTL").contains("has no TTL"));
+    assert!(fails(&mut cat, "ALTER TABLE ev ALTER USING TTL 1 ON COLUMN at").contains("has no TTL to alter"));
+    apply(&mut cat, "ALTER TABLE ev USING TTL 1 DAYS ON COLUMN at");
+    assert_eq!(cat.ttl(id).unwrap().unit, lockstep_core::TtlUnit::Days);
+
+    assert!(fails(&mut cat, "CREATE TABLE a (v VARCHAR(5) NOT NULL) USING TTL 1 ON COLUMN v").contains("must be a TIMESTAMP"));
+    assert!(fails(&mut cat, "CREATE TABLE a (t TIMESTAMP) USING TTL 1 ON COLUMN t").contains("must be NOT NULL"));
+    assert!(fails(&mut cat, "CREATE TABLE a (t TIMESTAMP NOT NULL) USING TTL 1 ON COLUMN x").contains("not a column of A"));
+    assert!(fails(&mut cat, "CREATE TABLE a (t TIMESTAMP NOT NULL) USING TTL 0 ON COLUMN t").contains("positive"));
+    assert!(fails(&mut cat, "CREATE TABLE a (t TIMESTAMP NOT NULL) USING TTL 1 ON COLUMN t BATCH_SIZE 0").contains("BATCH_SIZE must be"));
+    assert!(cat.table("a").is_none(), "a refused TTL creates no table");
+
+    apply(&mut cat, "DROP TABLE ev");
+    assert_eq!(cat.ttls().count(), 0, "the TTL goes with its table");
+}
+
+#[test]
+fn tasks_are_created_enabled_disabled_and_dropped() {
+    use lockstep_core::{TaskOnError, TaskRunOn, TaskSchedule, Value};
+    let mut cat = Catalog::default();
+    apply(
+        &mut cat,
+        "CREATE TABLE t (id BIGINT NOT NULL, note VARCHAR(10));
+         CREATE PROCEDURE Tidy DIRECTED AS DELETE FROM t WHERE id < ?;
+         CREATE TASK tidy ON SCHEDULE EVERY 2 SECONDS PROCEDURE Tidy WITH (-5, 'x', NULL, 1.5) RUN ON PARTITIONS ON ERROR STOP DISABLE;
+         CREATE TASK nightly ON SCHEDULE CRON '0 30 2 * * *' PROCEDURE T.insert WITH (1, 'n');
+         CREATE TASK ping ON SCHEDULE DELAY 250 MILLISECONDS PROCEDURE @Ping;",
+    );
+    let tidy = cat.task("TIDY").unwrap();
+    assert_eq!(tidy.schedule, TaskSchedule::Every { millis: 2000 });
+    assert_eq!(tidy.args, vec![Value::Int(-5), Value::from("x"), Value::Null, Value::Float(1.5)]);
+    assert_eq!((tidy.run_on, tidy.on_error, tidy.enabled), (TaskRunOn::Partitions, TaskOnError::Stop, false));
+    let nightly = cat.task("nightly").unwrap();
+    assert_eq!(
+        (&nightly.schedule, nightly.run_on, nightly.on_error, nightly.enabled),
+        (&TaskSchedule::Cron("0 30 2 * * *".into()), TaskRunOn::Database, TaskOnError::Log, true)
+    );
+    assert_eq!(cat.task("ping").unwrap().procedure, "@Ping");
+    assert_eq!(cat.task("ping").unwrap().schedule, TaskSchedule::Delay { millis: 250 });
+
+    assert_eq!(apply(&mut cat, "ALTER TASK tidy ENABLE")[0], "task TIDY enabled");
+    assert!(cat.task("tidy").unwrap().enabled);
+    apply(&mut cat, "ALTER TASK tidy DISABLE");
+    assert!(!cat.task("tidy").unwrap().enabled);
+    assert_eq!(apply(&mut cat, "DROP TASK tidy")[0], "task TIDY dropped");
+    assert!(cat.task("tidy").is_none());
+    apply(&mut cat, "DROP TASK IF EXISTS tidy");
+
+    assert!(fails(&mut cat, "DROP TASK tidy").contains("does not exist"));
+    assert!(fails(&mut cat, "CREATE TASK ping ON SCHEDULE EVERY 1 SECONDS PROCEDURE @Ping").contains("already exists"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 1 SECONDS PROCEDURE Nope").contains("Nope does not exist"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 0 SECONDS PROCEDURE @Ping").contains("interval"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 1 WEEKS PROCEDURE @Ping").contains("not a unit"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE CRON '0 99 * * * *' PROCEDURE @Ping").contains("minutes field"));
+    assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 1 SECONDS PROCEDURE @Ping RUN ON HOSTS").contains("RUN ON HOSTS"));
+    assert!(fails(&mut cat, "ALTER TASK ping PAUSE").contains("ENABLE and DISABLE"));
+}
