@@ -35,9 +35,8 @@ CREATE TABLE user_recent_transactions (
   amount      BIGINT,
   PRIMARY KEY (userid, user_txn_id)
 )
--- TTL: enabled once USING TTL parses
--- USING TTL 1 HOURS ON COLUMN txn_time
-;
+-- The demo keeps an hour of them: older rows are deleted in the background.
+USING TTL 1 HOURS ON COLUMN txn_time;
 PARTITION TABLE user_recent_transactions ON COLUMN userid;
 CREATE INDEX urt_del_idx ON user_recent_transactions (userid, txn_time);
 CREATE INDEX urt_del_idx2 ON user_recent_transactions (txn_time);
