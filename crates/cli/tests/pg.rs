@@ -364,12 +364,19 @@ fn start_secured(dir: &TempDir) -> (Server, String) {
     let old: String = old.lines().filter(|l| !l.starts_with("scram = ")).map(|l| format!("{l}\n")).collect();
     std::fs::write(&config, format!("{before_old}{old}")).expect("write config");
     let pg = free_addrs(1).remove(0);
-    let server = Server::start_with(
-        &dir.0.join("data"),
-        &["--security", "on", "--config", config.to_str().expect("utf-8"), "--pg", &pg],
-        "127.0.0.1:0",
-    );
-    (server, pg)
+    let data = dir.0.join("data");
+    // Its stderr is kept (warnings only) for the tests that read the log.
+    let child = Command::new(common::BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "off", "--security", "on", "--pg", &pg, "--data"])
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .env("LOCKSTEP_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lockstep server");
+    (Server::from_child(child, &data), pg)
 }
 
 /// The first thing the server asks of a client logging in as `user`: the authentication
@@ -384,13 +391,18 @@ fn authentication_asked(pg: &str, user: &str) -> (i32, Vec<u8>) {
 #[test]
 fn users_with_a_verifier_are_asked_for_scram_and_the_others_for_their_password() {
     let dir = TempDir::new("pg-scram-asked");
-    let (_server, pg) = start_secured(&dir);
+    let (server, pg) = start_secured(&dir);
     const SASL: i32 = 10;
     const CLEARTEXT_PASSWORD: i32 = 3;
     assert_eq!(authentication_asked(&pg, "admin"), (SASL, b"SCRAM-SHA-256\0\0".to_vec()));
     // A name that is no user is asked the same, so the answer does not tell it apart.
     assert_eq!(authentication_asked(&pg, "nobody"), (SASL, b"SCRAM-SHA-256\0\0".to_vec()));
     assert_eq!(authentication_asked(&pg, "old"), (CLEARTEXT_PASSWORD, Vec::new()));
+    assert_eq!(authentication_asked(&pg, "old"), (CLEARTEXT_PASSWORD, Vec::new()));
+    let log = server.stop_and_read_stderr();
+    assert_eq!(log.matches("user old has no SCRAM verifier").count(), 1, "warned once, suggesting `lockstep user add`:\n{log}");
+    assert!(log.contains("`lockstep user add old"), "{log}");
+    assert!(!log.contains("user admin has no"), "{log}");
 }
 
 /// `psql` logs in by SCRAM-SHA-256 with the right password, is refused with a wrong one,

@@ -58,8 +58,11 @@ impl StartupHandler for Pg {
             PgWireFrontendMessage::Startup(ref startup) => {
                 pgwire::api::auth::protocol_negotiation(client, startup).await?;
                 pgwire::api::auth::save_startup_parameters_to_metadata(client, startup);
-                let mechanism: Box<dyn AuthMechanism<Arc<Principal>>> =
-                    if self.front.security.enabled() { Box::new(Login { front: self.front.clone(), step: Step::Start }) } else { Box::new(Trust) };
+                let mechanism: Box<dyn AuthMechanism<Arc<Principal>>> = if self.front.security.enabled() {
+                    Box::new(Login { front: self.front.clone(), step: Step::Start })
+                } else {
+                    Box::new(Trust)
+                };
                 self.driver.begin_authentication(client, mechanism).await?
             }
             PgWireFrontendMessage::PasswordMessageFamily(m) => self.driver.advance_authentication(client, m).await?,
@@ -177,11 +180,9 @@ fn user_of(client: &(dyn ClientInfo + Send + Sync)) -> String {
 fn refusal(failure: scram::Failure, user: &str) -> PgWireError {
     match failure {
         scram::Failure::WrongPassword => PgWireError::InvalidPassword(user.to_string()),
-        scram::Failure::Malformed(what) => PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
-            "FATAL".into(),
-            code::PROTOCOL_VIOLATION.into(),
-            what,
-        ))),
+        scram::Failure::Malformed(what) => {
+            PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new("FATAL".into(), code::PROTOCOL_VIOLATION.into(), what)))
+        }
     }
 }
 

@@ -52,7 +52,12 @@ pub struct AwaitingFinal {
 /// Takes the client's first message and answers the server's first message.
 /// `verifier` is None for an unknown user: the exchange then runs to the end with a salt of
 /// its own for that name, so that its shape does not tell which users exist, and fails.
-pub fn client_first(message: &[u8], verifier: Option<&ScramVerifier>, user: &str, server_nonce: &str) -> Result<(String, AwaitingFinal), Failure> {
+pub fn client_first(
+    message: &[u8],
+    verifier: Option<&ScramVerifier>,
+    user: &str,
+    server_nonce: &str,
+) -> Result<(String, AwaitingFinal), Failure> {
     let text = client_text(message)?;
     // gs2-header: a channel-binding flag, then an authorization identity.
     let (flag, rest) = text.split_once(',').ok_or_else(|| malformed("no gs2 header"))?;
@@ -159,8 +164,7 @@ mod tests {
     const CLIENT_FIRST: &str = "n,,n=user,r=rOprNGfwEbeRWgbNEkqO";
     const SERVER_NONCE: &str = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
     const SERVER_FIRST: &str = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
-    const CLIENT_FINAL: &str =
-        "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
+    const CLIENT_FINAL: &str = "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
     const SERVER_FINAL: &str = "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=";
 
     fn pencil() -> ScramVerifier {

@@ -116,9 +116,8 @@ impl ScramVerifier {
 
     /// Reads PostgreSQL's form, `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`.
     pub fn parse(text: &str) -> Result<ScramVerifier, String> {
-        let shape = || {
-            format!("a SCRAM verifier must read {SCRAM_PREFIX}$<iterations>:<base64 salt>$<base64 StoredKey>:<base64 ServerKey>")
-        };
+        let shape =
+            || format!("a SCRAM verifier must read {SCRAM_PREFIX}$<iterations>:<base64 salt>$<base64 StoredKey>:<base64 ServerKey>");
         let mut parts = text.split('$');
         let (Some(SCRAM_PREFIX), Some(params), Some(keys), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(shape());
@@ -130,9 +129,9 @@ impl ScramVerifier {
             .ok()
             .filter(|n| (1..=SCRAM_ITERATIONS_MAX).contains(n))
             .ok_or_else(|| format!("the SCRAM verifier's iteration count must be 1 to {SCRAM_ITERATIONS_MAX}"))?;
-        let salt = base64_decode(salt).filter(|s| (1..=SCRAM_SALT_MAX_BYTES).contains(&s.len())).ok_or_else(|| {
-            format!("the SCRAM verifier's salt must be base64 of 1 to {SCRAM_SALT_MAX_BYTES} bytes")
-        })?;
+        let salt = base64_decode(salt)
+            .filter(|s| (1..=SCRAM_SALT_MAX_BYTES).contains(&s.len()))
+            .ok_or_else(|| format!("the SCRAM verifier's salt must be base64 of 1 to {SCRAM_SALT_MAX_BYTES} bytes"))?;
         let key = |text: &str, what: &str| {
             base64_decode(text)
                 .and_then(|k| <[u8; SCRAM_KEY_BYTES]>::try_from(k).ok())
@@ -360,9 +359,10 @@ fn check_user(u: &UserEntry) -> Result<User, String> {
         sha256: digest(HashScheme::Sha256, &u.password_sha256, "password_sha256")?,
         sha1: digest(HashScheme::Sha1, &u.password_sha1, "password_sha1")?,
         scram: match &u.scram {
-            Some(text) => Some(ScramVerifier::parse(text).map_err(|e| {
-                format!("user {}: {e} (the key scram); set the password again with `lockstep user add`", u.name)
-            })?),
+            Some(text) => Some(
+                ScramVerifier::parse(text)
+                    .map_err(|e| format!("user {}: {e} (the key scram); set the password again with `lockstep user add`", u.name))?,
+            ),
             None => None,
         },
     })
@@ -440,7 +440,8 @@ mod tests {
         }
         // A fresh entry has a verifier of its password with a random salt of its own.
         let (a, b) = (UserEntry::new("a", &[], "pw").unwrap(), UserEntry::new("a", &[], "pw").unwrap());
-        let (va, vb) = (ScramVerifier::parse(a.scram.as_deref().unwrap()).unwrap(), ScramVerifier::parse(b.scram.as_deref().unwrap()).unwrap());
+        let (va, vb) =
+            (ScramVerifier::parse(a.scram.as_deref().unwrap()).unwrap(), ScramVerifier::parse(b.scram.as_deref().unwrap()).unwrap());
         assert_eq!((va.salt.len(), va.iterations), (SCRAM_SALT_BYTES, SCRAM_ITERATIONS));
         assert_ne!(va.salt, vb.salt);
         assert_eq!(ScramVerifier::derive("pw", &va.salt, SCRAM_ITERATIONS), va);
