@@ -1,8 +1,10 @@
 //! `lockstep user add|list|remove`: the users of a server with `--security on`, kept in its
 //! TOML configuration file as `[[users]]` entries. A password is asked for (without echo on
 //! a terminal) or read from stdin, and stored only as VoltDB's server stores it: the digest
-//! of its digest, for SHA-256 and SHA-1 (`password_sha256`, `password_sha1`). The rest of the
-//! file, comments included, is kept as it was. The server reads users when it starts.
+//! of its digest, for SHA-256 and SHA-1 (`password_sha256`, `password_sha1`), and as the
+//! SCRAM-SHA-256 verifier the PostgreSQL port checks logins with (`scram`, PostgreSQL's form,
+//! with a random salt). The rest of the file, comments included, is kept as it was. The
+//! server reads users when it starts.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -79,7 +81,7 @@ fn add(name: &str, roles: &[String], password_stdin: bool, path: &Path) -> Resul
     }
     let mut doc = load(path)?;
     let password = read_password(name, password_stdin)?;
-    let entry = UserEntry::new(name, &roles, &password);
+    let entry = UserEntry::new(name, &roles, &password)?;
     let replaced = put_user(&mut doc, &entry)?;
     save(path, &doc)?;
     let verb = if replaced { "updated" } else { "added" };
@@ -168,6 +170,12 @@ fn put_user(doc: &mut DocumentMut, u: &UserEntry) -> Result<bool, String> {
     table["roles"] = value(roles);
     table["password_sha256"] = value(u.password_sha256.as_str());
     table["password_sha1"] = value(u.password_sha1.as_str());
+    match &u.scram {
+        Some(verifier) => table["scram"] = value(verifier.as_str()),
+        None => {
+            table.remove("scram");
+        }
+    }
     Ok(replaced)
 }
 
@@ -268,15 +276,25 @@ mod tests {
     fn users_are_added_replaced_and_the_rest_of_the_file_kept() {
         let text = "# my server\nlisten = \"127.0.0.1:9\" # port\n";
         let mut doc: DocumentMut = text.parse().unwrap();
-        assert!(!put_user(&mut doc, &UserEntry::new("ann", &["administrator".into()], "pw1")).unwrap());
-        assert!(!put_user(&mut doc, &UserEntry::new("bob", &[], "pw2")).unwrap());
-        assert!(put_user(&mut doc, &UserEntry::new("ann", &["user".into()], "pw3")).unwrap());
+        let entry = |name: &str, roles: &[String], password: &str| UserEntry::new(name, roles, password).unwrap();
+        let (ann, bob) = (entry("ann", &["user".into()], "pw3"), entry("bob", &[], "pw2"));
+        assert!(!put_user(&mut doc, &entry("ann", &["administrator".into()], "pw1")).unwrap());
+        assert!(!put_user(&mut doc, &bob).unwrap());
+        assert!(put_user(&mut doc, &ann).unwrap());
         let out = doc.to_string();
         assert!(out.starts_with("# my server\nlisten = \"127.0.0.1:9\" # port\n"), "{out}");
         let parsed = parse(&out, Path::new("x")).unwrap();
         let users = parsed.users.unwrap();
-        assert_eq!(users, vec![UserEntry::new("ann", &["user".into()], "pw3"), UserEntry::new("bob", &[], "pw2")]);
+        assert_eq!(users, vec![ann.clone(), bob]);
+        assert!(ann.scram.as_deref().is_some_and(|v| v.starts_with("SCRAM-SHA-256$4096:")), "{ann:?}");
         assert!(!out.contains("pw3"));
+        // An entry written before verifiers existed keeps working, and gets one when set again.
+        let old = "[[users]]\nname = \"cy\"\nroles = []\npassword_sha256 = \"00\"\npassword_sha1 = \"00\"\n";
+        let mut doc: DocumentMut = old.parse().unwrap();
+        assert_eq!(parse(old, Path::new("x")).unwrap().users.unwrap()[0].scram, None);
+        let cy = entry("cy", &[], "pw4");
+        assert!(put_user(&mut doc, &cy).unwrap());
+        assert_eq!(parse(&doc.to_string(), Path::new("x")).unwrap().users.unwrap(), vec![cy]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! procedures through the same engine as the VoltDB port. The protocol itself (framing,
 //! start-up, the extended-query state machine) is the `pgwire` crate's; this crate maps it
 //! onto Lockstep: statements (`statement.rs`), types (`types.rs`), errors and their
-//! SQLSTATEs (`errors.rs`), logins (`auth.rs`), settings (`settings.rs`), `COPY`
+//! SQLSTATEs (`errors.rs`), logins (`auth.rs`, SCRAM in `scram.rs`), settings (`settings.rs`), `COPY`
 //! (`copy.rs`, `copy_in.rs`), TLS (`tls.rs`), per-connection state (`session.rs`) and the query handlers
 //! (`handler.rs`). What works and what does not yet is in `docs/guide/postgres.md`.
 
@@ -12,6 +12,7 @@ pub mod copy;
 pub mod copy_in;
 pub mod errors;
 pub mod handler;
+pub mod scram;
 pub mod session;
 pub mod settings;
 pub mod socket;
