@@ -158,7 +158,8 @@ impl Registry {
             p.statement = StatementRef::Procedure { name: name.clone(), index };
             Ok(Arc::new(p))
         };
-        if let Some(source) = crate::ttl::delete_procedure_source(catalog, &info.name) {
+        // A Lua procedure: its statements are prepared as its source declares them.
+        let mut load_lua = |name: &str, path: &str, source: &str| -> Result<ProcImpl> {
             let mut stmts = Vec::new();
             let mut prepare = |text: &str| -> Result<StmtInfo> {
                 let p = check(lockstep_sql::prepare(catalog, text)?, stmts.len())?;
@@ -166,8 +167,11 @@ impl Registry {
                 stmts.push(p);
                 Ok(info)
             };
-            let body = self.lua.load(&info.name, "ttl", &source, &mut prepare)?;
-            return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Lua { body, stmts } });
+            let body = self.lua.load(name, path, source, &mut prepare)?;
+            Ok(ProcImpl::Lua { body, stmts })
+        };
+        if let Some(source) = crate::ttl::delete_procedure_source(catalog, &info.name) {
+            return Ok(ProcEntry { name: info.name.to_string(), imp: load_lua(&info.name, "ttl", &source)? });
         }
         if let Some(sql) = crud_sql(catalog, &info.name) {
             let p = lockstep_sql::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {}", info.name)))?;
@@ -187,17 +191,7 @@ impl Registry {
                     lockstep_procs::COMPOUND_DECLARATION
                 )))
             }
-            ProcedureBody::Lua { path, source } => {
-                let mut stmts = Vec::new();
-                let mut prepare = |text: &str| -> Result<StmtInfo> {
-                    let p = check(lockstep_sql::prepare(catalog, text)?, stmts.len())?;
-                    let info = StmtInfo { id: stmts.len(), param_types: p.param_types.clone() };
-                    stmts.push(p);
-                    Ok(info)
-                };
-                let body = self.lua.load(&def.name, path, source, &mut prepare)?;
-                ProcImpl::Lua { body, stmts }
-            }
+            ProcedureBody::Lua { path, source } => load_lua(&def.name, path, source)?,
         };
         Ok(ProcEntry { name: def.name.clone(), imp })
     }
