@@ -358,6 +358,17 @@ impl Coordinator {
         }
         let here: Vec<u32> = (0..leaders.len() as u32).filter(|p| leaders[*p as usize] == me).collect();
         let txn_id = self.ids.next_id();
+        // The transaction is in the ledger like a session: a node that takes over coordinating
+        // (this one lost its place) fences it by asking, and it then cannot commit.
+        struct Coordinating<'a>(&'a std::sync::Mutex<Ledger>);
+        impl Drop for Coordinating<'_> {
+            fn drop(&mut self) {
+                mp_ledger::lock(self.0).session_end();
+            }
+        }
+        mp_ledger::lock(&self.shared.ledger).session_begin(txn_id, true);
+        let ledger = self.shared.ledger.clone();
+        let _coordinating = Coordinating(&ledger);
         for &p in &here {
             let _ = self.links[p as usize].queue.send(SiteMsg::MpBegin { txn_id, log_marker: false });
         }
@@ -400,7 +411,6 @@ impl Coordinator {
         }
         let participants: Vec<u32> = participants.into_iter().collect();
         let durable = self.shared.durable.clone();
-        let ledger = self.shared.ledger.clone();
         // Prepare: every share into every replica, held, before anything commits anywhere.
         let prepare = result.is_ok() && !participants.is_empty();
         let mut not_prepared = None;
@@ -413,6 +423,10 @@ impl Coordinator {
             }
             if let Some(why) = local.wait() {
                 not_prepared = Some(why);
+            }
+            let partitions = shares.keys().copied().collect();
+            if not_prepared.is_none() && !mp_ledger::lock(&ledger).session_prepared(txn_id, partitions, participants.clone()) {
+                not_prepared = Some("another node took over coordinating before every share was prepared".into());
             }
         }
         // Decide. Once every share is prepared the outcome is settled: whoever decides it
@@ -507,6 +521,8 @@ impl Coordinator {
             let mut sessions = BTreeSet::new();
             for (n, r) in rows.iter().filter(|(_, r)| r.txn_id == txn_id) {
                 let sent = match r.state {
+                    // The coordinator of the transaction ends it itself, the same way.
+                    ShareState::Open | ShareState::Prepared if r.coordinator => Ok(()),
                     ShareState::Open | ShareState::Prepared if *n != me && sessions.insert(*n) => {
                         hooks.mp_remote(*n, MpRemote::End { txn_id, commit }).map(drop).map_err(|e| e.message)
                     }
@@ -548,7 +564,7 @@ impl Coordinator {
             let _ = self.links[p as usize].queue.send(SiteMsg::MpBegin { txn_id, log_marker: false });
         }
         self.shared.serving_mp.store(txn_id, std::sync::atomic::Ordering::SeqCst);
-        mp_ledger::lock(&self.shared.ledger).session_begin(txn_id);
+        mp_ledger::lock(&self.shared.ledger).session_begin(txn_id, false);
         // Steps of this transaction are taken from here until the session returns.
         struct Serving<'a>(&'a crate::engine::Shared);
         impl Drop for Serving<'_> {

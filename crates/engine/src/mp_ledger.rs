@@ -1,7 +1,8 @@
 //! What this node knows of the multi-partition transactions it took part in, for deciding
 //! those a coordinator left undecided (docs/cluster.md, "Atomic multi-partition commits"):
 //! for each partition, the prepared share its site holds and the outcomes it decided last;
-//! and the session this node serves for the coordinator. A node that starts coordinating
+//! and the session this node serves for the coordinator (or, on the coordinator, the
+//! transaction it runs: its own shares are fenced like any). A node that starts coordinating
 //! gathers every node's `rows` (`MpRemote::InDoubt`) and decides each transaction found by
 //! one rule (`decide`), the same rule whoever applies it.
 
@@ -34,6 +35,9 @@ pub struct InDoubtRow {
     pub txn_id: i64,
     pub state: ShareState,
     pub participants: Vec<u32>,
+    /// Reported by the node coordinating the transaction: it ends it itself, with the
+    /// outcome `decide` gives (it was fenced if it had not prepared).
+    pub coordinator: bool,
 }
 
 /// How a transaction left undecided is to end.
@@ -47,6 +51,8 @@ pub enum Decision {
 
 struct Session {
     txn_id: i64,
+    /// This node coordinates the transaction (rather than serving it for another).
+    coordinator: bool,
     /// Set once the shares are prepared and the coordinator told so.
     prepared: bool,
     /// Set when a new coordinator asked before the shares were prepared: they never will be.
@@ -95,8 +101,9 @@ impl Ledger {
         self.decided.get(&partition)?.iter().find(|(t, _)| *t == txn_id).map(|(_, c)| *c)
     }
 
-    pub fn session_begin(&mut self, txn_id: i64) {
-        self.session = Some(Session { txn_id, prepared: false, fenced: false, partitions: Vec::new(), participants: Vec::new() });
+    pub fn session_begin(&mut self, txn_id: i64, coordinator: bool) {
+        self.session =
+            Some(Session { txn_id, coordinator, prepared: false, fenced: false, partitions: Vec::new(), participants: Vec::new() });
     }
 
     /// The session's shares are in every replica: may the coordinator be told so? Not if a
@@ -130,15 +137,22 @@ impl Ledger {
                 txn_id: s.txn_id,
                 state,
                 participants: s.participants.clone(),
+                coordinator: s.coordinator,
             }));
         }
         for (&partition, (txn_id, participants)) in self.held.iter().filter(|(p, _)| leads(**p)) {
-            rows.push(InDoubtRow { partition, txn_id: *txn_id, state: ShareState::Held, participants: participants.clone() });
+            rows.push(InDoubtRow {
+                partition,
+                txn_id: *txn_id,
+                state: ShareState::Held,
+                participants: participants.clone(),
+                coordinator: false,
+            });
         }
         for (&partition, kept) in self.decided.iter().filter(|(p, _)| leads(**p)) {
             for &(txn_id, commit) in kept {
                 let state = if commit { ShareState::Committed } else { ShareState::Aborted };
-                rows.push(InDoubtRow { partition, txn_id, state, participants: Vec::new() });
+                rows.push(InDoubtRow { partition, txn_id, state, participants: Vec::new(), coordinator: false });
             }
         }
         rows
@@ -188,7 +202,7 @@ mod tests {
     use super::*;
 
     fn row(partition: u32, state: ShareState) -> InDoubtRow {
-        InDoubtRow { partition, txn_id: 7, state, participants: vec![0, 1] }
+        InDoubtRow { partition, txn_id: 7, state, participants: vec![0, 1], coordinator: false }
     }
 
     #[test]
@@ -212,14 +226,22 @@ mod tests {
     #[test]
     fn a_session_asked_before_it_prepared_can_never_say_prepared() {
         let mut l = Ledger::default();
-        l.session_begin(7);
+        l.session_begin(7, false);
         let rows = l.rows(|_| true);
-        assert_eq!(rows, vec![InDoubtRow { partition: NO_PARTITION, txn_id: 7, state: ShareState::Open, participants: vec![] }]);
+        assert_eq!(
+            rows,
+            vec![InDoubtRow { partition: NO_PARTITION, txn_id: 7, state: ShareState::Open, participants: vec![], coordinator: false }]
+        );
         assert!(!l.session_prepared(7, vec![0], vec![0, 1]), "a fenced session was prepared");
         let mut l = Ledger::default();
-        l.session_begin(8);
+        l.session_begin(8, false);
         assert!(l.session_prepared(8, vec![0], vec![0, 1]));
         assert_eq!(l.rows(|_| true)[0].state, ShareState::Prepared);
+        // The coordinator's own transaction is fenced the same way, and says whose it is.
+        let mut l = Ledger::default();
+        l.session_begin(9, true);
+        assert!(l.rows(|_| true).iter().all(|r| r.coordinator && r.state == ShareState::Open));
+        assert!(!l.session_prepared(9, vec![1], vec![0, 1]), "a coordinator asked by its successor committed");
     }
 
     use proptest::prelude::*;
@@ -276,7 +298,7 @@ mod tests {
                     None if part.prepared => ShareState::Held,
                     None => return None,
                 };
-                Some(InDoubtRow { partition: p as u32, txn_id: 7, state, participants: participants.clone() })
+                Some(InDoubtRow { partition: p as u32, txn_id: 7, state, participants: participants.clone(), coordinator: false })
             }).collect();
             let outcome = match decide(7, &rows, |_| true) {
                 Decision::Commit => true,
