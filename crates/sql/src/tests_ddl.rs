@@ -199,6 +199,25 @@ fn procedure_forms_and_errors() {
 }
 
 #[test]
+fn directed_from_class_is_named_by_its_class() {
+    let mut cat = Catalog::default();
+    apply(&mut cat, "CREATE TABLE t (id INTEGER NOT NULL PRIMARY KEY); PARTITION TABLE t ON COLUMN id;");
+    // VoltDB's form (the charging demo's DeleteStaleAllocations): no name before DIRECTED.
+    assert_eq!(apply(&mut cat, "CREATE PROCEDURE DIRECTED\n FROM CLASS chargingdemoprocs.Sweep"), vec!["procedure Sweep created"]);
+    let sweep = cat.procedure("sweep").unwrap();
+    assert_eq!(sweep.partitioning, Partitioning::Directed);
+    assert_eq!(sweep.class_name.as_deref(), Some("chargingdemoprocs.Sweep"));
+    assert!(cat.procedure("directed").is_none());
+    // A procedure may still be called Directed when it says where its body is.
+    assert_eq!(apply(&mut cat, "CREATE PROCEDURE Directed AS SELECT id FROM t"), vec!["procedure Directed created"]);
+    assert_eq!(cat.procedure("directed").unwrap().partitioning, Partitioning::Multi);
+    let both = fails(&mut cat, "CREATE PROCEDURE PARTITION ON TABLE t COLUMN id DIRECTED FROM CLASS a.Both");
+    assert!(both.contains("PARTITION ON and DIRECTED exclude each other"), "{both}");
+    let both = fails(&mut cat, "CREATE PROCEDURE Both DIRECTED PARTITION ON TABLE t COLUMN id AS SELECT 1");
+    assert!(both.contains("exclude each other"), "{both}");
+}
+
+#[test]
 fn roles_and_allow_lists() {
     use lockstep_core::Permissions;
     let mut cat = Catalog::default();
