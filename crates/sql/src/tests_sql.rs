@@ -497,6 +497,28 @@ fn delete_order_by_limit_deletes_the_first_rows_by_a_unique_key() {
 }
 
 #[test]
+fn a_view_of_a_stream_may_be_deleted_from() {
+    let mut db = Db::new(
+        "CREATE STREAM ev PARTITION ON COLUMN userid (userid BIGINT NOT NULL, amount BIGINT NOT NULL);
+         CREATE VIEW bal AS SELECT userid, COUNT(*) AS n, SUM(amount) AS total FROM ev GROUP BY userid;
+         CREATE TABLE t (id INTEGER NOT NULL PRIMARY KEY);
+         CREATE VIEW tv AS SELECT id, COUNT(*) AS n FROM t GROUP BY id;",
+    );
+    db.run("INSERT INTO ev VALUES (1, 10)");
+    db.run("INSERT INTO ev VALUES (1, 5)");
+    db.run("INSERT INTO ev VALUES (2, 7)");
+    // The charging demo's DelUser: the user's row of the stream's view goes.
+    assert_eq!(db.rows("DELETE FROM bal WHERE userid = 1"), vec![vec![i(1)]]);
+    assert_eq!(db.rows("SELECT userid, n, total FROM bal"), vec![vec![i(2), i(1), i(7)]]);
+    // The next event of the group starts it afresh.
+    db.run("INSERT INTO ev VALUES (1, 3)");
+    assert_eq!(db.rows("SELECT n, total FROM bal WHERE userid = 1"), vec![vec![i(1), i(3)]]);
+    // A view of a table is recounted from its rows, so it stays read-only; so does UPDATE.
+    assert!(db.err("DELETE FROM tv").contains("read-only"));
+    assert!(db.err("UPDATE bal SET total = 0").contains("read-only"));
+}
+
+#[test]
 fn streams_accept_insert_only() {
     let mut db = Db::new("CREATE STREAM ev PARTITION ON COLUMN id EXPORT TO TARGET out (id INTEGER NOT NULL, msg VARCHAR(10));");
     assert_eq!(db.rows("INSERT INTO ev VALUES (1, 'x')"), vec![vec![i(1)]]);
