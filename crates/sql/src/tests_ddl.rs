@@ -327,3 +327,26 @@ fn tasks_are_created_enabled_disabled_and_dropped() {
     assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 1 SECONDS PROCEDURE @Ping RUN ON HOSTS").contains("RUN ON HOSTS"));
     assert!(fails(&mut cat, "ALTER TASK ping PAUSE").contains("ENABLE and DISABLE"));
 }
+
+#[test]
+fn a_scheduler_class_task_is_kept_disabled() {
+    use lockstep_core::{TaskRunOn, TaskSchedule, Value};
+    let mut cat = Catalog::default();
+    // The charging demo's line, created disabled: recorded with its arguments.
+    let demo = "CREATE TASK PurgeWrangler  FROM CLASS chargingdemotasks.PurgeWrangler WITH (10,30000) ON ERROR LOG RUN ON PARTITIONS DISABLE";
+    assert_eq!(apply(&mut cat, demo), vec!["task PURGEWRANGLER created"]);
+    let t = cat.task("purgewrangler").unwrap();
+    assert_eq!(t.schedule, TaskSchedule::FromClass("chargingdemotasks.PurgeWrangler".into()));
+    assert_eq!((t.args.clone(), t.run_on, t.enabled), (vec![Value::Int(10), Value::Int(30000)], TaskRunOn::Partitions, false));
+    // Enabling it, now or later, is refused with what is missing and what to use instead.
+    let e = fails(&mut cat, "ALTER TASK PurgeWrangler ENABLE");
+    assert!(e.contains("runs Java scheduler class chargingdemotasks.PurgeWrangler, and Lockstep cannot run Java classes"), "{e}");
+    assert!(e.contains("ON SCHEDULE"), "{e}");
+    assert!(!cat.task("purgewrangler").unwrap().enabled);
+    assert_eq!(apply(&mut cat, "ALTER TASK PurgeWrangler DISABLE"), vec!["task PURGEWRANGLER disabled"]);
+    assert_eq!(apply(&mut cat, "DROP TASK PurgeWrangler"), vec!["task PURGEWRANGLER dropped"]);
+    assert!(fails(&mut cat, "CREATE TASK p FROM CLASS a.b.P").contains("can only be created DISABLE"));
+    assert!(fails(&mut cat, "CREATE TASK p FROM CLASS a.b.P DISABLE ENABLE").contains("cannot run Java"));
+    assert!(cat.task("p").is_none());
+    assert!(fails(&mut cat, "CREATE TASK p FROM a.b.P DISABLE").contains("CLASS"));
+}
