@@ -63,7 +63,9 @@ fn writable_table(catalog: &Catalog, name: &ast::ObjectName, verb: &str) -> Resu
     let t = catalog.table(&n).ok_or_else(|| Error::sql(format!("object not found: {n}")))?;
     match &t.kind {
         // A view of a stream: the stream holds no rows to recount, so its rows may go.
-        TableKind::View(v) if verb == "delete from" && catalog.table_by_id(v.source).is_some_and(|s| matches!(s.kind, TableKind::Stream { .. })) => {
+        TableKind::View(v)
+            if verb == "delete from" && catalog.table_by_id(v.source).is_some_and(|s| matches!(s.kind, TableKind::Stream { .. })) =>
+        {
             Ok(t.clone())
         }
         TableKind::View(_) => Err(Error::sql(format!("cannot {verb} view {}: materialized views are read-only", t.name))),
@@ -153,12 +155,7 @@ pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result
     let from = match &d.from {
         ast::FromTable::WithFromKeyword(v) | ast::FromTable::WithoutKeyword(v) => v,
     };
-    if !d.tables.is_empty()
-        || d.using.is_some()
-        || d.returning.is_some()
-        || from.len() != 1
-        || !from[0].joins.is_empty()
-    {
+    if !d.tables.is_empty() || d.using.is_some() || d.returning.is_some() || from.len() != 1 || !from[0].joins.is_empty() {
         return Err(Error::sql("DELETE supports only: DELETE FROM table [WHERE …] [ORDER BY column, … LIMIT n]"));
     }
     let (name, alias) = table_and_alias(&from[0].relation)?;

@@ -333,7 +333,8 @@ fn a_scheduler_class_task_is_kept_disabled() {
     use lockstep_core::{TaskRunOn, TaskSchedule, Value};
     let mut cat = Catalog::default();
     // The charging demo's line, created disabled: recorded with its arguments.
-    let demo = "CREATE TASK PurgeWrangler  FROM CLASS chargingdemotasks.PurgeWrangler WITH (10,30000) ON ERROR LOG RUN ON PARTITIONS DISABLE";
+    let demo =
+        "CREATE TASK PurgeWrangler  FROM CLASS chargingdemotasks.PurgeWrangler WITH (10,30000) ON ERROR LOG RUN ON PARTITIONS DISABLE";
     assert_eq!(apply(&mut cat, demo), vec!["task PURGEWRANGLER created"]);
     let t = cat.task("purgewrangler").unwrap();
     assert_eq!(t.schedule, TaskSchedule::FromClass("chargingdemotasks.PurgeWrangler".into()));
