@@ -122,6 +122,6 @@ CREATE PROCEDURE AddCredit PARTITION ON TABLE user_table COLUMN userid
 
 -- Housekeeping. The demo declares it DIRECTED and runs it every second on each partition
 -- from a task (CREATE TASK … RUN ON PARTITIONS), which its script then drops again; it also
--- creates a disabled task of a Java class (PurgeWrangler). Lockstep parses neither
--- DIRECTED nor tasks yet, so here it is a multi-partition procedure, called on demand.
+-- creates a disabled task of a Java scheduler class (PurgeWrangler), which Lockstep keeps
+-- disabled. Here it is a multi-partition procedure, called on demand.
 CREATE PROCEDURE DeleteStaleAllocations FROM FILE 'procedures/DeleteStaleAllocations.lua';

@@ -23,12 +23,11 @@ local get_user = sql [[SELECT userid FROM user_table WHERE userid = ?]]
 local get_product = sql [[SELECT unit_cost FROM product_table WHERE productid = ?]]
 -- The time as text, for the status string (VoltDB prints a TIMESTAMP this way).
 local get_txn = sql [[SELECT CAST(txn_time AS VARCHAR) FROM user_recent_transactions WHERE userid = ? AND user_txn_id = ?]]
--- The demo deletes the oldest with DELETE … ORDER BY … LIMIT 1, which Lockstep's DELETE
--- does not take: the same row is found first, then deleted by its key.
-local oldest_txn = sql [[SELECT user_txn_id FROM user_recent_transactions
+-- The user's oldest record, if over 5 minutes old (the order includes the primary key, so
+-- it is one row, the same on every replica).
+local del_oldest_txn = sql [[DELETE FROM user_recent_transactions
  WHERE userid = ? AND SINCE_EPOCH(SECOND, txn_time) < SINCE_EPOCH(SECOND, DATEADD(MILLISECOND, ?, NOW))
  ORDER BY txn_time, userid, user_txn_id LIMIT 1]]
-local del_txn = sql [[DELETE FROM user_recent_transactions WHERE userid = ? AND user_txn_id = ?]]
 local add_txn = sql [[INSERT INTO user_recent_transactions (userid, user_txn_id, txn_time, productid, amount) VALUES (?, ?, NOW, ?, ?)]]
 local get_balance = sql [[SELECT balance, CAST(? AS BIGINT) AS product_id, CAST(? AS BIGINT) AS session_id, userid
   FROM user_balances WHERE userid = ?]]
@@ -53,8 +52,7 @@ return function(userid, productid, units_used, units_wanted, input_session, txn_
   local user = get_user:values(userid)
   local cost = get_product:values(productid)
   local happened_at = get_txn:values(userid, txn_id)
-  local oldest = oldest_txn:values(userid, FIVE_MINUTES_AGO_MS)
-  if oldest then del_txn:exec(userid, oldest) end
+  del_oldest_txn:exec(userid, FIVE_MINUTES_AGO_MS)
   if not user then abort("User " .. userid .. " does not exist") end
   if not cost then abort("Product " .. productid .. " does not exist") end
   if happened_at then

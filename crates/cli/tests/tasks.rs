@@ -1,6 +1,7 @@
 //! End-to-end tests of scheduled tasks (`CREATE TASK`): they run on their schedule (EVERY,
 //! DELAY, CRON), once or on every partition, stop on an error when told to, are enabled,
-//! disabled and dropped, are counted in `@Statistics TASK`, and survive a restart.
+//! disabled and dropped, are counted in `@Statistics TASK`, and survive a restart; VoltDB's
+//! `DIRECTED FROM CLASS` procedures run from a task, and scheduler-class tasks stay disabled.
 
 mod common;
 
@@ -133,4 +134,54 @@ async fn partitions_delay_cron_and_on_error_stop() {
     assert!(error.unwrap_or_default().to_lowercase().contains("constraint"));
     adhoc(&client, "ALTER TASK once ENABLE").await;
     assert!(eventually(|| async { task_stats(&client, "ONCE").await.is_some_and(|s| s.0 == "STOPPED" && s.1 == 3) }).await);
+}
+
+/// The end of VoltDB's charging demo script: a `DIRECTED FROM CLASS` procedure (a Lua file
+/// here, deleting with `ORDER BY … LIMIT` on its own partition) run on every partition by a
+/// task, and a Java scheduler-class task created disabled, which cannot be enabled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directed_class_procedures_run_from_tasks_and_class_tasks_stay_disabled() {
+    let dir = TempDir::new("tasks-class");
+    let procs = dir.0.join("procs");
+    std::fs::create_dir_all(&procs).expect("procedure directory");
+    let sweep = "local del = sql [[DELETE FROM hits ORDER BY id LIMIT 1]]\n\
+                 return function() return result_table({ 'modified_tuples' }, { { del:exec() } }) end\n";
+    std::fs::write(procs.join("Sweep.lua"), sweep).expect("write Sweep.lua");
+    let procs_arg = procs.to_str().expect("a UTF-8 path").to_string();
+    let data = dir.0.join("data");
+    let server = Server::start_with(&data, &["--sites", "2", "--procedures", &procs_arg], "127.0.0.1:0");
+    let client = server.client().await;
+    adhoc(&client, "CREATE TABLE hits (id BIGINT NOT NULL PRIMARY KEY); PARTITION TABLE hits ON COLUMN id;").await;
+    for id in 0..16 {
+        adhoc(&client, &format!("INSERT INTO hits VALUES ({id})")).await;
+    }
+    adhoc(&client, "CREATE PROCEDURE DIRECTED\n   FROM CLASS chargingdemoprocs.Sweep;").await;
+    adhoc(&client, "CREATE TASK sweep ON SCHEDULE DELAY 20 MILLISECONDS PROCEDURE Sweep ON ERROR LOG RUN ON PARTITIONS").await;
+    assert!(
+        eventually(|| async { scalar(&client, "SELECT COUNT(*) FROM hits").await == 0 }).await,
+        "the directed sweep did not empty both partitions"
+    );
+    let (_, runs, calls, failures, error) = task_stats(&client, "SWEEP").await.expect("SWEEP");
+    assert_eq!((calls, failures, error), (runs * 2, 0, None), "one call per partition per run, none failing");
+    adhoc(&client, "DROP TASK sweep").await;
+
+    let demo =
+        "CREATE TASK PurgeWrangler  FROM CLASS chargingdemotasks.PurgeWrangler WITH (10,30000) ON ERROR LOG RUN ON PARTITIONS DISABLE;";
+    adhoc(&client, demo).await;
+    assert_eq!(task_stats(&client, "PURGEWRANGLER").await.map(|s| s.0), Some("DISABLED".into()));
+    let r = client.call("@AdHoc", vec![Value::from("ALTER TASK PurgeWrangler ENABLE")]).await.expect("an answer");
+    assert_eq!(r.status, -2);
+    let msg = r.status_string.unwrap_or_default();
+    assert!(msg.contains("cannot run Java classes") && msg.contains("chargingdemotasks.PurgeWrangler"), "{msg}");
+
+    // Both are schema: after a restart the procedure is directed and the task still disabled.
+    drop(client);
+    assert!(server.stop().success());
+    let server = Server::start_with(&data, &["--sites", "2", "--procedures", &procs_arg], "127.0.0.1:0");
+    let client = server.client().await;
+    assert_eq!(task_stats(&client, "PURGEWRANGLER").await.map(|s| s.0), Some("DISABLED".into()));
+    let r = client.call("Sweep", vec![]).await.expect("an answer");
+    assert_ne!(r.status, 1, "a directed procedure called without a partition is refused");
+    adhoc(&client, "DROP TASK PurgeWrangler").await;
+    assert_eq!(task_stats(&client, "PURGEWRANGLER").await, None);
 }

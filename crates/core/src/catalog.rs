@@ -294,6 +294,10 @@ pub enum TaskSchedule {
     Delay { millis: i64 },
     /// At the seconds the cron expression names (UTC); checked when the task is created.
     Cron(String),
+    /// `CREATE TASK … FROM CLASS a.b.Name`: VoltDB's Java scheduler class, which picks both
+    /// the times and the procedure. Lockstep cannot run Java, so such a task is kept (for
+    /// DROP TASK and the catalog) but only ever disabled.
+    FromClass(String),
 }
 
 /// Where a task's procedure runs.

@@ -87,6 +87,8 @@ fn first_run(def: &TaskDef, now: i64) -> Option<i64> {
     match &def.schedule {
         TaskSchedule::Every { millis } | TaskSchedule::Delay { millis } => Some(now.saturating_add(millis.saturating_mul(1000))),
         TaskSchedule::Cron(text) => Cron::parse(text).ok().and_then(|c| c.next_after(now)),
+        // A Java scheduler class: never enabled, so never run (see ddl_task.rs).
+        TaskSchedule::FromClass(_) => None,
     }
 }
 
@@ -132,7 +134,7 @@ fn run(engine: Weak<Engine>) {
                 task.next = match &def.schedule {
                     // Runs missed while the last one was out are skipped, not made up in a burst.
                     TaskSchedule::Every { millis } => task.next.map(|at| (at + millis * 1000).max(now + 1)),
-                    TaskSchedule::Delay { .. } => None,
+                    TaskSchedule::Delay { .. } | TaskSchedule::FromClass(_) => None,
                     TaskSchedule::Cron(text) => Cron::parse(text).ok().and_then(|c| c.next_after(now)),
                 };
                 start_run(&engine, def, &task.run);

@@ -80,9 +80,24 @@ fn sql_body(text: &str, proc_name: &str) -> Result<String> {
     Ok(trimmed.to_string())
 }
 
+/// A procedure runs on one partition chosen by a parameter (PARTITION ON) or on the one it
+/// is sent to (DIRECTED): VoltDB refuses both at once, and so do we.
+fn refuse_both(partitioning: &Partitioning, proc_name: &str) -> Result<()> {
+    if matches!(partitioning, Partitioning::Multi) {
+        return Ok(());
+    }
+    Err(Error::sql(format!(
+        "procedure {proc_name}: PARTITION ON and DIRECTED exclude each other; give one (DIRECTED runs on the partition each call names)"
+    )))
+}
+
 pub fn create_procedure(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv, or_replace: bool) -> Result<DdlOutcome> {
-    // VoltDB's `CREATE PROCEDURE [PARTITION …] FROM CLASS a.b.Name` has no name of its own.
-    let unnamed = c.is_word("FROM") || (c.is_word("PARTITION") && c.peek_at(1).is_some_and(|t| t.is_word("ON")));
+    // VoltDB's `CREATE PROCEDURE [PARTITION … | DIRECTED] FROM CLASS a.b.Name` has no name of
+    // its own. `DIRECTED FROM CLASS` is that form, not a procedure named DIRECTED (a class
+    // procedure never has a name before FROM CLASS in VoltDB).
+    let unnamed = c.is_word("FROM")
+        || (c.is_word("PARTITION") && c.peek_at(1).is_some_and(|t| t.is_word("ON")))
+        || (c.is_word("DIRECTED") && c.peek_at(1).is_some_and(|t| t.is_word("FROM")) && c.peek_at(2).is_some_and(|t| t.is_word("CLASS")));
     let mut name = if unnamed { String::new() } else { c.name_as_written("a procedure name")? };
     let mut partitioning = Partitioning::Multi;
     let mut allow = Vec::new();
@@ -91,8 +106,11 @@ pub fn create_procedure(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv,
             allow_clause(catalog, c, &mut allow)?;
         } else if c.eat_word("PARTITION") {
             let shown = if name.is_empty() { "(from class)".to_string() } else { name.clone() };
+            refuse_both(&partitioning, &shown)?;
             partitioning = partition_clause(catalog, c, &shown)?;
         } else if c.eat_word("DIRECTED") {
+            let shown = if name.is_empty() { "(from class)".to_string() } else { name.clone() };
+            refuse_both(&partitioning, &shown)?;
             partitioning = Partitioning::Directed;
         } else {
             break;

@@ -2,6 +2,11 @@
 //! CRON 'expr'} PROCEDURE p [WITH (args)] [RUN ON DATABASE | PARTITIONS] [ON ERROR LOG |
 //! IGNORE | STOP] [ENABLE | DISABLE]`, `ALTER TASK name ENABLE | DISABLE`, `DROP TASK name
 //! [IF EXISTS]`.
+//!
+//! `CREATE TASK name FROM CLASS a.b.Name [WITH (args)] … DISABLE` names a Java scheduler
+//! class (it chooses the times and the procedure). Lockstep runs no Java, so such a task is
+//! recorded only when created DISABLE (as VoltDB's charging demo creates its PurgeWrangler),
+//! can be dropped, and cannot be enabled.
 
 use lockstep_core::cron::Cron;
 use lockstep_core::{Catalog, Error, Result, TaskDef, TaskOnError, TaskRunOn, TaskSchedule, Value};
@@ -19,11 +24,16 @@ pub fn create_task(catalog: &mut Catalog, c: &mut Cursor) -> Result<String> {
     if catalog.task(&name).is_some() {
         return Err(Error::sql(format!("task {name} already exists: drop it first (DROP TASK {name})")));
     }
-    c.expect_word("ON")?;
-    c.expect_word("SCHEDULE")?;
-    let schedule = schedule(c)?;
-    c.expect_word("PROCEDURE")?;
-    let procedure = procedure_name(c)?;
+    let (schedule, procedure) = if c.eat_word("FROM") {
+        c.expect_word("CLASS")?;
+        (TaskSchedule::FromClass(c.dotted("a scheduler class name")?), String::new())
+    } else {
+        c.expect_word("ON")?;
+        c.expect_word("SCHEDULE")?;
+        let schedule = schedule(c)?;
+        c.expect_word("PROCEDURE")?;
+        (schedule, procedure_name(c)?)
+    };
     let mut def = TaskDef {
         name: name.clone(),
         schedule,
@@ -56,16 +66,30 @@ pub fn create_task(catalog: &mut Catalog, c: &mut Cursor) -> Result<String> {
             def.enabled = true;
         } else if c.eat_word("DISABLE") {
             def.enabled = false;
-        } else if c.is_word("AS") || c.is_word("FROM") {
-            return Err(Error::sql("CREATE TASK … AS USER and FROM CLASS are not supported: name a PROCEDURE and an ON SCHEDULE"));
+        } else if c.is_word("AS") {
+            return Err(Error::sql("CREATE TASK … AS USER is not supported: the task runs as the server"));
         } else {
             break;
         }
     }
     c.expect_end()?;
-    check_procedure(catalog, &def.procedure)?;
+    if let TaskSchedule::FromClass(class) = &def.schedule {
+        if def.enabled {
+            return Err(class_cannot_run(&name, class));
+        }
+    } else {
+        check_procedure(catalog, &def.procedure)?;
+    }
     catalog.put_task(def);
     Ok(format!("task {name} created"))
+}
+
+/// Why a task of a Java scheduler class cannot be enabled, and what to do instead.
+fn class_cannot_run(name: &str, class: &str) -> Error {
+    Error::sql(format!(
+        "task {name} runs Java scheduler class {class}, and Lockstep cannot run Java classes: it can only be created DISABLE \
+         (and dropped). To run a procedure on a schedule, use CREATE TASK {name} ON SCHEDULE {{EVERY | DELAY | CRON}} … PROCEDURE …"
+    ))
 }
 
 fn schedule(c: &mut Cursor) -> Result<TaskSchedule> {
@@ -167,6 +191,9 @@ pub fn alter_task(catalog: &mut Catalog, c: &mut Cursor) -> Result<String> {
     };
     c.expect_end()?;
     let mut def = (**catalog.task(&name).ok_or_else(|| Error::sql(format!("task {name} does not exist")))?).clone();
+    if let (true, TaskSchedule::FromClass(class)) = (enabled, &def.schedule) {
+        return Err(class_cannot_run(&def.name, class));
+    }
     def.enabled = enabled;
     let name = def.name.clone();
     catalog.put_task(def);

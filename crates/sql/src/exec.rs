@@ -352,7 +352,7 @@ fn join_level(
 }
 
 /// The value of a LIMIT or OFFSET expression.
-fn count_of(e: &Option<Expr>, env: &Env, what: &str) -> Result<Option<usize>> {
+pub(crate) fn count_of(e: &Option<Expr>, env: &Env, what: &str) -> Result<Option<usize>> {
     match e {
         None => Ok(None),
         Some(e) => match e.eval(&[], env)? {

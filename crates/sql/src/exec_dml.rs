@@ -8,7 +8,7 @@ use lockstep_storage::Partition;
 
 use crate::access::key_value;
 use crate::exec::{each_in_table, probe, run_select, PartitionSource};
-use crate::expr::Env;
+use crate::expr::{sort_cmp, Env};
 use crate::plan::Level;
 use crate::plan_dml::{DeletePlan, InsertPlan, InsertSource, UpdatePlan};
 
@@ -179,9 +179,24 @@ pub fn run_delete(p: &DeletePlan, part: &mut Partition, env: &Env) -> Result<u64
     apply_delete(p, rows, part, env)
 }
 
-/// The rows a DELETE removes, all found before any is.
+/// The rows a DELETE removes, all found before any is. With ORDER BY … LIMIT n, the first
+/// n matching rows in that order (the order names a unique key, so ties cannot occur).
 pub fn delete_rows(p: &DeletePlan, part: &Partition, env: &Env) -> Result<Vec<(u32, ())>> {
-    matching_rows(&p.level, part, env, |_| Ok(()))
+    if p.order.is_empty() {
+        return matching_rows(&p.level, part, env, |_| Ok(()));
+    }
+    let limit = crate::exec::count_of(&p.limit, env, "LIMIT")?;
+    let mut rows = matching_rows(&p.level, part, env, |row| Ok(p.order.iter().map(|(c, _)| row[*c].clone()).collect::<Vec<_>>()))?;
+    rows.sort_by(|(_, a), (_, b)| {
+        p.order
+            .iter()
+            .zip(a.iter().zip(b))
+            .map(|((_, desc), (x, y))| if *desc { sort_cmp(y, x) } else { sort_cmp(x, y) })
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    rows.truncate(limit.unwrap_or(rows.len()));
+    Ok(rows.into_iter().map(|(id, _)| (id, ())).collect())
 }
 
 pub fn apply_delete(p: &DeletePlan, rows: Vec<(u32, ())>, part: &mut Partition, env: &Env) -> Result<u64> {

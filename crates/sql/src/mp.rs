@@ -205,6 +205,13 @@ pub fn execute_mp(p: &Arc<Prepared>, params: &[Value], ctx: &ExecCtx, sites: &mu
             insert_routed(p, i, rows, &params, ctx, sites)
         }
         Plan::Update(u) => dml_everywhere(p, &params, ctx, sites, u.level.partitioned),
+        // Each partition would keep its own first n rows: n per partition, not n in all.
+        Plan::Delete(d) if d.is_limited() && d.level.partitioned => Err(Error::sql(format!(
+            "DELETE … ORDER BY … LIMIT on partitioned table {} must run on one partition: add WHERE {} = ? \
+             (its partition column), or run it in a single-partition or directed procedure",
+            d.level.source.table.name,
+            d.level.source.table.partition_column.map_or("the partition column", |c| d.level.source.table.columns[c].name.as_str())
+        ))),
         Plan::Delete(d) => dml_everywhere(p, &params, ctx, sites, d.level.partitioned),
     }
 }

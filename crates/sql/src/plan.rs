@@ -1009,7 +1009,7 @@ fn order_key(
     Ok(SortKey::Hidden(hidden.len() - 1))
 }
 
-fn limit_expr(b: &mut Binder, e: &ast::Expr, what: &str) -> Result<Expr> {
+pub(crate) fn limit_expr(b: &mut Binder, e: &ast::Expr, what: &str) -> Result<Expr> {
     let t = b.bind(e, &[])?;
     b.infer_param(&t, Some(DataType::BigInt));
     match &t.expr {

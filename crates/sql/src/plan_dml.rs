@@ -44,12 +44,30 @@ pub struct UpdatePlan {
 #[derive(Clone, Debug)]
 pub struct DeletePlan {
     pub level: Level,
+    /// `ORDER BY col [ASC|DESC], …`: (column, descending); empty without ORDER BY.
+    pub order: Vec<(usize, bool)>,
+    /// `LIMIT n` (a constant or a parameter): at most n rows, the first in `order`.
+    pub limit: Option<Expr>,
+}
+
+impl DeletePlan {
+    /// Whether it deletes only some of the rows it matches (ORDER BY … LIMIT), which is
+    /// deterministic only when it runs on one partition.
+    pub fn is_limited(&self) -> bool {
+        self.limit.is_some()
+    }
 }
 
 fn writable_table(catalog: &Catalog, name: &ast::ObjectName, verb: &str) -> Result<Arc<TableDef>> {
     let n = object_name(name)?;
     let t = catalog.table(&n).ok_or_else(|| Error::sql(format!("object not found: {n}")))?;
     match &t.kind {
+        // A view of a stream: the stream holds no rows to recount, so its rows may go.
+        TableKind::View(v)
+            if verb == "delete from" && catalog.table_by_id(v.source).is_some_and(|s| matches!(s.kind, TableKind::Stream { .. })) =>
+        {
+            Ok(t.clone())
+        }
         TableKind::View(_) => Err(Error::sql(format!("cannot {verb} view {}: materialized views are read-only", t.name))),
         TableKind::Stream { .. } if verb != "insert into" => {
             Err(Error::sql(format!("cannot {verb} stream {}: streams accept INSERT only", t.name)))
@@ -137,22 +155,58 @@ pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result
     let from = match &d.from {
         ast::FromTable::WithFromKeyword(v) | ast::FromTable::WithoutKeyword(v) => v,
     };
-    if !d.tables.is_empty()
-        || d.using.is_some()
-        || d.returning.is_some()
-        || !d.order_by.is_empty()
-        || d.limit.is_some()
-        || from.len() != 1
-        || !from[0].joins.is_empty()
-    {
-        return Err(Error::sql("DELETE supports only: DELETE FROM table [WHERE …]"));
+    if !d.tables.is_empty() || d.using.is_some() || d.returning.is_some() || from.len() != 1 || !from[0].joins.is_empty() {
+        return Err(Error::sql("DELETE supports only: DELETE FROM table [WHERE …] [ORDER BY column, … LIMIT n]"));
     }
     let (name, alias) = table_and_alias(&from[0].relation)?;
     let table = writable_table(catalog, name, "delete from")?;
     let sname = alias.unwrap_or_else(|| table.name.clone());
     let scope = [Source { name: sname.clone(), table: table.clone(), offset: 0 }];
     let filter = where_terms(b, d.selection.as_ref(), &scope)?;
-    Ok(DeletePlan { level: single_level(catalog, table, sname, filter) })
+    let order = delete_order(&table, &d.order_by)?;
+    let limit = match &d.limit {
+        Some(_) if order.is_empty() => {
+            return Err(Error::sql(format!(
+                "DELETE … LIMIT needs an ORDER BY over a unique key of {} so that every replica deletes the same rows",
+                table.name
+            )));
+        }
+        Some(e) => Some(crate::plan::limit_expr(b, e, "LIMIT")?),
+        None => None,
+    };
+    Ok(DeletePlan { level: single_level(catalog, table, sname, filter), order, limit })
+}
+
+/// `DELETE … ORDER BY`: plain columns of the table, which (as in VoltDB) must include every
+/// column of its primary key or of a unique index, or be every column, so that the order,
+/// and so the rows a LIMIT keeps, is the same on every replica.
+fn delete_order(table: &TableDef, order_by: &[ast::OrderByExpr]) -> Result<Vec<(usize, bool)>> {
+    let mut order = Vec::with_capacity(order_by.len());
+    for o in order_by {
+        let col_name = match &o.expr {
+            ast::Expr::Identifier(i) => ident_name(i),
+            ast::Expr::CompoundIdentifier(parts) if !parts.is_empty() => ident_name(&parts[parts.len() - 1]),
+            other => return Err(Error::sql(format!("DELETE … ORDER BY takes column names, not {other}"))),
+        };
+        let c = table.column_index(&col_name).ok_or_else(|| Error::sql(format!("unknown column {col_name} in {}", table.name)))?;
+        if o.options.nulls_first.is_some() || o.with_fill.is_some() {
+            return Err(Error::sql("DELETE … ORDER BY takes column [ASC | DESC] only (NULLS FIRST/LAST is not supported)"));
+        }
+        order.push((c, matches!(o.options.sort, Some(ast::OrderBySort::Desc))));
+    }
+    if order.is_empty() {
+        return Ok(order);
+    }
+    let has = |c: &usize| order.iter().any(|(o, _)| o == c);
+    let unique = table.indexes.iter().any(|i| (i.unique || i.primary) && !i.assume_unique && i.columns.iter().all(has));
+    if !unique && !(0..table.columns.len()).all(|c| has(&c)) {
+        return Err(Error::sql(format!(
+            "DELETE … ORDER BY must name every column of {}'s primary key or of one of its unique indexes (or every column), \
+             so that every replica deletes the same rows",
+            table.name
+        )));
+    }
+    Ok(order)
 }
 
 /// Converts a constant to the column's type now, so a bad literal fails at prepare time.

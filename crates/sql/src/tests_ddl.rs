@@ -199,6 +199,25 @@ fn procedure_forms_and_errors() {
 }
 
 #[test]
+fn directed_from_class_is_named_by_its_class() {
+    let mut cat = Catalog::default();
+    apply(&mut cat, "CREATE TABLE t (id INTEGER NOT NULL PRIMARY KEY); PARTITION TABLE t ON COLUMN id;");
+    // VoltDB's form (the charging demo's DeleteStaleAllocations): no name before DIRECTED.
+    assert_eq!(apply(&mut cat, "CREATE PROCEDURE DIRECTED\n FROM CLASS chargingdemoprocs.Sweep"), vec!["procedure Sweep created"]);
+    let sweep = cat.procedure("sweep").unwrap();
+    assert_eq!(sweep.partitioning, Partitioning::Directed);
+    assert_eq!(sweep.class_name.as_deref(), Some("chargingdemoprocs.Sweep"));
+    assert!(cat.procedure("directed").is_none());
+    // A procedure may still be called Directed when it says where its body is.
+    assert_eq!(apply(&mut cat, "CREATE PROCEDURE Directed AS SELECT id FROM t"), vec!["procedure Directed created"]);
+    assert_eq!(cat.procedure("directed").unwrap().partitioning, Partitioning::Multi);
+    let both = fails(&mut cat, "CREATE PROCEDURE PARTITION ON TABLE t COLUMN id DIRECTED FROM CLASS a.Both");
+    assert!(both.contains("PARTITION ON and DIRECTED exclude each other"), "{both}");
+    let both = fails(&mut cat, "CREATE PROCEDURE Both DIRECTED PARTITION ON TABLE t COLUMN id AS SELECT 1");
+    assert!(both.contains("exclude each other"), "{both}");
+}
+
+#[test]
 fn roles_and_allow_lists() {
     use lockstep_core::Permissions;
     let mut cat = Catalog::default();
@@ -307,4 +326,28 @@ fn tasks_are_created_enabled_disabled_and_dropped() {
     assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE CRON '0 99 * * * *' PROCEDURE @Ping").contains("minutes field"));
     assert!(fails(&mut cat, "CREATE TASK a ON SCHEDULE EVERY 1 SECONDS PROCEDURE @Ping RUN ON HOSTS").contains("RUN ON HOSTS"));
     assert!(fails(&mut cat, "ALTER TASK ping PAUSE").contains("ENABLE and DISABLE"));
+}
+
+#[test]
+fn a_scheduler_class_task_is_kept_disabled() {
+    use lockstep_core::{TaskRunOn, TaskSchedule, Value};
+    let mut cat = Catalog::default();
+    // The charging demo's line, created disabled: recorded with its arguments.
+    let demo =
+        "CREATE TASK PurgeWrangler  FROM CLASS chargingdemotasks.PurgeWrangler WITH (10,30000) ON ERROR LOG RUN ON PARTITIONS DISABLE";
+    assert_eq!(apply(&mut cat, demo), vec!["task PURGEWRANGLER created"]);
+    let t = cat.task("purgewrangler").unwrap();
+    assert_eq!(t.schedule, TaskSchedule::FromClass("chargingdemotasks.PurgeWrangler".into()));
+    assert_eq!((t.args.clone(), t.run_on, t.enabled), (vec![Value::Int(10), Value::Int(30000)], TaskRunOn::Partitions, false));
+    // Enabling it, now or later, is refused with what is missing and what to use instead.
+    let e = fails(&mut cat, "ALTER TASK PurgeWrangler ENABLE");
+    assert!(e.contains("runs Java scheduler class chargingdemotasks.PurgeWrangler, and Lockstep cannot run Java classes"), "{e}");
+    assert!(e.contains("ON SCHEDULE"), "{e}");
+    assert!(!cat.task("purgewrangler").unwrap().enabled);
+    assert_eq!(apply(&mut cat, "ALTER TASK PurgeWrangler DISABLE"), vec!["task PURGEWRANGLER disabled"]);
+    assert_eq!(apply(&mut cat, "DROP TASK PurgeWrangler"), vec!["task PURGEWRANGLER dropped"]);
+    assert!(fails(&mut cat, "CREATE TASK p FROM CLASS a.b.P").contains("can only be created DISABLE"));
+    assert!(fails(&mut cat, "CREATE TASK p FROM CLASS a.b.P DISABLE ENABLE").contains("cannot run Java"));
+    assert!(cat.task("p").is_none());
+    assert!(fails(&mut cat, "CREATE TASK p FROM a.b.P DISABLE").contains("CLASS"));
 }

@@ -119,3 +119,20 @@ fn mp_errors_are_clear() {
     assert_eq!(mp.sites.partition_count(), 3);
     assert!(mp.run("SELECT * FROM acct WHERE id = ?", &[]).unwrap_err().message.contains("expects 1 parameters"));
 }
+
+#[test]
+fn delete_with_limit_runs_on_one_partition_only() {
+    let mut mp = Mp::new();
+    mp.run("INSERT INTO txn VALUES (1, 1, 10), (1, 2, 20), (2, 1, 30), (3, 1, 40)", &[]).unwrap();
+    // Every partition would keep its own first row: refused, with the fix named.
+    let e = mp.run("DELETE FROM txn ORDER BY acct, seq LIMIT 1", &[]).unwrap_err().message;
+    assert!(e.contains("must run on one partition: add WHERE ACCT = ?"), "{e}");
+    assert_eq!(mp.run("SELECT COUNT(*) FROM txn", &[]).unwrap().first_value(), Some(&i(4)));
+    // Pinned to a partition by its key, it runs there.
+    let p = Arc::new(prepare(&mp.cat, "DELETE FROM txn WHERE acct = ? ORDER BY acct, seq DESC LIMIT 1").unwrap());
+    assert!(matches!(p.route, Route::PartitionParam { param: 0, .. }), "{:?}", p.route);
+    // A replicated table is the same everywhere, so the same row goes on every partition.
+    mp.run("INSERT INTO kind VALUES (1, 'one'), (2, 'two'), (3, 'three')", &[]).unwrap();
+    assert_eq!(mp.run("DELETE FROM kind ORDER BY k DESC LIMIT 2", &[]).unwrap().first_value(), Some(&i(2)));
+    assert_eq!(mp.run("SELECT k FROM kind", &[]).unwrap().first_value(), Some(&i(1)));
+}

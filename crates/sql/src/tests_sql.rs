@@ -466,6 +466,59 @@ fn views_stay_in_step_with_dml() {
 }
 
 #[test]
+fn delete_order_by_limit_deletes_the_first_rows_by_a_unique_key() {
+    let mut db = Db::new(
+        "CREATE TABLE urt (userid BIGINT NOT NULL, txn VARCHAR(10) NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (userid, txn));
+         PARTITION TABLE urt ON COLUMN userid;
+         CREATE TABLE free (a INTEGER, b INTEGER);",
+    );
+    db.run("INSERT INTO urt VALUES (1, 'x', 30), (1, 'y', 10), (1, 'z', 20), (1, 'w', 10), (2, 'a', 1)");
+    // The charging demo's form: the user's oldest record (ties on time broken by the key).
+    let oldest = "DELETE FROM urt WHERE userid = ? AND at < ? ORDER BY userid, at, txn LIMIT 1";
+    assert_eq!(db.try_run(oldest, &[i(1), i(25)]).unwrap().first_value(), Some(&i(1)));
+    assert_eq!(db.rows("SELECT txn FROM urt WHERE userid = 1 ORDER BY txn"), vec![vec![s("x")], vec![s("y")], vec![s("z")]]);
+    assert_eq!(db.try_run(oldest, &[i(1), i(25)]).unwrap().first_value(), Some(&i(1)));
+    assert_eq!(db.rows("SELECT txn FROM urt WHERE userid = 1 ORDER BY txn"), vec![vec![s("x")], vec![s("z")]]);
+    // DESC, and a LIMIT larger than the rows.
+    assert_eq!(db.rows("DELETE FROM urt WHERE userid = 1 ORDER BY txn DESC, userid LIMIT 1"), vec![vec![i(1)]]);
+    assert_eq!(db.rows("SELECT txn FROM urt WHERE userid = 1"), vec![vec![s("x")]]);
+    assert_eq!(db.rows("DELETE FROM urt WHERE userid = 1 ORDER BY userid, txn LIMIT 5"), vec![vec![i(1)]]);
+    assert_eq!(db.rows("DELETE FROM urt WHERE userid = 2 ORDER BY userid, txn LIMIT 0"), vec![vec![i(0)]]);
+    // Every column orders a table without a unique key.
+    db.run("INSERT INTO free VALUES (1, 2), (1, 1), (0, 9)");
+    assert_eq!(db.rows("DELETE FROM free ORDER BY a DESC, b LIMIT 1"), vec![vec![i(1)]]);
+    assert_eq!(db.rows("SELECT a, b FROM free ORDER BY a, b"), vec![vec![i(0), i(9)], vec![i(1), i(2)]]);
+    // Refused: an order that is not unique, LIMIT without ORDER BY, expressions.
+    assert!(db.err("DELETE FROM urt WHERE userid = 2 ORDER BY at LIMIT 1").contains("every column of URT's primary key"));
+    assert!(db.err("DELETE FROM free ORDER BY a LIMIT 1").contains("(or every column)"));
+    assert!(db.err("DELETE FROM urt WHERE userid = 2 LIMIT 1").contains("needs an ORDER BY over a unique key of URT"));
+    assert!(db.err("DELETE FROM urt ORDER BY userid + 1, txn LIMIT 1").contains("takes column names"));
+    assert!(db.err("DELETE FROM urt ORDER BY userid, txn LIMIT -1").contains("non-negative"));
+}
+
+#[test]
+fn a_view_of_a_stream_may_be_deleted_from() {
+    let mut db = Db::new(
+        "CREATE STREAM ev PARTITION ON COLUMN userid (userid BIGINT NOT NULL, amount BIGINT NOT NULL);
+         CREATE VIEW bal AS SELECT userid, COUNT(*) AS n, SUM(amount) AS total FROM ev GROUP BY userid;
+         CREATE TABLE t (id INTEGER NOT NULL PRIMARY KEY);
+         CREATE VIEW tv AS SELECT id, COUNT(*) AS n FROM t GROUP BY id;",
+    );
+    db.run("INSERT INTO ev VALUES (1, 10)");
+    db.run("INSERT INTO ev VALUES (1, 5)");
+    db.run("INSERT INTO ev VALUES (2, 7)");
+    // The charging demo's DelUser: the user's row of the stream's view goes.
+    assert_eq!(db.rows("DELETE FROM bal WHERE userid = 1"), vec![vec![i(1)]]);
+    assert_eq!(db.rows("SELECT userid, n, total FROM bal"), vec![vec![i(2), i(1), i(7)]]);
+    // The next event of the group starts it afresh.
+    db.run("INSERT INTO ev VALUES (1, 3)");
+    assert_eq!(db.rows("SELECT n, total FROM bal WHERE userid = 1"), vec![vec![i(1), i(3)]]);
+    // A view of a table is recounted from its rows, so it stays read-only; so does UPDATE.
+    assert!(db.err("DELETE FROM tv").contains("read-only"));
+    assert!(db.err("UPDATE bal SET total = 0").contains("read-only"));
+}
+
+#[test]
 fn streams_accept_insert_only() {
     let mut db = Db::new("CREATE STREAM ev PARTITION ON COLUMN id EXPORT TO TARGET out (id INTEGER NOT NULL, msg VARCHAR(10));");
     assert_eq!(db.rows("INSERT INTO ev VALUES (1, 'x')"), vec![vec![i(1)]]);
