@@ -376,3 +376,37 @@ async fn snapshot_restore_brings_back_the_data_of_a_snapshot() {
     let client = server.client().await;
     assert_eq!(ok(&client, "@StateHash", vec![]).await.tables[0].rows, at_snapshot);
 }
+
+/// A view of a stream cannot be rebuilt from its source (a stream keeps no rows), so a
+/// snapshot keeps its rows: after a snapshot, more events and a SIGKILL, the restart has
+/// every event's sum, and the view goes on counting (and may be deleted from) as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_of_a_stream_keeps_its_rows_through_a_snapshot_and_a_restart() {
+    let dir = TempDir::new("stream-view");
+    let server = Server::start_with(&dir.0, &["--sites", "2", "--command-log", "sync"], "127.0.0.1:0");
+    let client = server.client().await;
+    adhoc(&client, "CREATE STREAM ev PARTITION ON COLUMN u (u BIGINT NOT NULL, amt BIGINT)").await;
+    adhoc(&client, "CREATE VIEW ev_total (u, n, total) AS SELECT u, COUNT(*), SUM(amt) FROM ev GROUP BY u").await;
+    let event = |k: i64| format!("INSERT INTO ev VALUES ({}, {})", k % 5, if k % 10 == 3 { "NULL".to_string() } else { k.to_string() });
+    for k in 0..100 {
+        adhoc(&client, &event(k)).await;
+    }
+    assert_eq!(ok(&client, "@SnapshotSave", vec![]).await.tables[0].rows[0][6], s("SUCCESS"));
+    for k in 100..150 {
+        adhoc(&client, &event(k)).await;
+    }
+    let totals = "SELECT u, n, total FROM ev_total ORDER BY u";
+    let before = adhoc(&client, totals).await.tables[0].rows.clone();
+    sigkill(server);
+    let server = Server::start_with(&dir.0, &["--sites", "2", "--command-log", "sync"], "127.0.0.1:0");
+    let client = server.client().await;
+    assert_eq!(adhoc(&client, totals).await.tables[0].rows, before, "the view after the restart");
+    // It goes on counting from what it held, and a group deleted starts afresh.
+    adhoc(&client, &event(150)).await;
+    adhoc(&client, "DELETE FROM ev_total WHERE u = 1").await;
+    adhoc(&client, &event(151)).await;
+    let rows = adhoc(&client, totals).await.tables[0].rows.clone();
+    assert_eq!(rows[0][1], i(31), "group 0 counted one more event");
+    assert_eq!(rows[1], vec![i(1), i(1), i(151)], "the deleted group starts again from the next event");
+    drop(server);
+}

@@ -20,12 +20,26 @@ impl Partition {
             return Err(Error::unexpected("bulk load while a snapshot is being written"));
         }
         for (id, rows) in rows {
-            let t = self.check_writable(id, "load into")?;
+            // A view of a stream is loaded like a table (a snapshot keeps its rows).
+            let layout = match self.is_view_of_stream(id) {
+                true => self.table(id)?.view.clone(),
+                false => None,
+            };
+            let t = if layout.is_some() { self.table(id)? } else { self.check_writable(id, "load into")? };
             if !t.is_empty() {
                 return Err(Error::unexpected(format!("bulk load into {}, which is not empty", t.name())));
             }
             let def = t.def().clone();
-            let slots = rows.into_iter().map(|r| check_row(&def, r).map(Some)).collect::<Result<Vec<_>>>()?;
+            let slots = rows
+                .into_iter()
+                .map(|r| {
+                    let row = check_row(&def, r)?;
+                    Ok(Some(match &layout {
+                        Some(l) => view::with_hidden(l, row),
+                        None => row,
+                    }))
+                })
+                .collect::<Result<Vec<_>>>()?;
             let table = Table::from_slots(def, slots)?;
             self.tables.insert(id, table);
             self.repopulate_views_of(id)?;

@@ -101,13 +101,20 @@ impl Partition {
     /// A table, or a view of a stream: the stream keeps no rows to count again, so a view
     /// row may be deleted (VoltDB allows it; the next event of the group starts it afresh).
     fn check_deletable(&self, table: TableId) -> Result<()> {
-        let t = self.table(table)?;
-        if let TableKind::View(v) = &t.def().kind {
-            if matches!(self.table(v.source)?.def().kind, TableKind::Stream { .. }) {
-                return Ok(());
-            }
+        if self.is_view_of_stream(table) {
+            return Ok(());
         }
         self.check_writable(table, "delete from").map(|_| ())
+    }
+
+    /// Whether `table` is a view whose source is a stream: its rows cannot be rebuilt from
+    /// the source (which keeps none), so snapshots keep them like a table's.
+    pub(crate) fn is_view_of_stream(&self, table: TableId) -> bool {
+        let Ok(t) = self.table(table) else { return false };
+        match &t.def().kind {
+            TableKind::View(v) => self.table(v.source).is_ok_and(|s| matches!(s.def().kind, TableKind::Stream { .. })),
+            _ => false,
+        }
     }
 
     /// Runs a write; on error, undoes whatever part of it was done.

@@ -84,8 +84,9 @@ impl Table {
 
 impl Partition {
     /// Marks the current state as the snapshot's. Call between transactions; costs
-    /// O(tables). Only plain tables are included: views are rebuilt from their sources
-    /// on restore and streams hold no rows.
+    /// O(tables). Plain tables are included, and views of streams (whose source keeps no
+    /// rows to rebuild them from); other views are rebuilt from their sources on restore,
+    /// and streams hold no rows.
     pub fn begin_snapshot(&mut self) -> Result<()> {
         if self.snapshot.is_some() {
             return Err(Error::unexpected(format!("partition {}: a snapshot is already in progress", self.id())));
@@ -94,8 +95,14 @@ impl Partition {
             return Err(Error::unexpected(format!("partition {}: a snapshot must begin between transactions", self.id())));
         }
         let mut scan = SnapshotScan::default();
+        let kept: std::collections::HashSet<TableId> = self
+            .tables
+            .iter()
+            .filter(|(id, t)| matches!(t.def().kind, TableKind::Table) || self.is_view_of_stream(*id))
+            .map(|(id, _)| id)
+            .collect();
         for (id, t) in self.tables.iter_mut() {
-            if !matches!(t.def().kind, TableKind::Table) {
+            if !kept.contains(&id) {
                 continue;
             }
             t.cow = Some(CowScan { begin_len: t.slots().len() as RowId, cursor: 0, before: HashMap::new() });

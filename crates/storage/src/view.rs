@@ -53,6 +53,26 @@ impl ViewLayout {
     }
 }
 
+/// A view row as a snapshot keeps it (its columns), with the hidden counts a stored row
+/// also holds. Only views of streams are loaded so: their source never removes a row, so
+/// the counts are only ever compared with zero, and a group that has a row counts at
+/// least one row, and a SUM that is not NULL at least one input.
+pub(crate) fn with_hidden(layout: &ViewLayout, row: Box<[Value]>) -> Box<[Value]> {
+    let width = row.len();
+    let mut stored = row.into_vec();
+    stored.resize(width + layout.hidden_len, Value::Int(0));
+    if layout.count_pos >= width {
+        stored[layout.count_pos] = Value::Int(1);
+    }
+    for (i, pos) in layout.nonnull_pos.iter().enumerate() {
+        if let Some(pos) = pos {
+            let non_null = stored.get(layout.group_len + i).is_some_and(|v| !matches!(v, Value::Null));
+            stored[*pos] = Value::Int(i64::from(non_null));
+        }
+    }
+    stored.into_boxed_slice()
+}
+
 /// What a source change does to the view.
 #[derive(Debug, PartialEq)]
 pub(crate) enum ViewChange {
