@@ -45,14 +45,80 @@ pub enum ViewAggregate {
     Max(usize),
 }
 
-/// A materialized view over one source table or stream: `SELECT k…, aggs FROM src GROUP BY k…`.
+/// A deterministic function of one source row, computed by storage (a view's filter or an
+/// expression group key). Storage knows no SQL: the `sql` crate compiles the expression and
+/// hands it over behind this trait.
+pub trait RowFn: Send + Sync + std::fmt::Debug {
+    fn eval(&self, row: &[Value]) -> Result<Value>;
+}
+
+/// A compiled row expression with the SQL text it came from; two are equal when their
+/// texts are (the compiled form cannot be compared).
+#[derive(Clone, Debug)]
+pub struct RowExpr {
+    pub text: String,
+    pub eval: Arc<dyn RowFn>,
+}
+
+impl PartialEq for RowExpr {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl RowExpr {
+    pub fn eval(&self, row: &[Value]) -> Result<Value> {
+        self.eval.eval(row)
+    }
+}
+
+/// One group key of a materialized view: a source column, or a deterministic expression
+/// over the source row (`TRUNCATE(DAY, ts)`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ViewKey {
+    Column(usize),
+    Expr(RowExpr),
+}
+
+impl ViewKey {
+    /// The source column this key is, when it is a plain column.
+    pub fn column(&self) -> Option<usize> {
+        match self {
+            ViewKey::Column(c) => Some(*c),
+            ViewKey::Expr(_) => None,
+        }
+    }
+
+    /// The key's value for source row `row`.
+    pub fn eval(&self, row: &[Value]) -> Result<Value> {
+        match self {
+            ViewKey::Column(c) => Ok(row.get(*c).cloned().unwrap_or(Value::Null)),
+            ViewKey::Expr(e) => e.eval(row),
+        }
+    }
+}
+
+/// A materialized view over one source table or stream:
+/// `SELECT k…, aggs FROM src [WHERE filter] GROUP BY k…`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ViewDef {
     pub source: TableId,
-    /// Source columns grouped by; they are the view's first columns and its key.
-    pub group_by: Vec<usize>,
+    /// Group keys computed from a source row; they are the view's first columns and its key.
+    pub group_by: Vec<ViewKey>,
     /// The remaining view columns, in order.
     pub aggregates: Vec<ViewAggregate>,
+    /// Only source rows for which this is true are counted (VoltDB's WHERE in a view).
+    pub filter: Option<RowExpr>,
+}
+
+impl ViewDef {
+    /// Whether source row `row` counts in the view (passes its WHERE; NULL does not).
+    pub fn counts(&self, row: &[Value]) -> Result<bool> {
+        match &self.filter {
+            None => Ok(true),
+            Some(f) => Ok(f.eval(row)?.truth() == Some(true)),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

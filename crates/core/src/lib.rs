@@ -15,8 +15,8 @@ mod value_serde;
 
 pub use catalog::{
     get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, Permissions, PlainViewDef, ProcedureBody, ProcedureDef,
-    RoleDef, TableDef, TableId, TableKind, TaskDef, TaskOnError, TaskRunOn, TaskSchedule, TtlDef, TtlUnit, ViewAggregate, ViewDef,
-    BUILTIN_ROLES,
+    RoleDef, RowExpr, RowFn, TableDef, TableId, TableKind, TaskDef, TaskOnError, TaskRunOn, TaskSchedule, TtlDef, TtlUnit, ViewAggregate,
+    ViewDef, ViewKey, BUILTIN_ROLES,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use hash::HashRing;

@@ -569,7 +569,7 @@ fn partition_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
     // Views follow their source: partitioned by the source column's place among their keys.
     for v in views {
         let mut vd = (*v).clone();
-        vd.partition_column = vd.view().and_then(|vw| vw.group_by.iter().position(|&g| g == pc));
+        vd.partition_column = vd.view().and_then(|vw| vw.group_by.iter().position(|g| g.column() == Some(pc)));
         catalog.replace_table(vd)?;
     }
     done(format!("table {} partitioned on column {}", t.name, t.columns[pc].name))

@@ -1,13 +1,77 @@
 //! CREATE VIEW: a materialized view `SELECT k…, COUNT(*), SUM(x), COUNT(x), MIN(x), MAX(x)
-//! FROM src [GROUP BY k…]`, kept up to date by storage; or, for a query that does not
-//! group, a plain view, expanded by the planner where it is read.
+//! FROM src [WHERE filter] [GROUP BY k…]`, kept up to date by storage; or, for a query that
+//! does not group, a plain view, expanded by the planner where it is read.
+//!
+//! A group key is a source column or, as VoltDB allows, a deterministic expression over the
+//! source row (`TRUNCATE(DAY, ts)`); the WHERE is a deterministic condition on the source
+//! row. Both are bound here and handed to storage compiled (`RowExpr`), since storage
+//! computes them for every source row it writes.
 
-use lockstep_core::{Catalog, ColumnDef, DataType, Error, IndexDef, PlainViewDef, Result, TableDef, TableKind, ViewAggregate, ViewDef};
+use std::sync::Arc;
+
+use lockstep_core::{
+    Catalog, ColumnDef, DataType, Error, IndexDef, PlainViewDef, Result, RowExpr, RowFn, TableDef, TableKind, Value, ViewAggregate,
+    ViewDef, ViewKey,
+};
 use sqlparser::ast::{self as ast, SelectItem, SetExpr, TableFactor};
 
-use crate::bind::{ident_name, object_name};
+use crate::bind::{ident_name, object_name, Binder, Source, Typed};
 use crate::ddl::DdlOutcome;
-use crate::ddl_parse::Cursor;
+use crate::ddl_parse::{Cursor, VARIABLE_SIZE_MAX};
+use crate::expr::{Env, Expr};
+use crate::limits::{Limits, Watch};
+
+/// A bound expression over a source row, as storage runs it: no parameters, no clock, no
+/// deadline (it is part of a write that is already running).
+#[derive(Debug)]
+struct SourceRowFn(Expr);
+
+impl RowFn for SourceRowFn {
+    fn eval(&self, row: &[Value]) -> Result<Value> {
+        let env = Env { params: &[], now_micros: 0, watch: Watch::new(None), limits: Limits::default(), outer: &[], subqueries: None };
+        self.0.eval(row, &env)
+    }
+}
+
+/// Binds `e` over the source row, refusing what storage could not compute the same way on
+/// every replica and at every replay: NOW, parameters, subqueries.
+fn bind_source_expr(src: &Arc<TableDef>, e: &ast::Expr, what: &str) -> Result<Typed> {
+    let scope = [Source { name: src.name.clone(), table: src.clone(), offset: 0 }];
+    if has_parameter(&e.to_string()) {
+        return Err(not_deterministic(what, e));
+    }
+    let mut binder = Binder::new(0, None);
+    let (typed, had_agg) = binder.bind_input(e, &scope);
+    let typed = typed.map_err(|err| err.context(format!("{what} of a materialized view")))?;
+    if had_agg {
+        return Err(Error::sql(format!("{what} of a materialized view cannot use an aggregate: {e}")));
+    }
+    if !typed.expr.is_deterministic() {
+        return Err(not_deterministic(what, e));
+    }
+    Ok(typed)
+}
+
+fn not_deterministic(what: &str, e: &ast::Expr) -> Error {
+    Error::sql(format!(
+        "{what} of a materialized view must give the same answer for a row every time it is computed: {e} reads the clock, a parameter or a subquery (use constants and the row's columns)"
+    ))
+}
+
+/// Whether SQL text has a `?` parameter outside string literals.
+fn has_parameter(sql: &str) -> bool {
+    let mut in_string = false;
+    sql.chars().any(|c| {
+        if c == '\'' {
+            in_string = !in_string;
+        }
+        c == '?' && !in_string
+    })
+}
+
+fn row_expr(e: &ast::Expr, typed: Typed) -> RowExpr {
+    RowExpr { text: e.to_string(), eval: Arc::new(SourceRowFn(typed.expr)) }
+}
 
 fn not_in_view(what: &str) -> Error {
     Error::sql(format!("{what} is not supported in materialized views"))
@@ -23,6 +87,11 @@ fn column_of(src: &TableDef, e: &ast::Expr) -> Result<usize> {
     src.column_index(&n).ok_or_else(|| Error::sql(format!("unknown column {n} in {}", src.name)))
 }
 
+/// Whether an upper-cased function name is an aggregate's.
+fn is_aggregate(name: &str) -> bool {
+    matches!(name, "COUNT" | "SUM" | "MIN" | "MAX" | "AVG")
+}
+
 /// Whether a view's query groups (GROUP BY, or an aggregate in its select list): such a
 /// view is materialized and kept by storage; any other is a plain view.
 fn aggregates(q: &ast::Query) -> bool {
@@ -33,7 +102,7 @@ fn aggregates(q: &ast::Query) -> bool {
     grouped
         || s.projection.iter().any(|item| match item {
             SelectItem::UnnamedExpr(ast::Expr::Function(f)) | SelectItem::ExprWithAlias { expr: ast::Expr::Function(f), .. } => {
-                matches!(f.name.to_string().to_ascii_uppercase().as_str(), "COUNT" | "SUM" | "MIN" | "MAX" | "AVG")
+                is_aggregate(&f.name.to_string().to_ascii_uppercase())
             }
             _ => false,
         })
@@ -80,9 +149,6 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
         SetExpr::Select(s) => s,
         _ => return Err(not_in_view("this kind of query")),
     };
-    if s.selection.is_some() {
-        return Err(not_in_view("WHERE"));
-    }
     if s.having.is_some() || s.distinct.is_some() {
         return Err(not_in_view("HAVING / DISTINCT"));
     }
@@ -97,8 +163,18 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
     if src.view().is_some() {
         return Err(not_in_view("a view over another view"));
     }
-    let group: Vec<usize> = match &s.group_by {
-        ast::GroupByExpr::Expressions(v, m) if m.is_empty() => v.iter().map(|e| column_of(&src, e)).collect::<Result<_>>()?,
+    let filter = match &s.selection {
+        Some(w) => {
+            let typed = bind_source_expr(&src, w, "the WHERE")?;
+            if typed.ty.is_some_and(|t| t != DataType::Boolean) {
+                return Err(Error::sql(format!("the WHERE of view {name} must be a condition, not {w}")));
+            }
+            Some(row_expr(w, typed))
+        }
+        None => None,
+    };
+    let group: Vec<GroupKey> = match &s.group_by {
+        ast::GroupByExpr::Expressions(v, m) if m.is_empty() => v.iter().map(|e| group_key(&src, e)).collect::<Result<_>>()?,
         _ => return Err(not_in_view("this GROUP BY")),
     };
     let mut group_by = Vec::new();
@@ -111,7 +187,11 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
             _ => return Err(not_in_view("SELECT *")),
         };
         let col_name = |default: String| names.as_ref().and_then(|n| n.get(i).cloned()).or(alias.clone()).unwrap_or(default);
-        if let ast::Expr::Function(f) = e {
+        let aggregate = match e {
+            ast::Expr::Function(f) => is_aggregate(&f.name.to_string().to_ascii_uppercase()).then_some(f),
+            _ => None,
+        };
+        if let Some(f) = aggregate {
             let fname = f.name.to_string().to_ascii_uppercase();
             let args = match &f.args {
                 ast::FunctionArguments::List(l) if l.duplicate_treatment.is_none() => &l.args,
@@ -143,14 +223,20 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
             if !aggregates.is_empty() {
                 return Err(Error::sql(format!("in view {name}, the GROUP BY columns must come before the aggregates")));
             }
-            let col = column_of(&src, e)?;
-            if !group.contains(&col) {
-                return Err(Error::sql(format!("column {} of view {name} must be in its GROUP BY", src.columns[col].name)));
-            }
-            group_by.push(col);
-            let mut def = src.columns[col].clone();
-            def.name = col_name(def.name.clone());
-            def.default = None;
+            let key = group_key(&src, e)?;
+            let Some(g) = group.iter().find(|g| g.bound == key.bound) else {
+                return Err(Error::sql(format!("{e} in view {name} must be in its GROUP BY")));
+            };
+            let (def, key) = match g.bound {
+                Expr::Column(col) => {
+                    let mut def = src.columns[col].clone();
+                    def.name = col_name(def.name.clone());
+                    def.default = None;
+                    (def, ViewKey::Column(col))
+                }
+                _ => (key_column(&src, g, col_name(format!("C{}", i + 1)))?, ViewKey::Expr(g.row.clone())),
+            };
+            group_by.push(key);
             columns.push(def);
         }
     }
@@ -178,15 +264,48 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
             primary: true,
         }]
     };
-    let partition_column = src.partition_column.and_then(|pc| group_by.iter().position(|&g| g == pc));
+    let partition_column = src.partition_column.and_then(|pc| group_by.iter().position(|g| g.column() == Some(pc)));
     let def = TableDef {
         id: 0,
         name: name.clone(),
         columns,
         indexes,
         partition_column,
-        kind: TableKind::View(ViewDef { source: src.id, group_by, aggregates }),
+        kind: TableKind::View(ViewDef { source: src.id, group_by, aggregates, filter }),
     };
     catalog.add_table(def)?;
     Ok(DdlOutcome { message: format!("view {name} created") })
+}
+
+/// A GROUP BY entry of a materialized view: bound over the source row, and compiled.
+struct GroupKey {
+    bound: Expr,
+    ty: Option<DataType>,
+    row: RowExpr,
+}
+
+fn group_key(src: &Arc<TableDef>, e: &ast::Expr) -> Result<GroupKey> {
+    let typed = bind_source_expr(src, e, "a GROUP BY key")?;
+    let (bound, ty) = (typed.expr.clone(), typed.ty);
+    Ok(GroupKey { bound, ty, row: row_expr(e, typed) })
+}
+
+/// The view column of an expression group key: its type from the binder; a string or
+/// bytes as long as the longest source column it reads of that type, or VoltDB's largest.
+fn key_column(src: &TableDef, g: &GroupKey, name: String) -> Result<ColumnDef> {
+    let Some(ty) = g.ty else {
+        return Err(Error::sql(format!("the type of GROUP BY key {} is unknown: CAST it to a type", g.row.text)));
+    };
+    let mut size = 0;
+    if matches!(ty, DataType::Varchar | DataType::Varbinary) {
+        g.bound.visit_columns(&mut |c| {
+            if src.columns[c].ty == ty {
+                size = size.max(src.columns[c].size);
+            }
+        });
+        if size == 0 {
+            size = VARIABLE_SIZE_MAX;
+        }
+    }
+    Ok(ColumnDef { name, ty, size, in_bytes: false, nullable: true, default: None })
 }

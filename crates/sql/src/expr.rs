@@ -486,6 +486,12 @@ impl Expr {
         !self.any(&|e| matches!(e, Expr::Subquery(_) | Expr::Outer(_)))
     }
 
+    /// Whether the value depends only on the row: no parameter, clock, subquery or
+    /// enclosing row (what a materialized view may compute from its source's rows).
+    pub fn is_deterministic(&self) -> bool {
+        !self.any(&|e| matches!(e, Expr::Param(_) | Expr::Outer(_) | Expr::Subquery(_) | Expr::Func(crate::func::Func::Now, _)))
+    }
+
     /// True for a constant or a parameter: a value fixed for the whole statement.
     pub fn is_fixed(&self) -> bool {
         matches!(self, Expr::Const(_) | Expr::Param(_))

@@ -53,6 +53,8 @@ mod tests_query;
 mod tests_scan;
 #[cfg(test)]
 mod tests_sql;
+#[cfg(test)]
+mod tests_views;
 
 use std::borrow::Cow;
 use std::sync::Arc;

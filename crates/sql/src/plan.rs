@@ -132,7 +132,7 @@ fn view_groups_span_partitions(catalog: &Catalog, t: &TableDef) -> bool {
     match t.view() {
         Some(v) => {
             let source_pc = catalog.table_by_id(v.source).and_then(|s| s.partition_column);
-            !source_pc.is_some_and(|pc| v.group_by.contains(&pc))
+            !source_pc.is_some_and(|pc| v.group_by.contains(&lockstep_core::ViewKey::Column(pc)))
         }
         None => false,
     }

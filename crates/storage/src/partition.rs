@@ -326,8 +326,9 @@ impl Partition {
             let Some(vdef) = vt.def().view() else {
                 continue;
             };
-            let change = view::on_insert(vt, vdef, row)?;
-            self.apply_view_change(v, change)?;
+            if let Some(change) = view::on_insert(vt, vdef, row)? {
+                self.apply_view_change(v, change)?;
+            }
         }
         Ok(())
     }
@@ -340,8 +341,9 @@ impl Partition {
             let Some(vdef) = vt.def().view() else {
                 continue;
             };
-            let change = view::on_delete(vt, vdef, row, self.table(source)?)?;
-            self.apply_view_change(v, change)?;
+            if let Some(change) = view::on_delete(vt, vdef, row, self.table(source)?)? {
+                self.apply_view_change(v, change)?;
+            }
         }
         Ok(())
     }

@@ -115,7 +115,7 @@ fn check_def(catalog: &Catalog, def: &TableDef) -> Result<()> {
         ViewAggregate::CountStar => None,
         ViewAggregate::Count(c) | ViewAggregate::Sum(c) | ViewAggregate::Min(c) | ViewAggregate::Max(c) => Some(c),
     });
-    if v.group_by.iter().chain(inputs).any(|&c| c >= src_width) {
+    if v.group_by.iter().filter_map(|k| k.column()).chain(inputs.copied()).any(|c| c >= src_width) {
         return bad("a view column names a source column out of range".into());
     }
     Ok(())

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use lockstep_core::{
-    Catalog, ColumnDef, DataType, ErrorKind, HashRing, IndexDef, TableDef, TableId, TableKind, Value, ViewAggregate, ViewDef,
+    Catalog, ColumnDef, DataType, ErrorKind, HashRing, IndexDef, TableDef, TableId, TableKind, Value, ViewAggregate, ViewDef, ViewKey,
 };
 use proptest::prelude::*;
 
@@ -31,7 +31,12 @@ fn view_def(name: &str, source: TableId, columns: Vec<ColumnDef>, group_by: Vec<
         columns,
         indexes: vec![index(&format!("PK_{name}"), &(0..k).collect::<Vec<_>>(), true, true)],
         partition_column: None,
-        kind: TableKind::View(ViewDef { source, group_by, aggregates: aggs }),
+        kind: TableKind::View(ViewDef {
+            source,
+            group_by: group_by.into_iter().map(ViewKey::Column).collect(),
+            aggregates: aggs,
+            filter: None,
+        }),
     }
 }
 
@@ -838,7 +843,7 @@ proptest! {
             src.id = 0;
             let t2 = cat2.add_table(src).unwrap().id;
             let mut vdef = view.clone();
-            vdef.kind = TableKind::View(ViewDef { source: t2, group_by: vec![1], aggregates: vdef.view().unwrap().aggregates.clone() });
+            vdef.kind = TableKind::View(ViewDef { source: t2, group_by: vec![ViewKey::Column(1)], aggregates: vdef.view().unwrap().aggregates.clone(), filter: None });
             let v2 = cat2.add_table(vdef).unwrap().id;
             fresh.apply_schema(&cat2, &HashRing::new(1)).unwrap();
             for (_, r) in p.table(t).unwrap().scan() {
@@ -847,4 +852,107 @@ proptest! {
             prop_assert_eq!(sorted_rows(p.table(v).unwrap()), sorted_rows(fresh.table(v2).unwrap()));
         }
     }
+}
+
+/// `AMOUNT > 0` over a VOTES row, as the sql crate would compile a view's WHERE.
+#[derive(Debug)]
+struct AmountPositive;
+
+impl lockstep_core::RowFn for AmountPositive {
+    fn eval(&self, row: &[Value]) -> lockstep_core::Result<Value> {
+        Ok(match &row[3] {
+            Value::Int(a) => Value::Bool(*a > 0),
+            _ => Value::Null,
+        })
+    }
+}
+
+/// `SUBSTRING(STATE, 1, 1)` over a VOTES row: an expression group key.
+#[derive(Debug)]
+struct StateInitial;
+
+impl lockstep_core::RowFn for StateInitial {
+    fn eval(&self, row: &[Value]) -> lockstep_core::Result<Value> {
+        Ok(match &row[1] {
+            Value::Null => Value::Null,
+            v => Value::from(&v.to_string()[..1]),
+        })
+    }
+}
+
+/// VOTES with rows already in it, and then `V(INITIAL, N, TOTAL, HIGH)` grouping by the
+/// state's initial over the votes with a positive amount.
+fn votes_with_filtered_view() -> (Partition, TableId, TableId) {
+    let (mut catalog, mut p, votes, _) = votes_with_view();
+    p.insert(votes, vote(100, "MA", Some(4))).unwrap();
+    p.insert(votes, vote(101, "MI", Some(-4))).unwrap();
+    p.insert(votes, vote(102, "NY", None)).unwrap();
+    p.commit();
+    let mut view = view_def(
+        "F",
+        votes,
+        vec![
+            col("INITIAL", DataType::Varchar, true),
+            col("N", DataType::BigInt, false),
+            col("TOTAL", DataType::BigInt, true),
+            col("HIGH", DataType::BigInt, true),
+        ],
+        vec![],
+        vec![ViewAggregate::CountStar, ViewAggregate::Sum(3), ViewAggregate::Max(3)],
+    );
+    view.indexes = vec![index("PK_F", &[0], true, true)];
+    view.kind = TableKind::View(ViewDef {
+        source: votes,
+        group_by: vec![ViewKey::Expr(lockstep_core::RowExpr { text: "SUBSTRING(STATE, 1, 1)".into(), eval: Arc::new(StateInitial) })],
+        aggregates: vec![ViewAggregate::CountStar, ViewAggregate::Sum(3), ViewAggregate::Max(3)],
+        filter: Some(lockstep_core::RowExpr { text: "AMOUNT > 0".into(), eval: Arc::new(AmountPositive) }),
+    });
+    let v = catalog.add_table(view).unwrap().id;
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    (p, votes, v)
+}
+
+/// A view with a WHERE counts only the source rows that pass it — when populated, and on
+/// insert, on an update that makes a row start or stop passing, and on delete — and its
+/// group keys are computed from each row.
+#[test]
+fn a_filtered_view_counts_only_passing_rows_under_computed_keys() {
+    let (mut p, votes, v) = votes_with_filtered_view();
+    // Populated from the rows already there: only MA's 4 passes.
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![s("M"), i(1), i(4), i(4)]]);
+    let a = p.insert(votes, vote(1, "MO", Some(6))).unwrap();
+    p.insert(votes, vote(2, "MA", Some(0))).unwrap();
+    assert_eq!(group(&p, v, "M").unwrap(), vec![s("M"), i(2), i(10), i(6)]);
+    // An update that makes a row stop passing takes it out (and MAX is recomputed from the
+    // passing rows only: MI's -4 and MA's 0 stay out).
+    p.update(votes, a, vote(1, "MO", Some(-1))).unwrap();
+    assert_eq!(group(&p, v, "M").unwrap(), vec![s("M"), i(1), i(4), i(4)]);
+    // One that makes a row start passing puts it in, under its computed key.
+    p.update(votes, a, vote(1, "NE", Some(3))).unwrap();
+    assert_eq!(group(&p, v, "N").unwrap(), vec![s("N"), i(1), i(3), i(3)]);
+    // Deleting a row that never passed changes nothing; deleting one that did removes it.
+    let unfiltered = p.table(votes).unwrap().lookup(0, &[i(101)])[0];
+    p.delete(votes, unfiltered).unwrap();
+    p.delete(votes, a).unwrap();
+    assert_eq!(group(&p, v, "N"), None);
+    assert_eq!(rows(p.table(v).unwrap()), vec![vec![s("M"), i(1), i(4), i(4)]]);
+    assert_consistent(&p);
+}
+
+/// A bulk load (what a snapshot restore does) rebuilds a filtered view from its source
+/// through the filter and the computed keys: the same view as row-by-row inserts.
+#[test]
+fn a_bulk_load_rebuilds_a_filtered_view_through_its_filter() {
+    let (by_insert, votes, v) = votes_with_filtered_view();
+    let source = rows(by_insert.table(votes).unwrap());
+    let (mut loaded, votes2, v2) = votes_with_filtered_view();
+    let ids: Vec<RowId> = loaded.table(votes2).unwrap().scan().map(|(id, _)| id).collect();
+    for id in ids {
+        loaded.delete(votes2, id).unwrap();
+    }
+    loaded.commit();
+    assert!(loaded.table(v2).unwrap().is_empty());
+    loaded.load_rows([(votes2, source)].into_iter().collect()).unwrap();
+    assert_eq!(rows(loaded.table(v2).unwrap()), rows(by_insert.table(v).unwrap()));
+    assert_eq!(rows(loaded.table(v2).unwrap()), vec![vec![s("M"), i(1), i(4), i(4)]]);
 }

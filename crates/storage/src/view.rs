@@ -4,12 +4,17 @@
 //! delete, the source); `Partition` applies it through its undo-recording paths, so a
 //! rollback restores views exactly like tables.
 //!
+//! A source row counts only when it passes the view's filter (its WHERE), and its group is
+//! the values of the view's group keys computed from it (`ViewKey`: a column or a
+//! deterministic expression), so an update that makes a row start or stop passing, or
+//! moves it to another group, is a delete of the old row and an insert of the new one.
+//!
 //! A view row is `[group-by values…, aggregates…, hidden…]`. The hidden values are a group
 //! row count (unless the view has a COUNT(*) column that serves) and, for each SUM, the
 //! number of non-NULL inputs, so that a SUM whose last non-NULL input is deleted becomes
 //! NULL again.
 
-use lockstep_core::{Error, Result, TableDef, Value, ViewAggregate, ViewDef};
+use lockstep_core::{Error, Result, TableDef, Value, ViewAggregate, ViewDef, ViewKey};
 
 use crate::table::Table;
 use crate::RowId;
@@ -156,10 +161,12 @@ fn add(a: &Value, b: &Value, subtract: bool, view: &Table, col: usize) -> Result
 }
 
 /// The group's key values, with room for the rest of a view row (`width` values).
-fn group_key(vdef: &ViewDef, src: &[Value], width: usize) -> Vec<Value> {
+fn group_key(vdef: &ViewDef, src: &[Value], width: usize) -> Result<Vec<Value>> {
     let mut key = Vec::with_capacity(width.max(vdef.group_by.len()));
-    key.extend(vdef.group_by.iter().map(|&c| src[c].clone()));
-    key
+    for k in &vdef.group_by {
+        key.push(k.eval(src)?);
+    }
+    Ok(key)
 }
 
 fn find_group(view_table: &Table, layout: &ViewLayout, key: &[Value]) -> Option<RowId> {
@@ -170,10 +177,14 @@ fn layout(view_table: &Table) -> Result<&ViewLayout> {
     view_table.view.as_ref().ok_or_else(|| Error::unexpected(format!("{} is not a view", view_table.name())))
 }
 
-/// The change to the view when `src` is added to its source.
-pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Result<ViewChange> {
+/// The change to the view when `src` is added to its source (none when the view's filter
+/// leaves it out).
+pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Result<Option<ViewChange>> {
+    if !vdef.counts(src)? {
+        return Ok(None);
+    }
     let layout = layout(view_table)?;
-    let key = group_key(vdef, src, view_table.stored_width());
+    let key = group_key(vdef, src, view_table.stored_width())?;
     let k = layout.group_len;
     let Some(id) = find_group(view_table, layout, &key) else {
         let mut row = key;
@@ -190,7 +201,7 @@ pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Re
                 _ => v,
             };
         }
-        return Ok(ViewChange::Insert(row.into_boxed_slice()));
+        return Ok(Some(ViewChange::Insert(row.into_boxed_slice())));
     };
     let mut row = Changing::new(view_table.get_full(id).unwrap_or_default());
     if layout.count_pos >= k + vdef.aggregates.len() {
@@ -216,13 +227,17 @@ pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Re
         };
         row.set(k + i, new);
     }
-    Ok(ViewChange::Update(id, row.changes))
+    Ok(Some(ViewChange::Update(id, row.changes)))
 }
 
-/// The change to the view when `src` is removed from `source` (which no longer holds it).
-pub(crate) fn on_delete(view_table: &Table, vdef: &ViewDef, src: &[Value], source: &Table) -> Result<ViewChange> {
+/// The change to the view when `src` is removed from `source` (which no longer holds it);
+/// none when the view's filter left it out.
+pub(crate) fn on_delete(view_table: &Table, vdef: &ViewDef, src: &[Value], source: &Table) -> Result<Option<ViewChange>> {
+    if !vdef.counts(src)? {
+        return Ok(None);
+    }
     let layout = layout(view_table)?;
-    let key = group_key(vdef, src, 0);
+    let key = group_key(vdef, src, 0)?;
     let k = layout.group_len;
     let Some(id) = find_group(view_table, layout, &key) else {
         return Err(Error::unexpected(format!("view {} has no group for a deleted row", view_table.name())));
@@ -230,7 +245,7 @@ pub(crate) fn on_delete(view_table: &Table, vdef: &ViewDef, src: &[Value], sourc
     let mut row = Changing::new(view_table.get_full(id).unwrap_or_default());
     let count = int(row.get(layout.count_pos)) - 1;
     if count <= 0 {
-        return Ok(ViewChange::Delete(id));
+        return Ok(Some(ViewChange::Delete(id)));
     }
     row.set(layout.count_pos, Value::Int(count));
     let mut recompute = Vec::new();
@@ -262,7 +277,7 @@ pub(crate) fn on_delete(view_table: &Table, vdef: &ViewDef, src: &[Value], sourc
     if !recompute.is_empty() {
         recompute_extremes(view_table, vdef, &key, source, &recompute, &mut row)?;
     }
-    Ok(ViewChange::Update(id, row.changes))
+    Ok(Some(ViewChange::Update(id, row.changes)))
 }
 
 /// Recomputes the MIN/MAX aggregates `which` of group `key` from the source rows.
@@ -279,6 +294,9 @@ fn recompute_extremes(
         row.set(k + i, Value::Null);
     }
     let mut visit = |src: &[Value]| -> Result<()> {
+        if !vdef.counts(src)? {
+            return Ok(());
+        }
         for &i in which {
             let v = input(view_table, vdef, i, src)?;
             let cur = row.get(k + i);
@@ -292,24 +310,26 @@ fn recompute_extremes(
         }
         Ok(())
     };
-    // An index whose leading columns are the group-by columns finds the group's rows
-    // directly; otherwise scan the source.
-    let group_index =
-        source.indexes().iter().position(|ix| k > 0 && ix.columns.len() >= k && ix.columns[..k].iter().all(|c| vdef.group_by.contains(c)));
-    match group_index {
-        Some(pos) => {
-            let columns = &source.indexes()[pos].columns[..k];
+    // When every group key is a column, an index whose leading columns are those columns
+    // finds the group's rows directly; otherwise scan the source.
+    let columns: Option<Vec<usize>> = vdef.group_by.iter().map(ViewKey::column).collect();
+    let group_index = columns.as_ref().and_then(|group| {
+        source.indexes().iter().position(|ix| k > 0 && ix.columns.len() >= k && ix.columns[..k].iter().all(|c| group.contains(c)))
+    });
+    match (group_index, &columns) {
+        (Some(pos), Some(group)) => {
+            let index_columns = &source.indexes()[pos].columns[..k];
             let probe: Vec<Value> =
-                columns.iter().map(|c| vdef.group_by.iter().position(|g| g == c).map_or(Value::Null, |j| key[j].clone())).collect();
+                index_columns.iter().map(|c| group.iter().position(|g| g == c).map_or(Value::Null, |j| key[j].clone())).collect();
             for id in source.lookup(pos, &probe) {
                 if let Some(src) = source.get(id) {
                     visit(src)?;
                 }
             }
         }
-        None => {
+        _ => {
             for (_, src) in source.scan() {
-                if vdef.group_by.iter().zip(key).all(|(&c, kv)| src[c] == *kv) {
+                if group_key(vdef, src, 0)? == key {
                     visit(src)?;
                 }
             }
@@ -322,8 +342,9 @@ fn recompute_extremes(
 /// or rebuilt from its source's rows).
 pub(crate) fn populate(vt: &mut Table, vdef: &ViewDef, source: &Table) -> Result<()> {
     for (_, row) in source.scan() {
-        let change = on_insert(vt, vdef, row)?;
-        apply_unrecorded(vt, change)?;
+        if let Some(change) = on_insert(vt, vdef, row)? {
+            apply_unrecorded(vt, change)?;
+        }
     }
     Ok(())
 }
