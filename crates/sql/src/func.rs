@@ -6,6 +6,7 @@ use lockstep_core::time::{civil_from_days, days_from_civil, MICROS_PER_DAY};
 use lockstep_core::{decimal, DataType, Error, Result, Value};
 
 use crate::expr::{arith, text_of, ArithOp, Env, Expr};
+use crate::func_json;
 
 /// Units for DATEADD, TRUNCATE, SINCE_EPOCH and TO_TIMESTAMP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +130,11 @@ pub enum Func {
     SinceEpoch(TimeUnit),
     ToTimestamp(TimeUnit),
     FromUnixtime,
+    /// VoltDB's JSON functions (`func_json.rs`).
+    Field,
+    ArrayElement,
+    ArrayLength,
+    SetField,
 }
 
 /// Functions whose first argument is a unit keyword: (name, constructor).
@@ -172,6 +178,10 @@ pub fn lookup(name: &str) -> Option<Func> {
         "NULLIF" => Func::Nullif,
         "NOW" | "CURRENT_TIMESTAMP" => Func::Now,
         "FROM_UNIXTIME" => Func::FromUnixtime,
+        "FIELD" => Func::Field,
+        "ARRAY_ELEMENT" => Func::ArrayElement,
+        "ARRAY_LENGTH" => Func::ArrayLength,
+        "SET_FIELD" => Func::SetField,
         "YEAR" => Func::Extract(Field::Year),
         "QUARTER" => Func::Extract(Field::Quarter),
         "MONTH" => Func::Extract(Field::Month),
@@ -201,7 +211,9 @@ pub fn arity(f: Func) -> (usize, usize) {
         Func::Mod | Func::Power | Func::Position | Func::Left | Func::Right | Func::Nullif => (2, 2),
         Func::DateAdd(_) => (2, 2),
         Func::Substring => (2, 3),
-        Func::Replace => (3, 3),
+        Func::Replace | Func::SetField => (3, 3),
+        Func::ArrayLength => (1, 1),
+        Func::Field | Func::ArrayElement => (2, 2),
         Func::Concat => (2, FUNCTION_ARGS_MAX),
         Func::Coalesce => (1, FUNCTION_ARGS_MAX),
     }
@@ -247,6 +259,14 @@ pub fn result_type(f: Func, args: &[Option<DataType>]) -> Result<Option<DataType
             Some(DataType::Varchar)
         }
         Func::Concat => Some(DataType::Varchar),
+        Func::Field | Func::ArrayElement | Func::SetField => {
+            need(a0, is_text, f, "VARCHAR")?;
+            Some(DataType::Varchar)
+        }
+        Func::ArrayLength => {
+            need(a0, is_text, f, "VARCHAR")?;
+            Some(DataType::Integer)
+        }
         Func::CharLength | Func::OctetLength | Func::Position => Some(DataType::Integer),
         Func::Coalesce | Func::Nullif => args.iter().copied().flatten().next(),
         Func::Now | Func::DateAdd(_) | Func::Truncate(_) | Func::ToTimestamp(_) | Func::FromUnixtime => {
@@ -467,6 +487,10 @@ fn apply(f: Func, vals: &[Value]) -> Result<Value> {
         Func::SinceEpoch(unit) => Value::Int(since_epoch(unit, ts_arg(f, v0)?)),
         Func::ToTimestamp(unit) => Value::Timestamp(to_timestamp(unit, int_arg(f, v0)?)?),
         Func::FromUnixtime => Value::Timestamp(to_timestamp(TimeUnit::Second, int_arg(f, v0)?)?),
+        Func::Field => func_json::field(v0, &vals[1])?,
+        Func::ArrayElement => func_json::array_element(v0, int_arg(f, &vals[1])?)?,
+        Func::ArrayLength => func_json::array_length(v0)?,
+        Func::SetField => func_json::set_field(v0, &vals[1], &vals[2])?,
         Func::Coalesce | Func::Nullif | Func::Now => Value::Null,
     })
 }

@@ -23,6 +23,7 @@ mod explain;
 mod expr;
 mod fragment;
 mod func;
+mod func_json;
 mod join_order;
 mod lex;
 mod limits;
@@ -43,6 +44,8 @@ mod tests_depth;
 mod tests_fragment;
 #[cfg(test)]
 mod tests_join;
+#[cfg(test)]
+mod tests_json;
 #[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
