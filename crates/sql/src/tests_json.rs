@@ -94,3 +94,12 @@ fn malformed_json_and_wrong_types_are_errors() {
     assert!(db.err("SELECT FIELD(id, 'x') FROM a").contains("VARCHAR"));
     assert!(db.err("SELECT FIELD(profile, 'a[x]') FROM a WHERE id = 1").contains("invalid JSON path"));
 }
+
+/// The examples of the SQL guide, with the answers it shows.
+#[test]
+fn the_guide_examples_answer_as_shown() {
+    let mut db = db();
+    assert_eq!(one(&mut db, r#"SELECT FIELD('{"a":{"b":[1,"two"]}}', 'a.b[1]')"#), s("two"));
+    assert_eq!(one(&mut db, "SELECT ARRAY_LENGTH('[1,2,3]')"), i(3));
+    assert_eq!(one(&mut db, r#"SELECT SET_FIELD('{"a":1}', 'b', '"x"')"#), s(r#"{"a":1,"b":"x"}"#));
+}
