@@ -234,7 +234,7 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
                     def.default = None;
                     (def, ViewKey::Column(col))
                 }
-                _ => (key_column(&src, g, col_name(format!("C{}", i + 1)))?, ViewKey::Expr(g.row.clone())),
+                _ => (key_column(g, col_name(format!("C{}", i + 1)))?, ViewKey::Expr(g.row.clone())),
             };
             group_by.push(key);
             columns.push(def);
@@ -291,21 +291,12 @@ fn group_key(src: &Arc<TableDef>, e: &ast::Expr) -> Result<GroupKey> {
 }
 
 /// The view column of an expression group key: its type from the binder; a string or
-/// bytes as long as the longest source column it reads of that type, or VoltDB's largest.
-fn key_column(src: &TableDef, g: &GroupKey, name: String) -> Result<ColumnDef> {
+/// bytes may be as long as VoltDB allows (an expression such as `CONCAT(a, b)` can be
+/// longer than any column it reads).
+fn key_column(g: &GroupKey, name: String) -> Result<ColumnDef> {
     let Some(ty) = g.ty else {
         return Err(Error::sql(format!("the type of GROUP BY key {} is unknown: CAST it to a type", g.row.text)));
     };
-    let mut size = 0;
-    if matches!(ty, DataType::Varchar | DataType::Varbinary) {
-        g.bound.visit_columns(&mut |c| {
-            if src.columns[c].ty == ty {
-                size = size.max(src.columns[c].size);
-            }
-        });
-        if size == 0 {
-            size = VARIABLE_SIZE_MAX;
-        }
-    }
+    let size = if matches!(ty, DataType::Varchar | DataType::Varbinary) { VARIABLE_SIZE_MAX } else { 0 };
     Ok(ColumnDef { name, ty, size, in_bytes: false, nullable: true, default: None })
 }
