@@ -60,6 +60,8 @@ pub struct ServerConfig {
     pub hosts: Vec<String>,
     /// In a cluster: extra copies of each partition (0 when not given).
     pub kfactor: Option<u32>,
+    /// Export targets (`[[export.targets]]` in the configuration file).
+    pub export_targets: Vec<lockstep_engine::export::TargetConfig>,
 }
 
 impl Default for ServerConfig {
@@ -86,8 +88,17 @@ impl Default for ServerConfig {
             internal_listen: None,
             hosts: Vec::new(),
             kfactor: None,
+            export_targets: Vec::new(),
         }
     }
+}
+
+/// The `[export]` table of a configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportSection {
+    #[serde(default)]
+    pub targets: Vec<lockstep_engine::export::TargetConfig>,
 }
 
 /// `hosts` in a TOML file: one comma-separated string (as the flag takes it) or a list.
@@ -142,6 +153,8 @@ pub struct FileConfig {
     pub internal_listen: Option<String>,
     pub hosts: Option<HostList>,
     pub kfactor: Option<u32>,
+    /// `[[export.targets]]`: name, type (file, http, postgresql) and the type's settings.
+    pub export: Option<ExportSection>,
 }
 
 impl FileConfig {
@@ -212,6 +225,9 @@ impl FileConfig {
         }
         if self.kfactor.is_some() {
             c.kfactor = self.kfactor;
+        }
+        if let Some(e) = self.export {
+            c.export_targets = e.targets;
         }
     }
 
