@@ -31,8 +31,9 @@ pub const SEGMENT_BYTES_MAX: u64 = 16 * 1024 * 1024;
 pub const MAX_BACKLOG_BYTES_DEFAULT: u64 = 1024 * 1024 * 1024;
 
 /// One `[[export.targets]]` entry of the server's configuration file.
+///
+/// (Unknown keys cannot be refused here: serde does not check them through `flatten`.)
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// The name `CREATE STREAM … EXPORT TO TARGET name` uses.
     pub name: String,
@@ -130,8 +131,11 @@ impl ExportHub {
         self.targets.iter().find(|t| t.name.eq_ignore_ascii_case(name))
     }
 
-    /// The counters of one (target, partition), made on first use.
+    /// The counters of one (target, partition), made on first use. Targets are named as the
+    /// catalog keeps them (upper case), whatever the configuration file's spelling.
     pub fn lane(&self, target: &str, partition: u32) -> Arc<Lane> {
+        let target = target.to_uppercase();
+        let target = target.as_str();
         let mut lanes = match self.lanes.lock() {
             Ok(l) => l,
             Err(p) => p.into_inner(),
@@ -190,6 +194,9 @@ struct TargetFile {
     segment_bytes: u64,
     next_seq: u64,
     lane: Arc<Lane>,
+    /// Rows per transaction already in the files when they were opened: the command log's
+    /// replay runs those transactions again, and their rows must not be written twice.
+    on_disk: HashMap<i64, usize>,
 }
 
 /// Writes one partition's exported rows.
@@ -201,18 +208,23 @@ pub struct ExportWriter {
     dirty: bool,
 }
 
-/// The last sequence number in an export file, so numbering continues after a restart.
-fn last_seq(path: &Path) -> u64 {
-    let Ok(f) = File::open(path) else { return 0 };
-    let mut last = 0;
-    for line in BufReader::new(f).lines().map_while(Result::ok) {
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-            if let Some(s) = v.get("seq").and_then(|s| s.as_u64()) {
-                last = s;
+/// What the segments of a lane hold: the last sequence number (numbering continues after
+/// a restart) and the rows each transaction wrote.
+fn scan_segments(dir: &Path) -> (u64, HashMap<i64, usize>) {
+    let (mut last, mut rows) = (0, HashMap::new());
+    for s in segments(dir) {
+        let Ok(f) = File::open(segment_path(dir, s)) else { continue };
+        for line in BufReader::new(f).lines().map_while(Result::ok) {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+            if let Some(seq) = v.get("seq").and_then(|s| s.as_u64()) {
+                last = seq;
+            }
+            if let Some(txn) = v.get("txn_id").and_then(|t| t.as_i64()) {
+                *rows.entry(txn).or_insert(0) += 1;
             }
         }
     }
-    last
+    (last, rows)
 }
 
 fn json_value(v: &Value) -> serde_json::Value {
@@ -257,11 +269,10 @@ impl ExportWriter {
                 let dir = lane_dir(&self.data_dir, target, self.partition);
                 fs::create_dir_all(&dir)?;
                 let segment = segments(&dir).last().copied().unwrap_or(1);
-                let path = segment_path(&dir, segment);
-                let next_seq = last_seq(&path) + 1;
-                let (out, segment_bytes) = open_segment(&path)?;
+                let (last, on_disk) = scan_segments(&dir);
+                let (out, segment_bytes) = open_segment(&segment_path(&dir, segment))?;
                 let lane = self.hub.lane(target, self.partition);
-                Ok(e.insert(TargetFile { out, dir, segment, segment_bytes, next_seq, lane }))
+                Ok(e.insert(TargetFile { out, dir, segment, segment_bytes, next_seq: last + 1, lane, on_disk }))
             }
         }
     }
@@ -278,6 +289,11 @@ impl ExportWriter {
             }
             let partition = self.partition;
             let f = self.file(target)?;
+            if let Some(n) = f.on_disk.get_mut(&txn_id).filter(|n| **n > 0) {
+                // Replayed: this row is in the files already.
+                *n -= 1;
+                continue;
+            }
             let line = json!({"seq": f.next_seq, "txn_id": txn_id, "partition": partition, "stream": def.name, "row": row});
             let mut bytes = serde_json::to_vec(&line)?;
             bytes.push(b'\n');

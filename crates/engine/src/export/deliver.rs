@@ -132,7 +132,7 @@ pub fn prepare(hub: &ExportHub, data_dir: &Path, partitions: u32) {
     for t in hub.targets.iter().filter(|t| t.kind.delivers()) {
         for partition in 0..partitions {
             let lane = hub.lane(&t.name, partition);
-            let (rows, bytes) = undelivered(&lane_dir(data_dir, &t.name, partition));
+            let (rows, bytes) = undelivered(&lane_dir(data_dir, &lane.target, partition));
             lane.adjust_backlog(rows, bytes);
         }
     }
@@ -143,12 +143,9 @@ pub fn start_exporters(hub: &Arc<ExportHub>, data_dir: &Path, partitions: u32) -
     let mut threads = Vec::new();
     for t in hub.targets.iter().filter(|t| t.kind.delivers()) {
         for partition in 0..partitions {
-            let exporter = Exporter {
-                hub: hub.clone(),
-                config: t.clone(),
-                lane: hub.lane(&t.name, partition),
-                dir: lane_dir(data_dir, &t.name, partition),
-            };
+            let lane = hub.lane(&t.name, partition);
+            let dir = lane_dir(data_dir, &lane.target, partition);
+            let exporter = Exporter { hub: hub.clone(), config: t.clone(), lane, dir };
             let name = format!("export-{}-{partition}", t.name);
             threads.push(std::thread::Builder::new().name(name).spawn(move || exporter.run())?);
         }
