@@ -202,7 +202,7 @@ fn acknowledged_seqs(data: &Path) -> HashMap<i64, u64> {
             .filter(|l| !l.is_empty())
             .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
             .filter_map(|v| v["seq"].as_u64())
-            .last()
+            .next_back()
             .unwrap_or(0);
         acked.insert(p, last);
     }
@@ -285,7 +285,8 @@ async fn rows_are_inserted_into_a_postgresql_table() {
     struct StopPg(PathBuf);
     impl Drop for StopPg {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("bash").arg(peers_script()).args(["stop", "postgres", self.0.to_str().unwrap_or("")]).status();
+            let _ =
+                std::process::Command::new("bash").arg(peers_script()).args(["stop", "postgres", self.0.to_str().unwrap_or("")]).status();
         }
     }
     let _stop = StopPg(pg_dir.clone());
@@ -294,10 +295,8 @@ async fn rows_are_inserted_into_a_postgresql_table() {
     tokio::spawn(conn);
     pg.batch_execute("CREATE TABLE events (id BIGINT NOT NULL, note TEXT)").await.expect("create table");
 
-    let config = write_config(
-        &dir.0,
-        &format!("[[export.targets]]\nname = \"hook\"\ntype = \"postgresql\"\nurl = \"{url}\"\ntable = \"events\"\n"),
-    );
+    let config =
+        write_config(&dir.0, &format!("[[export.targets]]\nname = \"hook\"\ntype = \"postgresql\"\nurl = \"{url}\"\ntable = \"events\"\n"));
     let server = start(&dir.0.join("data"), &config);
     let client = server.client().await;
     adhoc(&client, STREAM).await;

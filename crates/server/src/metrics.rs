@@ -174,7 +174,11 @@ fn export(out: &mut Exposition, engine: &lockstep_engine::Engine) {
     }
     out.family("lockstep_export_delivered_rows_total", "counter", "Exported rows the target acknowledged since start.");
     for (streams, p, l) in &labelled {
-        out.sample("lockstep_export_delivered_rows_total", &[("stream", streams), ("target", &l.target), ("partition", p)], l.rows_delivered.load(Relaxed));
+        out.sample(
+            "lockstep_export_delivered_rows_total",
+            &[("stream", streams), ("target", &l.target), ("partition", p)],
+            l.rows_delivered.load(Relaxed),
+        );
     }
 }
 

@@ -69,8 +69,8 @@ pub struct Batch {
 /// What is next at a position.
 pub enum Next {
     Rows(Batch),
-    /// The segment is complete and delivered: move to the next one.
-    NextSegment(u64),
+    /// The segment is complete and delivered: move on to this (next) one.
+    Segment(u64),
     Nothing,
 }
 
@@ -102,7 +102,7 @@ pub fn read_batch(dir: &Path, p: Position) -> std::io::Result<Next> {
     // Nothing more here: a newer segment means this one is complete (the writer flushes a
     // segment before it begins the next).
     Ok(match segments(dir).into_iter().find(|s| *s > p.segment) {
-        Some(next) => Next::NextSegment(next),
+        Some(next) => Next::Segment(next),
         None => Next::Nothing,
     })
 }
@@ -216,7 +216,7 @@ impl Exporter {
                         pos = batch.end;
                     }
                 }
-                Ok(Next::NextSegment(next)) => {
+                Ok(Next::Segment(next)) => {
                     let done = pos.segment;
                     pos = Position { segment: next, offset: 0 };
                     self.save(pos);
@@ -293,7 +293,7 @@ mod tests {
         f.write_all(b"\n").unwrap();
         let Next::Rows(b2) = read_batch(&dir, b.end).unwrap() else { panic!("rest of line expected") };
         assert!(b2.rows.is_empty());
-        assert!(matches!(read_batch(&dir, b2.end).unwrap(), Next::NextSegment(2)));
+        assert!(matches!(read_batch(&dir, b2.end).unwrap(), Next::Segment(2)));
         assert_eq!(undelivered(&dir), (2, 19));
         let _ = fs::remove_dir_all(&dir);
     }

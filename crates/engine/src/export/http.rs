@@ -18,9 +18,9 @@ pub struct HttpSink {
 
 /// `http://host:port/path` split into the address and the path.
 fn split_url(url: &str) -> Result<(String, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("export target url {url:?} is not supported: give http://host:port/path (https is not supported yet)")
-    })?;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("export target url {url:?} is not supported: give http://host:port/path (https is not supported yet)"))?;
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
