@@ -118,6 +118,16 @@ fn start(data: &Path, config: &Path) -> Server {
     Server::start_with(data, &["--sites", &SITES.to_string(), "--config", config.to_str().expect("path")], "127.0.0.1:0")
 }
 
+/// The sum of a metric's samples on the `/metrics` page of a server started with `--http`.
+fn metric_sum(server: &Server, name: &str) -> i64 {
+    let url = format!("http://{}/metrics", server.http.clone().expect("the HTTP port is on"));
+    let text = ureq::get(&url).call().expect("GET /metrics").body_mut().read_to_string().expect("read metrics");
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<i64>().ok()))
+        .sum()
+}
+
 async fn insert(client: &Client, from: i64, to: i64) {
     for id in from..to {
         adhoc(client, &format!("INSERT INTO ev VALUES ({id}, 'n{id}')")).await;
@@ -297,7 +307,9 @@ async fn rows_are_inserted_into_a_postgresql_table() {
 
     let config =
         write_config(&dir.0, &format!("[[export.targets]]\nname = \"hook\"\ntype = \"postgresql\"\nurl = \"{url}\"\ntable = \"events\"\n"));
-    let server = start(&dir.0.join("data"), &config);
+    // The HTTP port is on here, for the export metrics.
+    let args = ["--sites", &SITES.to_string(), "--config", config.to_str().expect("path"), "--http", "127.0.0.1:0"];
+    let server = Server::start_with(&dir.0.join("data"), &args, "127.0.0.1:0");
     let client = server.client().await;
     adhoc(&client, STREAM).await;
     insert(&client, 0, 120).await;
@@ -315,4 +327,16 @@ async fn rows_are_inserted_into_a_postgresql_table() {
     assert_eq!(row.get::<_, String>(0), "it's");
     let sum: i64 = pg.query_one("SELECT sum(id)::BIGINT FROM events", &[]).await.expect("sum").get(0);
     assert_eq!(sum, (0..=120).sum::<i64>(), "a row went to PostgreSQL twice without a restart");
+    // The counters move just after PostgreSQL committed: wait for them.
+    let server_ref = &server;
+    let figures = || {
+        tokio::task::block_in_place(|| {
+            (metric_sum(server_ref, "lockstep_export_delivered_rows_total"), metric_sum(server_ref, "lockstep_export_backlog_rows"))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(DEADLINE_S);
+    while figures() != (121, 0) {
+        assert!(Instant::now() < deadline, "metrics (delivered, backlog) are {:?}, not (121, 0)", figures());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

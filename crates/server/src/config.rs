@@ -284,4 +284,20 @@ mod tests {
             assert_eq!(c.pg.as_deref(), want, "{text}");
         }
     }
+
+    #[test]
+    fn export_targets_take_their_type_and_settings() {
+        use lockstep_engine::export::{TargetKind, MAX_BACKLOG_BYTES_DEFAULT};
+        let text = "[[export.targets]]\nname = \"files\"\ntype = \"file\"\n\n\
+                    [[export.targets]]\nname = \"hook\"\ntype = \"http\"\nurl = \"http://h:1/x\"\nmax_backlog_bytes = 1000\n\n\
+                    [[export.targets]]\nname = \"pg\"\ntype = \"postgresql\"\nurl = \"host=h\"\ntable = \"t\"\n";
+        let mut c = ServerConfig::default();
+        toml::from_str::<FileConfig>(text).unwrap().apply_to(&mut c);
+        let t = &c.export_targets;
+        assert_eq!(t.len(), 3);
+        assert_eq!((t[0].kind.clone(), t[0].max_backlog_bytes), (TargetKind::File, MAX_BACKLOG_BYTES_DEFAULT));
+        assert_eq!((t[1].kind.clone(), t[1].max_backlog_bytes), (TargetKind::Http { url: "http://h:1/x".into() }, 1000));
+        assert_eq!(t[2].kind, TargetKind::Postgresql { url: "host=h".into(), table: "t".into() });
+        assert!(toml::from_str::<FileConfig>("[[export.targets]]\nname = \"k\"\ntype = \"kafka\"\n").is_err());
+    }
 }
