@@ -20,6 +20,8 @@ use lockstep_core::Value;
 /// How long a test waits for rows to arrive before it fails.
 const DEADLINE_S: u64 = 60;
 const SITES: u32 = 2;
+/// The outage test's backlog limit: about 20 rows.
+const BACKLOG_LIMIT_BYTES: u64 = 2000;
 
 /// An HTTP/1.1 receiver of export batches; answers 503 while `failing` is set.
 #[derive(Default)]
@@ -136,8 +138,9 @@ async fn insert(client: &Client, from: i64, to: i64) {
 
 const STREAM: &str = "CREATE STREAM ev PARTITION ON COLUMN id EXPORT TO TARGET hook (id BIGINT NOT NULL, note VARCHAR(20));";
 
-/// `@Statistics EXPORT` rows of target `hook` (kept upper case, as the catalog names it): (ACTIVE, TUPLE_PENDING, LAST_ERROR) each.
-async fn export_stats(client: &Client) -> Vec<(String, i64, String)> {
+/// `@Statistics EXPORT` rows of target `hook` (kept upper case, as the catalog names it):
+/// (ACTIVE, TUPLE_PENDING, LAST_ERROR, OVER_BACKLOG_LIMIT) each.
+async fn export_stats(client: &Client) -> Vec<(String, i64, String, i64)> {
     let r = client.call("@Statistics", vec![Value::from("EXPORT"), Value::Int(0)]).await.expect("statistics");
     assert_eq!(r.status, 1, "{:?}", r.status_string);
     let t = &r.tables[0];
@@ -147,7 +150,12 @@ async fn export_stats(client: &Client) -> Vec<(String, i64, String)> {
         .filter(|row| row[col("TARGET")] == Value::from("HOOK"))
         .map(|row| {
             let s = |c: &str| if let Value::Str(s) = &row[col(c)] { s.to_string() } else { String::new() };
-            (s("ACTIVE"), row[col("TUPLE_PENDING")].as_i64().unwrap_or(-1), s("LAST_ERROR"))
+            (
+                s("ACTIVE"),
+                row[col("TUPLE_PENDING")].as_i64().unwrap_or(-1),
+                s("LAST_ERROR"),
+                row[col("OVER_BACKLOG_LIMIT")].as_i64().unwrap_or(-1),
+            )
         })
         .collect()
 }
@@ -164,7 +172,11 @@ fn assert_in_order_exactly(seqs: &BTreeMap<i64, Vec<u64>>) {
 async fn rows_written_during_an_outage_arrive_after_it_in_order() {
     let dir = TempDir::new("export-http");
     let (rx, url) = Receiver::start();
-    let config = write_config(&dir.0, &format!("[[export.targets]]\nname = \"hook\"\ntype = \"http\"\nurl = \"{url}\"\n"));
+    // A small backlog limit: the outage passes it, and no row is lost for it.
+    let config = write_config(
+        &dir.0,
+        &format!("[[export.targets]]\nname = \"hook\"\ntype = \"http\"\nurl = \"{url}\"\nmax_backlog_bytes = {BACKLOG_LIMIT_BYTES}\n"),
+    );
     let server = start(&dir.0.join("data"), &config);
     let client = server.client().await;
     adhoc(&client, STREAM).await;
@@ -181,13 +193,16 @@ async fn rows_written_during_an_outage_arrive_after_it_in_order() {
     // Transactions go on while the target is down; the backlog and the error are visible.
     insert(&client, 150, 160).await;
     let stats = export_stats(&client).await;
-    assert!(stats.iter().any(|(active, pending, err)| active == "FALSE" && *pending > 0 && err.contains("503")), "{stats:?}");
+    assert!(
+        stats.iter().any(|(active, pending, err, over)| active == "FALSE" && *pending > 20 && err.contains("503") && *over == 1),
+        "{stats:?}"
+    );
 
     rx.failing.store(false, Ordering::Relaxed);
     tokio::task::block_in_place(|| rx.wait_for(160));
     assert_in_order_exactly(&rx.seqs());
     let deadline = Instant::now() + Duration::from_secs(DEADLINE_S);
-    while !export_stats(&client).await.iter().all(|(active, pending, _)| active == "TRUE" && *pending == 0) {
+    while !export_stats(&client).await.iter().all(|(active, pending, _, over)| active == "TRUE" && *pending == 0 && *over == 0) {
         assert!(Instant::now() < deadline, "the backlog never drained: {:?}", export_stats(&client).await);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -207,7 +207,11 @@ impl Exporter {
     }
 
     fn run(self) {
-        let mut sink = sink_for(&self.config);
+        let sink = sink_for(&self.config);
+        self.run_with(sink);
+    }
+
+    fn run_with(self, mut sink: Box<dyn Sink + Send>) {
         let mut pos = load_position(&self.dir);
         while !self.stopping() {
             match read_batch(&self.dir, pos) {
@@ -295,6 +299,58 @@ mod tests {
         assert!(b2.rows.is_empty());
         assert!(matches!(read_batch(&dir, b2.end).unwrap(), Next::Segment(2)));
         assert_eq!(undelivered(&dir), (2, 19));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Takes every batch, or refuses while `refuse` is set.
+    struct Collect(Arc<std::sync::Mutex<Vec<u64>>>, Arc<std::sync::atomic::AtomicBool>);
+
+    impl Sink for Collect {
+        fn send(&mut self, rows: &[serde_json::Value]) -> Result<(), String> {
+            if self.1.load(Ordering::Relaxed) {
+                return Err("refused".into());
+            }
+            self.0.lock().unwrap().extend(rows.iter().filter_map(|r| r["seq"].as_u64()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_exporter_delivers_in_order_through_a_refusal_and_deletes_delivered_segments() {
+        let dir = std::env::temp_dir().join(format!("lockstep-export-run-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(segment_path(&dir, 1), "{\"seq\":1}\n{\"seq\":2}\n").unwrap();
+        fs::write(segment_path(&dir, 2), "{\"seq\":3}\n").unwrap();
+        let config = TargetConfig { name: "T".into(), kind: TargetKind::Http { url: "http://x".into() }, max_backlog_bytes: 1 };
+        let hub = Arc::new(ExportHub::new(vec![config.clone()]));
+        let lane = hub.lane("T", 0);
+        lane.adjust_backlog(3, 30);
+        assert!(lane.over_limit.load(Ordering::Relaxed), "30 bytes are over a limit of 1");
+        let (got, refuse) = (Arc::new(std::sync::Mutex::new(Vec::new())), Arc::new(std::sync::atomic::AtomicBool::new(true)));
+        let sink = Collect(got.clone(), refuse.clone());
+        let exporter = Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone() };
+        let thread = std::thread::spawn(move || exporter.run_with(Box::new(sink)));
+        let wait_until = |what: &str, f: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while !f() {
+                assert!(std::time::Instant::now() < deadline, "never: {what}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        wait_until("the refusal is seen", &|| lane.down.load(Ordering::Relaxed));
+        assert!(got.lock().unwrap().is_empty());
+        assert_eq!(load_position(&dir), Position { segment: 1, offset: 0 }, "nothing acknowledged, nothing moved");
+        refuse.store(false, Ordering::Relaxed);
+        wait_until("all delivered", &|| got.lock().unwrap().len() == 3);
+        wait_until("segment 1 deleted", &|| !segment_path(&dir, 1).exists());
+        hub.stopping.store(true, Ordering::Relaxed);
+        thread.join().unwrap();
+        assert_eq!(*got.lock().unwrap(), [1, 2, 3]);
+        assert_eq!(load_position(&dir), Position { segment: 2, offset: 10 });
+        assert!(segment_path(&dir, 2).exists(), "the newest segment stays");
+        assert!(!lane.down.load(Ordering::Relaxed) && !lane.over_limit.load(Ordering::Relaxed));
+        assert_eq!(lane.rows_delivered.load(Ordering::Relaxed), 3);
         let _ = fs::remove_dir_all(&dir);
     }
 }
