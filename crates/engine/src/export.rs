@@ -31,26 +31,18 @@ pub const SEGMENT_BYTES_MAX: u64 = 16 * 1024 * 1024;
 pub const MAX_BACKLOG_BYTES_DEFAULT: u64 = 1024 * 1024 * 1024;
 
 /// One `[[export.targets]]` entry of the server's configuration file.
-///
-/// (Unknown keys cannot be refused here: serde does not check them through `flatten`.)
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(try_from = "RawTarget")]
 pub struct TargetConfig {
     /// The name `CREATE STREAM … EXPORT TO TARGET name` uses.
     pub name: String,
-    #[serde(flatten)]
     pub kind: TargetKind,
     /// Undelivered bytes above which the target is reported over its backlog limit.
-    #[serde(default = "max_backlog_default")]
     pub max_backlog_bytes: u64,
 }
 
-fn max_backlog_default() -> u64 {
-    MAX_BACKLOG_BYTES_DEFAULT
-}
-
 /// Where a target's rows go.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[derive(Clone, Debug, PartialEq)]
 pub enum TargetKind {
     /// The segment files under `<data>/export/` are the output (kept, never deleted).
     File,
@@ -59,6 +51,37 @@ pub enum TargetKind {
     /// Insert batches into `table` of the database at `url` (a tokio-postgres connection
     /// string, `host=… port=… user=… dbname=…` or `postgresql://…`), one transaction each.
     Postgresql { url: String, table: String },
+}
+
+/// A target as written in the file: every key any type takes, unknown keys refused (a
+/// typo must not pass silently); `TargetConfig::try_from` checks what the type needs.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    url: Option<String>,
+    table: Option<String>,
+    max_backlog_bytes: Option<u64>,
+}
+
+impl TryFrom<RawTarget> for TargetConfig {
+    type Error = String;
+
+    fn try_from(r: RawTarget) -> Result<Self, String> {
+        let name = r.name;
+        let need =
+            |v: Option<String>, key: &str| v.ok_or_else(|| format!("export target {name:?} of type {:?} needs {key} = \"…\"", r.kind));
+        let kind = match r.kind.as_str() {
+            "file" => TargetKind::File,
+            "http" => TargetKind::Http { url: need(r.url, "url")? },
+            "postgresql" => TargetKind::Postgresql { url: need(r.url, "url")?, table: need(r.table, "table")? },
+            "kafka" => return Err(format!("export target {name:?}: type \"kafka\" is not supported yet; use file, http or postgresql")),
+            other => return Err(format!("export target {name:?}: unknown type {other:?}; use file, http or postgresql")),
+        };
+        Ok(TargetConfig { name, kind, max_backlog_bytes: r.max_backlog_bytes.unwrap_or(MAX_BACKLOG_BYTES_DEFAULT) })
+    }
 }
 
 impl TargetKind {

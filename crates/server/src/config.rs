@@ -298,6 +298,13 @@ mod tests {
         assert_eq!((t[0].kind.clone(), t[0].max_backlog_bytes), (TargetKind::File, MAX_BACKLOG_BYTES_DEFAULT));
         assert_eq!((t[1].kind.clone(), t[1].max_backlog_bytes), (TargetKind::Http { url: "http://h:1/x".into() }, 1000));
         assert_eq!(t[2].kind, TargetKind::Postgresql { url: "host=h".into(), table: "t".into() });
-        assert!(toml::from_str::<FileConfig>("[[export.targets]]\nname = \"k\"\ntype = \"kafka\"\n").is_err());
+        for (bad, says) in [
+            ("type = \"kafka\"", "not supported yet"),
+            ("type = \"http\"", "needs url"),
+            ("type = \"http\"\nurl = \"http://h/\"\nurll = \"x\"", "unknown field `urll`"),
+        ] {
+            let err = toml::from_str::<FileConfig>(&format!("[[export.targets]]\nname = \"k\"\n{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 }
