@@ -253,7 +253,12 @@ impl Exporter {
                 }
             }
         }
-        // Only now is the batch acknowledged: the position moves past it.
+        // Only now is the batch acknowledged: the position moves past it. The rows under
+        // the position go to disk first, so a power cut cannot leave a saved position past
+        // the end of a segment the replay then writes again under different numbers.
+        if let Err(e) = File::open(segment_path(&self.dir, batch.end.segment)).and_then(|f| f.sync_data()) {
+            tracing::warn!("cannot sync export segment {} of {}: {e}", batch.end.segment, self.dir.display());
+        }
         self.save(batch.end);
         if self.lane.down.swap(false, Ordering::Relaxed) {
             tracing::info!("export target {} partition {} is up again", self.config.name, self.lane.partition);
