@@ -230,6 +230,7 @@ fn start(args: ServerArgs) -> Result<(), String> {
         engine_config.query_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms));
     }
     // Users, certificates and the cluster's layout are checked before anything is touched.
+    engine_config.export = std::sync::Arc::new(lockstep_engine::export::ExportHub::new(export_targets(&config)?));
     let cluster = ClusterSettings::from_config(&config, engine_config.sites)?;
     if let Some(c) = &cluster {
         // Every node runs a site for each of the cluster's partitions, so that partition
@@ -357,6 +358,22 @@ const FORMING_PROGRESS_MS: u64 = 500;
 
 /// Starts this node's part of the cluster and waits until the cluster has formed and this
 /// node serves, printing progress; None if the server was told to stop meanwhile.
+/// The configured export targets, checked: names unique, URLs of a form the target takes.
+fn export_targets(config: &ServerConfig) -> Result<Vec<lockstep_engine::export::TargetConfig>, String> {
+    let targets = config.export_targets.clone();
+    for (i, t) in targets.iter().enumerate() {
+        if targets[..i].iter().any(|o| o.name.eq_ignore_ascii_case(&t.name)) {
+            return Err(format!("export target {:?} is configured twice: give each [[export.targets]] its own name", t.name));
+        }
+        if let lockstep_engine::export::TargetKind::Http { url } = &t.kind {
+            if !url.starts_with("http://") {
+                return Err(format!("export target {:?}: url {url:?} must start with http:// (https is not supported yet)", t.name));
+            }
+        }
+    }
+    Ok(targets)
+}
+
 async fn form_cluster(
     c: &ClusterSettings,
     data_dir: &std::path::Path,

@@ -25,8 +25,15 @@ fn export_lines(data: &std::path::Path, target: &str, want: usize) -> Vec<serde_
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut lines = Vec::new();
+        // export/<TARGET>/partition-N/<segment>.jsonl
         if let Ok(dir) = std::fs::read_dir(data.join("export").join(target)) {
-            let mut files: Vec<_> = dir.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            let parts: Vec<_> = dir.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            let mut files: Vec<_> = parts
+                .iter()
+                .filter_map(|p| std::fs::read_dir(p).ok())
+                .flat_map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "jsonl"))
+                .collect();
             files.sort();
             for f in files {
                 let text = std::fs::read_to_string(&f).unwrap_or_default();

@@ -39,6 +39,8 @@ pub struct EngineConfig {
     /// How long a query may run before it is stopped (None: no limit); a call may ask for
     /// less. Replay of the command log never has one.
     pub query_timeout: Option<std::time::Duration>,
+    /// Export targets (`[[export.targets]]`) and the counters of delivery.
+    pub export: std::sync::Arc<crate::export::ExportHub>,
 }
 
 /// VoltDB's default query timeout.
@@ -61,6 +63,7 @@ impl EngineConfig {
             memory_limit: MemoryLimit::default(),
             release_memory: None,
             query_timeout: Some(QUERY_TIMEOUT_DEFAULT),
+            export: Default::default(),
         }
     }
 }

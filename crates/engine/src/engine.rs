@@ -260,6 +260,8 @@ impl Engine {
         // Before anything in the directory is read: another process may own it.
         let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let store = CatalogStore::open(&config.data_dir)?;
+        // Count what the export files still hold before the sites (and replay) add to them.
+        crate::export::prepare(&config.export, &config.data_dir, config.sites);
         let env = FsDdlEnv::new(config.procedure_dir.clone());
         let log_dir = cmdlog::log_dir(&config.data_dir);
         let logging = config.durability != Durability::Off;
@@ -368,6 +370,13 @@ impl Engine {
             if let Ok(mut t) = engine.threads.lock() {
                 t.push(thread);
             }
+        }
+        // Delivery runs beside the sites and never holds them up (see `export.rs`).
+        let exporters =
+            crate::export::start_exporters(&engine.shared.config.export, &engine.shared.config.data_dir, engine.shared.config.sites)
+                .map_err(|e| Error::graceful(format!("cannot start the export threads: {e}")))?;
+        if let Ok(mut t) = engine.threads.lock() {
+            t.extend(exporters);
         }
         if let Some(reader) = log_reader {
             let replayed = recovery::replay(&engine, reader, base.as_ref())?;
@@ -857,6 +866,7 @@ impl Engine {
     /// Stops accepting calls, lets queued work finish, and joins every thread.
     pub fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::Relaxed);
+        self.shared.config.export.stopping.store(true, Ordering::Relaxed);
         self.compound.shutdown();
         let mp = self.shared.mp.lock().ok().and_then(|mut g| g.take());
         if let Some(tx) = mp {

@@ -295,7 +295,7 @@ impl Site {
             catalog,
             ring,
             ids: TxnIdGenerator::new(id),
-            export: ExportWriter::new(&config.data_dir, id),
+            export: ExportWriter::new(&config.data_dir, id, config.export.clone()),
             queue: links.queue,
             mp_in: links.mp_in,
             mp_out: links.mp_out,

@@ -602,11 +602,12 @@ pub fn statistics_for(engine: &Engine, call: &Call, baselines: Option<Arc<Interv
         "COMMANDLOG" => return reply(sync(vec![command_log_table(&header, engine)])),
         "CLUSTER" => return reply(sync(vec![cluster_table(&header, engine)])),
         "TTL" => return reply(sync(vec![ttl_table(&header, engine)])),
+        "EXPORT" => return reply(sync(vec![export_table(&header, engine)])),
         "TASK" => return reply(sync(vec![task_table(&header, engine)])),
         "PROCEDURE" | "PROCEDUREPROFILE" | "PROCEDUREMEMORY" | "TABLE" | "INDEX" | "MEMORY" => {}
         other => {
             return reply(Outcome::error(Error::graceful(format!(
-                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS, TOPO, TTL, TASK or CLUSTER"
+                "@Statistics selector {other} is not supported: use PROCEDURE, PROCEDUREPROFILE, PROCEDUREMEMORY, LATENCY, TABLE, INDEX, MEMORY, PARTITIONCOUNT, COMMANDLOG, LIVECLIENTS, TOPO, TTL, TASK, EXPORT or CLUSTER"
             ))))
         }
     }
@@ -981,6 +982,64 @@ fn command_log_table(h: &Header, engine: &Engine) -> ResultTable {
     let mut r = h.row(None);
     r.extend([Value::Int(0), Value::Int(st.queued as i64), Value::Int(segments.min(1)), Value::Int(segments), Value::Int(fsync_interval)]);
     t.push(r);
+    t
+}
+
+/// `@Statistics EXPORT`: per export target and partition (with the streams that export to
+/// it), the rows written to the local files and delivered to the target since start, the
+/// rows and bytes not yet delivered, whether the backlog is over the target's limit, whether
+/// the target is up (ACTIVE) and its last error. File targets deliver nothing: their files
+/// are the output.
+fn export_table(h: &Header, engine: &Engine) -> ResultTable {
+    use DataType::{BigInt as B, Integer as I, Varchar as V};
+    let mut t = table_with(
+        Header::columns(true),
+        &[
+            ("SOURCE", V),
+            ("TARGET", V),
+            ("TARGET_TYPE", V),
+            ("ACTIVE", V),
+            ("TUPLE_COUNT", B),
+            ("TUPLE_DELIVERED", B),
+            ("TUPLE_PENDING", B),
+            ("BYTES_PENDING", B),
+            ("MAX_BACKLOG_BYTES", B),
+            ("OVER_BACKLOG_LIMIT", I),
+            ("LAST_ERROR", V),
+        ],
+    );
+    let catalog = engine.catalog();
+    let hub = &engine.shared().config.export;
+    for lane in hub.lanes() {
+        let streams: Vec<&str> = catalog
+            .tables()
+            .filter(|d| matches!(&d.kind, lockstep_core::TableKind::Stream { target: Some(t) } if t.eq_ignore_ascii_case(&lane.target)))
+            .map(|d| d.name.as_str())
+            .collect();
+        let kind = hub.target(&lane.target).map_or("file", |c| match c.kind {
+            crate::export::TargetKind::File => "file",
+            crate::export::TargetKind::Http { .. } => "http",
+            crate::export::TargetKind::Postgresql { .. } => "postgresql",
+        });
+        let p = i64::from(lane.partition);
+        let mut r = h.row(Some((p, p)));
+        let load = |a: &std::sync::atomic::AtomicI64| Value::Int(a.load(std::sync::atomic::Ordering::Relaxed).max(0));
+        let error = lane.last_error();
+        r.extend([
+            Value::from(streams.join(",").as_str()),
+            Value::from(lane.target.as_str()),
+            Value::from(kind),
+            Value::from(if lane.down.load(std::sync::atomic::Ordering::Relaxed) { "FALSE" } else { "TRUE" }),
+            int(lane.rows_written.load(std::sync::atomic::Ordering::Relaxed)),
+            int(lane.rows_delivered.load(std::sync::atomic::Ordering::Relaxed)),
+            if lane.delivered_by_exporter { load(&lane.backlog_rows) } else { Value::Int(0) },
+            if lane.delivered_by_exporter { load(&lane.backlog_bytes) } else { Value::Int(0) },
+            int(lane.max_backlog_bytes.load(std::sync::atomic::Ordering::Relaxed)),
+            Value::Int(i64::from(lane.over_limit.load(std::sync::atomic::Ordering::Relaxed))),
+            if error.is_empty() { Value::Null } else { Value::from(error.as_str()) },
+        ]);
+        t.push(r);
+    }
     t
 }
 

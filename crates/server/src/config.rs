@@ -60,6 +60,8 @@ pub struct ServerConfig {
     pub hosts: Vec<String>,
     /// In a cluster: extra copies of each partition (0 when not given).
     pub kfactor: Option<u32>,
+    /// Export targets (`[[export.targets]]` in the configuration file).
+    pub export_targets: Vec<lockstep_engine::export::TargetConfig>,
 }
 
 impl Default for ServerConfig {
@@ -86,8 +88,17 @@ impl Default for ServerConfig {
             internal_listen: None,
             hosts: Vec::new(),
             kfactor: None,
+            export_targets: Vec::new(),
         }
     }
+}
+
+/// The `[export]` table of a configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportSection {
+    #[serde(default)]
+    pub targets: Vec<lockstep_engine::export::TargetConfig>,
 }
 
 /// `hosts` in a TOML file: one comma-separated string (as the flag takes it) or a list.
@@ -142,6 +153,8 @@ pub struct FileConfig {
     pub internal_listen: Option<String>,
     pub hosts: Option<HostList>,
     pub kfactor: Option<u32>,
+    /// `[[export.targets]]`: name, type (file, http, postgresql) and the type's settings.
+    pub export: Option<ExportSection>,
 }
 
 impl FileConfig {
@@ -213,6 +226,9 @@ impl FileConfig {
         if self.kfactor.is_some() {
             c.kfactor = self.kfactor;
         }
+        if let Some(e) = self.export {
+            c.export_targets = e.targets;
+        }
     }
 
     fn apply_security_to(&mut self, c: &mut SecurityConfig) {
@@ -266,6 +282,29 @@ mod tests {
             let mut c = ServerConfig::default();
             toml::from_str::<FileConfig>(text).unwrap().apply_to(&mut c);
             assert_eq!(c.pg.as_deref(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn export_targets_take_their_type_and_settings() {
+        use lockstep_engine::export::{TargetKind, MAX_BACKLOG_BYTES_DEFAULT};
+        let text = "[[export.targets]]\nname = \"files\"\ntype = \"file\"\n\n\
+                    [[export.targets]]\nname = \"hook\"\ntype = \"http\"\nurl = \"http://h:1/x\"\nmax_backlog_bytes = 1000\n\n\
+                    [[export.targets]]\nname = \"pg\"\ntype = \"postgresql\"\nurl = \"host=h\"\ntable = \"t\"\n";
+        let mut c = ServerConfig::default();
+        toml::from_str::<FileConfig>(text).unwrap().apply_to(&mut c);
+        let t = &c.export_targets;
+        assert_eq!(t.len(), 3);
+        assert_eq!((t[0].kind.clone(), t[0].max_backlog_bytes), (TargetKind::File, MAX_BACKLOG_BYTES_DEFAULT));
+        assert_eq!((t[1].kind.clone(), t[1].max_backlog_bytes), (TargetKind::Http { url: "http://h:1/x".into() }, 1000));
+        assert_eq!(t[2].kind, TargetKind::Postgresql { url: "host=h".into(), table: "t".into() });
+        for (bad, says) in [
+            ("type = \"kafka\"", "not supported yet"),
+            ("type = \"http\"", "needs url"),
+            ("type = \"http\"\nurl = \"http://h/\"\nurll = \"x\"", "unknown field `urll`"),
+        ] {
+            let err = toml::from_str::<FileConfig>(&format!("[[export.targets]]\nname = \"k\"\n{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
         }
     }
 }

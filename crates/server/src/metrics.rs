@@ -147,7 +147,39 @@ pub async fn render(front: &Arc<Front>) -> String {
         by_table(&mut out, &t);
     }
     snapshots(&mut out, &snaps);
+    export(&mut out, &front.engine);
     out.text
+}
+
+/// Export delivery per (streams, target, partition); see `@Statistics EXPORT`.
+fn export(out: &mut Exposition, engine: &lockstep_engine::Engine) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let lanes = engine.shared().config.export.lanes();
+    let catalog = engine.catalog();
+    let labelled: Vec<_> = lanes
+        .iter()
+        .map(|l| {
+            let streams: Vec<&str> = catalog
+                .tables()
+                .filter(|d| matches!(&d.kind, lockstep_core::TableKind::Stream { target: Some(t) } if t.eq_ignore_ascii_case(&l.target)))
+                .map(|d| d.name.as_str())
+                .collect();
+            (streams.join(","), l.partition.to_string(), l)
+        })
+        .collect();
+    out.family("lockstep_export_backlog_rows", "gauge", "Exported rows written locally and not yet delivered to their target.");
+    for (streams, p, l) in &labelled {
+        let rows = if l.delivered_by_exporter { l.backlog_rows.load(Relaxed).max(0) } else { 0 };
+        out.sample("lockstep_export_backlog_rows", &[("stream", streams), ("target", &l.target), ("partition", p)], rows);
+    }
+    out.family("lockstep_export_delivered_rows_total", "counter", "Exported rows the target acknowledged since start.");
+    for (streams, p, l) in &labelled {
+        out.sample(
+            "lockstep_export_delivered_rows_total",
+            &[("stream", streams), ("target", &l.target), ("partition", p)],
+            l.rows_delivered.load(Relaxed),
+        );
+    }
 }
 
 /// The snapshots on disk (their manifests), and one being written.
