@@ -95,13 +95,19 @@ class AdminTest {
             assertEquals(1L, Clients.scalar(client.callProcedure("AD_EVENTS.insert", k, "e" + k)));
         }
         assertEquals(0L, Clients.scalar(client.callProcedure("@Quiesce")));
-        // Identifiers are stored upper-cased, the export target directory too.
+        // Identifiers are stored upper-cased, the export target directory too; each
+        // partition writes numbered segment files in a directory of its own.
         Path dir = server.dataDir().resolve("export").resolve("ADLOG");
         long lines = 0;
         for (int p = 0; p < LockstepServer.SITES; p++) {
-            Path f = dir.resolve("partition-" + p + ".jsonl");
-            if (Files.exists(f)) {
-                lines += Files.readAllLines(f).stream().filter(l -> l.contains("\"AD_EVENTS\"")).count();
+            Path partition = dir.resolve("partition-" + p);
+            if (!Files.isDirectory(partition)) {
+                continue;
+            }
+            try (var segments = Files.list(partition)) {
+                for (Path f : segments.filter(f -> f.toString().endsWith(".jsonl")).toList()) {
+                    lines += Files.readAllLines(f).stream().filter(l -> l.contains("\"AD_EVENTS\"")).count();
+                }
             }
         }
         assertEquals(10L, lines);
