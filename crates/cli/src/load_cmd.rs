@@ -22,6 +22,8 @@ const PROGRESS_INTERVAL_MS: u64 = 1000;
 const BATCH_DEFAULT: usize = 1000;
 /// Upper bound of `--batch` (the server's site queues hold 65,536 calls each).
 const BATCH_MAX: usize = 16_384;
+/// The longest line a file may have (a row of VoltDB's largest values fits many times).
+const LINE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Rejected rows after which the load stops when `--maxerrors` is not given.
 const MAX_ERRORS_DEFAULT: u64 = 100;
 /// Worker threads of the loader's runtime: the connections' readers and writers run there
@@ -504,11 +506,16 @@ impl Loader<'_> {
         let mut number = 0u64;
         loop {
             line.clear();
-            let n = input.read_until(b'\n', &mut line).map_err(|e| format!("cannot read {name} after line {number}: {e}"))?;
+            let n = std::io::Read::take(&mut input, LINE_BYTES_MAX + 1)
+                .read_until(b'\n', &mut line)
+                .map_err(|e| format!("cannot read {name} after line {number}: {e}"))?;
             if n == 0 {
                 return Ok(());
             }
             number += 1;
+            if n as u64 > LINE_BYTES_MAX {
+                return Err(format!("{name}:{number}: the line is longer than {LINE_BYTES_MAX} bytes; is this a CSV file?"));
+            }
             if !line.ends_with(b"\n") {
                 line.push(b'\n');
             }

@@ -91,8 +91,11 @@ pub fn read_batch(dir: &Path, p: Position) -> std::io::Result<Next> {
                 break;
             }
             offset += n as u64;
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) {
-                rows.push(v);
+            match serde_json::from_slice::<serde_json::Value>(&line) {
+                Ok(v) => rows.push(v),
+                // Written whole by this server: a line that does not parse was damaged on
+                // disk, and is said, not passed over quietly.
+                Err(e) => tracing::error!("export segment {} has a damaged line at byte {}: {e}", path.display(), offset - n as u64),
             }
         }
     }
