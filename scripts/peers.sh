@@ -6,16 +6,23 @@
 #   scripts/peers.sh install                    apt-get the peers (and jq) that are missing
 #   scripts/peers.sh start SYSTEM DIR PORT      start postgres|tarantool|redis; prints its target URL
 #   scripts/peers.sh stop SYSTEM DIR            stop what `start` started in DIR
+#   scripts/peers.sh pid SYSTEM DIR             the process id of what `start` started in DIR
 #
-# Durability matches Lockstep's run, whose command log is not wired in yet (nothing reaches
-# the disk): PostgreSQL uses UNLOGGED tables (the apps' peers/postgres.sql) with fsync and
-# synchronous_commit off; Tarantool runs memtx with wal_mode='none'; Redis has neither RDB
-# snapshots nor an AOF. Memory: PEER_MEMORY_MB (default 4096) for PostgreSQL's shared
-# buffers / 4 and Tarantool's memtx arena.
+# Durability (PEER_DURABILITY) matches Lockstep's run:
+# - off (default; Lockstep with --command-log off): PostgreSQL uses UNLOGGED tables (the
+#   apps' peers/postgres.sql) with fsync and synchronous_commit off; Tarantool runs memtx
+#   with wal_mode='none'; Redis has neither RDB snapshots nor an AOF.
+# - sync (Lockstep with --command-log sync: acknowledged after fdatasync): PostgreSQL with
+#   fsync and synchronous_commit on (the benchmark then creates logged tables); Tarantool
+#   with wal_mode='fsync'; Redis with an AOF and appendfsync always.
+# Memory: PEER_MEMORY_MB (default 4096) for PostgreSQL's shared buffers / 4 and
+# Tarantool's memtx arena.
 set -euo pipefail
 
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 MEMORY_MB=${PEER_MEMORY_MB:-4096}
+DURABILITY=${PEER_DURABILITY:-off}
+case "$DURABILITY" in off|sync) ;; *) echo "peers.sh: PEER_DURABILITY must be off or sync" >&2; exit 1 ;; esac
 
 die() { echo "peers.sh: $*" >&2; exit 1; }
 
@@ -41,9 +48,11 @@ start_postgres() {
   if [ "$(id -u)" -eq 0 ]; then chown -R postgres: "$dir"; run=(runuser -u postgres --); fi
   "${run[@]}" "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust --locale=C -E UTF8 >"$dir/initdb.log" 2>&1 \
     || die "initdb failed: see $dir/initdb.log"
+  local sync=off
+  [ "$DURABILITY" = sync ] && sync=on
   "${run[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w start -o \
     "-p $port -h 127.0.0.1 -c unix_socket_directories=$dir -c shared_buffers=$((MEMORY_MB / 4))MB \
-     -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null \
+     -c fsync=$sync -c synchronous_commit=$sync -c full_page_writes=$sync -c max_connections=300" >/dev/null \
     || die "PostgreSQL did not start: see $dir/postgres.log"
   echo "postgres://postgres@127.0.0.1:$port/postgres"
 }
@@ -53,7 +62,7 @@ start_tarantool() {
   command -v tarantool >/dev/null 2>&1 || die "tarantool is not installed (run: scripts/peers.sh install)"
   mkdir -p "$dir"
   cat >"$dir/init.lua" <<LUA
-box.cfg{ listen = '127.0.0.1:$port', work_dir = '$dir', wal_mode = 'none',
+box.cfg{ listen = '127.0.0.1:$port', work_dir = '$dir', wal_mode = '$(if [ "$DURABILITY" = sync ]; then echo fsync; else echo none; fi)',
          memtx_memory = $MEMORY_MB * 1024 * 1024, log = '$dir/tarantool.log' }
 box.schema.user.create('bench', { password = 'bench', if_not_exists = true })
 box.schema.user.grant('bench', 'super', nil, nil, { if_not_exists = true })
@@ -73,7 +82,9 @@ start_redis() {
   local dir=$1 port=$2
   command -v redis-server >/dev/null 2>&1 || die "redis-server is not installed (run: scripts/peers.sh install)"
   mkdir -p "$dir"
-  nohup redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
+  local aof=(--appendonly no)
+  [ "$DURABILITY" = sync ] && aof=(--appendonly yes --appendfsync always)
+  nohup redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' "${aof[@]}" \
     --protected-mode no --logfile "$dir/redis.log" >"$dir/stdout.log" 2>&1 &
   echo $! >"$dir/pid"
   wait_port "$port" redis "$dir/redis.log"
@@ -112,8 +123,20 @@ stop() {
   esac
 }
 
+pid() {
+  local system=$1 dir=$2
+  case "$system" in
+    postgres) head -1 "$dir/data/postmaster.pid" ;;
+    tarantool|redis) cat "$dir/pid" ;;
+    *) die "unknown system $system" ;;
+  esac
+}
+
 case "${1:-}" in
   install) install ;;
+  pid)
+    [ $# -eq 3 ] || die "usage: peers.sh pid SYSTEM DIR"
+    pid "$2" "$3" ;;
   start)
     [ $# -eq 4 ] || die "usage: peers.sh start postgres|tarantool|redis DIR PORT"
     case "$2" in
@@ -125,5 +148,5 @@ case "${1:-}" in
   stop)
     [ $# -eq 3 ] || die "usage: peers.sh stop SYSTEM DIR"
     stop "$2" "$3" ;;
-  *) die "usage: peers.sh install | start SYSTEM DIR PORT | stop SYSTEM DIR" ;;
+  *) die "usage: peers.sh install | start SYSTEM DIR PORT | stop SYSTEM DIR | pid SYSTEM DIR" ;;
 esac

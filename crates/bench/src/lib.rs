@@ -4,6 +4,7 @@
 
 pub mod apps;
 pub mod conn;
+pub mod cpu;
 pub mod peers;
 pub mod report;
 pub mod rng;
@@ -60,6 +61,13 @@ pub struct BenchArgs {
     /// Seconds of load (per step with --step).
     #[arg(long, default_value_t = 30)]
     pub duration: u64,
+    /// Seconds of load before the measured run, not counted (caches, allocator, JIT warm).
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// The server's process id on this machine: the report gives the CPU its whole process
+    /// tree spent per transaction over the measured run (read from /proc).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
     /// Hold this many transactions per second (open loop); the starting rate with --step.
     #[arg(long)]
     pub rate: Option<f64>,
@@ -101,6 +109,32 @@ pub struct BenchArgs {
     /// --user, --password, --tls, --tls-ca: for a server with security or TLS on.
     #[command(flatten)]
     pub login: conn::LoginArgs,
+}
+
+/// CPU used so far by the server's process tree and by this process.
+struct CpuSample {
+    server: Option<Duration>,
+    client: Option<Duration>,
+}
+
+/// CPU per transaction over a run, in microseconds.
+struct CpuPerTxn {
+    server_us: Option<f64>,
+    client_us: Option<f64>,
+}
+
+impl CpuSample {
+    fn take(server_pid: Option<u32>) -> CpuSample {
+        CpuSample { server: server_pid.and_then(cpu::tree_cpu), client: cpu::own_cpu() }
+    }
+
+    fn per_txn_since(&self, before: &CpuSample, txns: u64) -> CpuPerTxn {
+        let per = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+            (Some(a), Some(b)) if txns > 0 => Some(a.saturating_sub(b).as_secs_f64() * 1e6 / txns as f64),
+            _ => None,
+        };
+        CpuPerTxn { server_us: per(self.server, before.server), client_us: per(self.client, before.client) }
+    }
 }
 
 /// Runs the benchmark; returns the process exit code (0 when the run and its check passed).
@@ -197,6 +231,19 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
     } else {
         "flood"
     };
+    if args.warmup > 0 && !args.step {
+        eprintln!("warming up for {} s …", args.warmup);
+        let phase = Phase {
+            duration: Duration::from_secs(args.warmup),
+            rate: args.rate,
+            window: args.window,
+            seed: args.seed.wrapping_add(1),
+            t_offset_s: 0.0,
+            label: "warm-up ".into(),
+        };
+        run_phase(w.clone(), conn, &phase).await;
+    }
+    let cpu_before = CpuSample::take(args.server_pid);
     let (result, steps) = if args.step {
         stepping(&w, conn, args, duration).await
     } else {
@@ -204,7 +251,9 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
         let r = run_phase(w.clone(), conn, &phase).await;
         (r, Vec::new())
     };
+    let cpu_after = CpuSample::take(args.server_pid);
     let by_type = result.stats.snapshot();
+    let cpu = cpu_after.per_txn_since(&cpu_before, stats::total(&by_type).count);
     let secs = result.elapsed.as_secs_f64();
     eprintln!("checking …");
     let check = w.check(conn).await;
@@ -214,6 +263,12 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
         println!("check {d}");
     }
     println!("check {}", if check.passed { "PASSED" } else { "FAILED" });
+    if let Some(us) = cpu.server_us {
+        println!("server CPU {us:.2} us per transaction (process tree of pid {})", args.server_pid.unwrap_or_default());
+    }
+    if let Some(us) = cpu.client_us {
+        println!("{} CPU {us:.2} us per transaction", if args.embedded { "process (engine and load)" } else { "load generator" });
+    }
     let server = server_settings(conn).await;
     let mut config = json!({
         "mode": mode,
@@ -228,6 +283,7 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
         "sla_ms": args.sla_ms,
         "seed": args.seed,
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "warmup_s": args.warmup,
     });
     if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
         c.extend(e.clone());
@@ -243,7 +299,11 @@ async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: ser
             );
         }
     }
-    let doc = report::json_report(&args.workload, secs, &by_type, &check, config);
+    let mut doc = report::json_report(&args.workload, secs, &by_type, &check, config);
+    if let Some(d) = doc.as_object_mut() {
+        d.insert("server_cpu_us_per_txn".into(), json!(cpu.server_us));
+        d.insert("client_cpu_us_per_txn".into(), json!(cpu.client_us));
+    }
     if let Some(path) = &args.report {
         let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::unexpected(e.to_string()))?;
         std::fs::write(path, text).map_err(|e| Error::unexpected(format!("cannot write {}: {e}", path.display())))?;

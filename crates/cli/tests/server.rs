@@ -353,15 +353,19 @@ fn the_server_runs_without_transparent_huge_pages_unless_asked() {
 
 /// `lockstep bench` over the network reads its answers in place (`ResponseView`): every
 /// workload shape (Voter's counts, TATP's rows and every-partition calls, YCSB's scans,
-/// charging's four tables) must still pass its end-of-run check.
+/// charging's four tables) must still pass its end-of-run check. The report carries the
+/// server's CPU per transaction (its process read from /proc) and the load generator's.
 #[test]
 fn the_benchmark_passes_its_checks_over_the_network() {
     let dir = TempDir::new("bench");
     let server = Server::start(&dir.0, 2);
+    let pid = server.pid().to_string();
     for (workload, scale) in [("voter", "10"), ("tatp", "2000"), ("charging", "500"), ("ycsb-e", "2000"), ("ycsb-a", "2000")] {
         let report = dir.0.join(format!("{workload}.json"));
+        let warmup = if workload == "voter" { "1" } else { "0" };
         let out = std::process::Command::new(common::BIN)
-            .args(["bench", workload, "--server", &server.addr, "--duration", "1", "--window", "64", "--scale", scale, "--report"])
+            .args(["bench", workload, "--server", &server.addr, "--duration", "1", "--window", "64", "--scale", scale])
+            .args(["--warmup", warmup, "--server-pid", &pid, "--report"])
             .arg(&report)
             .output()
             .expect("run lockstep bench");
@@ -372,5 +376,9 @@ fn the_benchmark_passes_its_checks_over_the_network() {
         assert!(report["txns"].as_u64().unwrap() > 0, "{workload}: no transactions");
         let errors: u64 = report["transactions"].as_object().unwrap().values().map(|t| t["errors"].as_u64().unwrap()).sum();
         assert_eq!(errors, 0, "{workload}: {}", report["transactions"]);
+        for cpu in ["server_cpu_us_per_txn", "client_cpu_us_per_txn"] {
+            assert!(report[cpu].as_f64().is_some_and(|us| us > 0.0), "{workload}: {cpu} = {}", report[cpu]);
+        }
+        assert!(stdout.contains("server CPU "), "{workload}: {stdout}");
     }
 }

@@ -175,10 +175,25 @@ impl PgPeer {
     }
 
     /// Runs a script of several statements (an app's schema and functions) in one transaction.
+    /// The apps' tables are UNLOGGED, the promise of a run without durability; a server
+    /// that commits synchronously is a durable run, and then they are logged tables.
     pub async fn batch(&self, script: &str) -> Result<(), Error> {
-        self.clients[0].batch_execute(script).await.map_err(|e| match e.as_db_error() {
+        let durable = self.synchronous_commit().await?;
+        let script = if durable { script.replace("CREATE UNLOGGED TABLE", "CREATE TABLE") } else { script.to_string() };
+        self.clients[0].batch_execute(&script).await.map_err(|e| match e.as_db_error() {
             Some(db) => Error::sql(format!("postgres: {}", db.message())),
             None => lost(e),
         })
+    }
+
+    /// Whether the server waits for the WAL's flush at each commit (and fsyncs at all).
+    async fn synchronous_commit(&self) -> Result<bool, Error> {
+        let mut on = true;
+        for setting in ["synchronous_commit", "fsync"] {
+            let row = self.clients[0].query_one(&format!("SHOW {setting}"), &[]).await.map_err(lost)?;
+            let value: String = row.try_get(0).map_err(lost)?;
+            on &= value != "off";
+        }
+        Ok(on)
     }
 }
