@@ -37,7 +37,7 @@ wait $bench || { echo "the benchmark failed: $(tail -3 "$work/bench.err")" >&2; 
 grep -E '^ALL|CPU' "$work/bench.out"
 us=$(awk '/^server CPU/{print $3}' "$work/bench.out")
 
-perf report -i "$work/perf.data" --no-children --sort comm,dso,sym -q --stdio 2>/dev/null | python3 -c '
+cat >"$work/group.py" <<'PY'
 import re, sys
 us = float(sys.argv[1])
 # First match wins: kernel parts, then our crates and the libraries they call.
@@ -68,4 +68,5 @@ print(f"\n{'thread':<14} {'part':<40} {'share':>6} {'us/txn':>7}")
 for (thread, group), pct in sorted(share.items(), key=lambda kv: (kv[0][0], -kv[1])):
     if pct >= 0.5:
         print(f"{thread:<14} {group:<40} {pct:5.1f}% {pct * us / 100:7.2f}")
-' "${us:-0}"
+PY
+perf report -i "$work/perf.data" --no-children --sort comm,dso,sym -q --stdio 2>/dev/null | python3 "$work/group.py" "${us:-0}"
