@@ -69,7 +69,12 @@ fn expected_answers_agree_with_sqlite_and_postgresql() {
         for path in &files {
             let schema = format!("slt_{}", path.file_stem().map_or("x".into(), |s| s.to_string_lossy().replace('-', "_")));
             let url = url.clone();
-            check_file(path, "postgresql", move || std::future::ready(Postgres::connect(&url, &schema).map_err(sqlcheck::SqlError)), &mut pg);
+            check_file(
+                path,
+                "postgresql",
+                move || std::future::ready(Postgres::connect(&url, &schema).map_err(sqlcheck::SqlError)),
+                &mut pg,
+            );
         }
         println!("{}", pg.line("PostgreSQL"));
         for d in &pg.disagreements {

@@ -122,7 +122,8 @@ impl Lockstep {
         let (tx, rx) = mpsc::channel();
         let call = Call { procedure: "@AdHoc".into(), params: vec![Value::Str(text.into())], ..Default::default() };
         self.engine.submit(call, Box::new(move |o| drop(tx.send(o))));
-        let outcome = rx.recv_timeout(Duration::from_millis(ANSWER_WAIT_MS)).map_err(|_| format!("no answer in {ANSWER_WAIT_MS} ms: {text}"))?;
+        let outcome =
+            rx.recv_timeout(Duration::from_millis(ANSWER_WAIT_MS)).map_err(|_| format!("no answer in {ANSWER_WAIT_MS} ms: {text}"))?;
         if !outcome.is_success() {
             return Err(outcome.status_string.unwrap_or_else(|| format!("status {}", outcome.status)));
         }
@@ -231,7 +232,9 @@ impl Postgres {
     }
 
     fn batch(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
-        self.runtime.block_on(self.client.simple_query(sql)).map_err(|e| e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string()))
+        self.runtime
+            .block_on(self.client.simple_query(sql))
+            .map_err(|e| e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string()))
     }
 }
 
