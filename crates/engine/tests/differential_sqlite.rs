@@ -12,7 +12,9 @@
 //! text (SQLite's type affinity converts), the empty string, scalar subqueries that can
 //! return several rows (SQLite takes the first, SQL says error: they are all aggregates
 //! here), `ANY` / `ALL` and `INTERSECT ALL` / `EXCEPT ALL` (SQLite has none), and
-//! chains of set operations mixing INTERSECT with others (SQLite reads them left to right).
+//! chains of set operations mixing INTERSECT with others (SQLite reads them left to right),
+//! and subqueries of a grouping query that read a GROUP BY expression's columns (refused by
+//! PostgreSQL and Lockstep, answered by SQLite).
 
 mod sqlcheck;
 
@@ -379,8 +381,9 @@ impl Gen {
         let mut items = keys.clone();
         items.extend(aggs);
         // A subquery in the select list of a grouping query may read the group's keys:
-        // plain columns only, since Lockstep refuses one that reads a key expression
-        // (`GROUP BY ABS(a)` then `(SELECT … WHERE x = ABS(a))`; listed in the report of #23).
+        // plain columns only. One that reads a key expression (`GROUP BY ABS(a)` then
+        // `(SELECT … WHERE x = ABS(a))`) is refused by Lockstep and PostgreSQL alike
+        // ("subquery uses ungrouped column"); only SQLite answers it.
         let plain: Vec<(String, Ty)> =
             typed_keys.iter().filter(|(k, _, p)| *p && k.contains('.')).map(|(k, t, _)| (k.clone(), *t)).collect();
         if !plain.is_empty() && self.rng.chance(20) {
