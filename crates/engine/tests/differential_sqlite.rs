@@ -329,7 +329,17 @@ impl Gen {
         if self.rng.chance(40) {
             let keys: Vec<String> = scope.own.iter().map(|s| format!("{}.id", s.alias)).collect();
             let dir = if self.rng.chance(50) { " DESC" } else { "" };
-            let order: Vec<String> = keys.iter().map(|k| format!("{k}{dir}")).collect();
+            let mut order: Vec<String> = keys.iter().map(|k| format!("{k}{dir}")).collect();
+            // Now and then an expression sorts first (NULLs first ascending and last
+            // descending in both), the keys after it still making the order total.
+            if self.rng.chance(40) {
+                let lead = self.expr(&Scope { own: scope.own.clone(), outer: Vec::new() }, Ty::Int, 1);
+                let lead_dir = if self.rng.chance(50) { " DESC" } else { "" };
+                // A bare number there would be a position in the select list.
+                if lead.contains('.') {
+                    order.insert(0, format!("{lead}{lead_dir}"));
+                }
+            }
             let limit = 1 + self.rng.below(8);
             let offset = if self.rng.chance(30) { format!(" OFFSET {}", self.rng.below(4)) } else { String::new() };
             let mut all = keys;
