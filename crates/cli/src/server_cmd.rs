@@ -183,7 +183,7 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
 /// (its info lines describe every election step, and it logs an error twice a second for
 /// as long as a node is down). The cluster logs what matters of it itself: membership
 /// changes and why they failed. `LOCKSTEP_LOG=info,openraft=warn` shows the library's too.
-const DEFAULT_LOG_FILTER: &str = "info,openraft=off";
+const DEFAULT_LOG_FILTER: &str = "info,openraft=off,rskafka=warn";
 
 pub fn run(args: ServerArgs) -> ExitCode {
     tracing_subscriber::fmt()
