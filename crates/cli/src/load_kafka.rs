@@ -23,6 +23,7 @@ use lockstep_client::{status, Client, ClientError, Response};
 use lockstep_core::Value;
 use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::ClientBuilder;
+use rskafka::record::RecordAndOffset;
 
 use crate::load_cmd::{
     catalog, cell_str, convert, convert_field, describe_target, Column, Layout, LineParser, Rejects, Target, BATCH_DEFAULT, BATCH_MAX,
@@ -39,6 +40,9 @@ const FETCH_WAIT_MS: i32 = 500;
 const KAFKA_RETRY_MS: u64 = 30_000;
 /// Largest message accepted.
 const KAFKA_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Messages loaded between two saves of the position: at most this many are loaded again
+/// after the loader is killed.
+const COMMIT_ROWS: usize = 1000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum MessageFormat {
@@ -347,58 +351,75 @@ impl Loader<'_> {
                 return Ok(());
             }
             for s in sources.iter_mut().filter(|s| !s.done()) {
-                let (records, _high) = s
+                let (records, high) = s
                     .client
                     .fetch_records(s.next, 1..FETCH_BYTES_MAX, FETCH_WAIT_MS)
                     .await
                     .map_err(|e| format!("cannot fetch partition {} of {}: {e}", s.client.partition(), self.args.topic))?;
-                let records: Vec<_> = records.into_iter().filter(|r| r.offset >= s.next && s.end.is_none_or(|e| r.offset < e)).collect();
-                let Some(last) = records.last().map(|r| r.offset) else { continue };
+                let mut records: Vec<_> =
+                    records.into_iter().filter(|r| r.offset >= s.next && s.end.is_none_or(|e| r.offset < e)).collect();
                 let partition = s.client.partition();
-                let mut pending = FuturesUnordered::new();
-                for r in records {
-                    self.counts.read += 1;
-                    let raw = r.record.value.unwrap_or_default();
-                    match message_row(&raw, self.args.format, &self.target.columns, &self.layout, &mut self.parser) {
-                        Ok(row) => {
-                            while pending.len() >= self.args.batch {
-                                if let Some(done) = pending.next().await {
-                                    self.answered(partition, done);
-                                }
-                            }
-                            let sent = self.client.start_call(&self.target.procedure, row).await;
-                            let offset = r.offset;
-                            pending.push(
-                                async move {
-                                    let answer = match sent {
-                                        Ok(s) => s.wait().await,
-                                        Err(e) => Err(e),
-                                    };
-                                    InFlight { offset, raw, answer }
-                                }
-                                .boxed(),
-                            );
-                        }
-                        Err(reason) => self.reject(partition, r.offset, &reason, &raw),
-                    }
-                    self.show_progress();
+                if records.is_empty() && high <= s.next && s.end.is_some() {
+                    // Offsets up to the end that hold no message (a transaction's markers).
+                    s.end = Some(s.next);
                 }
-                while let Some(done) = pending.next().await {
-                    self.answered(partition, done);
+                while !records.is_empty() {
+                    let rest = records.split_off(records.len().min(COMMIT_ROWS));
+                    s.next = self.load_chunk(partition, records).await?;
+                    records = rest;
                 }
-                if let Some(e) = &self.failed {
-                    // Rows of this chunk may be missing: its position is not saved, and a
-                    // new run starts at this chunk again.
-                    return Err(format!("the server connection failed ({e}); run the load again to resume"));
-                }
-                save_offset(&self.client, &self.args.consumer, &self.args.topic, partition, last + 1).await?;
-                s.next = last + 1;
                 if self.args.maxerrors > 0 && self.counts.rejected >= self.args.maxerrors {
                     eprintln!("stopped after {} rejected rows (--maxerrors)", self.counts.rejected);
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// Loads messages of one partition, waits for every answer, then saves the position
+    /// after them; returns that position.
+    async fn load_chunk(&mut self, partition: i32, records: Vec<RecordAndOffset>) -> Result<i64, String> {
+        let Some(next) = records.last().map(|r| r.offset + 1) else { return Err("no messages".into()) };
+        let mut pending = FuturesUnordered::new();
+        for r in records {
+            self.counts.read += 1;
+            let raw = r.record.value.unwrap_or_default();
+            match message_row(&raw, self.args.format, &self.target.columns, &self.layout, &mut self.parser) {
+                Ok(row) => {
+                    while pending.len() >= self.args.batch {
+                        if let Some(done) = pending.next().await {
+                            self.answered(partition, done);
+                        }
+                    }
+                    let sent = self.client.start_call(&self.target.procedure, row).await;
+                    let offset = r.offset;
+                    pending.push(
+                        async move {
+                            let answer = match sent {
+                                Ok(s) => s.wait().await,
+                                Err(e) => Err(e),
+                            };
+                            InFlight { offset, raw, answer }
+                        }
+                        .boxed(),
+                    );
+                }
+                Err(reason) => self.reject(partition, r.offset, &reason, &raw),
+            }
+            self.show_progress();
+        }
+        while let Some(done) = pending.next().await {
+            self.answered(partition, done);
+        }
+        if let Some(e) = &self.failed {
+            // Rows of this chunk may be missing: its position is not saved, and a new run
+            // starts at this chunk again.
+            return Err(format!("the server connection failed ({e}); run the load again to resume"));
+        }
+        // The chunk's rejected rows are written out before its position moves past them.
+        self.rejects.finish();
+        save_offset(&self.client, &self.args.consumer, &self.args.topic, partition, next).await?;
+        Ok(next)
     }
 
     fn answered(&mut self, partition: i32, done: InFlight) {

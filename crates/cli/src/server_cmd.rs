@@ -183,7 +183,9 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
 /// (its info lines describe every election step, and it logs an error twice a second for
 /// as long as a node is down). The cluster logs what matters of it itself: membership
 /// changes and why they failed. `LOCKSTEP_LOG=info,openraft=warn` shows the library's too.
-const DEFAULT_LOG_FILTER: &str = "info,openraft=off,rskafka=warn";
+/// rskafka (the Kafka export target) logs every reconnection attempt while a broker is
+/// down; the exporter logs the target going down and coming back itself.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=off,rskafka=error";
 
 pub fn run(args: ServerArgs) -> ExitCode {
     tracing_subscriber::fmt()
