@@ -378,4 +378,49 @@ mod tests {
         assert_eq!(lane.rows_delivered.load(Ordering::Relaxed), 3);
         let _ = fs::remove_dir_all(&dir);
     }
+
+    /// Notes the size of every batch it takes.
+    struct Sizes(Arc<std::sync::Mutex<Vec<usize>>>);
+
+    impl Sink for Sizes {
+        fn send(&mut self, rows: &[serde_json::Value]) -> Result<(), String> {
+            self.0.lock().unwrap().push(rows.len());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_partial_batch_lingers_until_it_fills() {
+        let dir = std::env::temp_dir().join(format!("lockstep-export-linger-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(segment_path(&dir, 1), "{\"seq\":1}\n{\"seq\":2}\n").unwrap();
+        let settings = super::super::KafkaSettings {
+            brokers: vec!["h:1".into()],
+            topic: "t".into(),
+            key_column: None,
+            batch_rows: 3,
+            // Far longer than the test: the batch can only go once it is full.
+            linger_ms: 60_000,
+        };
+        let config = TargetConfig { name: "K".into(), kind: TargetKind::Kafka(settings), max_backlog_bytes: u64::MAX };
+        let hub = Arc::new(ExportHub::new(vec![config.clone()]));
+        let lane = hub.lane("K", 0);
+        let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let exporter = Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone(), partitions: 1 };
+        let sink = Sizes(sizes.clone());
+        let thread = std::thread::spawn(move || exporter.run_with(Box::new(sink)));
+        std::thread::sleep(Duration::from_millis(3 * POLL_MS));
+        let mut f = fs::OpenOptions::new().append(true).open(segment_path(&dir, 1)).unwrap();
+        f.write_all(b"{\"seq\":3}\n{\"seq\":4}\n").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while lane.rows_delivered.load(Ordering::Relaxed) < 3 {
+            assert!(std::time::Instant::now() < deadline, "the full batch never went");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        hub.stopping.store(true, Ordering::Relaxed);
+        thread.join().unwrap();
+        assert_eq!(sizes.lock().unwrap()[0], 3, "the first batch went before it was full");
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

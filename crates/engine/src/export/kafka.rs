@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use rskafka::client::error::{Error as KafkaError, ProtocolError};
 use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
@@ -147,11 +148,10 @@ async fn connect(settings: &KafkaSettings, partition: u32, partitions: u32) -> R
         None => {
             let wanted = i32::try_from(partitions.max(1)).unwrap_or(i32::MAX);
             let controller = client.controller_client().map_err(|e| e.to_string())?;
-            if let Err(e) = controller.create_topic(&settings.topic, wanted, KAFKA_CREATED_REPLICATION, KAFKA_CREATE_TOPIC_MS).await {
+            match controller.create_topic(&settings.topic, wanted, KAFKA_CREATED_REPLICATION, KAFKA_CREATE_TOPIC_MS).await {
                 // Another partition's exporter may have created it meanwhile.
-                if !e.to_string().contains("TopicAlreadyExists") {
-                    return Err(format!("Kafka topic {} does not exist and cannot be created: {e}", settings.topic));
-                }
+                Ok(()) | Err(KafkaError::ServerError { protocol_error: ProtocolError::TopicAlreadyExists, .. }) => {}
+                Err(e) => return Err(format!("Kafka topic {} does not exist and cannot be created: {e}", settings.topic)),
             }
             topic_partitions(&client, &settings.topic)
                 .await?
