@@ -92,6 +92,9 @@ impl KafkaSettings {
     }
 }
 
+/// Held while an exporter makes a missing topic (the exporters of a target would race).
+static CREATING_TOPIC: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub struct KafkaSink {
     settings: KafkaSettings,
     /// This exporter's Lockstep partition, and how many there are (partitions of a topic
@@ -146,10 +149,15 @@ async fn connect(settings: &KafkaSettings, partition: u32, partitions: u32) -> R
     let count = match topic_partitions(&client, &settings.topic).await? {
         Some(n) => n,
         None => {
+            // One exporter at a time makes a missing topic; the others find it made.
+            let _one = CREATING_TOPIC.lock().await;
+            if let Some(n) = topic_partitions(&client, &settings.topic).await? {
+                return open_partition(client, settings, partition, n).await;
+            }
             let wanted = i32::try_from(partitions.max(1)).unwrap_or(i32::MAX);
             let controller = client.controller_client().map_err(|e| e.to_string())?;
             match controller.create_topic(&settings.topic, wanted, KAFKA_CREATED_REPLICATION, KAFKA_CREATE_TOPIC_MS).await {
-                // Another partition's exporter may have created it meanwhile.
+                // Another server, or someone by hand, may have made it meanwhile.
                 Ok(()) | Err(KafkaError::ServerError { protocol_error: ProtocolError::TopicAlreadyExists, .. }) => {}
                 Err(e) => return Err(format!("Kafka topic {} does not exist and cannot be created: {e}", settings.topic)),
             }
@@ -158,6 +166,11 @@ async fn connect(settings: &KafkaSettings, partition: u32, partitions: u32) -> R
                 .ok_or_else(|| format!("Kafka topic {} was created but is not listed yet", settings.topic))?
         }
     };
+    open_partition(client, settings, partition, count).await
+}
+
+/// Opens Kafka partition `partition mod count` of the topic.
+async fn open_partition(client: Client, settings: &KafkaSettings, partition: u32, count: u32) -> Result<(Client, PartitionClient), String> {
     let target = i32::try_from(partition % count).unwrap_or(0);
     let p = client
         .partition_client(settings.topic.clone(), target, UnknownTopicHandling::Retry)
