@@ -153,7 +153,7 @@ pub struct FileConfig {
     pub internal_listen: Option<String>,
     pub hosts: Option<HostList>,
     pub kfactor: Option<u32>,
-    /// `[[export.targets]]`: name, type (file, http, postgresql) and the type's settings.
+    /// `[[export.targets]]`: name, type (file, http, postgresql, kafka) and the type's settings.
     pub export: Option<ExportSection>,
 }
 
@@ -290,16 +290,23 @@ mod tests {
         use lockstep_engine::export::{TargetKind, MAX_BACKLOG_BYTES_DEFAULT};
         let text = "[[export.targets]]\nname = \"files\"\ntype = \"file\"\n\n\
                     [[export.targets]]\nname = \"hook\"\ntype = \"http\"\nurl = \"http://h:1/x\"\nmax_backlog_bytes = 1000\n\n\
-                    [[export.targets]]\nname = \"pg\"\ntype = \"postgresql\"\nurl = \"host=h\"\ntable = \"t\"\n";
+                    [[export.targets]]\nname = \"pg\"\ntype = \"postgresql\"\nurl = \"host=h\"\ntable = \"t\"\n\n\
+                    [[export.targets]]\nname = \"k\"\ntype = \"kafka\"\nbrokers = \"h:9092\"\ntopic = \"ev\"\nkey_column = \"id\"\nlinger_ms = 5\n";
         let mut c = ServerConfig::default();
         toml::from_str::<FileConfig>(text).unwrap().apply_to(&mut c);
         let t = &c.export_targets;
-        assert_eq!(t.len(), 3);
+        assert_eq!(t.len(), 4);
         assert_eq!((t[0].kind.clone(), t[0].max_backlog_bytes), (TargetKind::File, MAX_BACKLOG_BYTES_DEFAULT));
         assert_eq!((t[1].kind.clone(), t[1].max_backlog_bytes), (TargetKind::Http { url: "http://h:1/x".into() }, 1000));
         assert_eq!(t[2].kind, TargetKind::Postgresql { url: "host=h".into(), table: "t".into() });
+        let TargetKind::Kafka(k) = &t[3].kind else { panic!("a kafka target: {:?}", t[3].kind) };
+        assert_eq!(
+            (k.brokers.clone(), k.topic.as_str(), k.key_column.as_deref(), k.linger_ms),
+            (vec!["h:9092".to_string()], "ev", Some("id"), 5)
+        );
         for (bad, says) in [
-            ("type = \"kafka\"", "not supported yet"),
+            ("type = \"kafka\"", "needs brokers"),
+            ("type = \"kafka\"\nbrokers = \"h:1\"\ntopic = \"t\"\nacks = \"1\"", "acks"),
             ("type = \"http\"", "needs url"),
             ("type = \"http\"\nurl = \"http://h/\"\nurll = \"x\"", "unknown field `urll`"),
         ] {
