@@ -96,6 +96,77 @@ pub struct KafkaArgs {
     /// --user, --password, --tls, --tls-ca: for a server with security or TLS on.
     #[command(flatten)]
     login: LoginArgs,
+    /// Run inside the server (`[[import.kafka]]`): no progress line, no summary.
+    #[arg(skip)]
+    in_server: bool,
+}
+
+/// After a run inside the server failed (Kafka or the server unreachable, a bad setting
+/// found late), the importer waits this long before it starts again.
+const IMPORT_RETRY_MS: u64 = 5_000;
+
+/// The loader's arguments for one `[[import.kafka]]` of the server's configuration, checked
+/// as the command line's are; rejected rows go to `<data>/import/<TABLE>_rejects.txt`.
+pub fn server_import(
+    import: &lockstep_server::config::KafkaImport,
+    server: std::net::SocketAddr,
+    data_dir: &std::path::Path,
+) -> Result<KafkaArgs, String> {
+    #[derive(clap::Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: KafkaArgs,
+    }
+    let mut argv = vec!["import".to_string(), "--brokers".into(), import.brokers.clone(), "--topic".into(), import.topic.clone()];
+    argv.extend(["--server".into(), server.to_string(), "--follow".into()]);
+    let report = data_dir.join("import");
+    argv.extend(["--reportdir".into(), report.display().to_string(), "--maxerrors".into(), "0".into()]);
+    argv.extend(["--consumer".into(), import.consumer.clone().unwrap_or_else(|| "lockstep-server".into())]);
+    let optional = [
+        ("--table", import.table.clone()),
+        ("--procedure", import.procedure.clone()),
+        ("--format", import.format.clone()),
+        ("--batch", import.batch.map(|b| b.to_string())),
+        ("--user", import.user.clone()),
+        ("--password", import.password.clone()),
+    ];
+    for (flag, value) in optional {
+        if let Some(v) = value {
+            argv.extend([flag.to_string(), v]);
+        }
+    }
+    let mut wrap = <Wrap as clap::Parser>::try_parse_from(&argv)
+        .map_err(|e| format!("[[import.kafka]] of topic {:?}: {}", import.topic, e.to_string().lines().next().unwrap_or_default()))?;
+    if wrap.args.batch == 0 || wrap.args.batch > BATCH_MAX {
+        return Err(format!("[[import.kafka]] of topic {:?}: batch must be 1..={BATCH_MAX}", import.topic));
+    }
+    wrap.args.in_server = true;
+    Ok(wrap.args)
+}
+
+/// Runs a configured import on a thread of its own for as long as the server runs; a run
+/// that fails is started again after `IMPORT_RETRY_MS`, from the positions it saved.
+pub fn start_server_import(args: KafkaArgs) -> std::io::Result<()> {
+    let name = format!("import-kafka-{}", args.topic);
+    std::thread::Builder::new().name(name).spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("the Kafka import of topic {} cannot start its runtime: {e}", args.topic);
+                return;
+            }
+        };
+        loop {
+            match runtime.block_on(load(&args)) {
+                Ok(_) => tracing::warn!("the Kafka import of topic {} stopped; it starts again", args.topic),
+                Err(e) => {
+                    tracing::warn!("the Kafka import of topic {} failed: {e}; it starts again in {} s", args.topic, IMPORT_RETRY_MS / 1000)
+                }
+            }
+            std::thread::sleep(Duration::from_millis(IMPORT_RETRY_MS));
+        }
+    })?;
+    Ok(())
 }
 
 pub fn run(args: KafkaArgs) -> ExitCode {
@@ -329,12 +400,14 @@ async fn load(args: &KafkaArgs) -> Result<u8, String> {
         counts: Counts::default(),
         started: now,
         last_progress: now,
-        progress: std::io::stderr().is_terminal(),
+        progress: !args.in_server && std::io::stderr().is_terminal(),
         failed: None,
     };
     let result = loader.consume(&mut sources).await;
     loader.rejects.finish();
-    loader.summary();
+    if !args.in_server {
+        loader.summary();
+    }
     result?;
     Ok(match (&loader.failed, loader.counts.rejected) {
         (Some(_), _) => EXIT_FAILED,

@@ -398,3 +398,42 @@ async fn load_kafka_loads_every_message_and_resumes_after_a_kill() {
     assert!(status.success() && out.contains("0 messages read"), "{out}");
     assert_eq!(imp_counts(&client).await, (rows, distinct));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a JDK and Kafka's jars: run compat/kafka/run.sh"]
+async fn a_server_consumes_the_topics_its_configuration_names() {
+    const FIRST: i64 = 500;
+    const ALL: i64 = 800;
+    let dir = TempDir::new("kafka-server-import");
+    let broker = Broker::start(&dir.0.join("kafka"));
+    tokio::task::block_in_place(|| {
+        broker.tool("org.apache.kafka.tools.TopicCommand", &["--create", "--topic", "orders", "--partitions", "2"], b"");
+        broker.produce("orders", &(0..FIRST).map(|i| format!("{i},o{i}\n")).collect::<String>());
+    });
+    let config = dir.0.join("lockstep.toml");
+    std::fs::write(
+        &config,
+        format!("[[import.kafka]]\nbrokers = \"{}\"\ntopic = \"orders\"\ntable = \"orders\"\nformat = \"csv\"\n", broker.address()),
+    )
+    .expect("write config");
+    let server = Server::start_with(
+        &dir.0.join("data"),
+        &["--sites", &SITES.to_string(), "--config", config.to_str().expect("path")],
+        "127.0.0.1:0",
+    );
+    let client = server.client().await;
+    // The table comes after the server: the import waits for it (and retries).
+    adhoc(&client, "CREATE TABLE orders (id BIGINT NOT NULL, note VARCHAR(20));").await;
+    adhoc(&client, "PARTITION TABLE orders ON COLUMN id;").await;
+    let count = || async {
+        let r = adhoc(&client, "SELECT count(*), count(DISTINCT id) FROM orders").await;
+        (r.tables[0].rows[0][0].as_i64().unwrap_or(-1), r.tables[0].rows[0][1].as_i64().unwrap_or(-1))
+    };
+    wait_until("the messages already in the topic are loaded", || async { count().await == (FIRST, FIRST) }).await;
+    // It goes on consuming what comes later.
+    tokio::task::block_in_place(|| broker.produce("orders", &(FIRST..ALL).map(|i| format!("{i},o{i}\n")).collect::<String>()));
+    wait_until("the later messages are loaded", || async { count().await == (ALL, ALL) }).await;
+    let r = adhoc(&client, "SELECT next_offset FROM lockstep_kafka_offsets WHERE consumer = 'lockstep-server' AND topic = 'orders'").await;
+    let saved: i64 = r.tables[0].rows.iter().filter_map(|row| row[0].as_i64()).sum();
+    assert_eq!(saved, ALL, "the saved positions cover every message");
+}

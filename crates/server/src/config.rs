@@ -62,6 +62,8 @@ pub struct ServerConfig {
     pub kfactor: Option<u32>,
     /// Export targets (`[[export.targets]]` in the configuration file).
     pub export_targets: Vec<lockstep_engine::export::TargetConfig>,
+    /// Kafka topics the server consumes (`[[import.kafka]]`).
+    pub kafka_imports: Vec<KafkaImport>,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +91,7 @@ impl Default for ServerConfig {
             hosts: Vec::new(),
             kfactor: None,
             export_targets: Vec::new(),
+            kafka_imports: Vec::new(),
         }
     }
 }
@@ -99,6 +102,34 @@ impl Default for ServerConfig {
 pub struct ExportSection {
     #[serde(default)]
     pub targets: Vec<lockstep_engine::export::TargetConfig>,
+}
+
+/// The `[import]` table of a configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportSection {
+    #[serde(default)]
+    pub kafka: Vec<KafkaImport>,
+}
+
+/// One `[[import.kafka]]`: a topic the server consumes into a table or through a procedure
+/// for as long as it runs, as `lockstep load kafka --follow` does (the same settings).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaImport {
+    pub brokers: String,
+    pub topic: String,
+    pub table: Option<String>,
+    pub procedure: Option<String>,
+    /// `json` (the default) or `csv`.
+    pub format: Option<String>,
+    /// The name its positions are kept under (default `lockstep-server`).
+    pub consumer: Option<String>,
+    /// Calls in flight.
+    pub batch: Option<usize>,
+    /// The user it logs in as when security is on (and that user's password).
+    pub user: Option<String>,
+    pub password: Option<String>,
 }
 
 /// `hosts` in a TOML file: one comma-separated string (as the flag takes it) or a list.
@@ -155,6 +186,8 @@ pub struct FileConfig {
     pub kfactor: Option<u32>,
     /// `[[export.targets]]`: name, type (file, http, postgresql, kafka) and the type's settings.
     pub export: Option<ExportSection>,
+    /// `[[import.kafka]]`: Kafka topics to consume (brokers, topic, table or procedure, …).
+    pub import: Option<ImportSection>,
 }
 
 impl FileConfig {
@@ -228,6 +261,9 @@ impl FileConfig {
         }
         if let Some(e) = self.export {
             c.export_targets = e.targets;
+        }
+        if let Some(i) = self.import {
+            c.kafka_imports = i.kafka;
         }
     }
 
