@@ -12,6 +12,8 @@
 #   5. compat/pg: PostgreSQL drivers on the --pg port, Python's psycopg 3 (PyPI, in a venv
 #      under target/pg-python) and Go's pgx v5 (Go module proxy); Java's PostgreSQL JDBC
 #      driver (Maven Central) is compat/java's PgJdbcTest.
+#   6. compat/kafka: the Kafka export target and `lockstep load kafka` against a real Apache
+#      Kafka 4.x broker in KRaft mode (its jars from Maven Central), started and stopped there.
 # Installs what the tests need when it is missing (a JDK 17, Maven and openssl; Prometheus; Chromium,
 # Node.js and npm for the console; Go for the history
 # checker; PostgreSQL 15, Redis and Tarantool for the side-by-side adapters' tests; all from Debian).
@@ -88,5 +90,7 @@ bash scripts/fuzz.sh "$fuzz_seconds"
 bash compat/java/run.sh target/debug/lockstep
 # PostgreSQL drivers in Python and Go; bounded, since a driver that hangs must not stall the run.
 timeout 600 bash compat/pg/run.sh target/debug/lockstep
+# Kafka export and import against a real broker; bounded, since a JVM that hangs must not stall the run.
+timeout 400 bash compat/kafka/run.sh
 # The web console in a real browser; bounded, since a browser that hangs must not stall the run.
 timeout 300 bash compat/console/run.sh target/debug/lockstep

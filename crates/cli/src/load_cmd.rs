@@ -3,6 +3,8 @@
 //! flight, each routed to its partition. A row that cannot be converted is rejected here,
 //! with its line number and the reason, and never sent; a row the server refuses is
 //! rejected with the server's message. Every line is either inserted or reported.
+//! `lockstep load kafka` (load_kafka.rs) shares the conversion, the rejects file and the
+//! target's description with it.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -17,29 +19,29 @@ use lockstep_client::{status, Client, ClientError, Response};
 use lockstep_core::{DataType, Value};
 
 /// How often the progress line on a terminal is redrawn.
-const PROGRESS_INTERVAL_MS: u64 = 1000;
+pub(crate) const PROGRESS_INTERVAL_MS: u64 = 1000;
 /// Calls in flight at once when `--batch` is not given.
-const BATCH_DEFAULT: usize = 1000;
+pub(crate) const BATCH_DEFAULT: usize = 1000;
 /// Upper bound of `--batch` (the server's site queues hold 65,536 calls each).
-const BATCH_MAX: usize = 16_384;
+pub(crate) const BATCH_MAX: usize = 16_384;
 /// The longest line a file may have (a row of VoltDB's largest values fits many times).
 const LINE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Rejected rows after which the load stops when `--maxerrors` is not given.
-const MAX_ERRORS_DEFAULT: u64 = 100;
+pub(crate) const MAX_ERRORS_DEFAULT: u64 = 100;
 /// Worker threads of the loader's runtime: the connections' readers and writers run there
 /// while this thread parses.
-const RUNTIME_THREADS: usize = 2;
+pub(crate) const RUNTIME_THREADS: usize = 2;
 /// Start size of the buffer a line's unquoted fields are written into; it grows as needed.
 const FIELD_BUFFER_START_BYTES: usize = 1024;
 /// Start count of field ends per line; grows as needed.
 const FIELD_ENDS_START: usize = 32;
 
 /// Exit status when every row read was inserted.
-const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// Exit status when some rows were rejected (by this loader or by the server).
-const EXIT_REJECTED: u8 = 1;
+pub(crate) const EXIT_REJECTED: u8 = 1;
 /// Exit status when the load could not run or the connection failed.
-const EXIT_FAILED: u8 = 2;
+pub(crate) const EXIT_FAILED: u8 = 2;
 
 #[derive(clap::Args)]
 pub struct LoadArgs {
@@ -55,6 +57,12 @@ enum LoadFormat {
     /// server. Exit status: 0 when every row was inserted, 1 when some were rejected, 2
     /// when the load could not run or the server connection failed.
     Csv(CsvArgs),
+    /// Consume a Kafka topic into a table or through a procedure: each message is one row
+    /// (a JSON object by column name, or a CSV line with --format csv). The topic's
+    /// positions are kept in the server (table LOCKSTEP_KAFKA_OFFSETS) and move only after
+    /// the server acknowledged the rows; a run resumes where the last one stopped. Exit
+    /// status as for csv.
+    Kafka(crate::load_kafka::KafkaArgs),
 }
 
 #[derive(clap::Args)]
@@ -116,7 +124,10 @@ struct CsvArgs {
 }
 
 pub fn run(args: LoadArgs) -> ExitCode {
-    let LoadFormat::Csv(args) = args.format;
+    let args = match args.format {
+        LoadFormat::Csv(args) => args,
+        LoadFormat::Kafka(args) => return crate::load_kafka::run(args),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(RUNTIME_THREADS).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -138,24 +149,24 @@ pub fn run(args: LoadArgs) -> ExitCode {
 
 /// One column (or parameter) a row's fields are converted for.
 #[derive(Clone, Debug)]
-struct Column {
-    name: String,
+pub(crate) struct Column {
+    pub(crate) name: String,
     /// None when the type is not known (a procedure whose parameters the catalog does not
     /// list): the value is sent as a string and the server converts it.
-    ty: Option<DataType>,
-    nullable: bool,
+    pub(crate) ty: Option<DataType>,
+    pub(crate) nullable: bool,
 }
 
 /// What a row is inserted with: the procedure and its parameters, in order.
-struct Target {
-    procedure: String,
-    columns: Vec<Column>,
+pub(crate) struct Target {
+    pub(crate) procedure: String,
+    pub(crate) columns: Vec<Column>,
     /// A name for the rejects file.
-    label: String,
+    pub(crate) label: String,
 }
 
 /// Reads the table's columns (or the procedure's parameters) from the server's catalog.
-async fn describe_target(client: &Client, table: Option<&str>, procedure: Option<&str>) -> Result<Target, String> {
+pub(crate) async fn describe_target(client: &Client, table: Option<&str>, procedure: Option<&str>) -> Result<Target, String> {
     match (table, procedure) {
         (_, Some(p)) => {
             let table = catalog(client, "PROCEDURECOLUMNS").await?;
@@ -204,7 +215,7 @@ async fn describe_target(client: &Client, table: Option<&str>, procedure: Option
     }
 }
 
-async fn catalog(client: &Client, selector: &str) -> Result<lockstep_core::ResultTable, String> {
+pub(crate) async fn catalog(client: &Client, selector: &str) -> Result<lockstep_core::ResultTable, String> {
     let r = client.call("@SystemCatalog", vec![Value::from(selector)]).await.map_err(|e| format!("cannot read the catalog: {e}"))?;
     if r.status != status::SUCCESS {
         return Err(format!("cannot read the catalog: {}", r.status_string.unwrap_or_default()));
@@ -212,7 +223,7 @@ async fn catalog(client: &Client, selector: &str) -> Result<lockstep_core::Resul
     r.tables.into_iter().next().ok_or_else(|| "the catalog answer has no table".to_string())
 }
 
-fn cell_str(row: &[Value], i: usize) -> &str {
+pub(crate) fn cell_str(row: &[Value], i: usize) -> &str {
     match row.get(i) {
         Some(Value::Str(s)) => s.as_str(),
         _ => "",
@@ -234,7 +245,7 @@ fn type_named(name: &str) -> Option<DataType> {
 /// Splits one line into fields with the csv crate's parser (csv-core). A line is one
 /// record: a quote left open at the end of a line rejects that line, instead of swallowing
 /// the lines after it into one value.
-struct LineParser {
+pub(crate) struct LineParser {
     reader: csv_core::Reader,
     out: Vec<u8>,
     ends: Vec<usize>,
@@ -242,20 +253,25 @@ struct LineParser {
 
 impl LineParser {
     fn new(args: &CsvArgs) -> Result<LineParser, String> {
+        Self::with(args.separator, args.quotechar, args.escape)
+    }
+
+    /// A parser of these separator, quote and escape characters.
+    pub(crate) fn with(separator: char, quotechar: char, escape: char) -> Result<LineParser, String> {
         let byte = |c: char, what: &str| -> Result<u8, String> {
             u8::try_from(u32::from(c)).ok().filter(u8::is_ascii).ok_or_else(|| format!("--{what} must be one ASCII character, not {c:?}"))
         };
         let reader = csv_core::ReaderBuilder::new()
-            .delimiter(byte(args.separator, "separator")?)
-            .quote(byte(args.quotechar, "quotechar")?)
-            .escape(Some(byte(args.escape, "escape")?))
+            .delimiter(byte(separator, "separator")?)
+            .quote(byte(quotechar, "quotechar")?)
+            .escape(Some(byte(escape, "escape")?))
             .double_quote(true)
             .build();
         Ok(LineParser { reader, out: vec![0; FIELD_BUFFER_START_BYTES], ends: vec![0; FIELD_ENDS_START] })
     }
 
     /// The fields of `line` (which ends with its newline), or why it is malformed.
-    fn parse<'a>(&'a mut self, line: &[u8]) -> Result<Vec<&'a str>, String> {
+    pub(crate) fn parse<'a>(&'a mut self, line: &[u8]) -> Result<Vec<&'a str>, String> {
         self.reader.reset();
         let (mut read, mut written, mut nends) = (0, 0, 0);
         loop {
@@ -287,13 +303,13 @@ impl LineParser {
 
 /// Where each column's value comes from: the field at that position, or none (NULL).
 #[derive(Debug)]
-struct Layout {
+pub(crate) struct Layout {
     sources: Vec<Option<usize>>,
     fields: usize,
 }
 
 impl Layout {
-    fn positional(columns: &[Column]) -> Layout {
+    pub(crate) fn positional(columns: &[Column]) -> Layout {
         Layout { sources: (0..columns.len()).map(Some).collect(), fields: columns.len() }
     }
 
@@ -323,7 +339,7 @@ fn column_names(columns: &[Column]) -> String {
 }
 
 /// Converts a line's fields into the call's parameters, or says why it cannot.
-fn convert(fields: &[&str], layout: &Layout, columns: &[Column], nullstring: Option<&str>) -> Result<Vec<Value>, String> {
+pub(crate) fn convert(fields: &[&str], layout: &Layout, columns: &[Column], nullstring: Option<&str>) -> Result<Vec<Value>, String> {
     if fields.len() != layout.fields {
         return Err(format!("{} fields, expected {}", fields.len(), layout.fields));
     }
@@ -341,7 +357,7 @@ fn convert(fields: &[&str], layout: &Layout, columns: &[Column], nullstring: Opt
     Ok(row)
 }
 
-fn convert_field(field: &str, column: &Column, nullstring: Option<&str>) -> Result<Value, String> {
+pub(crate) fn convert_field(field: &str, column: &Column, nullstring: Option<&str>) -> Result<Value, String> {
     if nullstring == Some(field) || field == "\\N" {
         return Ok(Value::Null);
     }
@@ -369,16 +385,21 @@ fn convert_field(field: &str, column: &Column, nullstring: Option<&str>) -> Resu
 }
 
 /// The rejected rows: one line each, `FILE:LINE<TAB>REASON<TAB>ROW`.
-struct Rejects {
+pub(crate) struct Rejects {
     out: Box<dyn Write>,
-    path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     count: u64,
 }
 
 impl Rejects {
     fn open(args: &CsvArgs, label: &str) -> Result<Rejects, String> {
-        let path = match (&args.rejects, &args.reportdir) {
-            (Some(f), _) => Some(f.clone()),
+        Self::open_at(args.rejects.as_deref(), args.reportdir.as_deref(), label)
+    }
+
+    /// Rejects into `rejects`, or `<reportdir>/<label>_rejects.txt`, or standard error.
+    pub(crate) fn open_at(rejects: Option<&Path>, reportdir: Option<&Path>, label: &str) -> Result<Rejects, String> {
+        let path = match (rejects.map(Path::to_path_buf), reportdir) {
+            (Some(f), _) => Some(f),
             (None, Some(dir)) => {
                 std::fs::create_dir_all(dir).map_err(|e| format!("cannot create --reportdir {}: {e}", dir.display()))?;
                 Some(dir.join(format!("{label}_rejects.txt")))
@@ -392,7 +413,7 @@ impl Rejects {
         Ok(Rejects { out, path, count: 0 })
     }
 
-    fn reject(&mut self, file: &str, line: u64, reason: &str, row: &[u8]) {
+    pub(crate) fn reject(&mut self, file: &str, line: u64, reason: &str, row: &[u8]) {
         self.count += 1;
         let row = String::from_utf8_lossy(row);
         let row = row.trim_end_matches(['\n', '\r']);
@@ -402,7 +423,7 @@ impl Rejects {
         }
     }
 
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if let Err(e) = self.out.flush() {
             eprintln!("error: cannot write the rejects file: {e}");
         }

@@ -4,6 +4,7 @@
 mod alloc;
 mod bench_cmd;
 mod load_cmd;
+mod load_kafka;
 mod server_cmd;
 mod shell;
 mod user_cmd;
@@ -47,7 +48,7 @@ enum Command {
     },
     /// Users of a server with --security on, in its TOML config: add, list, remove.
     User(user_cmd::UserArgs),
-    /// Load data files into a table or through a procedure (`load csv`).
+    /// Load data files into a table or through a procedure (`load csv`, `load kafka`).
     Load(load_cmd::LoadArgs),
 }
 

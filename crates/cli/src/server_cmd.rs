@@ -183,7 +183,9 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
 /// (its info lines describe every election step, and it logs an error twice a second for
 /// as long as a node is down). The cluster logs what matters of it itself: membership
 /// changes and why they failed. `LOCKSTEP_LOG=info,openraft=warn` shows the library's too.
-const DEFAULT_LOG_FILTER: &str = "info,openraft=off";
+/// rskafka (the Kafka export target) logs every reconnection attempt while a broker is
+/// down; the exporter logs the target going down and coming back itself.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=off,rskafka=error";
 
 pub fn run(args: ServerArgs) -> ExitCode {
     tracing_subscriber::fmt()
@@ -271,6 +273,12 @@ fn start(args: ServerArgs) -> Result<(), String> {
         None => None,
     };
     let pg_addr = pg_listener.as_ref().and_then(|l| l.local_addr().ok());
+    // Configured Kafka imports are checked now, and start once the server serves.
+    let imports = config
+        .kafka_imports
+        .iter()
+        .map(|i| crate::load_kafka::server_import(i, client_addr, &config.data_dir))
+        .collect::<Result<Vec<_>, _>>()?;
     let stop = stop_signal();
     tokio::pin!(stop);
     let node = match &cluster {
@@ -339,6 +347,9 @@ fn start(args: ServerArgs) -> Result<(), String> {
             tokio::spawn(lockstep_server::http::serve(l, front.clone()));
         }
         let pg = pg_listener.map(|l| tokio::spawn(lockstep_pg::serve(l, front.clone())));
+        for import in imports {
+            crate::load_kafka::start_server_import(import).map_err(|e| format!("cannot start a Kafka import: {e}"))?;
+        }
         serve(listener, front, stop).await;
         if let Some(pg) = pg {
             pg.abort();

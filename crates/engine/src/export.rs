@@ -1,12 +1,13 @@
 //! Export of committed stream rows: each site appends its committed rows to JSON-lines
 //! segment files under `<data>/export/<target>/partition-<P>/`, in commit order, as
-//! transactions commit (the durable buffer). For targets of type `http` or `postgresql`
-//! a background exporter per (target, partition) delivers those files from its last
+//! transactions commit (the durable buffer). For targets of type `http`, `postgresql` or
+//! `kafka` a background exporter per (target, partition) delivers those files from its last
 //! acknowledged position (see `export/deliver.rs`), so a slow or stalled target never
 //! holds up a transaction. Targets not configured, or of type `file`, keep the files.
 
 mod deliver;
 mod http;
+mod kafka;
 mod postgres;
 
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{json, Map};
 
 pub use deliver::{prepare, start_exporters};
+pub use kafka::KafkaSettings;
 
 /// A segment file is closed and a new one begun once it holds this many bytes (checked
 /// between transactions), so delivered rows can be deleted a segment at a time.
@@ -51,6 +53,8 @@ pub enum TargetKind {
     /// Insert batches into `table` of the database at `url` (a tokio-postgres connection
     /// string, `host=… port=… user=… dbname=…` or `postgresql://…`), one transaction each.
     Postgresql { url: String, table: String },
+    /// Produce each row as a JSON message to a Kafka topic (see `export/kafka.rs`).
+    Kafka(KafkaSettings),
 }
 
 /// A target as written in the file: every key any type takes, unknown keys refused (a
@@ -64,6 +68,13 @@ struct RawTarget {
     url: Option<String>,
     table: Option<String>,
     max_backlog_bytes: Option<u64>,
+    // kafka
+    brokers: Option<String>,
+    topic: Option<String>,
+    key_column: Option<String>,
+    acks: Option<String>,
+    batch_size: Option<usize>,
+    linger_ms: Option<u64>,
 }
 
 impl TryFrom<RawTarget> for TargetConfig {
@@ -77,8 +88,8 @@ impl TryFrom<RawTarget> for TargetConfig {
             "file" => TargetKind::File,
             "http" => TargetKind::Http { url: need(r.url, "url")? },
             "postgresql" => TargetKind::Postgresql { url: need(r.url, "url")?, table: need(r.table, "table")? },
-            "kafka" => return Err(format!("export target {name:?}: type \"kafka\" is not supported yet; use file, http or postgresql")),
-            other => return Err(format!("export target {name:?}: unknown type {other:?}; use file, http or postgresql")),
+            "kafka" => TargetKind::Kafka(KafkaSettings::parse(&name, r.brokers, r.topic, r.key_column, r.acks, r.batch_size, r.linger_ms)?),
+            other => return Err(format!("export target {name:?}: unknown type {other:?}; use file, http, postgresql or kafka")),
         };
         Ok(TargetConfig { name, kind, max_backlog_bytes: r.max_backlog_bytes.unwrap_or(MAX_BACKLOG_BYTES_DEFAULT) })
     }
@@ -88,6 +99,24 @@ impl TargetKind {
     fn delivers(&self) -> bool {
         !matches!(self, TargetKind::File)
     }
+
+    /// The type's name, as the configuration file spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TargetKind::File => "file",
+            TargetKind::Http { .. } => "http",
+            TargetKind::Postgresql { .. } => "postgresql",
+            TargetKind::Kafka(_) => "kafka",
+        }
+    }
+
+    /// Rows per batch at most, and how long a partial batch waits to fill (milliseconds).
+    fn batching(&self) -> (usize, u64) {
+        match self {
+            TargetKind::Kafka(k) => (k.batch_rows, k.linger_ms),
+            _ => (deliver::BATCH_ROWS_MAX, 0),
+        }
+    }
 }
 
 /// Counters of one (target, partition): shared by the site that writes and the exporter.
@@ -95,7 +124,7 @@ impl TargetKind {
 pub struct Lane {
     pub target: String,
     pub partition: u32,
-    /// True when an exporter delivers this lane (http, postgresql).
+    /// True when an exporter delivers this lane (http, postgresql, kafka).
     pub delivered_by_exporter: bool,
     pub rows_written: AtomicU64,
     pub rows_delivered: AtomicU64,

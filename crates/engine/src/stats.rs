@@ -1016,11 +1016,7 @@ fn export_table(h: &Header, engine: &Engine) -> ResultTable {
             .filter(|d| matches!(&d.kind, lockstep_core::TableKind::Stream { target: Some(t) } if t.eq_ignore_ascii_case(&lane.target)))
             .map(|d| d.name.as_str())
             .collect();
-        let kind = hub.target(&lane.target).map_or("file", |c| match c.kind {
-            crate::export::TargetKind::File => "file",
-            crate::export::TargetKind::Http { .. } => "http",
-            crate::export::TargetKind::Postgresql { .. } => "postgresql",
-        });
+        let kind = hub.target(&lane.target).map_or("file", |c| c.kind.name());
         let p = i64::from(lane.partition);
         let mut r = h.row(Some((p, p)));
         let load = |a: &std::sync::atomic::AtomicI64| Value::Int(a.load(std::sync::atomic::Ordering::Relaxed).max(0));

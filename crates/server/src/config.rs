@@ -62,6 +62,8 @@ pub struct ServerConfig {
     pub kfactor: Option<u32>,
     /// Export targets (`[[export.targets]]` in the configuration file).
     pub export_targets: Vec<lockstep_engine::export::TargetConfig>,
+    /// Kafka topics the server consumes (`[[import.kafka]]`).
+    pub kafka_imports: Vec<KafkaImport>,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +91,7 @@ impl Default for ServerConfig {
             hosts: Vec::new(),
             kfactor: None,
             export_targets: Vec::new(),
+            kafka_imports: Vec::new(),
         }
     }
 }
@@ -99,6 +102,34 @@ impl Default for ServerConfig {
 pub struct ExportSection {
     #[serde(default)]
     pub targets: Vec<lockstep_engine::export::TargetConfig>,
+}
+
+/// The `[import]` table of a configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportSection {
+    #[serde(default)]
+    pub kafka: Vec<KafkaImport>,
+}
+
+/// One `[[import.kafka]]`: a topic the server consumes into a table or through a procedure
+/// for as long as it runs, as `lockstep load kafka --follow` does (the same settings).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaImport {
+    pub brokers: String,
+    pub topic: String,
+    pub table: Option<String>,
+    pub procedure: Option<String>,
+    /// `json` (the default) or `csv`.
+    pub format: Option<String>,
+    /// The name its positions are kept under (default `lockstep-server`).
+    pub consumer: Option<String>,
+    /// Calls in flight.
+    pub batch: Option<usize>,
+    /// The user it logs in as when security is on (and that user's password).
+    pub user: Option<String>,
+    pub password: Option<String>,
 }
 
 /// `hosts` in a TOML file: one comma-separated string (as the flag takes it) or a list.
@@ -153,8 +184,10 @@ pub struct FileConfig {
     pub internal_listen: Option<String>,
     pub hosts: Option<HostList>,
     pub kfactor: Option<u32>,
-    /// `[[export.targets]]`: name, type (file, http, postgresql) and the type's settings.
+    /// `[[export.targets]]`: name, type (file, http, postgresql, kafka) and the type's settings.
     pub export: Option<ExportSection>,
+    /// `[[import.kafka]]`: Kafka topics to consume (brokers, topic, table or procedure, …).
+    pub import: Option<ImportSection>,
 }
 
 impl FileConfig {
@@ -229,6 +262,9 @@ impl FileConfig {
         if let Some(e) = self.export {
             c.export_targets = e.targets;
         }
+        if let Some(i) = self.import {
+            c.kafka_imports = i.kafka;
+        }
     }
 
     fn apply_security_to(&mut self, c: &mut SecurityConfig) {
@@ -290,16 +326,23 @@ mod tests {
         use lockstep_engine::export::{TargetKind, MAX_BACKLOG_BYTES_DEFAULT};
         let text = "[[export.targets]]\nname = \"files\"\ntype = \"file\"\n\n\
                     [[export.targets]]\nname = \"hook\"\ntype = \"http\"\nurl = \"http://h:1/x\"\nmax_backlog_bytes = 1000\n\n\
-                    [[export.targets]]\nname = \"pg\"\ntype = \"postgresql\"\nurl = \"host=h\"\ntable = \"t\"\n";
+                    [[export.targets]]\nname = \"pg\"\ntype = \"postgresql\"\nurl = \"host=h\"\ntable = \"t\"\n\n\
+                    [[export.targets]]\nname = \"k\"\ntype = \"kafka\"\nbrokers = \"h:9092\"\ntopic = \"ev\"\nkey_column = \"id\"\nlinger_ms = 5\n";
         let mut c = ServerConfig::default();
         toml::from_str::<FileConfig>(text).unwrap().apply_to(&mut c);
         let t = &c.export_targets;
-        assert_eq!(t.len(), 3);
+        assert_eq!(t.len(), 4);
         assert_eq!((t[0].kind.clone(), t[0].max_backlog_bytes), (TargetKind::File, MAX_BACKLOG_BYTES_DEFAULT));
         assert_eq!((t[1].kind.clone(), t[1].max_backlog_bytes), (TargetKind::Http { url: "http://h:1/x".into() }, 1000));
         assert_eq!(t[2].kind, TargetKind::Postgresql { url: "host=h".into(), table: "t".into() });
+        let TargetKind::Kafka(k) = &t[3].kind else { panic!("a kafka target: {:?}", t[3].kind) };
+        assert_eq!(
+            (k.brokers.clone(), k.topic.as_str(), k.key_column.as_deref(), k.linger_ms),
+            (vec!["h:9092".to_string()], "ev", Some("id"), 5)
+        );
         for (bad, says) in [
-            ("type = \"kafka\"", "not supported yet"),
+            ("type = \"kafka\"", "needs brokers"),
+            ("type = \"kafka\"\nbrokers = \"h:1\"\ntopic = \"t\"\nacks = \"1\"", "acks"),
             ("type = \"http\"", "needs url"),
             ("type = \"http\"\nurl = \"http://h/\"\nurll = \"x\"", "unknown field `urll`"),
         ] {

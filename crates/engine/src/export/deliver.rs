@@ -1,5 +1,6 @@
 //! The background exporters: one thread per (target, partition) of a delivering target. It
-//! reads the partition's segment files from its last acknowledged position, sends a batch,
+//! reads the partition's segment files from its last acknowledged position, sends a batch
+//! (after waiting up to the target's linger time for a partial one to fill),
 //! and only after the target acknowledged it saves the new position durably (a small file
 //! written, fsynced, then renamed). After a crash or an outage it resends from that
 //! position: no row is skipped, and only rows after it can arrive twice. Segments wholly
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{lane_dir, segment_path, segments, ExportHub, Lane, TargetConfig, TargetKind};
 
@@ -74,9 +75,9 @@ pub enum Next {
     Nothing,
 }
 
-/// Reads up to a batch of complete lines from `p`. A line without its newline is still
-/// being written and waits; a line that is not JSON (cut by a crash) is skipped.
-pub fn read_batch(dir: &Path, p: Position) -> std::io::Result<Next> {
+/// Reads up to a batch (`max_rows`) of complete lines from `p`. A line without its newline
+/// is still being written and waits; a line that is not JSON (cut by a crash) is skipped.
+pub fn read_batch(dir: &Path, p: Position, max_rows: usize) -> std::io::Result<Next> {
     let path = segment_path(dir, p.segment);
     let mut rows = Vec::new();
     let mut offset = p.offset;
@@ -84,7 +85,7 @@ pub fn read_batch(dir: &Path, p: Position) -> std::io::Result<Next> {
         let mut r = BufReader::new(f);
         r.seek(SeekFrom::Start(p.offset))?;
         let mut line = Vec::new();
-        while rows.len() < BATCH_ROWS_MAX && offset - p.offset < BATCH_BYTES_MAX {
+        while rows.len() < max_rows && offset - p.offset < BATCH_BYTES_MAX {
             line.clear();
             let n = r.read_until(b'\n', &mut line)?;
             if n == 0 || line.last() != Some(&b'\n') {
@@ -148,7 +149,7 @@ pub fn start_exporters(hub: &Arc<ExportHub>, data_dir: &Path, partitions: u32) -
         for partition in 0..partitions {
             let lane = hub.lane(&t.name, partition);
             let dir = lane_dir(data_dir, &lane.target, partition);
-            let exporter = Exporter { hub: hub.clone(), config: t.clone(), lane, dir };
+            let exporter = Exporter { hub: hub.clone(), config: t.clone(), lane, dir, partitions };
             let name = format!("export-{}-{partition}", t.name);
             threads.push(std::thread::Builder::new().name(name).spawn(move || exporter.run())?);
         }
@@ -161,10 +162,12 @@ pub trait Sink {
     fn send(&mut self, rows: &[serde_json::Value]) -> Result<(), String>;
 }
 
-fn sink_for(config: &TargetConfig) -> Box<dyn Sink + Send> {
+/// The sink of one (target, partition); `partitions` is how many the server has.
+fn sink_for(config: &TargetConfig, partition: u32, partitions: u32) -> Box<dyn Sink + Send> {
     match &config.kind {
         TargetKind::Http { url } => Box::new(super::http::HttpSink::new(url)),
         TargetKind::Postgresql { url, table } => Box::new(super::postgres::PgSink::new(url, table)),
+        TargetKind::Kafka(k) => Box::new(super::kafka::KafkaSink::new(k, partition, partitions)),
         // File targets have no exporter (`TargetKind::delivers`).
         TargetKind::File => Box::new(NoSink),
     }
@@ -183,6 +186,8 @@ struct Exporter {
     config: TargetConfig,
     lane: Arc<Lane>,
     dir: PathBuf,
+    /// Partitions of the server (a Kafka topic the exporter creates gets as many).
+    partitions: u32,
 }
 
 impl Exporter {
@@ -210,15 +215,27 @@ impl Exporter {
     }
 
     fn run(self) {
-        let sink = sink_for(&self.config);
+        let sink = sink_for(&self.config, self.lane.partition, self.partitions);
         self.run_with(sink);
     }
 
     fn run_with(self, mut sink: Box<dyn Sink + Send>) {
         let mut pos = load_position(&self.dir);
+        let (max_rows, linger_ms) = self.config.kind.batching();
+        // Since when a partial batch has waited to fill (linger).
+        let mut lingering: Option<Instant> = None;
         while !self.stopping() {
-            match read_batch(&self.dir, pos) {
+            match read_batch(&self.dir, pos, max_rows) {
                 Ok(Next::Rows(batch)) => {
+                    if batch.rows.len() < max_rows && linger_ms > 0 {
+                        let since = *lingering.get_or_insert_with(Instant::now);
+                        let left = Duration::from_millis(linger_ms).saturating_sub(since.elapsed());
+                        if !left.is_zero() {
+                            self.pause((left.as_millis() as u64).clamp(1, POLL_MS));
+                            continue;
+                        }
+                    }
+                    lingering = None;
                     if self.deliver(sink.as_mut(), &batch) {
                         pos = batch.end;
                     }
@@ -292,20 +309,20 @@ mod tests {
         fs::write(segment_path(&dir, 1), "{\"seq\":1}\n{\"seq\":2}\n{\"seq\":3").unwrap();
         let start = load_position(&dir);
         assert_eq!(start, Position { segment: 1, offset: 0 });
-        let Next::Rows(b) = read_batch(&dir, start).unwrap() else { panic!("rows expected") };
+        let Next::Rows(b) = read_batch(&dir, start, BATCH_ROWS_MAX).unwrap() else { panic!("rows expected") };
         // The unfinished third line waits for its newline.
         assert_eq!(b.rows.len(), 2);
         save_position(&dir, b.end).unwrap();
         assert_eq!(load_position(&dir), b.end);
-        assert!(matches!(read_batch(&dir, b.end).unwrap(), Next::Nothing));
+        assert!(matches!(read_batch(&dir, b.end, BATCH_ROWS_MAX).unwrap(), Next::Nothing));
         fs::write(segment_path(&dir, 2), "{\"seq\":4}\n").unwrap();
         // The third line was never finished (a crash): once a newer segment exists the
         // exporter moves on.
         let mut f = fs::OpenOptions::new().append(true).open(segment_path(&dir, 1)).unwrap();
         f.write_all(b"\n").unwrap();
-        let Next::Rows(b2) = read_batch(&dir, b.end).unwrap() else { panic!("rest of line expected") };
+        let Next::Rows(b2) = read_batch(&dir, b.end, BATCH_ROWS_MAX).unwrap() else { panic!("rest of line expected") };
         assert!(b2.rows.is_empty());
-        assert!(matches!(read_batch(&dir, b2.end).unwrap(), Next::Segment(2)));
+        assert!(matches!(read_batch(&dir, b2.end, BATCH_ROWS_MAX).unwrap(), Next::Segment(2)));
         assert_eq!(undelivered(&dir), (2, 19));
         let _ = fs::remove_dir_all(&dir);
     }
@@ -337,7 +354,7 @@ mod tests {
         assert!(lane.over_limit.load(Ordering::Relaxed), "30 bytes are over a limit of 1");
         let (got, refuse) = (Arc::new(std::sync::Mutex::new(Vec::new())), Arc::new(std::sync::atomic::AtomicBool::new(true)));
         let sink = Collect(got.clone(), refuse.clone());
-        let exporter = Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone() };
+        let exporter = Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone(), partitions: 1 };
         let thread = std::thread::spawn(move || exporter.run_with(Box::new(sink)));
         let wait_until = |what: &str, f: &dyn Fn() -> bool| {
             let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -359,6 +376,51 @@ mod tests {
         assert!(segment_path(&dir, 2).exists(), "the newest segment stays");
         assert!(!lane.down.load(Ordering::Relaxed) && !lane.over_limit.load(Ordering::Relaxed));
         assert_eq!(lane.rows_delivered.load(Ordering::Relaxed), 3);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Notes the size of every batch it takes.
+    struct Sizes(Arc<std::sync::Mutex<Vec<usize>>>);
+
+    impl Sink for Sizes {
+        fn send(&mut self, rows: &[serde_json::Value]) -> Result<(), String> {
+            self.0.lock().unwrap().push(rows.len());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_partial_batch_lingers_until_it_fills() {
+        let dir = std::env::temp_dir().join(format!("lockstep-export-linger-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(segment_path(&dir, 1), "{\"seq\":1}\n{\"seq\":2}\n").unwrap();
+        let settings = super::super::KafkaSettings {
+            brokers: vec!["h:1".into()],
+            topic: "t".into(),
+            key_column: None,
+            batch_rows: 3,
+            // Far longer than the test: the batch can only go once it is full.
+            linger_ms: 60_000,
+        };
+        let config = TargetConfig { name: "K".into(), kind: TargetKind::Kafka(settings), max_backlog_bytes: u64::MAX };
+        let hub = Arc::new(ExportHub::new(vec![config.clone()]));
+        let lane = hub.lane("K", 0);
+        let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let exporter = Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone(), partitions: 1 };
+        let sink = Sizes(sizes.clone());
+        let thread = std::thread::spawn(move || exporter.run_with(Box::new(sink)));
+        std::thread::sleep(Duration::from_millis(3 * POLL_MS));
+        let mut f = fs::OpenOptions::new().append(true).open(segment_path(&dir, 1)).unwrap();
+        f.write_all(b"{\"seq\":3}\n{\"seq\":4}\n").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while lane.rows_delivered.load(Ordering::Relaxed) < 3 {
+            assert!(std::time::Instant::now() < deadline, "the full batch never went");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        hub.stopping.store(true, Ordering::Relaxed);
+        thread.join().unwrap();
+        assert_eq!(sizes.lock().unwrap()[0], 3, "the first batch went before it was full");
         let _ = fs::remove_dir_all(&dir);
     }
 }
