@@ -773,7 +773,8 @@ mod meta {
                         // java.sql.DatabaseMetaData.tableIndexOther: every index is an ordered tree.
                         Value::Int(3),
                         Value::Int(pos as i64 + 1),
-                        s(&def.columns[c].name),
+                        // A column's name, or an expression key's text.
+                        s(def.key_name(c)),
                         s("A"),
                         Value::Null,
                         Value::Null,

@@ -9,6 +9,7 @@
 mod access;
 mod bind;
 mod ddl;
+mod ddl_index;
 mod ddl_parse;
 mod ddl_proc;
 mod ddl_task;
@@ -40,6 +41,8 @@ pub mod testing;
 mod tests_ddl;
 #[cfg(test)]
 mod tests_depth;
+#[cfg(test)]
+mod tests_expr_index;
 #[cfg(test)]
 mod tests_fragment;
 #[cfg(test)]
