@@ -88,7 +88,17 @@ fn an_index_mixing_an_expression_and_a_column_serves_both() {
 
 #[test]
 fn writes_keep_expression_keys_current() {
-    let mut db = db();
+    let mut db = Db::new(&format!(
+        "{DDL}; CREATE VIEW by_color (color, n) AS SELECT FIELD(doc, 'color'), COUNT(*) FROM t GROUP BY FIELD(doc, 'color');"
+    ));
+    db.run(
+        "INSERT INTO t VALUES
+            (1, 1, 2, -5, 'alpha', '{\"color\":\"red\"}'),
+            (2, 4, 4, 3, 'alpine', '{\"color\":\"blue\"}'),
+            (3, 2, 1, 0, 'beta', '{\"color\":\"red\"}'),
+            (4, NULL, 1, NULL, NULL, NULL),
+            (5, 10, -1, -7, 'alpha', '{\"size\":3}')",
+    );
     let red = "SELECT id FROM t WHERE FIELD(doc, 'color') = 'red' ORDER BY id";
     db.run("UPDATE t SET doc = '{\"color\":\"green\"}' WHERE id = 1");
     assert_eq!(db.rows(red), ids(&[3]));
@@ -102,6 +112,12 @@ fn writes_keep_expression_keys_current() {
     db.run("UPSERT INTO t VALUES (2, 0, 0, 0, 'zed', '{\"color\":\"red\"}')");
     assert_eq!(db.rows(red), ids(&[2]));
     assert_eq!(db.rows("SELECT id FROM t WHERE SUBSTRING(name, 1, 3) = 'zed'"), ids(&[2]));
+    // A view of the same table follows the same writes.
+    assert_eq!(db.rows("SELECT n FROM by_color WHERE color = 'red'"), ids(&[1]));
+    assert_eq!(db.rows("SELECT n FROM by_color WHERE color = 'green'"), ids(&[1]));
+    // A key that cannot be computed refuses the row.
+    let e = db.err("INSERT INTO t VALUES (9, 0, 0, 0, 'x', 'not json')");
+    assert!(e.contains("not valid JSON") && e.contains("T_COLOR"), "{e}");
 }
 
 #[test]
