@@ -5,6 +5,7 @@ pub mod catalog;
 pub mod cron;
 pub mod decimal;
 pub mod error;
+pub mod geo;
 pub mod hash;
 pub mod prefetch;
 pub mod table;

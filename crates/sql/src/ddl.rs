@@ -4,7 +4,7 @@
 //! LIMIT PARTITION ROWS, PARTITION … — is not sqlparser's), except view queries and SQL
 //! procedure bodies, which are ordinary SQL.
 
-use lockstep_core::{Catalog, ColumnDef, Error, IndexDef, Permissions, Result, TableDef, TableKind};
+use lockstep_core::{Catalog, ColumnDef, DataType, Error, IndexDef, Permissions, Result, TableDef, TableKind};
 
 use crate::ddl_parse::{column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX};
 use crate::{ddl_index, ddl_proc, ddl_task, ddl_ttl, ddl_view};
@@ -195,6 +195,7 @@ fn key_indexes(table: &str, cols: &mut [ColumnDef], keys: &[KeySpec], existing: 
             if positions.contains(&p) {
                 return Err(Error::sql(format!("column {n} appears twice in a key of {table}")));
             }
+            ddl_index::check_key_type(&cols[p].name, cols[p].ty)?;
             positions.push(p);
         }
         if k.primary {
@@ -508,6 +509,12 @@ fn partition_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
         return Err(Error::sql(format!("{name} is not a table; only tables are partitioned with PARTITION TABLE")));
     }
     let pc = t.column_index(&col).ok_or_else(|| Error::sql(format!("table {} has no column {col}", t.name)))?;
+    if matches!(t.columns[pc].ty, DataType::GeographyPoint | DataType::Geography) {
+        return Err(Error::sql(format!(
+            "{} is a {} column: a table cannot be partitioned on a geography column",
+            t.columns[pc].name, t.columns[pc].ty
+        )));
+    }
     if t.columns[pc].nullable {
         return Err(Error::sql(format!(
             "partition column {} of {} must be NOT NULL: declare it NOT NULL in CREATE TABLE",

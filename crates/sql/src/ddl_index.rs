@@ -67,6 +67,15 @@ pub fn indexed_expression(table: &TableDef, e: &Expr, offset: usize) -> Option<u
         .map(|k| width + k)
 }
 
+/// Refuses a GEOGRAPHY key (VoltDB indexes polygons only with its own geospatial index,
+/// which Lockstep does not have); points may be keys.
+pub(crate) fn check_key_type(what: &str, ty: DataType) -> Result<()> {
+    if ty == DataType::Geography {
+        return Err(Error::sql(format!("{what} is a GEOGRAPHY: polygons cannot be index or key columns")));
+    }
+    Ok(())
+}
+
 /// One key part as written: a column, or an expression with its type.
 enum Part {
     Column(usize),
@@ -114,6 +123,9 @@ fn key_parts(c: &mut Cursor, t: &Arc<TableDef>, name: &str) -> Result<Vec<Part>>
 
 fn key_part(t: &Arc<TableDef>, e: &ast::Expr, name: &str) -> Result<Part> {
     let typed = bind_row_expr(t, e, &format!("key {e}"), &format!("index {name}"))?;
+    if let Some(ty) = typed.ty {
+        check_key_type(&format!("key {e} of index {name}"), ty)?;
+    }
     if let Expr::Column(c) = typed.expr {
         return Ok(Part::Column(c));
     }

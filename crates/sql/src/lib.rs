@@ -24,6 +24,7 @@ mod explain;
 mod expr;
 mod fragment;
 mod func;
+mod func_geo;
 mod func_json;
 mod join_order;
 mod lex;
@@ -45,6 +46,8 @@ mod tests_depth;
 mod tests_expr_index;
 #[cfg(test)]
 mod tests_fragment;
+#[cfg(test)]
+mod tests_geo;
 #[cfg(test)]
 mod tests_join;
 #[cfg(test)]
