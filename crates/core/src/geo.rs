@@ -144,8 +144,11 @@ impl V3 {
 /// each side's angle over its sine, without dividing by the determinant.
 fn true_centroid(a: V3, b: V3, c: V3) -> V3 {
     let ratio = |angle: f64| if angle == 0.0 { 1.0 } else { angle / angle.sin() };
-    let r = V3(ratio(b.angle(c)), ratio(c.angle(a)), ratio(a.angle(b)));
-    let (x, y, z) = (V3(a.0, b.0, c.0), V3(a.1, b.1, c.1), V3(a.2, b.2, c.2));
+    let (ra, rb, rc) = (ratio(b.angle(c)), ratio(c.angle(a)), ratio(a.angle(b)));
+    // The first row taken from the other two (which leaves the solution alone): close
+    // vertices then cancel in differences, not in products of nearly equal numbers.
+    let r = V3(ra, rb - ra, rc - ra);
+    let (x, y, z) = (V3(a.0, b.0 - a.0, c.0 - a.0), V3(a.1, b.1 - a.1, c.1 - a.1), V3(a.2, b.2 - a.2, c.2 - a.2));
     V3(y.cross(z).dot(r), z.cross(x).dot(r), x.cross(y).dot(r)).scale(0.5)
 }
 
