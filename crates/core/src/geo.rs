@@ -684,4 +684,21 @@ mod tests {
             assert!(Polygon::from_wire(&b[..cut]).is_err(), "cut at {cut}");
         }
     }
+
+    /// The bytes VoltDB's Java client (10.1.1) writes for this polygon with its
+    /// `GeographyValue.flattenToBuffer`: ours are the same, so each reads the other's.
+    #[test]
+    fn the_wire_form_is_the_java_clients() {
+        const JAVA: &str = "0001010000000200000000043ff0000000000000000000000000000000000000000000003feffec097f5af8a3f91df0b2b89dd1e00000000000000003feffd813c5f82b43f91de58c9f7dc273f91df0b2b89dd1e3feffec097f5af8a00000000000000003f91df0b2b89dd1e000000000000407680000000000040768000000000004076800000000000407680000000000000000000033fefffe6726ad3893f6c9861caa23c163f6c986d3571a3ca3fefff99c9fcecd03f7c98341f7ff7273f7c9861caa23c163fefffc01e1ceb8f3f6c983f8a3d22f03f7c9861caa23c160000000001004076800000000000407680000000000040768000000000004076800000000000004076800000000000407680000000000040768000000000004076800000000000";
+        let poly = parse_polygon("POLYGON((0 0, 1 0, 1 1, 0 1, 0 0), (0.2 0.2, 0.2 0.4, 0.4 0.4, 0.2 0.2))").unwrap();
+        let mut b = Vec::new();
+        poly.to_wire(&mut b);
+        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        assert_eq!(hex, JAVA);
+        let java: Vec<u8> = (0..JAVA.len()).step_by(2).map(|i| u8::from_str_radix(&JAVA[i..i + 2], 16).unwrap()).collect();
+        assert_eq!(
+            Polygon::from_wire(&java).unwrap().wkt(),
+            "POLYGON ((0.0 0.0, 1.0 0.0, 1.0 1.0, 0.0 1.0, 0.0 0.0), (0.2 0.2, 0.2 0.4, 0.4 0.4, 0.2 0.2))"
+        );
+    }
 }
