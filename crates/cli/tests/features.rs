@@ -241,6 +241,10 @@ async fn expression_indexes_survive_snapshot_crash_and_replay() {
     assert_eq!(scalar(&adhoc(&client, moved).await), i(10));
     let plan = explain(&client, count).await;
     assert!(plan.contains("using DOCS_KIND"), "{plan}");
+    // JDBC's index metadata names an expression key by its text.
+    let info = ok(&client, "@SystemCatalog", vec![s("INDEXINFO")]).await;
+    let keys: Vec<String> = info.tables[0].rows.iter().filter(|r| r[5] == s("DOCS_KIND")).map(|r| r[8].to_string()).collect();
+    assert_eq!(keys, vec!["FIELD(body, 'kind')".to_string(), "ID".to_string()]);
     let by_email = "SELECT id FROM docs WHERE LOWER(email) = 'user42@x.org'";
     assert!(explain(&client, by_email).await.contains("UNIQUE LOOKUP of DOCS using DOCS_EMAIL"));
     assert_eq!(scalar(&adhoc(&client, by_email).await), i(42));
