@@ -212,4 +212,11 @@ fn expression_indexes_answer_alike_across_partitions() {
     assert_eq!(run(q), vec![vec![s("first"), i(10)], vec![s("second"), i(10)]]);
     let q = "SELECT id FROM p WHERE FIELD(doc, 'kind') IN (SELECT kind FROM k WHERE label = 'first') ORDER BY id LIMIT 3";
     assert_eq!(run(q), ids(&[0, 3, 6]));
+    // Ordered by the indexed expression across partitions (each partition reads its index
+    // in order; the answer is merged), with a range on it.
+    let q = "SELECT FIELD(doc, 'kind'), id FROM p WHERE FIELD(doc, 'kind') >= 'b' ORDER BY FIELD(doc, 'kind') DESC, id LIMIT 3";
+    assert_eq!(run(q), vec![vec![s("c"), i(2)], vec![s("c"), i(5)], vec![s("c"), i(8)]]);
+    let q = "SELECT id FROM p ORDER BY FIELD(doc, 'kind') DESC LIMIT 12";
+    let got: Vec<i64> = run(q).iter().map(|r| r[0].as_i64().unwrap_or(-1)).collect();
+    assert!(got[..10].iter().all(|id| id % 3 == 2) && got[10..].iter().all(|id| id % 3 == 1), "{got:?}");
 }
