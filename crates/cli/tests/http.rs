@@ -94,6 +94,7 @@ fn cell(v: &Value) -> J {
         Value::Str(s) => J::from(s.as_str()),
         Value::Bytes(b) => J::from(b.iter().map(|x| format!("{x:02X}")).collect::<String>()),
         Value::Array(a) => J::Array(a.iter().map(cell).collect()),
+        Value::Point(_) | Value::Geography(_) => J::from(v.to_string()),
     }
 }
 

@@ -815,3 +815,31 @@ fn data_row(body: &[u8]) -> Vec<Option<String>> {
         })
         .collect()
 }
+
+/// Geography columns are text on the PostgreSQL port: WKT out (in both formats), and WKT
+/// in, as a literal or as a parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geography_is_wkt_text_on_the_postgresql_port() {
+    let dir = TempDir::new("pg-geo");
+    let (_server, pg) = start(&dir);
+    let client = connect(&pg).await;
+    client.batch_execute("CREATE TABLE g (id INTEGER NOT NULL PRIMARY KEY, p GEOGRAPHY_POINT, a GEOGRAPHY)").await.expect("schema");
+    client
+        .batch_execute("INSERT INTO g VALUES (1, POINTFROMTEXT('POINT(-71.5 42.25)'), 'POLYGON((0 0, 1 0, 1 1, 0 0))')")
+        .await
+        .expect("insert");
+    let insert = client.prepare("INSERT INTO g VALUES ($1, $2, NULL)").await.expect("prepare");
+    assert_eq!(insert.params()[1], Type::TEXT);
+    client.execute(&insert, &[&2i32, &"POINT(3 4)"]).await.expect("a point given as WKT");
+    assert_eq!(
+        simple_rows(&client, "SELECT p, a FROM g ORDER BY id").await,
+        vec![
+            vec![Some("POINT (-71.5 42.25)".to_string()), Some("POLYGON ((0.0 0.0, 1.0 0.0, 1.0 1.0, 0.0 0.0))".to_string())],
+            vec![Some("POINT (3.0 4.0)".to_string()), None],
+        ]
+    );
+    // The extended protocol (tokio-postgres asks for binary results): text all the same.
+    let rows = client.query("SELECT p FROM g WHERE id = $1", &[&1i32]).await.expect("query");
+    assert_eq!(rows[0].columns()[0].type_(), &Type::TEXT);
+    assert_eq!(rows[0].get::<_, String>(0), "POINT (-71.5 42.25)");
+}

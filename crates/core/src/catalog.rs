@@ -25,6 +25,12 @@ pub struct ColumnDef {
 }
 
 /// An index over columns of one table. The primary key is the index with `primary` set.
+///
+/// A key part may be an expression over the row (`FIELD(doc, 'k')`, `a + b`): storage
+/// computes it when a row is written and keeps the value after the row's columns, hidden
+/// from readers, so the index orders and hashes it like a column. `columns[part]` of such
+/// a part is that hidden position: the table's column count plus the expression's number
+/// among all the table's expression parts, in index order (`TableDef::number_computed`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct IndexDef {
     pub name: String,
@@ -33,6 +39,18 @@ pub struct IndexDef {
     /// VoltDB's ASSUMEUNIQUE: unique, but only checked within a partition.
     pub assume_unique: bool,
     pub primary: bool,
+    /// The key parts that are expressions, in part order.
+    pub exprs: Vec<IndexExpr>,
+}
+
+/// A key part of an index that is a deterministic expression over the row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexExpr {
+    /// Which key part of the index it is (0-based).
+    pub part: usize,
+    /// The expression, compiled by the `sql` crate; its value has type `ty`.
+    pub expr: RowExpr,
+    pub ty: DataType,
 }
 
 /// An aggregate kept by a materialized view.
@@ -50,6 +68,10 @@ pub enum ViewAggregate {
 /// hands it over behind this trait.
 pub trait RowFn: Send + Sync + std::fmt::Debug {
     fn eval(&self, row: &[Value]) -> Result<Value>;
+
+    /// The compiled form, for the crate that made it (the planner compares an indexed
+    /// expression with a query's).
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// A compiled row expression with the SQL text it came from; two are equal when their
@@ -150,6 +172,42 @@ impl TableDef {
 
     pub fn primary_key(&self) -> Option<&IndexDef> {
         self.indexes.iter().find(|i| i.primary)
+    }
+
+    /// The expression key parts of all indexes, in the order their values follow the
+    /// row's columns in storage.
+    pub fn computed(&self) -> impl Iterator<Item = &IndexExpr> {
+        self.indexes.iter().flat_map(|i| i.exprs.iter())
+    }
+
+    /// Gives every expression key part its hidden position after the columns (see
+    /// `IndexDef`); run whenever columns or indexes change.
+    pub fn number_computed(&mut self) {
+        let mut next = self.columns.len();
+        for ix in &mut self.indexes {
+            for e in &ix.exprs {
+                if let Some(c) = ix.columns.get_mut(e.part) {
+                    *c = next;
+                    next += 1;
+                }
+            }
+        }
+    }
+
+    /// The type of key position `c`: a column's, or a computed key's.
+    pub fn key_type(&self, c: usize) -> Option<DataType> {
+        match self.columns.get(c) {
+            Some(col) => Some(col.ty),
+            None => self.computed().nth(c - self.columns.len()).map(|e| e.ty),
+        }
+    }
+
+    /// How key position `c` reads in catalogs: the column's name, or the expression.
+    pub fn key_name(&self, c: usize) -> &str {
+        match self.columns.get(c) {
+            Some(col) => &col.name,
+            None => self.computed().nth(c - self.columns.len()).map_or("?", |e| e.expr.text.as_str()),
+        }
     }
 
     pub fn is_replicated(&self) -> bool {
@@ -504,6 +562,7 @@ impl Catalog {
         }
         def.id = self.next_table_id;
         self.next_table_id += 1;
+        def.number_computed();
         let def = Arc::new(def);
         self.tables.insert(key(&def.name), def.clone());
         self.by_id.insert(def.id, def.clone());
@@ -512,10 +571,11 @@ impl Catalog {
     }
 
     /// Replaces a table's definition in place (same id), e.g. after ALTER or CREATE INDEX.
-    pub fn replace_table(&mut self, def: TableDef) -> Result<Arc<TableDef>> {
+    pub fn replace_table(&mut self, mut def: TableDef) -> Result<Arc<TableDef>> {
         if !self.by_id.contains_key(&def.id) {
             return Err(Error::sql(format!("object not found: {}", def.name)));
         }
+        def.number_computed();
         let def = Arc::new(def);
         self.tables.insert(key(&def.name), def.clone());
         self.by_id.insert(def.id, def.clone());

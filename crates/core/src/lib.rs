@@ -5,6 +5,7 @@ pub mod catalog;
 pub mod cron;
 pub mod decimal;
 pub mod error;
+pub mod geo;
 pub mod hash;
 pub mod prefetch;
 pub mod table;
@@ -14,9 +15,9 @@ pub mod value;
 mod value_serde;
 
 pub use catalog::{
-    get_ignoring_case, Catalog, ColumnDef, IndexDef, NameMap, Partitioning, Permissions, PlainViewDef, ProcedureBody, ProcedureDef,
-    RoleDef, RowExpr, RowFn, TableDef, TableId, TableKind, TaskDef, TaskOnError, TaskRunOn, TaskSchedule, TtlDef, TtlUnit, ViewAggregate,
-    ViewDef, ViewKey, BUILTIN_ROLES,
+    get_ignoring_case, Catalog, ColumnDef, IndexDef, IndexExpr, NameMap, Partitioning, Permissions, PlainViewDef, ProcedureBody,
+    ProcedureDef, RoleDef, RowExpr, RowFn, TableDef, TableId, TableKind, TaskDef, TaskOnError, TaskRunOn, TaskSchedule, TtlDef, TtlUnit,
+    ViewAggregate, ViewDef, ViewKey, BUILTIN_ROLES,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use hash::HashRing;

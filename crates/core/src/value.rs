@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use crate::decimal;
 use crate::error::{Error, Result};
+use crate::geo::{self, GeoPoint, Polygon};
 use crate::time;
 
-/// A column or parameter type (VoltDB's VoltType, minus the geography types).
+/// A column or parameter type (VoltDB's VoltType).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DataType {
     TinyInt,
@@ -28,6 +29,10 @@ pub enum DataType {
     Varbinary,
     Timestamp,
     Boolean,
+    /// A longitude and a latitude (`geo::GeoPoint`).
+    GeographyPoint,
+    /// A polygon (`geo::Polygon`); its size limit counts the bytes of its wire form.
+    Geography,
 }
 
 impl DataType {
@@ -44,6 +49,8 @@ impl DataType {
             DataType::Decimal => 22,
             DataType::Boolean => 23,
             DataType::Varbinary => 25,
+            DataType::GeographyPoint => 26,
+            DataType::Geography => 27,
         }
     }
 
@@ -60,6 +67,8 @@ impl DataType {
             22 => DataType::Decimal,
             23 => DataType::Boolean,
             25 => DataType::Varbinary,
+            26 => DataType::GeographyPoint,
+            27 => DataType::Geography,
             _ => return None,
         })
     }
@@ -77,6 +86,8 @@ impl DataType {
             DataType::Varbinary => "VARBINARY",
             DataType::Timestamp => "TIMESTAMP",
             DataType::Boolean => "BOOLEAN",
+            DataType::GeographyPoint => "GEOGRAPHY_POINT",
+            DataType::Geography => "GEOGRAPHY",
         }
     }
 
@@ -124,6 +135,10 @@ pub enum Value {
     Bool(bool),
     /// An array parameter (VoltDB's `long[]`, `String[]` …); never stored in a table.
     Array(Vec<Value>),
+    /// A GEOGRAPHY_POINT.
+    Point(GeoPoint),
+    /// A GEOGRAPHY polygon, shared like bytes.
+    Geography(Arc<Polygon>),
 }
 
 impl Value {
@@ -143,6 +158,8 @@ impl Value {
             Value::Timestamp(_) => DataType::Timestamp,
             Value::Bool(_) => DataType::Boolean,
             Value::Array(_) => return None,
+            Value::Point(_) => DataType::GeographyPoint,
+            Value::Geography(_) => DataType::Geography,
         })
     }
 
@@ -196,6 +213,8 @@ impl Value {
             (Timestamp(a), Str(s)) => Some(a.cmp(&time::parse_timestamp(s).ok()?)),
             (Str(s), Timestamp(b)) => Some(time::parse_timestamp(s).ok()?.cmp(b)),
             (Bool(a), Bool(b)) => Some(a.cmp(b)),
+            (Point(a), Point(b)) => Some(a.total_cmp(b)),
+            (Geography(a), Geography(b)) => Some(a.total_cmp(b)),
             _ => None,
         }
     }
@@ -215,7 +234,9 @@ impl Value {
             | (Value::Decimal(_), DataType::Decimal)
             | (Value::Bytes(_), DataType::Varbinary)
             | (Value::Timestamp(_), DataType::Timestamp)
-            | (Value::Bool(_), DataType::Boolean) => true,
+            | (Value::Bool(_), DataType::Boolean)
+            | (Value::Point(_), DataType::GeographyPoint)
+            | (Value::Geography(_), DataType::Geography) => true,
             _ => false,
         }
     }
@@ -255,6 +276,11 @@ impl Value {
             (Str(s), DataType::Timestamp) => Timestamp(time::parse_timestamp(s).map_err(|_| fail())?),
             (Bool(b), DataType::Boolean) => Bool(*b),
             (Int(v), DataType::Boolean) => Bool(*v != 0),
+            // Geography values are written as WKT text by clients that have no type for them.
+            (Point(p), DataType::GeographyPoint) => Point(*p),
+            (Str(s), DataType::GeographyPoint) => Point(geo::parse_point(s)?),
+            (Geography(g), DataType::Geography) => Geography(g.clone()),
+            (Str(s), DataType::Geography) => Geography(Arc::new(geo::parse_polygon(s)?)),
             _ => return Err(fail()),
         };
         if let (Int(v), Some((lo, hi))) = (&out, ty.int_range()) {
@@ -273,6 +299,7 @@ impl Value {
             Value::Str(s) => format!("VARCHAR '{s}'"),
             Value::Bytes(b) => format!("VARBINARY of {} bytes", b.len()),
             Value::Array(a) => format!("array of {} values", a.len()),
+            Value::Geography(g) => format!("GEOGRAPHY of {} points", g.num_points()),
             v => format!("{} {v}", v.natural_type().map(|t| t.sql_name()).unwrap_or("NULL")),
         }
     }
@@ -289,6 +316,8 @@ impl Value {
             Value::Str(_) => 6,
             Value::Bytes(_) => 7,
             Value::Array(_) => 8,
+            Value::Point(_) => 9,
+            Value::Geography(_) => 10,
         }
     }
 }
@@ -345,6 +374,8 @@ impl Ord for Value {
             (Timestamp(a), Timestamp(b)) => a.cmp(b),
             (Bool(a), Bool(b)) => a.cmp(b),
             (Array(a), Array(b)) => a.cmp(b),
+            (Point(a), Point(b)) => a.total_cmp(b),
+            (Geography(a), Geography(b)) => a.total_cmp(b),
             _ => self.rank().cmp(&other.rank()),
         }
     }
@@ -363,6 +394,17 @@ impl Hash for Value {
             Value::Bytes(b) => b[..].hash(state),
             Value::Bool(b) => b.hash(state),
             Value::Array(a) => a.hash(state),
+            Value::Point(p) => {
+                p.lng.to_bits().hash(state);
+                p.lat.to_bits().hash(state);
+            }
+            Value::Geography(g) => {
+                for v in g.rings.iter().flatten() {
+                    v.0.to_bits().hash(state);
+                    v.1.to_bits().hash(state);
+                    v.2.to_bits().hash(state);
+                }
+            }
         }
     }
 }
@@ -378,6 +420,8 @@ impl fmt::Display for Value {
             Value::Bytes(b) => f.write_str(&to_hex(b)),
             Value::Timestamp(t) => f.write_str(&time::format_timestamp(*t)),
             Value::Bool(b) => write!(f, "{b}"),
+            Value::Point(p) => f.write_str(&p.wkt()),
+            Value::Geography(g) => f.write_str(&g.wkt()),
             Value::Array(a) => {
                 f.write_str("[")?;
                 for (i, v) in a.iter().enumerate() {

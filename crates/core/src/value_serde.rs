@@ -7,6 +7,7 @@ use std::sync::Arc;
 use compact_str::CompactString;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::geo::{GeoPoint, Polygon, V3};
 use crate::value::Value;
 
 /// A value as written, borrowing from the `Value`. Its variants (names and order) are
@@ -23,6 +24,9 @@ enum Borrowed<'a> {
     Timestamp(i64),
     Bool(bool),
     Array(&'a [Value]),
+    Point(f64, f64),
+    /// The polygon's rings of unit vectors (x, y, z).
+    Geography(Vec<Vec<(f64, f64, f64)>>),
 }
 
 /// A value as read: `A` is what an array holds (`Scalar` at the top, nothing below it).
@@ -38,6 +42,8 @@ enum Owned<A> {
     Timestamp(i64),
     Bool(bool),
     Array(Vec<A>),
+    Point(f64, f64),
+    Geography(Vec<Vec<(f64, f64, f64)>>),
 }
 
 /// What an array's element may not be: another array.
@@ -61,6 +67,10 @@ impl<A> Owned<A> {
             Owned::Timestamp(v) => Value::Timestamp(v),
             Owned::Bool(v) => Value::Bool(v),
             Owned::Array(items) => Value::Array(items.into_iter().map(element).collect()),
+            Owned::Point(lng, lat) => Value::Point(GeoPoint { lng, lat }),
+            Owned::Geography(rings) => Value::Geography(Arc::new(Polygon {
+                rings: rings.into_iter().map(|r| r.into_iter().map(|(x, y, z)| V3(x, y, z)).collect()).collect(),
+            })),
         }
     }
 }
@@ -77,6 +87,8 @@ impl Serialize for Value {
             Value::Timestamp(v) => Borrowed::Timestamp(*v),
             Value::Bool(v) => Borrowed::Bool(*v),
             Value::Array(v) => Borrowed::Array(v.as_slice()),
+            Value::Point(p) => Borrowed::Point(p.lng, p.lat),
+            Value::Geography(g) => Borrowed::Geography(g.rings.iter().map(|r| r.iter().map(|v| (v.0, v.1, v.2)).collect()).collect()),
         };
         b.serialize(s)
     }
@@ -114,6 +126,8 @@ mod tests {
             Value::Timestamp(1_700_000_000_000_000),
             Value::Bool(true),
             Value::Array(vec![Value::Int(1), Value::from("x"), Value::Null]),
+            Value::Point(crate::geo::GeoPoint { lng: -71.5, lat: 42.25 }),
+            Value::Geography(Arc::new(crate::geo::parse_polygon("POLYGON((0 0, 1 0, 1 1, 0 0))").unwrap())),
         ];
         for v in &values {
             let back = round_trip(v);

@@ -254,6 +254,8 @@ pub fn value_bytes(v: &Value) -> u64 {
         Value::Str(s) => 4 + s.len() as u64,
         Value::Bytes(b) => 4 + b.len() as u64,
         Value::Array(a) => 2 + a.iter().map(value_bytes).sum::<u64>(),
+        Value::Point(_) => 16,
+        Value::Geography(g) => 4 + g.wire_len() as u64,
     }
 }
 

@@ -529,6 +529,8 @@ mod meta {
             DataType::Varbinary => -3,
             DataType::Timestamp => 93,
             DataType::Boolean => 16,
+            // java.sql.Types.OTHER, as VoltDB reports its geography types.
+            DataType::GeographyPoint | DataType::Geography => 1111,
         }
     }
 
@@ -549,7 +551,10 @@ mod meta {
             DataType::Float => (Value::Int(53), Value::Int(2)),
             DataType::Decimal => (Value::Int(DECIMAL_PRECISION), Value::Int(10)),
             DataType::Boolean => (Value::Int(1), Value::Int(2)),
-            DataType::Varchar | DataType::Varbinary => (Value::Int(size.map(i64::from).unwrap_or(VALUE_LENGTH_MAX_BYTES)), Value::Null),
+            DataType::Varchar | DataType::Varbinary | DataType::Geography => {
+                (Value::Int(size.map(i64::from).unwrap_or(VALUE_LENGTH_MAX_BYTES)), Value::Null)
+            }
+            DataType::GeographyPoint => (Value::Int(16), Value::Null),
         }
     }
 
@@ -773,7 +778,8 @@ mod meta {
                         // java.sql.DatabaseMetaData.tableIndexOther: every index is an ordered tree.
                         Value::Int(3),
                         Value::Int(pos as i64 + 1),
-                        s(&def.columns[c].name),
+                        // A column's name, or an expression key's text.
+                        s(def.key_name(c)),
                         s("A"),
                         Value::Null,
                         Value::Null,
@@ -863,8 +869,8 @@ mod meta {
                     DataType::SmallInt => 2,
                     DataType::Integer => 4,
                     DataType::BigInt | DataType::Float | DataType::Timestamp => 8,
-                    DataType::Decimal => 16,
-                    DataType::Varchar | DataType::Varbinary => VALUE_LENGTH_MAX_BYTES,
+                    DataType::Decimal | DataType::GeographyPoint => 16,
+                    DataType::Varchar | DataType::Varbinary | DataType::Geography => VALUE_LENGTH_MAX_BYTES,
                 };
                 let octets =
                     if matches!(ty, DataType::Varchar | DataType::Varbinary) { Value::Int(VALUE_LENGTH_MAX_BYTES) } else { Value::Null };

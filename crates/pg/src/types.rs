@@ -35,6 +35,8 @@ pub fn pg_type(t: DataType) -> Type {
         DataType::Varbinary => Type::BYTEA,
         DataType::Timestamp => Type::TIMESTAMP,
         DataType::Boolean => Type::BOOL,
+        // PostgreSQL has no geography type of its own (PostGIS is an extension): WKT text.
+        DataType::GeographyPoint | DataType::Geography => Type::TEXT,
     }
 }
 
@@ -45,7 +47,7 @@ pub fn type_size(t: DataType) -> i16 {
         DataType::Integer => 4,
         DataType::BigInt | DataType::Float | DataType::Timestamp => 8,
         DataType::Boolean => 1,
-        DataType::Decimal | DataType::Varchar | DataType::Varbinary => -1,
+        DataType::Decimal | DataType::Varchar | DataType::Varbinary | DataType::GeographyPoint | DataType::Geography => -1,
     }
 }
 
@@ -88,6 +90,7 @@ fn encode_text(out: &mut BytesMut, v: &Value) {
         Value::Timestamp(t) => w.write_str(&time::format_timestamp(*t)),
         Value::Bool(b) => w.write_str(if *b { "t" } else { "f" }),
         Value::Array(a) => write!(w, "{{{}}}", a.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")),
+        Value::Point(_) | Value::Geography(_) => write!(w, "{v}"),
     };
 }
 
@@ -126,6 +129,8 @@ fn encode_binary(out: &mut BytesMut, ty: DataType, v: &Value) -> Result<(), Erro
         (DataType::Varbinary, Value::Bytes(b)) => out.put_slice(b),
         (DataType::Timestamp, Value::Timestamp(t) | Value::Int(t)) => out.put_i64(t.saturating_sub(PG_EPOCH_MICROS)),
         (DataType::Boolean, Value::Bool(b)) => out.put_u8(u8::from(*b)),
+        // Described as text, whose binary form is the text itself.
+        (DataType::GeographyPoint, Value::Point(_)) | (DataType::Geography, Value::Geography(_)) => out.put_slice(v.to_string().as_bytes()),
         // A value whose type differs from its column's (an expression's result, say) is
         // sent as text would be: describe it as VARCHAR in that case (see `value_type`).
         _ => return Err(wrong()),
@@ -378,6 +383,8 @@ mod tests {
             (DataType::Varbinary, Type::BYTEA),
             (DataType::Timestamp, Type::TIMESTAMP),
             (DataType::Boolean, Type::BOOL),
+            (DataType::GeographyPoint, Type::TEXT),
+            (DataType::Geography, Type::TEXT),
         ];
         for (lockstep, pg) in pairs {
             assert_eq!(pg_type(lockstep), pg, "{lockstep:?}");

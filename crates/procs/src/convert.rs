@@ -37,6 +37,9 @@ pub(crate) fn scalar_to_lua(lua: &Lua, v: &Value) -> mlua::Result<LuaValue> {
         Value::Str(s) => LuaValue::String(lua.create_string(s)?),
         Value::Bytes(b) => LuaValue::String(lua.create_string(b)?),
         Value::Bool(b) => LuaValue::Boolean(*b),
+        // Geography reaches Lua as its WKT text, which a statement parameter of a geography
+        // type reads back.
+        Value::Point(_) | Value::Geography(_) => LuaValue::String(lua.create_string(v.to_string())?),
     })
 }
 

@@ -321,10 +321,13 @@ pub(crate) unsafe fn push_protected(
     keys: &Keys,
     nresults: c_int,
 ) -> Result<c_int, c_int> {
-    let decimals = if row.iter().any(|v| matches!(v, Value::Decimal(_))) {
+    // Values that reach Lua as text (DECIMAL, and geography as WKT) are formatted here,
+    // outside the protected call, which may not own anything.
+    let decimals = if row.iter().any(|v| matches!(v, Value::Decimal(_) | Value::Point(_) | Value::Geography(_))) {
         row.iter()
             .map(|v| match v {
                 Value::Decimal(d) => Some(decimal::format(*d)),
+                Value::Point(_) | Value::Geography(_) => Some(v.to_string()),
                 _ => None,
             })
             .collect()
@@ -386,14 +389,14 @@ unsafe fn push_scalars(l: *mut ffi::lua_State, row: &[Value]) -> Option<c_int> {
 /// Pushes cell `i` of the job's row, converted as `convert::to_lua` does.
 unsafe fn push_value(l: *mut ffi::lua_State, job: &RowJob, i: usize, v: &Value) {
     let text = match v {
-        Value::Decimal(_) => job.decimals.get(i).and_then(Option::as_deref),
+        Value::Decimal(_) | Value::Point(_) | Value::Geography(_) => job.decimals.get(i).and_then(Option::as_deref),
         _ => None,
     };
     push_scalar(l, v, text);
 }
 
-/// Pushes a value as `convert::scalar_to_lua` converts it (an array is nil), a DECIMAL as
-/// `decimal_text` (nil when not given). Raises only on running out of memory.
+/// Pushes a value as `convert::scalar_to_lua` converts it (an array is nil), a DECIMAL or a
+/// geography value as `decimal_text`, its text (nil when not given). Raises only on running out of memory.
 pub(crate) unsafe fn push_scalar(l: *mut ffi::lua_State, v: &Value, decimal_text: Option<&str>) {
     match v {
         Value::Null | Value::Array(_) => ffi::lua_pushnil(l),
@@ -402,7 +405,7 @@ pub(crate) unsafe fn push_scalar(l: *mut ffi::lua_State, v: &Value, decimal_text
         Value::Bool(b) => ffi::lua_pushboolean(l, *b as c_int),
         Value::Str(s) => push_bytes(l, s.as_bytes()),
         Value::Bytes(b) => push_bytes(l, b),
-        Value::Decimal(_) => match decimal_text {
+        Value::Decimal(_) | Value::Point(_) | Value::Geography(_) => match decimal_text {
             Some(text) => push_bytes(l, text.as_bytes()),
             None => ffi::lua_pushnil(l),
         },

@@ -137,6 +137,8 @@ fn value(out: &mut String, v: &Value) {
             out.push('"');
         }
         Value::Str(s) => string(out, s),
+        // VoltDB's JSON API gives geography values as their WKT text.
+        Value::Point(_) | Value::Geography(_) => string(out, &v.to_string()),
         Value::Bytes(b) => {
             out.push('"');
             for byte in b.iter() {

@@ -5,6 +5,7 @@ use std::ops::Bound;
 
 use lockstep_core::{DataType, Result, TableDef, Value};
 
+use crate::ddl_index::indexed_expression;
 use crate::expr::{CmpOp, Env, Expr};
 use crate::plan::{Level, SelectPlan, SortKey};
 
@@ -62,8 +63,7 @@ pub fn choose_access(table: &TableDef, terms: &[KeyTerm]) -> Access {
         let full = eq.len() == def.columns.len() && !def.columns.is_empty();
         let (mut lo, mut hi) = (None, None);
         if !full {
-            if let Some(&next) = def.columns.get(eq.len()) {
-                let ty = table.columns[next].ty;
+            if let Some((next, Some(ty))) = def.columns.get(eq.len()).map(|&n| (n, table.key_type(n))) {
                 for t in terms.iter().filter(|t| t.column == next && same_kind(ty, &t.key) && t.key.is_fixed()) {
                     match t.op {
                         CmpOp::Gt | CmpOp::Ge if lo.is_none() => lo = Some((t.key.clone(), t.op == CmpOp::Ge)),
@@ -107,10 +107,11 @@ pub fn residual_filters(level: &Level) -> Vec<Expr> {
     let implied = |e: &Expr| {
         let Expr::Cmp(CmpOp::Eq, a, b) = e else { return false };
         [(a, b), (b, a)].into_iter().any(|(x, y)| match (x.as_ref(), y.as_ref()) {
-            (Expr::Column(c), Expr::Param(_)) => columns
-                .iter()
-                .zip(keys)
-                .any(|(&k, key)| k + level.source.offset == *c && key == y.as_ref() && compared_exactly(table.columns[k].ty)),
+            (Expr::Column(c), Expr::Param(_)) => columns.iter().zip(keys).any(|(&k, key)| {
+                // A computed key (past the columns) is no column of the row.
+                let ty = table.columns.get(k).map(|col| col.ty);
+                k + level.source.offset == *c && key == y.as_ref() && ty.is_some_and(compared_exactly)
+            }),
             _ => false,
         })
     };
@@ -134,9 +135,16 @@ pub fn order_by_index(plan: &mut SelectPlan) {
             SortKey::Output(i) => &plan.output[*i],
             SortKey::Hidden(i) => &plan.hidden[*i],
         };
+        if *d != desc {
+            return;
+        }
         match e {
-            Expr::Column(c) if *d == desc => cols.push(*c),
-            _ => return,
+            Expr::Column(c) => cols.push(*c),
+            // An expression an index keeps sorts by that index too.
+            _ => match indexed_expression(&plan.levels[0].source.table, e, 0) {
+                Some(k) => cols.push(k),
+                None => return,
+            },
         }
     }
     let level = &mut plan.levels[0];
@@ -205,7 +213,8 @@ pub type KeyValues = smallvec::SmallVec<[Value; 4]>;
 pub fn eval_keys(exprs: &[Expr], table: &TableDef, cols: &[usize], row: &[Value], env: &Env) -> Result<Option<KeyValues>> {
     let mut out = KeyValues::new();
     for (e, &c) in exprs.iter().zip(cols) {
-        match key_value(&*e.eval_ref(row, env)?, table.columns[c].ty) {
+        let Some(ty) = table.key_type(c) else { return Ok(None) };
+        match key_value(&*e.eval_ref(row, env)?, ty) {
             Some(k) => out.push(k),
             None => return Ok(None),
         }
@@ -232,7 +241,7 @@ pub fn eval_range(
         Some(p) => p,
         None => return Ok(None),
     };
-    let next_ty = cols.get(eq.len()).map(|&c| table.columns[c].ty);
+    let next_ty = cols.get(eq.len()).and_then(|&c| table.key_type(c));
     let bound = |b: &Option<(Expr, bool)>| -> Result<Option<Bound<Vec<Value>>>> {
         Ok(Some(match (b, next_ty) {
             (Some((e, incl)), Some(ty)) => {

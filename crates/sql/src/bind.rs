@@ -150,6 +150,8 @@ pub fn type_from_name(word: &str) -> Option<DataType> {
         "VARBINARY" | "BINARY" | "BYTEA" => DataType::Varbinary,
         "TIMESTAMP" | "DATETIME" => DataType::Timestamp,
         "BOOLEAN" | "BOOL" => DataType::Boolean,
+        "GEOGRAPHY_POINT" => DataType::GeographyPoint,
+        "GEOGRAPHY" => DataType::Geography,
         _ => return None,
     })
 }
@@ -978,6 +980,8 @@ fn class(t: DataType) -> u8 {
         DataType::Varbinary => 2,
         DataType::Timestamp => 3,
         DataType::Boolean => 4,
+        DataType::GeographyPoint => 6,
+        DataType::Geography => 7,
         _ => 5,
     }
 }
@@ -985,8 +989,11 @@ fn class(t: DataType) -> u8 {
 /// Rejects comparisons that can never work (a number with a timestamp, say) at prepare time.
 fn check_comparable(a: Option<DataType>, b: Option<DataType>) -> Result<()> {
     if let (Some(x), Some(y)) = (a, b) {
-        let ok =
-            class(x) == class(y) || matches!((class(x), class(y)), (1, 3) | (3, 1) | (1, 0) | (0, 1) | (1, 2) | (2, 1) | (3, 0) | (0, 3));
+        let ok = class(x) == class(y)
+            || matches!(
+                (class(x), class(y)),
+                (1, 3) | (3, 1) | (1, 0) | (0, 1) | (1, 2) | (2, 1) | (3, 0) | (0, 3) | (1, 6) | (6, 1) | (1, 7) | (7, 1)
+            );
         if !ok {
             return Err(Error::sql(format!("cannot compare {} with {}", x.sql_name(), y.sql_name())));
         }

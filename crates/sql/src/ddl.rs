@@ -4,10 +4,10 @@
 //! LIMIT PARTITION ROWS, PARTITION … — is not sqlparser's), except view queries and SQL
 //! procedure bodies, which are ordinary SQL.
 
-use lockstep_core::{Catalog, ColumnDef, Error, IndexDef, Permissions, Result, TableDef, TableKind};
+use lockstep_core::{Catalog, ColumnDef, DataType, Error, IndexDef, Permissions, Result, TableDef, TableKind};
 
 use crate::ddl_parse::{column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX};
-use crate::{ddl_proc, ddl_task, ddl_ttl, ddl_view};
+use crate::{ddl_index, ddl_proc, ddl_task, ddl_ttl, ddl_view};
 
 /// What DDL needs from its surroundings: Lua sources of procedures.
 pub trait DdlEnv {
@@ -24,7 +24,7 @@ pub struct DdlOutcome {
     pub message: String,
 }
 
-fn done(message: impl Into<String>) -> Result<DdlOutcome> {
+pub(crate) fn done(message: impl Into<String>) -> Result<DdlOutcome> {
     Ok(DdlOutcome { message: message.into() })
 }
 
@@ -55,10 +55,10 @@ fn dispatch(catalog: &mut Catalog, c: &mut Cursor, env: &dyn DdlEnv) -> Result<D
                 "TABLE" => create_table(catalog, c),
                 "STREAM" => create_stream(catalog, c),
                 "VIEW" => ddl_view::create_view(catalog, c),
-                "INDEX" => create_index(catalog, c, false, false),
+                "INDEX" => ddl_index::create_index(catalog, c, false, false),
                 "UNIQUE" | "ASSUMEUNIQUE" => {
                     c.expect_word("INDEX")?;
-                    create_index(catalog, c, true, what == "ASSUMEUNIQUE")
+                    ddl_index::create_index(catalog, c, true, what == "ASSUMEUNIQUE")
                 }
                 "ROLE" => create_role(catalog, c),
                 "TASK" => done(ddl_task::create_task(catalog, c)?),
@@ -195,6 +195,7 @@ fn key_indexes(table: &str, cols: &mut [ColumnDef], keys: &[KeySpec], existing: 
             if positions.contains(&p) {
                 return Err(Error::sql(format!("column {n} appears twice in a key of {table}")));
             }
+            ddl_index::check_key_type(&cols[p].name, cols[p].ty)?;
             positions.push(p);
         }
         if k.primary {
@@ -216,7 +217,14 @@ fn key_indexes(table: &str, cols: &mut [ColumnDef], keys: &[KeySpec], existing: 
         if out.iter().chain(existing).any(|i| i.name.eq_ignore_ascii_case(&name)) {
             return Err(Error::sql(format!("index name {name} is used twice in {table}")));
         }
-        let def = IndexDef { name, columns: positions, unique: !k.assume_unique, assume_unique: k.assume_unique, primary: k.primary };
+        let def = IndexDef {
+            name,
+            columns: positions,
+            unique: !k.assume_unique,
+            assume_unique: k.assume_unique,
+            primary: k.primary,
+            exprs: vec![],
+        };
         if k.primary {
             out.insert(0, def);
         } else {
@@ -226,7 +234,7 @@ fn key_indexes(table: &str, cols: &mut [ColumnDef], keys: &[KeySpec], existing: 
     Ok(out)
 }
 
-fn index_name_taken(catalog: &Catalog, name: &str) -> Option<String> {
+pub(crate) fn index_name_taken(catalog: &Catalog, name: &str) -> Option<String> {
     catalog.tables().find(|t| t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(name))).map(|t| t.name.clone())
 }
 
@@ -300,7 +308,7 @@ fn create_stream(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
 }
 
 /// A unique index on a partitioned table must contain the partition column.
-fn check_unique_partitioning(t: &TableDef, ix: &IndexDef) -> Result<()> {
+pub(crate) fn check_unique_partitioning(t: &TableDef, ix: &IndexDef) -> Result<()> {
     if let Some(pc) = t.partition_column {
         if (ix.unique || ix.primary) && !ix.assume_unique && !ix.columns.contains(&pc) {
             return Err(Error::sql(format!(
@@ -310,58 +318,6 @@ fn check_unique_partitioning(t: &TableDef, ix: &IndexDef) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// `( column [ASC | DESC], … )`. A DESC column is kept in ascending order: the index is
-/// ordered, and an ORDER BY … DESC reads it backwards, so both directions are served from
-/// the one order (a key mixing directions is still correct: such an ORDER BY sorts).
-fn index_columns(c: &mut Cursor) -> Result<Vec<String>> {
-    const WHAT: &str = "a column name (expression indexes are not supported)";
-    c.expect_punct("(")?;
-    let mut v = Vec::new();
-    loop {
-        v.push(c.ident(WHAT)?);
-        if !c.eat_word("ASC") {
-            c.eat_word("DESC");
-        }
-        if !c.eat_punct(",") {
-            break;
-        }
-    }
-    c.expect_punct(")")?;
-    Ok(v)
-}
-
-fn create_index(catalog: &mut Catalog, c: &mut Cursor, unique: bool, assume_unique: bool) -> Result<DdlOutcome> {
-    let name = c.ident("an index name")?;
-    c.expect_word("ON")?;
-    let tname = c.ident("a table name")?;
-    let cols = index_columns(c)?;
-    if c.is_word("WHERE") {
-        return Err(Error::sql("partial indexes (CREATE INDEX … WHERE) are not supported"));
-    }
-    c.expect_end()?;
-    let t = catalog.table(&tname).cloned().ok_or_else(|| Error::sql(format!("object not found: {tname}")))?;
-    if t.is_stream() {
-        return Err(Error::sql(format!("cannot index stream {tname}")));
-    }
-    if let Some(other) = index_name_taken(catalog, &name) {
-        return Err(Error::sql(format!("index name {name} is already used by table {other}")));
-    }
-    let mut def = (*t).clone();
-    let mut positions = Vec::new();
-    for n in &cols {
-        let p = def.column_index(n).ok_or_else(|| Error::sql(format!("unknown column {n} in {tname}")))?;
-        if positions.contains(&p) {
-            return Err(Error::sql(format!("column {n} appears twice in index {name}")));
-        }
-        positions.push(p);
-    }
-    let ix = IndexDef { name: name.clone(), columns: positions, unique: unique && !assume_unique, assume_unique, primary: false };
-    check_unique_partitioning(&def, &ix)?;
-    def.indexes.push(ix);
-    catalog.replace_table(def)?;
-    done(format!("index {name} created on {}", t.name))
 }
 
 fn drop_index(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
@@ -553,6 +509,12 @@ fn partition_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
         return Err(Error::sql(format!("{name} is not a table; only tables are partitioned with PARTITION TABLE")));
     }
     let pc = t.column_index(&col).ok_or_else(|| Error::sql(format!("table {} has no column {col}", t.name)))?;
+    if matches!(t.columns[pc].ty, DataType::GeographyPoint | DataType::Geography) {
+        return Err(Error::sql(format!(
+            "{} is a {} column: a table cannot be partitioned on a geography column",
+            t.columns[pc].name, t.columns[pc].ty
+        )));
+    }
     if t.columns[pc].nullable {
         return Err(Error::sql(format!(
             "partition column {} of {} must be NOT NULL: declare it NOT NULL in CREATE TABLE",

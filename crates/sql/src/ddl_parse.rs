@@ -9,6 +9,10 @@ use crate::plan_dml::DEFAULT_NOW_SENTINEL;
 
 /// Largest VARCHAR / VARBINARY, in characters or bytes (VoltDB's limit).
 pub const VARIABLE_SIZE_MAX: u32 = 1_048_576;
+/// VoltDB's default limit of a GEOGRAPHY value, in bytes of its wire form.
+pub const GEOGRAPHY_SIZE_DEFAULT_BYTES: u32 = 32_768;
+/// The wire form of the smallest polygon (one ring of three vertices), in bytes.
+pub const GEOGRAPHY_SIZE_MIN_BYTES: u32 = 155;
 /// VARCHAR declared without a length.
 pub const VARCHAR_SIZE_DEFAULT: u32 = VARIABLE_SIZE_MAX;
 /// Most columns a table may have (VoltDB's limit).
@@ -230,9 +234,10 @@ pub fn column_type(c: &mut Cursor) -> Result<(DataType, u32, bool)> {
                 VARCHAR_SIZE_DEFAULT
             }
         }
+        DataType::Geography => GEOGRAPHY_SIZE_DEFAULT_BYTES,
         _ => 0,
     };
-    let mut in_bytes = false;
+    let mut in_bytes = ty == DataType::Geography;
     if c.eat_punct("(") {
         let n = c.integer("a size")?;
         match ty {
@@ -252,6 +257,14 @@ pub fn column_type(c: &mut Cursor) -> Result<(DataType, u32, bool)> {
                 if c.eat_punct(",") {
                     c.integer("a scale")?;
                 }
+            }
+            DataType::Geography => {
+                if n < GEOGRAPHY_SIZE_MIN_BYTES as i64 || n as u64 > VARIABLE_SIZE_MAX as u64 {
+                    return Err(Error::sql(format!(
+                        "{word}({n}): the size must be {GEOGRAPHY_SIZE_MIN_BYTES} to {VARIABLE_SIZE_MAX} bytes (the smallest polygon takes {GEOGRAPHY_SIZE_MIN_BYTES})"
+                    )));
+                }
+                size = n as u32;
             }
             DataType::Float | DataType::Timestamp => {}
             _ => return Err(Error::sql(format!("type {word} takes no size"))),

@@ -24,37 +24,47 @@ use crate::limits::{Limits, Watch};
 /// A bound expression over a source row, as storage runs it: no parameters, no clock, no
 /// deadline (it is part of a write that is already running).
 #[derive(Debug)]
-struct SourceRowFn(Expr);
+pub(crate) struct SourceRowFn(pub(crate) Expr);
 
 impl RowFn for SourceRowFn {
     fn eval(&self, row: &[Value]) -> Result<Value> {
         let env = Env { params: &[], now_micros: 0, watch: Watch::new(None), limits: Limits::default(), outer: &[], subqueries: None };
         self.0.eval(row, &env)
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// Binds `e` over the source row, refusing what storage could not compute the same way on
 /// every replica and at every replay: NOW, parameters, subqueries.
 fn bind_source_expr(src: &Arc<TableDef>, e: &ast::Expr, what: &str) -> Result<Typed> {
+    bind_row_expr(src, e, what, "a materialized view")
+}
+
+/// Binds `e` over a row of `src` for storage to compute (`what` of `object`: "the WHERE"
+/// of "a materialized view"), refusing aggregates and what is not deterministic.
+pub(crate) fn bind_row_expr(src: &Arc<TableDef>, e: &ast::Expr, what: &str, object: &str) -> Result<Typed> {
     let scope = [Source { name: src.name.clone(), table: src.clone(), offset: 0 }];
     if has_parameter(&e.to_string()) {
-        return Err(not_deterministic(what, e));
+        return Err(not_deterministic(what, object, e));
     }
     let mut binder = Binder::new(0, None);
     let (typed, had_agg) = binder.bind_input(e, &scope);
-    let typed = typed.map_err(|err| err.context(format!("{what} of a materialized view")))?;
+    let typed = typed.map_err(|err| err.context(format!("{what} of {object}")))?;
     if had_agg {
-        return Err(Error::sql(format!("{what} of a materialized view cannot use an aggregate: {e}")));
+        return Err(Error::sql(format!("{what} of {object} cannot use an aggregate: {e}")));
     }
     if !typed.expr.is_deterministic() {
-        return Err(not_deterministic(what, e));
+        return Err(not_deterministic(what, object, e));
     }
     Ok(typed)
 }
 
-fn not_deterministic(what: &str, e: &ast::Expr) -> Error {
+fn not_deterministic(what: &str, object: &str, e: &ast::Expr) -> Error {
     Error::sql(format!(
-        "{what} of a materialized view must give the same answer for a row every time it is computed: {e} reads the clock, a parameter or a subquery (use constants and the row's columns)"
+        "{what} of {object} must give the same answer for a row every time it is computed: {e} reads the clock, a parameter or a subquery (use constants and the row's columns)"
     ))
 }
 
@@ -262,6 +272,7 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
             unique: true,
             assume_unique: false,
             primary: true,
+            exprs: vec![],
         }]
     };
     let partition_column = src.partition_column.and_then(|pc| group_by.iter().position(|g| g.column() == Some(pc)));

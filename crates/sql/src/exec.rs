@@ -211,6 +211,13 @@ pub struct GatheredSource {
     hashed: std::cell::RefCell<std::collections::HashMap<(usize, usize, usize), std::collections::HashMap<Vec<Value>, Vec<u32>>>>,
 }
 
+/// Each index's columns for `GatheredSource`: an index with an expression key gets none
+/// (gathered rows do not carry computed keys), so a probe of it scans and the level's
+/// filters decide.
+pub fn gathered_index_columns(table: &lockstep_core::TableDef) -> Vec<Vec<usize>> {
+    table.indexes.iter().map(|i| if i.exprs.is_empty() { i.columns.clone() } else { Vec::new() }).collect()
+}
+
 impl GatheredSource {
     pub fn new(rows: Vec<SharedRows>, index_columns: Vec<Vec<Vec<usize>>>) -> Self {
         GatheredSource { rows, index_columns, hashed: Default::default() }

@@ -66,7 +66,7 @@ impl Tables for GatheredTables {
                 })?,
             };
             rows.push(r);
-            index_columns.push(l.source.table.indexes.iter().map(|i| i.columns.clone()).collect());
+            index_columns.push(crate::exec::gathered_index_columns(&l.source.table));
         }
         Ok(Box::new(GatheredSource::new(rows, index_columns)))
     }

@@ -6,6 +6,7 @@ use lockstep_core::time::{civil_from_days, days_from_civil, MICROS_PER_DAY};
 use lockstep_core::{decimal, DataType, Error, Result, Value};
 
 use crate::expr::{arith, text_of, ArithOp, Env, Expr};
+use crate::func_geo::{self, GeoFunc};
 use crate::func_json;
 
 /// Units for DATEADD, TRUNCATE, SINCE_EPOCH and TO_TIMESTAMP.
@@ -135,6 +136,8 @@ pub enum Func {
     ArrayElement,
     ArrayLength,
     SetField,
+    /// VoltDB's geospatial functions (`func_geo.rs`).
+    Geo(GeoFunc),
 }
 
 /// Functions whose first argument is a unit keyword: (name, constructor).
@@ -192,7 +195,7 @@ pub fn lookup(name: &str) -> Option<Func> {
         "DAYOFWEEK" => Func::Extract(Field::DayOfWeek),
         "DAYOFYEAR" => Func::Extract(Field::DayOfYear),
         "WEEK" | "WEEKOFYEAR" => Func::Extract(Field::Week),
-        _ => return None,
+        other => return func_geo::lookup(other).map(Func::Geo),
     })
 }
 
@@ -216,6 +219,7 @@ pub fn arity(f: Func) -> (usize, usize) {
         Func::Field | Func::ArrayElement => (2, 2),
         Func::Concat => (2, FUNCTION_ARGS_MAX),
         Func::Coalesce => (1, FUNCTION_ARGS_MAX),
+        Func::Geo(g) => g.arity(),
     }
 }
 
@@ -287,6 +291,7 @@ pub fn result_type(f: Func, args: &[Option<DataType>]) -> Result<Option<DataType
             need(a0, is_time, f, "TIMESTAMP")?;
             Some(DataType::BigInt)
         }
+        Func::Geo(g) => func_geo::result_type(g, args)?,
     })
 }
 
@@ -491,6 +496,7 @@ fn apply(f: Func, vals: &[Value]) -> Result<Value> {
         Func::ArrayElement => func_json::array_element(v0, int_arg(f, &vals[1])?)?,
         Func::ArrayLength => func_json::array_length(v0)?,
         Func::SetField => func_json::set_field(v0, &vals[1], &vals[2])?,
+        Func::Geo(g) => func_geo::apply(g, vals)?,
         Func::Coalesce | Func::Nullif | Func::Now => Value::Null,
     })
 }

@@ -9,6 +9,7 @@
 mod access;
 mod bind;
 mod ddl;
+mod ddl_index;
 mod ddl_parse;
 mod ddl_proc;
 mod ddl_task;
@@ -23,6 +24,7 @@ mod explain;
 mod expr;
 mod fragment;
 mod func;
+mod func_geo;
 mod func_json;
 mod join_order;
 mod lex;
@@ -41,7 +43,11 @@ mod tests_ddl;
 #[cfg(test)]
 mod tests_depth;
 #[cfg(test)]
+mod tests_expr_index;
+#[cfg(test)]
 mod tests_fragment;
+#[cfg(test)]
+mod tests_geo;
 #[cfg(test)]
 mod tests_join;
 #[cfg(test)]

@@ -148,6 +148,8 @@ pub fn value_bytes(v: &Value) -> usize {
         Value::Str(s) => 4 + s.len(),
         Value::Bytes(b) => 4 + b.len(),
         Value::Array(a) => 2 + a.iter().map(value_bytes).sum::<usize>(),
+        Value::Point(_) => 16,
+        Value::Geography(g) => 4 + g.wire_len(),
     }
 }
 

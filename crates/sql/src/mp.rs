@@ -343,7 +343,7 @@ fn gather(p: &Arc<Prepared>, s: &SelectPlan, params: &[Value], ctx: &ExecCtx, si
         }
         rows.push(level_rows.into());
     }
-    let index_columns = s.levels.iter().map(|l| l.source.table.indexes.iter().map(|i| i.columns.clone()).collect()).collect();
+    let index_columns = s.levels.iter().map(|l| crate::exec::gathered_index_columns(&l.source.table)).collect();
     Ok(GatheredSource::new(rows, index_columns))
 }
 

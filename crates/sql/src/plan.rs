@@ -8,6 +8,7 @@ use sqlparser::ast::{self as ast, JoinConstraint, JoinOperator, SelectItem, SetE
 
 use crate::access::{choose_access, Access, KeyTerm};
 use crate::bind::{ident_name, object_name, AggCtx, Binder, Cte, Source, Typed};
+use crate::ddl_index::indexed_expression;
 use crate::expr::{CmpOp, Expr};
 
 /// Most FROM items one SELECT may join: the join planner keeps a set of sources in one
@@ -1059,11 +1060,17 @@ pub fn key_terms_over(on: &[Expr], src: &Source, joined: &dyn Fn(usize) -> bool)
                 continue;
             }
             for (x, y, o) in [(a, b, *op), (b, a, op.flip())] {
-                if let Expr::Column(c) = x.as_ref() {
+                // A column of this source, or an expression one of its indexes keeps.
+                let column = match x.as_ref() {
+                    Expr::Column(c) if range.contains(c) => Some(c - src.offset),
+                    Expr::Column(_) => None,
+                    other => indexed_expression(&src.table, other, src.offset),
+                };
+                if let Some(column) = column {
                     let mut reads_joined = true;
                     y.visit_columns(&mut |k| reads_joined &= joined(k));
-                    if range.contains(c) && reads_joined {
-                        out.push(KeyTerm { column: c - src.offset, op: o, key: (**y).clone() });
+                    if reads_joined {
+                        out.push(KeyTerm { column, op: o, key: (**y).clone() });
                         break;
                     }
                 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use lockstep_core::{Error, Result, TableId, Value};
 
+use crate::computed::with_computed;
 use crate::partition::Partition;
 use crate::table::Table;
 use crate::validate::check_row;
@@ -36,7 +37,7 @@ impl Partition {
                     let row = check_row(&def, r)?;
                     Ok(Some(match &layout {
                         Some(l) => view::with_hidden(l, row),
-                        None => row,
+                        None => with_computed(&def, row)?,
                     }))
                 })
                 .collect::<Result<Vec<_>>>()?;

@@ -5,6 +5,7 @@
 //!   list, and the table's indexes.
 //! - `index` / `key`: every index keeps a B-tree of (key, RowId) for order and ranges;
 //!   unique indexes add a hash table of RowIds for O(1) point lookups and checks.
+//! - `computed`: the hidden values of expression index keys, kept after a row's columns.
 //! - `validate`: coercion, NOT NULL and length checks on written rows.
 //! - `view`: how a source row changes a materialized view.
 //! - `partition`: writes, transactions and the undo log; `schema`: `apply_schema`.
@@ -12,6 +13,7 @@
 //!   every row, to prove that replay is deterministic.
 
 mod bulk;
+mod computed;
 mod id_map;
 mod index;
 mod key;

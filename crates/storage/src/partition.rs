@@ -7,6 +7,7 @@
 
 use lockstep_core::{Error, Result, TableId, TableKind, Value};
 
+use crate::computed::with_computed;
 use crate::id_map::IdMap;
 use crate::snapshot::SnapshotScan;
 use crate::table::Table;
@@ -172,7 +173,9 @@ impl Partition {
             if sets.iter().any(|&(c, _)| c >= old.len()) {
                 return Err(Error::unexpected(format!("an update of {} names a column it does not have", t.name())));
             }
-            if p.views_of.contains_key(&table) || sets.iter().any(|&(c, _)| t.unique_over(c)) {
+            // Computed index keys are computed again from the whole new row.
+            let recompute = t.def().computed().next().is_some();
+            if recompute || p.views_of.contains_key(&table) || sets.iter().any(|&(c, _)| t.unique_over(c)) {
                 let mut row = old.to_vec();
                 for (c, v) in sets {
                     row[c] = v;
@@ -283,6 +286,7 @@ impl Partition {
 
     /// Stores a validated row in a table, then maintains its views.
     fn insert_checked(&mut self, table: TableId, row: Box<[Value]>) -> Result<RowId> {
+        let row = with_computed(self.table(table)?.def(), row)?;
         let for_views = self.views_of.contains_key(&table).then(|| row.clone());
         let t = self.table_mut(table)?;
         t.check_unique(&row, None)?;
@@ -295,6 +299,7 @@ impl Partition {
     }
 
     fn update_checked(&mut self, table: TableId, id: RowId, row: Box<[Value]>) -> Result<()> {
+        let row = with_computed(self.table(table)?.def(), row)?;
         let t = self.table_mut(table)?;
         if t.get(id).is_none() {
             return Err(Error::sql(format!("row {id} of {} does not exist", t.name())));

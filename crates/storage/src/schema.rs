@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use lockstep_core::{Catalog, Error, HashRing, Result, TableDef, TableId, TableKind, Value, ViewAggregate};
 
+use crate::computed::with_computed;
 use crate::partition::Partition;
 use crate::table::Table;
 use crate::validate::check_value;
@@ -92,8 +93,12 @@ impl Partition {
 fn check_def(catalog: &Catalog, def: &TableDef) -> Result<()> {
     let width = def.columns.len();
     let bad = |what: String| Err(Error::sql(format!("invalid definition of {}: {what}", def.name)));
+    let computed = def.computed().count();
+    if computed > 0 && !matches!(def.kind, TableKind::Table) {
+        return bad("only a table's indexes may have expression keys".into());
+    }
     for ix in &def.indexes {
-        if let Some(c) = ix.columns.iter().find(|&&c| c >= width) {
+        if let Some(c) = ix.columns.iter().find(|&&c| c >= width + computed) {
             return bad(format!("index {} names column {c}", ix.name));
         }
     }
@@ -152,7 +157,7 @@ fn rebuild(old: &Table, def: &Arc<TableDef>, ring: &HashRing, partition: u32) ->
             new.push(check_value(&def.name, col, v)?);
         }
         let keep = filter.is_none_or(|c| ring.partition_for(&new[c]) == partition);
-        slots.push(keep.then(|| new.into_boxed_slice()));
+        slots.push(if keep { Some(with_computed(def, new.into_boxed_slice())?) } else { None });
     }
     Table::from_slots(def.clone(), slots)
 }

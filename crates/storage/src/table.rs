@@ -287,6 +287,8 @@ impl Table {
     /// old values in the order that, set again, undoes the change. Only when an index
     /// covers a changed column is the whole row replaced, to move its index entries.
     pub(crate) fn set_columns(&mut self, id: RowId, mut changes: Vec<(usize, Value)>) -> Vec<(usize, Value)> {
+        // Computed keys would go stale: `Partition::update_columns` replaces such rows whole.
+        debug_assert!(self.def.computed().next().is_none(), "columns of {} set in place under computed keys", self.def.name);
         let indexed = |c: usize| self.indexes.iter().any(|ix| ix.columns.contains(&c));
         if changes.iter().any(|&(c, _)| indexed(c)) {
             let mut row: Box<[Value]> = self.get_full(id).unwrap_or_default().into();
@@ -326,9 +328,10 @@ impl Table {
         &self.slots
     }
 
-    /// Values a stored row has: the columns plus a view's hidden counts.
+    /// Values a stored row has: the columns plus a view's hidden counts or the table's
+    /// computed index keys (`computed.rs`).
     pub(crate) fn stored_width(&self) -> usize {
-        self.def.columns.len() + self.view.as_ref().map_or(0, |v| v.hidden_len)
+        self.def.columns.len() + self.view.as_ref().map_or(0, |v| v.hidden_len) + self.def.computed().count()
     }
 
     /// Builds storage for `def` from rows kept in their slots, checking unique indexes.

@@ -16,7 +16,7 @@ fn col(name: &str, ty: DataType, nullable: bool) -> ColumnDef {
 }
 
 fn index(name: &str, columns: &[usize], unique: bool, primary: bool) -> IndexDef {
-    IndexDef { name: name.into(), columns: columns.to_vec(), unique, assume_unique: false, primary }
+    IndexDef { name: name.into(), columns: columns.to_vec(), unique, assume_unique: false, primary, exprs: vec![] }
 }
 
 fn table_def(name: &str, columns: Vec<ColumnDef>, indexes: Vec<IndexDef>) -> TableDef {
@@ -83,9 +83,19 @@ fn lookup_rows(t: &Table, ix: usize, key: &[Value]) -> Vec<Vec<Value>> {
 /// unique hashes hold every row without a NULL key (or every row, for a view's group).
 fn assert_consistent(p: &Partition) {
     for t in p.tables() {
+        // Computed keys stored after a row's columns are what the expressions give now.
+        for (id, r) in t.scan() {
+            let stored = t.get_full(id).unwrap();
+            let fresh: Vec<Value> = t.def().computed().map(|e| e.expr.eval(r).unwrap()).collect();
+            let width = t.def().columns.len();
+            if t.def().view().is_none() {
+                assert_eq!(&stored[width..], &fresh[..], "computed keys of row {id} of {}", t.name());
+            }
+        }
         for (n, ix) in t.indexes().iter().enumerate() {
+            let full = |id: RowId| t.get_full(id).unwrap();
             let mut expected: Vec<(Vec<Value>, RowId)> =
-                t.scan().map(|(id, r)| (ix.columns.iter().map(|&c| r[c].clone()).collect(), id)).collect();
+                t.scan().map(|(id, _)| (ix.columns.iter().map(|&c| full(id)[c].clone()).collect(), id)).collect();
             expected.sort();
             // A unique index builds its ordered set on first range use (from the rows, so
             // it is right by construction); once it exists it must be kept exact.
@@ -865,6 +875,9 @@ impl lockstep_core::RowFn for AmountPositive {
             _ => Value::Null,
         })
     }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// `SUBSTRING(STATE, 1, 1)` over a VOTES row: an expression group key.
@@ -877,6 +890,9 @@ impl lockstep_core::RowFn for StateInitial {
             Value::Null => Value::Null,
             v => Value::from(&v.to_string()[..1]),
         })
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -955,4 +971,100 @@ fn a_bulk_load_rebuilds_a_filtered_view_through_its_filter() {
     loaded.load_rows([(votes2, source)].into_iter().collect()).unwrap();
     assert_eq!(rows(loaded.table(v2).unwrap()), rows(by_insert.table(v).unwrap()));
     assert_eq!(rows(loaded.table(v2).unwrap()), vec![vec![s("M"), i(1), i(4), i(4)]]);
+}
+
+/// `SUBSTRING(NAME, 1, 1)` over a CONTESTANTS row, as the sql crate would compile an index
+/// key expression; NULL for a NULL name.
+#[derive(Debug)]
+struct NameInitial;
+
+impl lockstep_core::RowFn for NameInitial {
+    fn eval(&self, row: &[Value]) -> lockstep_core::Result<Value> {
+        Ok(match &row[1] {
+            Value::Str(n) => Value::from(n.chars().next().map(String::from).unwrap_or_default().as_str()),
+            _ => Value::Null,
+        })
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// CONTESTANTS with a unique index on the initial of NAME (number 3) and a non-unique one
+/// on (initial, SCORE) (number 4): two hidden keys after the columns.
+fn contestants_with_initials() -> (Catalog, Partition, TableId) {
+    let mut def = contestants();
+    let initial = || lockstep_core::IndexExpr {
+        part: 0,
+        expr: lockstep_core::RowExpr { text: "SUBSTRING(NAME, 1, 1)".into(), eval: Arc::new(NameInitial) },
+        ty: DataType::Varchar,
+    };
+    let mut unique = index("UQ_INITIAL", &[usize::MAX], true, false);
+    unique.exprs = vec![initial()];
+    let mut pair = index("IX_INITIAL_SCORE", &[usize::MAX, 3], false, false);
+    pair.exprs = vec![initial()];
+    def.indexes.extend([unique, pair]);
+    let (catalog, p, ids) = setup(vec![def]);
+    (catalog, p, ids[0])
+}
+
+fn contestant(id: i64, name: Option<&str>, score: i64) -> Vec<Value> {
+    vec![i(id), name.map_or(Value::Null, s), i(id * 10), i(score)]
+}
+
+/// Expression keys are computed on insert and update, checked for uniqueness, restored by
+/// rollback and never shown to readers.
+#[test]
+fn expression_keys_follow_writes_and_rollbacks() {
+    let (_, mut p, t) = contestants_with_initials();
+    assert_eq!(p.table(t).unwrap().def().indexes[3].columns, vec![4]);
+    assert_eq!(p.table(t).unwrap().def().indexes[4].columns, vec![5, 3]);
+    let ann = p.insert(t, contestant(1, Some("Ann"), 5)).unwrap();
+    p.insert(t, contestant(2, Some("Bob"), 7)).unwrap();
+    p.insert(t, contestant(3, None, 7)).unwrap();
+    p.insert(t, contestant(4, None, 8)).unwrap();
+    p.commit();
+    let e = p.insert(t, contestant(5, Some("Abe"), 1)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Constraint);
+    assert!(e.message.contains("UNIQUE \"UQ_INITIAL\"") && e.message.contains("duplicate key (A)"), "{}", e.message);
+    assert_eq!(p.table(t).unwrap().get(ann).unwrap().len(), 4, "readers see the columns only");
+    assert_eq!(lookup_rows(p.table(t).unwrap(), 3, &[s("B")]), vec![contestant(2, Some("Bob"), 7)]);
+    // An update moves the row's keys; one that would duplicate a key is refused whole.
+    p.begin();
+    p.update(t, ann, contestant(1, Some("Cy"), 5)).unwrap();
+    assert_eq!(lookup_rows(p.table(t).unwrap(), 3, &[s("C")]), vec![contestant(1, Some("Cy"), 5)]);
+    assert!(p.update_columns(t, ann, vec![(1, s("Bea"))]).is_err());
+    p.update_columns(t, ann, vec![(1, s("Dee")), (3, i(9))]).unwrap();
+    assert_eq!(lookup_rows(p.table(t).unwrap(), 4, &[s("D"), i(9)]).len(), 1);
+    assert_consistent(&p);
+    p.rollback();
+    assert_eq!(lookup_rows(p.table(t).unwrap(), 3, &[s("A")]), vec![contestant(1, Some("Ann"), 5)]);
+    assert!(lookup_rows(p.table(t).unwrap(), 3, &[s("D")]).is_empty());
+    p.delete(t, ann).unwrap();
+    assert!(lookup_rows(p.table(t).unwrap(), 3, &[s("A")]).is_empty());
+    assert_consistent(&p);
+}
+
+/// A snapshot keeps the columns only; a bulk load (a restore) computes the keys again.
+#[test]
+fn a_bulk_load_computes_expression_keys_again() {
+    let (catalog, mut p, t) = contestants_with_initials();
+    for (id, name) in [(1, "Ann"), (2, "Bob"), (3, "Cy")] {
+        p.insert(t, contestant(id, Some(name), id)).unwrap();
+    }
+    p.commit();
+    p.begin_snapshot().unwrap();
+    let mut saved = std::collections::BTreeMap::new();
+    while let Some(chunk) = p.snapshot_chunk(2) {
+        for (id, rows) in chunk {
+            saved.entry(id).or_insert_with(Vec::new).extend(rows);
+        }
+    }
+    p.end_snapshot();
+    assert!(saved[&t].iter().all(|r| r.len() == 4), "snapshot rows are the columns only");
+    let mut loaded = Partition::new(0);
+    loaded.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    loaded.load_rows(saved).unwrap();
+    assert_eq!(lookup_rows(loaded.table(t).unwrap(), 4, &[s("C")]), vec![contestant(3, Some("Cy"), 3)]);
+    assert_consistent(&loaded);
 }

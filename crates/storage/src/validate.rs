@@ -18,6 +18,12 @@ pub(crate) fn fit(table: &str, col: &ColumnDef, v: &mut Value) -> Result<()> {
         Value::Null if !col.nullable => Err(Error::constraint(format!("Constraint violation: column {} of {table} is NOT NULL", col.name))),
         Value::Str(s) => check_length(table, col, s.as_bytes(), Some(s)),
         Value::Bytes(b) => check_length(table, col, b, None),
+        Value::Geography(g) if col.size > 0 && g.wire_len() > col.size as usize => Err(Error::constraint(format!(
+            "Value too long for column {} of {table}: the polygon takes {} bytes, limit {} (declare GEOGRAPHY(n) with a larger n)",
+            col.name,
+            g.wire_len(),
+            col.size
+        ))),
         _ => Ok(()),
     }
 }

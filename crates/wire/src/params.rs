@@ -61,7 +61,8 @@ fn decode_param_named(r: &mut Reader, code: WireType, what: &str) -> Result<Valu
     match code {
         types::NULL => Ok(Value::Null),
         types::ARRAY => decode_array(r, what),
-        types::VOLTTABLE | types::GEOGRAPHY | types::GEOGRAPHY_POINT => Err(unsupported(code)),
+        types::VOLTTABLE => Err(unsupported(code)),
+        types::GEOGRAPHY | types::GEOGRAPHY_POINT => scalar::read(r, code, what),
         types::TINYINT
         | types::SMALLINT
         | types::INTEGER
@@ -125,6 +126,8 @@ fn natural_code(v: &Value) -> Option<WireType> {
         Value::Timestamp(_) => types::TIMESTAMP,
         Value::Bool(_) => types::BOOLEAN,
         Value::Array(_) => return None,
+        Value::Point(_) => types::GEOGRAPHY_POINT,
+        Value::Geography(_) => types::GEOGRAPHY,
     })
 }
 
@@ -230,7 +233,7 @@ mod tests {
     #[test]
     fn unsupported_types_say_so() {
         assert_eq!(decode(&[0, 1, 21, 0, 0, 0, 0]).unwrap_err().message, "VOLTTABLE parameters are not supported");
-        assert_eq!(decode(&[0, 1, 26]).unwrap_err().message, "GEOGRAPHY_POINT parameters are not supported");
+        assert!(decode(&[0, 1, 26]).unwrap_err().message.contains("needs 8 bytes"), "a short point is malformed");
         assert!(decode(&[0, 1, 99]).unwrap_err().message.contains("unknown type code 99"));
         assert!(decode(&[0xff, 0xff]).unwrap_err().message.contains("negative parameter count"));
         assert!(decode(&[0x7f, 0xff]).is_err(), "count larger than the message");
@@ -261,5 +264,31 @@ mod tests {
         assert!(encode_params(&[Value::Array(vec![Value::Int(1), Value::from("a")])], &mut out).is_err());
         assert!(encode_params(&[Value::Array(vec![Value::Array(vec![])])], &mut out).is_err());
         assert!(encode_params(&[Value::Int(i64::MIN)], &mut out).is_err());
+    }
+
+    /// GEOGRAPHY_POINT (two doubles) and GEOGRAPHY (length + polygon) parameters round-trip
+    /// exactly, and their NULL sentinels read as NULL.
+    #[test]
+    fn geography_parameters_round_trip() {
+        let point = Value::Point(lockstep_core::geo::GeoPoint::new(-71.0645, 42.3589).unwrap());
+        let poly = Value::Geography(std::sync::Arc::new(
+            lockstep_core::geo::parse_polygon("POLYGON((0 0, 1 0, 1 1, 0 1, 0 0), (0.2 0.2, 0.2 0.4, 0.4 0.4, 0.2 0.2))").unwrap(),
+        ));
+        let mut out = Vec::new();
+        encode_params(&[point.clone(), poly.clone()], &mut out).unwrap();
+        assert_eq!(&out[2..3], &[26]);
+        assert_eq!(&out[3..11], &(-71.0645f64).to_be_bytes());
+        let back = decode(&out).unwrap();
+        assert_eq!(back, vec![point, poly.clone()]);
+        assert_eq!(back[1].to_string(), poly.to_string());
+        let mut nulls = vec![0, 2, 26];
+        nulls.extend(360f64.to_be_bytes());
+        nulls.extend(360f64.to_be_bytes());
+        nulls.extend([27, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(decode(&nulls).unwrap(), vec![Value::Null, Value::Null]);
+        let mut off_globe = vec![0, 1, 26];
+        off_globe.extend(200f64.to_be_bytes());
+        off_globe.extend(0f64.to_be_bytes());
+        assert!(decode(&off_globe).unwrap_err().message.contains("longitude 200"));
     }
 }

@@ -1,6 +1,9 @@
 //! One value of a given VoltType: its encoding and NULL sentinel, shared by parameters and
 //! table cells (§1.4.1). Sentinels decode to `Value::Null`.
 
+use std::sync::Arc;
+
+use lockstep_core::geo::{GeoPoint, Polygon};
 use lockstep_core::{decimal, DataType, Result, Value};
 
 use crate::codec::{malformed, put_f64, put_i128, put_i16, put_i32, put_i64, put_i8, put_varbinary, Reader};
@@ -49,6 +52,14 @@ pub fn read(r: &mut Reader, code: WireType, what: &str) -> Result<Value> {
             None => Value::Null,
             Some(b) => Value::Bytes(b.into()),
         },
+        types::GEOGRAPHY_POINT => match (r.f64(what)?, r.f64(what)?) {
+            (types::POINT_NULL, types::POINT_NULL) => Value::Null,
+            (lng, lat) => Value::Point(GeoPoint::new(lng, lat).map_err(|e| malformed(format!("{what}: {}", e.message)))?),
+        },
+        types::GEOGRAPHY => match r.varbinary(what)? {
+            None => Value::Null,
+            Some(b) => Value::Geography(Arc::new(Polygon::from_wire(b).map_err(|e| malformed(format!("{what}: {}", e.message)))?)),
+        },
         other => {
             return Err(malformed(format!("{what} has unsupported type {}", types::name(other))));
         }
@@ -92,6 +103,19 @@ pub fn write(out: &mut Vec<u8>, code: WireType, v: &Value) -> bool {
         (types::DECIMAL, Value::Int(i)) => put_i128(out, decimal::from_i64(*i)),
         (types::BOOLEAN, Value::Null) => put_i8(out, i8::MIN),
         (types::BOOLEAN, Value::Bool(b)) => put_i8(out, *b as i8),
+        (types::GEOGRAPHY_POINT, Value::Null) => {
+            put_f64(out, types::POINT_NULL);
+            put_f64(out, types::POINT_NULL);
+        }
+        (types::GEOGRAPHY_POINT, Value::Point(p)) => {
+            put_f64(out, p.lng);
+            put_f64(out, p.lat);
+        }
+        (types::GEOGRAPHY, Value::Null) => put_i32(out, -1),
+        (types::GEOGRAPHY, Value::Geography(g)) => {
+            put_i32(out, g.wire_len() as i32);
+            g.to_wire(out);
+        }
         _ => return false,
     }
     true
@@ -113,6 +137,8 @@ fn fits(ty: DataType, v: &Value) -> bool {
         (DataType::Decimal, Value::Decimal(d)) => *d != types::DECIMAL_NULL,
         (DataType::Decimal, Value::Int(_)) => true,
         (DataType::Boolean, Value::Bool(_)) => true,
+        (DataType::GeographyPoint, Value::Point(_)) => true,
+        (DataType::Geography, Value::Geography(_)) => true,
         _ => false,
     }
 }

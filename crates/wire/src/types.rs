@@ -22,6 +22,8 @@ pub const ARRAY: WireType = -99;
 
 /// FLOAT NULL sentinel; readers treat anything at or below it as NULL.
 pub const FLOAT_NULL: f64 = -1.7e308;
+/// GEOGRAPHY_POINT NULL sentinel: both coordinates.
+pub const POINT_NULL: f64 = 360.0;
 /// DECIMAL NULL sentinel.
 pub const DECIMAL_NULL: i128 = i128::MIN;
 

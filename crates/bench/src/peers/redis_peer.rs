@@ -57,6 +57,7 @@ fn arg(cmd: &mut redis::Cmd, v: &Value) {
         Value::Bytes(b) => cmd.arg(&b[..]),
         Value::Bool(b) => cmd.arg(i64::from(*b)),
         Value::Array(_) => cmd.arg(""),
+        Value::Point(_) | Value::Geography(_) => cmd.arg(v.to_string()),
     };
 }
 

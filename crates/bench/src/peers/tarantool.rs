@@ -32,6 +32,7 @@ fn to_mp(v: &Value) -> Mp {
         Value::Bytes(b) => Mp::Binary(b.to_vec()),
         Value::Bool(b) => Mp::Boolean(*b),
         Value::Array(a) => Mp::Array(a.iter().map(to_mp).collect()),
+        Value::Point(_) | Value::Geography(_) => Mp::from(v.to_string()),
     }
 }
 

@@ -148,9 +148,9 @@ fn encoded_bytes_min(t: DataType) -> usize {
     match t {
         DataType::TinyInt | DataType::Boolean => 1,
         DataType::SmallInt => 2,
-        DataType::Integer | DataType::Varchar | DataType::Varbinary => 4,
+        DataType::Integer | DataType::Varchar | DataType::Varbinary | DataType::Geography => 4,
         DataType::BigInt | DataType::Float | DataType::Timestamp => 8,
-        DataType::Decimal => 16,
+        DataType::Decimal | DataType::GeographyPoint => 16,
     }
 }
 

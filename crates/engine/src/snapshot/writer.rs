@@ -206,7 +206,14 @@ mod tests {
                 id: 0,
                 name: name.into(),
                 columns: vec![col("ID", DataType::BigInt), col("NOTE", DataType::Varchar)],
-                indexes: vec![IndexDef { name: format!("PK_{name}"), columns: vec![0], unique: true, assume_unique: false, primary: true }],
+                indexes: vec![IndexDef {
+                    name: format!("PK_{name}"),
+                    columns: vec![0],
+                    unique: true,
+                    assume_unique: false,
+                    primary: true,
+                    exprs: vec![],
+                }],
                 partition_column: None,
                 kind: TableKind::Table,
             })
