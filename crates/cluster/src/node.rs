@@ -22,7 +22,7 @@ use openraft::{EmptyNode, ServerState};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{interval, sleep, timeout, Instant, MissedTickBehavior};
+use tokio::time::{interval, sleep, sleep_until, timeout, Instant, MissedTickBehavior};
 
 use crate::detector::{self, Heard, Lease, Standing, Timing};
 use crate::message::{Hello, Request, Response, PROTOCOL_VERSION};
@@ -59,8 +59,8 @@ impl Poster {
     }
 }
 
-/// How often each node pings every other node, by default.
-pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 100;
+/// How often each node pings every other node, by default: ten times per failure timeout.
+pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 50;
 /// The minority timeout (half the failure timeout) must span at least this many heartbeat
 /// intervals, so one late heartbeat does not make a node think it is cut off.
 pub const HEARTBEATS_PER_MINORITY_TIMEOUT_MIN: u64 = 3;
@@ -151,9 +151,9 @@ pub enum ProposeError {
 }
 
 /// What this node knows of the cluster, as one consistent snapshot. It is recomputed on
-/// every applied change and every heartbeat interval, so a lease that runs out shows here
-/// within one interval; the margin between the minority and failure timeouts (half the
-/// failure timeout, five intervals by default) covers that.
+/// every applied change, every heartbeat interval and the moment its lease runs out, so a
+/// node stops serving as soon as its lease ends (give or take the time its task takes to
+/// be run: `Timing::slack_ms`, a heartbeat interval, covers that).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterView {
     pub me: NodeId,
@@ -172,6 +172,14 @@ impl ClusterView {
     }
 }
 
+/// What a group leader grants in its answers to pings, while it may.
+#[derive(Clone, Copy, Debug)]
+struct Grant {
+    epoch: u64,
+    /// When a majority last acknowledged this node as leader, on this node's clock.
+    quorum_acked_at_ms: u64,
+}
+
 /// What the node's tasks share.
 struct Shared {
     me: NodeId,
@@ -182,8 +190,9 @@ struct Shared {
     heard: Mutex<Vec<Heard>>,
     /// The latest lease a group leader granted this node.
     lease: Mutex<Option<Lease>>,
-    /// While this node leads the group and may grant leases: the epoch its pings grant.
-    granting: Mutex<Option<u64>>,
+    /// While this node leads the group: the epoch its answers to pings grant, and when a
+    /// majority last acknowledged it (whether it may grant is decided at each answer).
+    granting: Mutex<Option<Grant>>,
     /// Where partition messages from peers go (`ClusterNode::partition_messages`).
     partition_inbox: mpsc::Sender<PartitionMessage>,
     /// By node id: where its clients connect, as its hello said (this node's from its config).
@@ -221,12 +230,25 @@ impl Shared {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set_granting(&self, epoch: Option<u64>) {
-        *self.granting.lock().unwrap_or_else(|e| e.into_inner()) = epoch;
+    fn set_granting(&self, grant: Option<Grant>) {
+        *self.granting.lock().unwrap_or_else(|e| e.into_inner()) = grant;
     }
 
+    /// How long ago a majority acknowledged this node as the group's leader; `None` if it
+    /// does not lead or has not been acknowledged yet.
+    fn quorum_ack_age(&self) -> Option<u64> {
+        let grant = *self.granting.lock().unwrap_or_else(|e| e.into_inner());
+        grant.map(|g| self.now_ms().saturating_sub(g.quorum_acked_at_ms))
+    }
+
+    /// The epoch this node grants a lease for in an answer to a ping now, if it may: decided
+    /// at the answer, not at the last pass of `watch_cluster`, so a grant never outlives the
+    /// window by up to a heartbeat interval.
     fn granting(&self) -> Option<u64> {
-        *self.granting.lock().unwrap_or_else(|e| e.into_inner())
+        let grant = *self.granting.lock().unwrap_or_else(|e| e.into_inner());
+        let grant = grant?;
+        let age = self.now_ms().saturating_sub(grant.quorum_acked_at_ms);
+        detector::may_grant(true, Some(age), &self.timing).then_some(grant.epoch)
     }
 
     fn clients(&self) -> std::sync::MutexGuard<'_, Vec<Option<SocketAddr>>> {
@@ -273,7 +295,18 @@ impl Handler for NodeHandler {
                 Response::Pong { incarnation: self.shared.incarnation, lease: self.shared.granting() }
             }
             Request::Append(rpc) => Response::Append(self.raft.append_entries(rpc).await),
-            Request::Vote(rpc) => Response::Vote(self.raft.vote(rpc).await),
+            Request::Vote(rpc) => {
+                // openraft's followers refuse votes for its leader lease after hearing their
+                // leader, but a leader votes at once; the detector counts on every voter
+                // refusing (see `detector.rs`), so the leader refuses here for as long.
+                if detector::refuses_vote(true, self.shared.quorum_ack_age(), &self.shared.timing) {
+                    return Response::Refused(format!(
+                        "node {} leads the membership group and a majority acknowledged it within {} ms: it does not vote",
+                        self.shared.me, self.shared.timing.vote_lease_ms
+                    ));
+                }
+                Response::Vote(self.raft.vote(rpc).await)
+            }
             Request::Snapshot(rpc) => Response::Snapshot(self.raft.install_snapshot(rpc).await),
             Request::Partition { partition, message } => {
                 // A full inbox drops it: the sender's replication sends it again.
@@ -327,8 +360,8 @@ impl ClusterNode {
             return Err(StartError::NodeId { id: me, hosts: config.hosts.len() });
         }
         let placement = Placement::new(nodes, config.sites_per_node, config.kfactor)?;
-        let timing = Timing::from_failure_timeout(config.failure_timeout.as_millis() as u64);
         let heartbeat_ms = config.heartbeat_interval.as_millis() as u64;
+        let timing = Timing::new(config.failure_timeout.as_millis() as u64, heartbeat_ms);
         if heartbeat_ms == 0 || timing.minority_timeout_ms < HEARTBEATS_PER_MINORITY_TIMEOUT_MIN * heartbeat_ms {
             return Err(StartError::Timing { failure_ms: timing.failure_timeout_ms, heartbeat_ms });
         }
@@ -643,8 +676,12 @@ async fn watch_cluster(
     loop {
         // Whether openraft reported new metrics since the last pass.
         let mut reported = false;
+        // A lease that runs out between two ticks is noticed when it does, not at the tick.
+        let lease_end = shared.lease().map(|l| l.at_ms + shared.timing.minority_timeout_ms + 1).filter(|end| *end > shared.now_ms());
+        let lease_end_at = shared.origin + Duration::from_millis(lease_end.unwrap_or(0));
         tokio::select! {
             _ = tick.tick() => {}
+            _ = sleep_until(lease_end_at), if lease_end.is_some() => {}
             changed = applied.changed() => if changed.is_err() { return },
             changed = metrics.changed() => match changed {
                 Ok(()) => reported = true,
@@ -670,12 +707,11 @@ async fn watch_cluster(
         if let (true, Some(acked_at)) = (detector::may_grant(leading, quorum_ack_age, &shared.timing), quorum_acked_at) {
             // The leader's own lease dates from the majority's last acknowledgement.
             shared.renew_lease(acked_at, state.epoch());
-            shared.set_granting(Some(state.epoch()));
-        } else {
-            shared.set_granting(None);
         }
+        let grant = quorum_acked_at.filter(|_| leading).map(|at| Grant { epoch: state.epoch(), quorum_acked_at_ms: at });
+        shared.set_granting(grant);
         let standing = detector::standing(&state, shared.me, shared.incarnation, &heard, shared.lease(), now, &shared.timing);
-        leading_since = if leading { leading_since.or(Some(now)) } else { None };
+        leading_since = if leading { leading_since.or(Some(shared.timing.office_start(now))) } else { None };
         if let (Some(since), false) = (leading_since, proposing.load(Ordering::Acquire)) {
             let commands = detector::decide(&state, shared.me, shared.incarnation, &heard, now, since, &shared.timing);
             if !commands.is_empty() {
