@@ -38,7 +38,7 @@ start() {
 # Waits until node $1 printed its ready line $2 times (once per start).
 wait_ready() {
   local deadline=$((SECONDS + 60))
-  until [ "$(grep -c 'lockstep ready' "$W/n$1/out.log" 2>/dev/null || true)" -ge "$2" ]; do
+  until [ "$(cat "$W/n$1/out.log" 2>/dev/null | grep -c "lockstep ready" || true)" -ge "$2" ]; do
     [ "$SECONDS" -lt "$deadline" ] || { echo "node $1 not ready; its log ends:" >&2; tail -5 "$W/n$1/out.log" >&2; exit 1; }
     sleep 0.1
   done

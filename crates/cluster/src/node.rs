@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use tokio::time::{interval, sleep, sleep_until, timeout, Instant, MissedTickBeha
 use crate::detector::{self, Heard, Lease, Standing, Timing};
 use crate::message::{Hello, Request, Response, PROTOCOL_VERSION};
 use crate::placement::{NodeId, PartitionId, Placement, PlacementError};
-use crate::raft::{raft_config, MembershipRaft, NetworkFactory, RaftNodeId};
+use crate::raft::{raft_config, MembershipRaft, NetworkFactory, RaftNodeId, RAFT_ELECTION_TIMEOUT_MIN_MS};
 use crate::record;
 use crate::replication;
 use crate::state::{ClusterState, Command, Incarnation, Outcome};
@@ -71,6 +71,18 @@ pub const PROPOSE_TIMEOUT_MS: u64 = 2_000;
 pub const FIND_LEADER_TIMEOUT_MS: u64 = 3_000;
 /// The pause between two attempts to find the group's leader.
 const FIND_LEADER_RETRY_MS: u64 = 50;
+/// A node that starts stands for election only once it has heard a group leader, or this
+/// long after it started: a leader may take up to its transport's reconnect backoff
+/// (`transport::RECONNECT_BACKOFF_MAX_MS`) and openraft's retry (500 ms) to reach a node
+/// that came back, and a node that stood before that (its election timeout is a few hundred
+/// milliseconds) would raise the term and depose a healthy group leader.
+pub const ELECTIONS_HELD_AFTER_START_MS: u64 = transport::RECONNECT_BACKOFF_MAX_MS + 1_000;
+/// A pass of `watch_cluster` this much later than its heartbeat interval means the process
+/// was paused (SIGSTOP, a stalled machine): what it last heard is old news, not silence.
+pub const PAUSE_NOTICED_MS: u64 = 150;
+/// Between two live nodes' turns to stand for election: longer than a vote takes on a
+/// loaded machine (see `election_delay_ms`).
+pub const ELECTION_STAND_STEP_MS: u64 = 100;
 
 /// Answers the calls other nodes forward to this one (the server provides it).
 pub trait Service: Send + Sync + 'static {
@@ -199,6 +211,12 @@ struct Shared {
     clients: Mutex<Vec<Option<SocketAddr>>>,
     /// What answers forwarded calls, once the server has set it.
     service: OnceLock<Arc<dyn Service>>,
+    /// Whether this node has heard a group leader since it started (it stands for election
+    /// only then, or `ELECTIONS_HELD_AFTER_START_MS` after its start).
+    heard_group_leader: AtomicBool,
+    /// When a group leader last reached this node (append-entries or a snapshot), or when
+    /// this node last stood for election or noticed it had been paused, on its clock.
+    leader_contact_ms: AtomicU64,
 }
 
 impl Shared {
@@ -228,6 +246,12 @@ impl Shared {
 
     fn lease(&self) -> Option<Lease> {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A group leader reached this node now.
+    fn group_leader_contact(&self) {
+        self.heard_group_leader.store(true, Ordering::Release);
+        self.leader_contact_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
     }
 
     fn set_granting(&self, grant: Option<Grant>) {
@@ -294,7 +318,10 @@ impl Handler for NodeHandler {
                 self.shared.record(from, incarnation);
                 Response::Pong { incarnation: self.shared.incarnation, lease: self.shared.granting() }
             }
-            Request::Append(rpc) => Response::Append(self.raft.append_entries(rpc).await),
+            Request::Append(rpc) => {
+                self.shared.group_leader_contact();
+                Response::Append(self.raft.append_entries(rpc).await)
+            }
             Request::Vote(rpc) => {
                 // openraft's followers refuse votes for its leader lease after hearing their
                 // leader, but a leader votes at once; the detector counts on every voter
@@ -305,9 +332,18 @@ impl Handler for NodeHandler {
                         self.shared.me, self.shared.timing.vote_lease_ms
                     ));
                 }
-                Response::Vote(self.raft.vote(rpc).await)
+                let answer = self.raft.vote(rpc).await;
+                if answer.as_ref().is_ok_and(|r| r.vote_granted) {
+                    // As openraft's timer did: a node that just voted waits for the
+                    // candidate to win before it stands itself.
+                    self.shared.leader_contact_ms.fetch_max(self.shared.now_ms(), Ordering::AcqRel);
+                }
+                Response::Vote(answer)
             }
-            Request::Snapshot(rpc) => Response::Snapshot(self.raft.install_snapshot(rpc).await),
+            Request::Snapshot(rpc) => {
+                self.shared.group_leader_contact();
+                Response::Snapshot(self.raft.install_snapshot(rpc).await)
+            }
             Request::Partition { partition, message } => {
                 // A full inbox drops it: the sender's replication sends it again.
                 let _ = self.shared.partition_inbox.try_send(PartitionMessage { from, partition, message });
@@ -393,6 +429,8 @@ impl ClusterNode {
             partition_inbox,
             clients: Mutex::new((0..nodes).map(|n| if n == me { config.client_address } else { None }).collect()),
             service: OnceLock::new(),
+            heard_group_leader: AtomicBool::new(false),
+            leader_contact_ms: AtomicU64::new(0),
         });
         let faults = Arc::new(Faults::default());
         let transport = Arc::new(Transport::start(me, &config.hosts, hello, faults.clone()));
@@ -400,6 +438,8 @@ impl ClusterNode {
         let raft = MembershipRaft::new(RaftNodeId::from(me), raft_config, NetworkFactory::new(transport.clone()), log, sm)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
+        // `watch_cluster` decides when this node stands for election (`should_stand`).
+        raft.runtime_config().elect(false);
 
         let first_view = ClusterView { me, state: applied.borrow().clone(), standing: Standing::Minority, group_leader: None };
         let (view_tx, view) = watch::channel(first_view);
@@ -634,6 +674,33 @@ async fn ping_peer(shared: Arc<Shared>, transport: Arc<Transport>, peer: NodeId,
     }
 }
 
+/// This node's wait beyond the vote lease before it stands for election: the live nodes
+/// (heard within the vote lease) stand in node order, one `ELECTION_STAND_STEP_MS` apart,
+/// so the first of them stands the earliest possible and a second one does not raise the
+/// term while the first one's votes are on their way (with ids spread over a fixed range,
+/// two survivors stood 33 ms apart, and a slow vote let the second depose the first).
+fn election_delay_ms(shared: &Shared, now_ms: u64) -> u64 {
+    let heard = shared.heard();
+    let ahead = heard
+        .iter()
+        .take(shared.me as usize)
+        .filter(|h| h.at_ms.is_some_and(|at| now_ms.saturating_sub(at) <= shared.timing.vote_lease_ms))
+        .count();
+    RAFT_ELECTION_TIMEOUT_MIN_MS + ELECTION_STAND_STEP_MS * ahead as u64
+}
+
+/// Whether this node should stand for election now: it does not lead the group, a leader
+/// reached it since it started (or it started long ago), and no leader has reached it for
+/// the vote lease plus its election delay (the vote lease first: until then the others
+/// refuse to vote anyway). openraft's own election timer is off (`raft.runtime_config()
+/// .elect(false)`): it stands as soon as its timer runs out, even when the timer ran out
+/// because the whole process was paused, and the term it raises deposes a healthy leader.
+fn should_stand(shared: &Shared, leading: bool, now_ms: u64) -> bool {
+    let heard = shared.heard_group_leader.load(Ordering::Acquire) || now_ms >= ELECTIONS_HELD_AFTER_START_MS;
+    let silent = now_ms.saturating_sub(shared.leader_contact_ms.load(Ordering::Acquire));
+    !leading && heard && silent > shared.timing.vote_lease_ms + election_delay_ms(shared, now_ms)
+}
+
 /// Node 0 forms the group: once it hears from a majority, it initializes the group with
 /// every node as a voter. Only node 0 does, so two nodes never form two groups; if the group
 /// already exists (node 0 restarted), openraft refuses and this ends.
@@ -673,6 +740,8 @@ async fn watch_cluster(
     // When a majority last acknowledged this node as leader, on this node's clock: taken
     // when openraft reports it, so a report that grows old is not mistaken for a fresh one.
     let mut quorum_acked_at: Option<u64> = None;
+    let mut last_pass = shared.now_ms();
+    let every_ms = every.as_millis() as u64;
     loop {
         // Whether openraft reported new metrics since the last pass.
         let mut reported = false;
@@ -690,9 +759,15 @@ async fn watch_cluster(
         }
         let state = applied.borrow_and_update().clone();
         let now = shared.now_ms();
+        if now.saturating_sub(last_pass) > every_ms + PAUSE_NOTICED_MS {
+            // Paused: give the group's leader time to reach this node before standing.
+            shared.leader_contact_ms.fetch_max(now, Ordering::AcqRel);
+        }
+        last_pass = now;
         reported |= metrics.has_changed().unwrap_or(false);
-        let (group_leader, leading) = {
+        let (group_leader, leading, voter) = {
             let m = metrics.borrow_and_update();
+            let voter = m.membership_config.membership().voter_ids().any(|v| v == RaftNodeId::from(shared.me));
             let leader = m.current_leader.and_then(|l| NodeId::try_from(l).ok());
             let leading = m.state == ServerState::Leader && leader == Some(shared.me);
             if !leading {
@@ -700,8 +775,18 @@ async fn watch_cluster(
             } else if reported {
                 quorum_acked_at = m.millis_since_quorum_ack.map(|age| now.saturating_sub(age)).or(quorum_acked_at);
             }
-            (leader, leading)
+            (leader, leading, voter)
         };
+        if voter && should_stand(&shared, leading, now) {
+            shared.leader_contact_ms.fetch_max(now, Ordering::AcqRel);
+            tracing::info!(node = shared.me, "no membership group leader reached this node lately: it stands for election");
+            let raft = raft.clone();
+            tokio::spawn(async move {
+                if let Err(e) = raft.trigger().elect().await {
+                    tracing::warn!(error = %e, "cannot stand for election");
+                }
+            });
+        }
         let heard = shared.heard();
         let quorum_ack_age = quorum_acked_at.map(|at| now.saturating_sub(at));
         if let (true, Some(acked_at)) = (detector::may_grant(leading, quorum_ack_age, &shared.timing), quorum_acked_at) {
