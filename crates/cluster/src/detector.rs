@@ -6,8 +6,8 @@
 //! - the group's leader decides which `NodeDown` / `NodeUp` commands to propose (`decide`);
 //! - every node decides whether it may serve (`standing`).
 //!
-//! A node may serve only while it holds a *lease*: within the last *minority timeout* (half
-//! the failure timeout by default), the group's leader told it the epoch the group is at,
+//! A node may serve only while it holds a *lease*: within the last *minority timeout* (70% of
+//! the failure timeout), the group's leader told it the epoch the group is at,
 //! and it has applied that epoch. The leader grants leases in its answers to heartbeats only
 //! while a majority has acknowledged it within the *grant window* (`may_grant`), and a node
 //! dates a lease from when it sent the heartbeat the leader answered, never from when the
@@ -44,6 +44,11 @@ use crate::state::{ClusterState, Command, Incarnation};
 
 /// Silence after which the leader declares a node down, by default.
 pub const FAILURE_TIMEOUT_DEFAULT_MS: u64 = 500;
+/// The minority timeout, in percent of the failure timeout: as long as it can be (a node
+/// serves only while it holds a lease this old, so a longer one rides out a loaded
+/// machine's stalls) while leaving a cut-off node three heartbeats between its lease's end
+/// and being declared down (`Timing::slack_ms` and the detector's heartbeat granularity).
+pub const MINORITY_TIMEOUT_PERCENT: u64 = 70;
 /// A group leader grants leases only while a majority acknowledged it within this many
 /// Raft heartbeats: three, so one late heartbeat does not pause the grants.
 pub const GRANT_WINDOW_RAFT_HEARTBEATS: u64 = 3;
@@ -70,13 +75,14 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// The minority timeout and the up window are half the failure timeout: see the module
-    /// header for why the minority side must stop first. The grant window and vote lease
-    /// come from the group's Raft timings (`raft.rs`), the slack is one heartbeat interval.
+    /// The minority timeout is `MINORITY_TIMEOUT_PERCENT` of the failure timeout (see the
+    /// module header for why the minority side must stop first), the up window half of it.
+    /// The grant window and vote lease come from the group's Raft timings (`raft.rs`), the
+    /// slack is one heartbeat interval.
     pub fn new(failure_timeout_ms: u64, heartbeat_ms: u64) -> Timing {
         Timing {
             failure_timeout_ms,
-            minority_timeout_ms: failure_timeout_ms / 2,
+            minority_timeout_ms: failure_timeout_ms * MINORITY_TIMEOUT_PERCENT / 100,
             up_window_ms: failure_timeout_ms / 2,
             grant_window_ms: GRANT_WINDOW_RAFT_HEARTBEATS * crate::raft::RAFT_HEARTBEAT_MS,
             vote_lease_ms: crate::raft::RAFT_ELECTION_TIMEOUT_MAX_MS,

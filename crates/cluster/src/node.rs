@@ -61,9 +61,11 @@ impl Poster {
 
 /// How often each node pings every other node, by default: ten times per failure timeout.
 pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 50;
-/// The minority timeout (half the failure timeout) must span at least this many heartbeat
-/// intervals, so one late heartbeat does not make a node think it is cut off.
-pub const HEARTBEATS_PER_MINORITY_TIMEOUT_MIN: u64 = 3;
+/// The failure timeout must span at least this many heartbeat intervals: the minority
+/// timeout (70% of it) then spans seven, so one late heartbeat does not make a node think it
+/// is cut off, and the three between a lease's end and the failure timeout cover a cut-off
+/// node noticing its lease ended (`Timing::slack_ms`) and the detector's own granularity.
+pub const HEARTBEATS_PER_FAILURE_TIMEOUT_MIN: u64 = 10;
 /// How long a proposal to the group may take before it is given up.
 pub const PROPOSE_TIMEOUT_MS: u64 = 2_000;
 /// How long `propose_via_leader` keeps looking for the group's leader (an election takes
@@ -138,7 +140,7 @@ pub enum StartError {
     Placement(#[from] PlacementError),
     #[error("node id {id} is not in the host list, which has {hosts} nodes (ids 0 to {})", hosts.saturating_sub(1))]
     NodeId { id: NodeId, hosts: usize },
-    #[error("the failure timeout ({failure_ms} ms) must be at least {} heartbeat intervals ({heartbeat_ms} ms each): raise the timeout or ping more often", 2 * HEARTBEATS_PER_MINORITY_TIMEOUT_MIN)]
+    #[error("the failure timeout ({failure_ms} ms) must be at least {} heartbeat intervals ({heartbeat_ms} ms each): raise the timeout or ping more often", HEARTBEATS_PER_FAILURE_TIMEOUT_MIN)]
     Timing { failure_ms: u64, heartbeat_ms: u64 },
     #[error("the data directory {path}: {source}")]
     Disk { path: PathBuf, source: io::Error },
@@ -398,7 +400,7 @@ impl ClusterNode {
         let placement = Placement::new(nodes, config.sites_per_node, config.kfactor)?;
         let heartbeat_ms = config.heartbeat_interval.as_millis() as u64;
         let timing = Timing::new(config.failure_timeout.as_millis() as u64, heartbeat_ms);
-        if heartbeat_ms == 0 || timing.minority_timeout_ms < HEARTBEATS_PER_MINORITY_TIMEOUT_MIN * heartbeat_ms {
+        if heartbeat_ms == 0 || timing.failure_timeout_ms < HEARTBEATS_PER_FAILURE_TIMEOUT_MIN * heartbeat_ms {
             return Err(StartError::Timing { failure_ms: timing.failure_timeout_ms, heartbeat_ms });
         }
         let local_addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.hosts[me as usize], source })?;
@@ -760,8 +762,12 @@ async fn watch_cluster(
         let state = applied.borrow_and_update().clone();
         let now = shared.now_ms();
         if now.saturating_sub(last_pass) > every_ms + PAUSE_NOTICED_MS {
-            // Paused: give the group's leader time to reach this node before standing.
+            // Paused: what this node heard is old news, not the others' silence. Give the
+            // group's leader time to reach it before it stands, and, if it leads, its
+            // peers time to be heard again before it declares any of them down (on a
+            // loaded machine all the nodes stall together, and declared each other down).
             shared.leader_contact_ms.fetch_max(now, Ordering::AcqRel);
+            leading_since = leading_since.map(|since| since.max(now));
         }
         last_pass = now;
         reported |= metrics.has_changed().unwrap_or(false);
@@ -806,6 +812,10 @@ async fn watch_cluster(
         }
         let next = ClusterView { me: shared.me, state, standing, group_leader };
         view.send_if_modified(|v| {
+            if v.standing != next.standing {
+                let lease_age_ms = shared.lease().map(|l| now.saturating_sub(l.at_ms));
+                tracing::info!(node = shared.me, from = ?v.standing, to = ?next.standing, ?lease_age_ms, group_leader = ?next.group_leader, "standing changed");
+            }
             let changed = *v != next;
             if changed {
                 *v = next;
