@@ -11,7 +11,9 @@
 #   LOCKSTEP_BIN=target/debug/lockstep scripts/measure/failover.sh [ROUNDS]   (default 20)
 #
 # Environment: LOCKSTEP_BIN (required: a debug or release lockstep binary);
-# FAILOVER_PORT_BASE (default 35000: clients on +121.., internal +21.., HTTP +221..).
+# FAILOVER_PORT_BASE (default 35000: clients on +121.., internal +21.., HTTP +221..);
+# FAILOVER_SIGNAL=STOP pauses the node (SIGSTOP) instead of killing it (it is killed for
+# good once the round is scored, then started again like a killed one).
 # The writer is a small Python client of the HTTP JSON API (one kept-alive connection, one
 # call at a time). The group's leader is the node that proposed the last membership change
 # (it logs "proposing a membership change"). A measurement, not a test: figures go to
@@ -22,6 +24,7 @@ ROUNDS=${1:-20}
 BASE=${FAILOVER_PORT_BASE:-35000}
 # How long the writer runs after the kill before the round is scored.
 AFTER_KILL_S=4
+SIGNAL=${FAILOVER_SIGNAL:-KILL}
 # How long a restarted node may take to hold both replicas again.
 REJOIN_LIMIT_S=90
 W=$(mktemp -d /tmp/lockstep-failover.XXXXXX)
@@ -106,15 +109,16 @@ for ((round = 1; round <= ROUNDS; round++)); do
   writer=$!
   sleep 1.5
   kill_at=$(date +%s.%N)
-  kill -9 "$(cat "$W/n$victim/pid")"
+  kill -"$SIGNAL" "$(cat "$W/n$victim/pid")"
   sleep "$AFTER_KILL_S"
+  kill -9 "$(cat "$W/n$victim/pid")" 2>/dev/null || true
   kill "$writer" 2>/dev/null || true
   wait "$writer" 2>/dev/null || true
   # The longest pause between two acknowledgements that ends after the kill (a killed
   # process may still answer for a few milliseconds while the kernel tears it down).
   gap=$(awk -v k="$kill_at" 'NR > 1 && $1 > k && $1 - prev > best { best = $1 - prev } { prev = $1 }
     END { if (best) printf "%d", best * 1000; else print "none" }' "$W/acks")
-  echo "round $round: killed node $victim ($kind, led partition $part), writes through node $via: failover $gap ms"
+  echo "round $round: SIG$SIGNAL to node $victim ($kind, led partition $part), writes through node $via: failover $gap ms"
   [ "$gap" != none ] && results+=("$kind,$gap")
   # Back again, and holding both replicas of every partition, before the next round.
   start "$victim"
@@ -131,6 +135,6 @@ for kind in "group leader" "other node"; do
   printf '%s\n' "${results[@]}" | awk -F, -v k="$kind" '$1 == k { print $2 }' | sort -n >"$W/sorted"
   n=$(wc -l <"$W/sorted")
   if [ "$n" -gt 0 ]; then
-    echo "killed the $kind: $n rounds, p50 $(sed -n "$(((n + 1) / 2))p" "$W/sorted") ms, max $(tail -1 "$W/sorted") ms"
+    echo "SIG$SIGNAL to the $kind: $n rounds, p50 $(sed -n "$(((n + 1) / 2))p" "$W/sorted") ms, max $(tail -1 "$W/sorted") ms"
   fi
 done

@@ -44,6 +44,8 @@ use crate::state::{ClusterState, Command, Incarnation};
 
 /// Silence after which the leader declares a node down, by default.
 pub const FAILURE_TIMEOUT_DEFAULT_MS: u64 = 500;
+/// The shortest failure timeout a node accepts.
+pub const FAILURE_TIMEOUT_MIN_MS: u64 = 100;
 /// The minority timeout, in percent of the failure timeout: as long as it can be (a node
 /// serves only while it holds a lease this old, so a longer one rides out a loaded
 /// machine's stalls) while leaving a cut-off node three heartbeats between its lease's end

@@ -133,6 +133,17 @@ impl ClusterConfig {
     }
 }
 
+impl ClusterConfig {
+    /// Sets the failure timeout, and pings often enough for it: every tenth of it
+    /// (`HEARTBEATS_PER_FAILURE_TIMEOUT_MIN`), never less often than by default.
+    pub fn with_failure_timeout(mut self, failure_timeout: Duration) -> ClusterConfig {
+        let every = failure_timeout / HEARTBEATS_PER_FAILURE_TIMEOUT_MIN as u32;
+        self.failure_timeout = failure_timeout;
+        self.heartbeat_interval = every.clamp(Duration::from_millis(1), Duration::from_millis(HEARTBEAT_INTERVAL_DEFAULT_MS));
+        self
+    }
+}
+
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -142,6 +153,11 @@ pub enum StartError {
     NodeId { id: NodeId, hosts: usize },
     #[error("the failure timeout ({failure_ms} ms) must be at least {} heartbeat intervals ({heartbeat_ms} ms each): raise the timeout or ping more often", HEARTBEATS_PER_FAILURE_TIMEOUT_MIN)]
     Timing { failure_ms: u64, heartbeat_ms: u64 },
+    #[error(
+        "the failure timeout ({failure_ms} ms) is below {} ms: a busy machine's stalls would get healthy nodes declared down",
+        detector::FAILURE_TIMEOUT_MIN_MS
+    )]
+    FailureTimeout { failure_ms: u64 },
     #[error("the data directory {path}: {source}")]
     Disk { path: PathBuf, source: io::Error },
     #[error("cannot listen on the internal address {addr}: {source}")]
@@ -400,6 +416,9 @@ impl ClusterNode {
         let placement = Placement::new(nodes, config.sites_per_node, config.kfactor)?;
         let heartbeat_ms = config.heartbeat_interval.as_millis() as u64;
         let timing = Timing::new(config.failure_timeout.as_millis() as u64, heartbeat_ms);
+        if timing.failure_timeout_ms < detector::FAILURE_TIMEOUT_MIN_MS {
+            return Err(StartError::FailureTimeout { failure_ms: timing.failure_timeout_ms });
+        }
         if heartbeat_ms == 0 || timing.failure_timeout_ms < HEARTBEATS_PER_FAILURE_TIMEOUT_MIN * heartbeat_ms {
             return Err(StartError::Timing { failure_ms: timing.failure_timeout_ms, heartbeat_ms });
         }
