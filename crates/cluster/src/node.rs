@@ -762,6 +762,9 @@ async fn watch_cluster(
     // when openraft reports it, so a report that grows old is not mistaken for a fresh one.
     let mut quorum_acked_at: Option<u64> = None;
     let mut last_pass = shared.now_ms();
+    // The vote openraft last reported: when it changes (a new term, a deposed leader), the
+    // wait before this node stands starts again, as openraft's own timer did.
+    let mut last_vote = None;
     let every_ms = every.as_millis() as u64;
     loop {
         // Whether openraft reported new metrics since the last pass.
@@ -793,6 +796,10 @@ async fn watch_cluster(
         let (group_leader, leading, voter) = {
             let m = metrics.borrow_and_update();
             let voter = m.membership_config.membership().voter_ids().any(|v| v == RaftNodeId::from(shared.me));
+            if last_vote.as_ref() != Some(&m.vote) {
+                last_vote = Some(m.vote);
+                shared.leader_contact_ms.fetch_max(now, Ordering::AcqRel);
+            }
             let leader = m.current_leader.and_then(|l| NodeId::try_from(l).ok());
             let leading = m.state == ServerState::Leader && leader == Some(shared.me);
             if !leading {
