@@ -232,8 +232,9 @@ struct Shared {
     /// Whether this node has heard a group leader since it started (it stands for election
     /// only then, or `ELECTIONS_HELD_AFTER_START_MS` after its start).
     heard_group_leader: AtomicBool,
-    /// When a group leader last reached this node (append-entries or a snapshot), or when
-    /// this node last stood for election or noticed it had been paused, on its clock.
+    /// When a group leader last reached this node (append-entries or a snapshot), or this
+    /// node last stood for election, granted a vote, saw its vote change or noticed it had
+    /// been paused, on its clock: its wait before standing counts from there.
     leader_contact_ms: AtomicU64,
 }
 
