@@ -96,6 +96,15 @@ pub struct ServerArgs {
     /// nodes failing [default: 0]
     #[arg(long, value_name = "K")]
     kfactor: Option<u32>,
+    #[arg(long, value_name = "MS", help = failure_timeout_help())]
+    failure_timeout_ms: Option<u64>,
+}
+
+fn failure_timeout_help() -> String {
+    format!(
+        "Cluster: a node silent this long (in milliseconds) is declared down and its partitions fail over; a node that has not heard the majority for 70% of it stops taking calls. Lower fails over sooner, higher rides out longer stalls of a busy machine (a node declared down must rejoin with a full copy) [default: {}]",
+        lockstep_cluster::detector::FAILURE_TIMEOUT_DEFAULT_MS
+    )
 }
 
 fn http_help() -> String {
@@ -204,6 +213,7 @@ pub fn run(args: ServerArgs) -> ExitCode {
 }
 
 fn start(args: ServerArgs) -> Result<(), String> {
+    let failure_timeout_ms = args.failure_timeout_ms;
     let config = configure(args)?;
     let mut engine_config = EngineConfig::new(&config.data_dir);
     if let Some(s) = config.sites {
@@ -234,6 +244,9 @@ fn start(args: ServerArgs) -> Result<(), String> {
     // Users, certificates and the cluster's layout are checked before anything is touched.
     engine_config.export = std::sync::Arc::new(lockstep_engine::export::ExportHub::new(export_targets(&config)?));
     let cluster = ClusterSettings::from_config(&config, engine_config.sites)?;
+    if cluster.is_none() && failure_timeout_ms.is_some() {
+        return Err("--failure-timeout-ms needs a cluster: give --hosts and --internal too".into());
+    }
     if let Some(c) = &cluster {
         // Every node runs a site for each of the cluster's partitions, so that partition
         // ids mean the same everywhere; only those this node holds get work.
@@ -283,7 +296,7 @@ fn start(args: ServerArgs) -> Result<(), String> {
     tokio::pin!(stop);
     let node = match &cluster {
         None => None,
-        Some(c) => match runtime.block_on(form_cluster(c, &config.data_dir, client_addr, stop.as_mut()))? {
+        Some(c) => match runtime.block_on(form_cluster(c, failure_timeout_ms, &config.data_dir, client_addr, stop.as_mut()))? {
             Some(node) => Some(node),
             None => {
                 println!("lockstep stopped");
@@ -387,6 +400,7 @@ fn export_targets(config: &ServerConfig) -> Result<Vec<lockstep_engine::export::
 
 async fn form_cluster(
     c: &ClusterSettings,
+    failure_timeout_ms: Option<u64>,
     data_dir: &std::path::Path,
     client: std::net::SocketAddr,
     mut stop: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
@@ -394,6 +408,9 @@ async fn form_cluster(
     let mut config = ClusterConfig::new(c.node_id, c.hosts.clone(), c.kfactor, c.sites_per_node, cluster_dir(data_dir));
     config.client_address = Some(client);
     config.listen = c.listen;
+    if let Some(ms) = failure_timeout_ms {
+        config = config.with_failure_timeout(std::time::Duration::from_millis(ms));
+    }
     let node = ClusterNode::start(config).await.map_err(|e| e.to_string())?;
     let nodes = c.hosts.len();
     println!("lockstep: node {} of {nodes} started, internal address {}; waiting for the cluster to form", c.node_id, node.local_addr());

@@ -46,10 +46,10 @@ const KFACTOR: u32 = 1;
 const FAULT_GAP_MIN_MS: u64 = 300;
 const FAULT_GAP_MAX_MS: u64 = 1_500;
 /// A short pause, drawn in this range, stays well under the cluster's failure timeout
-/// (1 s), with room for a loaded machine: the node is never declared down, its calls wait
-/// or time out, and the others may lose their majority (and refuse calls) meanwhile.
+/// (500 ms), with room for a loaded machine: the node is never declared down, its calls
+/// wait or time out, and the others may lose their majority (and refuse calls) meanwhile.
 const SHORT_PAUSE_MIN_MS: u64 = 100;
-const SHORT_PAUSE_MAX_MS: u64 = 400;
+const SHORT_PAUSE_MAX_MS: u64 = 250;
 /// A long pause, drawn in this range, outlasts the failure timeout: the cluster declares
 /// the node down and its partitions fail over; resumed, it serves clients but holds no
 /// replica.
@@ -58,7 +58,7 @@ const LONG_PAUSE_MAX_MS: u64 = 3_000;
 /// One fault in this many is the loss of a node (while no node is out), or the return of
 /// the node that is out.
 const LOSS_ODDS: u64 = 4;
-/// A lost node stays out at least this long (past the failure timeout, 1 s, and a
+/// A lost node stays out at least this long (past the failure timeout, 500 ms, and a
 /// failover) before it is brought back.
 const LOSS_HOLD_MS: u64 = 3_000;
 /// Losses per run, at most (each after the one before has rejoined).

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -22,12 +22,12 @@ use openraft::{EmptyNode, ServerState};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{interval, sleep, timeout, Instant, MissedTickBehavior};
+use tokio::time::{interval, sleep, sleep_until, timeout, Instant, MissedTickBehavior};
 
 use crate::detector::{self, Heard, Lease, Standing, Timing};
 use crate::message::{Hello, Request, Response, PROTOCOL_VERSION};
 use crate::placement::{NodeId, PartitionId, Placement, PlacementError};
-use crate::raft::{raft_config, MembershipRaft, NetworkFactory, RaftNodeId};
+use crate::raft::{raft_config, MembershipRaft, NetworkFactory, RaftNodeId, RAFT_ELECTION_TIMEOUT_MIN_MS};
 use crate::record;
 use crate::replication;
 use crate::state::{ClusterState, Command, Incarnation, Outcome};
@@ -59,11 +59,13 @@ impl Poster {
     }
 }
 
-/// How often each node pings every other node, by default.
-pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 100;
-/// The minority timeout (half the failure timeout) must span at least this many heartbeat
-/// intervals, so one late heartbeat does not make a node think it is cut off.
-pub const HEARTBEATS_PER_MINORITY_TIMEOUT_MIN: u64 = 3;
+/// How often each node pings every other node, by default: ten times per failure timeout.
+pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 50;
+/// The failure timeout must span at least this many heartbeat intervals: the minority
+/// timeout (70% of it) then spans seven, so one late heartbeat does not make a node think it
+/// is cut off, and the three between a lease's end and the failure timeout cover a cut-off
+/// node noticing its lease ended (`Timing::slack_ms`) and the detector's own granularity.
+pub const HEARTBEATS_PER_FAILURE_TIMEOUT_MIN: u64 = 10;
 /// How long a proposal to the group may take before it is given up.
 pub const PROPOSE_TIMEOUT_MS: u64 = 2_000;
 /// How long `propose_via_leader` keeps looking for the group's leader (an election takes
@@ -71,6 +73,18 @@ pub const PROPOSE_TIMEOUT_MS: u64 = 2_000;
 pub const FIND_LEADER_TIMEOUT_MS: u64 = 3_000;
 /// The pause between two attempts to find the group's leader.
 const FIND_LEADER_RETRY_MS: u64 = 50;
+/// A node that starts stands for election only once it has heard a group leader, or this
+/// long after it started: a leader may take up to its transport's reconnect backoff
+/// (`transport::RECONNECT_BACKOFF_MAX_MS`) and openraft's retry (500 ms) to reach a node
+/// that came back, and a node that stood before that (its election timeout is a few hundred
+/// milliseconds) would raise the term and depose a healthy group leader.
+pub const ELECTIONS_HELD_AFTER_START_MS: u64 = transport::RECONNECT_BACKOFF_MAX_MS + 1_000;
+/// A pass of `watch_cluster` this much later than its heartbeat interval means the process
+/// was paused (SIGSTOP, a stalled machine): what it last heard is old news, not silence.
+pub const PAUSE_NOTICED_MS: u64 = 150;
+/// Between two live nodes' turns to stand for election: longer than a vote takes on a
+/// loaded machine (see `election_delay_ms`).
+pub const ELECTION_STAND_STEP_MS: u64 = 100;
 
 /// Answers the calls other nodes forward to this one (the server provides it).
 pub trait Service: Send + Sync + 'static {
@@ -119,6 +133,17 @@ impl ClusterConfig {
     }
 }
 
+impl ClusterConfig {
+    /// Sets the failure timeout, and pings often enough for it: every tenth of it
+    /// (`HEARTBEATS_PER_FAILURE_TIMEOUT_MIN`), never less often than by default.
+    pub fn with_failure_timeout(mut self, failure_timeout: Duration) -> ClusterConfig {
+        let every = failure_timeout / HEARTBEATS_PER_FAILURE_TIMEOUT_MIN as u32;
+        self.failure_timeout = failure_timeout;
+        self.heartbeat_interval = every.clamp(Duration::from_millis(1), Duration::from_millis(HEARTBEAT_INTERVAL_DEFAULT_MS));
+        self
+    }
+}
+
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -126,8 +151,13 @@ pub enum StartError {
     Placement(#[from] PlacementError),
     #[error("node id {id} is not in the host list, which has {hosts} nodes (ids 0 to {})", hosts.saturating_sub(1))]
     NodeId { id: NodeId, hosts: usize },
-    #[error("the failure timeout ({failure_ms} ms) must be at least {} heartbeat intervals ({heartbeat_ms} ms each): raise the timeout or ping more often", 2 * HEARTBEATS_PER_MINORITY_TIMEOUT_MIN)]
+    #[error("the failure timeout ({failure_ms} ms) must be at least {} heartbeat intervals ({heartbeat_ms} ms each): raise the timeout or ping more often", HEARTBEATS_PER_FAILURE_TIMEOUT_MIN)]
     Timing { failure_ms: u64, heartbeat_ms: u64 },
+    #[error(
+        "the failure timeout ({failure_ms} ms) is below {} ms: a busy machine's stalls would get healthy nodes declared down",
+        detector::FAILURE_TIMEOUT_MIN_MS
+    )]
+    FailureTimeout { failure_ms: u64 },
     #[error("the data directory {path}: {source}")]
     Disk { path: PathBuf, source: io::Error },
     #[error("cannot listen on the internal address {addr}: {source}")]
@@ -151,9 +181,9 @@ pub enum ProposeError {
 }
 
 /// What this node knows of the cluster, as one consistent snapshot. It is recomputed on
-/// every applied change and every heartbeat interval, so a lease that runs out shows here
-/// within one interval; the margin between the minority and failure timeouts (half the
-/// failure timeout, five intervals by default) covers that.
+/// every applied change, every heartbeat interval and the moment its lease runs out, so a
+/// node stops serving as soon as its lease ends (give or take the time its task takes to
+/// be run: `Timing::slack_ms`, a heartbeat interval, covers that).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterView {
     pub me: NodeId,
@@ -172,6 +202,14 @@ impl ClusterView {
     }
 }
 
+/// What a group leader grants in its answers to pings, while it may.
+#[derive(Clone, Copy, Debug)]
+struct Grant {
+    epoch: u64,
+    /// When a majority last acknowledged this node as leader, on this node's clock.
+    quorum_acked_at_ms: u64,
+}
+
 /// What the node's tasks share.
 struct Shared {
     me: NodeId,
@@ -182,14 +220,22 @@ struct Shared {
     heard: Mutex<Vec<Heard>>,
     /// The latest lease a group leader granted this node.
     lease: Mutex<Option<Lease>>,
-    /// While this node leads the group and may grant leases: the epoch its pings grant.
-    granting: Mutex<Option<u64>>,
+    /// While this node leads the group: the epoch its answers to pings grant, and when a
+    /// majority last acknowledged it (whether it may grant is decided at each answer).
+    granting: Mutex<Option<Grant>>,
     /// Where partition messages from peers go (`ClusterNode::partition_messages`).
     partition_inbox: mpsc::Sender<PartitionMessage>,
     /// By node id: where its clients connect, as its hello said (this node's from its config).
     clients: Mutex<Vec<Option<SocketAddr>>>,
     /// What answers forwarded calls, once the server has set it.
     service: OnceLock<Arc<dyn Service>>,
+    /// Whether this node has heard a group leader since it started (it stands for election
+    /// only then, or `ELECTIONS_HELD_AFTER_START_MS` after its start).
+    heard_group_leader: AtomicBool,
+    /// When a group leader last reached this node (append-entries or a snapshot), or this
+    /// node last stood for election, granted a vote, saw its vote change or noticed it had
+    /// been paused, on its clock: its wait before standing counts from there.
+    leader_contact_ms: AtomicU64,
 }
 
 impl Shared {
@@ -221,12 +267,31 @@ impl Shared {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set_granting(&self, epoch: Option<u64>) {
-        *self.granting.lock().unwrap_or_else(|e| e.into_inner()) = epoch;
+    /// A group leader reached this node now.
+    fn group_leader_contact(&self) {
+        self.heard_group_leader.store(true, Ordering::Release);
+        self.leader_contact_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
     }
 
+    fn set_granting(&self, grant: Option<Grant>) {
+        *self.granting.lock().unwrap_or_else(|e| e.into_inner()) = grant;
+    }
+
+    /// How long ago a majority acknowledged this node as the group's leader; `None` if it
+    /// does not lead or has not been acknowledged yet.
+    fn quorum_ack_age(&self) -> Option<u64> {
+        let grant = *self.granting.lock().unwrap_or_else(|e| e.into_inner());
+        grant.map(|g| self.now_ms().saturating_sub(g.quorum_acked_at_ms))
+    }
+
+    /// The epoch this node grants a lease for in an answer to a ping now, if it may: decided
+    /// at the answer, not at the last pass of `watch_cluster`, so a grant never outlives the
+    /// window by up to a heartbeat interval.
     fn granting(&self) -> Option<u64> {
-        *self.granting.lock().unwrap_or_else(|e| e.into_inner())
+        let grant = *self.granting.lock().unwrap_or_else(|e| e.into_inner());
+        let grant = grant?;
+        let age = self.now_ms().saturating_sub(grant.quorum_acked_at_ms);
+        detector::may_grant(true, Some(age), &self.timing).then_some(grant.epoch)
     }
 
     fn clients(&self) -> std::sync::MutexGuard<'_, Vec<Option<SocketAddr>>> {
@@ -272,9 +337,32 @@ impl Handler for NodeHandler {
                 self.shared.record(from, incarnation);
                 Response::Pong { incarnation: self.shared.incarnation, lease: self.shared.granting() }
             }
-            Request::Append(rpc) => Response::Append(self.raft.append_entries(rpc).await),
-            Request::Vote(rpc) => Response::Vote(self.raft.vote(rpc).await),
-            Request::Snapshot(rpc) => Response::Snapshot(self.raft.install_snapshot(rpc).await),
+            Request::Append(rpc) => {
+                self.shared.group_leader_contact();
+                Response::Append(self.raft.append_entries(rpc).await)
+            }
+            Request::Vote(rpc) => {
+                // openraft's followers refuse votes for its leader lease after hearing their
+                // leader, but a leader votes at once; the detector counts on every voter
+                // refusing (see `detector.rs`), so the leader refuses here for as long.
+                if detector::refuses_vote(true, self.shared.quorum_ack_age(), &self.shared.timing) {
+                    return Response::Refused(format!(
+                        "node {} leads the membership group and a majority acknowledged it within {} ms: it does not vote",
+                        self.shared.me, self.shared.timing.vote_lease_ms
+                    ));
+                }
+                let answer = self.raft.vote(rpc).await;
+                if answer.as_ref().is_ok_and(|r| r.vote_granted) {
+                    // As openraft's timer did: a node that just voted waits for the
+                    // candidate to win before it stands itself.
+                    self.shared.leader_contact_ms.fetch_max(self.shared.now_ms(), Ordering::AcqRel);
+                }
+                Response::Vote(answer)
+            }
+            Request::Snapshot(rpc) => {
+                self.shared.group_leader_contact();
+                Response::Snapshot(self.raft.install_snapshot(rpc).await)
+            }
             Request::Partition { partition, message } => {
                 // A full inbox drops it: the sender's replication sends it again.
                 let _ = self.shared.partition_inbox.try_send(PartitionMessage { from, partition, message });
@@ -327,9 +415,12 @@ impl ClusterNode {
             return Err(StartError::NodeId { id: me, hosts: config.hosts.len() });
         }
         let placement = Placement::new(nodes, config.sites_per_node, config.kfactor)?;
-        let timing = Timing::from_failure_timeout(config.failure_timeout.as_millis() as u64);
         let heartbeat_ms = config.heartbeat_interval.as_millis() as u64;
-        if heartbeat_ms == 0 || timing.minority_timeout_ms < HEARTBEATS_PER_MINORITY_TIMEOUT_MIN * heartbeat_ms {
+        let timing = Timing::new(config.failure_timeout.as_millis() as u64, heartbeat_ms);
+        if timing.failure_timeout_ms < detector::FAILURE_TIMEOUT_MIN_MS {
+            return Err(StartError::FailureTimeout { failure_ms: timing.failure_timeout_ms });
+        }
+        if heartbeat_ms == 0 || timing.failure_timeout_ms < HEARTBEATS_PER_FAILURE_TIMEOUT_MIN * heartbeat_ms {
             return Err(StartError::Timing { failure_ms: timing.failure_timeout_ms, heartbeat_ms });
         }
         let local_addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.hosts[me as usize], source })?;
@@ -360,6 +451,8 @@ impl ClusterNode {
             partition_inbox,
             clients: Mutex::new((0..nodes).map(|n| if n == me { config.client_address } else { None }).collect()),
             service: OnceLock::new(),
+            heard_group_leader: AtomicBool::new(false),
+            leader_contact_ms: AtomicU64::new(0),
         });
         let faults = Arc::new(Faults::default());
         let transport = Arc::new(Transport::start(me, &config.hosts, hello, faults.clone()));
@@ -367,6 +460,8 @@ impl ClusterNode {
         let raft = MembershipRaft::new(RaftNodeId::from(me), raft_config, NetworkFactory::new(transport.clone()), log, sm)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
+        // `watch_cluster` decides when this node stands for election (`should_stand`).
+        raft.runtime_config().elect(false);
 
         let first_view = ClusterView { me, state: applied.borrow().clone(), standing: Standing::Minority, group_leader: None };
         let (view_tx, view) = watch::channel(first_view);
@@ -601,6 +696,33 @@ async fn ping_peer(shared: Arc<Shared>, transport: Arc<Transport>, peer: NodeId,
     }
 }
 
+/// This node's wait beyond the vote lease before it stands for election: the live nodes
+/// (heard within the vote lease) stand in node order, one `ELECTION_STAND_STEP_MS` apart,
+/// so the first of them stands the earliest possible and a second one does not raise the
+/// term while the first one's votes are on their way (with ids spread over a fixed range,
+/// two survivors stood 33 ms apart, and a slow vote let the second depose the first).
+fn election_delay_ms(shared: &Shared, now_ms: u64) -> u64 {
+    let heard = shared.heard();
+    let ahead = heard
+        .iter()
+        .take(shared.me as usize)
+        .filter(|h| h.at_ms.is_some_and(|at| now_ms.saturating_sub(at) <= shared.timing.vote_lease_ms))
+        .count();
+    RAFT_ELECTION_TIMEOUT_MIN_MS + ELECTION_STAND_STEP_MS * ahead as u64
+}
+
+/// Whether this node should stand for election now: it does not lead the group, a leader
+/// reached it since it started (or it started long ago), and no leader has reached it for
+/// the vote lease plus its election delay (the vote lease first: until then the others
+/// refuse to vote anyway). openraft's own election timer is off (`raft.runtime_config()
+/// .elect(false)`): it stands as soon as its timer runs out, even when the timer ran out
+/// because the whole process was paused, and the term it raises deposes a healthy leader.
+fn should_stand(shared: &Shared, leading: bool, now_ms: u64) -> bool {
+    let heard = shared.heard_group_leader.load(Ordering::Acquire) || now_ms >= ELECTIONS_HELD_AFTER_START_MS;
+    let silent = now_ms.saturating_sub(shared.leader_contact_ms.load(Ordering::Acquire));
+    !leading && heard && silent > shared.timing.vote_lease_ms + election_delay_ms(shared, now_ms)
+}
+
 /// Node 0 forms the group: once it hears from a majority, it initializes the group with
 /// every node as a voter. Only node 0 does, so two nodes never form two groups; if the group
 /// already exists (node 0 restarted), openraft refuses and this ends.
@@ -640,11 +762,20 @@ async fn watch_cluster(
     // When a majority last acknowledged this node as leader, on this node's clock: taken
     // when openraft reports it, so a report that grows old is not mistaken for a fresh one.
     let mut quorum_acked_at: Option<u64> = None;
+    let mut last_pass = shared.now_ms();
+    // The vote openraft last reported: when it changes (a new term, a deposed leader), the
+    // wait before this node stands starts again, as openraft's own timer did.
+    let mut last_vote = None;
+    let every_ms = every.as_millis() as u64;
     loop {
         // Whether openraft reported new metrics since the last pass.
         let mut reported = false;
+        // A lease that runs out between two ticks is noticed when it does, not at the tick.
+        let lease_end = shared.lease().map(|l| l.at_ms + shared.timing.minority_timeout_ms + 1).filter(|end| *end > shared.now_ms());
+        let lease_end_at = shared.origin + Duration::from_millis(lease_end.unwrap_or(0));
         tokio::select! {
             _ = tick.tick() => {}
+            _ = sleep_until(lease_end_at), if lease_end.is_some() => {}
             changed = applied.changed() => if changed.is_err() { return },
             changed = metrics.changed() => match changed {
                 Ok(()) => reported = true,
@@ -653,9 +784,23 @@ async fn watch_cluster(
         }
         let state = applied.borrow_and_update().clone();
         let now = shared.now_ms();
+        if now.saturating_sub(last_pass) > every_ms + PAUSE_NOTICED_MS {
+            // Paused: what this node heard is old news, not the others' silence. Give the
+            // group's leader time to reach it before it stands, and, if it leads, its
+            // peers time to be heard again before it declares any of them down (on a
+            // loaded machine all the nodes stall together, and declared each other down).
+            shared.leader_contact_ms.fetch_max(now, Ordering::AcqRel);
+            leading_since = leading_since.map(|since| since.max(now));
+        }
+        last_pass = now;
         reported |= metrics.has_changed().unwrap_or(false);
-        let (group_leader, leading) = {
+        let (group_leader, leading, voter) = {
             let m = metrics.borrow_and_update();
+            let voter = m.membership_config.membership().voter_ids().any(|v| v == RaftNodeId::from(shared.me));
+            if last_vote.as_ref() != Some(&m.vote) {
+                last_vote = Some(m.vote);
+                shared.leader_contact_ms.fetch_max(now, Ordering::AcqRel);
+            }
             let leader = m.current_leader.and_then(|l| NodeId::try_from(l).ok());
             let leading = m.state == ServerState::Leader && leader == Some(shared.me);
             if !leading {
@@ -663,19 +808,28 @@ async fn watch_cluster(
             } else if reported {
                 quorum_acked_at = m.millis_since_quorum_ack.map(|age| now.saturating_sub(age)).or(quorum_acked_at);
             }
-            (leader, leading)
+            (leader, leading, voter)
         };
+        if voter && should_stand(&shared, leading, now) {
+            shared.leader_contact_ms.fetch_max(now, Ordering::AcqRel);
+            tracing::info!(node = shared.me, "no membership group leader reached this node lately: it stands for election");
+            let raft = raft.clone();
+            tokio::spawn(async move {
+                if let Err(e) = raft.trigger().elect().await {
+                    tracing::warn!(error = %e, "cannot stand for election");
+                }
+            });
+        }
         let heard = shared.heard();
         let quorum_ack_age = quorum_acked_at.map(|at| now.saturating_sub(at));
         if let (true, Some(acked_at)) = (detector::may_grant(leading, quorum_ack_age, &shared.timing), quorum_acked_at) {
             // The leader's own lease dates from the majority's last acknowledgement.
             shared.renew_lease(acked_at, state.epoch());
-            shared.set_granting(Some(state.epoch()));
-        } else {
-            shared.set_granting(None);
         }
+        let grant = quorum_acked_at.filter(|_| leading).map(|at| Grant { epoch: state.epoch(), quorum_acked_at_ms: at });
+        shared.set_granting(grant);
         let standing = detector::standing(&state, shared.me, shared.incarnation, &heard, shared.lease(), now, &shared.timing);
-        leading_since = if leading { leading_since.or(Some(now)) } else { None };
+        leading_since = if leading { leading_since.or(Some(shared.timing.office_start(now))) } else { None };
         if let (Some(since), false) = (leading_since, proposing.load(Ordering::Acquire)) {
             let commands = detector::decide(&state, shared.me, shared.incarnation, &heard, now, since, &shared.timing);
             if !commands.is_empty() {
@@ -685,6 +839,10 @@ async fn watch_cluster(
         }
         let next = ClusterView { me: shared.me, state, standing, group_leader };
         view.send_if_modified(|v| {
+            if v.standing != next.standing {
+                let lease_age_ms = shared.lease().map(|l| now.saturating_sub(l.at_ms));
+                tracing::info!(node = shared.me, from = ?v.standing, to = ?next.standing, ?lease_age_ms, group_leader = ?next.group_leader, "standing changed");
+            }
             let changed = *v != next;
             if changed {
                 *v = next;

@@ -36,12 +36,17 @@ openraft::declare_raft_types!(
 pub type MembershipRaft = openraft::Raft<TypeConfig>;
 
 /// How often the group's leader sends Raft heartbeats.
-pub const RAFT_HEARTBEAT_MS: u64 = 100;
-/// A follower that hears no leader for a random time in this range starts an election.
-/// Below the failure timeout, so a dead group leader is replaced before the failure
-/// detector (which runs on the group's leader) is due to act.
-pub const RAFT_ELECTION_TIMEOUT_MIN_MS: u64 = 300;
-pub const RAFT_ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+pub const RAFT_HEARTBEAT_MS: u64 = 40;
+/// A follower that hears no leader for the maximum (openraft's *leader lease*, during which
+/// it also refuses to vote for anyone else) plus a random time in this range (fixed per
+/// start) starts an election: 300–400 ms after the leader's last heartbeat. The detector
+/// counts on that refusal (`detector::Timing::vote_lease_ms`): a new group leader's
+/// predecessor last had a majority at least the maximum before the election, so the new
+/// leader waits only what remains of the leases the predecessor granted, not a whole
+/// failure timeout. The sum stays under the failure timeout (500 ms by default), so a dead
+/// group leader is replaced before its failure is due to be declared.
+pub const RAFT_ELECTION_TIMEOUT_MIN_MS: u64 = 100;
+pub const RAFT_ELECTION_TIMEOUT_MAX_MS: u64 = 200;
 /// Log entries sent in one append-entries message.
 pub const APPEND_ENTRIES_MAX: u64 = 64;
 /// Bytes of snapshot sent in one install-snapshot message (the cluster state is far smaller).

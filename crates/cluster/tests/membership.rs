@@ -246,6 +246,33 @@ fn a_restarted_node_rejoins_with_its_id_and_a_new_incarnation() {
     assert!(state.led_by(restarted).is_empty(), "it holds no data yet, so it leads nothing");
 }
 
+/// A follower that was down long enough for the group's leader to retry it slowly must not
+/// stand for election when it comes back (it would raise the term and depose a healthy
+/// leader): the group's leader stays the same throughout, on every node that knows one.
+#[test]
+fn a_restarted_follower_does_not_depose_the_group_leader() {
+    let mut cluster = Cluster::start();
+    cluster.formed();
+    let leader = cluster.view(0).group_leader.expect("a formed group has a leader");
+    let follower = (leader + 1) % NODES;
+    cluster.stop(follower);
+    // Long enough for the leader's reconnect backoff to grow past the follower's election
+    // timeout (see `ELECTIONS_HELD_AFTER_START_MS`).
+    std::thread::sleep(Duration::from_millis(2_000));
+    cluster.restart(follower);
+    let watched = Instant::now() + Duration::from_millis(3_000);
+    while Instant::now() < watched {
+        for n in cluster.running() {
+            let seen = cluster.view(n).group_leader;
+            assert!(seen.is_none() || seen == Some(leader), "node {n} sees node {seen:?} lead the group, not node {leader}");
+        }
+        assert_eq!(cluster.view(leader).group_leader, Some(leader), "the group's leader was deposed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let all: Vec<NodeId> = (0..NODES).collect();
+    wait_until("it is admitted again", || cluster.agree(&all) && cluster.view(leader).state.incarnation(follower) == 2);
+}
+
 #[test]
 fn a_node_restarted_at_once_gives_up_its_leaderships() {
     let mut cluster = Cluster::start();
@@ -284,6 +311,29 @@ fn a_single_node_cluster_forms_and_serves_alone() {
     let view = node.view();
     assert!(view.leads(0) && view.leads(1));
     drop(node);
+    rt.shutdown_timeout(Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failure_timeout_sets_the_pings_and_one_too_short_is_refused() {
+    let dir = std::env::temp_dir().join(format!("lockstep-membership-timeout-{}", std::process::id()));
+    let hosts = vec!["127.0.0.1:1".parse().unwrap()];
+    let config = ClusterConfig::new(0, hosts, 0, 2, dir.clone()).with_failure_timeout(Duration::from_millis(300));
+    assert_eq!((config.failure_timeout, config.heartbeat_interval), (Duration::from_millis(300), Duration::from_millis(30)));
+    let slow = config.clone().with_failure_timeout(Duration::from_secs(5));
+    assert_eq!(
+        slow.heartbeat_interval,
+        Duration::from_millis(lockstep_cluster::node::HEARTBEAT_INTERVAL_DEFAULT_MS),
+        "never pings less often"
+    );
+    let rt = runtime(0);
+    let started = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        ClusterNode::start_on(config.with_failure_timeout(Duration::from_millis(50)), listener).await
+    });
+    let Err(e) = started else { panic!("a 50 ms failure timeout was accepted") };
+    assert!(e.to_string().contains("below 100 ms"), "{e}");
     rt.shutdown_timeout(Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(&dir);
 }

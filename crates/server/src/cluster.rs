@@ -412,7 +412,7 @@ impl ClusterGlue {
                     }
                     format!("this node is taking partition {partition} over")
                 }
-                Some(l) => match self.node.invoke(l, partition, payload.clone(), limit).await {
+                Some(l) => match self.invoke_while_leading(l, partition, payload.clone(), limit).await {
                     Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
                         Ok(ForwardAnswer::Done(outcome)) => return reply(decode_outcome(&outcome)),
                         Ok(ForwardAnswer::NotLeader) => format!("node {l} no longer leads partition {partition}"),
@@ -434,6 +434,35 @@ impl ClusterGlue {
                 ))));
             }
             sleep(Duration::from_millis(FORWARD_RETRY_MS)).await;
+        }
+    }
+
+    /// `ClusterNode::invoke`, given up (as unanswered: it may have run) once `leader` no
+    /// longer leads `partition` in this node's view (declared down, say) or this node is
+    /// cut off: a paused or cut-off leader never answers, and its call must not wait for
+    /// the whole call timeout while the partition's new leader serves.
+    async fn invoke_while_leading(
+        &self,
+        leader: NodeId,
+        partition: PartitionId,
+        payload: Vec<u8>,
+        limit: Duration,
+    ) -> Result<Result<Vec<u8>, String>, CallError> {
+        let gone = async {
+            loop {
+                sleep(Duration::from_millis(FORWARD_RETRY_MS)).await;
+                let view = self.views.borrow();
+                if view.state.leader(partition) != Some(leader) || view.standing != Standing::Serving {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            r = self.node.invoke(leader, partition, payload, limit) => r,
+            () = gone => Err(CallError::Closed {
+                peer: leader,
+                reason: format!("node {leader} no longer leads partition {partition} here (declared down, or this node cut off) while the call waited for its answer"),
+            }),
         }
     }
 
