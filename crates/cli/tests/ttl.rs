@@ -86,6 +86,39 @@ async fn expired_rows_go_in_batches_and_the_rest_stay_through_a_restart() {
     assert!(becomes(&client, "SELECT COUNT(*) FROM events", 20).await, "the TTL did not survive the restart");
 }
 
+/// The calls of `procedure` counted by `@Statistics PROCEDURE`, over every partition.
+async fn invocations(client: &Client, procedure: &str) -> i64 {
+    let r = client.call("@Statistics", vec![Value::from("PROCEDURE"), Value::Int(0)]).await.expect("statistics");
+    assert_eq!(r.status, 1, "{:?}", r.status_string);
+    let t = &r.tables[0];
+    let col = |name: &str| t.columns.iter().position(|c| &*c.name == name).expect("column");
+    t.rows.iter().filter(|row| row[col("PROCEDURE")] == Value::from(procedure)).filter_map(|row| row[col("INVOCATIONS")].as_i64()).sum()
+}
+
+/// A large BATCH_SIZE is deleted in calls of at most 200 rows, each sent when the one
+/// before it on its partition has answered, so no call holds its partition long; the round
+/// still deletes the whole batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_is_deleted_in_short_calls() {
+    let dir = TempDir::new("ttl-chunks");
+    let server = Server::start(&dir.0, 2);
+    let client = server.client().await;
+    adhoc(
+        &client,
+        "CREATE TABLE events (id BIGINT NOT NULL, at TIMESTAMP NOT NULL, PRIMARY KEY (id)); PARTITION TABLE events ON COLUMN id;",
+    )
+    .await;
+    insert(&client, "events", 0, 3000, OLD_MICROS).await;
+    adhoc(&client, "ALTER TABLE events USING TTL 1 HOURS ON COLUMN at BATCH_SIZE 100000 MAX_FREQUENCY 1").await;
+    assert!(becomes(&client, "SELECT COUNT(*) FROM events", 0).await, "expired rows were not deleted");
+    let calls = invocations(&client, "EVENTS.ttl_delete").await;
+    let (deleted, runs) = ttl_stats(&client, "EVENTS").await.expect("EVENTS in @Statistics TTL");
+    assert_eq!(deleted, 3000);
+    // 3000 rows on 2 partitions at most 200 a call: at least 15 calls in the first run,
+    // where one call per partition per run (a run a second) would have made 2.
+    assert!(calls >= 15 && calls > 2 * runs + 2, "{calls} calls in {runs} runs");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alter_and_drop_ttl_change_what_is_deleted() {
     let dir = TempDir::new("ttl-alter");

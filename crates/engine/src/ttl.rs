@@ -1,11 +1,15 @@
 //! TTL (`USING TTL`): a thread that, for each table with a TTL, about `MAX_FREQUENCY` times a
-//! second sends each partition one call of the table's `T.ttl_delete` procedure, which
-//! deletes at most `BATCH_SIZE` rows older than a cutoff. The cutoff ("now" minus the TTL)
-//! is decided here, outside the transaction, and travels as the call's parameter: the call
-//! is logged like any other, so a replica or a replay of the command log deletes exactly
-//! the same rows, whatever its clock says.
+//! second runs a round: on each partition it deletes up to `BATCH_SIZE` rows older than a
+//! cutoff, through calls of the table's `T.ttl_delete` procedure of at most
+//! `TTL_ROWS_PER_CALL_MAX` rows each, sent one after the other (the next when the last has
+//! answered, so other transactions run between them and none waits long behind a
+//! deletion). The cutoff ("now" minus the TTL) and each call's row limit are decided here,
+//! outside the transaction, and travel as the call's parameters: the call is logged like
+//! any other, so a replica or a replay of the command log deletes exactly the same rows,
+//! whatever its clock says.
 
 use std::collections::BTreeMap;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -19,17 +23,23 @@ use crate::outcome::Outcome;
 const TTL_TICK_MS: u64 = 20;
 /// Suffix of the per-table procedure that deletes one batch: `TABLE.ttl_delete`.
 pub const TTL_PROCEDURE_SUFFIX: &str = "ttl_delete";
+/// Rows one call deletes at most. A deleted row costs its partition about 2.5 µs (release
+/// build, a table of a million rows with an index on the TTL column, measured by
+/// `scripts/measure/ttl-p99.sh`), so a call holds its partition for about half a
+/// millisecond; a BATCH_SIZE of 1,000 (the default) took up to 11–64 ms as one call.
+pub const TTL_ROWS_PER_CALL_MAX: u32 = 200;
 
 /// The name of `table`'s TTL procedure.
 pub fn delete_procedure_name(table: &str) -> String {
     format!("{table}.{TTL_PROCEDURE_SUFFIX}")
 }
 
-/// The Lua source of procedure `name` when it is a table's TTL procedure. Its one
-/// parameter is the cutoff in the column's own terms (µs for a TIMESTAMP, seconds for an
-/// integer); it answers the rows it deleted. With a primary key it deletes exactly the
-/// first `BATCH_SIZE` expired rows it finds; without one, the oldest expired rows up to the
-/// time of the `BATCH_SIZE`-th oldest (rows sharing that time go together).
+/// The Lua source of procedure `name` when it is a table's TTL procedure. Its parameters
+/// are the cutoff in the column's own terms (µs for a TIMESTAMP, seconds for an integer)
+/// and how many rows it may delete (`BATCH_SIZE` when absent, as in calls logged before
+/// the limit was a parameter); it answers the rows it deleted. With a primary key it
+/// deletes exactly the first `limit` expired rows it finds; without one, the oldest expired
+/// rows up to the time of the `limit`-th oldest (rows sharing that time go together).
 pub fn delete_procedure_source(catalog: &Catalog, name: &str) -> Option<String> {
     let (table, op) = name.rsplit_once('.')?;
     if !op.eq_ignore_ascii_case(TTL_PROCEDURE_SUFFIX) {
@@ -44,11 +54,11 @@ pub fn delete_procedure_source(catalog: &Catalog, name: &str) -> Option<String> 
             let key_where: Vec<String> = keys.iter().map(|k| format!("{k} = ?")).collect();
             let key_args: Vec<String> = keys.iter().map(|k| format!("row[{:?}]", k.to_ascii_lowercase())).collect();
             format!(
-                "local expired = sql [[SELECT {} FROM {table} WHERE {column} < ? LIMIT {n}]]\n\
+                "local expired = sql [[SELECT {} FROM {table} WHERE {column} < ? LIMIT ?]]\n\
                  local delete = sql [[DELETE FROM {table} WHERE {}]]\n\
-                 return function(cutoff)\n\
+                 return function(cutoff, limit)\n\
                  \x20 local deleted = 0\n\
-                 \x20 for row in expired:query(cutoff):rows() do\n\
+                 \x20 for row in expired:query(cutoff, limit or {n}):rows() do\n\
                  \x20   deleted = deleted + delete:exec({})\n\
                  \x20 end\n\
                  \x20 return deleted\n\
@@ -59,10 +69,10 @@ pub fn delete_procedure_source(catalog: &Catalog, name: &str) -> Option<String> 
             )
         }
         None => format!(
-            "local oldest = sql [[SELECT {column} AS t FROM {table} WHERE {column} < ? ORDER BY {column} LIMIT {n}]]\n\
+            "local oldest = sql [[SELECT {column} AS t FROM {table} WHERE {column} < ? ORDER BY {column} LIMIT ?]]\n\
              local delete = sql [[DELETE FROM {table} WHERE {column} <= ?]]\n\
-             return function(cutoff)\n\
-             \x20 local rows = oldest:query(cutoff)\n\
+             return function(cutoff, limit)\n\
+             \x20 local rows = oldest:query(cutoff, limit or {n})\n\
              \x20 if #rows == 0 then return 0 end\n\
              \x20 return delete:exec(rows[#rows].t)\n\
              end\n"
@@ -123,10 +133,32 @@ impl TtlStats {
 /// One run over a table's partitions, filled in as the answers arrive.
 #[derive(Default)]
 struct Round {
+    /// Partitions whose deletion is still going on.
     waiting: usize,
     deleted: i64,
     failed: i64,
     error: Option<String>,
+}
+
+/// A round in progress: what its calls send, and how far each partition has got.
+struct Running {
+    table: String,
+    procedure: String,
+    cutoff: Value,
+    batch_size: u32,
+    /// Per destination: where its calls go, and the rows deleted there so far.
+    parts: Vec<(Option<i32>, u32)>,
+    round: Round,
+}
+
+/// A call's answer, sent back to the TTL thread (which sends the next call, if any: never a
+/// site's thread, which must not wait on its own queue).
+struct Answer {
+    table: TableId,
+    part: usize,
+    /// The rows the call was allowed to delete.
+    limit: u32,
+    outcome: Outcome,
 }
 
 /// Starts the TTL thread; it stops when the engine shuts down.
@@ -139,64 +171,111 @@ pub fn start(engine: &Arc<Engine>) -> Result<std::thread::JoinHandle<()>> {
 }
 
 fn run(engine: Weak<Engine>) {
-    // When each table last started a run, and whether that run is still out.
-    let mut last: BTreeMap<TableId, (Instant, Arc<Mutex<Round>>)> = BTreeMap::new();
+    let (tx, answers): (Sender<Answer>, Receiver<Answer>) = channel();
+    // When each table last started a round, and the round if it is still going on.
+    let mut last: BTreeMap<TableId, (Instant, Option<Running>)> = BTreeMap::new();
+    let mut next_tick = Instant::now() + Duration::from_millis(TTL_TICK_MS);
     loop {
-        std::thread::sleep(Duration::from_millis(TTL_TICK_MS));
+        let answer = match answers.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+            Ok(a) => Some(a),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         let Some(engine) = engine.upgrade() else { return };
         if engine.shared().is_shutting_down() {
             return;
         }
+        if let Some(a) = answer {
+            if let Some((_, running)) = last.get_mut(&a.table) {
+                let finished = running.as_mut().is_some_and(|r| answered(&engine, &tx, a, r));
+                if finished {
+                    if let Some(r) = running.take() {
+                        engine.shared().stats.ttl.record(&r.table, &r.round);
+                    }
+                }
+            }
+        }
+        if Instant::now() < next_tick {
+            continue;
+        }
+        next_tick = Instant::now() + Duration::from_millis(TTL_TICK_MS);
         let catalog = engine.catalog();
-        last.retain(|id, _| catalog.ttl(*id).is_some());
+        last.retain(|id, _| catalog.ttls().any(|(t, _)| t.id == *id));
         for (table, ttl) in catalog.ttls() {
             let period = Duration::from_millis(1000 / u64::from(ttl.max_frequency.max(1)));
-            if let Some((at, round)) = last.get(&table.id) {
-                let busy = round.lock().map(|r| r.waiting > 0).unwrap_or(false);
-                if busy || at.elapsed() < period {
+            if let Some((at, running)) = last.get(&table.id) {
+                if running.is_some() || at.elapsed() < period {
                     continue;
                 }
             }
-            let round = start_round(&engine, table, ttl);
-            last.insert(table.id, (Instant::now(), round));
+            let running = start_round(&engine, &tx, table, ttl);
+            last.insert(table.id, (Instant::now(), running));
         }
     }
 }
 
-/// Sends one run's calls: each partition for a partitioned table, one multi-partition
-/// call for a replicated one (in a cluster, only those this node leads or coordinates).
-/// The answers are counted into the table's statistics once all are in.
-fn start_round(engine: &Arc<Engine>, table: &TableDef, ttl: &TtlDef) -> Arc<Mutex<Round>> {
+/// Starts a round: the first call on each partition for a partitioned table, one
+/// multi-partition call for a replicated one (in a cluster, only those this node leads or
+/// coordinates). None when there is nowhere to send it.
+fn start_round(engine: &Arc<Engine>, tx: &Sender<Answer>, table: &TableDef, ttl: &TtlDef) -> Option<Running> {
     let now_micros = crate::sysprocs::now_millis().saturating_mul(1000);
-    let param = cutoff(table, ttl, now_micros);
-    let destinations = engine.background_destinations(table.partition_column.is_some());
-    let round = Arc::new(Mutex::new(Round { waiting: destinations.len(), ..Round::default() }));
-    let procedure = delete_procedure_name(&table.name);
-    for destination in destinations {
-        let call =
-            Call { procedure: procedure.clone(), params: vec![param.clone()], partition_destination: destination, ..Call::default() };
-        let (round, stats, name) = (round.clone(), engine.clone(), table.name.clone());
-        engine.submit(
-            call,
-            Box::new(move |o: Outcome| {
-                let mut r = round.lock().unwrap_or_else(|e| e.into_inner());
-                if o.is_success() {
-                    r.deleted += o.tables.first().and_then(|t| t.first_value()).and_then(Value::as_i64).unwrap_or(0);
-                } else {
-                    r.failed += 1;
-                    r.error = o.status_string.clone();
-                }
-                r.waiting -= 1;
-                if r.waiting == 0 {
-                    if let Some(e) = &r.error {
-                        tracing::debug!("TTL of {name}: {e}");
-                    }
-                    stats.shared().stats.ttl.record(&name, &r);
-                }
-            }),
-        );
+    let parts: Vec<(Option<i32>, u32)> =
+        engine.background_destinations(table.partition_column.is_some()).into_iter().map(|d| (d, 0)).collect();
+    if parts.is_empty() {
+        return None;
     }
-    round
+    let running = Running {
+        table: table.name.clone(),
+        procedure: delete_procedure_name(&table.name),
+        cutoff: cutoff(table, ttl, now_micros),
+        batch_size: ttl.batch_size,
+        round: Round { waiting: parts.len(), ..Round::default() },
+        parts,
+    };
+    for part in 0..running.parts.len() {
+        send_next(engine, tx, table.id, &running, part);
+    }
+    Some(running)
+}
+
+/// Sends partition `part` of a round its next call: as many rows as are left of the batch,
+/// at most `TTL_ROWS_PER_CALL_MAX`.
+fn send_next(engine: &Engine, tx: &Sender<Answer>, table: TableId, r: &Running, part: usize) {
+    let (destination, done) = r.parts[part];
+    let limit = r.batch_size.saturating_sub(done).min(TTL_ROWS_PER_CALL_MAX);
+    let call = Call {
+        procedure: r.procedure.clone(),
+        params: vec![r.cutoff.clone(), Value::Int(i64::from(limit))],
+        partition_destination: destination,
+        ..Call::default()
+    };
+    let tx = tx.clone();
+    engine.submit(call, Box::new(move |outcome: Outcome| drop(tx.send(Answer { table, part, limit, outcome }))));
+}
+
+/// Counts a call's answer into its round and sends the partition's next call while its
+/// batch is not done and the last call found as many rows as it was allowed. True when
+/// the whole round is over.
+fn answered(engine: &Engine, tx: &Sender<Answer>, a: Answer, r: &mut Running) -> bool {
+    let Some(slot) = r.parts.get(a.part).map(|p| p.1) else { return false };
+    let mut more = false;
+    if a.outcome.is_success() {
+        let deleted = a.outcome.tables.first().and_then(|t| t.first_value()).and_then(Value::as_i64).unwrap_or(0);
+        r.round.deleted += deleted;
+        let done = slot.saturating_add(u32::try_from(deleted).unwrap_or(u32::MAX));
+        r.parts[a.part].1 = done;
+        more = deleted >= i64::from(a.limit) && done < r.batch_size;
+    } else {
+        r.round.failed += 1;
+        r.round.error = a.outcome.status_string.clone();
+        tracing::debug!("TTL of {}: {}", r.table, r.round.error.as_deref().unwrap_or("failed"));
+    }
+    if more {
+        send_next(engine, tx, a.table, r, a.part);
+        return false;
+    }
+    r.round.waiting -= 1;
+    r.round.waiting == 0
 }
 
 #[cfg(test)]
@@ -232,7 +311,8 @@ mod tests {
             "CREATE TABLE b (s BIGINT NOT NULL)",
         ]);
         let source = delete_procedure_source(&c, "A.ttl_delete").unwrap();
-        assert!(source.contains("SELECT ID FROM A WHERE T < ? LIMIT 7"), "{source}");
+        assert!(source.contains("SELECT ID FROM A WHERE T < ? LIMIT ?"), "{source}");
+        assert!(source.contains("limit or 7"), "{source}");
         assert!(delete_procedure_source(&c, "B.ttl_delete").is_none());
         assert!(delete_procedure_source(&c, "A.insert").is_none());
     }
