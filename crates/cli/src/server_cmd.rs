@@ -64,7 +64,7 @@ pub struct ServerArgs {
     /// TOML file with the same keys (listen, http, pg, data, sites, procedures, command_log,
     /// flush_ms, snapshot_interval, snapshots_keep, max_connections, idle_timeout_s,
     /// client_timeout_s, in_flight_per_connection, query_timeout_ms, memory_limit,
-    /// security, tls_cert, tls_key, internal, hosts, kfactor) and the [[users]] that
+    /// security, tls_cert, tls_key, internal, hosts, kfactor, failure_timeout_ms) and the [[users]] that
     /// `lockstep user add` writes; flags win. See docs/guide/configuration.md
     #[arg(long, value_name = "FILE.toml")]
     config: Option<PathBuf>,
@@ -182,6 +182,7 @@ fn configure(args: ServerArgs) -> Result<ServerConfig, String> {
         internal_listen: args.internal_listen,
         hosts: args.hosts.map(HostList::Joined),
         kfactor: args.kfactor,
+        failure_timeout_ms: args.failure_timeout_ms,
         ..FileConfig::default()
     }
     .apply_to(&mut c);
@@ -213,8 +214,8 @@ pub fn run(args: ServerArgs) -> ExitCode {
 }
 
 fn start(args: ServerArgs) -> Result<(), String> {
-    let failure_timeout_ms = args.failure_timeout_ms;
     let config = configure(args)?;
+    let failure_timeout_ms = config.failure_timeout_ms;
     let mut engine_config = EngineConfig::new(&config.data_dir);
     if let Some(s) = config.sites {
         engine_config.sites = s;

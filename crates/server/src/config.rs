@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub hosts: Vec<String>,
     /// In a cluster: extra copies of each partition (0 when not given).
     pub kfactor: Option<u32>,
+    /// In a cluster: how long a silent node has before it is declared down (the cluster
+    /// crate's default when not given).
+    pub failure_timeout_ms: Option<u64>,
     /// Export targets (`[[export.targets]]` in the configuration file).
     pub export_targets: Vec<lockstep_engine::export::TargetConfig>,
     /// Kafka topics the server consumes (`[[import.kafka]]`).
@@ -90,6 +93,7 @@ impl Default for ServerConfig {
             internal_listen: None,
             hosts: Vec::new(),
             kfactor: None,
+            failure_timeout_ms: None,
             export_targets: Vec::new(),
             kafka_imports: Vec::new(),
         }
@@ -179,11 +183,12 @@ pub struct FileConfig {
     pub tls_key: Option<PathBuf>,
     pub users: Option<Vec<UserEntry>>,
     /// Cluster: `internal = "host:port"`, `hosts = "h1:p,h2:p"` (or a list), `kfactor = 1`,
-    /// `internal_listen = "host:port"`.
+    /// `internal_listen = "host:port"`, `failure_timeout_ms = 500`.
     pub internal: Option<String>,
     pub internal_listen: Option<String>,
     pub hosts: Option<HostList>,
     pub kfactor: Option<u32>,
+    pub failure_timeout_ms: Option<u64>,
     /// `[[export.targets]]`: name, type (file, http, postgresql, kafka) and the type's settings.
     pub export: Option<ExportSection>,
     /// `[[import.kafka]]`: Kafka topics to consume (brokers, topic, table or procedure, …).
@@ -259,6 +264,9 @@ impl FileConfig {
         if self.kfactor.is_some() {
             c.kfactor = self.kfactor;
         }
+        if self.failure_timeout_ms.is_some() {
+            c.failure_timeout_ms = self.failure_timeout_ms;
+        }
         if let Some(e) = self.export {
             c.export_targets = e.targets;
         }
@@ -300,14 +308,15 @@ mod tests {
     #[test]
     fn cluster_keys_take_hosts_as_one_string_or_a_list() {
         for text in [
-            "internal = \"127.0.0.1:3022\"\nhosts = \"127.0.0.1:3021, 127.0.0.1:3022\"\nkfactor = 1",
-            "internal = \"127.0.0.1:3022\"\nhosts = [\"127.0.0.1:3021\", \"127.0.0.1:3022\"]\nkfactor = 1",
+            "internal = \"127.0.0.1:3022\"\nhosts = \"127.0.0.1:3021, 127.0.0.1:3022\"\nkfactor = 1\nfailure_timeout_ms = 700",
+            "internal = \"127.0.0.1:3022\"\nhosts = [\"127.0.0.1:3021\", \"127.0.0.1:3022\"]\nkfactor = 1\nfailure_timeout_ms = 700",
         ] {
             let file: FileConfig = toml::from_str(text).unwrap();
             let mut c = ServerConfig::default();
             file.apply_to(&mut c);
             assert_eq!(c.hosts, ["127.0.0.1:3021", "127.0.0.1:3022"]);
             assert_eq!((c.internal.as_deref(), c.kfactor), (Some("127.0.0.1:3022"), Some(1)));
+            assert_eq!(c.failure_timeout_ms, Some(700));
         }
     }
 
