@@ -438,12 +438,55 @@ struct InFlight {
     answer: Result<Response, ClientError>,
 }
 
-/// Counts for the progress line and the summary.
-#[derive(Default)]
-struct Counts {
-    read: u64,
-    inserted: u64,
-    rejected: u64,
+/// What a load has done so far: the counts of its live progress line (drawn on a terminal
+/// at most every `PROGRESS_INTERVAL_MS`) and of its summary. Shared by the CSV and the
+/// Kafka loaders.
+pub(crate) struct Progress {
+    pub(crate) read: u64,
+    pub(crate) inserted: u64,
+    pub(crate) rejected: u64,
+    /// What is read: "rows" (lines of files) or "messages".
+    unit: &'static str,
+    started: Instant,
+    last_shown: Instant,
+    /// Whether the live line is drawn.
+    live: bool,
+}
+
+impl Progress {
+    pub(crate) fn new(unit: &'static str, live: bool) -> Progress {
+        let now = Instant::now();
+        Progress { read: 0, inserted: 0, rejected: 0, unit, started: now, last_shown: now, live }
+    }
+
+    fn rate(&self) -> f64 {
+        let secs = self.started.elapsed().as_secs_f64();
+        if secs > 0.0 {
+            self.inserted as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    pub(crate) fn show(&mut self) {
+        if !self.live || self.last_shown.elapsed() < Duration::from_millis(PROGRESS_INTERVAL_MS) {
+            return;
+        }
+        self.last_shown = Instant::now();
+        eprint!("\r{} {} read, {} inserted, {} rejected, {:.0} rows/s   ", self.read, self.unit, self.inserted, self.rejected, self.rate());
+    }
+
+    /// The summary on stdout (ending the live line first), and where the rejected rows are.
+    pub(crate) fn summary(&self, rejects: &Rejects) {
+        if self.live {
+            eprintln!();
+        }
+        println!("{} {} read, {} inserted, {} rejected", self.read, self.unit, self.inserted, self.rejected);
+        println!("elapsed {:.2} s, {:.0} rows/s", self.started.elapsed().as_secs_f64(), self.rate());
+        if let (Some(path), true) = (&rejects.path, self.rejected > 0) {
+            println!("rejected rows are in {}", path.display());
+        }
+    }
 }
 
 /// Why reading stopped before the end of the input.
@@ -458,12 +501,9 @@ struct Loader<'a> {
     target: Target,
     parser: LineParser,
     rejects: Rejects,
-    counts: Counts,
+    counts: Progress,
     pending: FuturesUnordered<futures::future::BoxFuture<'static, InFlight>>,
     stop: Option<Stop>,
-    started: Instant,
-    last_progress: Instant,
-    progress: bool,
 }
 
 async fn load_csv(args: &CsvArgs) -> Result<u8, String> {
@@ -478,19 +518,15 @@ async fn load_csv(args: &CsvArgs) -> Result<u8, String> {
         .map_err(|e| format!("cannot connect to {}: {e} (is `lockstep server` running there?)", args.server))?;
     let target = describe_target(&client, args.table.as_deref(), args.procedure.as_deref()).await?;
     let rejects = Rejects::open(args, &target.label)?;
-    let now = Instant::now();
     let mut loader = Loader {
         args,
         client,
         target,
         parser,
         rejects,
-        counts: Counts::default(),
+        counts: Progress::new("rows", std::io::stderr().is_terminal()),
         pending: FuturesUnordered::new(),
         stop: None,
-        started: now,
-        last_progress: now,
-        progress: std::io::stderr().is_terminal(),
     };
     let mut result = Ok(());
     for path in &args.files {
@@ -559,7 +595,7 @@ impl Loader<'_> {
                 Err(reason) => self.reject(&name, number, &reason, &line),
             }
             self.collect_ready();
-            self.show_progress();
+            self.counts.show();
             if self.stop.is_some() {
                 if matches!(self.stop, Some(Stop::MaxErrors)) {
                     eprintln!("stopped after {} rejected rows (--maxerrors); {name} was read up to line {number}", self.counts.rejected);
@@ -601,7 +637,7 @@ impl Loader<'_> {
     async fn drain_all(&mut self) {
         while let Some(done) = self.pending.next().await {
             self.answered(done);
-            self.show_progress();
+            self.counts.show();
         }
     }
 
@@ -630,35 +666,8 @@ impl Loader<'_> {
         }
     }
 
-    fn rate(&self) -> f64 {
-        let secs = self.started.elapsed().as_secs_f64();
-        if secs > 0.0 {
-            self.counts.inserted as f64 / secs
-        } else {
-            0.0
-        }
-    }
-
-    fn show_progress(&mut self) {
-        if !self.progress || self.last_progress.elapsed() < Duration::from_millis(PROGRESS_INTERVAL_MS) {
-            return;
-        }
-        self.last_progress = Instant::now();
-        let c = &self.counts;
-        eprint!("\r{} rows read, {} inserted, {} rejected, {:.0} rows/s   ", c.read, c.inserted, c.rejected, self.rate());
-    }
-
     fn summary(&self) {
-        if self.progress {
-            eprintln!();
-        }
-        let c = &self.counts;
-        let elapsed = self.started.elapsed().as_secs_f64();
-        println!("{} rows read, {} inserted, {} rejected", c.read, c.inserted, c.rejected);
-        println!("elapsed {elapsed:.2} s, {:.0} rows/s", self.rate());
-        if let (Some(path), true) = (&self.rejects.path, c.rejected > 0) {
-            println!("rejected rows are in {}", path.display());
-        }
+        self.counts.summary(&self.rejects);
         if let Some(Stop::ConnectionFailed(e)) = &self.stop {
             eprintln!("error: the load stopped: the server connection failed ({e})");
         }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -26,8 +26,8 @@ use rskafka::client::ClientBuilder;
 use rskafka::record::RecordAndOffset;
 
 use crate::load_cmd::{
-    catalog, cell_str, convert, convert_field, describe_target, Column, Layout, LineParser, Rejects, Target, BATCH_DEFAULT, BATCH_MAX,
-    EXIT_FAILED, EXIT_OK, EXIT_REJECTED, MAX_ERRORS_DEFAULT, PROGRESS_INTERVAL_MS, RUNTIME_THREADS,
+    catalog, cell_str, convert, convert_field, describe_target, Column, Layout, LineParser, Progress, Rejects, Target, BATCH_DEFAULT,
+    BATCH_MAX, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, MAX_ERRORS_DEFAULT, RUNTIME_THREADS,
 };
 
 /// The table that keeps each consumer's next offset per Kafka partition.
@@ -318,13 +318,6 @@ impl Source {
     }
 }
 
-#[derive(Default)]
-struct Counts {
-    read: u64,
-    inserted: u64,
-    rejected: u64,
-}
-
 struct InFlight {
     offset: i64,
     raw: Vec<u8>,
@@ -369,10 +362,7 @@ struct Loader<'a> {
     layout: Layout,
     parser: LineParser,
     rejects: Rejects,
-    counts: Counts,
-    started: Instant,
-    last_progress: Instant,
-    progress: bool,
+    counts: Progress,
     failed: Option<String>,
 }
 
@@ -389,7 +379,6 @@ async fn load(args: &KafkaArgs) -> Result<u8, String> {
     let stored = stored_offsets(&client, &args.consumer, &args.topic).await?;
     let mut sources = open_sources(args, &stored).await?;
     let rejects = Rejects::open_at(args.rejects.as_deref(), args.reportdir.as_deref(), &target.label)?;
-    let now = Instant::now();
     let mut loader = Loader {
         args,
         client,
@@ -397,10 +386,7 @@ async fn load(args: &KafkaArgs) -> Result<u8, String> {
         target,
         parser: LineParser::with(',', '"', '\\')?,
         rejects,
-        counts: Counts::default(),
-        started: now,
-        last_progress: now,
-        progress: !args.in_server && std::io::stderr().is_terminal(),
+        counts: Progress::new("messages", !args.in_server && std::io::stderr().is_terminal()),
         failed: None,
     };
     let result = loader.consume(&mut sources).await;
@@ -479,7 +465,7 @@ impl Loader<'_> {
                 }
                 Err(reason) => self.reject(partition, r.offset, &reason, &raw),
             }
-            self.show_progress();
+            self.counts.show();
         }
         while let Some(done) = pending.next().await {
             self.answered(partition, done);
@@ -515,34 +501,8 @@ impl Loader<'_> {
         self.counts.rejected += 1;
     }
 
-    fn rate(&self) -> f64 {
-        let secs = self.started.elapsed().as_secs_f64();
-        if secs > 0.0 {
-            self.counts.inserted as f64 / secs
-        } else {
-            0.0
-        }
-    }
-
-    fn show_progress(&mut self) {
-        if !self.progress || self.last_progress.elapsed() < Duration::from_millis(PROGRESS_INTERVAL_MS) {
-            return;
-        }
-        self.last_progress = Instant::now();
-        let c = &self.counts;
-        eprint!("\r{} messages read, {} inserted, {} rejected, {:.0} rows/s   ", c.read, c.inserted, c.rejected, self.rate());
-    }
-
     fn summary(&self) {
-        if self.progress {
-            eprintln!();
-        }
-        let c = &self.counts;
-        println!("{} messages read, {} inserted, {} rejected", c.read, c.inserted, c.rejected);
-        println!("elapsed {:.2} s, {:.0} rows/s", self.started.elapsed().as_secs_f64(), self.rate());
-        if let (Some(path), true) = (&self.rejects.path, c.rejected > 0) {
-            println!("rejected rows are in {}", path.display());
-        }
+        self.counts.summary(&self.rejects);
     }
 }
 

@@ -208,32 +208,6 @@ async fn rows_written_during_an_outage_arrive_after_it_in_order() {
     }
 }
 
-/// The saved position of each partition of target `hook`, as the sequence number of the
-/// last row acknowledged (0: none).
-fn acknowledged_seqs(data: &Path) -> HashMap<i64, u64> {
-    let mut acked = HashMap::new();
-    for p in 0..SITES as i64 {
-        let dir = data.join("export").join("HOOK").join(format!("partition-{p}"));
-        let Ok(text) = std::fs::read_to_string(dir.join("position")) else {
-            acked.insert(p, 0);
-            continue;
-        };
-        let mut parts = text.split_whitespace().map(|x| x.parse::<u64>().expect("number"));
-        let (segment, offset) = (parts.next().expect("segment"), parts.next().expect("offset"));
-        assert_eq!(segment, 1, "a test this small fills one segment");
-        let bytes = std::fs::read(dir.join(format!("{segment:010}.jsonl"))).expect("segment");
-        let last = bytes[..offset as usize]
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
-            .filter_map(|v| v["seq"].as_u64())
-            .next_back()
-            .unwrap_or(0);
-        acked.insert(p, last);
-    }
-    acked
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkill_mid_export_resends_only_after_the_acknowledged_position() {
     let dir = TempDir::new("export-kill");
@@ -254,7 +228,7 @@ async fn a_sigkill_mid_export_resends_only_after_the_acknowledged_position() {
     insert(&client, 100, 200).await;
     drop(client);
     drop(server); // SIGKILL
-    let acked = acknowledged_seqs(&data);
+    let acked = common::export::acknowledged_seqs(&data, "HOOK", SITES);
     let before: Vec<serde_json::Value> = rx.records();
     assert!(before.len() < 200, "the kill came after everything was delivered: the test proves nothing");
 

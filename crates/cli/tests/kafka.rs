@@ -177,32 +177,6 @@ where
     }
 }
 
-/// The sequence number of the last row each partition's exporter had acknowledged, from
-/// its saved position (0: none).
-fn acknowledged_seqs(data: &Path) -> HashMap<i64, u64> {
-    let mut acked = HashMap::new();
-    for p in 0..SITES as i64 {
-        let dir = data.join("export").join("HOOK").join(format!("partition-{p}"));
-        let Ok(text) = std::fs::read_to_string(dir.join("position")) else {
-            acked.insert(p, 0);
-            continue;
-        };
-        let mut parts = text.split_whitespace().map(|x| x.parse::<u64>().expect("number"));
-        let (segment, offset) = (parts.next().expect("segment"), parts.next().expect("offset"));
-        assert_eq!(segment, 1, "a test this small fills one segment");
-        let bytes = std::fs::read(dir.join(format!("{segment:010}.jsonl"))).expect("segment");
-        let last = bytes[..offset as usize]
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
-            .filter_map(|v| v["seq"].as_u64())
-            .next_back()
-            .unwrap_or(0);
-        acked.insert(p, last);
-    }
-    acked
-}
-
 /// Inserts ids from `from` on until `stop` is set or a call fails (the server was killed);
 /// returns the ids the server acknowledged and the one in flight when it failed, if any.
 async fn write_until_stopped(client: Client, from: i64, stop: Arc<AtomicBool>) -> (Vec<i64>, Option<i64>) {
@@ -259,7 +233,7 @@ async fn export_to_kafka_survives_a_broker_outage_and_a_server_kill() {
         .await;
     drop(client);
     drop(server); // SIGKILL
-    let acked_at_kill = acknowledged_seqs(&data);
+    let acked_at_kill = common::export::acknowledged_seqs(&data, "HOOK", SITES);
     let (mut committed, in_doubt) = writer.await.expect("writer");
     assert!(committed.len() > 10, "the writer wrote while the exporter delivered");
 

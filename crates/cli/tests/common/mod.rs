@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod export;
 pub mod history;
 pub mod proxy;
 
