@@ -23,11 +23,12 @@ use crate::outcome::Outcome;
 const TTL_TICK_MS: u64 = 20;
 /// Suffix of the per-table procedure that deletes one batch: `TABLE.ttl_delete`.
 pub const TTL_PROCEDURE_SUFFIX: &str = "ttl_delete";
-/// Rows one call deletes at most. A deleted row costs its partition about 2.5 µs (release
-/// build, a table of a million rows with an index on the TTL column, measured by
-/// `scripts/measure/ttl-p99.sh`), so a call holds its partition for about half a
-/// millisecond; a BATCH_SIZE of 1,000 (the default) took up to 11–64 ms as one call.
-pub const TTL_ROWS_PER_CALL_MAX: u32 = 200;
+/// Rows one call deletes at most. A deleted row costs its partition about 1.7 µs (release
+/// build, a table of two million rows with an index on the TTL column; calls of 200 rows
+/// took 0.35 ms on average and up to 2.3 ms, `@Statistics PROCEDURE` during
+/// `scripts/measure/ttl-p99.sh`), so a call holds its partition for about a fifth of a
+/// millisecond. A BATCH_SIZE of 1,000 (the default) took up to 11–64 ms as one call.
+pub const TTL_ROWS_PER_CALL_MAX: u32 = 100;
 
 /// The name of `table`'s TTL procedure.
 pub fn delete_procedure_name(table: &str) -> String {
