@@ -128,6 +128,11 @@ pub fn run(args: LoadArgs) -> ExitCode {
         LoadFormat::Csv(args) => args,
         LoadFormat::Kafka(args) => return crate::load_kafka::run(args),
     };
+    run_load(load_csv(&args))
+}
+
+/// Runs a load on its own runtime; its error is printed and exits with `EXIT_FAILED`.
+pub(crate) fn run_load(load: impl std::future::Future<Output = Result<u8, String>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(RUNTIME_THREADS).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -136,7 +141,7 @@ pub fn run(args: LoadArgs) -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
-        match load_csv(&args).await {
+        match load.await {
             Ok(code) => code,
             Err(message) => {
                 eprintln!("error: {message}");

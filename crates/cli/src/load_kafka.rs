@@ -27,7 +27,7 @@ use rskafka::record::RecordAndOffset;
 
 use crate::load_cmd::{
     catalog, cell_str, convert, convert_field, describe_target, Column, Layout, LineParser, Progress, Rejects, Target, BATCH_DEFAULT,
-    BATCH_MAX, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, MAX_ERRORS_DEFAULT, RUNTIME_THREADS,
+    BATCH_MAX, EXIT_FAILED, EXIT_OK, EXIT_REJECTED, MAX_ERRORS_DEFAULT,
 };
 
 /// The table that keeps each consumer's next offset per Kafka partition.
@@ -170,23 +170,7 @@ pub fn start_server_import(args: KafkaArgs) -> std::io::Result<()> {
 }
 
 pub fn run(args: KafkaArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(RUNTIME_THREADS).enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::from(EXIT_FAILED);
-        }
-    };
-    let code = runtime.block_on(async {
-        match load(&args).await {
-            Ok(code) => code,
-            Err(message) => {
-                eprintln!("error: {message}");
-                EXIT_FAILED
-            }
-        }
-    });
-    ExitCode::from(code)
+    crate::load_cmd::run_load(load(&args))
 }
 
 /// A SQL string literal.
