@@ -31,6 +31,10 @@ pub struct ColumnDef {
 /// from readers, so the index orders and hashes it like a column. `columns[part]` of such
 /// a part is that hidden position: the table's column count plus the expression's number
 /// among all the table's expression parts, in index order (`TableDef::number_computed`).
+///
+/// A partial index (`CREATE INDEX … WHERE cond`) holds only the rows for which `predicate`
+/// is true (NULL counts as false), and a unique one refuses duplicates only among them.
+/// Storage keeps whether a row passes as one more hidden value (`TableDef::predicate_flag`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct IndexDef {
     pub name: String,
@@ -41,6 +45,8 @@ pub struct IndexDef {
     pub primary: bool,
     /// The key parts that are expressions, in part order.
     pub exprs: Vec<IndexExpr>,
+    /// A partial index's condition over the row, compiled by the `sql` crate.
+    pub predicate: Option<RowExpr>,
 }
 
 /// A key part of an index that is a deterministic expression over the row.
@@ -192,6 +198,20 @@ impl TableDef {
                 }
             }
         }
+    }
+
+    /// How many values storage keeps after a row's columns: the expression key parts, then
+    /// one flag per partial index saying whether the row passes its predicate.
+    pub fn computed_width(&self) -> usize {
+        self.computed().count() + self.indexes.iter().filter(|i| i.predicate.is_some()).count()
+    }
+
+    /// The stored position of index `i`'s flag (`Value::Bool(true)` when the row belongs in
+    /// it), for a partial index: after every expression key, in index order.
+    pub fn predicate_flag(&self, i: usize) -> Option<usize> {
+        self.indexes.get(i)?.predicate.as_ref()?;
+        let before = self.indexes[..i].iter().filter(|x| x.predicate.is_some()).count();
+        Some(self.columns.len() + self.computed().count() + before)
     }
 
     /// The type of key position `c`: a column's, or a computed key's.

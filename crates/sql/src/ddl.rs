@@ -224,6 +224,7 @@ fn key_indexes(table: &str, cols: &mut [ColumnDef], keys: &[KeySpec], existing: 
             assume_unique: k.assume_unique,
             primary: k.primary,
             exprs: vec![],
+            predicate: None,
         };
         if k.primary {
             out.insert(0, def);

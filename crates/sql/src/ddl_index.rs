@@ -178,7 +178,8 @@ pub fn create_index(catalog: &mut Catalog, c: &mut Cursor, unique: bool, assume_
         }
     }
     let mut def = (*t).clone();
-    let ix = IndexDef { name: name.clone(), columns, unique: unique && !assume_unique, assume_unique, primary: false, exprs };
+    let ix =
+        IndexDef { name: name.clone(), columns, unique: unique && !assume_unique, assume_unique, primary: false, exprs, predicate: None };
     check_unique_partitioning(&def, &ix)?;
     def.indexes.push(ix);
     catalog.replace_table(def)?;

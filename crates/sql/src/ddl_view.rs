@@ -273,6 +273,7 @@ pub fn create_view(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
             assume_unique: false,
             primary: true,
             exprs: vec![],
+            predicate: None,
         }]
     };
     let partition_column = src.partition_column.and_then(|pc| group_by.iter().position(|g| g.column() == Some(pc)));

@@ -11,6 +11,10 @@
 //! memory of a second copy of the key. Multi-column indexes are searched by key prefix in
 //! the usual plans (a subscriber's rows, a user's sessions), so theirs is kept from the
 //! start: building it on first use would stall that transaction for the whole table.
+//!
+//! A partial index (`member` set) holds only the rows whose flag at that stored position
+//! is true (`computed.rs`): every insert, removal, build and uniqueness check skips the
+//! others, so they neither appear in its lookups nor conflict with its keys.
 
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
@@ -20,6 +24,7 @@ use std::ops::Bound;
 use foldhash::fast::FixedState;
 use lockstep_core::{IndexDef, Value};
 
+use crate::computed::is_member;
 use crate::key::{Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
 use crate::row_hash::RowHash;
 use crate::slots::Slots;
@@ -46,11 +51,16 @@ fn key_is_hashed(nulls_distinct: bool, columns: &[usize], row: &[Value]) -> bool
     !nulls_distinct || !columns.iter().any(|&c| row[c].is_null())
 }
 
-/// Every row of `slots` as an entry of the ordered set over `columns`, sorted first (the
-/// set is then built from sorted input in one pass).
-fn ordered_entries(slots: &Slots, columns: &[usize]) -> BTreeSet<Entry> {
-    let mut entries: Vec<Entry> =
-        slots.iter().enumerate().filter_map(|(id, row)| Some(Entry::new(row.as_deref()?, columns, id as RowId))).collect();
+/// Every row of `slots` that belongs in the index (`member`) as an entry of the ordered set
+/// over `columns`, sorted first (the set is then built from sorted input in one pass).
+fn ordered_entries(slots: &Slots, columns: &[usize], member: Option<usize>) -> BTreeSet<Entry> {
+    let mut entries: Vec<Entry> = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(id, row)| Some((id, row.as_deref()?)))
+        .filter(|(_, row)| is_member(member, row))
+        .map(|(id, row)| Entry::new(row, columns, id as RowId))
+        .collect();
     entries.sort_unstable();
     entries.into_iter().collect()
 }
@@ -86,14 +96,20 @@ pub(crate) struct Index {
     /// SQL semantics for user tables: a key with a NULL never conflicts, so it is kept out
     /// of the hash. Views group NULLs together, so their group index turns this off.
     nulls_distinct: bool,
+    /// For a partial index, the stored position of the flag that says a row belongs in it.
+    member: Option<usize>,
     /// Built on first use for a single-column unique index, else always there (module doc).
     ordered: OnceCell<BTreeSet<Entry>>,
     hash: Option<RowHash>,
 }
 
 impl Index {
-    pub(crate) fn new(def: &IndexDef) -> Index {
-        Self::with_columns(def.columns.clone().into_boxed_slice(), def.unique || def.assume_unique || def.primary, true)
+    /// The index `def`; `member` is its flag's stored position when it is partial
+    /// (`TableDef::predicate_flag`).
+    pub(crate) fn new(def: &IndexDef, member: Option<usize>) -> Index {
+        let mut index = Self::with_columns(def.columns.clone().into_boxed_slice(), def.unique || def.assume_unique || def.primary, true);
+        index.member = member;
+        index
     }
 
     pub(crate) fn with_columns(columns: Box<[usize]>, unique: bool, nulls_distinct: bool) -> Index {
@@ -101,6 +117,7 @@ impl Index {
         Index {
             columns,
             nulls_distinct,
+            member: None,
             ordered: if order_on_first_use { OnceCell::new() } else { OnceCell::from(BTreeSet::new()) },
             hash: unique.then(RowHash::default),
         }
@@ -111,14 +128,20 @@ impl Index {
         self.hash.is_some()
     }
 
-    /// Whether two versions of a row have different keys in this index.
+    /// Whether the index holds only the rows that pass a predicate.
+    pub(crate) fn is_partial(&self) -> bool {
+        self.member.is_some()
+    }
+
+    /// Whether two versions of a row have different keys in this index, or only one of
+    /// them belongs in it.
     pub(crate) fn key_differs(&self, a: &[Value], b: &[Value]) -> bool {
-        self.columns.iter().any(|&c| a[c] != b[c])
+        self.columns.iter().chain(&self.member).any(|&c| a[c] != b[c])
     }
 
     /// The ordered set, built from the table's rows if it is not there yet.
     fn ordered(&self, slots: &Slots) -> &BTreeSet<Entry> {
-        self.ordered.get_or_init(|| ordered_entries(slots, &self.columns))
+        self.ordered.get_or_init(|| ordered_entries(slots, &self.columns, self.member))
     }
 
     /// Whether the ordered set exists (tests check that point lookups never build it).
@@ -132,10 +155,15 @@ impl Index {
         key_is_hashed(self.nulls_distinct, &self.columns, row)
     }
 
+    /// Whether `row` belongs in the index (always, unless the index is partial).
+    fn holds(&self, row: &[Value]) -> bool {
+        is_member(self.member, row)
+    }
+
     /// The row other than `except` whose key equals `row`'s, for a unique index.
     pub(crate) fn conflict(&self, slots: &Slots, row: &[Value], except: Option<RowId>) -> Option<RowId> {
         let hash = self.hash.as_ref()?;
-        if !self.hashed(row) {
+        if !self.hashed(row) || !self.holds(row) {
             return None;
         }
         let h = hash_values(row_values(row, &self.columns));
@@ -146,6 +174,9 @@ impl Index {
     /// Adds row `id`; the row must already be in `slots[id]`.
     pub(crate) fn insert(&mut self, slots: &Slots, id: RowId) {
         let row = slot(slots, id);
+        if !self.holds(row) {
+            return;
+        }
         if let Some(ordered) = self.ordered.get_mut() {
             let fresh = ordered.insert(Entry::new(row, &self.columns, id));
             debug_assert!(fresh, "row {id} was already indexed");
@@ -163,7 +194,9 @@ impl Index {
     /// a unique index already holds for an earlier row.
     pub(crate) fn build(&mut self, slots: &Slots) -> Result<(), RowId> {
         let cols = &self.columns;
-        let rows = || slots.iter().enumerate().filter_map(|(id, r)| Some((id as RowId, r.as_deref()?)));
+        let member = self.member;
+        let rows =
+            || slots.iter().enumerate().filter_map(|(id, r)| Some((id as RowId, r.as_deref()?))).filter(move |(_, r)| is_member(member, r));
         if let Some(hash) = &mut self.hash {
             hash.reserve(rows().count());
             for (id, row) in rows() {
@@ -175,13 +208,16 @@ impl Index {
             }
         }
         if let Some(ordered) = self.ordered.get_mut() {
-            *ordered = ordered_entries(slots, cols);
+            *ordered = ordered_entries(slots, cols, member);
         }
         Ok(())
     }
 
     /// Removes row `id`, whose values are `row` (still in its slot or just taken out).
     pub(crate) fn remove(&mut self, row: &[Value], id: RowId) {
+        if !self.holds(row) {
+            return;
+        }
         if let Some(ordered) = self.ordered.get_mut() {
             let probe = RowProbe { values: row, columns: &self.columns, row: id };
             let removed = ordered.remove(&probe as &dyn Probe);

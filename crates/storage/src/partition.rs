@@ -173,8 +173,9 @@ impl Partition {
             if sets.iter().any(|&(c, _)| c >= old.len()) {
                 return Err(Error::unexpected(format!("an update of {} names a column it does not have", t.name())));
             }
-            // Computed index keys are computed again from the whole new row.
-            let recompute = t.def().computed().next().is_some();
+            // Computed index keys and partial index flags are computed again from the
+            // whole new row.
+            let recompute = t.def().computed_width() > 0;
             if recompute || p.views_of.contains_key(&table) || sets.iter().any(|&(c, _)| t.unique_over(c)) {
                 let mut row = old.to_vec();
                 for (c, v) in sets {

@@ -97,6 +97,9 @@ fn check_def(catalog: &Catalog, def: &TableDef) -> Result<()> {
     if computed > 0 && !matches!(def.kind, TableKind::Table) {
         return bad("only a table's indexes may have expression keys".into());
     }
+    if def.computed_width() > computed && !matches!(def.kind, TableKind::Table) {
+        return bad("only a table's indexes may be partial".into());
+    }
     for ix in &def.indexes {
         if let Some(c) = ix.columns.iter().find(|&&c| c >= width + computed) {
             return bad(format!("index {} names column {c}", ix.name));

@@ -70,7 +70,7 @@ pub(crate) fn describe_key(values: impl Iterator<Item = impl std::fmt::Display>)
 impl Table {
     /// Empty storage for `def`.
     pub(crate) fn new(def: Arc<TableDef>) -> Table {
-        let mut indexes: Vec<Index> = def.indexes.iter().map(Index::new).collect();
+        let mut indexes: Vec<Index> = def.indexes.iter().enumerate().map(|(i, ix)| Index::new(ix, def.predicate_flag(i))).collect();
         let mut view = def.view().map(|v| ViewLayout::new(&def, v));
         if let Some(layout) = &mut view {
             // A view's group index must find NULL groups too, so it hashes NULL keys. Use
@@ -288,7 +288,7 @@ impl Table {
     /// covers a changed column is the whole row replaced, to move its index entries.
     pub(crate) fn set_columns(&mut self, id: RowId, mut changes: Vec<(usize, Value)>) -> Vec<(usize, Value)> {
         // Computed keys would go stale: `Partition::update_columns` replaces such rows whole.
-        debug_assert!(self.def.computed().next().is_none(), "columns of {} set in place under computed keys", self.def.name);
+        debug_assert!(self.def.computed_width() == 0, "columns of {} set in place under computed values", self.def.name);
         let indexed = |c: usize| self.indexes.iter().any(|ix| ix.columns.contains(&c));
         if changes.iter().any(|&(c, _)| indexed(c)) {
             let mut row: Box<[Value]> = self.get_full(id).unwrap_or_default().into();
@@ -329,9 +329,9 @@ impl Table {
     }
 
     /// Values a stored row has: the columns plus a view's hidden counts or the table's
-    /// computed index keys (`computed.rs`).
+    /// computed index keys and partial index flags (`computed.rs`).
     pub(crate) fn stored_width(&self) -> usize {
-        self.def.columns.len() + self.view.as_ref().map_or(0, |v| v.hidden_len) + self.def.computed().count()
+        self.def.columns.len() + self.view.as_ref().map_or(0, |v| v.hidden_len) + self.def.computed_width()
     }
 
     /// Builds storage for `def` from rows kept in their slots, checking unique indexes.

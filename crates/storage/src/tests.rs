@@ -16,7 +16,7 @@ fn col(name: &str, ty: DataType, nullable: bool) -> ColumnDef {
 }
 
 fn index(name: &str, columns: &[usize], unique: bool, primary: bool) -> IndexDef {
-    IndexDef { name: name.into(), columns: columns.to_vec(), unique, assume_unique: false, primary, exprs: vec![] }
+    IndexDef { name: name.into(), columns: columns.to_vec(), unique, assume_unique: false, primary, exprs: vec![], predicate: None }
 }
 
 fn table_def(name: &str, columns: Vec<ColumnDef>, indexes: Vec<IndexDef>) -> TableDef {
@@ -83,10 +83,13 @@ fn lookup_rows(t: &Table, ix: usize, key: &[Value]) -> Vec<Vec<Value>> {
 /// unique hashes hold every row without a NULL key (or every row, for a view's group).
 fn assert_consistent(p: &Partition) {
     for t in p.tables() {
-        // Computed keys stored after a row's columns are what the expressions give now.
+        // Computed keys and partial index flags stored after a row's columns are what the
+        // expressions give now.
+        let passes = |pred: &lockstep_core::RowExpr, r: &[Value]| pred.eval(r).unwrap() == Value::Bool(true);
         for (id, r) in t.scan() {
             let stored = t.get_full(id).unwrap();
-            let fresh: Vec<Value> = t.def().computed().map(|e| e.expr.eval(r).unwrap()).collect();
+            let flags = t.def().indexes.iter().filter_map(|ix| ix.predicate.as_ref()).map(|p| Value::Bool(passes(p, r)));
+            let fresh: Vec<Value> = t.def().computed().map(|e| e.expr.eval(r).unwrap()).chain(flags).collect();
             let width = t.def().columns.len();
             if t.def().view().is_none() {
                 assert_eq!(&stored[width..], &fresh[..], "computed keys of row {id} of {}", t.name());
@@ -94,8 +97,13 @@ fn assert_consistent(p: &Partition) {
         }
         for (n, ix) in t.indexes().iter().enumerate() {
             let full = |id: RowId| t.get_full(id).unwrap();
-            let mut expected: Vec<(Vec<Value>, RowId)> =
-                t.scan().map(|(id, _)| (ix.columns.iter().map(|&c| full(id)[c].clone()).collect(), id)).collect();
+            // A partial index holds the rows that pass its predicate, and only those.
+            let predicate = t.def().indexes.get(n).and_then(|d| d.predicate.as_ref());
+            let mut expected: Vec<(Vec<Value>, RowId)> = t
+                .scan()
+                .filter(|(_, r)| predicate.is_none_or(|p| passes(p, r)))
+                .map(|(id, _)| (ix.columns.iter().map(|&c| full(id)[c].clone()).collect(), id))
+                .collect();
             expected.sort();
             // A unique index builds its ordered set on first range use (from the rows, so
             // it is right by construction); once it exists it must be kept exact.
@@ -777,13 +785,20 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
     fn indexes_and_views_agree_with_a_scan_after_random_writes(ops in proptest::collection::vec(op(), 1..60)) {
-        // T(A PK, B, C nullable) with a unique index on (B, C) and a view by B, with an
-        // index on its SUM (whose changes must move index entries; the other aggregates
-        // change in place).
+        // T(A PK, B, C nullable) with a unique index on B among the rows where C > 2 (a
+        // partial index, placed where a view's MIN/MAX recount would find it first if it
+        // took partial indexes), a unique index on (B, C) and a view by B, with an index on
+        // its SUM (whose changes must move index entries; the other aggregates change in
+        // place).
         let def = table_def(
             "R",
             vec![col("A", DataType::Integer, false), col("B", DataType::Integer, false), col("C", DataType::Integer, true)],
-            vec![index("PK_R", &[0], true, true), index("UQ_BC", &[1, 2], true, false), index("IX_C", &[2], false, false)],
+            vec![
+                index("PK_R", &[0], true, true),
+                partial(index("UQ_B_WHERE_C", &[1], true, false), 2, 2),
+                index("UQ_BC", &[1, 2], true, false),
+                index("IX_C", &[2], false, false),
+            ],
         );
         let (mut catalog, mut p, ids) = setup(vec![def]);
         let t = ids[0];
@@ -1067,4 +1082,135 @@ fn a_bulk_load_computes_expression_keys_again() {
     loaded.load_rows(saved).unwrap();
     assert_eq!(lookup_rows(loaded.table(t).unwrap(), 4, &[s("C")]), vec![contestant(3, Some("Cy"), 3)]);
     assert_consistent(&loaded);
+}
+
+/// `row[column] > bound` over a row, as the sql crate would compile a partial index's
+/// predicate: NULL when the column is NULL.
+#[derive(Debug)]
+struct Above {
+    column: usize,
+    bound: i64,
+}
+
+impl lockstep_core::RowFn for Above {
+    fn eval(&self, row: &[Value]) -> lockstep_core::Result<Value> {
+        Ok(match &row[self.column] {
+            Value::Int(v) => Value::Bool(*v > self.bound),
+            _ => Value::Null,
+        })
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// `ix` made partial: it holds the rows whose `column` is above `bound`.
+fn partial(mut ix: IndexDef, column: usize, bound: i64) -> IndexDef {
+    let text = format!("column {column} > {bound}");
+    ix.predicate = Some(lockstep_core::RowExpr { text, eval: Arc::new(Above { column, bound }) });
+    ix
+}
+
+/// CONTESTANTS with a unique index on CODE among the rows whose SCORE is above 5 (number
+/// 3) and a non-unique one on NAME among the same rows (number 4).
+fn contestants_with_partial_indexes() -> (Catalog, Partition, TableId) {
+    let mut def = contestants();
+    def.indexes.push(partial(index("UQ_CODE_HIGH", &[2], true, false), 3, 5));
+    def.indexes.push(partial(index("IX_NAME_HIGH", &[1], false, false), 3, 5));
+    let (catalog, p, ids) = setup(vec![def]);
+    (catalog, p, ids[0])
+}
+
+fn scored(id: i64, code: i64, score: Option<i64>) -> Vec<Value> {
+    vec![i(id), s("n"), i(code), score.map_or(Value::Null, i)]
+}
+
+/// A partial index holds only the rows that pass its predicate (NULL does not); a unique one
+/// refuses duplicates only among them; updates move rows in and out; rollback restores it.
+#[test]
+fn a_partial_index_holds_the_passing_rows_only() {
+    let (_, mut p, t) = contestants_with_partial_indexes();
+    let high = p.insert(t, scored(1, 10, Some(9))).unwrap();
+    let low = p.insert(t, scored(2, 20, Some(1))).unwrap();
+    p.insert(t, scored(3, 30, None)).unwrap();
+    p.commit();
+    assert_eq!(p.table(t).unwrap().get(high).unwrap().len(), 4, "readers see the columns only");
+    let table = p.table(t).unwrap();
+    assert_eq!(table.lookup(3, &[i(10)]), vec![high]);
+    assert!(table.lookup(3, &[i(20)]).is_empty(), "a row below the predicate is not indexed");
+    assert!(table.lookup(3, &[i(30)]).is_empty(), "NULL counts as false");
+    let all: Vec<RowId> = table.range(4, Bound::Unbounded, Bound::Unbounded, false).collect();
+    assert_eq!(all, vec![high]);
+    assert_consistent(&p);
+
+    // Moving the low row up into the index makes its code count; out again, it stops.
+    p.begin();
+    p.update_columns(t, low, vec![(3, i(6))]).unwrap();
+    assert_eq!(p.table(t).unwrap().lookup(3, &[i(20)]), vec![low]);
+    p.update_columns(t, high, vec![(3, i(5))]).unwrap();
+    assert!(p.table(t).unwrap().lookup(3, &[i(10)]).is_empty());
+    assert_consistent(&p);
+    p.rollback();
+    assert_eq!(p.table(t).unwrap().lookup(3, &[i(10)]), vec![high]);
+    assert!(p.table(t).unwrap().lookup(3, &[i(20)]).is_empty());
+    assert_consistent(&p);
+}
+
+/// Uniqueness of a partial unique index holds among the rows that pass its predicate only,
+/// for inserts and for updates that bring a row in.
+#[test]
+fn a_partial_unique_index_allows_duplicates_outside_its_predicate() {
+    let mut def = contestants();
+    // Without the table's own UNIQUE on CODE, only the partial one constrains it.
+    def.indexes.retain(|ix| ix.name != "UQ_CODE");
+    def.indexes.push(partial(index("UQ_CODE_HIGH", &[2], true, false), 3, 5));
+    let (_, mut p, ids) = setup(vec![def]);
+    let t = ids[0];
+    p.insert(t, scored(1, 7, Some(9))).unwrap();
+    p.insert(t, scored(2, 7, Some(1))).unwrap();
+    p.insert(t, scored(3, 7, None)).unwrap();
+    let e = p.insert(t, scored(4, 7, Some(6))).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Constraint);
+    assert!(e.message.contains("UNIQUE \"UQ_CODE_HIGH\"") && e.message.contains("duplicate key (7)"), "{}", e.message);
+    let low = p.table(t).unwrap().lookup(0, &[i(2)])[0];
+    assert_eq!(p.update_columns(t, low, vec![(3, i(8))]).unwrap_err().kind, ErrorKind::Constraint);
+    p.update_columns(t, low, vec![(2, i(8)), (3, i(8))]).unwrap();
+    assert_eq!(p.table(t).unwrap().lookup(1, &[i(8)]), vec![low]);
+    assert_consistent(&p);
+}
+
+/// A bulk load (a restore) and a schema change (a column added) compute the flags again.
+#[test]
+fn a_bulk_load_and_a_rebuild_compute_partial_flags_again() {
+    let (mut catalog, mut p, t) = contestants_with_partial_indexes();
+    for (id, score) in [(1, 9), (2, 1), (3, 7)] {
+        p.insert(t, scored(id, id * 10, Some(score))).unwrap();
+    }
+    p.commit();
+    p.begin_snapshot().unwrap();
+    let mut saved = std::collections::BTreeMap::new();
+    while let Some(chunk) = p.snapshot_chunk(2) {
+        for (id, rows) in chunk {
+            saved.entry(id).or_insert_with(Vec::new).extend(rows);
+        }
+    }
+    p.end_snapshot();
+    assert!(saved[&t].iter().all(|r| r.len() == 4), "snapshot rows are the columns only");
+    let mut loaded = Partition::new(0);
+    loaded.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    loaded.load_rows(saved).unwrap();
+    let ids = |p: &Partition| -> Vec<Value> {
+        let table = p.table(t).unwrap();
+        table.range(3, Bound::Unbounded, Bound::Unbounded, false).map(|id| table.get(id).unwrap()[0].clone()).collect()
+    };
+    assert_eq!(ids(&loaded), vec![i(1), i(3)]);
+    assert_consistent(&loaded);
+    // A new column goes before the hidden values: they are computed again after it.
+    let mut def = p.table(t).unwrap().def().as_ref().clone();
+    def.columns.push(col("EXTRA", DataType::Integer, true));
+    catalog.replace_table(def).unwrap();
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    assert_eq!(p.table(t).unwrap().def().predicate_flag(3), Some(5));
+    assert_eq!(ids(&p), vec![i(1), i(3)]);
+    assert_consistent(&p);
 }

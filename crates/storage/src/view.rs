@@ -311,10 +311,14 @@ fn recompute_extremes(
         Ok(())
     };
     // When every group key is a column, an index whose leading columns are those columns
-    // finds the group's rows directly; otherwise scan the source.
+    // finds the group's rows directly (not a partial one, which may lack some of them);
+    // otherwise scan the source.
     let columns: Option<Vec<usize>> = vdef.group_by.iter().map(ViewKey::column).collect();
     let group_index = columns.as_ref().and_then(|group| {
-        source.indexes().iter().position(|ix| k > 0 && ix.columns.len() >= k && ix.columns[..k].iter().all(|c| group.contains(c)))
+        source
+            .indexes()
+            .iter()
+            .position(|ix| k > 0 && !ix.is_partial() && ix.columns.len() >= k && ix.columns[..k].iter().all(|c| group.contains(c)))
     });
     match (group_index, &columns) {
         (Some(pos), Some(group)) => {

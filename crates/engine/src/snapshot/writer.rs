@@ -213,6 +213,7 @@ mod tests {
                     assume_unique: false,
                     primary: true,
                     exprs: vec![],
+                    predicate: None,
                 }],
                 partition_column: None,
                 kind: TableKind::Table,
