@@ -1,11 +1,17 @@
 //! Access paths: how one FROM source is read — full scan, index point/prefix lookup or
 //! index range — chosen from the filter terms, plus ORDER BY served by index order.
+//!
+//! A partial index (`CREATE INDEX … WHERE p`) lacks the rows that fail `p`, so it may serve
+//! a source only when the source's filters imply `p` (`implied_partial`): every conjunct of
+//! `p` is one of the filters (after putting a constant on the right: `5 < a` is `a > 5`), or
+//! follows from one by a simple rule (`a = 7` or `a > 9` gives `a > 5`; any comparison of
+//! `a` gives `a IS NOT NULL`). Anything else leaves the index unused.
 
 use std::ops::Bound;
 
 use lockstep_core::{DataType, Result, TableDef, Value};
 
-use crate::ddl_index::indexed_expression;
+use crate::ddl_index::{indexed_expression, partial_predicate};
 use crate::expr::{CmpOp, Env, Expr};
 use crate::plan::{Level, SelectPlan, SortKey};
 
@@ -15,6 +21,14 @@ pub struct KeyTerm {
     pub column: usize,
     pub op: CmpOp,
     pub key: Expr,
+}
+
+/// The key terms of one source and the partial indexes its filters imply (by number):
+/// what `choose_access` picks from.
+#[derive(Clone, Debug, Default)]
+pub struct KeyTerms {
+    pub terms: Vec<KeyTerm>,
+    pub partial: Vec<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -48,10 +62,17 @@ fn same_kind(col: DataType, key: &Expr) -> bool {
 }
 
 /// Picks the best index for `terms`: a unique point lookup, else the longest equality prefix
-/// (with a range on the next column), else a scan.
-pub fn choose_access(table: &TableDef, terms: &[KeyTerm]) -> Access {
+/// (with a range on the next column), else a scan. A partial index counts only when the
+/// filters imply its condition (`KeyTerms::partial`); it then wins a tie, and is read whole
+/// when nothing else applies, since it holds only rows the filters may keep.
+pub fn choose_access(table: &TableDef, key_terms: &KeyTerms) -> Access {
+    let terms = &key_terms.terms;
     let mut best: Option<(usize, Access)> = None;
     for (ix, def) in table.indexes.iter().enumerate() {
+        let partial = def.predicate.is_some();
+        if partial && !key_terms.partial.contains(&ix) {
+            continue;
+        }
         let mut eq = Vec::new();
         for &c in &def.columns {
             match terms.iter().find(|t| t.column == c && t.op == CmpOp::Eq) {
@@ -77,11 +98,13 @@ pub fn choose_access(table: &TableDef, terms: &[KeyTerm]) -> Access {
             1_000_000
         } else {
             eq.len() * 100 + usize::from(lo.is_some() || hi.is_some()) * 50 + usize::from(full) * 10
-        };
+        } + usize::from(partial);
         if score == 0 || best.as_ref().is_some_and(|(s, _)| *s >= score) {
             continue;
         }
-        let access = if lo.is_none() && hi.is_none() {
+        let access = if eq.is_empty() && lo.is_none() && hi.is_none() {
+            Access::Range { index: ix, eq, lo, hi, reverse: false }
+        } else if lo.is_none() && hi.is_none() {
             Access::Lookup { index: ix, key: eq }
         } else {
             Access::Range { index: ix, eq, lo, hi, reverse: false }
@@ -178,7 +201,9 @@ pub fn order_by_index(plan: &mut SelectPlan) {
             }
             Access::Range { index: *index, eq: eq.clone(), lo: lo.clone(), hi: hi.clone(), reverse: desc }
         }
-        Access::Scan => match (0..table.indexes.len()).find(|&ix| matches(ix, 0)) {
+        Access::Scan => match (0..table.indexes.len()).find(|&ix| {
+            matches(ix, 0) && (table.indexes[ix].predicate.is_none() || implied_partial(&table, ix, &level.on, level.source.offset))
+        }) {
             Some(ix) => Access::Range { index: ix, eq: vec![], lo: None, hi: None, reverse: desc },
             None => return,
         },
@@ -266,4 +291,84 @@ pub fn eval_range(
         _ => return Ok(None),
     };
     Ok(Some(RangeKeys { lo: l, hi: h }))
+}
+
+/// The partial indexes of `table` whose condition `on` (a source's filter terms, its
+/// columns starting at `offset`) implies.
+pub fn implied_partials(table: &TableDef, on: &[Expr], offset: usize) -> Vec<usize> {
+    (0..table.indexes.len()).filter(|&ix| table.indexes[ix].predicate.is_some() && implied_partial(table, ix, on, offset)).collect()
+}
+
+/// Whether the filter terms `on` imply partial index `ix`'s condition (see the module
+/// doc); false when unsure.
+pub fn implied_partial(table: &TableDef, ix: usize, on: &[Expr], offset: usize) -> bool {
+    let Some(p) = partial_predicate(table, ix) else { return false };
+    let mut p = p.clone();
+    if offset > 0 {
+        p.map_columns(&|c| c + offset);
+    }
+    let mut needed = Vec::new();
+    p.conjuncts(&mut needed);
+    let given: Vec<Expr> = on.iter().map(normalized).collect();
+    needed.iter().map(normalized).all(|n| given.iter().any(|g| implies(g, &n)))
+}
+
+/// A comparison with a constant or parameter on the left turned around (`5 < a` → `a > 5`),
+/// so mirrored forms compare equal; a `Deep` marker seen through.
+fn normalized(e: &Expr) -> Expr {
+    match e {
+        Expr::Deep(inner) => normalized(inner),
+        Expr::Cmp(op, a, b) if a.is_fixed() && !b.is_fixed() => Expr::Cmp(op.flip(), b.clone(), a.clone()),
+        other => other.clone(),
+    }
+}
+
+/// Whether filter `given` being true makes `needed` true (both normalized).
+fn implies(given: &Expr, needed: &Expr) -> bool {
+    if given == needed {
+        return true;
+    }
+    match needed {
+        // Every comparison is unknown, so not true, when an operand is NULL.
+        Expr::IsNull(x, true) => match given {
+            Expr::Cmp(_, a, b) => a == x || b == x,
+            _ => false,
+        },
+        // A BOOLEAN column as a condition, and `column = TRUE`, are one condition.
+        Expr::Column(_) => matches!(given, Expr::Cmp(CmpOp::Eq, a, b) if **a == *needed && **b == Expr::Const(Value::Bool(true))),
+        Expr::Cmp(CmpOp::Eq, a, b) if matches!(a.as_ref(), Expr::Column(_)) && **b == Expr::Const(Value::Bool(true)) => given == a.as_ref(),
+        Expr::Cmp(op, x, c) => match (given, c.as_ref()) {
+            (Expr::Cmp(gop, gx, gc), Expr::Const(need)) if gx == x => match gc.as_ref() {
+                Expr::Const(have) => bound_implies(*gop, have, *op, need),
+                _ => false,
+            },
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Whether `x gop have` implies `x op need` for constants of one ordered kind.
+fn bound_implies(gop: CmpOp, have: &Value, op: CmpOp, need: &Value) -> bool {
+    // Floats are left out: NaN orders unlike SQL comparison.
+    let ordered = |v: &Value| matches!(v, Value::Int(_) | Value::Decimal(_) | Value::Str(_) | Value::Timestamp(_));
+    if !ordered(have) || std::mem::discriminant(have) != std::mem::discriminant(need) {
+        return false;
+    }
+    let Some(ord) = have.sql_cmp(need) else { return false };
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    match (gop, op) {
+        // x = have: the needed comparison holds of `have` itself.
+        (CmpOp::Eq, CmpOp::Eq) => ord == Equal,
+        (CmpOp::Eq, CmpOp::Ne) => ord != Equal,
+        (CmpOp::Eq, CmpOp::Gt) => ord == Greater,
+        (CmpOp::Eq, CmpOp::Ge) => ord != Less,
+        (CmpOp::Eq, CmpOp::Lt) => ord == Less,
+        (CmpOp::Eq, CmpOp::Le) => ord != Greater,
+        // Lower bounds: x > have or x >= have within x > need or x >= need.
+        (CmpOp::Gt | CmpOp::Ge, CmpOp::Gt | CmpOp::Ge) => ord == Greater || (ord == Equal && (op == CmpOp::Ge || gop == CmpOp::Gt)),
+        // Upper bounds, the same way round.
+        (CmpOp::Lt | CmpOp::Le, CmpOp::Lt | CmpOp::Le) => ord == Less || (ord == Equal && (op == CmpOp::Le || gop == CmpOp::Lt)),
+        _ => false,
+    }
 }

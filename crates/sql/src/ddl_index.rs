@@ -1,11 +1,16 @@
 //! CREATE [UNIQUE | ASSUMEUNIQUE] INDEX: key parts that are columns or, as VoltDB allows,
-//! deterministic expressions over the row (`FIELD(doc, 'k')`, `a + b`, `SUBSTRING(s, 1, 3)`).
+//! deterministic expressions over the row (`FIELD(doc, 'k')`, `a + b`, `SUBSTRING(s, 1, 3)`),
+//! and an optional `WHERE` condition that makes the index partial: it holds only the rows
+//! for which the condition is true, and a unique one refuses duplicates only among them
+//! (PostgreSQL's meaning; VoltDB accepts the same DDL).
 //!
 //! An expression part is bound here against the table alone and handed to storage
 //! compiled (`IndexKeyFn`), which computes it whenever a row is written and keeps the value
 //! after the row's columns (`lockstep_core::IndexDef`), so the index needs no change to hold
 //! it. The planner finds such an index by comparing a query's bound expression with the
-//! compiled one (`indexed_expression`).
+//! compiled one (`indexed_expression`). A partial index's condition is bound the same way
+//! and kept as a `SourceRowFn`, whose bound tree the planner reads (`partial_predicate`) to
+//! use the index only for queries whose WHERE implies it (`access::implied_partial`).
 
 use std::sync::Arc;
 
@@ -14,7 +19,7 @@ use sqlparser::ast;
 
 use crate::ddl::{check_unique_partitioning, done, index_name_taken, DdlOutcome};
 use crate::ddl_parse::Cursor;
-use crate::ddl_view::bind_row_expr;
+use crate::ddl_view::{bind_row_expr, SourceRowFn};
 use crate::expr::{Env, Expr};
 use crate::limits::{Limits, Watch};
 
@@ -65,6 +70,47 @@ pub fn indexed_expression(table: &TableDef, e: &Expr, offset: usize) -> Option<u
             shifted == *e
         })
         .map(|k| width + k)
+}
+
+/// The bound condition of `table`'s index number `index`, when it is a partial index, over
+/// the table's columns from 0.
+pub fn partial_predicate(table: &TableDef, index: usize) -> Option<&Expr> {
+    let p = table.indexes.get(index)?.predicate.as_ref()?;
+    p.eval.as_any().downcast_ref::<SourceRowFn>().map(|f| &f.0)
+}
+
+/// `WHERE condition` of a partial index: the rest of the statement, bound over `t`. Like
+/// an expression key it must be deterministic (no clock, parameter or subquery) and use no
+/// aggregate, since storage computes it for every row it writes, on every replica and at
+/// every replay.
+fn predicate(c: &mut Cursor, t: &Arc<TableDef>, name: &str) -> Result<RowExpr> {
+    let text = c.rest().trim();
+    while c.next().is_some() {}
+    let expected =
+        |why: &str| Error::sql(format!("index {name}: expected WHERE followed by a condition on the columns of {}{why}", t.name));
+    if text.is_empty() {
+        return Err(expected(""));
+    }
+    let stmts = crate::nesting::parse_statements(&format!("SELECT 1 WHERE {text}"), "").map_err(|e| {
+        // The parser's position is in the text built here, not the user's: leave it out.
+        let why = e.message.split(" at Line:").next().unwrap_or_default().to_string();
+        expected(&format!(" ({why})"))
+    })?;
+    let cond = match stmts.as_slice() {
+        [ast::Statement::Query(q)] if q.order_by.is_none() && q.limit_clause.is_none() && q.with.is_none() => match q.body.as_ref() {
+            ast::SetExpr::Select(sel) if sel.group_by == ast::GroupByExpr::Expressions(vec![], vec![]) && sel.having.is_none() => {
+                sel.selection.clone()
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some(cond) = cond else { return Err(expected(&format!(", not {text}"))) };
+    let typed = bind_row_expr(t, &cond, "the WHERE", &format!("index {name}"))?;
+    if typed.ty != Some(DataType::Boolean) {
+        return Err(Error::sql(format!("the WHERE of index {name} must be a condition (true or false for each row), not {cond}")));
+    }
+    Ok(RowExpr { text: cond.to_string(), eval: Arc::new(SourceRowFn(typed.expr)) })
 }
 
 /// Refuses a GEOGRAPHY key (VoltDB indexes polygons only with its own geospatial index,
@@ -137,7 +183,7 @@ fn key_part(t: &Arc<TableDef>, e: &ast::Expr, name: &str) -> Result<Part> {
     Ok(Part::Expr(RowExpr { text, eval: Arc::new(IndexKeyFn { expr: typed.expr, ty }) }, ty))
 }
 
-/// `CREATE [UNIQUE | ASSUMEUNIQUE] INDEX name ON table (key [ASC | DESC], …)`.
+/// `CREATE [UNIQUE | ASSUMEUNIQUE] INDEX name ON table (key [ASC | DESC], …) [WHERE cond]`.
 pub fn create_index(catalog: &mut Catalog, c: &mut Cursor, unique: bool, assume_unique: bool) -> Result<DdlOutcome> {
     let name = c.ident("an index name")?;
     c.expect_word("ON")?;
@@ -147,9 +193,14 @@ pub fn create_index(catalog: &mut Catalog, c: &mut Cursor, unique: bool, assume_
         return Err(Error::sql(format!("cannot index stream {tname}")));
     }
     let parts = key_parts(c, &t, &name)?;
-    if c.is_word("WHERE") {
-        return Err(Error::sql("partial indexes (CREATE INDEX … WHERE) are not supported"));
-    }
+    let predicate = if c.eat_word("WHERE") {
+        if t.view().is_some() {
+            return Err(Error::sql(format!("index {name}: a view's indexes cannot be partial (WHERE); index the view whole")));
+        }
+        Some(predicate(c, &t, &name)?)
+    } else {
+        None
+    };
     c.expect_end()?;
     if let Some(other) = index_name_taken(catalog, &name) {
         return Err(Error::sql(format!("index name {name} is already used by table {other}")));
@@ -178,8 +229,7 @@ pub fn create_index(catalog: &mut Catalog, c: &mut Cursor, unique: bool, assume_
         }
     }
     let mut def = (*t).clone();
-    let ix =
-        IndexDef { name: name.clone(), columns, unique: unique && !assume_unique, assume_unique, primary: false, exprs, predicate: None };
+    let ix = IndexDef { name: name.clone(), columns, unique: unique && !assume_unique, assume_unique, primary: false, exprs, predicate };
     check_unique_partitioning(&def, &ix)?;
     def.indexes.push(ix);
     catalog.replace_table(def)?;

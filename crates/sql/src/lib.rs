@@ -57,6 +57,8 @@ mod tests_limits;
 #[cfg(test)]
 mod tests_mp;
 #[cfg(test)]
+mod tests_partial_index;
+#[cfg(test)]
 mod tests_query;
 #[cfg(test)]
 mod tests_scan;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use lockstep_core::{Catalog, ColumnDef, DataType, Error, Result, ResultColumn, TableDef, TableKind, Value};
 use sqlparser::ast::{self as ast, JoinConstraint, JoinOperator, SelectItem, SetExpr, TableFactor};
 
-use crate::access::{choose_access, Access, KeyTerm};
+use crate::access::{choose_access, implied_partials, Access, KeyTerm, KeyTerms};
 use crate::bind::{ident_name, object_name, AggCtx, Binder, Cte, Source, Typed};
 use crate::ddl_index::indexed_expression;
 use crate::expr::{CmpOp, Expr};
@@ -1045,13 +1045,14 @@ fn limits(b: &mut Binder, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>)
 
 /// `col op key` terms usable by an index on `src`: the key reads only earlier levels (in
 /// FROM as written).
-pub fn key_terms(on: &[Expr], src: &Source) -> Vec<KeyTerm> {
+pub fn key_terms(on: &[Expr], src: &Source) -> KeyTerms {
     key_terms_over(on, src, &|c| c < src.offset)
 }
 
 /// `col op key` terms usable by an index on `src`, where the key reads only columns for
-/// which `joined` holds (those of the levels read before this one).
-pub fn key_terms_over(on: &[Expr], src: &Source, joined: &dyn Fn(usize) -> bool) -> Vec<KeyTerm> {
+/// which `joined` holds (those of the levels read before this one), and the partial
+/// indexes of `src` whose condition `on` implies.
+pub fn key_terms_over(on: &[Expr], src: &Source, joined: &dyn Fn(usize) -> bool) -> KeyTerms {
     let range = src.offset..src.offset + src.width();
     let mut out = Vec::new();
     for e in on {
@@ -1077,5 +1078,5 @@ pub fn key_terms_over(on: &[Expr], src: &Source, joined: &dyn Fn(usize) -> bool)
             }
         }
     }
-    out
+    KeyTerms { terms: out, partial: implied_partials(&src.table, on, src.offset) }
 }

@@ -198,7 +198,9 @@ fn delete_order(table: &TableDef, order_by: &[ast::OrderByExpr]) -> Result<Vec<(
         return Ok(order);
     }
     let has = |c: &usize| order.iter().any(|(o, _)| o == c);
-    let unique = table.indexes.iter().any(|i| (i.unique || i.primary) && !i.assume_unique && i.columns.iter().all(has));
+    // A partial unique index leaves rows outside its condition free to repeat a key.
+    let unique =
+        table.indexes.iter().any(|i| (i.unique || i.primary) && !i.assume_unique && i.predicate.is_none() && i.columns.iter().all(has));
     if !unique && !(0..table.columns.len()).all(|c| has(&c)) {
         return Err(Error::sql(format!(
             "DELETE … ORDER BY must name every column of {}'s primary key or of one of its unique indexes (or every column), \
