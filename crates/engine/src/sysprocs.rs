@@ -783,7 +783,8 @@ mod meta {
                         s("A"),
                         Value::Null,
                         Value::Null,
-                        Value::Null,
+                        // A partial index's WHERE condition (JDBC's FILTER_CONDITION).
+                        ix.predicate.as_ref().map_or(Value::Null, |p| s(&p.text)),
                     ]);
                 }
             }
