@@ -84,6 +84,8 @@ pub fn partial_predicate(table: &TableDef, index: usize) -> Option<&Expr> {
 /// aggregate, since storage computes it for every row it writes, on every replica and at
 /// every replay.
 fn predicate(c: &mut Cursor, t: &Arc<TableDef>, name: &str) -> Result<RowExpr> {
+    // The condition runs to the end of the statement: it is parsed from the text, so the
+    // cursor's tokens are used up here.
     let text = c.rest().trim();
     while c.next().is_some() {}
     let expected =
