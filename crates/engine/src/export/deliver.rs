@@ -381,6 +381,8 @@ impl Exporter {
                     }
                     lingering = None;
                     if role == Role::Leader && !self.replicated() {
+                        // No longer leading: what to do next is decided again.
+                        self.pause(POLL_MS);
                         continue;
                     }
                     if self.deliver(sink.as_mut(), &batch) {
