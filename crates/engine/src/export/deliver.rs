@@ -607,4 +607,109 @@ mod tests {
         assert_eq!(sizes.lock().unwrap()[0], 3, "the first batch went before it was full");
         let _ = fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn a_batch_read_through_a_sequence_number_stops_before_the_rows_after_it() {
+        let dir = std::env::temp_dir().join(format!("lockstep-export-through-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(segment_path(&dir, 1), "{\"seq\":1}\n{\"seq\":2}\n{\"seq\":3}\n").unwrap();
+        let start = Position { segment: 1, offset: 0 };
+        let Next::Rows(b) = read_batch_through(&dir, start, BATCH_ROWS_MAX, 2).unwrap() else { panic!("rows expected") };
+        assert_eq!(b.rows.iter().filter_map(seq_of).collect::<Vec<_>>(), [1, 2]);
+        assert!(matches!(read_batch_through(&dir, b.end, BATCH_ROWS_MAX, 2).unwrap(), Next::Beyond));
+        assert!(matches!(read_batch_through(&dir, b.end, BATCH_ROWS_MAX, 3).unwrap(), Next::Rows(r) if r.rows.len() == 1));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_leader_reports_a_new_position_at_most_every_interval_and_repeats_an_old_one() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut r = AckReport::default();
+        assert!(!r.due(0, t0), "nothing acknowledged, nothing to say");
+        assert!(r.due(5, t0), "the first position goes at once");
+        r.sent(5, t0);
+        assert!(!r.due(9, ms(ACK_SEND_INTERVAL_MS - 1)), "a new position waits for the interval");
+        assert!(r.due(9, ms(ACK_SEND_INTERVAL_MS)));
+        assert!(!r.due(5, ms(ACK_REPEAT_MS - 1)), "the same position is not sent again soon");
+        assert!(r.due(5, ms(ACK_REPEAT_MS)), "... but again later, for a replica that missed it");
+    }
+
+    /// A cluster of one partition as its exporter sees it: whether this node leads it, the
+    /// replication's (appended, committed) entries, and the positions reported.
+    #[derive(Default)]
+    struct FakeCluster {
+        leads: AtomicBool,
+        marks: std::sync::Mutex<(u64, u64)>,
+        reported: std::sync::Mutex<Vec<u64>>,
+    }
+
+    impl ClusterHooks for FakeCluster {
+        fn leads(&self, _: u32) -> bool {
+            self.leads.load(Ordering::Relaxed)
+        }
+        fn forward(&self, _: u32, _: crate::cluster::SpRequest, _: Vec<lockstep_core::Value>, _: Option<Duration>, _: crate::outcome::Reply) {}
+        fn replicate(&self, _: u32, _: Vec<u8>, _: u64, _: crate::cluster::Committed) -> Result<(), String> {
+            Err("not here".into())
+        }
+        fn applied(&self, _: u32, _: u64, _: u64) {}
+        fn change_schema(&self, _: Vec<String>, _: crate::outcome::Reply) {}
+        fn topology(&self) -> crate::cluster::Topology {
+            Default::default()
+        }
+        fn replication_marks(&self, _: u32) -> Option<(u64, u64)> {
+            Some(*self.marks.lock().unwrap())
+        }
+        fn export_acked(&self, _: u32, _: &str, seq: u64) {
+            self.reported.lock().unwrap().push(seq);
+        }
+    }
+
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn a_follower_passes_over_what_the_leader_acknowledged_and_delivers_only_once_it_leads() {
+        let dir = std::env::temp_dir().join(format!("lockstep-export-follow-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(segment_path(&dir, 1), "{\"seq\":1}\n{\"seq\":2}\n").unwrap();
+        fs::write(segment_path(&dir, 2), "{\"seq\":3}\n{\"seq\":4}\n").unwrap();
+        let config = TargetConfig { name: "T".into(), kind: TargetKind::Http { url: "http://x".into() }, max_backlog_bytes: u64::MAX };
+        let hub = Arc::new(ExportHub::new(vec![config.clone()]));
+        let lane = hub.lane("T", 0);
+        let fake = Arc::new(FakeCluster::default());
+        let cluster: ClusterLink = Default::default();
+        let hooks: Arc<dyn ClusterHooks> = fake.clone();
+        let _ = cluster.set(hooks);
+        let (got, refuse) = (Arc::new(std::sync::Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
+        let exporter = Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone(), partitions: 1, cluster };
+        let sink = Collect(got.clone(), refuse);
+        let thread = std::thread::spawn(move || exporter.run_with(Box::new(sink)));
+        let wait_until = |what: &str, f: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while !f() {
+                assert!(std::time::Instant::now() < deadline, "never: {what}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        // A follower: the leader reports rows 1..3 acknowledged; they are passed over (the
+        // first segment deleted), nothing is sent.
+        lane.leader_acked(3);
+        wait_until("rows 1..3 passed over", &|| load_position(&dir) == Position { segment: 2, offset: 10 });
+        assert!(!segment_path(&dir, 1).exists(), "a segment passed over is deleted");
+        // It leads now, but row 4's transaction has not reached every member yet.
+        *fake.marks.lock().unwrap() = (7, 6);
+        fake.leads.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(5 * POLL_MS));
+        assert!(got.lock().unwrap().is_empty(), "a row went out before every member ran its transaction");
+        *fake.marks.lock().unwrap() = (8, 7);
+        wait_until("row 4 delivered", &|| got.lock().unwrap().len() == 1);
+        assert_eq!(*got.lock().unwrap(), [4], "delivery resumes after what the old leader acknowledged");
+        wait_until("its position reported", &|| fake.reported.lock().unwrap().last() == Some(&4));
+        hub.stopping.store(true, Ordering::Relaxed);
+        thread.join().unwrap();
+        assert_eq!(lane.rows_delivered.load(Ordering::Relaxed), 1);
+        let _ = fs::remove_dir_all(&dir);
+    }
 }
