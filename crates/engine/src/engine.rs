@@ -373,9 +373,8 @@ impl Engine {
         }
         // Delivery runs beside the sites and never holds them up (see `export.rs`).
         let (hub, cluster) = (&engine.shared.config.export, &engine.shared.cluster);
-        let exporters =
-            crate::export::start_exporters(hub, &engine.shared.config.data_dir, engine.shared.config.sites, cluster)
-                .map_err(|e| Error::graceful(format!("cannot start the export threads: {e}")))?;
+        let exporters = crate::export::start_exporters(hub, &engine.shared.config.data_dir, engine.shared.config.sites, cluster)
+            .map_err(|e| Error::graceful(format!("cannot start the export threads: {e}")))?;
         if let Ok(mut t) = engine.threads.lock() {
             t.extend(exporters);
         }

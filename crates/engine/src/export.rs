@@ -139,6 +139,10 @@ pub struct Lane {
     /// target acknowledged (`Lane::leader_acked`); this node's exporter passes over the
     /// rows up to it.
     pub leader_acked: AtomicU64,
+    /// In a cluster: this node loaded the partition's image from its leader (a rejoin). Its
+    /// files still number rows from its old history, not as the leader's do, so it passes
+    /// nothing over by the leader's numbers: it keeps every row (see docs/cluster.md).
+    pub rejoined: AtomicBool,
 }
 
 impl Lane {

@@ -844,6 +844,12 @@ impl ClusterGlue {
         }
         drop(out);
         let engine = self.engine.upgrade().ok_or("the server is stopping")?;
+        // The export files of the partition here number rows from this node's old history;
+        // the image does not renumber them, so they must not be passed over by the leader's
+        // numbers (docs/cluster.md, export).
+        for lane in engine.shared().config.export.lanes().iter().filter(|l| l.partition == partition) {
+            lane.rejoined.store(true, Ordering::Relaxed);
+        }
         let (done, loaded) = oneshot::channel();
         engine.rejoin_load(partition, path.clone(), entry, term, seq, Box::new(move |r| drop(done.send(r))));
         drop(engine);

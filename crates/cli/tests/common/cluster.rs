@@ -44,7 +44,14 @@ pub fn start_cluster_on(root: &Path, hosts: &[String], listens: Option<&[String]
 }
 
 /// `start_cluster_on`, with more arguments for every node's `lockstep server` (`extra`).
-pub fn start_cluster_with(root: &Path, hosts: &[String], listens: Option<&[String]>, k: u32, command_log: &str, extra: &[&str]) -> Vec<Server> {
+pub fn start_cluster_with(
+    root: &Path,
+    hosts: &[String],
+    listens: Option<&[String]>,
+    k: u32,
+    command_log: &str,
+    extra: &[&str],
+) -> Vec<Server> {
     let children: Vec<_> = (0..hosts.len()).map(|i| spawn_node(root, i, hosts, listens, k, command_log, extra)).collect();
     // Every node is started before any is waited for: none is ready before a majority is up.
     children.into_iter().map(|(child, data)| Server::from_child(child, &data)).collect()
@@ -57,7 +64,15 @@ pub fn start_node(root: &Path, i: usize, hosts: &[String], listens: Option<&[Str
 }
 
 /// `start_node`, with more arguments for `lockstep server` (`extra`).
-pub fn start_node_with(root: &Path, i: usize, hosts: &[String], listens: Option<&[String]>, k: u32, command_log: &str, extra: &[&str]) -> Server {
+pub fn start_node_with(
+    root: &Path,
+    i: usize,
+    hosts: &[String],
+    listens: Option<&[String]>,
+    k: u32,
+    command_log: &str,
+    extra: &[&str],
+) -> Server {
     let (child, data) = spawn_node(root, i, hosts, listens, k, command_log, extra);
     Server::from_child(child, &data)
 }

@@ -185,7 +185,12 @@ pub fn prepare(hub: &ExportHub, data_dir: &Path, partitions: u32) {
 
 /// Starts one exporter thread per (delivering target, partition). `cluster` is the
 /// engine's link to its cluster (empty on a single node, or until it joins one).
-pub fn start_exporters(hub: &Arc<ExportHub>, data_dir: &Path, partitions: u32, cluster: &ClusterLink) -> std::io::Result<Vec<JoinHandle<()>>> {
+pub fn start_exporters(
+    hub: &Arc<ExportHub>,
+    data_dir: &Path,
+    partitions: u32,
+    cluster: &ClusterLink,
+) -> std::io::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     for t in hub.targets.iter().filter(|t| t.kind.delivers()) {
         for partition in 0..partitions {
@@ -341,7 +346,7 @@ impl Exporter {
             // Rows the leader's target acknowledged are passed over, whatever the role: a
             // new leader starts after them.
             let leader_acked = self.lane.leader_acked.load(Ordering::Relaxed);
-            if leader_acked > passed {
+            if leader_acked > passed && !self.lane.rejoined.load(Ordering::Relaxed) {
                 match read_batch_through(&self.dir, pos, BATCH_ROWS_MAX, leader_acked) {
                     Ok(Next::Rows(batch)) => {
                         pos = batch.end;
@@ -538,7 +543,8 @@ mod tests {
         assert!(lane.over_limit.load(Ordering::Relaxed), "30 bytes are over a limit of 1");
         let (got, refuse) = (Arc::new(std::sync::Mutex::new(Vec::new())), Arc::new(std::sync::atomic::AtomicBool::new(true)));
         let sink = Collect(got.clone(), refuse.clone());
-        let exporter = Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone(), partitions: 1, cluster: Default::default() };
+        let exporter =
+            Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone(), partitions: 1, cluster: Default::default() };
         let thread = std::thread::spawn(move || exporter.run_with(Box::new(sink)));
         let wait_until = |what: &str, f: &dyn Fn() -> bool| {
             let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -591,7 +597,8 @@ mod tests {
         let hub = Arc::new(ExportHub::new(vec![config.clone()]));
         let lane = hub.lane("K", 0);
         let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let exporter = Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone(), partitions: 1, cluster: Default::default() };
+        let exporter =
+            Exporter { hub: hub.clone(), config, lane: lane.clone(), dir: dir.clone(), partitions: 1, cluster: Default::default() };
         let sink = Sizes(sizes.clone());
         let thread = std::thread::spawn(move || exporter.run_with(Box::new(sink)));
         std::thread::sleep(Duration::from_millis(3 * POLL_MS));
@@ -649,7 +656,15 @@ mod tests {
         fn leads(&self, _: u32) -> bool {
             self.leads.load(Ordering::Relaxed)
         }
-        fn forward(&self, _: u32, _: crate::cluster::SpRequest, _: Vec<lockstep_core::Value>, _: Option<Duration>, _: crate::outcome::Reply) {}
+        fn forward(
+            &self,
+            _: u32,
+            _: crate::cluster::SpRequest,
+            _: Vec<lockstep_core::Value>,
+            _: Option<Duration>,
+            _: crate::outcome::Reply,
+        ) {
+        }
         fn replicate(&self, _: u32, _: Vec<u8>, _: u64, _: crate::cluster::Committed) -> Result<(), String> {
             Err("not here".into())
         }
