@@ -92,17 +92,19 @@ async fn wait_until_drained(clients: &[&Client]) {
     }
 }
 
-/// Inserts `from..to` through `client`; returns the ids acknowledged (a call that fails in
-/// a failover may or may not have run, and is not retried).
+/// Inserts `from..to` through `client`, each row again until it is acknowledged (the
+/// node may not have the stream yet, or its partition may be failing over); returns them.
+/// A call that failed in a failover may have run too: its row can arrive under two numbers.
 async fn load(client: &Client, from: i64, to: i64) -> BTreeSet<i64> {
-    let mut acked = BTreeSet::new();
     for id in from..to {
         let sql = format!("INSERT INTO ev VALUES ({id}, 'n{id}')");
-        if client.call("@AdHoc", vec![Value::from(sql.as_str())]).await.is_ok_and(|r| r.status == 1) {
-            acked.insert(id);
+        let deadline = Instant::now() + LIVENESS_LIMIT;
+        while !client.call("@AdHoc", vec![Value::from(sql.as_str())]).await.is_ok_and(|r| r.status == 1) {
+            assert!(Instant::now() < deadline, "row {id} was never acknowledged");
+            tokio::time::sleep(POLL).await;
         }
     }
-    acked
+    (from..to).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,11 +133,8 @@ async fn only_leaders_deliver_and_a_failover_resends_only_after_the_position_it_
     // Healthy: every row exactly once, and every replica passes over what its leader's target
     // acknowledged, sending nothing.
     let mut acked = load(&clients[writer], 0, HEALTHY_ROWS).await;
-    assert_eq!(acked.len() as i64, HEALTHY_ROWS, "a write failed while every node ran");
     wait_for_ids(&rx, &acked).await;
     wait_until_drained(&clients.iter().collect::<Vec<_>>()).await;
-    let records = rx.records();
-    assert_eq!(records.len() as i64, HEALTHY_ROWS, "rows arrived more than once while no node failed");
     let mut delivered: HashMap<i64, i64> = HashMap::new();
     for c in &clients {
         for (p, _, d, _) in export_lanes(c).await {
@@ -144,6 +143,8 @@ async fn only_leaders_deliver_and_a_failover_resends_only_after_the_position_it_
     }
     let healthy = rx.by_partition();
     for (p, rows) in &healthy {
+        let seqs: Vec<u64> = rows.iter().map(|r| r.0).collect();
+        assert_eq!(seqs, (1..=rows.len() as u64).collect::<Vec<_>>(), "partition {p}: not each row once, in order");
         assert_eq!(delivered.get(p).copied(), Some(rows.len() as i64), "partition {p}: the nodes together delivered other than once");
     }
     // What each partition's replicas had passed over when the failure came.
@@ -157,9 +158,9 @@ async fn only_leaders_deliver_and_a_failover_resends_only_after_the_position_it_
         assert!(Instant::now() < deadline, "the load never got going");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert!(!loading.is_finished(), "the load ended before the kill: the test would prove nothing");
     drop(nodes[victim].take()); // SIGKILL
     let (during, _load_client) = loading.await.expect("the load");
-    assert!(during.len() as i64 > LOAD_ROWS / 2, "most of the load must be acknowledged: {} of {LOAD_ROWS}", during.len());
     acked.extend(during);
     wait_for_ids(&rx, &acked).await;
     let written: BTreeSet<i64> = (0..HEALTHY_ROWS + LOAD_ROWS).collect();
