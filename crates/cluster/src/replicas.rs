@@ -171,6 +171,17 @@ impl Replicas {
         self.member_changes.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
+    /// Where `partition`'s replication stands here: (the last entry this node holds — on
+    /// its leader, the last appended —, the last entry every member has run). An exporter
+    /// on the leader waits for the second to reach the first before it delivers rows it
+    /// read, so it never delivers a transaction a failover could still lose.
+    pub fn marks(&self, partition: PartitionId) -> Option<(Seq, Seq)> {
+        self.inner.partitions.get(&partition).map(|p| {
+            let p = lock(p);
+            (p.repl.received(), p.repl.committed())
+        })
+    }
+
     /// How far this node has run `partition`.
     pub fn applied_seq(&self, partition: PartitionId) -> Option<Seq> {
         self.inner.partitions.get(&partition).map(|p| lock(p).repl.applied())

@@ -276,6 +276,10 @@ impl<P: Clone> Replication<P> {
     pub fn committed(&self) -> Seq {
         self.committed
     }
+    /// This node holds every entry up to this one (on a leader: the last it appended).
+    pub fn received(&self) -> Seq {
+        self.received
+    }
     /// Whether `append` would take an entry now (leading, repaired and caught up).
     pub fn accepts(&self) -> bool {
         matches!(self.role, Role::Leading { .. }) && self.applied == self.received

@@ -243,6 +243,22 @@ pub trait ClusterHooks: Send + Sync + 'static {
         reply(crate::outcome::Outcome::error(Error::unavailable("this cluster cannot forward multi-partition calls")));
     }
 
+    /// Export, on the partition's leader: where its replication stands here, as (the last
+    /// entry appended, the last entry every member has run). None: no replication to wait
+    /// for (the exporter delivers what it reads).
+    fn replication_marks(&self, partition: u32) -> Option<(u64, u64)> {
+        let _ = partition;
+        None
+    }
+
+    /// Export, on the partition's leader: target `target` acknowledged the partition's rows
+    /// through sequence number `seq`; tell the partition's other replicas, which then pass
+    /// those rows over in their own buffers (see `export/deliver.rs`). Best effort: a
+    /// replica that misses it resends more after a failover, never less.
+    fn export_acked(&self, partition: u32, target: &str, seq: u64) {
+        let _ = (partition, target, seq);
+    }
+
     /// Coordinator to node `node`: one step of a multi-partition transaction, waiting for
     /// the answer (called from the coordinator's thread, never from an async task).
     fn mp_remote(&self, node: u32, message: MpRemote) -> RemoteAnswer {

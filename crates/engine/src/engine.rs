@@ -372,9 +372,9 @@ impl Engine {
             }
         }
         // Delivery runs beside the sites and never holds them up (see `export.rs`).
-        let exporters =
-            crate::export::start_exporters(&engine.shared.config.export, &engine.shared.config.data_dir, engine.shared.config.sites)
-                .map_err(|e| Error::graceful(format!("cannot start the export threads: {e}")))?;
+        let (hub, cluster) = (&engine.shared.config.export, &engine.shared.cluster);
+        let exporters = crate::export::start_exporters(hub, &engine.shared.config.data_dir, engine.shared.config.sites, cluster)
+            .map_err(|e| Error::graceful(format!("cannot start the export threads: {e}")))?;
         if let Ok(mut t) = engine.threads.lock() {
             t.extend(exporters);
         }

@@ -135,6 +135,14 @@ pub struct Lane {
     pub down: AtomicBool,
     pub over_limit: AtomicBool,
     pub last_error: Mutex<String>,
+    /// In a cluster: the highest sequence number the partition's leader reported its
+    /// target acknowledged (`Lane::leader_acked`); this node's exporter passes over the
+    /// rows up to it.
+    pub leader_acked: AtomicU64,
+    /// In a cluster: this node loaded the partition's image from its leader (a rejoin). Its
+    /// files still number rows from its old history, not as the leader's do, so it passes
+    /// nothing over by the leader's numbers: it keeps every row (see docs/cluster.md).
+    pub rejoined: AtomicBool,
 }
 
 impl Lane {
@@ -158,6 +166,12 @@ impl Lane {
         } else if !over && self.over_limit.swap(false, Ordering::Relaxed) {
             tracing::info!("export target {} partition {} is back under its backlog limit", self.target, self.partition);
         }
+    }
+
+    /// The partition's leader reports its target acknowledged the rows through `seq`.
+    /// Reports can arrive late or out of order: the highest one counts.
+    pub fn leader_acked(&self, seq: u64) {
+        self.leader_acked.fetch_max(seq, Ordering::Relaxed);
     }
 
     pub fn last_error(&self) -> String {

@@ -73,6 +73,8 @@ const REJOIN_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 const REJOIN_IMAGE_BYTES_MAX: u64 = 1 << 40;
 /// How long one chunk of an image may take to arrive.
 const REJOIN_CHUNK_TIMEOUT_MS: u64 = 30_000;
+/// How long an export acknowledgement may take to reach a replica; one lost is sent again.
+const EXPORT_ACKED_TIMEOUT_MS: u64 = 2_000;
 /// Where a leader writes the images of its partitions for rejoining nodes, and where a
 /// rejoining node keeps the images it receives, inside the cluster directory.
 const REJOIN_OUT_DIR: &str = "rejoin-out";
@@ -198,6 +200,9 @@ enum Forwarded {
     RejoinBegin { joiner: NodeId, incarnation: u64 },
     /// From a rejoining node: the bytes of the image written for it, from `offset`.
     RejoinChunk { joiner: NodeId, offset: u64 },
+    /// From the partition's leader: export target `target` acknowledged the partition's
+    /// rows through `seq` (answered `Noted`).
+    ExportAcked { target: String, seq: u64 },
 }
 
 /// The answer to a forwarded call.
@@ -216,6 +221,8 @@ enum ForwardAnswer {
     Chunk(Vec<u8>),
     /// A rejoin step refused, and why.
     Refused(String),
+    /// A report taken (`Forwarded::ExportAcked`).
+    Noted,
 }
 
 /// The outcome as a VoltDB response payload (no length prefix).
@@ -626,6 +633,29 @@ impl ClusterHooks for ClusterGlue {
         self.refusal().is_none()
     }
 
+    fn replication_marks(&self, partition: u32) -> Option<(u64, u64)> {
+        self.replicas.marks(partition)
+    }
+
+    /// Sent to every other live node placed to hold the partition (a rejoining one too).
+    fn export_acked(&self, partition: u32, target: &str, seq: u64) {
+        let others: Vec<NodeId> = {
+            let view = self.views.borrow();
+            let (state, me) = (&view.state, self.me);
+            let placed = state.placement().partitions.get(partition as usize).map(|r| r.nodes.clone()).unwrap_or_default();
+            placed.into_iter().filter(|n| *n != me && state.is_alive(*n)).collect()
+        };
+        let Ok(call) = postcard::to_stdvec(&Forwarded::ExportAcked { target: target.to_string(), seq }) else { return };
+        let Some(this) = self.this.upgrade() else { return };
+        self.runtime.spawn(async move {
+            let limit = Duration::from_millis(EXPORT_ACKED_TIMEOUT_MS);
+            for node in others {
+                // Lost: the next report (or a failover's resend) covers it.
+                let _ = this.node.invoke(node, partition, call.clone(), limit).await;
+            }
+        });
+    }
+
     fn counters(&self) -> ClusterCounters {
         ClusterCounters {
             forwarded: self.forwarded.load(Ordering::Relaxed),
@@ -656,6 +686,14 @@ impl Service for ServiceLink {
             }
             Ok(Forwarded::RejoinBegin { joiner, incarnation }) => {
                 return glue.begin_rejoin(&engine, partition, joiner, incarnation, answer)
+            }
+            Ok(Forwarded::ExportAcked { target, seq }) => {
+                let hub = &engine.shared().config.export;
+                // Targets are configured alike on every node; another name is not made a lane.
+                if hub.target(&target).is_some() {
+                    hub.lane(&target, partition).leader_acked(seq);
+                }
+                return answer(encode_answer(&ForwardAnswer::Noted));
             }
             Ok(Forwarded::RejoinChunk { joiner, offset }) => {
                 let file = glue.rejoin_out_dir(partition, joiner).join(lockstep_engine::snapshot::partition_file_name(partition));
@@ -806,6 +844,12 @@ impl ClusterGlue {
         }
         drop(out);
         let engine = self.engine.upgrade().ok_or("the server is stopping")?;
+        // The export files of the partition here number rows from this node's old history;
+        // the image does not renumber them, so they must not be passed over by the leader's
+        // numbers (docs/cluster.md, export).
+        for lane in engine.shared().config.export.lanes().iter().filter(|l| l.partition == partition) {
+            lane.rejoined.store(true, Ordering::Relaxed);
+        }
         let (done, loaded) = oneshot::channel();
         engine.rejoin_load(partition, path.clone(), entry, term, seq, Box::new(move |r| drop(done.send(r))));
         drop(engine);

@@ -40,7 +40,19 @@ pub fn start_cluster(root: &Path, n: usize, k: u32) -> Vec<Server> {
 /// `start_node`), where each listens if not there (`--internal-listen`, behind a
 /// `FaultProxy`), and their `--command-log` mode.
 pub fn start_cluster_on(root: &Path, hosts: &[String], listens: Option<&[String]>, k: u32, command_log: &str) -> Vec<Server> {
-    let children: Vec<_> = (0..hosts.len()).map(|i| spawn_node(root, i, hosts, listens, k, command_log)).collect();
+    start_cluster_with(root, hosts, listens, k, command_log, &[])
+}
+
+/// `start_cluster_on`, with more arguments for every node's `lockstep server` (`extra`).
+pub fn start_cluster_with(
+    root: &Path,
+    hosts: &[String],
+    listens: Option<&[String]>,
+    k: u32,
+    command_log: &str,
+    extra: &[&str],
+) -> Vec<Server> {
+    let children: Vec<_> = (0..hosts.len()).map(|i| spawn_node(root, i, hosts, listens, k, command_log, extra)).collect();
     // Every node is started before any is waited for: none is ready before a majority is up.
     children.into_iter().map(|(child, data)| Server::from_child(child, &data)).collect()
 }
@@ -48,7 +60,20 @@ pub fn start_cluster_on(root: &Path, hosts: &[String], listens: Option<&[String]
 /// Starts node `i` of the cluster on `hosts` (again, after it was killed: with its data
 /// directory, whose cluster membership data it keeps) and waits until it is ready.
 pub fn start_node(root: &Path, i: usize, hosts: &[String], listens: Option<&[String]>, k: u32, command_log: &str) -> Server {
-    let (child, data) = spawn_node(root, i, hosts, listens, k, command_log);
+    start_node_with(root, i, hosts, listens, k, command_log, &[])
+}
+
+/// `start_node`, with more arguments for `lockstep server` (`extra`).
+pub fn start_node_with(
+    root: &Path,
+    i: usize,
+    hosts: &[String],
+    listens: Option<&[String]>,
+    k: u32,
+    command_log: &str,
+    extra: &[&str],
+) -> Server {
+    let (child, data) = spawn_node(root, i, hosts, listens, k, command_log, extra);
     Server::from_child(child, &data)
 }
 
@@ -59,6 +84,7 @@ fn spawn_node(
     listens: Option<&[String]>,
     k: u32,
     command_log: &str,
+    extra: &[&str],
 ) -> (std::process::Child, std::path::PathBuf) {
     let data = root.join(format!("node-{i}"));
     let (filter, log) = log_setup(i);
@@ -79,6 +105,7 @@ fn spawn_node(
         .args(["--internal", &hosts[i], "--hosts", &hosts.join(","), "--kfactor", &k.to_string(), "--data"])
         .arg(&data)
         .args(listens.map(|l| ["--internal-listen".to_string(), l[i].clone()]).into_iter().flatten())
+        .args(extra)
         .env("LOCKSTEP_LOG", filter)
         .stdout(Stdio::piped())
         .stderr(log)

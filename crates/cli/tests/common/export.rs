@@ -28,3 +28,73 @@ pub fn acknowledged_seqs(data: &Path, target: &str, partitions: u32) -> HashMap<
     }
     acked
 }
+
+/// An HTTP/1.1 receiver of export batches for the tests: takes every batch (204) and keeps
+/// every record, in arrival order.
+#[derive(Default)]
+pub struct Collector {
+    records: std::sync::Mutex<Vec<serde_json::Value>>,
+}
+
+impl Collector {
+    /// Listens on a free loopback port; returns the collector and the target's URL.
+    pub fn start() -> (std::sync::Arc<Collector>, String) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the collector");
+        let url = format!("http://{}/batches", listener.local_addr().expect("address"));
+        let c = std::sync::Arc::new(Collector::default());
+        let cc = c.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().map_while(Result::ok) {
+                let cc = cc.clone();
+                std::thread::spawn(move || cc.serve(conn));
+            }
+        });
+        (c, url)
+    }
+
+    fn serve(&self, conn: std::net::TcpStream) {
+        use std::io::{BufRead, Read, Write};
+        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+        let mut reader = std::io::BufReader::new(conn.try_clone().expect("clone"));
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let batch: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array of records");
+        self.records.lock().expect("records").extend(batch);
+        let mut conn = conn;
+        let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    }
+
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        self.records.lock().expect("records").clone()
+    }
+
+    /// The distinct `ID` column values received.
+    pub fn ids(&self) -> std::collections::BTreeSet<i64> {
+        self.records().iter().filter_map(|r| r["row"]["ID"].as_i64()).collect()
+    }
+
+    /// (sequence number, ID) of each record received, per partition, in arrival order.
+    pub fn by_partition(&self) -> std::collections::BTreeMap<i64, Vec<(u64, i64)>> {
+        let mut by: std::collections::BTreeMap<i64, Vec<(u64, i64)>> = Default::default();
+        for r in self.records() {
+            let (p, seq, id) = (r["partition"].as_i64(), r["seq"].as_u64(), r["row"]["ID"].as_i64());
+            by.entry(p.expect("partition")).or_default().push((seq.expect("seq"), id.expect("ID")));
+        }
+        by
+    }
+}
