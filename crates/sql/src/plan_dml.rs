@@ -48,6 +48,8 @@ pub struct DeletePlan {
     pub order: Vec<(usize, bool)>,
     /// `LIMIT n` (a constant or a parameter): at most n rows, the first in `order`.
     pub limit: Option<Expr>,
+    /// `MIGRATE FROM`: flag the rows and queue them to the export target instead.
+    pub migrate: Option<crate::migrate::MigratePlan>,
 }
 
 impl DeletePlan {
@@ -174,7 +176,7 @@ pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result
         Some(e) => Some(crate::plan::limit_expr(b, e, "LIMIT")?),
         None => None,
     };
-    Ok(DeletePlan { level: single_level(catalog, table, sname, filter), order, limit })
+    Ok(DeletePlan { level: single_level(catalog, table, sname, filter), order, limit, migrate: None })
 }
 
 /// `DELETE … ORDER BY`: plain columns of the table, which (as in VoltDB) must include every
