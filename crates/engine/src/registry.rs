@@ -173,6 +173,9 @@ impl Registry {
         if let Some(source) = crate::ttl::delete_procedure_source(catalog, &info.name) {
             return Ok(ProcEntry { name: info.name.to_string(), imp: load_lua(&info.name, "ttl", &source)? });
         }
+        if let Some(source) = crate::migrate::procedure_source(catalog, &info.name) {
+            return Ok(ProcEntry { name: info.name.to_string(), imp: load_lua(&info.name, "migrate", &source)? });
+        }
         if let Some(sql) = crud_sql(catalog, &info.name) {
             let p = lockstep_sql::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {}", info.name)))?;
             return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Sql(check(p, 0)?) });
@@ -349,6 +352,11 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
         let access = crate::auth::ProcAccess::Default { read_only: false };
         let name = crate::ttl::delete_procedure_name(&table.name).into();
         out.push(ProcInfo { name, route, read_only: false, key_type: None, param: None, access });
+    }
+    // A migrating table's deletions after acknowledgement, on the partition named.
+    for name in crate::migrate::procedure_names(catalog) {
+        let access = crate::auth::ProcAccess::Default { read_only: false };
+        out.push(ProcInfo { name: name.into(), route: ProcRoute::Directed, read_only: false, key_type: None, param: None, access });
     }
     out
 }
