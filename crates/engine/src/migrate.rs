@@ -39,9 +39,11 @@ pub const MIGRATE_DELETE_SUFFIX: &str = "migrate_delete";
 /// Suffix of the procedure that migrates stale flagged rows again: `TABLE.migrate_again`.
 pub const MIGRATE_AGAIN_SUFFIX: &str = "migrate_again";
 
-/// The generated procedures of every migrating table: (name, partitioned).
+/// The generated procedures of every partitioned migrating table (a table is created, then
+/// partitioned; only a partitioned one migrates).
 pub fn procedure_names(catalog: &Catalog) -> Vec<String> {
     migrations(catalog)
+        .filter(|m| m.table.partition_column.is_some())
         .flat_map(|m| [MIGRATE_DELETE_SUFFIX, MIGRATE_AGAIN_SUFFIX].map(|s| format!("{}.{s}", m.table.name)))
         .collect()
 }
@@ -50,7 +52,7 @@ pub fn procedure_names(catalog: &Catalog) -> Vec<String> {
 pub fn procedure_source(catalog: &Catalog, name: &str) -> Option<String> {
     let (table, op) = name.rsplit_once('.')?;
     let t = catalog.table(table)?;
-    let m = migration(catalog, t)?;
+    let m = migration(catalog, t).filter(|m| m.table.partition_column.is_some())?;
     if op.eq_ignore_ascii_case(MIGRATE_DELETE_SUFFIX) {
         Some(delete_source(&m))
     } else if op.eq_ignore_ascii_case(MIGRATE_AGAIN_SUFFIX) {
@@ -191,7 +193,7 @@ fn run(engine: Weak<Engine>) {
         for ack in engine.shared().config.export.take_acknowledged() {
             queue(&catalog, &mut lanes, ack);
         }
-        for m in migrations(&catalog) {
+        for m in migrations(&catalog).filter(|m| m.table.partition_column.is_some()) {
             for destination in engine.background_destinations(true) {
                 let Some(partition) = destination.and_then(|p| u32::try_from(p).ok()) else { continue };
                 let key = (m.table.name.clone(), partition);

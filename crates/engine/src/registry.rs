@@ -335,6 +335,11 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
         out.push(ProcInfo { name: def.name.as_str().into(), route, read_only, key_type, param, access });
     }
     for table in catalog.tables() {
+        // A migrating table's companions are written only by MIGRATE FROM and its own
+        // generated procedures: they have no default procedures.
+        if lockstep_sql::ddl_migrate::check_not_companion(&table.name, "call").is_err() {
+            continue;
+        }
         for (suffix, route) in crud_routes(table) {
             let (param, key_type) = match &route {
                 ProcRoute::Single { param, key_type } => (Some(*param), Some(*key_type)),

@@ -50,7 +50,7 @@ pub fn delete_procedure_source(catalog: &Catalog, name: &str) -> Option<String> 
     let t = catalog.table(table)?;
     let ttl = catalog.ttl(t.id)?;
     let (table, column, n) = (&t.name, &ttl.column, ttl.batch_size);
-    if let Some(m) = lockstep_sql::ddl_migrate::migration(catalog, t) {
+    if let Some(m) = lockstep_sql::ddl_migrate::migration(catalog, t).filter(|m| m.table.partition_column.is_some()) {
         // MIGRATE TO TARGET: expired rows are migrated (exported, deleted once the target
         // has them), the oldest first by key; rows migrating already are passed over.
         let keys: Vec<&str> = m.key.iter().map(|&i| t.columns[i].name.as_str()).collect();

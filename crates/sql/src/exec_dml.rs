@@ -153,6 +153,9 @@ pub fn apply_update(p: &UpdatePlan, changes: Vec<(u32, Vec<(usize, Value)>)>, pa
     let n = changes.len() as u64;
     for (id, sets) in changes {
         env.watch.tick()?;
+        if let Some(f) = &p.migrate_flags {
+            crate::migrate::unflag(f, p.level.source.table.id, id, part)?;
+        }
         part.update_columns(p.level.source.table.id, id, sets)?;
     }
     Ok(n)

@@ -59,6 +59,30 @@ pub(crate) fn plan(catalog: &Catalog, delete: &mut DeletePlan) -> Result<()> {
     Ok(())
 }
 
+/// Where a migrating table's flags are, for statements that change its rows.
+#[derive(Clone, Debug)]
+pub struct Flags {
+    pub table: TableId,
+    pub key: Vec<usize>,
+}
+
+/// The flags of `table`, when it migrates.
+pub(crate) fn flags_of(catalog: &Catalog, table: &lockstep_core::TableDef) -> Option<Flags> {
+    migration(catalog, table).map(|m| Flags { table: m.flags.id, key: m.key.to_vec() })
+}
+
+/// An update cancels the row's migration (VoltDB's rule): its flag goes, so the
+/// acknowledgement of the old values does not delete the new ones.
+pub(crate) fn unflag(f: &Flags, table: TableId, id: u32, part: &mut Partition) -> Result<()> {
+    let key: Option<Vec<Value>> = part.table(table)?.get(id).map(|row| f.key.iter().map(|&c| row[c].clone()).collect());
+    let Some(key) = key else { return Ok(()) };
+    let flag = part.table(f.table)?.lookup_iter(0, &key).next();
+    match flag {
+        Some(flag) => part.delete(f.table, flag),
+        None => Ok(()),
+    }
+}
+
 /// Whether the row is flagged for migration already.
 pub(crate) fn is_flagged(m: &MigratePlan, part: &Partition, row: &[Value]) -> Result<bool> {
     let key: Vec<Value> = m.key.iter().map(|&c| row[c].clone()).collect();
@@ -163,6 +187,15 @@ mod tests {
         assert_eq!(flags, vec![vec![i(1), i(db.ctx.timestamp_micros)], vec![i(2), i(db.ctx.timestamp_micros)], vec![i(3), i(db.ctx.timestamp_micros)]]);
         let queued: Vec<Vec<Value>> = db.part.pending_exports().iter().map(|r| r.row.clone()).collect();
         assert_eq!(queued, vec![vec![i(1), s("a")], vec![i(3), s("a")], vec![i(2), s("b")]]);
+    }
+
+    #[test]
+    fn an_update_cancels_the_migration() {
+        let mut db = events();
+        db.run("MIGRATE FROM events WHERE id <= 2");
+        db.run("UPDATE events SET kind = 'z' WHERE id = 1");
+        assert_eq!(db.rows("SELECT id FROM events WHERE MIGRATING"), vec![vec![i(2)]]);
+        assert_eq!(db.rows("SELECT id FROM lockstep_migrate_flags_events"), vec![vec![i(2)]]);
     }
 
     #[test]

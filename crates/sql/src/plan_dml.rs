@@ -39,6 +39,8 @@ pub struct InsertPlan {
 pub struct UpdatePlan {
     pub level: Level,
     pub sets: Vec<(usize, Expr)>,
+    /// A migrating table's flags: an updated row stops migrating.
+    pub migrate_flags: Option<crate::migrate::Flags>,
 }
 
 #[derive(Clone, Debug)]
@@ -150,7 +152,8 @@ pub fn plan_update(catalog: &Catalog, b: &mut Binder, u: &ast::Update) -> Result
         sets.push((c, const_for_column(t.expr, &table, c)?));
     }
     let filter = where_terms(b, u.selection.as_ref(), &scope)?;
-    Ok(UpdatePlan { level: single_level(catalog, table, sname, filter), sets })
+    let migrate_flags = crate::migrate::flags_of(catalog, &table);
+    Ok(UpdatePlan { level: single_level(catalog, table, sname, filter), sets, migrate_flags })
 }
 
 pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result<DeletePlan> {
