@@ -17,8 +17,8 @@
 //! twice (at least once), never not at all.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -221,10 +221,12 @@ fn backlog_delivered(engine: &Engine, m: &Migration, partition: u32) -> bool {
 /// Files an acknowledged row under its table and partition.
 fn queue(catalog: &Catalog, lanes: &mut BTreeMap<(String, u32), Lane>, ack: Acknowledged) {
     let Some(m) = catalog.table(&ack.table).and_then(|t| migration(catalog, t)) else { return };
-    let key: Option<Vec<Value>> =
-        m.key.iter().map(|&c| ack.row.get(&m.table.columns[c].name).map(param_value)).collect();
+    let key: Option<Vec<Value>> = m.key.iter().map(|&c| ack.row.get(&m.table.columns[c].name).map(param_value)).collect();
     let Some(key) = key else {
-        tracing::warn!("a migrated row of {} came back without its key; it stays flagged until the next restart migrates it again", m.table.name);
+        tracing::warn!(
+            "a migrated row of {} came back without its key; it stays flagged until the next restart migrates it again",
+            m.table.name
+        );
         return;
     };
     let flag = crate::txn_id::timestamp_micros(ack.txn_id);

@@ -99,7 +99,8 @@ pub fn create_companions(catalog: &mut Catalog, table: &TableDef, target: &str) 
     let Some(pk) = table.primary_key() else {
         return Err(Error::unexpected(format!("migrating table {} lost its primary key", table.name)));
     };
-    let mut columns: Vec<ColumnDef> = pk.columns.iter().map(|&c| ColumnDef { nullable: false, default: None, ..table.columns[c].clone() }).collect();
+    let mut columns: Vec<ColumnDef> =
+        pk.columns.iter().map(|&c| ColumnDef { nullable: false, default: None, ..table.columns[c].clone() }).collect();
     columns.push(ColumnDef {
         name: MIGRATE_TXN_COLUMN.into(),
         ty: DataType::BigInt,

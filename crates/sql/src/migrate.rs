@@ -108,7 +108,9 @@ pub(crate) fn apply(m: &MigratePlan, table: TableId, rows: Vec<(u32, ())>, part:
 
 /// Whether an identifier is the `MIGRATING` predicate rather than a column of that name.
 pub(crate) fn is_migrating_word(id: &ast::Ident, scope: &[Source]) -> bool {
-    id.quote_style.is_none() && id.value.eq_ignore_ascii_case("MIGRATING") && !scope.iter().any(|s| s.table.column_index(&id.value).is_some())
+    id.quote_style.is_none()
+        && id.value.eq_ignore_ascii_case("MIGRATING")
+        && !scope.iter().any(|s| s.table.column_index(&id.value).is_some())
 }
 
 impl Binder<'_> {
@@ -120,11 +122,8 @@ impl Binder<'_> {
             .iter()
             .filter_map(|s| {
                 let m = migration(catalog, &s.table)?;
-                let terms: Vec<String> = m
-                    .key
-                    .iter()
-                    .map(|&c| format!("LOCKSTEP_FLAGS.{0} = {1}.{0}", s.table.columns[c].name, s.name))
-                    .collect();
+                let terms: Vec<String> =
+                    m.key.iter().map(|&c| format!("LOCKSTEP_FLAGS.{0} = {1}.{0}", s.table.columns[c].name, s.name)).collect();
                 Some((s, terms.join(" AND ")))
             })
             .collect();
@@ -184,7 +183,10 @@ mod tests {
         // The rows stay in the table until the target acknowledges them.
         assert_eq!(db.rows("SELECT COUNT(*) FROM events"), vec![vec![i(4)]]);
         let flags = db.rows("SELECT id, migrate_txn FROM lockstep_migrate_flags_events ORDER BY id");
-        assert_eq!(flags, vec![vec![i(1), i(db.ctx.timestamp_micros)], vec![i(2), i(db.ctx.timestamp_micros)], vec![i(3), i(db.ctx.timestamp_micros)]]);
+        assert_eq!(
+            flags,
+            vec![vec![i(1), i(db.ctx.timestamp_micros)], vec![i(2), i(db.ctx.timestamp_micros)], vec![i(3), i(db.ctx.timestamp_micros)]]
+        );
         let queued: Vec<Vec<Value>> = db.part.pending_exports().iter().map(|r| r.row.clone()).collect();
         assert_eq!(queued, vec![vec![i(1), s("a")], vec![i(3), s("a")], vec![i(2), s("b")]]);
     }
@@ -214,7 +216,8 @@ mod tests {
         let e = db.err("SELECT id FROM plain WHERE MIGRATING");
         assert!(e.contains("MIGRATING tests rows of a table declared MIGRATE TO TARGET"), "{e}");
         let mut cat = Catalog::default();
-        let e = crate::apply_ddl(&mut cat, "CREATE TABLE k MIGRATE TO TARGET t (id INTEGER NOT NULL)", &crate::tests_sql::NoFiles).unwrap_err();
+        let e =
+            crate::apply_ddl(&mut cat, "CREATE TABLE k MIGRATE TO TARGET t (id INTEGER NOT NULL)", &crate::tests_sql::NoFiles).unwrap_err();
         assert!(e.message.contains("has no PRIMARY KEY"), "{e}");
         let e = db.err("DELETE FROM lockstep_migrate_rows_events");
         assert!(!e.is_empty());
