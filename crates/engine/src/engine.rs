@@ -407,8 +407,9 @@ impl Engine {
         // Only after recovery: a replay must see the TTL deletions and task runs the log
         // holds, no others.
         let (ttl, tasks) = (crate::ttl::start(&engine)?, crate::tasks::start(&engine)?);
+        let migrate = crate::migrate::start(&engine)?;
         if let Ok(mut t) = engine.threads.lock() {
-            t.extend([ttl, tasks]);
+            t.extend([ttl, tasks, migrate]);
         }
         Ok(engine)
     }

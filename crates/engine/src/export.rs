@@ -28,6 +28,8 @@ pub use kafka::KafkaSettings;
 /// A segment file is closed and a new one begun once it holds this many bytes (checked
 /// between transactions), so delivered rows can be deleted a segment at a time.
 pub const SEGMENT_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// The key that marks an exported line as a migrated row (`MIGRATE FROM`).
+pub const MIGRATED_KEY: &str = "migrated";
 /// Default bytes of undelivered rows kept for one target before it is reported over its
 /// backlog limit.
 pub const MAX_BACKLOG_BYTES_DEFAULT: u64 = 1024 * 1024 * 1024;
@@ -186,6 +188,21 @@ pub struct ExportHub {
     pub targets: Vec<TargetConfig>,
     lanes: Mutex<HashMap<(String, u32), Arc<Lane>>>,
     pub(crate) stopping: AtomicBool,
+    /// Migrated rows their target has acknowledged, waiting for the migration thread to
+    /// delete them from their table (`migrate.rs`).
+    acknowledged: Mutex<Vec<Acknowledged>>,
+}
+
+/// A migrated row (`MIGRATE FROM`) its target has acknowledged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Acknowledged {
+    pub partition: u32,
+    /// The migrating table.
+    pub table: String,
+    /// The transaction that migrated it (its time is the row's flag).
+    pub txn_id: i64,
+    /// The row as exported (column name → JSON value).
+    pub row: Map<String, serde_json::Value>,
 }
 
 impl ExportHub {
@@ -219,6 +236,26 @@ impl ExportHub {
                 })
             })
             .clone()
+    }
+
+    /// Notes the migrated rows among `rows`, which the target of lane `partition` has just
+    /// acknowledged. Called by the exporter after it saved its position past them.
+    pub(crate) fn note_acknowledged(&self, partition: u32, rows: &[serde_json::Value]) {
+        let migrated = rows.iter().filter(|r| r.get(MIGRATED_KEY).and_then(|m| m.as_bool()) == Some(true)).filter_map(|r| {
+            Some(Acknowledged {
+                partition,
+                table: r.get("stream")?.as_str()?.to_string(),
+                txn_id: r.get("txn_id")?.as_i64()?,
+                row: r.get("row")?.as_object()?.clone(),
+            })
+        });
+        let mut list = self.acknowledged.lock().unwrap_or_else(|e| e.into_inner());
+        list.extend(migrated);
+    }
+
+    /// Takes the acknowledged migrated rows noted so far.
+    pub fn take_acknowledged(&self) -> Vec<Acknowledged> {
+        std::mem::take(&mut *self.acknowledged.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Every lane, sorted by target and partition.
@@ -360,7 +397,13 @@ impl ExportWriter {
                 *n -= 1;
                 continue;
             }
-            let line = json!({"seq": f.next_seq, "txn_id": txn_id, "partition": partition, "stream": def.name, "row": row});
+            // A migrated row is exported under its table's name, marked as migrated.
+            let line = match lockstep_sql::ddl_migrate::table_of_rows_stream(&def.name) {
+                Some(table) => {
+                    json!({"seq": f.next_seq, "txn_id": txn_id, "partition": partition, "stream": table, MIGRATED_KEY: true, "row": row})
+                }
+                None => json!({"seq": f.next_seq, "txn_id": txn_id, "partition": partition, "stream": def.name, "row": row}),
+            };
             let mut bytes = serde_json::to_vec(&line)?;
             bytes.push(b'\n');
             f.out.write_all(&bytes)?;

@@ -13,6 +13,7 @@ pub mod durable;
 pub mod engine;
 pub mod export;
 pub mod memory;
+pub mod migrate;
 pub mod mp;
 pub mod mp_cluster;
 pub mod mp_ledger;

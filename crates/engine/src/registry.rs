@@ -173,6 +173,9 @@ impl Registry {
         if let Some(source) = crate::ttl::delete_procedure_source(catalog, &info.name) {
             return Ok(ProcEntry { name: info.name.to_string(), imp: load_lua(&info.name, "ttl", &source)? });
         }
+        if let Some(source) = crate::migrate::procedure_source(catalog, &info.name) {
+            return Ok(ProcEntry { name: info.name.to_string(), imp: load_lua(&info.name, "migrate", &source)? });
+        }
         if let Some(sql) = crud_sql(catalog, &info.name) {
             let p = lockstep_sql::prepare(catalog, &sql).map_err(|e| e.context(format!("procedure {}", info.name)))?;
             return Ok(ProcEntry { name: info.name.to_string(), imp: ProcImpl::Sql(check(p, 0)?) });
@@ -332,6 +335,11 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
         out.push(ProcInfo { name: def.name.as_str().into(), route, read_only, key_type, param, access });
     }
     for table in catalog.tables() {
+        // A migrating table's companions are written only by MIGRATE FROM and its own
+        // generated procedures: they have no default procedures.
+        if lockstep_sql::ddl_migrate::check_not_companion(&table.name, "call").is_err() {
+            continue;
+        }
         for (suffix, route) in crud_routes(table) {
             let (param, key_type) = match &route {
                 ProcRoute::Single { param, key_type } => (Some(*param), Some(*key_type)),
@@ -349,6 +357,11 @@ pub fn procedure_infos(catalog: &Catalog) -> Vec<ProcInfo> {
         let access = crate::auth::ProcAccess::Default { read_only: false };
         let name = crate::ttl::delete_procedure_name(&table.name).into();
         out.push(ProcInfo { name, route, read_only: false, key_type: None, param: None, access });
+    }
+    // A migrating table's deletions after acknowledgement, on the partition named.
+    for name in crate::migrate::procedure_names(catalog) {
+        let access = crate::auth::ProcAccess::Default { read_only: false };
+        out.push(ProcInfo { name: name.into(), route: ProcRoute::Directed, read_only: false, key_type: None, param: None, access });
     }
     out
 }

@@ -6,7 +6,8 @@
 //! deletion). The cutoff ("now" minus the TTL) and each call's row limit are decided here,
 //! outside the transaction, and travel as the call's parameters: the call is logged like
 //! any other, so a replica or a replay of the command log deletes exactly the same rows,
-//! whatever its clock says.
+//! whatever its clock says. A table declared `MIGRATE TO TARGET` migrates its expired rows
+//! instead (`migrate.rs` deletes them once the target has them).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -49,6 +50,18 @@ pub fn delete_procedure_source(catalog: &Catalog, name: &str) -> Option<String> 
     let t = catalog.table(table)?;
     let ttl = catalog.ttl(t.id)?;
     let (table, column, n) = (&t.name, &ttl.column, ttl.batch_size);
+    if let Some(m) = lockstep_sql::ddl_migrate::migration(catalog, t).filter(|m| m.table.partition_column.is_some()) {
+        // MIGRATE TO TARGET: expired rows are migrated (exported, deleted once the target
+        // has them), the oldest first by key; rows migrating already are passed over.
+        let keys: Vec<&str> = m.key.iter().map(|&i| t.columns[i].name.as_str()).collect();
+        return Some(format!(
+            "local migrate = sql [[MIGRATE FROM {table} WHERE {column} < ? ORDER BY {} LIMIT ?]]\n\
+             return function(cutoff, limit)\n\
+             \x20 return migrate:exec(cutoff, limit or {n})\n\
+             end\n",
+            keys.join(", ")
+        ));
+    }
     Some(match t.primary_key() {
         Some(pk) => {
             let keys: Vec<&str> = pk.columns.iter().map(|&i| t.columns[i].name.as_str()).collect();
@@ -316,5 +329,15 @@ mod tests {
         assert!(source.contains("limit or 7"), "{source}");
         assert!(delete_procedure_source(&c, "B.ttl_delete").is_none());
         assert!(delete_procedure_source(&c, "A.insert").is_none());
+    }
+
+    #[test]
+    fn a_migrating_table_migrates_expired_rows() {
+        let c = catalog(&[
+            "CREATE TABLE m MIGRATE TO TARGET t (id INTEGER NOT NULL, t TIMESTAMP NOT NULL, PRIMARY KEY (id)) USING TTL 2 ON COLUMN t",
+            "PARTITION TABLE m ON COLUMN id",
+        ]);
+        let source = delete_procedure_source(&c, "M.ttl_delete").unwrap();
+        assert!(source.contains("MIGRATE FROM M WHERE T < ? ORDER BY ID LIMIT ?"), "{source}");
     }
 }

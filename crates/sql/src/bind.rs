@@ -95,7 +95,7 @@ pub struct Cte {
 
 pub struct Binder<'c> {
     /// For planning subqueries; None where only expressions are bound.
-    catalog: Option<&'c Catalog>,
+    pub(crate) catalog: Option<&'c Catalog>,
     /// Every subquery of the statement, by id (`Expr::Subquery`, `Level::derived`).
     pub subqueries: Vec<crate::plan::SubqueryPlan>,
     /// The queries enclosing the one being bound, innermost last.
@@ -489,6 +489,7 @@ impl<'c> Binder<'c> {
     fn bind_node(&mut self, e: &ast::Expr, scope: &[Source]) -> Result<Typed> {
         use ast::Expr as A;
         Ok(match e {
+            A::Identifier(id) if crate::migrate::is_migrating_word(id, scope) => self.bind_migrating(scope)?,
             A::Identifier(id) => self.column_or_outer(scope, None, id)?,
             A::CompoundIdentifier(parts) => match parts.as_slice() {
                 [t, c] => self.column_or_outer(scope, Some(t), c)?,

@@ -7,7 +7,7 @@
 use lockstep_core::{Catalog, ColumnDef, DataType, Error, IndexDef, Permissions, Result, TableDef, TableKind};
 
 use crate::ddl_parse::{column_def, skip_limit_partition_rows, table_constraint, Cursor, KeySpec, TABLE_COLUMNS_MAX};
-use crate::{ddl_index, ddl_proc, ddl_task, ddl_ttl, ddl_view};
+use crate::{ddl_index, ddl_migrate, ddl_proc, ddl_task, ddl_ttl, ddl_view};
 
 /// What DDL needs from its surroundings: Lua sources of procedures.
 pub trait DdlEnv {
@@ -246,6 +246,7 @@ fn create_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
         // client created the table first.
         return Err(Error::sql(format!("object name already exists: {}", name.to_ascii_uppercase())));
     }
+    let migrate_target = ddl_migrate::parse_migrate_target(c)?;
     let (mut cols, keys) = table_body(c, &name)?;
     if c.is_word("LIMIT") {
         skip_limit_partition_rows(c)?;
@@ -259,7 +260,13 @@ fn create_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     let def = TableDef { id: 0, name: name.clone(), columns: cols, indexes, partition_column: None, kind: TableKind::Table };
     let ttl = if c.eat_word("USING") { Some(ddl_ttl::parse_ttl(c, &def)?) } else { None };
     c.expect_end()?;
+    if migrate_target.is_some() {
+        ddl_migrate::check_migrating_table(catalog, &def)?;
+    }
     let def = catalog.add_table(def)?;
+    if let Some(target) = migrate_target {
+        ddl_migrate::create_companions(catalog, &def, &target)?;
+    }
     if ttl.is_some() {
         catalog.set_ttl(def.id, ttl);
     }
@@ -385,6 +392,7 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
     if kind != what {
         return Err(Error::sql(format!("{} is a {}; use DROP {kind}", t.name, kind.to_lowercase())));
     }
+    ddl_migrate::check_not_companion(&t.name, "drop")?;
     let views: Vec<String> = catalog.views_of(t.id).map(|v| v.name.clone()).collect();
     if !views.is_empty() && !cascade {
         return Err(Error::sql(format!(
@@ -405,6 +413,7 @@ fn drop_table(catalog: &mut Catalog, c: &mut Cursor, what: &str) -> Result<DdlOu
         catalog.drop_table(v)?;
     }
     catalog.drop_table(&t.name)?;
+    ddl_migrate::drop_companions(catalog, &t.name)?;
     let all: Vec<String> = views.iter().chain(&plain).cloned().collect();
     let extra = if all.is_empty() { String::new() } else { format!(" (with views {})", all.join(", ")) };
     done(format!("{} {} dropped{extra}", what.to_lowercase(), t.name))
@@ -443,6 +452,12 @@ fn alter_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> {
     }
     if let Some(message) = ddl_ttl::alter_ttl(catalog, c, &t)? {
         return done(message);
+    }
+    ddl_migrate::check_not_companion(&t.name, "alter")?;
+    if ddl_migrate::migration(catalog, &t).is_some() {
+        return Err(Error::sql(format!(
+            "{name} is declared MIGRATE TO TARGET: its columns and keys cannot be altered yet; drop and create it again"
+        )));
     }
     let mut def = (*t).clone();
     if c.eat_word("ADD") {
@@ -528,7 +543,8 @@ fn partition_table(catalog: &mut Catalog, c: &mut Cursor) -> Result<DdlOutcome> 
         check_unique_partitioning(&def, ix)?;
     }
     let views: Vec<_> = catalog.views_of(t.id).cloned().collect();
-    catalog.replace_table(def)?;
+    let def = catalog.replace_table(def)?;
+    ddl_migrate::partition_companions(catalog, &def)?;
     // Views follow their source: partitioned by the source column's place among their keys.
     for v in views {
         let mut vd = (*v).clone();

@@ -153,6 +153,9 @@ pub fn apply_update(p: &UpdatePlan, changes: Vec<(u32, Vec<(usize, Value)>)>, pa
     let n = changes.len() as u64;
     for (id, sets) in changes {
         env.watch.tick()?;
+        if let Some(f) = &p.migrate_flags {
+            crate::migrate::unflag(f, p.level.source.table.id, id, part)?;
+        }
         part.update_columns(p.level.source.table.id, id, sets)?;
     }
     Ok(n)
@@ -182,11 +185,23 @@ pub fn run_delete(p: &DeletePlan, part: &mut Partition, env: &Env) -> Result<u64
 /// The rows a DELETE removes, all found before any is. With ORDER BY … LIMIT n, the first
 /// n matching rows in that order (the order names a unique key, so ties cannot occur).
 pub fn delete_rows(p: &DeletePlan, part: &Partition, env: &Env) -> Result<Vec<(u32, ())>> {
+    // MIGRATE FROM passes over rows that are migrating already.
+    let flagged = |row: &[Value]| p.migrate.as_ref().map_or(Ok(false), |m| crate::migrate::is_flagged(m, part, row));
     if p.order.is_empty() {
+        if p.migrate.is_some() {
+            let rows = matching_rows(&p.level, part, env, flagged)?;
+            return Ok(rows.into_iter().filter(|(_, f)| !f).map(|(id, _)| (id, ())).collect());
+        }
         return matching_rows(&p.level, part, env, |_| Ok(()));
     }
     let limit = crate::exec::count_of(&p.limit, env, "LIMIT")?;
-    let mut rows = matching_rows(&p.level, part, env, |row| Ok(p.order.iter().map(|(c, _)| row[*c].clone()).collect::<Vec<_>>()))?;
+    let mut rows = matching_rows(&p.level, part, env, |row| {
+        if flagged(row)? {
+            return Ok(None);
+        }
+        Ok(Some(p.order.iter().map(|(c, _)| row[*c].clone()).collect::<Vec<_>>()))
+    })?;
+    let mut rows: Vec<(u32, Vec<Value>)> = rows.drain(..).filter_map(|(id, k)| k.map(|k| (id, k))).collect();
     rows.sort_by(|(_, a), (_, b)| {
         p.order
             .iter()
@@ -201,6 +216,9 @@ pub fn delete_rows(p: &DeletePlan, part: &Partition, env: &Env) -> Result<Vec<(u
 
 pub fn apply_delete(p: &DeletePlan, rows: Vec<(u32, ())>, part: &mut Partition, env: &Env) -> Result<u64> {
     let tid = p.level.source.table.id;
+    if let Some(m) = &p.migrate {
+        return crate::migrate::apply(m, tid, rows, part, env);
+    }
     let n = rows.len() as u64;
     for (id, _) in rows {
         env.watch.tick()?;

@@ -10,6 +10,7 @@ mod access;
 mod bind;
 mod ddl;
 mod ddl_index;
+pub mod ddl_migrate;
 mod ddl_parse;
 mod ddl_proc;
 mod ddl_task;
@@ -29,6 +30,7 @@ mod func_json;
 mod join_order;
 mod lex;
 mod limits;
+mod migrate;
 mod mp;
 mod nesting;
 mod plan;
@@ -166,7 +168,7 @@ fn parse_one(sql: &str) -> Result<Statement> {
 impl Prepared {
     /// Whether running it can only free memory (a DELETE): allowed above the memory limit.
     pub fn frees_memory(&self) -> bool {
-        matches!(self.plan, Plan::Delete(_))
+        matches!(&self.plan, Plan::Delete(d) if d.migrate.is_none())
     }
 }
 
@@ -181,7 +183,8 @@ pub(crate) fn prepare_joining(catalog: &Catalog, sql: &str, written_join_order: 
     if is_ddl(sql) {
         return Err(Error::sql("DDL cannot be prepared as a query; apply it as DDL"));
     }
-    let rw = script::rewrite_for_parser(sql)?;
+    let migrate_as_delete = migrate::as_delete(sql);
+    let rw = script::rewrite_for_parser(migrate_as_delete.as_deref().unwrap_or(sql))?;
     let stmt = parse_one(&rw.sql)?;
     let mut b = bind::Binder::new(rw.param_count, Some(catalog));
     b.written_join_order = written_join_order;
@@ -189,7 +192,13 @@ pub(crate) fn prepare_joining(catalog: &Catalog, sql: &str, written_join_order: 
         Statement::Query(q) => Plan::Select(plan::plan_query(catalog, &mut b, q)?),
         Statement::Insert(i) => Plan::Insert(plan_dml::plan_insert(catalog, &mut b, i, rw.upsert)?),
         Statement::Update(u) => Plan::Update(plan_dml::plan_update(catalog, &mut b, u)?),
-        Statement::Delete(d) => Plan::Delete(plan_dml::plan_delete(catalog, &mut b, d)?),
+        Statement::Delete(d) => {
+            let mut plan = plan_dml::plan_delete(catalog, &mut b, d)?;
+            if migrate_as_delete.is_some() {
+                migrate::plan(catalog, &mut plan)?;
+            }
+            Plan::Delete(plan)
+        }
         other => {
             let text = other.to_string();
             let word = text.split_whitespace().next().unwrap_or("this").to_ascii_uppercase();

@@ -39,6 +39,8 @@ pub struct InsertPlan {
 pub struct UpdatePlan {
     pub level: Level,
     pub sets: Vec<(usize, Expr)>,
+    /// A migrating table's flags: an updated row stops migrating.
+    pub migrate_flags: Option<crate::migrate::Flags>,
 }
 
 #[derive(Clone, Debug)]
@@ -48,6 +50,8 @@ pub struct DeletePlan {
     pub order: Vec<(usize, bool)>,
     /// `LIMIT n` (a constant or a parameter): at most n rows, the first in `order`.
     pub limit: Option<Expr>,
+    /// `MIGRATE FROM`: flag the rows and queue them to the export target instead.
+    pub migrate: Option<crate::migrate::MigratePlan>,
 }
 
 impl DeletePlan {
@@ -148,7 +152,8 @@ pub fn plan_update(catalog: &Catalog, b: &mut Binder, u: &ast::Update) -> Result
         sets.push((c, const_for_column(t.expr, &table, c)?));
     }
     let filter = where_terms(b, u.selection.as_ref(), &scope)?;
-    Ok(UpdatePlan { level: single_level(catalog, table, sname, filter), sets })
+    let migrate_flags = crate::migrate::flags_of(catalog, &table);
+    Ok(UpdatePlan { level: single_level(catalog, table, sname, filter), sets, migrate_flags })
 }
 
 pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result<DeletePlan> {
@@ -174,7 +179,7 @@ pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result
         Some(e) => Some(crate::plan::limit_expr(b, e, "LIMIT")?),
         None => None,
     };
-    Ok(DeletePlan { level: single_level(catalog, table, sname, filter), order, limit })
+    Ok(DeletePlan { level: single_level(catalog, table, sname, filter), order, limit, migrate: None })
 }
 
 /// `DELETE … ORDER BY`: plain columns of the table, which (as in VoltDB) must include every

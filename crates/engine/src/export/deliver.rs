@@ -469,6 +469,8 @@ impl Exporter {
             tracing::warn!("cannot sync export segment {} of {}: {e}", batch.end.segment, self.dir.display());
         }
         self.save(batch.end);
+        // Migrated rows may leave their table now that the target has them.
+        self.hub.note_acknowledged(self.lane.partition, &batch.rows);
         if self.lane.down.swap(false, Ordering::Relaxed) {
             tracing::info!("export target {} partition {} is up again", self.config.name, self.lane.partition);
         }

@@ -1,0 +1,224 @@
+//! End-to-end tests of `MIGRATE TO TARGET`: rows migrated to an HTTP receiver inside the
+//! test leave their table only once the receiver has taken them (it refuses for a while
+//! first), an update or a delete before that is handled, TTL migrates expired rows, and a
+//! SIGKILL mid-migration loses no row: each is in the table or at the receiver (or both).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{adhoc, scalar, Server, TempDir};
+use lockstep_client::Client;
+use lockstep_core::Value;
+
+/// How long a test waits for something to happen before it fails.
+const DEADLINE_S: u64 = 60;
+const SITES: u32 = 2;
+
+/// An HTTP/1.1 receiver of export batches; answers 503 while `failing` is set.
+#[derive(Default)]
+struct Receiver {
+    failing: AtomicBool,
+    refused: AtomicU64,
+    /// Milliseconds to wait before answering a batch (to catch a kill mid-export).
+    delay_ms: AtomicU64,
+    records: Mutex<Vec<serde_json::Value>>,
+}
+
+impl Receiver {
+    fn start() -> (Arc<Receiver>, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind receiver");
+        let url = format!("http://{}/batches", listener.local_addr().expect("address"));
+        let r = Arc::new(Receiver::default());
+        let rr = r.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().map_while(Result::ok) {
+                let rr = rr.clone();
+                std::thread::spawn(move || rr.serve(conn));
+            }
+        });
+        (r, url)
+    }
+
+    fn serve(&self, conn: std::net::TcpStream) {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::Relaxed)));
+        let answer = if self.failing.load(Ordering::Relaxed) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        } else {
+            let batch: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array of records");
+            self.records.lock().expect("records").extend(batch);
+            "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        };
+        let mut conn = conn;
+        let _ = conn.write_all(answer.as_bytes());
+    }
+
+    fn records(&self) -> Vec<serde_json::Value> {
+        self.records.lock().expect("records").clone()
+    }
+
+    /// The distinct ids received.
+    fn ids(&self) -> BTreeSet<i64> {
+        self.records().iter().filter_map(|r| r["row"]["ID"].as_i64()).collect()
+    }
+}
+
+fn start(dir: &Path, data: &Path, url: &str) -> Server {
+    let config: PathBuf = dir.join("lockstep.toml");
+    std::fs::write(&config, format!("[[export.targets]]\nname = \"archive\"\ntype = \"http\"\nurl = \"{url}\"\n")).expect("write config");
+    Server::start_with(data, &["--sites", &SITES.to_string(), "--config", config.to_str().expect("path")], "127.0.0.1:0")
+}
+
+const EVENTS: &str = "CREATE TABLE events MIGRATE TO TARGET archive (id BIGINT NOT NULL, note VARCHAR(20), PRIMARY KEY (id));";
+
+async fn schema(client: &Client) {
+    adhoc(client, EVENTS).await;
+    adhoc(client, "PARTITION TABLE events ON COLUMN id").await;
+}
+
+async fn insert(client: &Client, from: i64, to: i64) {
+    for id in from..to {
+        adhoc(client, &format!("INSERT INTO events VALUES ({id}, 'n{id}')")).await;
+    }
+}
+
+/// The ids of rows a query over `events` returns.
+async fn ids(client: &Client, sql: &str) -> BTreeSet<i64> {
+    let r = adhoc(client, sql).await;
+    r.tables[0].rows.iter().filter_map(|row| row[0].as_i64()).collect()
+}
+
+async fn count(client: &Client, sql: &str) -> i64 {
+    scalar(&adhoc(client, sql).await).as_i64().unwrap_or(-1)
+}
+
+/// Waits until `ready` holds, polling.
+async fn wait_until<F: std::future::Future<Output = bool>>(what: &str, mut ready: impl FnMut() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(DEADLINE_S);
+    while !ready().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrated_rows_leave_only_once_the_target_has_them() {
+    let dir = TempDir::new("migrate-ack");
+    let (rx, url) = Receiver::start();
+    rx.failing.store(true, Ordering::Relaxed);
+    let server = start(&dir.0, &dir.0.join("data"), &url);
+    let client = server.client().await;
+    schema(&client).await;
+    adhoc(&client, "CREATE TABLE plain (id BIGINT NOT NULL, PRIMARY KEY (id))").await;
+    insert(&client, 0, 40).await;
+
+    let r = client.call("@AdHoc", vec![Value::from("MIGRATE FROM plain WHERE id = 1")]).await.expect("call");
+    assert_ne!(r.status, 1);
+    assert!(r.status_string.as_deref().unwrap_or("").contains("not declared MIGRATE TO TARGET"), "{:?}", r.status_string);
+
+    // Across partitions (multi-partition), then one row by key (single-partition).
+    assert_eq!(count(&client, "MIGRATE FROM events WHERE id < 20").await, 20);
+    assert_eq!(count(&client, "MIGRATE FROM events WHERE id = 30").await, 1);
+    assert_eq!(count(&client, "MIGRATE FROM events WHERE id < 20 OR id = 30").await, 0, "migrating rows are not migrated twice");
+    wait_until("the target refused a batch", || async { rx.refused.load(Ordering::Relaxed) > 0 }).await;
+    // Refused: nothing leaves the table; the rows are visibly migrating.
+    assert_eq!(count(&client, "SELECT COUNT(*) FROM events").await, 40);
+    assert_eq!(count(&client, "SELECT COUNT(*) FROM events WHERE MIGRATING").await, 21);
+    // Before the acknowledgement: an updated row stays (unflagged), a deleted one is gone.
+    adhoc(&client, "UPDATE events SET note = 'kept' WHERE id = 5").await;
+    adhoc(&client, "DELETE FROM events WHERE id = 6").await;
+
+    rx.failing.store(false, Ordering::Relaxed);
+    let migrated: BTreeSet<i64> = (0..20).chain([30]).collect();
+    wait_until("every migrated row arrived", || async { migrated.is_subset(&rx.ids()) }).await;
+    wait_until("the acknowledged rows left", || async { count(&client, "SELECT COUNT(*) FROM events").await == 20 }).await;
+    let left = ids(&client, "SELECT id FROM events ORDER BY id").await;
+    let want: BTreeSet<i64> = (20..40).filter(|i| *i != 30).chain([5]).collect();
+    assert_eq!(left, want);
+    assert_eq!(count(&client, "SELECT COUNT(*) FROM events WHERE MIGRATING").await, 0);
+    assert_eq!(rx.ids(), migrated, "rows that were not migrated arrived");
+    assert!(rx.records().iter().all(|r| r["stream"] == "EVENTS" && r["migrated"] == true), "{:?}", rx.records().first());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_on_a_migrating_table_migrates_expired_rows() {
+    let dir = TempDir::new("migrate-ttl");
+    let (rx, url) = Receiver::start();
+    let server = start(&dir.0, &dir.0.join("data"), &url);
+    let client = server.client().await;
+    adhoc(
+        &client,
+        "CREATE TABLE events MIGRATE TO TARGET archive (id BIGINT NOT NULL, at TIMESTAMP NOT NULL, PRIMARY KEY (id)) USING TTL 1 HOURS ON COLUMN at",
+    )
+    .await;
+    adhoc(&client, "PARTITION TABLE events ON COLUMN id").await;
+    for id in 0..30 {
+        // Even ids expired a day ago; odd ids are fresh.
+        let at = if id % 2 == 0 { "DATEADD(DAY, -1, NOW)" } else { "NOW" };
+        adhoc(&client, &format!("INSERT INTO events VALUES ({id}, {at})")).await;
+    }
+    wait_until("the expired rows left", || async { count(&client, "SELECT COUNT(*) FROM events").await == 15 }).await;
+    let expired: BTreeSet<i64> = (0..30).filter(|i| i % 2 == 0).collect();
+    assert_eq!(rx.ids(), expired, "exactly the expired rows went to the target");
+    assert_eq!(ids(&client, "SELECT id FROM events").await, (0..30).filter(|i| i % 2 == 1).collect());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_mid_migration_loses_no_row() {
+    let dir = TempDir::new("migrate-kill");
+    let data = dir.0.join("data");
+    let (rx, url) = Receiver::start();
+    // Slow answers keep batches in flight when the server is killed.
+    rx.delay_ms.store(150, Ordering::Relaxed);
+    let server = start(&dir.0, &data, &url);
+    let client = server.client().await;
+    schema(&client).await;
+    insert(&client, 0, 300).await;
+    for from in (0..300).step_by(10) {
+        adhoc(&client, &format!("MIGRATE FROM events WHERE id >= {from} AND id < {}", from + 10)).await;
+    }
+    wait_until("some rows left", || async { count(&client, "SELECT COUNT(*) FROM events").await < 300 }).await;
+    drop(client);
+    drop(server); // SIGKILL
+    let arrived_before = rx.ids().len();
+    assert!(arrived_before < 300, "the kill came after everything was delivered: the test proves nothing");
+
+    let server = start(&dir.0, &data, &url);
+    let client = server.client().await;
+    // Right after the restart: a row gone from the table is one the target has.
+    let in_table = ids(&client, "SELECT id FROM events").await;
+    let arrived = rx.ids();
+    let lost: Vec<i64> = (0..300).filter(|i| !in_table.contains(i) && !arrived.contains(i)).collect();
+    assert!(lost.is_empty(), "rows deleted without reaching the target: {lost:?}");
+    rx.delay_ms.store(0, Ordering::Relaxed);
+    // The rest leaves eventually: every row arrives at least once, and the table empties.
+    wait_until("every row arrived", || async { rx.ids().len() == 300 }).await;
+    wait_until("the table emptied", || async { count(&client, "SELECT COUNT(*) FROM events").await == 0 }).await;
+    assert_eq!(rx.ids(), (0..300).collect());
+}
