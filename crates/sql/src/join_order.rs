@@ -97,6 +97,13 @@ pub struct ByRowCounts {
     plans: RwLock<HashMap<Buckets, Arc<SelectPlan>>>,
 }
 
+impl ByRowCounts {
+    /// How many plans it holds.
+    pub fn plans_kept(&self) -> usize {
+        self.plans.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
 type Buckets = SmallVec<[u8; 8]>;
 
 /// A row count rounded to a power of 4: 0 for none, b for 4^(b−1) ≤ rows < 4^b. Plans
@@ -146,6 +153,11 @@ fn reads_of(sources: &[Source], e: &Expr) -> u64 {
 /// finds cheapest for `counts`, places the filter terms again, and picks access paths and
 /// hash joins for the new order. Returns what the model expects of it.
 pub fn arrange(levels: &mut Vec<Level>, sources: &[Source], counts: &RowCounts) -> Option<OrderEstimate> {
+    arrange_with(levels, sources, counts, DP_SOURCES_MAX)
+}
+
+/// `arrange`, with segments of more than `dp_max` inner-joined sources ordered greedily.
+pub(crate) fn arrange_with(levels: &mut Vec<Level>, sources: &[Source], counts: &RowCounts, dp_max: usize) -> Option<OrderEstimate> {
     if levels.len() < 2 || levels.len() > u64::BITS as usize {
         return None;
     }
@@ -153,7 +165,7 @@ pub fn arrange(levels: &mut Vec<Level>, sources: &[Source], counts: &RowCounts) 
     for l in levels.iter_mut().filter(|l| !l.left) {
         terms.extend(std::mem::take(&mut l.on).into_iter().map(|expr| Term { reads: reads_of(sources, &expr), expr }));
     }
-    let model = Model { levels, sources, terms: &terms, counts };
+    let model = Model { levels, sources, terms: &terms, counts, dp_max };
     let (order, greedy) = model.choose_order();
     let (rows_after, cost) = model.walk(&order);
     let mut slots: Vec<Option<Level>> = levels.drain(..).map(Some).collect();
@@ -227,6 +239,7 @@ struct Model<'a> {
     sources: &'a [Source],
     terms: &'a [Term],
     counts: &'a RowCounts,
+    dp_max: usize,
 }
 
 /// A partial order's state: the sources joined, the rows so far, the cost so far.
@@ -258,7 +271,7 @@ impl Model<'_> {
                 members.push(j);
                 j += 1;
             }
-            let (part, next) = if members.len() <= DP_SOURCES_MAX {
+            let (part, next) = if members.len() <= self.dp_max {
                 self.dynamic(&members, state)
             } else {
                 greedy = true;
