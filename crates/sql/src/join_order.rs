@@ -97,6 +97,7 @@ pub struct ByRowCounts {
     plans: RwLock<HashMap<Buckets, Arc<SelectPlan>>>,
 }
 
+#[cfg(test)]
 impl ByRowCounts {
     /// How many plans it holds.
     pub fn plans_kept(&self) -> usize {

@@ -216,8 +216,8 @@ fn top_as_column(tokens: &mut [TokenWithSpan]) {
     let significant: Vec<usize> = (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect();
     let is_word = |t: &Token, k: Keyword| matches!(t, Token::Word(w) if w.keyword == k && w.quote_style.is_none());
     for (n, &i) in significant.iter().enumerate() {
-        let after_select = n > 0
-            && [Keyword::SELECT, Keyword::DISTINCT, Keyword::ALL].iter().any(|&k| is_word(&tokens[significant[n - 1]].token, k));
+        let after_select =
+            n > 0 && [Keyword::SELECT, Keyword::DISTINCT, Keyword::ALL].iter().any(|&k| is_word(&tokens[significant[n - 1]].token, k));
         let quantity_follows = significant.get(n + 1).is_some_and(|&j| matches!(tokens[j].token, Token::Number(..) | Token::LParen));
         if after_select && !quantity_follows {
             if let Token::Word(w) = &mut tokens[i].token {
@@ -244,7 +244,9 @@ mod tests {
         let mut db = crate::tests_sql::Db::new("CREATE TABLE t (top INTEGER, b INTEGER);");
         db.run("INSERT INTO t VALUES (1, 2)");
         let one = vec![vec![lockstep_core::Value::Int(1)]];
-        for q in ["SELECT top FROM t", "SELECT DISTINCT top FROM t", "SELECT top FROM t WHERE top = 1 ORDER BY top", "SELECT top + 0 FROM t"] {
+        for q in
+            ["SELECT top FROM t", "SELECT DISTINCT top FROM t", "SELECT top FROM t WHERE top = 1 ORDER BY top", "SELECT top + 0 FROM t"]
+        {
             assert_eq!(db.rows(q), one, "{q}");
         }
         assert_eq!(db.rows("SELECT top, b FROM t").len(), 1);
