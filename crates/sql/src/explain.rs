@@ -57,16 +57,50 @@ fn join_order_text(s: &SelectPlan, out: &mut String, indent: &str) {
     let _ = writeln!(out, "{indent}JOIN ORDER: {} (written: {})", names.join(", "), as_written.join(", "));
 }
 
+/// How the join order was found and what the model expects it to cost.
+fn join_cost_text(s: &SelectPlan, out: &mut String, indent: &str) {
+    let Some(e) = &s.joins.estimate else { return };
+    let how = if e.greedy { "greedy (a segment past the dynamic programming size)" } else { "dynamic programming" };
+    let counts = match &e.buckets {
+        None => "assumed row counts; the order is chosen again from each run's row counts".to_string(),
+        Some(b) => {
+            let names: Vec<String> = s.levels.iter().map(|l| l.source.name.clone()).collect();
+            let mut by_written: Vec<(usize, &str)> = s.levels.iter().map(|l| l.written).zip(names.iter().map(String::as_str)).collect();
+            by_written.sort();
+            let shown: Vec<String> = by_written
+                .iter()
+                .map(|&(w, n)| match b.get(w).copied() {
+                    Some(u8::MAX) | None => format!("{n} unknown"),
+                    Some(0) => format!("{n} 0"),
+                    Some(k) => format!("{n} < {}", 1u128 << (2 * u32::from(k).min(63))),
+                })
+                .collect();
+            format!("row counts {}", shown.join(", "))
+        }
+    };
+    let _ = writeln!(out, "{indent}JOIN COST: ~{:.0} rows visited, by {how}, from {counts}", e.cost);
+}
+
+/// The rows the model expects after level `j`, when it made an estimate.
+fn rows_text(s: &SelectPlan, j: usize) -> String {
+    match s.joins.estimate.as_ref().and_then(|e| e.rows_after.get(j)) {
+        Some(r) => format!(" (~{r:.0} rows)"),
+        None => String::new(),
+    }
+}
+
 fn select_text(s: &SelectPlan, out: &mut String, indent: &str) {
     join_order_text(s, out, indent);
+    join_cost_text(s, out, indent);
     for (j, l) in s.levels.iter().enumerate() {
         let join = join_text(j, l);
         let filt = l.on.len() + l.post.len();
         let _ = writeln!(
             out,
-            "{indent}{join}{}{}",
+            "{indent}{join}{}{}{}",
             access_text(l),
-            if filt > 0 { format!(" filtered by {filt} terms") } else { String::new() }
+            if filt > 0 { format!(" filtered by {filt} terms") } else { String::new() },
+            rows_text(s, j)
         );
     }
     if let Some(a) = &s.agg {

@@ -276,6 +276,8 @@ pub(crate) fn execute_coerced(p: &Prepared, params: &[Value], ctx: &ExecCtx, par
             return exec_query::run_statement(s, &p.subqueries, &exec_query::PartitionTables(part), params, ctx);
         }
         let env = expr::Env::new(params, ctx);
+        let counted = join_order::for_partition(s, part);
+        let s = counted.as_deref().unwrap_or(s);
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::run_select(s, &src, &env, false);
     }
@@ -310,6 +312,8 @@ pub fn execute_each(
     }
     let env = expr::Env::new(&params, ctx);
     if let Plan::Select(s) = &p.plan {
+        let counted = join_order::for_partition(s, part);
+        let s = counted.as_deref().unwrap_or(s);
         let src = exec::PartitionSource::new(part, &s.levels)?;
         return exec::each_select_row(s, &src, &env, row);
     }

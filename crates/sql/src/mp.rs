@@ -299,7 +299,25 @@ fn select_everywhere(
     }
     let gathered = gather(p, s, params, ctx, sites)?;
     sites.reads_done();
-    run_select(s, &gathered, env, true)
+    // The join order again, from the rows gathered (this node's choice: the answer is
+    // this coordinator's alone).
+    match crate::join_order::for_row_counts(s, &|j| gathered.rows.get(j).map(|r| r.len() as u64)) {
+        Some(v) => run_select(&v, &in_order_of(s, &v, gathered)?, env, true),
+        None => run_select(s, &gathered, env, true),
+    }
+}
+
+/// Rows gathered for the levels of `s`, rearranged for `v`, the same levels in another order.
+fn in_order_of(s: &SelectPlan, v: &SelectPlan, mut g: GatheredSource) -> Result<GatheredSource> {
+    let mut rows = Vec::with_capacity(v.levels.len());
+    let mut index_columns = Vec::with_capacity(v.levels.len());
+    for l in &v.levels {
+        let j = s.levels.iter().position(|x| x.written == l.written).filter(|&j| j < g.rows.len() && j < g.index_columns.len());
+        let j = j.ok_or_else(|| Error::unexpected(format!("no gathered rows for source {} of the join", l.written)))?;
+        rows.push(g.rows[j].clone());
+        index_columns.push(std::mem::take(&mut g.index_columns[j]));
+    }
+    Ok(GatheredSource::new(rows, index_columns))
 }
 
 /// Each partition's groups of an aggregate over one table (`partial_rows`), the table

@@ -24,7 +24,9 @@
 use lockstep_core::{Error, Result};
 use sqlparser::ast::Statement;
 use sqlparser::dialect::GenericDialect;
+use sqlparser::keywords::Keyword;
 use sqlparser::parser::{Parser, ParserError};
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
 use crate::expr::EXPR_DEPTH_MAX;
 use crate::lex::{tokenize, Tok, TokKind};
@@ -193,8 +195,11 @@ fn too_deep(depth: usize) -> Error {
 pub fn parse_statements(sql: &str, what: &str) -> Result<Vec<Statement>> {
     let toks = tokenize(sql)?;
     check_nesting(&toks)?;
-    let parsed =
-        Parser::new(&GenericDialect {}).with_recursion_limit(PARSER_RECURSION_MAX).try_with_sql(sql).and_then(|mut p| p.parse_statements());
+    let dialect = GenericDialect {};
+    let parsed = Tokenizer::new(&dialect, sql).tokenize_with_location().map_err(ParserError::from).and_then(|mut tokens| {
+        top_as_column(&mut tokens);
+        Parser::new(&dialect).with_recursion_limit(PARSER_RECURSION_MAX).with_tokens_with_locations(tokens).parse_statements()
+    });
     parsed.map_err(|e| match e {
         ParserError::RecursionLimitExceeded => Error::sql(format!(
             "the statement{what} nests expressions more than {PARSER_RECURSION_MAX} parser steps deep; the limit is {EXPR_DEPTH_MAX} levels: simplify it or split it"
@@ -203,12 +208,50 @@ pub fn parse_statements(sql: &str, what: &str) -> Result<Vec<Statement>> {
     })
 }
 
+/// Makes a column named `top` readable unquoted: sqlparser takes `TOP` right after
+/// SELECT (or SELECT DISTINCT / ALL) for T-SQL's `TOP n` in every dialect, but Lockstep
+/// has no TOP (VoltDB's SQL has LIMIT), so there a `TOP` followed by neither a number nor
+/// `(` is handed over as a plain name. `TOP 5` stays the keyword, refused as before.
+fn top_as_column(tokens: &mut [TokenWithSpan]) {
+    let significant: Vec<usize> = (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect();
+    let is_word = |t: &Token, k: Keyword| matches!(t, Token::Word(w) if w.keyword == k && w.quote_style.is_none());
+    for (n, &i) in significant.iter().enumerate() {
+        let after_select =
+            n > 0 && [Keyword::SELECT, Keyword::DISTINCT, Keyword::ALL].iter().any(|&k| is_word(&tokens[significant[n - 1]].token, k));
+        let quantity_follows = significant.get(n + 1).is_some_and(|&j| matches!(tokens[j].token, Token::Number(..) | Token::LParen));
+        if after_select && !quantity_follows {
+            if let Token::Word(w) = &mut tokens[i].token {
+                if w.keyword == Keyword::TOP && w.quote_style.is_none() {
+                    w.keyword = Keyword::NoKeyword;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn depth(sql: &str) -> usize {
         nesting_depth(&tokenize(sql).unwrap())
+    }
+
+    /// A column named `top` needs no quotes, first in a select list too; `TOP n` is still
+    /// T-SQL's clause (which the planner refuses).
+    #[test]
+    fn a_column_named_top_reads_unquoted() {
+        let mut db = crate::tests_sql::Db::new("CREATE TABLE t (top INTEGER, b INTEGER);");
+        db.run("INSERT INTO t VALUES (1, 2)");
+        let one = vec![vec![lockstep_core::Value::Int(1)]];
+        for q in
+            ["SELECT top FROM t", "SELECT DISTINCT top FROM t", "SELECT top FROM t WHERE top = 1 ORDER BY top", "SELECT top + 0 FROM t"]
+        {
+            assert_eq!(db.rows(q), one, "{q}");
+        }
+        assert_eq!(db.rows("SELECT top, b FROM t").len(), 1);
+        let err = db.err("SELECT TOP 1 b FROM t");
+        assert!(err.contains("not supported"), "{err}");
     }
 
     #[test]

@@ -123,6 +123,9 @@ pub struct SelectPlan {
     pub offset: Option<Expr>,
     /// Each partition may stop after `offset + limit` rows when gathering (MP).
     pub gather_limit: bool,
+    /// How the join order was chosen, and the plans for the row counts it meets at run
+    /// time (`join_order::for_row_counts`).
+    pub joins: crate::join_order::JoinPlan,
 }
 
 /// Whether the same group of a view of a partitioned table may be on several partitions,
@@ -627,6 +630,7 @@ fn plan_over_subquery(b: &mut Binder, id: usize, q: &ast::Query) -> Result<Selec
         limit,
         offset,
         gather_limit: false,
+        joins: Default::default(),
     })
 }
 
@@ -871,6 +875,7 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         limit,
         offset,
         gather_limit: false,
+        joins: Default::default(),
     };
     if !no_from_filter.is_empty() {
         // SELECT … WHERE … without FROM: filter the single empty row via HAVING-like check.
@@ -884,7 +889,11 @@ fn plan_select(catalog: &Catalog, b: &mut Binder, s: &ast::Select, q: Option<&as
         }
     }
     if !b.written_join_order {
-        crate::join_order::arrange(&mut plan.levels, &sources);
+        plan.joins.estimate = crate::join_order::arrange(&mut plan.levels, &sources, &Default::default());
+        // Run-time row counts may choose another order when some level is a stored table.
+        if plan.joins.estimate.is_some() && plan.levels.iter().any(|l| l.derived.is_none()) {
+            plan.joins.by_row_counts = Some(Default::default());
+        }
     }
     crate::access::order_by_index(&mut plan);
     for l in &mut plan.levels {

@@ -1,6 +1,8 @@
 //! Tests of join planning: the order chosen by cost, hash joins, and their answers against
 //! the plan in written order.
 
+use std::sync::Arc;
+
 use lockstep_core::Value;
 
 use crate::tests_sql::Db;
@@ -243,4 +245,194 @@ fn sixty_four_tables_join_and_sixty_five_are_refused() {
     assert_eq!(db.rows(&query(max)), vec![vec![Value::Int(2), Value::Int(3)]]);
     let err = db.err(&query(max + 1));
     assert!(err.contains("at most 64 tables"), "{err}");
+}
+
+/// The levels of `sql` in written order (nothing reordered yet) and their sources.
+fn written_levels(db: &Db, sql: &str) -> (Vec<crate::plan::Level>, Vec<crate::bind::Source>) {
+    let p = crate::prepare_joining(&db.cat, sql, true).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let crate::Plan::Select(s) = p.plan else { panic!("{sql} is no SELECT") };
+    let sources = s.levels.iter().map(|l| l.source.clone()).collect();
+    (s.levels, sources)
+}
+
+fn names(levels: &[crate::plan::Level]) -> Vec<&str> {
+    levels.iter().map(|l| l.source.name.as_str()).collect()
+}
+
+fn select_of(p: &crate::Prepared) -> &crate::plan::SelectPlan {
+    match &p.plan {
+        crate::Plan::Select(s) => s,
+        _ => panic!("{} is no SELECT", p.sql),
+    }
+}
+
+/// Greedy ordering takes the cheapest first step, the 10-row T1, and must then look up
+/// T2's 100,000 rows by a non-unique key for each of them; dynamic programming starts from
+/// T3 (50 rows), finds T2 by its primary key and T1 by hash: far cheaper in all.
+#[test]
+fn dynamic_programming_finds_the_order_greedy_misses() {
+    let db = Db::new(
+        "CREATE TABLE t1 (id INTEGER NOT NULL PRIMARY KEY, k INTEGER);
+         CREATE TABLE t2 (id INTEGER NOT NULL PRIMARY KEY, k INTEGER);
+         CREATE INDEX t2_k ON t2 (k);
+         CREATE TABLE t3 (id INTEGER NOT NULL PRIMARY KEY, t2 INTEGER);",
+    );
+    let sql = "SELECT * FROM t1, t2, t3 WHERE t1.k = t2.k AND t2.id = t3.t2";
+    let counts = crate::join_order::RowCounts(vec![Some(10.0), Some(100_000.0), Some(50.0)]);
+    let plan = |dp_max: usize| {
+        let (mut levels, sources) = written_levels(&db, sql);
+        let e = crate::join_order::arrange_with(&mut levels, &sources, &counts, dp_max).expect("a join is arranged");
+        (names(&levels).join(", "), e)
+    };
+    let (greedy, g) = plan(0);
+    let (dynamic, d) = plan(crate::join_order::DP_SOURCES_MAX);
+    assert_eq!(greedy, "T1, T2, T3");
+    assert_eq!(dynamic, "T3, T2, T1");
+    assert!(g.greedy && !d.greedy);
+    assert!(d.cost * 10.0 < g.cost, "dynamic {} against greedy {}", d.cost, g.cost);
+}
+
+/// `n` tables `c0 … c(n-1)` of a few rows joined in a chain, written backwards.
+fn chain_of(n: usize) -> (Db, String) {
+    let ddl: String = (0..n).map(|k| format!("CREATE TABLE c{k} (id INTEGER NOT NULL PRIMARY KEY, v INTEGER);\n")).collect();
+    let mut db = Db::new(&ddl);
+    for k in 0..n {
+        db.run(&format!("INSERT INTO c{k} VALUES (1, 10), (2, 20), (3, {})", 30 + k));
+    }
+    let from: Vec<String> = (0..n).rev().map(|k| format!("c{k}")).collect();
+    let chain: Vec<String> = (1..n).map(|k| format!("c{k}.v = c{}.v", k - 1)).collect();
+    (db, format!("SELECT COUNT(*) FROM {} WHERE {}", from.join(", "), chain.join(" AND ")))
+}
+
+/// Up to `DP_SOURCES_MAX` inner-joined sources are ordered by dynamic programming, one
+/// more greedily; both plans answer alike. A 64-table join is planned (greedily) and run.
+#[test]
+fn joins_past_the_dynamic_programming_size_are_ordered_greedily() {
+    let max = crate::join_order::DP_SOURCES_MAX;
+    for (n, how) in [(max, "by dynamic programming"), (max + 1, "by greedy"), (64, "by greedy")] {
+        let (mut db, sql) = chain_of(n);
+        let p = crate::prepare(&db.cat, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let plan = crate::explain(&p);
+        assert!(plan.contains(how), "{n} tables: {plan}");
+        let counted = crate::join_order::for_partition(select_of(&p), &db.part).expect("a join has plans by row counts");
+        assert!(counted.joins.estimate.as_ref().is_some_and(|e| e.greedy == (n > max)), "{n} tables");
+        assert_eq!(db.rows(&sql), vec![vec![Value::Int(2)]], "{n} tables");
+    }
+}
+
+const SIZES_DDL: &str = "CREATE TABLE big (id INTEGER NOT NULL PRIMARY KEY, k INTEGER);
+     CREATE TABLE small (id INTEGER NOT NULL PRIMARY KEY, k INTEGER);";
+const SIZES_JOIN: &str = "SELECT b.id, s.id FROM big b, small s WHERE b.k = s.k";
+
+fn add_rows(db: &mut Db, table: &str, from: i64, to: i64) {
+    let values: Vec<String> = (from..to).map(|id| format!("({id}, {})", id % 7)).collect();
+    for chunk in values.chunks(500) {
+        db.run(&format!("INSERT INTO {table} VALUES {}", chunk.join(", ")));
+    }
+}
+
+/// Row counts choose the order at run time: without them BIG and SMALL look alike and
+/// stay in written order; with 300 rows against 3, SMALL is read first and BIG joined to
+/// it by hash; once SMALL has grown past BIG the order turns again. Counts in one bucket
+/// share one plan; the answers are those of the written order.
+#[test]
+fn row_counts_choose_the_order_small_table_first() {
+    let mut db = Db::new(SIZES_DDL);
+    let p = crate::prepare(&db.cat, SIZES_JOIN).unwrap();
+    let ex = crate::explain(&p);
+    assert!(!ex.contains("JOIN ORDER"), "{ex}");
+    assert!(ex.contains("from assumed row counts"), "{ex}");
+    let written = crate::prepare_joining(&db.cat, SIZES_JOIN, true).unwrap();
+    let order = |db: &Db| {
+        let v = crate::join_order::for_partition(select_of(&p), &db.part).expect("plans by row counts");
+        (names(&v.levels).join(", "), v)
+    };
+    let check_answers = |db: &mut Db| {
+        let want = sorted(crate::execute(&written, &[], &db.ctx, &mut db.part).unwrap().rows);
+        assert_eq!(sorted(db.rows(SIZES_JOIN)), want);
+        assert!(!want.is_empty());
+    };
+    add_rows(&mut db, "big", 0, 300);
+    add_rows(&mut db, "small", 0, 3);
+    let (first, plan) = order(&db);
+    assert_eq!(first, "S, B");
+    assert!(!plan.levels[1].hash.is_empty(), "B joins by hash");
+    let shown = crate::explain(&crate::Prepared { plan: crate::Plan::Select((*plan).clone()), ..p.clone() });
+    assert!(shown.contains("JOIN ORDER: S, B (written: B, S)") && shown.contains("row counts B < 1024, S < 4"), "{shown}");
+    check_answers(&mut db);
+    // 260 rows: the same bucket as 300, the same plan.
+    db.run("DELETE FROM big WHERE id >= 260");
+    assert!(Arc::ptr_eq(&order(&db).1, &plan), "one plan per bucket");
+    add_rows(&mut db, "small", 3, 5000);
+    assert_eq!(order(&db).0, "B, S");
+    check_answers(&mut db);
+}
+
+/// Replicas pick the same plan: a plan cache that ran the statement at other row counts
+/// first (so holds other plans, past its cap too) and one that never did return the same
+/// rows in the same order, with no ORDER BY, from partitions holding the same rows.
+#[test]
+fn replicas_with_the_same_rows_choose_the_same_order() {
+    let load = |db: &mut Db| {
+        add_rows(db, "big", 0, 200);
+        add_rows(db, "small", 0, 40);
+    };
+    let (mut a, mut b) = (Db::new(SIZES_DDL), Db::new(SIZES_DDL));
+    load(&mut a);
+    load(&mut b);
+    let fresh = crate::prepare(&a.cat, SIZES_JOIN).unwrap();
+    let seasoned = crate::prepare(&b.cat, SIZES_JOIN).unwrap();
+    // 20 other pairs of counts, more than the plans it keeps.
+    for small in [1, 4, 16, 64, 256] {
+        for big in [1, 4, 16, 64] {
+            let mut other = Db::new(SIZES_DDL);
+            add_rows(&mut other, "small", 0, small);
+            add_rows(&mut other, "big", 0, big);
+            crate::execute(&seasoned, &[], &other.ctx, &mut other.part).unwrap();
+        }
+    }
+    assert!(select_of(&seasoned).joins.by_row_counts.as_ref().is_some_and(|c| c.plans_kept() < 20));
+    let rows_a = crate::execute(&fresh, &[], &a.ctx, &mut a.part).unwrap().rows;
+    let rows_b = crate::execute(&seasoned, &[], &b.ctx, &mut b.part).unwrap().rows;
+    assert_eq!(rows_a.len(), 1144);
+    assert!(rows_a == rows_b, "the same rows in the same order");
+    let plan_a = crate::join_order::for_partition(select_of(&fresh), &a.part).unwrap();
+    let plan_b = crate::join_order::for_partition(select_of(&seasoned), &b.part).unwrap();
+    assert_eq!(format!("{:?}", plan_a.levels), format!("{:?}", plan_b.levels));
+    assert_eq!(names(&plan_a.levels), ["S", "B"]);
+}
+
+/// A multi-partition join chooses its order from the rows it gathered (the 10 of MID
+/// first, though written last: without counts the tables look alike) and answers as one
+/// partition does.
+#[test]
+fn gathered_rows_choose_the_order_of_a_multi_partition_join() {
+    use crate::testing::LocalSites;
+    let ddl = "CREATE TABLE big (id INTEGER NOT NULL PRIMARY KEY, k INTEGER);
+               PARTITION TABLE big ON COLUMN id;
+               CREATE TABLE mid (id INTEGER NOT NULL PRIMARY KEY, k INTEGER);
+               PARTITION TABLE mid ON COLUMN id;";
+    let mut one = Db::new(ddl);
+    let mut sites = LocalSites::new(3, &one.cat).unwrap();
+    let mut both = |sql: &str| {
+        let p = Arc::new(crate::prepare(&one.cat, sql).unwrap_or_else(|e| panic!("{sql}: {e}")));
+        let a = crate::execute_mp(&p, &[], &crate::tests_sql::ctx(), &mut sites).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = one.try_run(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert!(sorted(a.rows) == sorted(b.rows), "{sql}: the answers differ");
+        p
+    };
+    for id in 0..600 {
+        both(&format!("INSERT INTO big VALUES ({id}, {})", id % 50));
+        if id < 10 {
+            both(&format!("INSERT INTO mid VALUES ({id}, {})", id % 50));
+        }
+    }
+    let p = both("SELECT m.id, b.id FROM big b JOIN mid m ON b.k = m.k");
+    let s = select_of(&p);
+    assert_eq!(names(&s.levels), ["B", "M"]);
+    assert_eq!(s.joins.by_row_counts.as_ref().map(|c| c.plans_kept()), Some(1), "the run planned for its counts");
+    let gathered = |j: usize| Some(if s.levels[j].source.name == "B" { 600 } else { 10 });
+    let v = crate::join_order::for_row_counts(s, &gathered).unwrap();
+    assert_eq!(names(&v.levels), ["M", "B"]);
+    assert_eq!(s.joins.by_row_counts.as_ref().map(|c| c.plans_kept()), Some(1), "the same counts, the same plan");
 }

@@ -349,7 +349,11 @@ fn access_paths_are_chosen_from_indexes() {
         .contains("INDEX SCAN of EMP using EMP_DEPT (1 equality columns, lower bound)"));
     assert!(ex("SELECT * FROM emp WHERE name = 'x'").contains("SEQUENTIAL SCAN"));
     assert!(ex("SELECT * FROM emp ORDER BY id LIMIT 3").contains("index order"));
+    // Each employee finds its department by the primary key: cheaper than each
+    // department's employees by the non-unique index.
     let j = ex("SELECT * FROM dept d JOIN emp e ON e.dept = d.id");
+    assert!(j.contains("NESTED LOOP JOIN: UNIQUE LOOKUP of D"), "{j}");
+    let j = ex("SELECT * FROM dept d LEFT JOIN emp e ON e.dept = d.id");
     assert!(j.contains("NESTED LOOP JOIN: INDEX PREFIX LOOKUP of E"), "{j}");
 }
 
