@@ -16,6 +16,7 @@ pub mod memory;
 pub mod mp;
 pub mod mp_cluster;
 pub mod mp_ledger;
+mod mp_read;
 pub mod name_cache;
 pub mod outcome;
 pub mod recovery;
