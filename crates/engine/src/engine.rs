@@ -102,6 +102,9 @@ pub struct Shared {
     pub(crate) ledger: Arc<Mutex<Ledger>>,
     /// Time each site spent running work, in nanoseconds.
     busy_ns: Arc<[AtomicU64]>,
+    /// Held while a multi-partition transaction's `MpBegin` or a read's fragments go onto
+    /// the sites' queues, so every site sees them in the same order (`mp_read.rs`).
+    pub(crate) mp_order: Mutex<()>,
 }
 
 impl Shared {
@@ -224,12 +227,12 @@ impl Shared {
     }
 }
 
-fn shutting_down() -> Error {
+pub(crate) fn shutting_down() -> Error {
     Error::unavailable("the server is shutting down")
 }
 
 /// Answers the caller of work that will not run, with `error`.
-fn fail_work(work: MpWork, error: impl Fn() -> Error) {
+pub(crate) fn fail_work(work: MpWork, error: impl Fn() -> Error) {
     let e = || Outcome::error(error());
     match work {
         MpWork::Proc { reply, .. } | MpWork::Statements { reply, .. } | MpWork::Ddl { reply, .. } => reply(e()),
@@ -349,6 +352,7 @@ impl Engine {
             serving_mp: std::sync::atomic::AtomicI64::new(0),
             ledger,
             busy_ns,
+            mp_order: Mutex::new(()),
         });
         let coordinator_shared = shared.clone();
         let replaying = log_reader.is_some();

@@ -17,6 +17,7 @@ pub mod migrate;
 pub mod mp;
 pub mod mp_cluster;
 pub mod mp_ledger;
+mod mp_read;
 pub mod name_cache;
 pub mod outcome;
 pub mod recovery;

@@ -2,6 +2,8 @@
 //! multi-partition ad-hoc SQL and DDL, one at a time. For each it parks every site at the
 //! transaction's place in the site's queue, sends fragments, then commits or rolls back
 //! everywhere. Because every site is parked, what it reads is consistent across partitions.
+//! A read of one round of fragments goes to the read workers instead (`mp_read.rs`),
+//! which do not park the sites.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use crate::ddl::{self, FsDdlEnv};
 use crate::durable::Durable;
 use crate::engine::Shared;
 use crate::mp_cluster::{ClusterSites, RemoteReply};
+use crate::mp_read::{QueuedSites, ReadJob, ReadPool};
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope, StatementRunner};
 use crate::site::{MpMsg, SiteMsg};
@@ -149,9 +152,11 @@ impl SiteAccess for ParkedSites<'_> {
     }
 }
 
-/// The partitions a transaction reaches: this node's, or (in a cluster) the cluster's.
+/// The partitions a transaction reaches: this node's, parked or (a read) through their
+/// queues, or (in a cluster) the cluster's.
 pub(crate) enum Sites<'a> {
     Local(ParkedSites<'a>),
+    Queued(QueuedSites<'a>),
     Cluster(ClusterSites<'a>),
 }
 
@@ -163,6 +168,7 @@ impl Sites<'_> {
     fn access(&mut self) -> &mut dyn SiteAccess {
         match self {
             Sites::Local(s) => s,
+            Sites::Queued(s) => s,
             Sites::Cluster(s) => s,
         }
     }
@@ -172,12 +178,14 @@ impl SiteAccess for Sites<'_> {
     fn partition_count(&self) -> u32 {
         match self {
             Sites::Local(s) => s.partition_count(),
+            Sites::Queued(s) => s.partition_count(),
             Sites::Cluster(s) => s.partition_count(),
         }
     }
     fn ring(&self) -> &HashRing {
         match self {
             Sites::Local(s) => s.ring(),
+            Sites::Queued(s) => s.ring(),
             Sites::Cluster(s) => s.ring(),
         }
     }
@@ -216,6 +224,10 @@ pub struct Coordinator {
     store: CatalogStore,
     env: FsDdlEnv,
     queue: Receiver<MpWork>,
+    /// Reads the read workers hand back to run parked (`mp_read.rs`).
+    parked_reads: (Sender<MpWork>, Receiver<MpWork>),
+    /// The read workers, started at the first read they can take.
+    reads: Option<ReadPool>,
     durable: Arc<Durable>,
     /// The DDL that builds the current catalog, in order (a snapshot's catalog text).
     ddl_records: Vec<String>,
@@ -275,6 +287,8 @@ impl Coordinator {
             store,
             env,
             queue,
+            parked_reads: crossbeam_channel::unbounded(),
+            reads: None,
             durable,
             ddl_records,
             replaying,
@@ -287,75 +301,28 @@ impl Coordinator {
 
     pub fn run(mut self) {
         let mut last_snapshot = std::time::Instant::now();
+        let parked_reads = self.parked_reads.1.clone();
         loop {
-            let work = match self.queue.recv_timeout(IDLE_TICK) {
-                Ok(w) => w,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    self.periodic(&mut last_snapshot);
-                    continue;
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-            };
-            if matches!(work, MpWork::Proc { .. } | MpWork::Statements { .. } | MpWork::Ddl { .. }) {
-                self.shared.mp_call_taken();
-            }
-            match work {
-                MpWork::Proc { name, params, timeout, reply } => {
-                    let started = std::time::Instant::now();
-                    let read_only = self.registry.reads_only(&name);
-                    let record = (!read_only).then(|| Record::Mp { txn_id: 0, procedure: name.clone(), params: params.clone() });
-                    let outcome =
-                        self.logged_transaction(None, timeout, false, record, |reg, runner, call| reg.call(&name, &params, call, runner));
-                    self.record(&name, started, &params, &outcome);
-                    self.answer(read_only, outcome, reply);
-                }
-                MpWork::Statements { stmts, params, timeout, reply } => {
-                    let started = std::time::Instant::now();
-                    let read_only = stmts.iter().all(|p| p.read_only);
-                    let one_read = read_only && stmts.len() == 1;
-                    let record = (!read_only).then(|| adhoc_record(&stmts, &params));
-                    let outcome =
-                        self.logged_transaction(None, timeout, one_read, record, |_, runner, _| run_statements(runner, &stmts, &params));
-                    self.record(crate::stats::ADHOC_PROCEDURE, started, &params, &outcome);
-                    self.answer(read_only, outcome, reply);
-                }
-                MpWork::Ddl { statements, reply } => {
-                    let outcome = self.apply_ddl(&statements);
-                    reply(outcome);
-                }
-                MpWork::Replay { txn_id, procedure, params } => self.replay(txn_id, procedure, params),
-                MpWork::ReplayDone(done) => {
-                    self.replaying = false;
-                    if let Err(e) = self.store.rewrite(&self.ddl_records) {
-                        tracing::error!("cannot rewrite the catalog file after recovery: {e}");
-                    }
-                    let _ = done.send(());
-                }
-                MpWork::ReleaseParked(partitions) => {
-                    for p in partitions {
-                        if let Some(l) = self.links.get(p as usize) {
-                            let _ = l.to_site.send(MpMsg::Rollback);
+            crossbeam_channel::select! {
+                recv(self.queue) -> work => match work {
+                    Ok(MpWork::Shutdown) | Err(_) => break,
+                    Ok(work) => {
+                        if matches!(work, MpWork::Proc { .. } | MpWork::Statements { .. } | MpWork::Ddl { .. }) {
+                            self.shared.mp_call_taken();
                         }
+                        self.serve(work);
                     }
-                }
-                MpWork::Snapshot { reply } => self.start_snapshot(reply),
-                MpWork::Restore { id, reply } => {
-                    let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::from(id.as_str())] };
-                    let outcome = match self.restore_fn(&id) {
-                        Ok(f) => self.logged_transaction(None, None, false, Some(record), |_, runner, _| restore(runner, f)),
-                        Err(e) => Outcome::error(e),
-                    };
-                    if outcome.is_success() {
-                        // The restored state gets its own snapshot, so recovery does not
-                        // depend on the restored-from files staying on disk.
-                        self.start_snapshot(None);
-                    }
-                    reply(outcome);
-                }
-                MpWork::SnapshotPart { id, partition, result } => self.snapshot_part(id, partition, result),
-                MpWork::RemoteSession { txn_id, reply } => self.remote_session(txn_id, reply),
-                MpWork::Shutdown => break,
+                },
+                recv(parked_reads) -> work => if let Ok(work) = work {
+                    self.run_here(work);
+                },
+                default(IDLE_TICK) => self.periodic(&mut last_snapshot),
             }
+        }
+        // The read workers finish the reads they hold while the sites still run.
+        self.reads = None;
+        while let Ok(work) = parked_reads.try_recv() {
+            crate::engine::fail_work(work, crate::engine::shutting_down);
         }
         if let Err(e) = self.durable.log.flush_and_sync() {
             tracing::error!("command log flush at shutdown failed: {e}");
@@ -363,6 +330,111 @@ impl Coordinator {
         for l in &self.links {
             let _ = l.queue.send(SiteMsg::Shutdown);
         }
+    }
+
+    /// Hands a read to the read workers, or runs the work here once the reads before it
+    /// are done.
+    fn serve(&mut self, work: MpWork) {
+        if let Some(work) = self.hand_off_read(work) {
+            self.finish_reads();
+            self.run_here(work);
+        }
+    }
+
+    /// Waits for the reads handed off so far and runs the ones handed back, so that what
+    /// runs next comes after them, as it came after them in the queue.
+    fn finish_reads(&mut self) {
+        let Some(pool) = &self.reads else { return };
+        pool.wait_idle();
+        while let Ok(work) = self.parked_reads.1.try_recv() {
+            self.run_here(work);
+        }
+    }
+
+    fn run_here(&mut self, work: MpWork) {
+        match work {
+            MpWork::Proc { name, params, timeout, reply } => {
+                let started = std::time::Instant::now();
+                let read_only = self.registry.reads_only(&name);
+                let record = (!read_only).then(|| Record::Mp { txn_id: 0, procedure: name.clone(), params: params.clone() });
+                let outcome =
+                    self.logged_transaction(None, timeout, false, record, |reg, runner, call| reg.call(&name, &params, call, runner));
+                self.record(&name, started, &params, &outcome);
+                self.answer(read_only, outcome, reply);
+            }
+            MpWork::Statements { stmts, params, timeout, reply } => {
+                let started = std::time::Instant::now();
+                let read_only = stmts.iter().all(|p| p.read_only);
+                let one_read = read_only && stmts.len() == 1;
+                let record = (!read_only).then(|| adhoc_record(&stmts, &params));
+                let outcome =
+                    self.logged_transaction(None, timeout, one_read, record, |_, runner, _| run_statements(runner, &stmts, &params));
+                self.record(crate::stats::ADHOC_PROCEDURE, started, &params, &outcome);
+                self.answer(read_only, outcome, reply);
+            }
+            MpWork::Ddl { statements, reply } => {
+                let outcome = self.apply_ddl(&statements);
+                reply(outcome);
+            }
+            MpWork::Replay { txn_id, procedure, params } => self.replay(txn_id, procedure, params),
+            MpWork::ReplayDone(done) => {
+                self.replaying = false;
+                if let Err(e) = self.store.rewrite(&self.ddl_records) {
+                    tracing::error!("cannot rewrite the catalog file after recovery: {e}");
+                }
+                let _ = done.send(());
+            }
+            MpWork::ReleaseParked(partitions) => {
+                for p in partitions {
+                    if let Some(l) = self.links.get(p as usize) {
+                        let _ = l.to_site.send(MpMsg::Rollback);
+                    }
+                }
+            }
+            MpWork::Snapshot { reply } => self.start_snapshot(reply),
+            MpWork::Restore { id, reply } => {
+                let record = Record::Mp { txn_id: 0, procedure: "@SnapshotRestore".into(), params: vec![Value::from(id.as_str())] };
+                let outcome = match self.restore_fn(&id) {
+                    Ok(f) => self.logged_transaction(None, None, false, Some(record), |_, runner, _| restore(runner, f)),
+                    Err(e) => Outcome::error(e),
+                };
+                if outcome.is_success() {
+                    // The restored state gets its own snapshot, so recovery does not
+                    // depend on the restored-from files staying on disk.
+                    self.start_snapshot(None);
+                }
+                reply(outcome);
+            }
+            MpWork::SnapshotPart { id, partition, result } => self.snapshot_part(id, partition, result),
+            MpWork::RemoteSession { txn_id, reply } => self.remote_session(txn_id, reply),
+            MpWork::Shutdown => {}
+        }
+    }
+
+    /// Hands a read to the read workers when it may run without parking the sites: a
+    /// read-only call on a single node, outside recovery. Gives back what it did not take.
+    fn hand_off_read(&mut self, work: MpWork) -> Option<MpWork> {
+        let read = match &work {
+            MpWork::Proc { name, .. } => self.registry.reads_only(name),
+            MpWork::Statements { stmts, .. } => stmts.iter().all(|p| p.read_only),
+            _ => false,
+        };
+        if !read || self.replaying || self.shared.cluster.get().is_some() {
+            return Some(work);
+        }
+        if self.reads.is_none() {
+            let queues = self.links.iter().map(|l| l.queue.clone()).collect();
+            match ReadPool::start(self.shared.clone(), queues, self.parked_reads.0.clone()) {
+                Ok(pool) => self.reads = Some(pool),
+                Err(e) => {
+                    tracing::error!("multi-partition reads run parked: {e}");
+                    return Some(work);
+                }
+            }
+        }
+        let pool = self.reads.as_ref()?;
+        let job = ReadJob { work, txn_id: self.ids.next_id(), catalog: self.catalog.clone() };
+        pool.submit(job).err()
     }
 
     /// Periodic snapshots, and the snapshot that lifts the write fence once the log works.
@@ -395,11 +467,8 @@ impl Coordinator {
         }
     }
 
-    /// Counts one multi-partition call for `@Statistics PROCEDURE`.
     fn record(&self, name: &str, started: std::time::Instant, params: &[Value], outcome: &Outcome) {
-        let error = (!outcome.is_success()).then(|| crate::stats::error_kind_of(outcome.status));
-        let mut mp = self.shared.stats.mp.lock().unwrap_or_else(|p| p.into_inner());
-        mp.record(name, started.elapsed(), params, crate::stats::tables_bytes(&outcome.tables), error);
+        record_mp_call(&self.shared, name, started, params, outcome);
     }
 
     /// Parks every site: live, by queueing MpBegin (with a log marker when `log_markers`);
@@ -411,6 +480,8 @@ impl Coordinator {
         }
         let txn_id = self.ids.next_id();
         let log_marker = log_markers && self.durable.logging();
+        // Reads' fragments go onto the queues under the same lock (see `mp_read.rs`).
+        let _order = self.shared.mp_order.lock().unwrap_or_else(|p| p.into_inner());
         for l in &self.links {
             let _ = l.queue.send(SiteMsg::MpBegin { txn_id, log_marker });
         }
@@ -875,7 +946,14 @@ fn with_txn_id(r: Record, id: i64) -> Record {
     }
 }
 
-fn run_statements(runner: &mut MpRunner, stmts: &[Arc<Prepared>], params: &[Value]) -> Result<ProcOutput> {
+/// Counts one multi-partition call for `@Statistics PROCEDURE`.
+pub(crate) fn record_mp_call(shared: &Shared, name: &str, started: std::time::Instant, params: &[Value], outcome: &Outcome) {
+    let error = (!outcome.is_success()).then(|| crate::stats::error_kind_of(outcome.status));
+    let mut mp = shared.stats.mp.lock().unwrap_or_else(|p| p.into_inner());
+    mp.record(name, started.elapsed(), params, crate::stats::tables_bytes(&outcome.tables), error);
+}
+
+pub(crate) fn run_statements(runner: &mut MpRunner, stmts: &[Arc<Prepared>], params: &[Value]) -> Result<ProcOutput> {
     let mut tables = Vec::with_capacity(stmts.len());
     for p in stmts {
         let ps: &[Value] = if stmts.len() == 1 { params } else { &[] };
@@ -928,7 +1006,7 @@ pub(crate) mod tests {
     }
 
     /// An engine of 2 sites with table t (10 rows, names n0 and n1) and its procedures.
-    fn start(name: &str) -> (std::sync::Arc<Engine>, std::path::PathBuf) {
+    pub(crate) fn start(name: &str) -> (std::sync::Arc<Engine>, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("lockstep-mp-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut config = EngineConfig::new(&dir);

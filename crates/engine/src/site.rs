@@ -45,6 +45,13 @@ pub enum SpWork {
     Sql(String),
 }
 
+/// A site's answer to a multi-partition read's fragment.
+pub enum ReadAnswer {
+    Done(Result<ResultTable>),
+    /// The site's catalog changed since the read was planned: it must run again, parked.
+    Stale,
+}
+
 /// A message on a site's queue.
 pub enum SiteMsg {
     /// A client's call; `timeout` is its query timeout (None: no limit).
@@ -97,6 +104,14 @@ pub enum SiteMsg {
     MpBegin {
         txn_id: i64,
         log_marker: bool,
+    },
+    /// A multi-partition read's fragment (`mp_read.rs`): run it at this place in the queue,
+    /// between transactions, without parking, if the site's catalog is still version
+    /// `catalog_version` (the one it was planned against).
+    Read {
+        catalog_version: u64,
+        f: SiteFn,
+        reply: Sender<ReadAnswer>,
     },
     /// Run a closure on the site's partition outside any transaction (statistics).
     Inspect(Box<dyn FnOnce(&Partition) + Send>),
@@ -407,6 +422,9 @@ impl Site {
                         }
                     }
                     self.serve_mp(txn_id)
+                }
+                SiteMsg::Read { catalog_version, f, reply } => {
+                    let _ = reply.send(self.run_read(catalog_version, f));
                 }
                 SiteMsg::Inspect(f) => f(&self.part),
                 SiteMsg::Stats(f) => f(&self.part, &mut self.stats, &self.registry),
@@ -826,6 +844,20 @@ impl Site {
                 tracing::error!(site = self.id, "export write failed: {e}");
             }
         }
+    }
+
+    /// Runs a multi-partition read's fragment between transactions. It changes nothing, so
+    /// its undo scope is rolled back whatever it did.
+    fn run_read(&mut self, catalog_version: u64, f: SiteFn) -> ReadAnswer {
+        if self.catalog.version != catalog_version {
+            return ReadAnswer::Stale;
+        }
+        let started = std::time::Instant::now();
+        self.part.begin();
+        let r = catch_unwind(AssertUnwindSafe(|| f(&mut self.part))).unwrap_or_else(|p| Err(Error::from_panic(&*p)));
+        self.part.rollback();
+        self.add_busy(started.elapsed());
+        ReadAnswer::Done(r)
     }
 
     /// Parked in a multi-partition transaction: nothing else runs here until it ends.
