@@ -120,6 +120,7 @@ pub fn create_companions(catalog: &mut Catalog, table: &TableDef, target: &str) 
             assume_unique: false,
             primary: true,
             exprs: vec![],
+            predicate: None,
         }],
         columns,
         partition_column: None,
