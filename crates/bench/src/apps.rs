@@ -31,6 +31,9 @@ pub const VOTER: App = App {
     ],
 };
 
+pub const BANK: App =
+    App { name: "bank", ddl: include_str!("../../../apps/bank/ddl.sql"), files: &[app_file!("bank", "procedures/Transfer.lua")] };
+
 pub const TATP: App = App {
     name: "tatp",
     // The kit's schema and procedures, then the spec's rules for the four that differ.

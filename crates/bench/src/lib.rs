@@ -39,7 +39,7 @@ pub const STEP_COMPLETION_MIN: f64 = 0.9;
 /// Arguments of `lockstep bench`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// voter, tatp, charging, ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-e or ycsb-f.
+    /// voter, tatp, charging, bank, ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-e or ycsb-f.
     pub workload: String,
     /// Server address; for a cluster, its nodes' addresses comma-separated (H1:P,H2:P,…):
     /// one connection to each, every call sent to the node that leads its partition.
@@ -80,7 +80,7 @@ pub struct BenchArgs {
     /// The p99 latency a step must stay under, in milliseconds.
     #[arg(long, default_value_t = 10.0)]
     pub sla_ms: f64,
-    /// Data size: TATP subscribers, charging users, YCSB records, Voter phones per area code.
+    /// Data size: TATP subscribers, charging users, YCSB records, bank accounts, Voter phones per area code.
     #[arg(long)]
     pub scale: Option<u64>,
     /// Write the JSON report here.
@@ -205,6 +205,7 @@ async fn run_async(args: BenchArgs) -> Result<i32, Error> {
     let ycsb = |m| Arc::new(workloads::ycsb::Ycsb::new(m, args.scale, args.scan_all));
     match name.as_str() {
         "voter" => drive(Arc::new(workloads::voter::Voter::new(args.scale)), &conn, &args, json!({})).await,
+        "bank" => drive(Arc::new(workloads::bank::Bank::new(args.scale)), &conn, &args, json!({})).await,
         "tatp" => {
             let fk = json!({ "fk_mode": args.fk_mode.name() });
             drive(Arc::new(workloads::tatp::Tatp::new(args.scale, args.fk_mode)), &conn, &args, fk).await
@@ -216,7 +217,7 @@ async fn run_async(args: BenchArgs) -> Result<i32, Error> {
         "ycsb-d" => drive(ycsb(Mix::D), &conn, &args, json!({})).await,
         "ycsb-e" => drive(ycsb(Mix::E), &conn, &args, json!({ "scan": if args.scan_all { "ScanAll" } else { "Scan" } })).await,
         "ycsb-f" => drive(ycsb(Mix::F), &conn, &args, json!({})).await,
-        other => Err(Error::graceful(format!("unknown workload {other}: use voter, tatp, charging or ycsb-a … ycsb-f"))),
+        other => Err(Error::graceful(format!("unknown workload {other}: use voter, tatp, charging, bank or ycsb-a … ycsb-f"))),
     }
 }
 

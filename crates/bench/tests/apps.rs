@@ -8,7 +8,7 @@ use lockstep_bench::apps;
 use lockstep_bench::conn::{Answer, Conn};
 use lockstep_bench::runner::{run_phase, Phase};
 use lockstep_bench::workload::Workload;
-use lockstep_bench::workloads::{charging::Charging, tatp::FkMode, tatp::Tatp, voter::Voter, ycsb::Mix, ycsb::Ycsb};
+use lockstep_bench::workloads::{bank::Bank, charging::Charging, tatp::FkMode, tatp::Tatp, voter::Voter, ycsb::Mix, ycsb::Ycsb};
 use lockstep_core::Value;
 
 fn rt() -> tokio::runtime::Runtime {
@@ -236,6 +236,26 @@ fn ycsb_put_merges_fields_and_scans_in_key_order() {
     });
 }
 
+#[test]
+fn bank_transfers_move_money_both_ways_or_not_at_all() {
+    rt().block_on(async {
+        let conn = loaded(&apps::BANK, "account").await;
+        for id in 0..4 {
+            call(&conn, "ACCOUNT.insert", vec![i(id), i(100)]).await;
+        }
+        assert_eq!(call(&conn, "Transfer", vec![i(0), i(3), i(60)]).await.int(0, 0, 0), Some(0));
+        assert_eq!(call(&conn, "Transfer", vec![i(0), i(3), i(60)]).await.int(0, 0, 0), Some(1), "only 40 left");
+        let balances = || async { conn.adhoc("SELECT balance FROM account ORDER BY id").await.unwrap() };
+        let b = balances().await;
+        assert_eq!(b.rows(0).iter().map(|r| r[0].clone()).collect::<Vec<_>>(), vec![i(40), i(100), i(100), i(160)]);
+        // An unknown destination rolls the debit back.
+        let a = conn.call("Transfer", vec![i(1), i(99), i(10)]).await.unwrap();
+        assert!(!a.is_success() && a.describe().contains("no account 99"), "{}", a.describe());
+        assert!(!conn.call("Transfer", vec![i(2), i(2), i(10)]).await.unwrap().is_success(), "same account");
+        assert_eq!(balances().await.rows(0), b.rows(0), "failed transfers changed nothing");
+    });
+}
+
 /// Sets up and runs a workload for a second on a fresh engine; its check must pass (or, with
 /// `must_pass` false, must at least run and report).
 async fn short_run<W: Workload>(w: W, must_pass: bool) {
@@ -268,6 +288,8 @@ fn every_workload_runs_and_passes_its_check() {
         short_run(Tatp::new(Some(200), FkMode::CachedAnswer), false).await;
         short_run(Tatp::new(Some(200), FkMode::CompoundProcs), false).await;
         short_run(Charging::new(Some(200)), true).await;
+        // Few accounts, many transfers: funds run out, and every pair crosses partitions.
+        short_run(Bank::new(Some(20)), true).await;
         for m in [Mix::A, Mix::D, Mix::E, Mix::F] {
             short_run(Ycsb::new(m, Some(300), false), true).await;
         }

@@ -32,7 +32,7 @@ enum Command {
     /// The SQL shell: run statements and procedures against a server (interactive without
     /// -c or -f; type help in it).
     Sql(SqlArgs),
-    /// Measure a workload (voter, tatp, charging, ycsb-a … ycsb-f) and check its results.
+    /// Measure a workload (voter, tatp, charging, bank, ycsb-a … ycsb-f) and check its results.
     Bench(bench_cmd::BenchArgs),
     /// Snapshots of a running server: `save` takes one now, `scan` lists them.
     Snapshot {

@@ -360,7 +360,9 @@ fn the_benchmark_passes_its_checks_over_the_network() {
     let dir = TempDir::new("bench");
     let server = Server::start(&dir.0, 2);
     let pid = server.pid().to_string();
-    for (workload, scale) in [("voter", "10"), ("tatp", "2000"), ("charging", "500"), ("ycsb-e", "2000"), ("ycsb-a", "2000")] {
+    for (workload, scale) in
+        [("voter", "10"), ("tatp", "2000"), ("charging", "500"), ("bank", "500"), ("ycsb-e", "2000"), ("ycsb-a", "2000")]
+    {
         let report = dir.0.join(format!("{workload}.json"));
         let warmup = if workload == "voter" { "1" } else { "0" };
         let out = std::process::Command::new(common::BIN)

@@ -315,33 +315,49 @@ mod tests {
         Value::Str(s.into())
     }
 
+    /// Keeps site `p` busy until the returned sender is dropped or sent to.
+    fn hold_site(e: &crate::Engine, p: u32) -> std::sync::mpsc::Sender<()> {
+        let (release, held) = channel::<()>();
+        e.shared().send_site(
+            p,
+            SiteMsg::Inspect(Box::new(move |_| {
+                let _ = held.recv_timeout(PATIENCE);
+            })),
+        );
+        release
+    }
+
     /// Parked, a read would hold partition 1 until partition 0 (here kept busy) answered
     /// too; through the queues, partition 1 answers its fragment and goes on.
     #[test]
     fn a_read_does_not_hold_up_the_partitions_that_answered_it() {
         let (e, dir) = start("queued");
-        let (release, blocked) = channel::<()>();
-        e.shared().send_site(
-            0,
-            SiteMsg::Inspect(Box::new(move |_| {
-                let _ = blocked.recv_timeout(PATIENCE);
-            })),
-        );
+        let (hold_0, hold_1) = (hold_site(&e, 0), hold_site(&e, 1));
+        let queued = |p: usize| !e.shared().sites[p].is_empty();
+        let deadline = std::time::Instant::now() + PATIENCE;
+        let wait_until = |what: &str, done: &dyn Fn() -> bool| {
+            while !done() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::yield_now();
+            }
+        };
+        wait_until("the sites took the holds", &|| !queued(0) && !queued(1));
         let (read_tx, read_rx) = channel();
         e.submit(call("ByName", vec![text("n1")]), Box::new(move |o| read_tx.send(o).unwrap()));
-        // Time for the read to reach the sites' queues (parked, it would have parked
-        // partition 1 by then), so the calls below queue behind it.
-        std::thread::sleep(Duration::from_millis(300));
-        // Single-partition reads of every row: those on partition 1 are answered while
-        // partition 0 is still busy and the multi-partition read waits for it.
+        // Partition 1's queue holds the read's message (a fragment, or a parking MpBegin)
+        // before the single-partition calls below go in behind it.
+        wait_until("the read reached partition 1", &|| queued(1));
         let (sp_tx, sp_rx) = channel();
         for id in 0..10 {
             let tx = sp_tx.clone();
             e.submit(call("T.select", vec![Value::Int(id)]), Box::new(move |o: Outcome| tx.send(o.is_success()).unwrap()));
         }
+        hold_1.send(()).unwrap();
+        // Those on partition 1 are answered while partition 0 is still busy and the read
+        // waits for it.
         assert_eq!(sp_rx.recv_timeout(PATIENCE), Ok(true), "a single-partition call behind the read was answered");
         assert!(read_rx.try_recv().is_err(), "the read still waits for partition 0");
-        release.send(()).unwrap();
+        hold_0.send(()).unwrap();
         let read = read_rx.recv_timeout(PATIENCE).unwrap();
         let ids: Vec<Value> = read.tables[0].rows.iter().map(|r| r[0].clone()).collect();
         assert_eq!(ids, [1, 3, 5, 7, 9].map(Value::Int));

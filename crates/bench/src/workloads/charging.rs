@@ -14,11 +14,11 @@ use lockstep_core::{Error, Value};
 use tokio::sync::Mutex;
 
 use crate::apps;
-use crate::conn::{Answer, Conn};
+use crate::conn::Conn;
 use crate::rng::Rng;
 use crate::stats::Done;
 use crate::workload::{populate, Check, Workload};
-use crate::workloads::classify;
+use crate::workloads::{classify, ok_or_err};
 
 /// Products: (id, name, unit cost), as the demo loads them.
 pub const PRODUCTS: [(i64, &str, i64); 5] =
@@ -76,14 +76,6 @@ pub struct Charging {
     started: std::sync::Mutex<Option<Instant>>,
     /// Whether the setup created every user (so no record predates the run).
     fresh: std::sync::atomic::AtomicBool,
-}
-
-fn ok_or_err(a: &Answer) -> Result<(), Error> {
-    if a.is_success() {
-        Ok(())
-    } else {
-        Err(Error::unexpected(a.describe()))
-    }
 }
 
 impl Charging {

@@ -13,7 +13,7 @@ use crate::conn::{Answer, Conn};
 use crate::rng::{nurand, Rng};
 use crate::stats::Done;
 use crate::workload::{populate, Check, Workload};
-use crate::workloads::classify;
+use crate::workloads::{classify, ok_or_err};
 
 /// How sub_nbr becomes s_id: the kit's FKMODEs (its number is each one's alias).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -201,14 +201,6 @@ impl Tatp {
         let mut p = vec![Value::Int(resolved)];
         p.extend(args);
         classify(conn.call(proc, p).await, |a| hit_if(a.int(0, 0, 0) == Some(1)))
-    }
-}
-
-fn ok_or_err(a: &Answer) -> Result<(), Error> {
-    if a.is_success() {
-        Ok(())
-    } else {
-        Err(Error::unexpected(a.describe()))
     }
 }
 

@@ -16,7 +16,7 @@ use crate::conn::{Answer, Conn};
 use crate::rng::{fnv64, latest, scrambled, Rng, Zipfian};
 use crate::stats::Done;
 use crate::workload::{populate, Check, Workload};
-use crate::workloads::classify;
+use crate::workloads::{classify, ok_or_err};
 
 pub const FIELDS: usize = 10;
 pub const FIELD_BYTES: usize = 100;
@@ -138,14 +138,6 @@ pub fn unpack(b: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
 fn full_record(i: u64) -> Vec<u8> {
     let fields: Vec<(String, Vec<u8>)> = (0..FIELDS).map(|f| (format!("field{f}"), field_value(i, f, 0))).collect();
     pack(&fields)
-}
-
-fn ok_or_err(a: &Answer) -> Result<(), Error> {
-    if a.is_success() {
-        Ok(())
-    } else {
-        Err(Error::unexpected(a.describe()))
-    }
 }
 
 impl Ycsb {
