@@ -372,7 +372,14 @@ fn open_segment(path: &Path) -> std::io::Result<(BufWriter<File>, u64)> {
 
 impl ExportWriter {
     pub fn new(data_dir: &Path, partition: u32, hub: Arc<ExportHub>) -> Self {
-        ExportWriter { data_dir: data_dir.to_path_buf(), partition, hub, files: HashMap::new(), dirty: false, file_acks: Default::default() }
+        ExportWriter {
+            data_dir: data_dir.to_path_buf(),
+            partition,
+            hub,
+            files: HashMap::new(),
+            dirty: false,
+            file_acks: Default::default(),
+        }
     }
 
     fn file(&mut self, target: &str) -> std::io::Result<&mut TargetFile> {

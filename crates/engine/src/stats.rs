@@ -995,9 +995,8 @@ type Migrating = HashMap<(String, u32), u64>;
 /// answers with `export_table`.
 fn export_statistics(engine: &Engine, header: Header, reply: Reply) {
     let catalog = engine.catalog();
-    let flags: Arc<Vec<(String, lockstep_core::TableId)>> = Arc::new(
-        lockstep_sql::ddl_migrate::migrations(&catalog).map(|m| (m.target.to_ascii_uppercase(), m.flags.id)).collect(),
-    );
+    let flags: Arc<Vec<(String, lockstep_core::TableId)>> =
+        Arc::new(lockstep_sql::ddl_migrate::migrations(&catalog).map(|m| (m.target.to_ascii_uppercase(), m.flags.id)).collect());
     let shared = engine.shared().clone();
     if flags.is_empty() {
         return reply(Outcome::tables(vec![export_table(&header, &catalog, &shared.config.export, &Migrating::new())]));

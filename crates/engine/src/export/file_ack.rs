@@ -101,10 +101,8 @@ mod tests {
 
     fn job(dir: &std::path::Path, segment: u64, seqs: &[i64]) -> SyncJob {
         let file = File::create(dir.join(format!("{segment}.jsonl"))).unwrap();
-        let rows = seqs
-            .iter()
-            .map(|s| serde_json::json!({"seq": s, "txn_id": s, "stream": "T", "migrated": true, "row": {"ID": s}}))
-            .collect();
+        let rows =
+            seqs.iter().map(|s| serde_json::json!({"seq": s, "txn_id": s, "stream": "T", "migrated": true, "row": {"ID": s}})).collect();
         SyncJob { target: "F".into(), segment, file, rows }
     }
 
