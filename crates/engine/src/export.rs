@@ -3,9 +3,12 @@
 //! transactions commit (the durable buffer). For targets of type `http`, `postgresql` or
 //! `kafka` a background exporter per (target, partition) delivers those files from its last
 //! acknowledged position (see `export/deliver.rs`), so a slow or stalled target never
-//! holds up a transaction. Targets not configured, or of type `file`, keep the files.
+//! holds up a transaction. Targets not configured, or of type `file`, keep the files; a
+//! `file` target acknowledges the migrated rows it holds once they are on disk
+//! (`export/file_ack.rs`).
 
 mod deliver;
+mod file_ack;
 mod http;
 mod kafka;
 mod postgres;
@@ -48,7 +51,8 @@ pub struct TargetConfig {
 /// Where a target's rows go.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TargetKind {
-    /// The segment files under `<data>/export/` are the output (kept, never deleted).
+    /// The segment files under `<data>/export/` are the output (kept, never deleted). A
+    /// migrated row is acknowledged once its segment is fsynced.
     File,
     /// POST batches as a JSON array to `url` (`http://host:port/path`); 2xx is success.
     Http { url: String },
@@ -300,6 +304,10 @@ struct TargetFile {
     /// Rows per transaction already in the files when they were opened: the command log's
     /// replay runs those transactions again, and their rows must not be written twice.
     on_disk: HashMap<i64, usize>,
+    /// A `file` target: its migrated rows are acknowledged once on disk.
+    acknowledges: bool,
+    /// The migrated rows written since the last hand-off to the acknowledger.
+    unsynced: Vec<serde_json::Value>,
 }
 
 /// Writes one partition's exported rows.
@@ -309,6 +317,8 @@ pub struct ExportWriter {
     hub: Arc<ExportHub>,
     files: HashMap<String, TargetFile>,
     dirty: bool,
+    /// The thread that fsyncs `file` targets' segments and acknowledges their migrated rows.
+    file_acks: file_ack::FileAcks,
 }
 
 /// What the segments of a lane hold: the last sequence number (numbering continues after
@@ -362,7 +372,14 @@ fn open_segment(path: &Path) -> std::io::Result<(BufWriter<File>, u64)> {
 
 impl ExportWriter {
     pub fn new(data_dir: &Path, partition: u32, hub: Arc<ExportHub>) -> Self {
-        ExportWriter { data_dir: data_dir.to_path_buf(), partition, hub, files: HashMap::new(), dirty: false }
+        ExportWriter {
+            data_dir: data_dir.to_path_buf(),
+            partition,
+            hub,
+            files: HashMap::new(),
+            dirty: false,
+            file_acks: Default::default(),
+        }
     }
 
     fn file(&mut self, target: &str) -> std::io::Result<&mut TargetFile> {
@@ -375,7 +392,11 @@ impl ExportWriter {
                 let (last, on_disk) = scan_segments(&dir);
                 let (out, segment_bytes) = open_segment(&segment_path(&dir, segment))?;
                 let lane = self.hub.lane(target, self.partition);
-                Ok(e.insert(TargetFile { out, dir, segment, segment_bytes, next_seq: last + 1, lane, on_disk }))
+                // Only a target configured as `file`: one not configured yet may become a
+                // delivering one, which must still find its migrated rows in the table.
+                let acknowledges = self.hub.target(target).is_some_and(|c| c.kind == TargetKind::File);
+                let next_seq = last + 1;
+                Ok(e.insert(TargetFile { out, dir, segment, segment_bytes, next_seq, lane, on_disk, acknowledges, unsynced: Vec::new() }))
             }
         }
     }
@@ -407,6 +428,9 @@ impl ExportWriter {
             let mut bytes = serde_json::to_vec(&line)?;
             bytes.push(b'\n');
             f.out.write_all(&bytes)?;
+            if f.acknowledges && line.get(MIGRATED_KEY).is_some() {
+                f.unsynced.push(line);
+            }
             f.next_seq += 1;
             f.segment_bytes += bytes.len() as u64;
             f.lane.rows_written.fetch_add(1, Ordering::Relaxed);
@@ -420,7 +444,11 @@ impl ExportWriter {
         // exists, so an exporter that sees a newer segment knows the older is complete.
         for target in touched {
             if let Some(f) = self.files.get_mut(&target) {
-                if f.segment_bytes >= SEGMENT_BYTES_MAX {
+                let full = f.segment_bytes >= SEGMENT_BYTES_MAX;
+                if full || f.unsynced.len() >= file_ack::FILE_ACK_ROWS_MAX {
+                    hand_off(&mut self.file_acks, &self.hub, self.partition, &target, f)?;
+                }
+                if full {
                     f.out.flush()?;
                     f.segment += 1;
                     let (out, len) = open_segment(&segment_path(&f.dir, f.segment))?;
@@ -432,14 +460,29 @@ impl ExportWriter {
         Ok(())
     }
 
-    /// Pushes buffered lines to the files (called when the site goes idle).
+    /// Pushes buffered lines to the files (called when the site goes idle), and hands the
+    /// migrated rows of `file` targets to their acknowledger.
     pub fn flush(&mut self) -> std::io::Result<()> {
         if self.dirty {
-            for f in self.files.values_mut() {
+            for (target, f) in self.files.iter_mut() {
                 f.out.flush()?;
+                hand_off(&mut self.file_acks, &self.hub, self.partition, target, f)?;
             }
             self.dirty = false;
         }
         Ok(())
     }
+}
+
+/// Flushes a `file` target's segment and hands its migrated rows written since the last
+/// hand-off to the acknowledger, which notes them once the segment is fsynced.
+fn hand_off(acks: &mut file_ack::FileAcks, hub: &Arc<ExportHub>, partition: u32, target: &str, f: &mut TargetFile) -> std::io::Result<()> {
+    if f.unsynced.is_empty() {
+        return Ok(());
+    }
+    f.out.flush()?;
+    let file = f.out.get_ref().try_clone()?;
+    let rows = std::mem::take(&mut f.unsynced);
+    acks.send(hub, partition, file_ack::SyncJob { target: target.to_string(), segment: f.segment, file, rows });
+    Ok(())
 }

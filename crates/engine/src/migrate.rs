@@ -11,10 +11,15 @@
 //! deleted meanwhile is gone already, and a row updated meanwhile stays, unflagged (the
 //! target got its old values; VoltDB's rule: an update cancels the migration).
 //!
-//! The notes live in memory. After a restart, rows still flagged whose acknowledgement was
-//! lost are migrated again (`T.migrate_again`: queued anew with a new flag), once their
-//! target's backlog on that partition has been delivered: a target may get such a row
-//! twice (at least once), never not at all.
+//! The notes live in memory, and only the node leading a partition keeps them (it alone
+//! deletes, `Engine::background_destinations`): notes for a partition led elsewhere are
+//! dropped, and a lane's notes past `MIGRATE_PENDING_MAX` too, so memory stays bounded
+//! whatever the targets acknowledge. A dropped note costs a re-send, never a row: whenever
+//! this node starts leading a partition (its start is one such moment), rows flagged
+//! before then that are still flagged once their target's backlog on that partition has
+//! been delivered lost their acknowledgement (to a restart, to the old leader, or to a
+//! dropped note), and are migrated again (`T.migrate_again`: queued anew with a new flag).
+//! A target may get such a row twice (at least once), never not at all.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -26,7 +31,7 @@ use lockstep_core::{Catalog, Result, Value};
 use lockstep_sql::ddl_migrate::{migration, migrations, Migration, MIGRATE_TXN_COLUMN};
 
 use crate::engine::{Call, Engine};
-use crate::export::Acknowledged;
+use crate::export::{Acknowledged, TargetKind};
 use crate::outcome::Outcome;
 
 /// How often the thread looks for acknowledged rows.
@@ -146,8 +151,11 @@ struct Lane {
     pending: VecDeque<Pending>,
     /// A call is out (its rows, to put back if it fails).
     in_flight: Option<Vec<Pending>>,
-    /// Whether rows flagged before this thread started have been migrated again.
-    swept: bool,
+    /// Rows flagged before this time (µs) and still flagged once the target's backlog is
+    /// delivered are to be migrated again (their acknowledgement was lost or dropped).
+    sweep_before: Option<i64>,
+    /// Whether this node led the partition at the last look.
+    leads: bool,
     /// When a failed call may be retried.
     retry_at: Option<Instant>,
 }
@@ -155,12 +163,19 @@ struct Lane {
 /// A call's answer, back on this thread.
 struct Answer {
     key: (String, u32),
-    again: bool,
+    /// A migration again: the cutoff it was sent with.
+    again: Option<i64>,
     outcome: Outcome,
 }
 
+/// The migration thread's lanes, by (table, partition).
+type Lanes = BTreeMap<(String, u32), Lane>;
+
 /// Wait after a failed call before the next one on that partition.
 const MIGRATE_RETRY_MS: u64 = 1_000;
+/// Acknowledged rows one (table, partition) keeps waiting for deletion at most (about
+/// 100 bytes each); past it, notes are dropped and those rows migrated again later.
+pub const MIGRATE_PENDING_MAX: usize = 1_000_000;
 
 /// Starts the migration thread; it stops when the engine shuts down.
 pub fn start(engine: &Arc<Engine>) -> Result<std::thread::JoinHandle<()>> {
@@ -173,9 +188,7 @@ pub fn start(engine: &Arc<Engine>) -> Result<std::thread::JoinHandle<()>> {
 
 fn run(engine: Weak<Engine>) {
     let (tx, answers): (Sender<Answer>, Receiver<Answer>) = channel();
-    // Rows flagged before now are stale once their target's backlog is delivered.
-    let started_micros = crate::sysprocs::now_millis().saturating_mul(1000);
-    let mut lanes: BTreeMap<(String, u32), Lane> = BTreeMap::new();
+    let mut lanes = Lanes::new();
     loop {
         let answer = match answers.recv_timeout(Duration::from_millis(MIGRATE_TICK_MS)) {
             Ok(a) => Some(a),
@@ -190,24 +203,48 @@ fn run(engine: Weak<Engine>) {
             answered(&mut lanes, a);
         }
         let catalog = engine.catalog();
+        let now_micros = crate::sysprocs::now_millis().saturating_mul(1000);
         for ack in engine.shared().config.export.take_acknowledged() {
-            queue(&catalog, &mut lanes, ack);
+            queue(&catalog, &mut lanes, ack, now_micros);
         }
+        let led: Vec<u32> =
+            engine.background_destinations(true).into_iter().filter_map(|d| d.and_then(|p| u32::try_from(p).ok())).collect();
         for m in migrations(&catalog).filter(|m| m.table.partition_column.is_some()) {
-            for destination in engine.background_destinations(true) {
-                let Some(partition) = destination.and_then(|p| u32::try_from(p).ok()) else { continue };
+            for &partition in &led {
+                lanes.entry((m.table.name.clone(), partition)).or_default();
+            }
+        }
+        follow_leadership(&mut lanes, |p| led.contains(&p), now_micros);
+        for m in migrations(&catalog).filter(|m| m.table.partition_column.is_some()) {
+            for &partition in &led {
                 let key = (m.table.name.clone(), partition);
-                let lane = lanes.entry(key.clone()).or_default();
+                let Some(lane) = lanes.get_mut(&key) else { continue };
                 if lane.in_flight.is_some() || lane.retry_at.is_some_and(|t| Instant::now() < t) {
                     continue;
                 }
                 if !lane.pending.is_empty() {
                     send_delete(&engine, &tx, &m, key, lane);
-                } else if !lane.swept && backlog_delivered(&engine, &m, partition) {
-                    send_again(&engine, &tx, key, lane, started_micros);
+                } else if let Some(cutoff) = lane.sweep_before.filter(|_| backlog_delivered(&engine, &m, partition)) {
+                    send_again(&engine, &tx, key, lane, cutoff);
                 }
             }
         }
+    }
+}
+
+/// Keeps the notes of the partitions this node leads only (`leads`): another node's lane
+/// drops them (its leader deletes those rows, or whoever leads next migrates them again).
+/// A partition this node starts leading sweeps the rows flagged before now.
+fn follow_leadership(lanes: &mut Lanes, leads: impl Fn(u32) -> bool, now_micros: i64) {
+    for ((_, partition), lane) in lanes.iter_mut() {
+        let leads_now = leads(*partition);
+        if leads_now && !lane.leads {
+            lane.sweep_before = Some(now_micros);
+        }
+        if !leads_now {
+            lane.pending = VecDeque::new();
+        }
+        lane.leads = leads_now;
     }
 }
 
@@ -215,11 +252,18 @@ fn run(engine: Weak<Engine>) {
 /// the start that is still flagged lost its acknowledgement).
 fn backlog_delivered(engine: &Engine, m: &Migration, partition: u32) -> bool {
     let hub = &engine.shared().config.export;
-    hub.target(m.target).is_some_and(|t| t.kind.name() != "file") && hub.lane(m.target, partition).backlog_rows.load(Ordering::Relaxed) <= 0
+    match hub.target(m.target).map(|t| &t.kind) {
+        // Not configured: nothing acknowledges yet, and nothing is migrated again.
+        None => false,
+        // Its files are the destination: every row written is there.
+        Some(TargetKind::File) => true,
+        Some(_) => hub.lane(m.target, partition).backlog_rows.load(Ordering::Relaxed) <= 0,
+    }
 }
 
-/// Files an acknowledged row under its table and partition.
-fn queue(catalog: &Catalog, lanes: &mut BTreeMap<(String, u32), Lane>, ack: Acknowledged) {
+/// Files an acknowledged row under its table and partition; past `MIGRATE_PENDING_MAX`
+/// the note is dropped and the row is migrated again later.
+fn queue(catalog: &Catalog, lanes: &mut Lanes, ack: Acknowledged, now_micros: i64) {
     let Some(m) = catalog.table(&ack.table).and_then(|t| migration(catalog, t)) else { return };
     let key: Option<Vec<Value>> = m.key.iter().map(|&c| ack.row.get(&m.table.columns[c].name).map(param_value)).collect();
     let Some(key) = key else {
@@ -230,7 +274,12 @@ fn queue(catalog: &Catalog, lanes: &mut BTreeMap<(String, u32), Lane>, ack: Ackn
         return;
     };
     let flag = crate::txn_id::timestamp_micros(ack.txn_id);
-    lanes.entry((m.table.name.clone(), ack.partition)).or_default().pending.push_back((flag, key));
+    let lane = lanes.entry((m.table.name.clone(), ack.partition)).or_default();
+    if lane.pending.len() >= MIGRATE_PENDING_MAX {
+        lane.sweep_before = Some(now_micros);
+        return;
+    }
+    lane.pending.push_back((flag, key));
 }
 
 /// Sends a partition its next deletion: up to `MIGRATE_ROWS_PER_CALL_MAX` rows.
@@ -242,26 +291,27 @@ fn send_delete(engine: &Engine, tx: &Sender<Answer>, m: &Migration, key: (String
         params.push(Value::Array(rows.iter().map(|(_, key)| key.get(k).cloned().unwrap_or(Value::Null)).collect()));
     }
     lane.in_flight = Some(rows);
-    submit(engine, tx, key, format!("{}.{MIGRATE_DELETE_SUFFIX}", m.table.name), params, false);
+    submit(engine, tx, key, format!("{}.{MIGRATE_DELETE_SUFFIX}", m.table.name), params, None);
 }
 
-/// Sends a partition a call migrating again rows flagged before the thread started.
+/// Sends a partition a call migrating again rows flagged before `cutoff_micros`.
 fn send_again(engine: &Engine, tx: &Sender<Answer>, key: (String, u32), lane: &mut Lane, cutoff_micros: i64) {
     lane.in_flight = Some(Vec::new());
     let params = vec![Value::Int(cutoff_micros), Value::Int(MIGRATE_ROWS_PER_CALL_MAX as i64)];
     let procedure = format!("{}.{MIGRATE_AGAIN_SUFFIX}", key.0);
-    submit(engine, tx, key, procedure, params, true);
+    submit(engine, tx, key, procedure, params, Some(cutoff_micros));
 }
 
-fn submit(engine: &Engine, tx: &Sender<Answer>, key: (String, u32), procedure: String, params: Vec<Value>, again: bool) {
+fn submit(engine: &Engine, tx: &Sender<Answer>, key: (String, u32), procedure: String, params: Vec<Value>, again: Option<i64>) {
     let call = Call { procedure, params, partition_destination: i32::try_from(key.1).ok(), ..Call::default() };
     let tx = tx.clone();
     engine.submit(call, Box::new(move |outcome: Outcome| drop(tx.send(Answer { key, again, outcome }))));
 }
 
 /// Settles a call: a failed deletion puts its rows back (retried later); a migration again
-/// that found a full call's worth goes on, one that found fewer is done.
-fn answered(lanes: &mut BTreeMap<(String, u32), Lane>, a: Answer) {
+/// that found a full call's worth goes on, one that found fewer is done (unless a later
+/// sweep was asked for meanwhile).
+fn answered(lanes: &mut Lanes, a: Answer) {
     let Some(lane) = lanes.get_mut(&a.key) else { return };
     let rows = lane.in_flight.take().unwrap_or_default();
     if !a.outcome.is_success() {
@@ -273,9 +323,11 @@ fn answered(lanes: &mut BTreeMap<(String, u32), Lane>, a: Answer) {
         return;
     }
     lane.retry_at = None;
-    if a.again {
+    if let Some(cutoff) = a.again {
         let n = a.outcome.tables.first().and_then(|t| t.first_value()).and_then(Value::as_i64).unwrap_or(0);
-        lane.swept = n < MIGRATE_ROWS_PER_CALL_MAX as i64;
+        if n < MIGRATE_ROWS_PER_CALL_MAX as i64 && lane.sweep_before == Some(cutoff) {
+            lane.sweep_before = None;
+        }
     }
 }
 
@@ -290,6 +342,62 @@ mod tests {
             lockstep_sql::apply_ddl(&mut c, sql, &env).unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
         c
+    }
+
+    const TABLE_A: [&str; 2] = [
+        "CREATE TABLE a MIGRATE TO TARGET t (id INTEGER NOT NULL, r INTEGER NOT NULL, PRIMARY KEY (id, r))",
+        "PARTITION TABLE a ON COLUMN id",
+    ];
+
+    /// Row (id, 0) of table A, acknowledged on `partition`.
+    fn ack(partition: u32, id: i64) -> Acknowledged {
+        let row = serde_json::json!({"ID": id, "R": 0}).as_object().cloned().unwrap_or_default();
+        Acknowledged { partition, table: "A".into(), txn_id: 1 << 23, row }
+    }
+
+    fn lane(lanes: &Lanes, partition: u32) -> &Lane {
+        &lanes[&("A".to_string(), partition)]
+    }
+
+    #[test]
+    fn notes_stay_only_where_this_node_leads_and_a_new_leader_sweeps() {
+        let c = catalog(&TABLE_A);
+        let mut lanes = Lanes::new();
+        queue(&c, &mut lanes, ack(0, 1), 10);
+        queue(&c, &mut lanes, ack(1, 2), 10);
+        follow_leadership(&mut lanes, |p| p == 0, 100);
+        // Led here: the note waits for its deletion, and rows flagged before this node
+        // began leading are swept once the backlog is delivered.
+        let flag = crate::txn_id::timestamp_micros(1 << 23);
+        assert_eq!(lane(&lanes, 0).pending, [(flag, vec![Value::Int(1), Value::Int(0)])].into_iter().collect::<VecDeque<_>>());
+        assert_eq!(lane(&lanes, 0).sweep_before, Some(100));
+        // Led elsewhere: dropped, however many arrive.
+        for id in 0..10_000 {
+            queue(&c, &mut lanes, ack(1, id), 200);
+            follow_leadership(&mut lanes, |p| p == 0, 200);
+        }
+        assert!(lane(&lanes, 1).pending.is_empty());
+        assert_eq!(lane(&lanes, 1).sweep_before, None);
+        // Partition 1 comes to this node: what its notes were are found again by a sweep;
+        // partition 0, still led, is not swept again.
+        follow_leadership(&mut lanes, |_| true, 300);
+        assert_eq!(lane(&lanes, 1).sweep_before, Some(300));
+        assert_eq!(lane(&lanes, 0).sweep_before, Some(100));
+        assert_eq!(lane(&lanes, 0).pending.len(), 1);
+    }
+
+    #[test]
+    fn a_lane_keeps_at_most_the_cap_and_sweeps_what_it_dropped() {
+        let c = catalog(&TABLE_A);
+        let mut lanes = Lanes::new();
+        queue(&c, &mut lanes, ack(0, 0), 10);
+        follow_leadership(&mut lanes, |_| true, 20);
+        let l = lanes.entry(("A".to_string(), 0)).or_default();
+        (l.pending.len()..MIGRATE_PENDING_MAX).for_each(|i| l.pending.push_back((0, vec![Value::Int(i as i64)])));
+        l.sweep_before = None;
+        queue(&c, &mut lanes, ack(0, -1), 30);
+        assert_eq!(lane(&lanes, 0).pending.len(), MIGRATE_PENDING_MAX);
+        assert_eq!(lane(&lanes, 0).sweep_before, Some(30), "the dropped row is migrated again later");
     }
 
     #[test]

@@ -604,7 +604,7 @@ pub fn statistics_for(engine: &Engine, call: &Call, baselines: Option<Arc<Interv
         "COMMANDLOG" => return reply(sync(vec![command_log_table(&header, engine)])),
         "CLUSTER" => return reply(sync(vec![cluster_table(&header, engine)])),
         "TTL" => return reply(sync(vec![ttl_table(&header, engine)])),
-        "EXPORT" => return reply(sync(vec![export_table(&header, engine)])),
+        "EXPORT" => return export_statistics(engine, header, reply),
         "TASK" => return reply(sync(vec![task_table(&header, engine)])),
         "PROCEDURE" | "PROCEDUREPROFILE" | "PROCEDUREMEMORY" | "TABLE" | "INDEX" | "MEMORY" => {}
         other => {
@@ -987,12 +987,58 @@ fn command_log_table(h: &Header, engine: &Engine) -> ResultTable {
     t
 }
 
+/// Migrating rows (flagged, not yet deleted) by (target, partition).
+type Migrating = HashMap<(String, u32), u64>;
+
+/// `@Statistics EXPORT`: counts each site's migrating rows (the rows of its migrating
+/// tables' flags tables, a length read per table, behind the work queued there), then
+/// answers with `export_table`.
+fn export_statistics(engine: &Engine, header: Header, reply: Reply) {
+    let catalog = engine.catalog();
+    let flags: Arc<Vec<(String, lockstep_core::TableId)>> =
+        Arc::new(lockstep_sql::ddl_migrate::migrations(&catalog).map(|m| (m.target.to_ascii_uppercase(), m.flags.id)).collect());
+    let shared = engine.shared().clone();
+    if flags.is_empty() {
+        return reply(Outcome::tables(vec![export_table(&header, &catalog, &shared.config.export, &Migrating::new())]));
+    }
+    let n = engine.partition_count() as usize;
+    let hub_shared = shared.clone();
+    let gather = Gather::new(n, move |sites: Vec<Option<Vec<(String, u64)>>>| {
+        if sites.iter().any(Option::is_none) {
+            return reply(Outcome::error(Error::unavailable("a partition site has stopped; statistics are incomplete")));
+        }
+        let hub = &hub_shared.config.export;
+        let mut migrating = Migrating::new();
+        for (partition, counts) in sites.into_iter().flatten().enumerate() {
+            let Ok(partition) = u32::try_from(partition) else { continue };
+            for (target, rows) in counts.into_iter().filter(|(_, rows)| *rows > 0) {
+                // A target no row was written to since the start has no lane yet; its
+                // migrating rows (flagged before a restart) still get their row.
+                hub.lane(&target, partition);
+                *migrating.entry((target, partition)).or_insert(0) += rows;
+            }
+        }
+        reply(Outcome::tables(vec![export_table(&header, &catalog, hub, &migrating)]))
+    });
+    for site in 0..n {
+        let (g, flags) = (gather.clone(), flags.clone());
+        shared.send_site(
+            site as u32,
+            SiteMsg::Stats(Box::new(move |part, _, _| {
+                let counts = flags.iter().map(|(target, id)| (target.clone(), part.table(*id).map_or(0, |t| t.len() as u64))).collect();
+                g.put(site, counts)
+            })),
+        );
+    }
+}
+
 /// `@Statistics EXPORT`: per export target and partition (with the streams that export to
 /// it), the rows written to the local files and delivered to the target since start, the
 /// rows and bytes not yet delivered, whether the backlog is over the target's limit, whether
-/// the target is up (ACTIVE) and its last error. File targets deliver nothing: their files
+/// the target is up (ACTIVE), its last error, and the rows of tables migrating to it that
+/// are flagged and not yet deleted (`migrating`). File targets deliver nothing: their files
 /// are the output.
-fn export_table(h: &Header, engine: &Engine) -> ResultTable {
+fn export_table(h: &Header, catalog: &lockstep_core::Catalog, hub: &crate::export::ExportHub, migrating: &Migrating) -> ResultTable {
     use DataType::{BigInt as B, Integer as I, Varchar as V};
     let mut t = table_with(
         Header::columns(true),
@@ -1008,10 +1054,9 @@ fn export_table(h: &Header, engine: &Engine) -> ResultTable {
             ("MAX_BACKLOG_BYTES", B),
             ("OVER_BACKLOG_LIMIT", I),
             ("LAST_ERROR", V),
+            ("TUPLE_MIGRATING", B),
         ],
     );
-    let catalog = engine.catalog();
-    let hub = &engine.shared().config.export;
     for lane in hub.lanes() {
         let streams: Vec<&str> = catalog
             .tables()
@@ -1035,6 +1080,7 @@ fn export_table(h: &Header, engine: &Engine) -> ResultTable {
             int(lane.max_backlog_bytes.load(std::sync::atomic::Ordering::Relaxed)),
             Value::Int(i64::from(lane.over_limit.load(std::sync::atomic::Ordering::Relaxed))),
             if error.is_empty() { Value::Null } else { Value::from(error.as_str()) },
+            int(migrating.get(&(lane.target.clone(), lane.partition)).copied().unwrap_or(0)),
         ]);
         t.push(r);
     }

@@ -92,6 +92,10 @@ fn upsert_row(p: &InsertPlan, vals: Vec<Value>, part: &mut Partition, env: &Env)
     };
     match existing {
         Some((id, mut row)) => {
+            // An UPSERT that updates a row is an update: it cancels the row's migration.
+            if let Some(f) = &p.migrate_flags {
+                crate::migrate::unflag(f, t.id, id, part)?;
+            }
             for (v, &c) in vals.into_iter().zip(&p.columns) {
                 row[c] = v;
             }
@@ -222,6 +226,10 @@ pub fn apply_delete(p: &DeletePlan, rows: Vec<(u32, ())>, part: &mut Partition, 
     let n = rows.len() as u64;
     for (id, _) in rows {
         env.watch.tick()?;
+        // A migrating row's flag goes with it: a new row with its key is not migrating.
+        if let Some(f) = &p.migrate_flags {
+            crate::migrate::unflag(f, tid, id, part)?;
+        }
         part.delete(tid, id)?;
     }
     Ok(n)

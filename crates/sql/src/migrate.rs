@@ -71,8 +71,10 @@ pub(crate) fn flags_of(catalog: &Catalog, table: &lockstep_core::TableDef) -> Op
     migration(catalog, table).map(|m| Flags { table: m.flags.id, key: m.key.to_vec() })
 }
 
-/// An update cancels the row's migration (VoltDB's rule): its flag goes, so the
-/// acknowledgement of the old values does not delete the new ones.
+/// An update (or an UPSERT that finds the row) cancels the row's migration (VoltDB's
+/// rule): its flag goes, so the acknowledgement of the old values does not delete the new
+/// ones. A deleted row's flag goes too, so that a row inserted later with the same key is
+/// not taken for the migrating one.
 pub(crate) fn unflag(f: &Flags, table: TableId, id: u32, part: &mut Partition) -> Result<()> {
     let key: Option<Vec<Value>> = part.table(table)?.get(id).map(|row| f.key.iter().map(|&c| row[c].clone()).collect());
     let Some(key) = key else { return Ok(()) };
@@ -198,6 +200,28 @@ mod tests {
         db.run("UPDATE events SET kind = 'z' WHERE id = 1");
         assert_eq!(db.rows("SELECT id FROM events WHERE MIGRATING"), vec![vec![i(2)]]);
         assert_eq!(db.rows("SELECT id FROM lockstep_migrate_flags_events"), vec![vec![i(2)]]);
+    }
+
+    #[test]
+    fn an_upsert_over_a_migrating_row_cancels_its_migration() {
+        let mut db = events();
+        db.run("MIGRATE FROM events WHERE id <= 2");
+        // Updates row 1 (its migration is cancelled); inserts row 9 (nothing to cancel).
+        db.run("UPSERT INTO events VALUES (1, 'z'), (9, 'n')");
+        assert_eq!(db.rows("SELECT id FROM events WHERE MIGRATING"), vec![vec![i(2)]]);
+        assert_eq!(db.rows("SELECT id FROM lockstep_migrate_flags_events"), vec![vec![i(2)]]);
+        assert_eq!(db.rows("SELECT kind FROM events WHERE id = 1"), vec![vec![s("z")]]);
+    }
+
+    #[test]
+    fn a_deleted_migrating_row_leaves_no_flag_for_a_new_row_with_its_key() {
+        let mut db = events();
+        db.run("MIGRATE FROM events WHERE id <= 2");
+        db.run("DELETE FROM events WHERE id = 1");
+        assert_eq!(db.rows("SELECT id FROM lockstep_migrate_flags_events"), vec![vec![i(2)]]);
+        // The old row's acknowledgement must not delete the new one: it is not migrating.
+        db.run("INSERT INTO events VALUES (1, 'new')");
+        assert_eq!(db.rows("SELECT id FROM events WHERE MIGRATING"), vec![vec![i(2)]]);
     }
 
     #[test]

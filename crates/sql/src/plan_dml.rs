@@ -33,6 +33,8 @@ pub struct InsertPlan {
     pub source: InsertSource,
     /// The value of every column when not provided (DEFAULT, NOW or NULL).
     pub defaults: Vec<Expr>,
+    /// A migrating table's flags: a row an UPSERT updates stops migrating.
+    pub migrate_flags: Option<crate::migrate::Flags>,
 }
 
 #[derive(Clone, Debug)]
@@ -52,6 +54,8 @@ pub struct DeletePlan {
     pub limit: Option<Expr>,
     /// `MIGRATE FROM`: flag the rows and queue them to the export target instead.
     pub migrate: Option<crate::migrate::MigratePlan>,
+    /// A migrating table's flags: a deleted row's flag goes with it.
+    pub migrate_flags: Option<crate::migrate::Flags>,
 }
 
 impl DeletePlan {
@@ -179,7 +183,8 @@ pub fn plan_delete(catalog: &Catalog, b: &mut Binder, d: &ast::Delete) -> Result
         Some(e) => Some(crate::plan::limit_expr(b, e, "LIMIT")?),
         None => None,
     };
-    Ok(DeletePlan { level: single_level(catalog, table, sname, filter), order, limit, migrate: None })
+    let migrate_flags = crate::migrate::flags_of(catalog, &table);
+    Ok(DeletePlan { level: single_level(catalog, table, sname, filter), order, limit, migrate: None, migrate_flags })
 }
 
 /// `DELETE … ORDER BY`: plain columns of the table, which (as in VoltDB) must include every
@@ -323,5 +328,6 @@ pub fn plan_insert(catalog: &Catalog, b: &mut Binder, ins: &ast::Insert, upsert:
         _ => return Err(Error::sql("INSERT needs VALUES or a SELECT")),
     };
     let defaults = (0..table.columns.len()).map(|c| default_expr(&table, c)).collect();
-    Ok(InsertPlan { table, upsert, columns, source, defaults })
+    let migrate_flags = if upsert { crate::migrate::flags_of(catalog, &table) } else { None };
+    Ok(InsertPlan { table, upsert, columns, source, defaults, migrate_flags })
 }
