@@ -167,6 +167,8 @@ fn open_unacknowledged(dir: &Path, end: Position) -> std::io::Result<Vec<(u64, F
     Err(std::io::Error::other(format!("its segments kept being deleted while they were opened ({OPEN_ATTEMPTS_MAX} attempts)")))
 }
 
+/// Why copying a lane's lines stopped: its files could not be read, or the image could
+/// not be written.
 enum LineError {
     Io(std::io::Error),
     Image(Error),
