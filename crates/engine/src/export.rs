@@ -10,6 +10,7 @@
 mod deliver;
 mod file_ack;
 mod http;
+mod image;
 mod kafka;
 mod postgres;
 
@@ -26,6 +27,7 @@ use serde::Deserialize;
 use serde_json::{json, Map};
 
 pub use deliver::{prepare, start_exporters};
+pub use image::{write_image, ImageMark, ImageStaging};
 pub use kafka::KafkaSettings;
 
 /// A segment file is closed and a new one begun once it holds this many bytes (checked
@@ -145,10 +147,16 @@ pub struct Lane {
     /// target acknowledged (`Lane::leader_acked`); this node's exporter passes over the
     /// rows up to it.
     pub leader_acked: AtomicU64,
-    /// In a cluster: this node loaded the partition's image from its leader (a rejoin). Its
-    /// files still number rows from its old history, not as the leader's do, so it passes
-    /// nothing over by the leader's numbers: it keeps every row (see docs/cluster.md).
+    /// In a cluster: this node is loading the partition's image from its leader (a rejoin),
+    /// and its files still number rows from its old history, not as the leader's do, so it
+    /// passes nothing over by the leader's numbers. Cleared when the image's export rows
+    /// replace the files (`ExportWriter::adopt`); an image without them (from a version
+    /// that did not carry them) leaves it set, and the lane keeps every row (see
+    /// docs/cluster.md).
     pub rejoined: AtomicBool,
+    /// How many times a rejoin image replaced the lane's files: the exporter rereads its
+    /// position when this moves.
+    pub replaced: AtomicU64,
 }
 
 impl Lane {

@@ -150,6 +150,10 @@ pub struct RejoinPoint {
     pub file: FileEntry,
 }
 
+/// What a leader starts a rejoin image with: the entry and term it is taken at, its file's
+/// writer, and where each export target's numbering stands.
+type RejoinStart = (u64, u64, SnapshotWriter, Vec<crate::export::ImageMark>);
+
 /// Gets a rejoin image's place once its file is written (or why it failed).
 pub type RejoinSnapshotDone = Box<dyn FnOnce(Result<RejoinPoint>) + Send>;
 
@@ -271,8 +275,9 @@ struct SiteSnapshot {
 enum SnapshotReport {
     /// The coordinator, as part of snapshot `id` of every partition.
     Coordinator(u64),
-    /// A rejoining node, through its leader's cluster glue.
-    Rejoin { seq: u64, term: u64, done: RejoinSnapshotDone },
+    /// A rejoining node, through its leader's cluster glue; `export` is where each export
+    /// target's numbering stood when the image was taken (written into it at its end).
+    Rejoin { seq: u64, term: u64, done: RejoinSnapshotDone, export: Vec<crate::export::ImageMark> },
 }
 
 /// The links a site needs besides its queue.
@@ -435,8 +440,8 @@ impl Site {
                     done();
                 }
                 SiteMsg::RejoinSnapshot { joiner, dir, done } => match self.begin_rejoin_snapshot(joiner, &dir) {
-                    Ok((seq, term, writer)) => {
-                        let report = SnapshotReport::Rejoin { seq, term, done };
+                    Ok((seq, term, writer, export)) => {
+                        let report = SnapshotReport::Rejoin { seq, term, done, export };
                         self.snapshot = Some(SiteSnapshot { report, writer, catalog: self.catalog.clone(), table: None });
                     }
                     Err(e) => done(Err(e)),
@@ -509,13 +514,16 @@ impl Site {
         // Flushing and syncing the file takes milliseconds: not on the transaction thread.
         let (coordinator, partition) = (self.coordinator.clone(), self.id);
         let (writer, report) = (snap.writer, snap.report);
-        let finish = move || {
-            let result = result.and_then(|()| writer.finish());
-            match report {
-                SnapshotReport::Coordinator(id) => {
-                    let _ = coordinator.send(MpWork::SnapshotPart { id, partition, result });
-                }
-                SnapshotReport::Rejoin { seq, term, done } => done(result.map(|file| RejoinPoint { seq, term, file })),
+        let finish = move || match report {
+            SnapshotReport::Coordinator(id) => {
+                let result = result.and_then(|()| writer.finish());
+                let _ = coordinator.send(MpWork::SnapshotPart { id, partition, result });
+            }
+            SnapshotReport::Rejoin { seq, term, done, export } => {
+                let mut writer = writer;
+                // The export rows are read from the files here, off the transaction thread.
+                let result = result.and_then(|()| crate::export::write_image(&mut writer, &export)).and_then(|()| writer.finish());
+                done(result.map(|file| RejoinPoint { seq, term, file }))
             }
         };
         if let Err(e) = std::thread::Builder::new().name(format!("snapshot-{partition}")).spawn(finish) {
@@ -526,8 +534,9 @@ impl Site {
     }
 
     /// On a partition's leader, between transactions: make `joiner` a learner from this
-    /// point of the partition's order and start writing the partition's image as it is now.
-    fn begin_rejoin_snapshot(&mut self, joiner: u32, dir: &std::path::Path) -> Result<(u64, u64, SnapshotWriter)> {
+    /// point of the partition's order and start writing the partition's image as it is now,
+    /// with where each export target's numbering stands at this point.
+    fn begin_rejoin_snapshot(&mut self, joiner: u32, dir: &std::path::Path) -> Result<RejoinStart> {
         if self.snapshot.is_some() {
             return Err(Error::unavailable("a snapshot of the partition is being written; rejoin again when it is done"));
         }
@@ -537,9 +546,11 @@ impl Site {
         }
         let cluster = self.cluster.get().cloned().ok_or_else(|| Error::unexpected("not in a cluster"))?;
         let writer = SnapshotWriter::create(dir, self.id, self.ids.high_water())?;
+        let export =
+            self.export.image_marks().map_err(|e| Error::unavailable(format!("cannot note the partition's export numbering: {e}")))?;
         let (seq, term) = cluster.add_learner(self.id, joiner).map_err(Error::unavailable)?;
         self.part.begin_snapshot()?;
-        Ok((seq, term, writer))
+        Ok((seq, term, writer, export))
     }
 
     /// On a node rejoining the partition: swaps in the leader's image, then takes the
@@ -553,14 +564,21 @@ impl Site {
         let mut reader = PartitionReader::open(file, entry, self.id)?;
         let mut staged: std::collections::BTreeMap<TableId, Vec<Vec<Value>>> = Default::default();
         let mut loaded = 0;
-        read_file_rows(&mut reader, &self.catalog, &mut |def, rows| {
-            loaded += rows.len() as u64;
-            staged.entry(def.id).or_default().extend(rows);
-            Ok(())
-        })?;
+        let mut export = self.export.stage();
+        read_file_rows(
+            &mut reader,
+            &self.catalog,
+            &mut |def, rows| {
+                loaded += rows.len() as u64;
+                staged.entry(def.id).or_default().extend(rows);
+                Ok(())
+            },
+            &mut |chunk| export.add(chunk),
+        )?;
         let mut part = Partition::new(self.id);
         part.apply_schema(&self.catalog, &self.ring)?;
         part.load_rows(staged)?;
+        self.adopt_export(export)?;
         self.part = part;
         self.ids.advance_past(reader.txn_id());
         // The image is taken between transactions, never between a share's prepare and its
@@ -571,6 +589,19 @@ impl Site {
         }
         cluster.learn(self.id, term, seq).map_err(Error::unavailable)?;
         Ok(loaded)
+    }
+
+    /// On a node rejoining the partition: its export files become the leader's rows from the
+    /// image, numbered as the leader numbers them (`ExportWriter::adopt`).
+    fn adopt_export(&mut self, staged: crate::export::ImageStaging) -> Result<()> {
+        let adopted = self
+            .export
+            .adopt(staged)
+            .map_err(|e| Error::unavailable(format!("cannot replace the partition's export files with the image's: {e}")))?;
+        if !adopted.is_empty() {
+            tracing::info!(site = self.id, "export numbering of {} taken from the leader's image", adopted.join(", "));
+        }
+        Ok(())
     }
 
     /// Runs one single-partition transaction. A live call (`reply`) that changed data is
@@ -952,7 +983,7 @@ pub(crate) fn read_snapshot_rows(
     let own = (files == ring.partitions()).then_some(partition);
     for p in (0..files).filter(|p| own.is_none_or(|o| o == *p)) {
         let mut file = reader.partition(p)?;
-        read_file_rows(&mut file, catalog, &mut |def, rows| {
+        let mine = &mut |def: &lockstep_core::TableDef, rows: Vec<Vec<Value>>| {
             let mine: Vec<Vec<Value>> = match def.partition_column {
                 _ if own.is_some() => rows,
                 Some(c) => rows.into_iter().filter(|row| ring.partition_for(&row[c]) == partition).collect(),
@@ -960,17 +991,20 @@ pub(crate) fn read_snapshot_rows(
                 None => Vec::new(),
             };
             on_rows(def.id, mine)
-        })?;
+        };
+        // Only a rejoin image carries export rows.
+        read_file_rows(&mut file, catalog, mine, &mut |_| Ok(()))?;
     }
     Ok(())
 }
 
 /// Reads one partition file's rows, a chunk at a time with their table (checked against
-/// the catalog).
+/// the catalog), and hands a rejoin image's export rows to `on_export`.
 fn read_file_rows(
     file: &mut PartitionReader,
     catalog: &Catalog,
     on_rows: &mut dyn FnMut(&lockstep_core::TableDef, Vec<Vec<Value>>) -> Result<()>,
+    on_export: &mut dyn FnMut(crate::snapshot::format::ExportChunk) -> Result<()>,
 ) -> Result<()> {
     let mut table: Option<Arc<lockstep_core::TableDef>> = None;
     while let Some(item) = file.next_item()? {
@@ -988,6 +1022,7 @@ fn read_file_rows(
                 let def = table.as_ref().ok_or_else(|| Error::unexpected("rows before any table in a snapshot file"))?;
                 on_rows(def, rows)?;
             }
+            SnapshotItem::Export(chunk) => on_export(chunk)?,
         }
     }
     Ok(())

@@ -844,9 +844,10 @@ impl ClusterGlue {
         }
         drop(out);
         let engine = self.engine.upgrade().ok_or("the server is stopping")?;
-        // The export files of the partition here number rows from this node's old history;
-        // the image does not renumber them, so they must not be passed over by the leader's
-        // numbers (docs/cluster.md, export).
+        // Until the load replaces them with the image's export rows, the export files of the
+        // partition here number rows from this node's old history: they must not be passed
+        // over by the leader's numbers. The load clears this for each target the image
+        // carries (docs/cluster.md, export).
         for lane in engine.shared().config.export.lanes().iter().filter(|l| l.partition == partition) {
             lane.rejoined.store(true, Ordering::Relaxed);
         }

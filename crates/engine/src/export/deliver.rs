@@ -338,7 +338,11 @@ impl Exporter {
         // The highest sequence number delivered or passed over here (0: none yet known).
         let mut passed = 0u64;
         let mut report = AckReport::default();
+        let mut replaced = self.lane.replaced.load(Ordering::SeqCst);
         while !self.stopping() {
+            if let Some(p) = self.replaced_files(&mut replaced) {
+                (pos, passed, lingering) = (p, 0, None);
+            }
             let role = self.role();
             if role == Role::Leader {
                 self.report_acked(&mut report, passed);
@@ -415,6 +419,17 @@ impl Exporter {
             tracing::warn!("cannot delete delivered export segment {done} of {}: {e}", self.dir.display());
         }
         pos
+    }
+
+    /// The position to go on from when a rejoin image replaced the lane's files since the
+    /// exporter last looked (`Lane::replaced` moved past `seen`): read again from disk, in
+    /// the files numbered like the leader's.
+    fn replaced_files(&self, seen: &mut u64) -> Option<Position> {
+        let now = self.lane.replaced.load(Ordering::SeqCst);
+        (now != *seen).then(|| {
+            *seen = now;
+            load_position(&self.dir)
+        })
     }
 
     /// Leader: tells the other replicas how far its target acknowledged, when due.

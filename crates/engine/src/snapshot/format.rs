@@ -3,10 +3,14 @@
 //! - TABLE: table name, column count (u16), each column's VoltType code;
 //! - ROWS: row count (u32), then each value in the wire codec's encoding for its column
 //!   type (NULL as the type's sentinel);
-//! - END: the number of tables and rows, so a file cut after a whole section is detected.
+//! - END: the number of tables and rows, so a file cut after a whole section is detected;
+//! - EXPORT (only in a cluster's rejoin image, before END): one export target's numbering
+//!   on the leader — its next sequence number — and a run of the rows its target has not
+//!   acknowledged, as the leader's segment files hold them (JSON lines without their
+//!   newline). A target's rows may span several sections, in order.
 
 use lockstep_core::{DataType, Error, Result, Value};
-use lockstep_wire::codec::{put_i16, put_i32, put_i64, put_i8, put_string, Reader};
+use lockstep_wire::codec::{put_i16, put_i32, put_i64, put_i8, put_string, put_varbinary, Reader};
 use lockstep_wire::scalar;
 
 /// Identifies a partition snapshot file and its format version.
@@ -23,6 +27,7 @@ pub const COLUMN_COUNT_MAX: usize = 1024;
 pub const KIND_TABLE: u8 = 1;
 pub const KIND_ROWS: u8 = 2;
 pub const KIND_END: u8 = 3;
+pub const KIND_EXPORT: u8 = 4;
 
 /// What a partition file yields, in order.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +38,17 @@ pub enum SnapshotItem {
         types: Vec<DataType>,
     },
     Rows(Vec<Vec<Value>>),
+    /// Export rows of a rejoin image (`KIND_EXPORT`).
+    Export(ExportChunk),
+}
+
+/// One EXPORT section: rows `lines` of export target `target`, whose next sequence number
+/// on the leader was `next_seq` when the image was taken.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExportChunk {
+    pub target: String,
+    pub next_seq: u64,
+    pub lines: Vec<Vec<u8>>,
 }
 
 pub fn corrupt(what: impl std::fmt::Display) -> Error {
@@ -70,7 +86,7 @@ pub fn decode_section_header(b: &[u8; SECTION_HEADER_BYTES]) -> Result<(u8, usiz
     let kind = b[0];
     let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
     let crc = u32::from_be_bytes([b[5], b[6], b[7], b[8]]);
-    if !(KIND_TABLE..=KIND_END).contains(&kind) {
+    if !(KIND_TABLE..=KIND_EXPORT).contains(&kind) {
         return Err(corrupt(format!("unknown section kind {kind}")));
     }
     if len > SECTION_SIZE_MAX_BYTES {
@@ -154,6 +170,45 @@ fn encoded_bytes_min(t: DataType) -> usize {
     }
 }
 
+/// An EXPORT section's body: the target, its next sequence number, then each line with
+/// its length.
+pub fn encode_export(chunk: &ExportChunk) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    put_string(&mut out, &chunk.target);
+    put_i64(&mut out, chunk.next_seq as i64);
+    put_i32(&mut out, chunk.lines.len() as i32);
+    for line in &chunk.lines {
+        put_varbinary(&mut out, line);
+    }
+    if out.len() > SECTION_SIZE_MAX_BYTES {
+        return Err(Error::unexpected(format!(
+            "export rows of target {} take {} bytes, over a section's {SECTION_SIZE_MAX_BYTES}",
+            chunk.target,
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+pub fn decode_export(body: &[u8]) -> Result<ExportChunk> {
+    let mut r = Reader::new(body);
+    let target = r.required_string("export target")?;
+    let next_seq = r.i64("next sequence number")?;
+    let next_seq = u64::try_from(next_seq).map_err(|_| corrupt(format!("export target {target}: next sequence number {next_seq}")))?;
+    let n = r.i32("line count")? as u32 as usize;
+    // Each line takes at least its 4-byte length: the bytes left bound the count.
+    if n > r.remaining() / 4 {
+        return Err(corrupt(format!("an export section claims {n} rows but holds {} bytes", body.len())));
+    }
+    let mut lines = Vec::with_capacity(n);
+    for _ in 0..n {
+        let line = r.varbinary("export row")?.ok_or_else(|| corrupt(format!("export target {target}: a NULL row")))?;
+        lines.push(line.to_vec());
+    }
+    r.expect_end("export section")?;
+    Ok(ExportChunk { target, next_seq, lines })
+}
+
 pub fn encode_end(tables: u64, rows: u64) -> Vec<u8> {
     let mut out = Vec::new();
     put_i64(&mut out, tables as i64);
@@ -181,6 +236,18 @@ mod tests {
         assert!(decode_table(&body).unwrap_err().message.contains("table T has 0 columns"));
         let (rows, largest) = largest_allocation(|| decode_rows(&[0xff, 0xff, 0xff, 0xff], &[]));
         assert!(rows.unwrap_err().message.contains("claims 4294967295 rows but holds 4 bytes"));
+        assert!(largest < 1024, "{largest} bytes reserved");
+    }
+
+    #[test]
+    fn an_export_section_round_trips_and_its_line_count_is_bounded_by_its_bytes() {
+        let chunk = ExportChunk { target: "HOOK".into(), next_seq: 42, lines: vec![b"{\"seq\":40}".to_vec(), b"{\"seq\":41}".to_vec()] };
+        let mut body = encode_export(&chunk).unwrap();
+        assert_eq!(decode_export(&body).unwrap(), chunk);
+        // The count sits after the target (4 + 4 bytes) and the sequence number (8).
+        body[16..20].copy_from_slice(&u32::MAX.to_be_bytes());
+        let (r, largest) = largest_allocation(|| decode_export(&body));
+        assert!(r.unwrap_err().message.contains("claims 4294967295 rows"));
         assert!(largest < 1024, "{largest} bytes reserved");
     }
 

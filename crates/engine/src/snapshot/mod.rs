@@ -6,7 +6,8 @@
 //! match the sizes and checksums the manifest records, is ignored, so recovery falls back
 //! to an older one.
 //!
-//! - `format`: the partition file's sections (table header, row chunks, end), checksummed.
+//! - `format`: the partition file's sections (table header, row chunks, end; and in a
+//!   cluster's rejoin image, export rows), checksummed.
 //! - `writer`: `SnapshotBuilder` (the directory, catalog and manifest) and `SnapshotWriter`
 //!   (one partition file, written incrementally between transactions).
 //! - `manifest`: the manifest's contents.

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use lockstep_core::{DataType, Result};
 
 use crate::snapshot::format::{
-    corrupt, decode_end, decode_header, decode_rows, decode_section_header, decode_table, HEADER_BYTES, KIND_END, KIND_ROWS, KIND_TABLE,
-    SECTION_HEADER_BYTES,
+    corrupt, decode_end, decode_export, decode_header, decode_rows, decode_section_header, decode_table, HEADER_BYTES, KIND_END,
+    KIND_EXPORT, KIND_ROWS, KIND_TABLE, SECTION_HEADER_BYTES,
 };
 use crate::snapshot::manifest::{FileEntry, Manifest};
 use crate::snapshot::{format::SnapshotItem, io_error, partition_file_name, CATALOG_FILE};
@@ -326,6 +326,7 @@ impl PartitionReader {
                     self.rows += rows.len() as u64;
                     return Ok(Some(SnapshotItem::Rows(rows)));
                 }
+                KIND_EXPORT => return Ok(Some(SnapshotItem::Export(decode_export(&body)?))),
                 KIND_END => self.finish(&body)?,
                 _ => return Err(corrupt(format!("unknown section kind {kind}"))),
             }
@@ -432,6 +433,7 @@ mod tests {
                     chunks += 1;
                     tables.get_mut(&current).unwrap().extend(rows);
                 }
+                SnapshotItem::Export(c) => panic!("a snapshot with export rows of {}", c.target),
             }
         }
         Ok((tables, chunks))

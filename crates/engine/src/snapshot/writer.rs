@@ -13,7 +13,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use lockstep_core::{DataType, Error, Result, Value};
 
-use crate::snapshot::format::{encode_end, encode_header, encode_row, encode_table, section, KIND_END, KIND_ROWS, KIND_TABLE};
+use crate::snapshot::format::{
+    encode_end, encode_export, encode_header, encode_row, encode_table, section, ExportChunk, KIND_END, KIND_EXPORT, KIND_ROWS, KIND_TABLE,
+};
 use crate::snapshot::manifest::{FileEntry, Manifest, FORMAT_VERSION};
 use crate::snapshot::reader::SnapshotInfo;
 use crate::snapshot::{io_error, partition_file_name, CATALOG_FILE, MANIFEST_FILE};
@@ -109,6 +111,13 @@ impl SnapshotWriter {
         })();
         self.types = Some(types);
         result
+    }
+
+    /// Adds export rows (a rejoin image's, `format::KIND_EXPORT`); the table rows come first.
+    pub fn write_export(&mut self, chunk: &ExportChunk) -> Result<()> {
+        self.flush_chunk()?;
+        let body = encode_export(chunk)?;
+        self.put(&section(KIND_EXPORT, &body))
     }
 
     /// Ends the file and syncs it; the summary goes to `SnapshotBuilder::complete`.
@@ -283,6 +292,7 @@ mod tests {
                         restored.insert(table.unwrap(), row).unwrap();
                     }
                 }
+                SnapshotItem::Export(c) => panic!("a snapshot with export rows of {}", c.target),
             }
         }
         assert_eq!(restored.state_hash(), expected);
