@@ -689,8 +689,9 @@ impl Service for ServiceLink {
             }
             Ok(Forwarded::ExportAcked { target, seq }) => {
                 let hub = &engine.shared().config.export;
-                // Targets are configured alike on every node; another name is not made a lane.
-                if hub.target(&target).is_some() {
+                // Targets and partitions are configured alike on every node; another name or
+                // a partition past the last is not made a lane.
+                if hub.target(&target).is_some() && partition < engine.shared().ring.partitions() {
                     hub.lane(&target, partition).leader_acked(seq);
                 }
                 return answer(encode_answer(&ForwardAnswer::Noted));

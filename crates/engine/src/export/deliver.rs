@@ -434,6 +434,11 @@ impl Exporter {
 
     /// Leader: tells the other replicas how far its target acknowledged, when due.
     fn report_acked(&self, report: &mut AckReport, passed: u64) {
+        // A node that rejoined without its leader's numbering counts in numbers of its own:
+        // the replicas would pass over rows by them that the target never had.
+        if self.lane.rejoined.load(Ordering::Relaxed) {
+            return;
+        }
         let now = Instant::now();
         if let Some(hooks) = self.hooks().filter(|_| report.due(passed, now)) {
             hooks.export_acked(self.lane.partition, &self.lane.target, passed);
