@@ -378,6 +378,13 @@ fn open_segment(path: &Path) -> std::io::Result<(BufWriter<File>, u64)> {
     Ok((BufWriter::new(f), len_after))
 }
 
+/// Whether `target`'s files acknowledge the migrated rows they hold once synced: only a
+/// target configured as `file`. One not configured yet may become a delivering one, which
+/// must still find its migrated rows in the table.
+pub(crate) fn acknowledges(hub: &ExportHub, target: &str) -> bool {
+    hub.target(target).is_some_and(|c| c.kind == TargetKind::File)
+}
+
 impl ExportWriter {
     pub fn new(data_dir: &Path, partition: u32, hub: Arc<ExportHub>) -> Self {
         ExportWriter {
@@ -400,9 +407,7 @@ impl ExportWriter {
                 let (last, on_disk) = scan_segments(&dir);
                 let (out, segment_bytes) = open_segment(&segment_path(&dir, segment))?;
                 let lane = self.hub.lane(target, self.partition);
-                // Only a target configured as `file`: one not configured yet may become a
-                // delivering one, which must still find its migrated rows in the table.
-                let acknowledges = self.hub.target(target).is_some_and(|c| c.kind == TargetKind::File);
+                let acknowledges = acknowledges(&self.hub, target);
                 let next_seq = last + 1;
                 Ok(e.insert(TargetFile { out, dir, segment, segment_bytes, next_seq, lane, on_disk, acknowledges, unsynced: Vec::new() }))
             }

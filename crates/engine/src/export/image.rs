@@ -107,7 +107,18 @@ impl ExportWriter {
         lane.leader_acked.store(0, Ordering::SeqCst);
         lane.replaced.fetch_add(1, Ordering::SeqCst);
         lane.rejoined.store(false, Ordering::SeqCst);
-        let file = TargetFile { out, dir, segment: base, segment_bytes, next_seq, lane, on_disk: Default::default() };
+        let acknowledges = super::acknowledges(&self.hub, &target);
+        let file = TargetFile {
+            out,
+            dir,
+            segment: base,
+            segment_bytes,
+            next_seq,
+            lane,
+            on_disk: Default::default(),
+            acknowledges,
+            unsynced: Vec::new(),
+        };
         self.files.insert(target, file);
         Ok(())
     }
