@@ -140,7 +140,8 @@ fn delete_with_limit_runs_on_one_partition_only() {
 /// Tables for co-located joins: acct, txn and prof partitioned on keys of integer types of
 /// several widths, tag on a VARCHAR key that holds the same numbers as text, rate on a
 /// DECIMAL key holding them as decimals (equal to the integers, but hashed otherwise), kind
-/// replicated, and a view whose groups span partitions.
+/// replicated, a view whose groups span partitions and one grouped by its source's
+/// partition column.
 const COLOCATED_DDL: &str = "
 CREATE TABLE acct (id BIGINT NOT NULL, owner VARCHAR(10) NOT NULL, bal INTEGER, PRIMARY KEY (id));
 PARTITION TABLE acct ON COLUMN id;
@@ -154,6 +155,7 @@ CREATE TABLE rate (id DECIMAL NOT NULL PRIMARY KEY, r INTEGER);
 PARTITION TABLE rate ON COLUMN id;
 CREATE TABLE kind (k INTEGER NOT NULL PRIMARY KEY, label VARCHAR(10));
 CREATE VIEW by_owner (owner, n, total) AS SELECT owner, COUNT(*), SUM(bal) FROM acct GROUP BY owner;
+CREATE VIEW by_acct (acct, n, total) AS SELECT acct, COUNT(*), SUM(amt) FROM txn GROUP BY acct;
 ";
 
 /// A `SiteAccess` that records the step of every fragment it runs.
@@ -278,6 +280,8 @@ fn colocated_joins_run_on_each_partition_and_answer_like_one() {
         ("SELECT a.id FROM acct a LEFT JOIN txn t ON t.acct = a.id WHERE t.seq IS NULL ORDER BY a.id", &[], Ran::JoinedRows),
         // A partitioned table LEFT JOIN a replicated one (on any terms).
         ("SELECT a.id, k.label FROM acct a LEFT JOIN kind k ON k.k = a.id - 10 WHERE a.id < 16 ORDER BY a.id", &[], Ran::JoinedRows),
+        // A view grouped by its source's partition column holds final rows on each partition.
+        ("SELECT a.owner, v.n, v.total FROM by_acct v JOIN acct a ON a.id = v.acct ORDER BY v.acct", &[], Ran::JoinedRows),
         // Not co-located: each is gathered and joined here.
         ("SELECT a.id, t.acct, t.seq FROM acct a JOIN txn t ON t.seq = a.id ORDER BY 1, 2, 3", &[], Ran::Gathered),
         ("SELECT k.k, a.id FROM kind k LEFT JOIN acct a ON a.id = k.k ORDER BY 1, 2", &[], Ran::Gathered),
