@@ -2,7 +2,8 @@
 //! safe) from the partitions that hold them and runs the rest of the plan at the
 //! coordinator, unless the partitions can do more of it on their own rows: an aggregate
 //! over one table, or a join on partition columns (`colocated.rs`), runs on each partition
-//! and the coordinator merges what they answer; DML is routed row by row (INSERT) or run everywhere (UPDATE/DELETE).
+//! and the coordinator merges what they answer. DML is routed row by row (INSERT) or run
+//! everywhere (UPDATE/DELETE).
 //! What each partition runs is a `Fragment` (`fragment.rs`): a step described as data,
 //! with the closure `site_fn` builds from it, the same here and on any other node.
 
