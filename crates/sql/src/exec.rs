@@ -492,7 +492,7 @@ pub fn run_select_merged(plan: &SelectPlan, partials: Vec<ResultTable>, env: &En
 }
 
 /// Collects output rows with `fill`, then applies DISTINCT, ORDER BY and LIMIT/OFFSET.
-fn collect_select(
+pub(crate) fn collect_select(
     plan: &SelectPlan,
     env: &Env,
     need_sort: bool,

@@ -195,11 +195,13 @@ pub fn aggregate(plan: &SelectPlan, agg: &AggCtx, src: &dyn RowSource, env: &Env
 }
 
 /// Whether each partition can aggregate its own rows for a multi-partition read: one
-/// source that needs no re-aggregation first (not a view of a partitioned table), and no
-/// DISTINCT aggregate (its values seen would have to travel whole).
+/// source that needs no re-aggregation first (not a view of a partitioned table), or a
+/// join every partition can run on its own rows (`colocated.rs`); and no DISTINCT
+/// aggregate (its values seen would have to travel whole).
 pub fn pushes_down(plan: &SelectPlan) -> bool {
     let one_table = plan.levels.len() == 1 && !plan.levels[0].merge_view;
-    one_table && plan.agg.as_ref().is_some_and(|a| a.aggs.iter().all(|s| !s.distinct))
+    let no_distinct = plan.agg.as_ref().is_some_and(|a| a.aggs.iter().all(|s| !s.distinct));
+    no_distinct && (one_table || crate::colocated::is_colocated(plan))
 }
 
 /// One partition's groups as rows: the key's values, then each aggregate's running value

@@ -179,6 +179,12 @@ pub fn explain(p: &Prepared) -> String {
         Route::All => "all partitions".to_string(),
     };
     let _ = writeln!(out, "ROUTE: {route}{}", if p.writes_replicated { " (writes a replicated table)" } else { "" });
+    if let Some(s) =
+        crate::mp::select_of(p).filter(|s| p.route == Route::All && p.subqueries.is_empty() && crate::colocated::runs_on_each_partition(s))
+    {
+        let what = if s.agg.is_some() { "its partial groups" } else { "its rows" };
+        let _ = writeln!(out, "CO-LOCATED JOIN: joined on partition columns, so each partition runs the join on its own rows and the coordinator merges {what}");
+    }
     match &p.plan {
         Plan::Select(s) => select_text(s, &mut out, ""),
         Plan::Insert(i) => {

@@ -36,7 +36,8 @@ pub enum Step {
     /// The whole statement, as a single-partition statement runs (a statement routed to
     /// one partition, or an UPDATE/DELETE run everywhere): its answer.
     Execute,
-    /// An aggregate over one table: the partition's partial groups.
+    /// An aggregate over one table, or over a join every partition runs on its own rows
+    /// (`colocated.rs`): the partition's partial groups.
     Partials,
     /// The rows of the SELECT's source `level` that pass the filters safe to apply early.
     /// `rows_before`/`bytes_before` is what the statement had gathered before this level:
@@ -50,6 +51,11 @@ pub enum Step {
     /// Insert (or upsert) these rows, values in the INSERT's column order, computed by the
     /// coordinator; all or none.
     InsertRows(Vec<Vec<Value>>),
+    /// A join without aggregates that every partition runs on its own rows
+    /// (`colocated.rs`): the partition's output rows, each followed by its hidden ORDER BY
+    /// values, deduplicated under DISTINCT and, with LIMIT, only its first LIMIT + OFFSET;
+    /// the coordinator merges them.
+    JoinedRows,
 }
 
 /// A fragment as data: everything a node needs, besides its own copy of the partition and

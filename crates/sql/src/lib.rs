@@ -8,6 +8,7 @@
 
 mod access;
 mod bind;
+mod colocated;
 mod ddl;
 mod ddl_index;
 pub mod ddl_migrate;

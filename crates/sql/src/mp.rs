@@ -1,6 +1,9 @@
 //! Multi-partition execution. A SELECT gathers each source's rows (filtered where that is
 //! safe) from the partitions that hold them and runs the rest of the plan at the
-//! coordinator; DML is routed row by row (INSERT) or run everywhere (UPDATE/DELETE).
+//! coordinator, unless the partitions can do more of it on their own rows: an aggregate
+//! over one table, or a join on partition columns (`colocated.rs`), runs on each partition
+//! and the coordinator merges what they answer. DML is routed row by row (INSERT) or run
+//! everywhere (UPDATE/DELETE).
 //! What each partition runs is a `Fragment` (`fragment.rs`): a step described as data,
 //! with the closure `site_fn` builds from it, the same here and on any other node.
 
@@ -12,6 +15,7 @@ use std::sync::Arc;
 use lockstep_core::{Error, Result, ResultColumn, ResultTable, TableDef, Value, ViewAggregate};
 use lockstep_storage::Partition;
 
+use crate::colocated;
 use crate::exec::{each_in_table, probe, run_select, run_select_merged, GatheredSource, PartitionSource};
 use crate::exec_agg::{partial_rows, pushes_down};
 use crate::exec_dml::{insert_rows, source_rows};
@@ -75,7 +79,7 @@ impl Share<'_> {
     }
 }
 
-fn select_of(p: &Prepared) -> Option<&SelectPlan> {
+pub(crate) fn select_of(p: &Prepared) -> Option<&SelectPlan> {
     match &p.plan {
         Plan::Select(s) => Some(s),
         Plan::Insert(InsertPlan { source: InsertSource::Select(s), .. }) => Some(s),
@@ -103,7 +107,7 @@ fn fragment(p: &Arc<Prepared>, params: Vec<Value>, ctx: &ExecCtx, step: Step) ->
 /// closure runs on share its tally (held in the closure, no allocation of its own).
 pub(crate) fn site_fn(p: Arc<Prepared>, spec: Arc<FragmentSpec>) -> SiteFn {
     let tally = match &spec.step {
-        Step::Partials => Some(Tally::default()),
+        Step::Partials | Step::JoinedRows => Some(Tally::default()),
         Step::GatherLevel { rows_before, bytes_before, .. } | Step::GatherQueryLevel { rows_before, bytes_before, .. } => {
             Some(Tally::starting_at(*rows_before, *bytes_before))
         }
@@ -117,10 +121,18 @@ fn run_step(p: &Prepared, spec: &FragmentSpec, tally: Option<&Tally>, part: &mut
     let tally = || tally.ok_or_else(|| Error::unexpected("a gathering fragment has no tally"));
     match &spec.step {
         Step::Execute => execute_coerced(p, params, ctx, part),
-        Step::Partials => {
+        Step::Partials | Step::JoinedRows => {
             let s = select_of(p).ok_or_else(|| Error::unexpected("not a SELECT"))?;
             let env = Env::new(params, ctx);
-            let t = partial_rows(s, &PartitionSource::new(part, &s.levels)?, &env)?;
+            // A join runs in the order this partition's row counts choose, as a
+            // single-partition statement does.
+            let counted = crate::join_order::for_partition(s, part);
+            let s = counted.as_deref().unwrap_or(s);
+            let src = PartitionSource::new(part, &s.levels)?;
+            let t = match spec.step {
+                Step::JoinedRows => colocated::partition_rows(s, &src, &env)?,
+                _ => partial_rows(s, &src, &env)?,
+            };
             let bytes = t.rows.iter().map(|r| row_bytes(r)).sum();
             tally()?.add(t.rows.len(), bytes, &ctx.limits)?;
             Ok(t)
@@ -170,6 +182,10 @@ pub(crate) fn check_step(p: &Prepared, step: &Step) -> Result<()> {
             Some(ins) if rows.iter().all(|r| r.len() == ins.columns.len()) => Ok(()),
             Some(ins) => bad(&format!("rows of other than {} values", ins.columns.len())),
             None => bad("an insert"),
+        },
+        Step::JoinedRows => match select_of(p) {
+            Some(s) if p.subqueries.is_empty() && colocated::rows_run_on_each_partition(s) => Ok(()),
+            _ => bad("the rows of a join on partition columns"),
         },
     }
 }
@@ -282,8 +298,10 @@ fn insert_routed(
     Ok(ResultTable::modified(total as u64))
 }
 
-/// A SELECT over every partition: an aggregate over one table is aggregated by each
-/// partition and merged here; anything else gathers its rows and runs the rest here.
+/// A SELECT over every partition: an aggregate over one table or a co-located join is
+/// aggregated by each partition and merged here; a co-located join without aggregates is
+/// run by each partition and its rows merged here; anything else gathers its sources'
+/// rows and runs the rest here.
 fn select_everywhere(
     p: &Arc<Prepared>,
     s: &SelectPlan,
@@ -296,6 +314,12 @@ fn select_everywhere(
         let partials = gather_partials(p, s, params, ctx, sites)?;
         sites.reads_done();
         return run_select_merged(s, partials, env);
+    }
+    if colocated::rows_run_on_each_partition(s) {
+        let f = fragment(p, params.to_vec(), ctx, Step::JoinedRows);
+        let parts = sites.run_fragment(Target::All, f)?;
+        sites.reads_done();
+        return colocated::merge_rows(s, parts, env);
     }
     let gathered = gather(p, s, params, ctx, sites)?;
     sites.reads_done();
@@ -320,8 +344,9 @@ fn in_order_of(s: &SelectPlan, v: &SelectPlan, mut g: GatheredSource) -> Result<
     Ok(GatheredSource::new(rows, index_columns))
 }
 
-/// Each partition's groups of an aggregate over one table (`partial_rows`), the table
-/// read where it is (partitioned: every partition; replicated: partition 0).
+/// Each partition's groups of an aggregate over one table or a co-located join
+/// (`partial_rows`), read where the rows are (a partitioned source: every partition; one
+/// replicated table: partition 0).
 fn gather_partials(
     p: &Arc<Prepared>,
     s: &SelectPlan,
@@ -330,7 +355,7 @@ fn gather_partials(
     sites: &mut dyn SiteAccess,
 ) -> Result<Vec<ResultTable>> {
     let f = fragment(p, params.to_vec(), ctx, Step::Partials);
-    let target = if s.levels.first().is_some_and(|l| l.partitioned) { Target::All } else { Target::One(0) };
+    let target = if s.levels.iter().any(|l| l.partitioned) { Target::All } else { Target::One(0) };
     sites.run_fragment(target, f)
 }
 

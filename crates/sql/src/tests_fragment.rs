@@ -40,6 +40,7 @@ fn kind(step: &Step) -> &'static str {
         Step::GatherLevel { .. } => "gather",
         Step::GatherQueryLevel { .. } => "gather table",
         Step::InsertRows(_) => "insert",
+        Step::JoinedRows => "joined rows",
     }
 }
 
@@ -177,7 +178,9 @@ fn partial_aggregate_steps_answer_alike_rebuilt() {
 #[test]
 fn gather_steps_answer_alike_rebuilt() {
     let mut t = Twins::loaded();
-    let joined = "SELECT a.id, a.owner, x.seq, x.amt FROM acct a JOIN txn x ON x.acct = a.id WHERE a.bal > ? ORDER BY a.id, x.seq";
+    // Joined on a column that is not the partition key (amounts are acct + seq): the
+    // partitions cannot join on their own.
+    let joined = "SELECT a.id, a.owner, x.seq, x.amt FROM acct a JOIN txn x ON x.amt = a.id WHERE a.bal > ? ORDER BY a.id, x.seq";
     let r = t.ok(joined, &[i(200)], "gather");
     assert_eq!(r.rows.len(), 9);
     assert_eq!(
@@ -185,15 +188,37 @@ fn gather_steps_answer_alike_rebuilt() {
         vec![vec![i(28)], vec![i(27)], vec![i(26)]]
     );
     assert_eq!(t.ok("SELECT * FROM by_owner ORDER BY owner", &[], "gather").rows[1], vec![s("bob"), i(10), i(1450)]);
-    let r = t.ok("SELECT k.label, COUNT(*) FROM txn x, kind k WHERE x.seq = k.k GROUP BY k.label ORDER BY 1", &[], "gather");
-    assert_eq!(r.rows, vec![vec![s("one"), i(10)], vec![s("zero"), i(20)]]);
+    // Every partition would keep the kind without a transaction: gathered.
+    let r = t.ok("SELECT k.label, x.seq FROM kind k LEFT JOIN txn x ON x.acct = k.k ORDER BY 1, 2", &[], "gather");
+    assert_eq!(r.rows, vec![vec![s("one"), i(0)], vec![s("two"), i(0)], vec![s("two"), i(1)], vec![s("zero"), Value::Null]]);
     // The cap counts across a statement's sources: 30 accounts fit under 40 rows, the 30
     // transactions gathered next do not, so the error comes from the second step, which
     // must count on from the first.
     let capped = with_limits(Limits { gather_rows_max: 40, ..Limits::DEFAULT });
     assert_eq!(t.both("SELECT COUNT(*) FROM acct a, kind k", &[], &capped).0.map(|r| r.rows), Ok(vec![vec![i(90)]]));
-    let e = t.fails("SELECT a.id, x.seq FROM acct a JOIN txn x ON x.acct = a.id ORDER BY 1, 2", &[], &capped, "gather");
+    let e = t.fails("SELECT a.id, x.seq FROM acct a JOIN txn x ON x.amt = a.id ORDER BY 1, 2", &[], &capped, "gather");
     assert!(e.message.contains("more than 40 rows"), "{}", e.message);
+}
+
+/// Joins on partition columns run whole on each partition, which answers its partial
+/// groups or its rows (with hidden sort keys, cut to its first LIMIT + OFFSET).
+#[test]
+fn colocated_join_steps_answer_alike_rebuilt() {
+    let mut t = Twins::loaded();
+    let joined = "SELECT a.id, a.owner, x.seq, x.amt FROM acct a JOIN txn x ON x.acct = a.id WHERE a.bal > ? ORDER BY a.id, x.seq";
+    let r = t.ok(joined, &[i(200)], "joined rows");
+    assert_eq!(r.rows.len(), 9);
+    assert_eq!(r.rows[0], vec![i(22), s("bob"), i(0), i(22)]);
+    let top = "SELECT x.acct FROM acct a LEFT JOIN txn x ON x.acct = a.id ORDER BY a.bal DESC, x.seq LIMIT ? OFFSET 1";
+    assert_eq!(t.ok(top, &[i(3)], "joined rows").rows, vec![vec![i(29)], vec![i(28)], vec![Value::Null]]);
+    let r = t.ok("SELECT k.label, COUNT(*) FROM txn x, kind k WHERE x.seq = k.k GROUP BY k.label ORDER BY 1", &[], "partials");
+    assert_eq!(r.rows, vec![vec![s("one"), i(10)], vec![s("zero"), i(20)]]);
+    let r = t.ok("SELECT a.owner, SUM(x.amt) FROM acct a JOIN txn x ON x.acct = a.id GROUP BY a.owner ORDER BY 1", &[], "partials");
+    assert_eq!(r.rows, vec![vec![s("bob"), i(145)], vec![s("cy"), i(320)]]);
+    // The rows the partitions answer count against the gather cap.
+    let capped = with_limits(Limits { gather_rows_max: 25, ..Limits::DEFAULT });
+    let e = t.fails("SELECT a.id, x.seq FROM acct a JOIN txn x ON x.acct = a.id ORDER BY 1, 2", &[], &capped, "joined rows");
+    assert!(e.message.contains("more than 25 rows"), "{}", e.message);
 }
 
 /// Statements with subqueries or set operations gather whole tables and run at the
@@ -296,11 +321,15 @@ fn specs_that_do_not_fit_the_plan_are_refused() {
     assert!(refused(spec("SELECT * FROM acct WHERE id = ?", vec![], Step::Execute)).contains("expects 1 parameters"));
     assert!(refused(spec(join, vec![], Step::GatherLevel { level: 2, rows_before: 0, bytes_before: 0 })).contains("source 2"));
     assert!(refused(spec(join, vec![], Step::Partials)).contains("partial"));
+    let apart = "SELECT a.id FROM acct a JOIN txn x ON x.seq = a.id";
+    assert!(refused(spec(apart, vec![], Step::JoinedRows)).contains("a join on partition columns"));
+    assert!(refused(spec("SELECT COUNT(*) FROM acct a JOIN txn x ON x.acct = a.id", vec![], Step::JoinedRows)).contains("a join on"));
     let ins = "INSERT INTO kind VALUES (?, ?)";
     assert!(refused(spec(ins, vec![i(1), s("x")], Step::InsertRows(vec![vec![i(9)]]))).contains("2 values"));
     assert!(refused(spec(join, vec![], Step::InsertRows(vec![]))).contains("an insert"));
     // The same specs, well formed, are accepted.
     assert!(fragment_fn(spec(join, vec![], Step::GatherLevel { level: 1, rows_before: 0, bytes_before: 0 }), &cache).is_ok());
+    assert!(fragment_fn(spec(join, vec![], Step::JoinedRows), &cache).is_ok());
     assert!(fragment_fn(spec(ins, vec![i(1), s("x")], Step::InsertRows(vec![vec![i(9), s("nine")]])), &cache).is_ok());
 }
 
