@@ -29,7 +29,7 @@ pub const TTL_PROCEDURE_SUFFIX: &str = "ttl_delete";
 /// took 0.35 ms on average and up to 2.3 ms, `@Statistics PROCEDURE` during
 /// `scripts/measure/ttl-p99.sh`), so a call holds its partition for about a fifth of a
 /// millisecond. A BATCH_SIZE of 1,000 (the default) took up to 11–64 ms as one call.
-pub const TTL_ROWS_PER_CALL_MAX: u32 = 100;
+pub const TTL_ROWS_PER_CALL_MAX: u32 = 25;
 
 /// The name of `table`'s TTL procedure.
 pub fn delete_procedure_name(table: &str) -> String {
