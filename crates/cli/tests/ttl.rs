@@ -95,7 +95,7 @@ async fn invocations(client: &Client, procedure: &str) -> i64 {
     t.rows.iter().filter(|row| row[col("PROCEDURE")] == Value::from(procedure)).filter_map(|row| row[col("INVOCATIONS")].as_i64()).sum()
 }
 
-/// A large BATCH_SIZE is deleted in calls of at most 100 rows, each sent when the one
+/// A large BATCH_SIZE is deleted in calls of at most 25 rows, each sent when the one
 /// before it on its partition has answered, so no call holds its partition long; the round
 /// still deletes the whole batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,9 +114,9 @@ async fn a_large_batch_is_deleted_in_short_calls() {
     let calls = invocations(&client, "EVENTS.ttl_delete").await;
     let (deleted, runs) = ttl_stats(&client, "EVENTS").await.expect("EVENTS in @Statistics TTL");
     assert_eq!(deleted, 3000);
-    // 3000 rows on 2 partitions at most 100 a call: at least 30 calls in the first run,
+    // 3000 rows on 2 partitions at most 25 a call: at least 120 calls in the first run,
     // where one call per partition per run (a run a second) would have made 2.
-    assert!(calls >= 30 && calls > 2 * runs + 2, "{calls} calls in {runs} runs");
+    assert!(calls >= 120 && calls > 2 * runs + 2, "{calls} calls in {runs} runs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

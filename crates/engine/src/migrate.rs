@@ -36,9 +36,9 @@ use crate::outcome::Outcome;
 
 /// How often the thread looks for acknowledged rows.
 const MIGRATE_TICK_MS: u64 = 20;
-/// Rows one call deletes (or migrates again) at most: like TTL's calls
-/// (`ttl::TTL_ROWS_PER_CALL_MAX`), a fifth of a millisecond of a partition's time.
-pub const MIGRATE_ROWS_PER_CALL_MAX: usize = 100;
+/// Rows one call deletes (or migrates again) at most: as many as TTL's calls
+/// (`ttl::TTL_ROWS_PER_CALL_MAX`), some 40 µs of a partition's time.
+pub const MIGRATE_ROWS_PER_CALL_MAX: usize = crate::ttl::TTL_ROWS_PER_CALL_MAX as usize;
 /// Suffix of the procedure that deletes acknowledged rows: `TABLE.migrate_delete`.
 pub const MIGRATE_DELETE_SUFFIX: &str = "migrate_delete";
 /// Suffix of the procedure that migrates stale flagged rows again: `TABLE.migrate_again`.
