@@ -119,6 +119,23 @@ async fn a_large_batch_is_deleted_in_short_calls() {
     assert!(calls >= 120 && calls > 2 * runs + 2, "{calls} calls in {runs} runs");
 }
 
+/// The generated deletion names columns quoted: a key and a TTL column whose names must be
+/// quoted (a space) work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_whose_names_need_quotes_expire() {
+    let dir = TempDir::new("ttl-reserved");
+    let server = Server::start(&dir.0, 2);
+    let client = server.client().await;
+    adhoc(
+        &client,
+        "CREATE TABLE reserved (\"ORDER ID\" BIGINT NOT NULL, \"EXPIRES AT\" TIMESTAMP NOT NULL, PRIMARY KEY (\"ORDER ID\")) \
+         USING TTL 1 DAYS ON COLUMN \"EXPIRES AT\" MAX_FREQUENCY 10; PARTITION TABLE reserved ON COLUMN \"ORDER ID\";",
+    )
+    .await;
+    insert(&client, "reserved", 0, 10, OLD_MICROS).await;
+    assert!(becomes(&client, "SELECT COUNT(*) FROM reserved", 0).await, "expired rows were not deleted");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alter_and_drop_ttl_change_what_is_deleted() {
     let dir = TempDir::new("ttl-alter");

@@ -67,10 +67,11 @@ pub fn procedure_source(catalog: &Catalog, name: &str) -> Option<String> {
     }
 }
 
-/// The key columns' names, and `K1 = ? AND K2 = ?`.
+/// The key columns' names, and `"K1" = ? AND "K2" = ?` (quoted: a key may be named with a
+/// reserved word).
 fn key_text(m: &Migration) -> (Vec<String>, String) {
     let names: Vec<String> = m.key.iter().map(|&c| m.table.columns[c].name.clone()).collect();
-    let cond = names.iter().map(|k| format!("{k} = ?")).collect::<Vec<_>>().join(" AND ");
+    let cond = names.iter().map(|k| format!("{} = ?", lockstep_sql::quote_ident(k))).collect::<Vec<_>>().join(" AND ");
     (names, cond)
 }
 
@@ -95,8 +96,8 @@ fn delete_source(m: &Migration) -> String {
          \x20 end\n\
          \x20 return deleted\n\
          end\n",
-        flags = m.flags.name,
-        table = m.table.name,
+        flags = lockstep_sql::quote_ident(&m.flags.name),
+        table = lockstep_sql::quote_ident(&m.table.name),
         params = params.join(", "),
         args = args.join(", "),
         txn = MIGRATE_TXN_COLUMN.to_ascii_lowercase(),
@@ -121,9 +122,9 @@ fn again_source(m: &Migration) -> String {
          \x20 end\n\
          \x20 return n\n\
          end\n",
-        keys = names.join(", "),
-        flags = m.flags.name,
-        table = m.table.name,
+        keys = names.iter().map(|k| lockstep_sql::quote_ident(k)).collect::<Vec<_>>().join(", "),
+        flags = lockstep_sql::quote_ident(&m.flags.name),
+        table = lockstep_sql::quote_ident(&m.table.name),
         args = args.join(", "),
     )
 }
@@ -409,10 +410,10 @@ mod tests {
         ]);
         assert_eq!(procedure_names(&c), ["A.migrate_delete", "A.migrate_again"]);
         let delete = procedure_source(&c, "A.migrate_delete").unwrap();
-        assert!(delete.contains("DELETE FROM A WHERE ID = ? AND R = ?"), "{delete}");
+        assert!(delete.contains(r#"DELETE FROM "A" WHERE "ID" = ? AND "R" = ?"#), "{delete}");
         assert!(delete.contains("flag:first(k1[i], k2[i])"), "{delete}");
         let again = procedure_source(&c, "a.MIGRATE_AGAIN").unwrap();
-        assert!(again.contains("MIGRATE FROM A WHERE ID = ? AND R = ?"), "{again}");
+        assert!(again.contains(r#"MIGRATE FROM "A" WHERE "ID" = ? AND "R" = ?"#), "{again}");
         assert!(procedure_source(&c, "B.migrate_delete").is_none());
         assert!(procedure_source(&c, "A.insert").is_none());
     }

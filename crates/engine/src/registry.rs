@@ -10,7 +10,7 @@ use lockstep_core::{
     get_ignoring_case, Catalog, DataType, Error, NameMap, Partitioning, ProcedureBody, Result, ResultTable, TableDef, TableKind, Value,
 };
 use lockstep_procs::{each_row_of, CallContext, LuaConfig, LuaProc, LuaRuntime, ProcOutput, StmtInfo, TimeLimit, TxnHost};
-use lockstep_sql::{Deadline, PlanCache, Prepared, Route, StatementRef};
+use lockstep_sql::{quote_ident, Deadline, PlanCache, Prepared, Route, StatementRef};
 
 use crate::name_cache::NameCache;
 
@@ -413,20 +413,22 @@ fn crud_sql(catalog: &Catalog, name: &str) -> Option<String> {
     if !crud_routes(t).iter().any(|(s, _)| *s == op) {
         return None;
     }
-    let cols: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+    // Names quoted: a column may be named with a space or a reserved word.
+    let cols: Vec<String> = t.columns.iter().map(|c| quote_ident(&c.name)).collect();
     let marks = vec!["?"; cols.len()].join(", ");
     let pk_where = || {
         t.primary_key()
-            .map(|pk| pk.columns.iter().map(|&i| format!("{} = ?", t.columns[i].name)).collect::<Vec<_>>().join(" AND "))
+            .map(|pk| pk.columns.iter().map(|&i| format!("{} = ?", quote_ident(&t.columns[i].name))).collect::<Vec<_>>().join(" AND "))
             .unwrap_or_default()
     };
+    let table = quote_ident(&t.name);
     Some(match op.as_str() {
-        "insert" => format!("INSERT INTO {} VALUES ({marks})", t.name),
-        "upsert" => format!("UPSERT INTO {} VALUES ({marks})", t.name),
-        "select" => format!("SELECT * FROM {} WHERE {}", t.name, pk_where()),
-        "delete" => format!("DELETE FROM {} WHERE {}", t.name, pk_where()),
+        "insert" => format!("INSERT INTO {table} VALUES ({marks})"),
+        "upsert" => format!("UPSERT INTO {table} VALUES ({marks})"),
+        "select" => format!("SELECT * FROM {table} WHERE {}", pk_where()),
+        "delete" => format!("DELETE FROM {table} WHERE {}", pk_where()),
         "update" => {
-            format!("UPDATE {} SET {} WHERE {}", t.name, cols.iter().map(|c| format!("{c} = ?")).collect::<Vec<_>>().join(", "), pk_where())
+            format!("UPDATE {table} SET {} WHERE {}", cols.iter().map(|c| format!("{c} = ?")).collect::<Vec<_>>().join(", "), pk_where())
         }
         _ => return None,
     })

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use lockstep_core::{Catalog, DataType, Result, TableDef, TableId, TtlDef, Value};
+use lockstep_sql::quote_ident;
 
 use crate::engine::{Call, Engine};
 use crate::outcome::Outcome;
@@ -51,11 +52,11 @@ pub fn delete_procedure_source(catalog: &Catalog, name: &str) -> Option<String> 
     }
     let t = catalog.table(table)?;
     let ttl = catalog.ttl(t.id)?;
-    let (table, column, n) = (&t.name, &ttl.column, ttl.batch_size);
+    let (table, column, n) = (quote_ident(&t.name), quote_ident(&ttl.column), ttl.batch_size);
     if let Some(m) = lockstep_sql::ddl_migrate::migration(catalog, t).filter(|m| m.table.partition_column.is_some()) {
         // MIGRATE TO TARGET: expired rows are migrated (exported, deleted once the target
         // has them), the oldest first by key; rows migrating already are passed over.
-        let keys: Vec<&str> = m.key.iter().map(|&i| t.columns[i].name.as_str()).collect();
+        let keys: Vec<String> = m.key.iter().map(|&i| quote_ident(&t.columns[i].name)).collect();
         return Some(format!(
             "local migrate = sql [[MIGRATE FROM {table} WHERE {column} < ? ORDER BY {} LIMIT ?]]\n\
              return function(cutoff, limit)\n\
@@ -67,7 +68,8 @@ pub fn delete_procedure_source(catalog: &Catalog, name: &str) -> Option<String> 
     Some(match t.primary_key() {
         Some(pk) => {
             let keys: Vec<&str> = pk.columns.iter().map(|&i| t.columns[i].name.as_str()).collect();
-            let key_where: Vec<String> = keys.iter().map(|k| format!("{k} = ?")).collect();
+            let key_where: Vec<String> = keys.iter().map(|k| format!("{} = ?", quote_ident(k))).collect();
+            let key_list: Vec<String> = keys.iter().map(|k| quote_ident(k)).collect();
             let key_args: Vec<String> = keys.iter().map(|k| format!("row[{:?}]", k.to_ascii_lowercase())).collect();
             format!(
                 "local expired = sql [[SELECT {} FROM {table} WHERE {column} < ? LIMIT ?]]\n\
@@ -79,7 +81,7 @@ pub fn delete_procedure_source(catalog: &Catalog, name: &str) -> Option<String> 
                  \x20 end\n\
                  \x20 return deleted\n\
                  end\n",
-                keys.join(", "),
+                key_list.join(", "),
                 key_where.join(" AND "),
                 key_args.join(", ")
             )
@@ -327,7 +329,7 @@ mod tests {
             "CREATE TABLE b (s BIGINT NOT NULL)",
         ]);
         let source = delete_procedure_source(&c, "A.ttl_delete").unwrap();
-        assert!(source.contains("SELECT ID FROM A WHERE T < ? LIMIT ?"), "{source}");
+        assert!(source.contains(r#"SELECT "ID" FROM "A" WHERE "T" < ? LIMIT ?"#), "{source}");
         assert!(source.contains("limit or 7"), "{source}");
         assert!(delete_procedure_source(&c, "B.ttl_delete").is_none());
         assert!(delete_procedure_source(&c, "A.insert").is_none());
@@ -340,6 +342,6 @@ mod tests {
             "PARTITION TABLE m ON COLUMN id",
         ]);
         let source = delete_procedure_source(&c, "M.ttl_delete").unwrap();
-        assert!(source.contains("MIGRATE FROM M WHERE T < ? ORDER BY ID LIMIT ?"), "{source}");
+        assert!(source.contains(r#"MIGRATE FROM "M" WHERE "T" < ? ORDER BY "ID" LIMIT ?"#), "{source}");
     }
 }

@@ -117,20 +117,22 @@ fn describe_call(
 fn default_procedure_sql(catalog: &lockstep_core::Catalog, name: &str) -> Option<String> {
     let (table, op) = name.rsplit_once('.')?;
     let t = catalog.table(table)?;
-    let columns: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+    let quote = lockstep_sql::quote_ident;
+    let columns: Vec<String> = t.columns.iter().map(|c| quote(&c.name)).collect();
     let marks = vec!["?"; columns.len()].join(", ");
     let key = || -> Option<String> {
         let pk = t.primary_key()?;
-        Some(pk.columns.iter().map(|&i| format!("{} = ?", t.columns[i].name)).collect::<Vec<_>>().join(" AND "))
+        Some(pk.columns.iter().map(|&i| format!("{} = ?", quote(&t.columns[i].name))).collect::<Vec<_>>().join(" AND "))
     };
+    let table = quote(&t.name);
     Some(match op.to_ascii_lowercase().as_str() {
-        "insert" => format!("INSERT INTO {} VALUES ({marks})", t.name),
-        "upsert" => format!("UPSERT INTO {} VALUES ({marks})", t.name),
-        "select" => format!("SELECT * FROM {} WHERE {}", t.name, key()?),
-        "delete" => format!("DELETE FROM {} WHERE {}", t.name, key()?),
+        "insert" => format!("INSERT INTO {table} VALUES ({marks})"),
+        "upsert" => format!("UPSERT INTO {table} VALUES ({marks})"),
+        "select" => format!("SELECT * FROM {table} WHERE {}", key()?),
+        "delete" => format!("DELETE FROM {table} WHERE {}", key()?),
         "update" => {
             let set = columns.iter().map(|c| format!("{c} = ?")).collect::<Vec<_>>().join(", ");
-            format!("UPDATE {} SET {set} WHERE {}", t.name, key()?)
+            format!("UPDATE {table} SET {set} WHERE {}", key()?)
         }
         _ => return None,
     })

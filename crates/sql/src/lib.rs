@@ -174,6 +174,13 @@ impl Prepared {
 }
 
 /// Parses, binds, types, plans and routes one DML or SELECT statement.
+/// `name` as a quoted SQL identifier, for SQL generated from the catalog (default
+/// procedures, TTL and migration deletes): a name may need quotes (a space, a reserved
+/// word).
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
     prepare_joining(catalog, sql, false)
 }

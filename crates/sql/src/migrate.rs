@@ -193,6 +193,18 @@ mod tests {
         assert_eq!(queued, vec![vec![i(1), s("a")], vec![i(3), s("a")], vec![i(2), s("b")]]);
     }
 
+    /// Generated SQL names the key columns quoted: a key named with a reserved word works.
+    #[test]
+    fn a_key_named_with_a_reserved_word_migrates() {
+        let mut db = Db::new(
+            "CREATE TABLE orders MIGRATE TO TARGET archive (\"ORDER\" BIGINT NOT NULL, kind VARCHAR(8), PRIMARY KEY (\"ORDER\"));
+             PARTITION TABLE orders ON COLUMN \"ORDER\";",
+        );
+        db.run("INSERT INTO orders VALUES (1, 'a'), (2, 'b')");
+        assert_eq!(db.rows("MIGRATE FROM orders WHERE kind = 'a'"), vec![vec![i(1)]]);
+        assert_eq!(db.rows("SELECT kind FROM orders WHERE MIGRATING"), vec![vec![s("a")]]);
+    }
+
     #[test]
     fn an_update_cancels_the_migration() {
         let mut db = events();
