@@ -6,13 +6,11 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use common::export::Collector;
 use common::{adhoc, Server, TempDir};
 use lockstep_client::Client;
 use lockstep_core::Value;
@@ -23,91 +21,23 @@ const SITES: u32 = 2;
 /// The outage test's backlog limit: about 20 rows.
 const BACKLOG_LIMIT_BYTES: u64 = 2000;
 
-/// An HTTP/1.1 receiver of export batches; answers 503 while `failing` is set.
-#[derive(Default)]
-struct Receiver {
-    failing: AtomicBool,
-    refused: AtomicU64,
-    /// Milliseconds to wait before answering a batch (to catch a kill mid-export).
-    delay_ms: AtomicU64,
-    records: Mutex<Vec<serde_json::Value>>,
+/// Waits until every id in `0..n` has arrived at `rx`.
+fn wait_for(rx: &Collector, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(DEADLINE_S);
+    while rx.ids().len() < n as usize {
+        assert!(Instant::now() < deadline, "only {} of {n} rows arrived", rx.ids().len());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(rx.ids(), (0..n).collect(), "rows that were never written arrived");
 }
 
-impl Receiver {
-    fn start() -> (Arc<Receiver>, String) {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind receiver");
-        let url = format!("http://{}/batches", listener.local_addr().expect("address"));
-        let r = Arc::new(Receiver::default());
-        let rr = r.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming().map_while(Result::ok) {
-                let rr = rr.clone();
-                std::thread::spawn(move || rr.serve(conn));
-            }
-        });
-        (r, url)
+/// Sequence numbers `rx` received, per partition, in arrival order.
+fn seqs(rx: &Collector) -> BTreeMap<i64, Vec<u64>> {
+    let mut by_part: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
+    for r in rx.records() {
+        by_part.entry(r["partition"].as_i64().expect("partition")).or_default().push(r["seq"].as_u64().expect("seq"));
     }
-
-    fn serve(&self, conn: std::net::TcpStream) {
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-        let mut reader = BufReader::new(conn.try_clone().expect("clone"));
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::Relaxed)));
-        let answer = if self.failing.load(Ordering::Relaxed) {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        } else {
-            let batch: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array of records");
-            self.records.lock().expect("records").extend(batch);
-            "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        };
-        let mut conn = conn;
-        let _ = conn.write_all(answer.as_bytes());
-    }
-
-    fn records(&self) -> Vec<serde_json::Value> {
-        self.records.lock().expect("records").clone()
-    }
-
-    /// The distinct ids received.
-    fn ids(&self) -> std::collections::BTreeSet<i64> {
-        self.records().iter().filter_map(|r| r["row"]["ID"].as_i64()).collect()
-    }
-
-    /// Waits until every id in `0..n` has arrived.
-    fn wait_for(&self, n: i64) {
-        let deadline = Instant::now() + Duration::from_secs(DEADLINE_S);
-        while self.ids().len() < n as usize {
-            assert!(Instant::now() < deadline, "only {} of {n} rows arrived", self.ids().len());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        assert_eq!(self.ids(), (0..n).collect(), "rows that were never written arrived");
-    }
-
-    /// Sequence numbers received, per partition, in arrival order.
-    fn seqs(&self) -> BTreeMap<i64, Vec<u64>> {
-        let mut by_part: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
-        for r in self.records() {
-            by_part.entry(r["partition"].as_i64().expect("partition")).or_default().push(r["seq"].as_u64().expect("seq"));
-        }
-        by_part
-    }
+    by_part
 }
 
 fn write_config(dir: &Path, targets: &str) -> PathBuf {
@@ -171,7 +101,7 @@ fn assert_in_order_exactly(seqs: &BTreeMap<i64, Vec<u64>>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_written_during_an_outage_arrive_after_it_in_order() {
     let dir = TempDir::new("export-http");
-    let (rx, url) = Receiver::start();
+    let (rx, url) = Collector::start();
     // A small backlog limit: the outage passes it, and no row is lost for it.
     let config = write_config(
         &dir.0,
@@ -181,7 +111,7 @@ async fn rows_written_during_an_outage_arrive_after_it_in_order() {
     let client = server.client().await;
     adhoc(&client, STREAM).await;
     insert(&client, 0, 50).await;
-    tokio::task::block_in_place(|| rx.wait_for(50));
+    tokio::task::block_in_place(|| wait_for(&rx, 50));
 
     rx.failing.store(true, Ordering::Relaxed);
     insert(&client, 50, 150).await;
@@ -199,8 +129,8 @@ async fn rows_written_during_an_outage_arrive_after_it_in_order() {
     );
 
     rx.failing.store(false, Ordering::Relaxed);
-    tokio::task::block_in_place(|| rx.wait_for(160));
-    assert_in_order_exactly(&rx.seqs());
+    tokio::task::block_in_place(|| wait_for(&rx, 160));
+    assert_in_order_exactly(&seqs(&rx));
     let deadline = Instant::now() + Duration::from_secs(DEADLINE_S);
     while !export_stats(&client).await.iter().all(|(active, pending, _, over)| active == "TRUE" && *pending == 0 && *over == 0) {
         assert!(Instant::now() < deadline, "the backlog never drained: {:?}", export_stats(&client).await);
@@ -212,7 +142,7 @@ async fn rows_written_during_an_outage_arrive_after_it_in_order() {
 async fn a_sigkill_mid_export_resends_only_after_the_acknowledged_position() {
     let dir = TempDir::new("export-kill");
     let data = dir.0.join("data");
-    let (rx, url) = Receiver::start();
+    let (rx, url) = Collector::start();
     let config = write_config(&dir.0, &format!("[[export.targets]]\nname = \"hook\"\ntype = \"http\"\nurl = \"{url}\"\n"));
     // Slow answers keep a batch in flight when the server is killed.
     rx.delay_ms.store(200, Ordering::Relaxed);
@@ -236,11 +166,11 @@ async fn a_sigkill_mid_export_resends_only_after_the_acknowledged_position() {
     let server = start(&data, &config);
     let client = server.client().await;
     insert(&client, 200, 220).await;
-    tokio::task::block_in_place(|| rx.wait_for(220));
+    tokio::task::block_in_place(|| wait_for(&rx, 220));
 
     // In order per partition, and every row that came twice lies after the position saved
     // when the server died.
-    for (p, seqs) in rx.seqs() {
+    for (p, seqs) in seqs(&rx) {
         let mut seen: HashMap<u64, usize> = HashMap::new();
         for s in &seqs {
             *seen.entry(*s).or_default() += 1;
@@ -256,7 +186,7 @@ async fn a_sigkill_mid_export_resends_only_after_the_acknowledged_position() {
     }
     // Replay of the command log wrote no row a second time into the files.
     let ids: Vec<i64> = rx.records().iter().filter_map(|r| r["row"]["ID"].as_i64()).collect();
-    let distinct_seqs: usize = rx.seqs().values().map(|s| s.iter().collect::<std::collections::BTreeSet<_>>().len()).sum();
+    let distinct_seqs: usize = seqs(&rx).values().map(|s| s.iter().collect::<std::collections::BTreeSet<_>>().len()).sum();
     assert_eq!(distinct_seqs, 220, "rows were numbered twice: {} records for 220 rows ({} ids)", distinct_seqs, ids.len());
     drop(before);
 }

@@ -8,13 +8,11 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use common::export::Collector;
 use common::{adhoc, scalar, Server, TempDir};
 use lockstep_client::Client;
 use lockstep_core::Value;
@@ -22,74 +20,6 @@ use lockstep_core::Value;
 /// How long a test waits for something to happen before it fails.
 const DEADLINE_S: u64 = 60;
 const SITES: u32 = 2;
-
-/// An HTTP/1.1 receiver of export batches; answers 503 while `failing` is set.
-#[derive(Default)]
-struct Receiver {
-    failing: AtomicBool,
-    refused: AtomicU64,
-    /// Milliseconds to wait before answering a batch (to catch a kill mid-export).
-    delay_ms: AtomicU64,
-    records: Mutex<Vec<serde_json::Value>>,
-}
-
-impl Receiver {
-    fn start() -> (Arc<Receiver>, String) {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind receiver");
-        let url = format!("http://{}/batches", listener.local_addr().expect("address"));
-        let r = Arc::new(Receiver::default());
-        let rr = r.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming().map_while(Result::ok) {
-                let rr = rr.clone();
-                std::thread::spawn(move || rr.serve(conn));
-            }
-        });
-        (r, url)
-    }
-
-    fn serve(&self, conn: std::net::TcpStream) {
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-        let mut reader = BufReader::new(conn.try_clone().expect("clone"));
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::Relaxed)));
-        let answer = if self.failing.load(Ordering::Relaxed) {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        } else {
-            let batch: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array of records");
-            self.records.lock().expect("records").extend(batch);
-            "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        };
-        let mut conn = conn;
-        let _ = conn.write_all(answer.as_bytes());
-    }
-
-    fn records(&self) -> Vec<serde_json::Value> {
-        self.records.lock().expect("records").clone()
-    }
-
-    /// The distinct ids received.
-    fn ids(&self) -> BTreeSet<i64> {
-        self.records().iter().filter_map(|r| r["row"]["ID"].as_i64()).collect()
-    }
-}
 
 fn start(dir: &Path, data: &Path, url: &str) -> Server {
     start_with_target(dir, data, &format!("type = \"http\"\nurl = \"{url}\""))
@@ -166,7 +96,7 @@ async fn wait_until<F: std::future::Future<Output = bool>>(what: &str, mut ready
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrated_rows_leave_only_once_the_target_has_them() {
     let dir = TempDir::new("migrate-ack");
-    let (rx, url) = Receiver::start();
+    let (rx, url) = Collector::start();
     rx.failing.store(true, Ordering::Relaxed);
     let server = start(&dir.0, &dir.0.join("data"), &url);
     let client = server.client().await;
@@ -211,7 +141,7 @@ async fn migrated_rows_leave_only_once_the_target_has_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_on_a_migrating_table_migrates_expired_rows() {
     let dir = TempDir::new("migrate-ttl");
-    let (rx, url) = Receiver::start();
+    let (rx, url) = Collector::start();
     let server = start(&dir.0, &dir.0.join("data"), &url);
     let client = server.client().await;
     adhoc(
@@ -240,7 +170,7 @@ async fn a_sigkill_mid_migration_loses_no_row() {
     for attempt in 0..KILL_ATTEMPTS {
         let dir = TempDir::new(&format!("migrate-kill-{attempt}"));
         let data = dir.0.join("data");
-        let (rx, url) = Receiver::start();
+        let (rx, url) = Collector::start();
         // Slow answers keep batches in flight when the server is killed.
         rx.delay_ms.store(150, Ordering::Relaxed);
         let server = start(&dir.0, &data, &url);

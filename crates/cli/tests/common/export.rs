@@ -29,10 +29,14 @@ pub fn acknowledged_seqs(data: &Path, target: &str, partitions: u32) -> HashMap<
     acked
 }
 
-/// An HTTP/1.1 receiver of export batches for the tests: takes every batch (204) and keeps
-/// every record, in arrival order.
+/// An HTTP/1.1 receiver of export batches for the tests: keeps every record, in arrival
+/// order; answers 503 (and counts the refusal) while `failing` is set, and waits
+/// `delay_ms` before answering (to catch a kill mid-export).
 #[derive(Default)]
 pub struct Collector {
+    pub failing: std::sync::atomic::AtomicBool,
+    pub refused: std::sync::atomic::AtomicU64,
+    pub delay_ms: std::sync::atomic::AtomicU64,
     records: std::sync::Mutex<Vec<serde_json::Value>>,
 }
 
@@ -54,6 +58,7 @@ impl Collector {
 
     fn serve(&self, conn: std::net::TcpStream) {
         use std::io::{BufRead, Read, Write};
+        use std::sync::atomic::Ordering;
         let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(10)));
         let mut reader = std::io::BufReader::new(conn.try_clone().expect("clone"));
         let mut length = 0usize;
@@ -73,10 +78,17 @@ impl Collector {
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        let batch: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array of records");
-        self.records.lock().expect("records").extend(batch);
+        std::thread::sleep(std::time::Duration::from_millis(self.delay_ms.load(Ordering::Relaxed)));
+        let answer = if self.failing.load(Ordering::Relaxed) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        } else {
+            let batch: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array of records");
+            self.records.lock().expect("records").extend(batch);
+            "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        };
         let mut conn = conn;
-        let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let _ = conn.write_all(answer.as_bytes());
     }
 
     pub fn records(&self) -> Vec<serde_json::Value> {
