@@ -90,7 +90,7 @@ fn cell(v: &Value) -> J {
         Value::Int(i) | Value::Timestamp(i) => J::from(*i),
         Value::Bool(b) => J::from(i64::from(*b)),
         Value::Float(f) => J::from(*f),
-        Value::Decimal(d) => J::from(lockstep_server::json::java_decimal(*d)),
+        Value::Decimal(d) => J::from(lockstep_server::json::java_decimal(d.get())),
         Value::Str(s) => J::from(s.as_str()),
         Value::Bytes(b) => J::from(b.iter().map(|x| format!("{x:02X}")).collect::<String>()),
         Value::Array(a) => J::Array(a.iter().map(cell).collect()),
@@ -181,7 +181,7 @@ async fn json_answers_match_the_wire_for_every_type_procedure_and_error() {
                  set_app_status(7, 'picked') \
                  return q:query(id), #tags end $lua$";
     adhoc(&client, lua).await;
-    let tags = Value::Array(vec![s("a"), s("b")]);
+    let tags = Value::Array(vec![s("a"), s("b")].into());
     let picked = both(&client, &agent, &base, "Pick", vec![Value::Int(1), tags.clone()], r#"[1, ["a", "b"]]"#).await;
     assert_eq!((picked["appstatus"].clone(), picked["appstatusstring"].clone()), (J::from(7), J::from("picked")), "{picked}");
     let refused = both(&client, &agent, &base, "Pick", vec![Value::Int(99), tags], r#"[99, ["a","b"]]"#).await;

@@ -268,7 +268,7 @@ async fn call_all_partitions_reports_a_failed_key_lookup() {
 #[tokio::test]
 async fn unencodable_parameters_are_refused_before_sending() {
     let (client, _conn) = connect(mock::no_system_procs(), 3).await;
-    let err = client.call("P", vec![Value::Array(vec![Value::Int(1), Value::from("a")])]).await.unwrap_err();
+    let err = client.call("P", vec![Value::Array(vec![Value::Int(1), Value::from("a")].into())]).await.unwrap_err();
     assert!(matches!(err, ClientError::InvalidCall(_)), "{err:?}");
     assert_eq!(client.in_flight(), 0);
 }

@@ -71,7 +71,7 @@ pub fn hash_value(v: &Value) -> Option<i32> {
         Value::Bytes(b) => Some(hash_bytes(b)),
         Value::Bool(b) => Some(hash_bytes(&(*b as i64).to_le_bytes())),
         Value::Float(f) => Some(hash_bytes(&(*f as i64).to_le_bytes())),
-        Value::Decimal(d) => Some(hash_bytes(&d.to_le_bytes())),
+        Value::Decimal(d) => Some(hash_bytes(&d.get().to_le_bytes())),
         // Not partitioning types (DDL refuses them); hashed by their text for completeness.
         Value::Point(_) | Value::Geography(_) => Some(hash_bytes(v.to_string().as_bytes())),
     }

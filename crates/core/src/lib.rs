@@ -22,4 +22,4 @@ pub use catalog::{
 pub use error::{Error, ErrorKind, Result};
 pub use hash::HashRing;
 pub use table::{ResultColumn, ResultTable};
-pub use value::{DataType, Value};
+pub use value::{DataType, Dec, Value};

@@ -117,6 +117,55 @@ impl fmt::Display for DataType {
     }
 }
 
+/// A DECIMAL's scaled i128 kept as two halves: an `i128` field would make every `Value`
+/// 16-byte aligned, and so 32 bytes instead of 24, and rows are arrays of values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Dec {
+    low: u64,
+    high: i64,
+}
+
+impl Dec {
+    pub const fn new(v: i128) -> Dec {
+        Dec { low: v as u64, high: (v >> 64) as i64 }
+    }
+
+    pub const fn get(self) -> i128 {
+        ((self.high as i128) << 64) | self.low as i128
+    }
+}
+
+impl Ord for Dec {
+    fn cmp(&self, other: &Dec) -> Ordering {
+        self.get().cmp(&other.get())
+    }
+}
+
+impl PartialOrd for Dec {
+    fn partial_cmp(&self, other: &Dec) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Hash for Dec {
+    /// As the i128 hashes, so index hashes are what they were.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.get().hash(state)
+    }
+}
+
+impl From<i128> for Dec {
+    fn from(v: i128) -> Dec {
+        Dec::new(v)
+    }
+}
+
+impl fmt::Debug for Dec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 /// One SQL value.
 #[derive(Clone, Debug)]
 pub enum Value {
@@ -124,7 +173,7 @@ pub enum Value {
     Int(i64),
     Float(f64),
     /// Fixed point, scaled by 10^12 (VoltDB's DECIMAL(38,12)).
-    Decimal(i128),
+    Decimal(Dec),
     /// Text; up to 24 bytes are kept inline (no allocation to make, copy or free).
     Str(CompactString),
     /// Bytes, shared: a copy of a value (a 1 KB YCSB field read into a result, say) takes a
@@ -134,7 +183,8 @@ pub enum Value {
     Timestamp(i64),
     Bool(bool),
     /// An array parameter (VoltDB's `long[]`, `String[]` …); never stored in a table.
-    Array(Vec<Value>),
+    /// Boxed, like every other variant's larger parts, so that a value is 24 bytes.
+    Array(Box<[Value]>),
     /// A GEOGRAPHY_POINT.
     Point(GeoPoint),
     /// A GEOGRAPHY polygon, shared like bytes.
@@ -174,7 +224,7 @@ impl Value {
         match self {
             Value::Int(v) => Some(*v as f64),
             Value::Float(v) => Some(*v),
-            Value::Decimal(d) => Some(decimal::to_f64(*d)),
+            Value::Decimal(d) => Some(decimal::to_f64(d.get())),
             _ => None,
         }
     }
@@ -203,8 +253,8 @@ impl Value {
             (Null, _) | (_, Null) => None,
             (Int(a), Int(b)) => Some(a.cmp(b)),
             (Decimal(a), Decimal(b)) => Some(a.cmp(b)),
-            (Int(a), Decimal(b)) => Some(decimal::from_i64(*a).cmp(b)),
-            (Decimal(a), Int(b)) => Some(a.cmp(&decimal::from_i64(*b))),
+            (Int(a), Decimal(b)) => Some(decimal::from_i64(*a).cmp(&b.get())),
+            (Decimal(a), Int(b)) => Some(a.get().cmp(&decimal::from_i64(*b))),
             (Int(_) | Float(_) | Decimal(_), Int(_) | Float(_) | Decimal(_)) => self.as_f64()?.partial_cmp(&other.as_f64()?),
             (Str(a), Str(b)) => Some(a.cmp(b)),
             (Bytes(a), Bytes(b)) => Some(a.cmp(b)),
@@ -256,16 +306,16 @@ impl Value {
                 }
                 Int(*f as i64)
             }
-            (Decimal(d), t) if t.is_integer() => Int(decimal::to_exact_i64(*d).ok_or_else(fail)?),
+            (Decimal(d), t) if t.is_integer() => Int(decimal::to_exact_i64(d.get()).ok_or_else(fail)?),
             (Str(s), t) if t.is_integer() => Int(s.trim().parse::<i64>().map_err(|_| fail())?),
             (Timestamp(v), t) if t.is_integer() => Int(*v),
             (Bool(b), t) if t.is_integer() => Int(*b as i64),
             (Int(_) | Float(_) | Decimal(_), DataType::Float) => Float(self.as_f64().ok_or_else(fail)?),
             (Str(s), DataType::Float) => Float(s.trim().parse::<f64>().map_err(|_| fail())?),
-            (Int(v), DataType::Decimal) => Decimal(decimal::from_i64(*v)),
+            (Int(v), DataType::Decimal) => Decimal(decimal::from_i64(*v).into()),
             (Decimal(d), DataType::Decimal) => Decimal(*d),
-            (Float(f), DataType::Decimal) => Decimal(decimal::from_f64(*f).ok_or_else(fail)?),
-            (Str(s), DataType::Decimal) => Decimal(decimal::parse(s).ok_or_else(fail)?),
+            (Float(f), DataType::Decimal) => Decimal(decimal::from_f64(*f).ok_or_else(fail)?.into()),
+            (Str(s), DataType::Decimal) => Decimal(decimal::parse(s).ok_or_else(fail)?.into()),
             (Str(s), DataType::Varchar) => Str(s.clone()),
             (Bytes(b), DataType::Varchar) => Str(CompactString::from_utf8(b).map_err(|_| fail())?),
             (Array(_), _) => return Err(fail()),
@@ -415,7 +465,7 @@ impl fmt::Display for Value {
             Value::Null => f.write_str("NULL"),
             Value::Int(v) => write!(f, "{v}"),
             Value::Float(v) => write!(f, "{v}"),
-            Value::Decimal(d) => f.write_str(&decimal::format(*d)),
+            Value::Decimal(d) => f.write_str(&decimal::format(d.get())),
             Value::Str(s) => f.write_str(s),
             Value::Bytes(b) => f.write_str(&to_hex(b)),
             Value::Timestamp(t) => f.write_str(&time::format_timestamp(*t)),
@@ -465,10 +515,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_decimal_keeps_every_i128_and_its_order_in_two_halves() {
+        let all = [i128::MIN + 1, -(1 << 64) - 1, -(1 << 64), -1, 0, 1, u64::MAX as i128, 1 << 64, decimal::MAX_ABS, i128::MAX];
+        for (i, a) in all.iter().enumerate() {
+            assert_eq!(Dec::new(*a).get(), *a);
+            for b in &all[i..] {
+                assert_eq!(Dec::new(*a).cmp(&Dec::new(*b)), a.cmp(b), "{a} against {b}");
+            }
+        }
+    }
+
+    #[test]
     fn text_is_inline_up_to_24_bytes_and_hashes_as_before() {
         use std::hash::BuildHasher;
         // Rows are arrays of values: the size is what every stored cell costs.
-        assert_eq!(std::mem::size_of::<Value>(), 32);
+        assert_eq!(std::mem::size_of::<Value>(), 24);
         let short = Value::from("CA");
         let Value::Str(s) = &short else { unreachable!() };
         assert!(!s.is_heap_allocated());
@@ -504,6 +565,6 @@ mod tests {
     fn sql_comparison_is_unknown_with_null_and_numeric_across_kinds() {
         assert_eq!(Value::Null.sql_cmp(&Value::Int(1)), None);
         assert_eq!(Value::Int(2).sql_cmp(&Value::Float(1.5)), Some(Ordering::Greater));
-        assert_eq!(Value::Int(1).sql_cmp(&Value::Decimal(decimal::from_i64(1))), Some(Ordering::Equal));
+        assert_eq!(Value::Int(1).sql_cmp(&Value::Decimal(decimal::from_i64(1).into())), Some(Ordering::Equal));
     }
 }

@@ -61,7 +61,7 @@ impl<A> Owned<A> {
             Owned::Null => Value::Null,
             Owned::Int(v) => Value::Int(v),
             Owned::Float(v) => Value::Float(v),
-            Owned::Decimal(v) => Value::Decimal(v),
+            Owned::Decimal(v) => Value::Decimal(v.into()),
             Owned::Str(s) => Value::Str(s),
             Owned::Bytes(b) => Value::Bytes(Arc::from(b)),
             Owned::Timestamp(v) => Value::Timestamp(v),
@@ -81,12 +81,12 @@ impl Serialize for Value {
             Value::Null => Borrowed::Null,
             Value::Int(v) => Borrowed::Int(*v),
             Value::Float(v) => Borrowed::Float(*v),
-            Value::Decimal(v) => Borrowed::Decimal(*v),
+            Value::Decimal(v) => Borrowed::Decimal(v.get()),
             Value::Str(v) => Borrowed::Str(v.as_str()),
             Value::Bytes(v) => Borrowed::Bytes(&v[..]),
             Value::Timestamp(v) => Borrowed::Timestamp(*v),
             Value::Bool(v) => Borrowed::Bool(*v),
-            Value::Array(v) => Borrowed::Array(v.as_slice()),
+            Value::Array(v) => Borrowed::Array(v),
             Value::Point(p) => Borrowed::Point(p.lng, p.lat),
             Value::Geography(g) => Borrowed::Geography(g.rings.iter().map(|r| r.iter().map(|v| (v.0, v.1, v.2)).collect()).collect()),
         };
@@ -119,13 +119,13 @@ mod tests {
             Value::Int(i64::MIN),
             Value::Int(42),
             Value::Float(-1.5),
-            Value::Decimal(-123_456_789_012_345_678_901_234_567_890),
+            Value::Decimal(crate::Dec::new(-123_456_789_012_345_678_901_234_567_890)),
             Value::from("short"),
             Value::from("a string longer than twenty-four bytes, kept on the heap"),
             Value::Bytes(vec![0, 255, 7].into()),
             Value::Timestamp(1_700_000_000_000_000),
             Value::Bool(true),
-            Value::Array(vec![Value::Int(1), Value::from("x"), Value::Null]),
+            Value::Array(vec![Value::Int(1), Value::from("x"), Value::Null].into()),
             Value::Point(crate::geo::GeoPoint { lng: -71.5, lat: 42.25 }),
             Value::Geography(Arc::new(crate::geo::parse_polygon("POLYGON((0 0, 1 0, 1 1, 0 0))").unwrap())),
         ];
@@ -140,7 +140,7 @@ mod tests {
     /// cannot recurse the decoder off its stack.
     #[test]
     fn an_array_of_arrays_is_refused() {
-        let nested = Value::Array(vec![Value::Array(vec![Value::Int(1)])]);
+        let nested = Value::Array(vec![Value::Array(vec![Value::Int(1)].into())].into());
         let bytes = postcard::to_stdvec(&nested).unwrap_or_else(|e| panic!("{e}"));
         assert!(postcard::from_bytes::<Value>(&bytes).is_err());
         // A deep nest built by hand: ~100,000 "array of one" headers.

@@ -542,7 +542,7 @@ mod tests {
                     Arg::Value(Value::Int(5_551_234_567)),
                     Arg::Value(Value::Str("Ohio".into())),
                     Arg::Value(Value::Int(-2)),
-                    Arg::Value(Value::Decimal(decimal::parse("1.5").unwrap())),
+                    Arg::Value(Value::Decimal(decimal::parse("1.5").unwrap().into())),
                     Arg::Value(Value::Float(1000.0)),
                     Arg::Value(Value::Null),
                     Arg::Value(Value::Bool(true)),

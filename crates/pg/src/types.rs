@@ -78,7 +78,7 @@ fn encode_text(out: &mut BytesMut, v: &Value) {
         Value::Null => Ok(()),
         Value::Int(i) => write!(w, "{i}"),
         Value::Float(f) => write!(w, "{}", float_text(*f)),
-        Value::Decimal(d) => w.write_str(&decimal::format(*d)),
+        Value::Decimal(d) => w.write_str(&decimal::format(d.get())),
         Value::Str(s) => w.write_str(s),
         Value::Bytes(b) => {
             w.0.put_slice(b"\\x");
@@ -123,7 +123,7 @@ fn encode_binary(out: &mut BytesMut, ty: DataType, v: &Value) -> Result<(), Erro
         (DataType::BigInt, Value::Int(i)) => out.put_i64(*i),
         (DataType::Float, Value::Float(f)) => out.put_f64(*f),
         (DataType::Float, Value::Int(i)) => out.put_f64(*i as f64),
-        (DataType::Decimal, Value::Decimal(d)) => encode_numeric(out, *d),
+        (DataType::Decimal, Value::Decimal(d)) => encode_numeric(out, d.get()),
         (DataType::Decimal, Value::Int(i)) => encode_numeric(out, decimal::from_i64(*i)),
         (DataType::Varchar, Value::Str(s)) => out.put_slice(s.as_bytes()),
         (DataType::Varbinary, Value::Bytes(b)) => out.put_slice(b),
@@ -294,7 +294,7 @@ fn decode_binary_param(b: &[u8], ty: &Type) -> Result<Value, Error> {
             [v] => Value::Bool(*v != 0),
             _ => return Err(wrong()),
         },
-        Type::NUMERIC => Value::Decimal(decode_numeric(b)?),
+        Type::NUMERIC => Value::Decimal(decode_numeric(b)?.into()),
         Type::TIMESTAMP | Type::TIMESTAMPTZ => {
             let t = i64::from_be_bytes(b.try_into().map_err(|_| wrong())?);
             Value::Timestamp(t.checked_add(PG_EPOCH_MICROS).ok_or_else(|| Error::graceful("the timestamp parameter is out of range"))?)
@@ -344,7 +344,7 @@ pub fn literal(text: &str) -> Value {
     if numeric {
         if !t.contains(['e', 'E']) {
             if let Some(d) = decimal::parse(t) {
-                return Value::Decimal(d);
+                return Value::Decimal(d.into());
             }
         }
         if let Ok(f) = t.parse::<f64>() {
@@ -485,7 +485,7 @@ mod tests {
         assert_eq!(described_param_type(Some(Type::INT8)), Type::INT8);
         let unknown = |t: &str| decode_param(Some(t.as_bytes()), &Type::UNKNOWN, FieldFormat::Text).unwrap();
         assert_eq!(unknown("5551234567"), Value::Int(5_551_234_567));
-        assert_eq!(unknown("-1.5"), Value::Decimal(decimal::parse("-1.5").unwrap()));
+        assert_eq!(unknown("-1.5"), Value::Decimal(decimal::parse("-1.5").unwrap().into()));
         assert_eq!(unknown("1e3"), Value::Float(1000.0));
         assert_eq!(unknown("Ohio"), Value::Str("Ohio".into()));
         assert_eq!(unknown("1-2"), Value::Str("1-2".into()));

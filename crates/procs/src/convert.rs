@@ -33,7 +33,7 @@ pub(crate) fn scalar_to_lua(lua: &Lua, v: &Value) -> mlua::Result<LuaValue> {
         Value::Null | Value::Array(_) => LuaValue::Nil,
         Value::Int(i) | Value::Timestamp(i) => LuaValue::Integer(*i),
         Value::Float(f) => LuaValue::Number(*f),
-        Value::Decimal(d) => LuaValue::String(lua.create_string(decimal::format(*d))?),
+        Value::Decimal(d) => LuaValue::String(lua.create_string(decimal::format(d.get()))?),
         Value::Str(s) => LuaValue::String(lua.create_string(s)?),
         Value::Bytes(b) => LuaValue::String(lua.create_string(b)?),
         Value::Bool(b) => LuaValue::Boolean(*b),
@@ -61,7 +61,7 @@ pub(crate) fn to_param(v: &LuaValue, ty: Option<DataType>, pos: usize) -> Result
                 }
                 items.push(scalar_to_param(&item, ty, pos)?);
             }
-            Ok(Value::Array(items))
+            Ok(Value::Array(items.into()))
         }
         other => scalar_to_param(other, ty, pos),
     }
@@ -136,11 +136,11 @@ mod tests {
         assert_eq!(s(&Value::Float(1.5)), LuaValue::Number(1.5));
         assert_eq!(s(&Value::Bool(true)), LuaValue::Boolean(true));
         assert_eq!(s(&Value::Null), LuaValue::Nil);
-        let d = s(&Value::Decimal(decimal::parse("12.5").unwrap()));
+        let d = s(&Value::Decimal(decimal::parse("12.5").unwrap().into()));
         assert_eq!(d.as_string().unwrap().to_str().unwrap(), decimal::format(decimal::parse("12.5").unwrap()));
         let b = s(&Value::Bytes(vec![0, 255].into()));
         assert_eq!(b.as_string().unwrap().as_bytes().to_vec(), vec![0u8, 255]);
-        let a = s(&Value::Array(vec![Value::Int(1), Value::from("x")]));
+        let a = s(&Value::Array(vec![Value::Int(1), Value::from("x")].into()));
         let t = a.as_table().unwrap();
         assert_eq!(t.raw_len(), 2);
         assert_eq!(t.raw_get::<String>(2).unwrap(), "x");

@@ -326,7 +326,7 @@ pub(crate) unsafe fn push_protected(
     let decimals = if row.iter().any(|v| matches!(v, Value::Decimal(_) | Value::Point(_) | Value::Geography(_))) {
         row.iter()
             .map(|v| match v {
-                Value::Decimal(d) => Some(decimal::format(*d)),
+                Value::Decimal(d) => Some(decimal::format(d.get())),
                 Value::Point(_) | Value::Geography(_) => Some(v.to_string()),
                 _ => None,
             })

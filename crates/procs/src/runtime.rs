@@ -394,11 +394,11 @@ impl LuaRuntime {
         let decimals: Vec<String> = params
             .iter()
             .flat_map(|p| match p {
-                Value::Array(items) => items.as_slice(),
+                Value::Array(items) => items,
                 scalar => std::slice::from_ref(scalar),
             })
             .filter_map(|v| match v {
-                Value::Decimal(d) => Some(decimal::format(*d)),
+                Value::Decimal(d) => Some(decimal::format(d.get())),
                 _ => None,
             })
             .collect();

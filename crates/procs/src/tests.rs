@@ -249,7 +249,7 @@ end
     .unwrap();
     let mut host = FakeHost::new(|_, _| Ok(ResultTable::scalar("X", 1)));
     call(&mut rt, "K", &[Value::from("nil")], &mut host).unwrap();
-    assert_eq!(host.calls, vec![(0, vec![Value::Null, Value::Int(7)]), (1, vec![Value::Array(vec![Value::Int(1), Value::Int(2)])])]);
+    assert_eq!(host.calls, vec![(0, vec![Value::Null, Value::Int(7)]), (1, vec![Value::Array(vec![Value::Int(1), Value::Int(2)].into())])]);
     let meta = call(&mut rt, "K", &[Value::from("meta")], &mut host).unwrap();
     assert_eq!(meta.tables, vec![one(DataType::Varchar, Value::from("bound statement"))]);
     let forged = call(&mut rt, "K", &[Value::from("forge")], &mut host).unwrap_err();
@@ -672,11 +672,11 @@ end
     let dec = decimal::parse("12.345").unwrap();
     let mut host = FakeHost::modified();
     let params = [
-        Value::Decimal(dec),
+        Value::Decimal(dec.into()),
         Value::Bytes(vec![0, 1, 255].into()),
         Value::Timestamp(77),
         Value::Null,
-        Value::Array(vec![Value::Int(5), Value::Int(6)]),
+        Value::Array(vec![Value::Int(5), Value::Int(6)].into()),
         Value::Null,
     ];
     let out = call(&mut rt, "Conv", &params, &mut host).unwrap();
@@ -696,7 +696,7 @@ end
         Value::Str(decimal::format(dec).into()),
         Value::Int(77),
         Value::Bool(true),
-        Value::Array(vec![Value::Int(5), Value::Int(6)]),
+        Value::Array(vec![Value::Int(5), Value::Int(6)].into()),
         Value::Float(1.5),
     ];
     assert_eq!(host.calls, vec![(0, put), (1, vec![Value::Bytes(vec![0, 1, 255].into())])]);
@@ -719,11 +719,11 @@ end
 
 #[test]
 fn decimal_parameters_reach_lua_as_text_in_arrays_too() {
-    let d = |text| Value::Decimal(decimal::parse(text).unwrap());
-    let params = [Value::Array(vec![d("1.5"), Value::Int(2), d("-3.25")]), d("4"), Value::Array(vec![])];
+    let d = |text| Value::Decimal(decimal::parse(text).unwrap().into());
+    let params = [Value::Array(vec![d("1.5"), Value::Int(2), d("-3.25")].into()), d("4"), Value::Array(vec![].into())];
     let out = run("local a, x, e = ...; return {a[1], a[2], a[3], x, #e}", &params).unwrap();
     let text = |v: &Value| match v {
-        Value::Decimal(n) => one(DataType::Varchar, Value::Str(decimal::format(*n).into())),
+        Value::Decimal(n) => one(DataType::Varchar, Value::Str(decimal::format(n.get()).into())),
         _ => unreachable!(),
     };
     let Value::Array(items) = &params[0] else { unreachable!() };
@@ -806,7 +806,7 @@ fn every_type_table(dec: i128) -> ResultTable {
     t.push(vec![
         Value::Int(1),
         Value::Float(0.5),
-        Value::Decimal(dec),
+        Value::Decimal(dec.into()),
         Value::from("text"),
         Value::Bytes(vec![0, 255, 7].into()),
         Value::Timestamp(99),
@@ -857,7 +857,7 @@ end
             one(DataType::TinyInt, Value::Int(1)),
         ]
     );
-    let array = Value::Array(vec![Value::Int(7)]);
+    let array = Value::Array(vec![Value::Int(7)].into());
     assert_eq!(
         host.calls.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
         vec![vec![Value::Int(7)], vec![array.clone()], vec![Value::Int(7)], vec![array]]
@@ -1304,7 +1304,7 @@ end
     .unwrap();
     assert_eq!(texts.len(), 1);
     call(&mut rt, "Rust", &[Value::from("param")], &mut host).unwrap();
-    assert_eq!(host.calls.last().unwrap().1, vec![Value::Array(vec![Value::Int(7), Value::Int(8)])]);
+    assert_eq!(host.calls.last().unwrap().1, vec![Value::Array(vec![Value::Int(7), Value::Int(8)].into())]);
     assert_eq!(call(&mut rt, "Rust", &[Value::from("codes")], &mut host).unwrap().tables, vec![ints(4), ints(5)]);
     let (out, fast) = counting_fast_calls(|| call(&mut rt, "Rust", &[Value::from("rows")], &mut host).unwrap().tables);
     assert_eq!(fast, 1);

@@ -133,7 +133,7 @@ fn value(out: &mut String, v: &Value) {
         Value::Float(f) => float(out, *f),
         Value::Decimal(d) => {
             out.push('"');
-            out.push_str(&java_decimal(*d));
+            out.push_str(&java_decimal(d.get()));
             out.push('"');
         }
         Value::Str(s) => string(out, s),

@@ -167,7 +167,7 @@ pub fn number_literal(s: &str) -> Result<Value> {
     }
     if !s.contains(['e', 'E']) {
         if let Some(d) = decimal::parse(s) {
-            return Ok(Value::Decimal(d));
+            return Ok(Value::Decimal(d.into()));
         }
     }
     s.parse::<f64>().map(Value::Float).map_err(|_| Error::sql(format!("bad number {s}")))

@@ -398,7 +398,7 @@ mod tests {
         assert_eq!(keys.len(), 1);
         let mut c = Cursor::new("amt DECIMAL(10, 2) DEFAULT -1.5").unwrap();
         let col = column_def(&mut c, &mut keys).unwrap();
-        assert_eq!(col.default, Some(Value::Decimal(lockstep_core::decimal::parse("-1.5").unwrap())));
+        assert_eq!(col.default, Some(Value::Decimal(lockstep_core::decimal::parse("-1.5").unwrap().into())));
         let mut c = Cursor::new("n TINYINT DEFAULT 300").unwrap();
         assert!(column_def(&mut c, &mut keys).unwrap_err().message.contains("DEFAULT of column N"));
     }

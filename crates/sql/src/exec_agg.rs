@@ -126,9 +126,9 @@ impl Acc {
                 // VoltDB truncates the average of integers.
                 Value::Int(s) => Value::Int(s / self.count),
                 Value::Float(s) => Value::Float(s / self.count as f64),
-                Value::Decimal(s) => {
-                    Value::Decimal(decimal::div(*s, decimal::from_i64(self.count)).ok_or_else(|| Error::sql("numeric overflow in AVG"))?)
-                }
+                Value::Decimal(s) => Value::Decimal(
+                    decimal::div(s.get(), decimal::from_i64(self.count)).ok_or_else(|| Error::sql("numeric overflow in AVG"))?.into(),
+                ),
                 v => return Err(Error::sql(format!("AVG of {}", v.describe()))),
             },
         })

@@ -730,7 +730,7 @@ fn negate(v: Value) -> Result<Value> {
         Value::Null => Value::Null,
         Value::Int(i) => Value::Int(i.checked_neg().ok_or_else(overflow)?),
         Value::Float(f) => Value::Float(-f),
-        Value::Decimal(d) => Value::Decimal(-d),
+        Value::Decimal(d) => Value::Decimal((-d.get()).into()),
         other => return Err(Error::sql(format!("cannot negate {}", other.describe()))),
     })
 }
@@ -800,7 +800,7 @@ pub fn arith(op: ArithOp, a: Value, b: Value) -> Result<Value> {
                     p.checked_rem(q)
                 }
             };
-            Decimal(r.ok_or_else(|| Error::sql("numeric overflow in DECIMAL arithmetic"))?)
+            Decimal(r.ok_or_else(|| Error::sql("numeric overflow in DECIMAL arithmetic"))?.into())
         }
         (x, y) => return Err(Error::sql(format!("arithmetic needs numbers, not {} and {}", x.describe(), y.describe()))),
     })
@@ -809,7 +809,7 @@ pub fn arith(op: ArithOp, a: Value, b: Value) -> Result<Value> {
 fn to_dec(v: &Value) -> i128 {
     match v {
         Value::Int(i) => decimal::from_i64(*i),
-        Value::Decimal(d) => *d,
+        Value::Decimal(d) => d.get(),
         _ => 0,
     }
 }
@@ -867,7 +867,7 @@ pub fn like(s: &str, pat: &str) -> bool {
 pub fn cast(v: Value, ty: DataType) -> Result<Value> {
     match (&v, ty) {
         (Value::Float(f), t) if t.is_integer() && f.is_finite() => Value::Int(f.trunc() as i64).coerce_to(t),
-        (Value::Decimal(d), t) if t.is_integer() => Value::Int((*d / decimal::SCALE) as i64).coerce_to(t),
+        (Value::Decimal(d), t) if t.is_integer() => Value::Int((d.get() / decimal::SCALE) as i64).coerce_to(t),
         _ => v.coerce_to(ty),
     }
 }
@@ -910,8 +910,8 @@ mod tests {
         assert!(arith(ArithOp::Add, Value::Int(i64::MAX), Value::Int(1)).unwrap_err().message.contains("overflow"));
         assert!(arith(ArithOp::Div, Value::Int(1), Value::Int(0)).unwrap_err().message.contains("division by zero"));
         assert_eq!(arith(ArithOp::Mul, Value::Int(3), Value::Float(0.5)).unwrap(), Value::Float(1.5));
-        let d = arith(ArithOp::Add, Value::Int(1), Value::Decimal(decimal::parse("0.25").unwrap())).unwrap();
-        assert_eq!(d, Value::Decimal(decimal::parse("1.25").unwrap()));
+        let d = arith(ArithOp::Add, Value::Int(1), Value::Decimal(decimal::parse("0.25").unwrap().into())).unwrap();
+        assert_eq!(d, Value::Decimal(decimal::parse("1.25").unwrap().into()));
     }
 
     #[test]

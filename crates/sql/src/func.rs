@@ -316,7 +316,7 @@ fn int_arg(f: Func, v: &Value) -> Result<i64> {
     match v {
         Value::Int(i) => Ok(*i),
         Value::Float(x) if x.fract() == 0.0 => Ok(*x as i64),
-        Value::Decimal(d) => decimal::to_exact_i64(*d).ok_or_else(|| arg_err(f, v, "an integer")),
+        Value::Decimal(d) => decimal::to_exact_i64(d.get()).ok_or_else(|| arg_err(f, v, "an integer")),
         _ => Err(arg_err(f, v, "an integer")),
     }
 }
@@ -379,7 +379,7 @@ fn apply(f: Func, vals: &[Value]) -> Result<Value> {
         Func::Abs => match v0 {
             Value::Int(i) => Value::Int(i.checked_abs().ok_or_else(|| Error::sql("numeric overflow in ABS"))?),
             Value::Float(x) => Value::Float(x.abs()),
-            Value::Decimal(d) => Value::Decimal(d.abs()),
+            Value::Decimal(d) => Value::Decimal(d.get().abs().into()),
             _ => return Err(arg_err(f, v0, "a number")),
         },
         Func::Ceiling | Func::Floor => {
@@ -388,8 +388,9 @@ fn apply(f: Func, vals: &[Value]) -> Result<Value> {
                 Value::Int(i) => Value::Int(*i),
                 Value::Float(x) => Value::Float(if up { x.ceil() } else { x.floor() }),
                 Value::Decimal(d) => {
+                    let d = d.get();
                     let q = d.div_euclid(decimal::SCALE) * decimal::SCALE;
-                    Value::Decimal(if up && q != *d { q + decimal::SCALE } else { q })
+                    Value::Decimal(if up && q != d { q + decimal::SCALE } else { q }.into())
                 }
                 _ => return Err(arg_err(f, v0, "a number")),
             }
@@ -520,9 +521,10 @@ fn round(f: Func, v: &Value, places: i64) -> Result<Value> {
             Value::Float((x * m).round() / m)
         }
         Value::Decimal(d) => {
+            let d = d.get();
             let unit = 10i128.pow((12 - places) as u32);
             let r = (d.abs() + unit / 2) / unit * unit;
-            Value::Decimal(if *d < 0 { -r } else { r })
+            Value::Decimal(if d < 0 { -r } else { r }.into())
         }
         _ => return Err(arg_err(f, v, "a number")),
     })
@@ -545,7 +547,7 @@ fn extract(field: Field, ts: i64) -> Value {
         Field::Second => {
             // VoltDB returns seconds with their fraction, as DECIMAL.
             let micros = tod % 60_000_000;
-            return Value::Decimal(micros as i128 * (decimal::SCALE / 1_000_000));
+            return Value::Decimal((micros as i128 * (decimal::SCALE / 1_000_000)).into());
         }
         // 1970-01-01 was a Thursday; 1 = Sunday … 7 = Saturday.
         Field::DayOfWeek => (days + 4).rem_euclid(7) + 1,
@@ -649,7 +651,7 @@ mod tests {
         assert_eq!(extract(Field::Day, t), Value::Int(29));
         assert_eq!(extract(Field::Hour, t), Value::Int(13));
         assert_eq!(extract(Field::Minute, t), Value::Int(45));
-        assert_eq!(extract(Field::Second, t), Value::Decimal(decimal::parse("7.25").unwrap()));
+        assert_eq!(extract(Field::Second, t), Value::Decimal(decimal::parse("7.25").unwrap().into()));
         assert_eq!(extract(Field::DayOfWeek, t), Value::Int(5)); // Thursday
         assert_eq!(extract(Field::DayOfYear, t), Value::Int(60));
         assert_eq!(extract(Field::Week, t), Value::Int(9));
@@ -674,8 +676,8 @@ mod tests {
     fn rounding() {
         assert_eq!(round(Func::Round, &Value::Float(2.5), 0).unwrap(), Value::Float(3.0));
         assert_eq!(round(Func::Round, &Value::Float(-2.5), 0).unwrap(), Value::Float(-3.0));
-        let d = Value::Decimal(decimal::parse("1.235").unwrap());
-        assert_eq!(round(Func::Round, &d, 2).unwrap(), Value::Decimal(decimal::parse("1.24").unwrap()));
+        let d = Value::Decimal(decimal::parse("1.235").unwrap().into());
+        assert_eq!(round(Func::Round, &d, 2).unwrap(), Value::Decimal(decimal::parse("1.24").unwrap().into()));
         assert_eq!(round(Func::Round, &Value::Int(1250), -2).unwrap(), Value::Int(1300));
     }
 }

@@ -262,7 +262,7 @@ pub(crate) fn coerce_params<'a>(p: &Prepared, params: &'a [Value]) -> Result<Cow
                 for x in items {
                     conv.push(x.coerce_to(*t).map_err(|e| e.context(format!("parameter {}", i + 1)))?);
                 }
-                Value::Array(conv)
+                Value::Array(conv.into())
             }
             (v, Some(t)) => v.coerce_to(*t).map_err(|e| e.context(format!("parameter {}", i + 1)))?,
             (v, None) => v.clone(),
@@ -412,7 +412,7 @@ mod coerce_tests {
             Value::Int(i64::MIN),
             Value::Int(-128),
             Value::Float(1.5),
-            Value::Decimal(7),
+            Value::Decimal(lockstep_core::Dec::new(7)),
             Value::from("abc"),
             Value::from("\\N"),
             Value::Bytes(vec![1, 2].into()),

@@ -68,7 +68,7 @@ pub fn s(v: &str) -> Value {
     Value::Str(v.to_string().into())
 }
 pub fn dec(v: &str) -> Value {
-    Value::Decimal(decimal::parse(v).unwrap())
+    Value::Decimal(decimal::parse(v).unwrap().into())
 }
 pub const N: Value = Value::Null;
 
@@ -336,7 +336,10 @@ fn parameters_are_typed_counted_and_coerced() {
     assert_eq!(ins.param_types, vec![Some(Integer), Some(Varchar)]);
     assert_eq!(execute(&ins, &[i(40), s("ops2")], &db.ctx, &mut db.part).unwrap().rows, vec![vec![i(1)]]);
     let arr = prepare(&db.cat, "SELECT id FROM dept WHERE id IN ? ORDER BY id").unwrap();
-    assert_eq!(execute(&arr, &[Value::Array(vec![i(10), i(40)])], &db.ctx, &mut db.part).unwrap().rows, vec![vec![i(10)], vec![i(40)]]);
+    assert_eq!(
+        execute(&arr, &[Value::Array(vec![i(10), i(40)].into())], &db.ctx, &mut db.part).unwrap().rows,
+        vec![vec![i(10)], vec![i(40)]]
+    );
 }
 
 #[test]

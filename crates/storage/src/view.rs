@@ -146,7 +146,7 @@ fn add(a: &Value, b: &Value, subtract: bool, view: &Table, col: usize) -> Result
     Ok(match (a, b) {
         (Value::Int(x), Value::Int(y)) => Value::Int(if subtract { x.checked_sub(*y) } else { x.checked_add(*y) }.ok_or_else(overflow)?),
         (Value::Decimal(x), Value::Decimal(y)) => {
-            Value::Decimal(if subtract { x.checked_sub(*y) } else { x.checked_add(*y) }.ok_or_else(overflow)?)
+            Value::Decimal(if subtract { x.get().checked_sub(y.get()) } else { x.get().checked_add(y.get()) }.ok_or_else(overflow)?.into())
         }
         (Value::Float(x), Value::Float(y)) => Value::Float(if subtract { x - y } else { x + y }),
         _ => {

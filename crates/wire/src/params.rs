@@ -105,7 +105,7 @@ fn decode_array(r: &mut Reader, what: &str) -> Result<Value> {
             for _ in 0..n {
                 out.push(scalar::read(r, elem, what)?);
             }
-            Ok(Value::Array(out))
+            Ok(Value::Array(out.into()))
         }
         types::VOLTTABLE | types::GEOGRAPHY | types::GEOGRAPHY_POINT => {
             Err(Error::graceful(format!("arrays of {} parameters are not supported", types::name(elem))))
@@ -261,8 +261,8 @@ mod tests {
     #[test]
     fn mixed_and_nested_arrays_are_refused() {
         let mut out = Vec::new();
-        assert!(encode_params(&[Value::Array(vec![Value::Int(1), Value::from("a")])], &mut out).is_err());
-        assert!(encode_params(&[Value::Array(vec![Value::Array(vec![])])], &mut out).is_err());
+        assert!(encode_params(&[Value::Array(vec![Value::Int(1), Value::from("a")].into())], &mut out).is_err());
+        assert!(encode_params(&[Value::Array(vec![Value::Array(vec![].into())].into())], &mut out).is_err());
         assert!(encode_params(&[Value::Int(i64::MIN)], &mut out).is_err());
     }
 

@@ -42,7 +42,7 @@ pub fn read(r: &mut Reader, code: WireType, what: &str) -> Result<Value> {
         },
         types::DECIMAL => match r.i128(what)? {
             types::DECIMAL_NULL => Value::Null,
-            v => Value::Decimal(v),
+            v => Value::Decimal(v.into()),
         },
         types::BOOLEAN => match r.i8(what)? {
             i8::MIN => Value::Null,
@@ -99,7 +99,7 @@ pub fn write(out: &mut Vec<u8>, code: WireType, v: &Value) -> bool {
         (types::TIMESTAMP, Value::Null) => put_i64(out, i64::MIN),
         (types::TIMESTAMP, Value::Timestamp(t) | Value::Int(t)) => put_i64(out, *t),
         (types::DECIMAL, Value::Null) => put_i128(out, types::DECIMAL_NULL),
-        (types::DECIMAL, Value::Decimal(d)) => put_i128(out, *d),
+        (types::DECIMAL, Value::Decimal(d)) => put_i128(out, d.get()),
         (types::DECIMAL, Value::Int(i)) => put_i128(out, decimal::from_i64(*i)),
         (types::BOOLEAN, Value::Null) => put_i8(out, i8::MIN),
         (types::BOOLEAN, Value::Bool(b)) => put_i8(out, *b as i8),
@@ -134,7 +134,7 @@ fn fits(ty: DataType, v: &Value) -> bool {
         (DataType::Varchar, Value::Str(_)) => true,
         (DataType::Varbinary, Value::Bytes(_)) => true,
         (DataType::Timestamp, Value::Timestamp(t) | Value::Int(t)) => *t != i64::MIN,
-        (DataType::Decimal, Value::Decimal(d)) => *d != types::DECIMAL_NULL,
+        (DataType::Decimal, Value::Decimal(d)) => d.get() != types::DECIMAL_NULL,
         (DataType::Decimal, Value::Int(_)) => true,
         (DataType::Boolean, Value::Bool(_)) => true,
         (DataType::GeographyPoint, Value::Point(_)) => true,

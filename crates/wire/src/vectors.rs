@@ -100,10 +100,10 @@ fn vote_vector_with_every_type() {
             Value::Int(3),
             Value::Null,
             Value::Timestamp(1_000_000),
-            Value::Decimal(1_500_000_000_000),
+            Value::Decimal(lockstep_core::Dec::new(1_500_000_000_000)),
             Value::Bytes(vec![1, 2].into()),
-            Value::Array(vec![Value::Int(1), Value::Int(2)]),
-            Value::Array(vec![Value::from("a"), Value::Null]),
+            Value::Array(vec![Value::Int(1), Value::Int(2)].into()),
+            Value::Array(vec![Value::from("a"), Value::Null].into()),
         ],
     );
     check_invocation(
@@ -164,7 +164,7 @@ fn scalar_of(ty: DataType) -> BoxedStrategy<Value> {
         DataType::Integer => ((i32::MIN as i64 + 1)..=(i32::MAX as i64)).prop_map(Value::Int).boxed(),
         DataType::BigInt => ((i64::MIN + 1)..=i64::MAX).prop_map(Value::Int).boxed(),
         DataType::Float => (-1.0e300f64..1.0e300).prop_map(Value::Float).boxed(),
-        DataType::Decimal => ((i128::MIN + 1)..=i128::MAX).prop_map(Value::Decimal).boxed(),
+        DataType::Decimal => ((i128::MIN + 1)..=i128::MAX).prop_map(|d| Value::Decimal(d.into())).boxed(),
         DataType::Varchar => ".{0,20}".prop_map(Value::from).boxed(),
         DataType::Varbinary => proptest::collection::vec(any::<u8>(), 0..20).prop_map(|b| Value::Bytes(b.into())).boxed(),
         DataType::Timestamp => ((i64::MIN + 1)..=i64::MAX).prop_map(Value::Timestamp).boxed(),
@@ -207,7 +207,7 @@ fn any_param() -> BoxedStrategy<Value> {
         DataType::Varbinary,
         DataType::Timestamp,
     ]);
-    let array = array_type.prop_flat_map(|t| proptest::collection::vec(scalar_of(t), 0..5)).prop_map(Value::Array);
+    let array = array_type.prop_flat_map(|t| proptest::collection::vec(scalar_of(t), 0..5)).prop_map(|a| Value::Array(a.into()));
     prop_oneof![4 => scalar, 1 => array].boxed()
 }
 

@@ -239,7 +239,7 @@ mod tests {
             Value::Float(0.5),
             Value::from("hello"),
             Value::Timestamp(77),
-            Value::Decimal(1_234_000_000_000),
+            Value::Decimal(lockstep_core::Dec::new(1_234_000_000_000)),
             Value::Bytes(vec![9, 8].into()),
             Value::from("end"),
         ]);

@@ -56,11 +56,11 @@ fn every_value() -> Vec<Value> {
         Value::from("NY"),
         Value::Bytes(vec![1, 2, 3].into()),
         Value::Timestamp(1_709_294_400_000_000),
-        Value::Decimal(12_340_000_000_000),
+        Value::Decimal(lockstep_core::Dec::new(12_340_000_000_000)),
         Value::Bool(true),
         Value::Null,
-        Value::Array(vec![Value::Int(1), Value::Int(2)]),
-        Value::Array(vec![Value::from("a"), Value::from("b")]),
+        Value::Array(vec![Value::Int(1), Value::Int(2)].into()),
+        Value::Array(vec![Value::from("a"), Value::from("b")].into()),
     ]
 }
 
@@ -84,7 +84,7 @@ fn every_type_table() -> ResultTable {
         Value::Float(0.5),
         Value::from("five"),
         Value::Timestamp(6),
-        Value::Decimal(7_000_000_000_000),
+        Value::Decimal(lockstep_core::Dec::new(7_000_000_000_000)),
         Value::Bytes(vec![8].into()),
     ]);
     t.push(vec![Value::Null; 9]);

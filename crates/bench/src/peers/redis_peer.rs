@@ -52,7 +52,7 @@ fn arg(cmd: &mut redis::Cmd, v: &Value) {
         Value::Null => cmd.arg(""),
         Value::Int(i) | Value::Timestamp(i) => cmd.arg(*i),
         Value::Float(f) => cmd.arg(*f),
-        Value::Decimal(d) => cmd.arg(d.to_string()),
+        Value::Decimal(d) => cmd.arg(d.get().to_string()),
         Value::Str(s) => cmd.arg(s.as_str()),
         Value::Bytes(b) => cmd.arg(&b[..]),
         Value::Bool(b) => cmd.arg(i64::from(*b)),

@@ -27,7 +27,7 @@ fn to_mp(v: &Value) -> Mp {
         Value::Null => Mp::Nil,
         Value::Int(i) | Value::Timestamp(i) => Mp::from(*i),
         Value::Float(f) => Mp::from(*f),
-        Value::Decimal(d) => Mp::from(d.to_string()),
+        Value::Decimal(d) => Mp::from(d.get().to_string()),
         Value::Str(s) => Mp::from(s.as_str()),
         Value::Bytes(b) => Mp::Binary(b.to_vec()),
         Value::Bool(b) => Mp::Boolean(*b),

@@ -196,7 +196,7 @@ mod tests {
             Just(Value::Null),
             (i64::MIN + 1..=i64::MAX).prop_map(Value::Int),
             (-1.0e300..1.0e300f64).prop_map(Value::Float),
-            (i128::MIN + 1..=i128::MAX).prop_map(Value::Decimal),
+            (i128::MIN + 1..=i128::MAX).prop_map(|d| Value::Decimal(d.into())),
             ".{0,20}".prop_map(Value::from),
             proptest::collection::vec(any::<u8>(), 0..20).prop_map(|b| Value::Bytes(b.into())),
             (i64::MIN + 1..=i64::MAX).prop_map(Value::Timestamp),

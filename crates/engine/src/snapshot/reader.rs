@@ -388,7 +388,7 @@ mod tests {
             Value::Int(i),
             Value::Str(format!("row {i} {}", "x".repeat(400)).into()),
             Value::Float(i as f64 / 4.0),
-            Value::Decimal(decimal::from_i64(i) + 5),
+            Value::Decimal((decimal::from_i64(i) + 5).into()),
             Value::Timestamp(i * 1_000_003),
             Value::Bool(i % 2 == 0),
             Value::Bytes(vec![i as u8; 3].into()),
