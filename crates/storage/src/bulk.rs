@@ -1,6 +1,10 @@
 //! Bulk loading of committed rows into empty tables (a snapshot read at start-up): each row
 //! is checked as an insert would check it, but indexes are built once for the whole table
 //! and views populated once from it, instead of row by row with undo records.
+//!
+//! Rows go into their table's slots as they are read (`BulkLoad::add`), a chunk at a time,
+//! so a large snapshot is never held twice in memory (once as read, once as stored); the
+//! tables take their place in the partition, indexed, at `Partition::finish_load`.
 
 use std::collections::BTreeMap;
 
@@ -8,40 +12,87 @@ use lockstep_core::{Error, Result, TableId, Value};
 
 use crate::computed::with_computed;
 use crate::partition::Partition;
-use crate::table::Table;
+use crate::table::{Table, TableLoad};
 use crate::validate::check_row;
-use crate::view;
+use crate::view::{self, ViewLayout};
+
+/// Rows read so far for a load into empty tables, by table, checked and in their slots.
+#[derive(Debug, Default)]
+pub struct BulkLoad {
+    tables: BTreeMap<TableId, Loading>,
+}
+
+/// One table's rows being loaded.
+#[derive(Debug)]
+struct Loading {
+    /// Set for a view of a stream, which is loaded like a table (a snapshot keeps its rows).
+    layout: Option<ViewLayout>,
+    table: TableLoad,
+}
+
+impl BulkLoad {
+    /// Checks `rows` of `table` and keeps them for `Partition::finish_load`. The table must
+    /// be empty in `part`. On an error (a bad value) the caller gives up on the whole load.
+    pub fn add(&mut self, part: &Partition, table: TableId, rows: impl IntoIterator<Item = Vec<Value>>) -> Result<()> {
+        let loading = match self.tables.entry(table) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(Loading::start(part, table)?),
+        };
+        for row in rows {
+            let def = loading.table.def();
+            let row = check_row(def, row)?;
+            let row = match &loading.layout {
+                Some(l) => view::with_hidden(l, row),
+                None => with_computed(def, row)?,
+            };
+            loading.table.push(row)?;
+        }
+        Ok(())
+    }
+}
+
+impl Loading {
+    /// Starts loading into `table` of `part`, which must be empty and writable.
+    fn start(part: &Partition, table: TableId) -> Result<Loading> {
+        if part.snapshot.is_some() {
+            return Err(Error::unexpected("bulk load while a snapshot is being written"));
+        }
+        let layout = match part.is_view_of_stream(table) {
+            true => part.table(table)?.view.clone(),
+            false => None,
+        };
+        let t = if layout.is_some() { part.table(table)? } else { part.check_writable(table, "load into")? };
+        if !t.is_empty() {
+            return Err(Error::unexpected(format!("bulk load into {}, which is not empty", t.name())));
+        }
+        Ok(Loading { layout, table: TableLoad::new(t.def().clone()) })
+    }
+}
 
 impl Partition {
     /// Loads `rows` into their tables, which must be empty, then repopulates the views of
     /// those tables. Runs outside transactions. On an error (a bad value, a duplicate key)
     /// nothing of the failing table is kept; the caller gives up on the whole load.
     pub fn load_rows(&mut self, rows: BTreeMap<TableId, Vec<Vec<Value>>>) -> Result<()> {
+        let mut load = BulkLoad::default();
+        for (id, rows) in rows {
+            load.add(self, id, rows)?;
+        }
+        self.finish_load(load)
+    }
+
+    /// Puts the tables of `load` in place, building their indexes (unique ones refuse a
+    /// duplicate key as an insert would), then repopulates the views of those tables.
+    pub fn finish_load(&mut self, load: BulkLoad) -> Result<()> {
         if self.snapshot.is_some() {
             return Err(Error::unexpected("bulk load while a snapshot is being written"));
         }
-        for (id, rows) in rows {
-            // A view of a stream is loaded like a table (a snapshot keeps its rows).
-            let layout = match self.is_view_of_stream(id) {
-                true => self.table(id)?.view.clone(),
-                false => None,
-            };
-            let t = if layout.is_some() { self.table(id)? } else { self.check_writable(id, "load into")? };
-            if !t.is_empty() {
-                return Err(Error::unexpected(format!("bulk load into {}, which is not empty", t.name())));
+        for (id, loading) in load.tables {
+            // Empty when its load started; the partition may have changed since.
+            if !self.table(id)?.is_empty() {
+                return Err(Error::unexpected(format!("bulk load into {}, which is not empty", loading.table.def().name)));
             }
-            let def = t.def().clone();
-            let slots = rows
-                .into_iter()
-                .map(|r| {
-                    let row = check_row(&def, r)?;
-                    Ok(Some(match &layout {
-                        Some(l) => view::with_hidden(l, row),
-                        None => with_computed(&def, row)?,
-                    }))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let table = Table::from_slots(def, slots)?;
+            let table = loading.table.finish()?;
             self.tables.insert(id, table);
             self.repopulate_views_of(id)?;
         }
