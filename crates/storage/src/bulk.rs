@@ -87,13 +87,18 @@ impl Partition {
         if self.snapshot.is_some() {
             return Err(Error::unexpected("bulk load while a snapshot is being written"));
         }
+        let mut tables = Vec::with_capacity(load.tables.len());
         for (id, loading) in load.tables {
             // Empty when its load started; the partition may have changed since.
             if !self.table(id)?.is_empty() {
                 return Err(Error::unexpected(format!("bulk load into {}, which is not empty", loading.table.def().name)));
             }
-            let table = loading.table.finish()?;
-            self.tables.insert(id, table);
+            tables.push((id, loading.table));
+        }
+        // In table order, as if built one after the other: the first table that fails
+        // gives the error.
+        for (id, table) in build_tables(tables, INDEX_BUILD_PARALLEL_ROWS_MIN) {
+            self.tables.insert(id, table?);
             self.repopulate_views_of(id)?;
         }
         Ok(())
@@ -110,4 +115,55 @@ impl Partition {
         }
         Ok(())
     }
+}
+
+/// Most threads that build the indexes of one load's tables, the caller's included. Each
+/// site loads its share of a snapshot on its own thread, one site per core; a site that
+/// has read its rows before the others then lends its tables a core another site has left.
+const INDEX_BUILD_THREADS: usize = 2;
+
+/// Fewest rows a load must have for its tables to be built on more than one thread.
+const INDEX_BUILD_PARALLEL_ROWS_MIN: usize = 100_000;
+
+/// Builds each table's indexes, largest tables first across `INDEX_BUILD_THREADS` threads
+/// when there are at least `parallel_rows_min` rows, and returns the tables in their given
+/// order.
+pub(crate) fn build_tables(tables: Vec<(TableId, TableLoad)>, parallel_rows_min: usize) -> Vec<(TableId, Result<Table>)> {
+    let rows: usize = tables.iter().map(|(_, t)| t.len()).sum();
+    if tables.len() < 2 || rows < parallel_rows_min {
+        return tables.into_iter().map(|(id, t)| (id, t.finish())).collect();
+    }
+    let count = tables.len();
+    let mut queue: Vec<(usize, TableId, TableLoad)> = tables.into_iter().enumerate().map(|(i, (id, t))| (i, id, t)).collect();
+    // Popped from the end: the largest last.
+    queue.sort_by_key(|(_, _, t)| t.len());
+    let queue = std::sync::Mutex::new(queue);
+    let work = || {
+        let mut done = Vec::new();
+        // A poisoned lock means a builder panicked: the scope below panics with it.
+        loop {
+            // Taken in a statement of its own, so the lock is not held while building.
+            let next = match queue.lock() {
+                Ok(mut q) => q.pop(),
+                Err(_) => None,
+            };
+            let Some((i, id, t)) = next else { break };
+            done.push((i, id, t.finish()));
+        }
+        done
+    };
+    let mut built = std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..INDEX_BUILD_THREADS).map(|_| scope.spawn(work)).collect();
+        let mut built = work();
+        for helper in helpers {
+            match helper.join() {
+                Ok(done) => built.extend(done),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        built
+    });
+    debug_assert_eq!(built.len(), count);
+    built.sort_by_key(|(i, _, _)| *i);
+    built.into_iter().map(|(_, id, t)| (id, t)).collect()
 }

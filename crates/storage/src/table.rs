@@ -386,6 +386,11 @@ impl TableLoad {
         &self.table.def
     }
 
+    /// Rows pushed so far.
+    pub(crate) fn len(&self) -> usize {
+        self.table.len
+    }
+
     /// Appends a row (already validated, with the table's stored width) in the next slot.
     pub(crate) fn push(&mut self, row: Box<[Value]>) -> Result<()> {
         let t = &mut self.table;

@@ -531,6 +531,52 @@ fn a_table_loaded_in_chunks_answers_like_one_filled_by_inserts() {
     assert!(dup.table(t3).unwrap().is_empty(), "nothing of the refused table is kept");
 }
 
+/// Tables built on several threads come back in their given order, each as built alone,
+/// and the first failing table in that order gives the error.
+#[test]
+fn tables_built_on_several_threads_are_those_built_one_by_one() {
+    use crate::bulk::build_tables;
+    use crate::table::TableLoad;
+    let named = |k: usize| {
+        let mut def = contestants();
+        def.name = format!("C{k}");
+        def.indexes.iter_mut().for_each(|ix| ix.name = format!("{}_{k}", ix.name));
+        def
+    };
+    let (_, p, ids) = setup(vec![named(0), named(1), named(2)]);
+    let load = |rows: &[Vec<Value>], t: TableId| {
+        let mut l = TableLoad::new(p.table(t).unwrap().def().clone());
+        for r in rows {
+            l.push(r.clone().into_boxed_slice()).unwrap();
+        }
+        (t, l)
+    };
+    let sizes = [300, 1_000, 20];
+    let data: Vec<Vec<Vec<Value>>> =
+        sizes.iter().map(|&n| (0..n).map(|k| contestant(k * 7 % n, Some(&format!("c{k}")), k % 9)).collect()).collect();
+    let loads = || ids.iter().zip(&data).map(|(&t, rows)| load(rows, t)).collect::<Vec<_>>();
+    let alone = build_tables(loads(), usize::MAX);
+    let threaded = build_tables(loads(), 0);
+    assert_eq!(threaded.len(), 3);
+    for ((a_id, a), (b_id, b)) in alone.iter().zip(&threaded) {
+        assert_eq!(a_id, b_id);
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert_eq!(rows(b), rows(a));
+        for n in 0..a.indexes().len() {
+            assert_eq!(b.indexes()[n].entries(), a.indexes()[n].entries(), "index {n} of table {b_id}");
+            assert_eq!(b.indexes()[n].hashed_len(), a.indexes()[n].hashed_len(), "index {n} of table {b_id}");
+        }
+    }
+    // Duplicate keys in the second and third tables: the second's is reported.
+    let mut dup = data.clone();
+    dup[1].push(contestant(5, Some("again"), 0));
+    dup[2].push(contestant(6, Some("again"), 0));
+    let built = build_tables(ids.iter().zip(&dup).map(|(&t, rows)| load(rows, t)).collect(), 0);
+    let first_error = built.into_iter().find_map(|(id, t)| t.err().map(|e| (id, e))).unwrap();
+    assert_eq!(first_error.0, ids[1]);
+    assert!(first_error.1.message.contains("duplicate key (5)"), "{}", first_error.1.message);
+}
+
 #[test]
 fn views_follow_inserts_updates_and_deletes() {
     let (_, mut p, votes, v) = votes_with_view();
