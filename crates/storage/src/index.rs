@@ -89,6 +89,7 @@ pub(crate) struct IndexLoad {
     ints: Vec<IntKey>,
     /// The ordered set's entries once a key is not (`ints` then moved here).
     entries: Vec<Entry>,
+    /// Whether a key was not all integers: `entries` then holds every entry.
     general: bool,
 }
 
