@@ -272,6 +272,7 @@ impl Value {
     /// Whether `coerce_to(ty)` would return the value unchanged, so the caller's value can
     /// be used as it is (the common case: a procedure passes the declared types). Must stay
     /// in step with `coerce_to`: anything not listed here simply takes the converting path.
+    #[inline]
     pub fn coerces_to_itself(&self, ty: DataType) -> bool {
         match (self, ty) {
             (Value::Null, _) => true,

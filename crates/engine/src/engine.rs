@@ -271,12 +271,14 @@ impl Engine {
         let logging = config.durability != Durability::Off;
         let base = if logging { recovery::newest_snapshot(&config.data_dir)? } else { None };
         let mut log_reader = if logging { Some(recovery::open_log(&log_dir)?) } else { None };
-        let log_is_empty = log_reader.as_mut().is_none_or(|r| r.peek().is_none());
         // The log must know the snapshot it starts from (refused here, before anything runs).
         let base_in_log = match (&base, log_reader.as_mut()) {
             (Some(b), Some(reader)) => recovery::skip_to_snapshot(reader, b)?,
             _ => true,
         };
+        let mut log_reader = log_reader.map(Iterator::peekable);
+        // Read only without a snapshot, so before anything was skipped.
+        let log_is_empty = log_reader.as_mut().is_none_or(|r| r.peek().is_none());
         // The catalog to start from: the snapshot's; or, with nothing logged yet, the catalog
         // file (a first start with the log on); or empty when the log holds every change.
         let records: Vec<String> = match &base {

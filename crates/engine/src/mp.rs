@@ -276,9 +276,7 @@ impl Coordinator {
         registry.rebuild(&catalog, None)?;
         let env = FsDdlEnv::new(config.procedure_dir.clone());
         let durable = shared.durable.clone();
-        let next_snapshot_id = snapshot::scan_snapshots(&snapshot::snapshots_dir(&config.data_dir))
-            .map(|s| s.complete.iter().map(|i| i.id).max().unwrap_or(0) + 1)
-            .unwrap_or(1);
+        let next_snapshot_id = snapshot::next_snapshot_id(&snapshot::snapshots_dir(&config.data_dir));
         Ok(Coordinator {
             shared,
             links,

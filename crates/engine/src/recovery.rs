@@ -33,7 +33,7 @@ pub fn newest_snapshot(data_dir: &Path) -> Result<Option<SnapshotInfo>> {
 }
 
 /// The command log, its damaged tail (if any) cut and reported.
-pub fn open_log(dir: &Path) -> Result<Peekable<LogReader>> {
+pub fn open_log(dir: &Path) -> Result<LogReader> {
     let reader = LogReader::open(dir)?;
     if let Some(r) = reader.repair() {
         tracing::warn!(
@@ -55,7 +55,7 @@ pub fn open_log(dir: &Path) -> Result<Peekable<LogReader>> {
             r.records_kept
         );
     }
-    Ok(reader.peekable())
+    Ok(reader)
 }
 
 /// Moves `log` past snapshot `base`'s `SnapshotTaken` record: the records before it are in
@@ -63,10 +63,17 @@ pub fn open_log(dir: &Path) -> Result<Peekable<LogReader>> {
 /// starts). Refuses, before anything has started, when the log holds records but not that
 /// one: which of them the snapshot holds is then unknown, and starting could drop
 /// acknowledged transactions.
-pub fn skip_to_snapshot(log: &mut Peekable<LogReader>, base: &SnapshotInfo) -> Result<bool> {
+pub fn skip_to_snapshot(log: &mut LogReader, base: &SnapshotInfo) -> Result<bool> {
+    let started = Instant::now();
     let mut skipped = 0u64;
-    for entry in log.by_ref() {
-        if matches!(entry?.record, Record::SnapshotTaken { snapshot_id, .. } if snapshot_id == base.id) {
+    // Only `SnapshotTaken` records are decoded: the others are before the snapshot, which
+    // holds their effects, and a long log would take most of a restart to decode.
+    loop {
+        let (entry, passed) = log.skip_to(Record::is_snapshot_taken)?;
+        skipped += passed;
+        let Some(entry) = entry else { break };
+        if matches!(entry.record, Record::SnapshotTaken { snapshot_id, .. } if snapshot_id == base.id) {
+            tracing::info!(skipped, ms = started.elapsed().as_millis() as u64, "command log: records before the snapshot passed over");
             return Ok(true);
         }
         skipped += 1;

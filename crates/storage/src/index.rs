@@ -54,15 +54,78 @@ fn key_is_hashed(nulls_distinct: bool, columns: &[usize], row: &[Value]) -> bool
 /// Every row of `slots` that belongs in the index (`member`) as an entry of the ordered set
 /// over `columns`, sorted first (the set is then built from sorted input in one pass).
 fn ordered_entries(slots: &Slots, columns: &[usize], member: Option<usize>) -> BTreeSet<Entry> {
-    let mut entries: Vec<Entry> = slots
+    let entries: Vec<Entry> = slots
         .iter()
         .enumerate()
         .filter_map(|(id, row)| Some((id, row.as_deref()?)))
         .filter(|(_, row)| is_member(member, row))
         .map(|(id, row)| Entry::new(row, columns, id as RowId))
         .collect();
+    sorted_set(entries)
+}
+
+/// The ordered set of `entries`, in any order.
+fn sorted_set(mut entries: Vec<Entry>) -> BTreeSet<Entry> {
     entries.sort_unstable();
     entries.into_iter().collect()
+}
+
+/// Most columns a key may have to be sorted as plain integers in a bulk build.
+const INT_KEY_COLUMNS_MAX: usize = 3;
+
+/// An integer key of at most `INT_KEY_COLUMNS_MAX` columns (zeros after its own) and its
+/// row: ordered as the index orders their entries, and compared without reading memory
+/// elsewhere, where an entry's key after its first value is behind a pointer.
+type IntKey = ([i64; INT_KEY_COLUMNS_MAX], RowId);
+
+/// What building an index in bulk needs from each row, gathered while the row is at hand
+/// (a snapshot's rows as they are read): afterwards the rows, hundreds of megabytes of
+/// them, would each be a cache miss per index to read again.
+#[derive(Debug, Default)]
+pub(crate) struct IndexLoad {
+    /// The hash of each key a unique index's hash holds, with its row, in row order.
+    hashed: Vec<(u64, RowId)>,
+    /// The ordered set's keys while all of them are integers (most keys are).
+    ints: Vec<IntKey>,
+    /// The ordered set's entries once a key is not (`ints` then moved here).
+    entries: Vec<Entry>,
+    /// Whether a key was not all integers: `entries` then holds every entry.
+    general: bool,
+}
+
+impl IndexLoad {
+    /// Adds row `id`'s entry over `columns`.
+    fn add_entry(&mut self, row: &[Value], columns: &[usize], id: RowId) {
+        if !self.general && columns.len() <= INT_KEY_COLUMNS_MAX {
+            let mut key = [0; INT_KEY_COLUMNS_MAX];
+            let ints = columns.iter().zip(&mut key).all(|(&c, k)| match row[c] {
+                Value::Int(v) => {
+                    *k = v;
+                    true
+                }
+                _ => false,
+            });
+            if ints {
+                self.ints.push((key, id));
+                return;
+            }
+        }
+        if !self.general {
+            self.general = true;
+            self.entries = self.ints.drain(..).map(|(key, row)| Entry::from_ints(&key[..columns.len()], row)).collect();
+        }
+        self.entries.push(Entry::new(row, columns, id));
+    }
+
+    /// The ordered set of the entries added.
+    fn into_set(self, columns: usize) -> BTreeSet<Entry> {
+        if self.general {
+            return sorted_set(self.entries);
+        }
+        let mut ints = self.ints;
+        ints.sort_unstable();
+        ints.into_iter().map(|(key, row)| Entry::from_ints(&key[..columns], row)).collect()
+    }
 }
 
 /// The row in slot `id`; every id an index holds must have a row (an internal invariant).
@@ -193,22 +256,42 @@ impl Index {
     /// and the ordered set, if kept, is built from sorted entries. Err names a row whose key
     /// a unique index already holds for an earlier row.
     pub(crate) fn build(&mut self, slots: &Slots) -> Result<(), RowId> {
-        let cols = &self.columns;
-        let member = self.member;
-        let rows =
-            || slots.iter().enumerate().filter_map(|(id, r)| Some((id as RowId, r.as_deref()?))).filter(move |(_, r)| is_member(member, r));
+        let mut load = IndexLoad::default();
+        for (id, row) in slots.iter().enumerate() {
+            if let Some(row) = row {
+                self.gather(&mut load, row, id as RowId);
+            }
+        }
+        self.build_gathered(load, slots)
+    }
+
+    /// Adds what row `id` (stored as `row`) brings to a bulk build to `load`; rows must
+    /// come in id order.
+    pub(crate) fn gather(&self, load: &mut IndexLoad, row: &[Value], id: RowId) {
+        if !self.holds(row) {
+            return;
+        }
+        if self.hash.is_some() && self.hashed(row) {
+            load.hashed.push((hash_values(row_values(row, &self.columns)), id));
+        }
+        if self.ordered.get().is_some() {
+            load.add_entry(row, &self.columns, id);
+        }
+    }
+
+    /// Indexes the rows of `slots` from what `gather` took from each of them, as `build`.
+    pub(crate) fn build_gathered(&mut self, mut load: IndexLoad, slots: &Slots) -> Result<(), RowId> {
         if let Some(hash) = &mut self.hash {
-            hash.reserve(rows().count());
-            for (id, row) in rows() {
-                if !key_is_hashed(self.nulls_distinct, cols, row) {
-                    continue;
-                }
-                let same = |other: RowId| cols.iter().all(|&c| slot(slots, other)[c] == row[c]);
-                hash.insert_new(hash_values(row_values(row, cols)), id, same).map_err(|_| id)?;
+            hash.reserve(load.hashed.len());
+            let cols = &self.columns;
+            for (h, id) in std::mem::take(&mut load.hashed) {
+                // Rows are read only when two keys share a 32-bit hash.
+                let same = |other: RowId| cols.iter().all(|&c| slot(slots, other)[c] == slot(slots, id)[c]);
+                hash.insert_new(h, id, same).map_err(|_| id)?;
             }
         }
         if let Some(ordered) = self.ordered.get_mut() {
-            *ordered = ordered_entries(slots, cols, member);
+            *ordered = load.into_set(self.columns.len());
         }
         Ok(())
     }

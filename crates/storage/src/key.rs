@@ -103,6 +103,11 @@ impl Entry {
         Entry { first: columns.first().map(value), rest: columns.iter().skip(1).map(value).collect(), row }
     }
 
+    /// The entry of row `row` whose key is the integers `key` (a bulk build's fast path).
+    pub(crate) fn from_ints(key: &[i64], row: RowId) -> Entry {
+        Entry { first: key.first().map(|&v| Value::Int(v)), rest: key.iter().skip(1).map(|&v| Value::Int(v)).collect(), row }
+    }
+
     /// The key's values in order.
     #[cfg(test)]
     pub(crate) fn key(&self) -> Vec<Value> {
@@ -155,7 +160,26 @@ impl Ord for Entry {
     /// [`compare`] for two entries (same width, same flag), without its dynamic dispatch:
     /// inserts and bulk builds compare entries with each other most of the time.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.first.cmp(&other.first).then_with(|| self.rest[..].cmp(&other.rest[..])).then_with(|| self.row.cmp(&other.row))
+        let first = match (&self.first, &other.first) {
+            (Some(a), Some(b)) => cmp_values(a, b),
+            (a, b) => a.cmp(b),
+        };
+        first
+            .then_with(|| {
+                let pairs = self.rest.iter().zip(other.rest.iter());
+                pairs.map(|(a, b)| cmp_values(a, b)).find(|o| o.is_ne()).unwrap_or_else(|| self.rest.len().cmp(&other.rest.len()))
+            })
+            .then_with(|| self.row.cmp(&other.row))
+    }
+}
+
+/// `Value`'s order, with integers (most keys) compared in line: sorting an index's entries
+/// in bulk compares them tens of millions of times.
+#[inline]
+fn cmp_values(a: &Value, b: &Value) -> Ordering {
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => x.cmp(y),
+        _ => a.cmp(b),
     }
 }
 

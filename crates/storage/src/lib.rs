@@ -27,6 +27,7 @@ mod table;
 mod validate;
 mod view;
 
+pub use bulk::BulkLoad;
 pub use index::Lookup;
 pub use partition::{ExportRow, Partition};
 pub use table::{Table, TABLE_ROWS_MAX};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use lockstep_core::prefetch::{prefetch_lines, prefetch_values};
 use lockstep_core::{Error, Result, TableDef, Value};
 
-use crate::index::{Index, Lookup};
+use crate::index::{Index, IndexLoad, Lookup};
 use crate::slots::{Slot, Slots};
 use crate::snapshot::CowScan;
 use crate::view::ViewLayout;
@@ -174,6 +174,12 @@ impl Table {
         let free = self.free.capacity() * std::mem::size_of::<RowId>();
         let indexes: usize = self.indexes.iter().map(Index::memory_bytes).sum();
         slots + free + self.row_heap_bytes + indexes
+    }
+
+    /// Heap bytes of the stored rows, as kept up to date (tests compare ways of filling).
+    #[cfg(test)]
+    pub(crate) fn row_heap_bytes(&self) -> usize {
+        self.row_heap_bytes
     }
 
     pub(crate) fn indexes(&self) -> &[Index] {
@@ -344,10 +350,71 @@ impl Table {
         table.slots = Slots::from(slots);
         for i in 0..table.indexes.len() {
             if let Err(id) = table.indexes[i].build(&table.slots) {
-                // Reuse the insert-time message, which names the index and the key.
-                let row = table.slots[id as usize].as_deref().unwrap_or(&[]);
-                table.check_unique(row, Some(id))?;
-                return Err(Error::unexpected(format!("duplicate key in row {id} of {}", table.def.name)));
+                return Err(table.duplicate(id));
+            }
+        }
+        Ok(table)
+    }
+
+    /// The error for row `id`, whose key a unique index being built already held: the
+    /// insert-time message, which names the index and the key.
+    fn duplicate(&self, id: RowId) -> Error {
+        let row = self.slots[id as usize].as_deref().unwrap_or(&[]);
+        match self.check_unique(row, Some(id)) {
+            Err(e) => e,
+            Ok(()) => Error::unexpected(format!("duplicate key in row {id} of {}", self.def.name)),
+        }
+    }
+}
+
+/// An empty table being filled in bulk: rows go into their slots and what each index needs
+/// of them is gathered as they arrive (`IndexLoad`), then `finish` builds the indexes.
+#[derive(Debug)]
+pub(crate) struct TableLoad {
+    table: Table,
+    loads: Vec<IndexLoad>,
+}
+
+impl TableLoad {
+    pub(crate) fn new(def: Arc<TableDef>) -> TableLoad {
+        let table = Table::new(def);
+        let loads = table.indexes.iter().map(|_| IndexLoad::default()).collect();
+        TableLoad { table, loads }
+    }
+
+    pub(crate) fn def(&self) -> &Arc<TableDef> {
+        &self.table.def
+    }
+
+    /// Rows pushed so far.
+    pub(crate) fn len(&self) -> usize {
+        self.table.len
+    }
+
+    /// Appends a row (already validated, with the table's stored width) in the next slot.
+    pub(crate) fn push(&mut self, row: Box<[Value]>) -> Result<()> {
+        let t = &mut self.table;
+        debug_assert_eq!(row.len(), t.stored_width());
+        if t.slots.len() >= TABLE_ROWS_MAX {
+            return Err(Error::sql(format!("table {} is full: {TABLE_ROWS_MAX} rows in this partition", t.def.name)));
+        }
+        let id = t.slots.len() as RowId;
+        for (ix, load) in t.indexes.iter().zip(&mut self.loads) {
+            ix.gather(load, &row, id);
+        }
+        t.row_heap_bytes += heap_bytes(&row);
+        t.slots.push(Some(row));
+        t.len += 1;
+        Ok(())
+    }
+
+    /// The table with its indexes built; a unique index refuses a duplicate key with the
+    /// message an insert would give.
+    pub(crate) fn finish(self) -> Result<Table> {
+        let mut table = self.table;
+        for (i, load) in self.loads.into_iter().enumerate() {
+            if let Err(id) = table.indexes[i].build_gathered(load, &table.slots) {
+                return Err(table.duplicate(id));
             }
         }
         Ok(table)

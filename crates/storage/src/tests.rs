@@ -431,6 +431,152 @@ fn a_bulk_load_equals_row_by_row_inserts() {
     assert!(again.message.contains("not empty"), "{}", again.message);
 }
 
+/// A table loaded in chunks through `BulkLoad` (as a snapshot is read: chunks of several
+/// tables interleaved, a table's rows arriving in several chunks) answers every lookup and
+/// range of every index — single- and multi-column, unique and not, keys with NULLs —
+/// exactly as the same rows inserted one by one, and its view and row bytes agree.
+#[test]
+fn a_table_loaded_in_chunks_answers_like_one_filled_by_inserts() {
+    let people = table_def(
+        "PEOPLE",
+        vec![
+            col("ID", DataType::BigInt, false),
+            col("NAME", DataType::Varchar, true),
+            col("CODE", DataType::Integer, true),
+            col("SCORE", DataType::BigInt, true),
+            col("RANK", DataType::BigInt, false),
+        ],
+        vec![
+            index("PK_PEOPLE", &[0], true, true),
+            index("UQ_NAME_CODE", &[1, 2], true, false),
+            index("IX_SCORE_NAME", &[3, 1], false, false),
+            index("UQ_CODE", &[2], true, false),
+            // Integer keys (sorted as such in a bulk build), and one whose first NULL comes
+            // after some integer keys.
+            index("IX_RANK_ID", &[4, 0], false, false),
+            index("UQ_ID_RANK", &[0, 4], true, false),
+            index("IX_CODE_RANK_ID", &[2, 4, 0], false, false),
+        ],
+    );
+    let build = || {
+        let (mut catalog, mut p, ids) = setup(vec![people.clone(), contestants()]);
+        let aggs = vec![ViewAggregate::CountStar, ViewAggregate::Sum(0)];
+        let by_score = view_def(
+            "BY_SCORE",
+            ids[0],
+            vec![col("SCORE", DataType::BigInt, true), col("N", DataType::BigInt, false), col("IDS", DataType::BigInt, true)],
+            vec![3],
+            aggs,
+        );
+        let view = catalog.add_table(by_score).unwrap().id;
+        p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+        (p, ids[0], ids[1], view)
+    };
+    let person = |n: i64| {
+        let name = if n % 7 == 0 { Value::Null } else { s(&format!("n{}", n % 50)) };
+        let code = if n % 5 == 3 { Value::Null } else { i(n * 37 % 1_009) };
+        let score = if n % 11 == 0 { Value::Null } else { i(n * 13 % 17) };
+        vec![i(n * 104_729 % 1_000), name, code, score, i(n % 13 - 6)]
+    };
+    let all: Vec<Vec<Value>> = (0..600).map(person).collect();
+    let others: Vec<Vec<Value>> = (0..40).map(|n| contestant(n, Some(&format!("c{n}")), n % 3)).collect();
+
+    let (mut inserted, t, c, v) = build();
+    inserted.begin();
+    for r in &all {
+        inserted.insert(t, r.clone()).unwrap();
+    }
+    for r in &others {
+        inserted.insert(c, r.clone()).unwrap();
+    }
+    inserted.commit();
+    let (mut loaded, t2, c2, v2) = build();
+    let mut load = crate::BulkLoad::default();
+    load.add(&loaded, t2, all[..250].to_vec()).unwrap();
+    load.add(&loaded, c2, others[..10].to_vec()).unwrap();
+    load.add(&loaded, t2, all[250..].to_vec()).unwrap();
+    load.add(&loaded, c2, others[10..].to_vec()).unwrap();
+    loaded.finish_load(load).unwrap();
+
+    assert_consistent(&loaded);
+    assert_eq!(loaded.state_hash(), inserted.state_hash());
+    for (a, b, what) in [(t, t2, "table"), (c, c2, "other table"), (v, v2, "view")] {
+        let (a, b) = (inserted.table(a).unwrap(), loaded.table(b).unwrap());
+        assert_eq!(rows(b), rows(a), "{what}");
+        assert_eq!(b.row_heap_bytes(), a.row_heap_bytes(), "{what}");
+        for n in 0..a.def().indexes.len() {
+            for reverse in [false, true] {
+                let whole = |t: &Table| t.range(n, Bound::Unbounded, Bound::Unbounded, reverse).collect::<Vec<_>>();
+                assert_eq!(whole(b), whole(a), "{what}: index {n}, reverse {reverse}");
+            }
+            for (_, r) in a.scan() {
+                let key: Vec<Value> = a.def().indexes[n].columns.iter().map(|&col| r[col].clone()).collect();
+                assert_eq!(b.lookup(n, &key), a.lookup(n, &key), "{what}: index {n}, key {key:?}");
+                assert_eq!(b.lookup(n, &key[..1]), a.lookup(n, &key[..1]), "{what}: index {n}, prefix {key:?}");
+                let (lo, hi) = (Bound::Excluded(&key[..1]), Bound::Included(&key[..]));
+                let range = |t: &Table| t.range(n, lo, hi, false).collect::<Vec<_>>();
+                assert_eq!(range(b), range(a), "{what}: index {n}, range from {key:?}");
+            }
+        }
+    }
+
+    // A duplicate key of a unique index that is not the first, across chunks, is refused
+    // by name, as an insert would refuse it.
+    let (mut dup, t3, _, _) = build();
+    let mut load = crate::BulkLoad::default();
+    load.add(&dup, t3, vec![vec![i(1), s("a"), i(5), i(0), i(0)]]).unwrap();
+    load.add(&dup, t3, vec![vec![i(2), s("b"), i(6), i(0), i(0)], vec![i(3), s("a"), i(5), i(1), i(0)]]).unwrap();
+    let err = dup.finish_load(load).unwrap_err();
+    assert!(err.message.contains("UNIQUE \"UQ_NAME_CODE\"") && err.message.contains("duplicate key (a, 5)"), "{}", err.message);
+    assert!(dup.table(t3).unwrap().is_empty(), "nothing of the refused table is kept");
+}
+
+/// Tables built on several threads come back in their given order, each as built alone,
+/// and the first failing table in that order gives the error.
+#[test]
+fn tables_built_on_several_threads_are_those_built_one_by_one() {
+    use crate::bulk::build_tables;
+    use crate::table::TableLoad;
+    let named = |k: usize| {
+        let mut def = contestants();
+        def.name = format!("C{k}");
+        def.indexes.iter_mut().for_each(|ix| ix.name = format!("{}_{k}", ix.name));
+        def
+    };
+    let (_, p, ids) = setup(vec![named(0), named(1), named(2)]);
+    let load = |rows: &[Vec<Value>], t: TableId| {
+        let mut l = TableLoad::new(p.table(t).unwrap().def().clone());
+        for r in rows {
+            l.push(r.clone().into_boxed_slice()).unwrap();
+        }
+        (t, l)
+    };
+    let sizes = [300, 1_000, 20];
+    let data: Vec<Vec<Vec<Value>>> =
+        sizes.iter().map(|&n| (0..n).map(|k| contestant(k * 7 % n, Some(&format!("c{k}")), k % 9)).collect()).collect();
+    let loads = || ids.iter().zip(&data).map(|(&t, rows)| load(rows, t)).collect::<Vec<_>>();
+    let alone = build_tables(loads(), usize::MAX);
+    let threaded = build_tables(loads(), 0);
+    assert_eq!(threaded.len(), 3);
+    for ((a_id, a), (b_id, b)) in alone.iter().zip(&threaded) {
+        assert_eq!(a_id, b_id);
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert_eq!(rows(b), rows(a));
+        for n in 0..a.indexes().len() {
+            assert_eq!(b.indexes()[n].entries(), a.indexes()[n].entries(), "index {n} of table {b_id}");
+            assert_eq!(b.indexes()[n].hashed_len(), a.indexes()[n].hashed_len(), "index {n} of table {b_id}");
+        }
+    }
+    // Duplicate keys in the second and third tables: the second's is reported.
+    let mut dup = data.clone();
+    dup[1].push(contestant(5, Some("again"), 0));
+    dup[2].push(contestant(6, Some("again"), 0));
+    let built = build_tables(ids.iter().zip(&dup).map(|(&t, rows)| load(rows, t)).collect(), 0);
+    let first_error = built.into_iter().find_map(|(id, t)| t.err().map(|e| (id, e))).unwrap();
+    assert_eq!(first_error.0, ids[1]);
+    assert!(first_error.1.message.contains("duplicate key (5)"), "{}", first_error.1.message);
+}
+
 #[test]
 fn views_follow_inserts_updates_and_deletes() {
     let (_, mut p, votes, v) = votes_with_view();

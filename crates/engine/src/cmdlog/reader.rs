@@ -188,7 +188,28 @@ impl LogReader {
         Ok(true)
     }
 
-    fn next_entry(&mut self) -> Result<Option<LogEntry>> {
+    /// Reads on to the next record whose body `wanted` accepts (a look at its bytes, such
+    /// as its kind), passing over the others without decoding them: finding where a
+    /// snapshot starts in a long log then costs a checksum per record, not a decode.
+    /// Returns that record (None at the end of the log) and how many were passed over.
+    pub fn skip_to(&mut self, wanted: impl Fn(&[u8]) -> bool) -> Result<(Option<LogEntry>, u64)> {
+        let mut skipped = 0;
+        if self.stopped {
+            return Ok((None, 0));
+        }
+        let found = self.next_entry(&mut |body| {
+            let skip = !wanted(body);
+            skipped += u64::from(skip);
+            skip
+        });
+        if !matches!(found, Ok(Some(_))) {
+            self.stopped = true;
+        }
+        Ok((found?, skipped))
+    }
+
+    /// The next record, passing over those `skip` says to without decoding them.
+    fn next_entry(&mut self, skip: &mut dyn FnMut(&[u8]) -> bool) -> Result<Option<LogEntry>> {
         loop {
             let Some((buf, path, at)) = self.current.as_mut() else {
                 if !self.load_next_segment()? {
@@ -197,6 +218,10 @@ impl LogReader {
                 continue;
             };
             match read_frame(buf, *at) {
+                Frame::Record { body, end } if skip(body) => {
+                    *at = end;
+                    self.next_seq += 1;
+                }
                 Frame::Record { body, end } => {
                     let record =
                         Record::decode(body).map_err(|e| e.context(format!("command log {} record at byte {}", path.display(), *at)))?;
@@ -228,7 +253,7 @@ impl Iterator for LogReader {
         if self.stopped {
             return None;
         }
-        let item = self.next_entry().transpose();
+        let item = self.next_entry(&mut |_| false).transpose();
         if !matches!(item, Some(Ok(_))) {
             self.stopped = true;
         }
@@ -329,6 +354,38 @@ mod tests {
         assert!(err.message.contains(&at), "{err}");
         assert!(err.message.contains("not the newest segment"));
         assert!(reader.next().is_none());
+    }
+
+    /// Finding a snapshot's place passes over the records before it without decoding them
+    /// (one that would not decode is no obstacle), counts them and keeps the numbering;
+    /// checksums are still checked, and reading goes on normally after it.
+    #[test]
+    fn skip_to_passes_over_records_undecoded_and_keeps_their_numbers() {
+        let dir = TempDir::new("skip");
+        let taken = Record::SnapshotTaken { txn_id: 9, snapshot_id: 4 };
+        let (mut first, _) = frames(0..3);
+        // Intact on disk (its checksum holds) but not a record this version can decode.
+        put_frame(&mut first, &[1, 0xff]);
+        put_frame(&mut first, &taken.encode().unwrap());
+        std::fs::write(segment_path(dir.path(), 0), &first).unwrap();
+        std::fs::write(segment_path(dir.path(), 5), frames(5..7).0).unwrap();
+        let mut reader = LogReader::open(dir.path()).unwrap();
+        let (found, skipped) = reader.skip_to(Record::is_snapshot_taken).unwrap();
+        assert_eq!(found, Some(LogEntry { seq: 4, record: taken }));
+        assert_eq!(skipped, 4);
+        assert_eq!(reader.next().unwrap().unwrap(), LogEntry { seq: 5, record: rec(5) });
+        assert_eq!(reader.skip_to(Record::is_snapshot_taken).unwrap(), (None, 1));
+        assert_eq!(reader.next_seq(), 7);
+        assert!(reader.next().is_none());
+
+        // A damaged older segment stops the skip as it stops reading.
+        let damaged = TempDir::new("skip-damaged");
+        let (mut older, ends) = frames(0..3);
+        older[ends[0] + 9] ^= 1;
+        std::fs::write(segment_path(damaged.path(), 0), &older).unwrap();
+        std::fs::write(segment_path(damaged.path(), 3), frames(3..4).0).unwrap();
+        let err = LogReader::open(damaged.path()).unwrap().skip_to(Record::is_snapshot_taken).unwrap_err();
+        assert!(err.message.contains("checksum mismatch"), "{err}");
     }
 
     #[test]

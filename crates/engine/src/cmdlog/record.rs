@@ -124,6 +124,11 @@ impl Record {
         Ok(())
     }
 
+    /// Whether an encoded body is a `SnapshotTaken` record (judged by its kind alone).
+    pub fn is_snapshot_taken(body: &[u8]) -> bool {
+        body.first() == Some(&(KIND_SNAPSHOT_TAKEN as u8))
+    }
+
     /// Decodes a body; every byte must be used.
     pub fn decode(body: &[u8]) -> Result<Record> {
         let mut r = Reader::new(body);

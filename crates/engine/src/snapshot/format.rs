@@ -147,11 +147,13 @@ pub fn decode_rows(body: &[u8], types: &[DataType]) -> Result<Vec<Vec<Value>>> {
     if n > r.remaining() / row_bytes_min {
         return Err(corrupt(format!("a row section claims {n} rows but holds {} bytes", body.len())));
     }
+    // Looked up once, not per value: a restart decodes tens of millions of values.
+    let codes: Vec<_> = types.iter().map(|t| t.wire_code()).collect();
     let mut rows = Vec::with_capacity(n);
     for _ in 0..n {
-        let mut row = Vec::with_capacity(types.len());
-        for t in types {
-            row.push(scalar::read(&mut r, t.wire_code(), "value")?);
+        let mut row = Vec::with_capacity(codes.len());
+        for &code in &codes {
+            row.push(scalar::read(&mut r, code, "value")?);
         }
         rows.push(row);
     }

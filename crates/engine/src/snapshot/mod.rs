@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 pub use format::SnapshotItem;
 pub use manifest::{FileEntry, Manifest};
-pub use reader::{list_snapshots, prune, scan_snapshots, PartitionReader, SnapshotInfo, SnapshotReader, SnapshotScan};
+pub use reader::{list_snapshots, next_snapshot_id, prune, scan_snapshots, PartitionReader, SnapshotInfo, SnapshotReader, SnapshotScan};
 pub use writer::{SnapshotBuilder, SnapshotWriter};
 
 /// The snapshots directory inside a data directory.

@@ -139,6 +139,14 @@ pub fn list_snapshots(root: &Path) -> Result<Vec<SnapshotInfo>> {
     Ok(scan_snapshots(root)?.complete)
 }
 
+/// The id for the next snapshot under `root`: past every snapshot directory there,
+/// complete or not, so its directory is new. Reads names only: verifying every file of
+/// every snapshot again would add a serial read of all of them to each start.
+pub fn next_snapshot_id(root: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(root) else { return 1 };
+    entries.filter_map(|e| dir_id(&e.ok()?.path())).max().map_or(1, |id| id.saturating_add(1))
+}
+
 /// The snapshot id a directory name stands for.
 fn dir_id(dir: &Path) -> Option<u64> {
     dir.file_name()?.to_str()?.parse().ok()
