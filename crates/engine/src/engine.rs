@@ -23,10 +23,10 @@ use crate::mp::{Coordinator, MpWork, SiteLink};
 use crate::mp_cluster::{RemoteReply, RemoteStep};
 use crate::mp_ledger::Ledger;
 use crate::outcome::{Outcome, Reply};
-use crate::queue;
 use crate::recovery;
 use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
 use crate::site::{ClusterLink, RejoinSnapshotDone, Site, SiteLinks, SiteMsg, SpWork};
+use crate::site_queue::SiteSender;
 use crate::snapshot::{FileEntry, SnapshotReader};
 use crate::store::CatalogStore;
 use crate::sysprocs;
@@ -74,7 +74,7 @@ pub struct Shared {
     pub config: EngineConfig,
     pub ring: HashRing,
     view: RwLock<Arc<CatalogView>>,
-    pub(crate) sites: Vec<queue::Sender<SiteMsg>>,
+    pub(crate) sites: Vec<SiteSender>,
     pub(crate) mp: Mutex<Option<Sender<MpWork>>>,
     /// The command log and the write fence.
     pub durable: Arc<Durable>,
@@ -305,9 +305,9 @@ impl Engine {
         let mut threads = Vec::new();
         let mut starting = Vec::new();
         for id in 0..config.sites {
-            let (queue_tx, queue_rx) = queue::bounded(SITE_QUEUE_CALLS_MAX);
-            let (to_site_tx, to_site_rx) = queue::unbounded();
-            let (from_site_tx, from_site_rx) = queue::unbounded();
+            let (queue_tx, queue_rx) = crate::site_queue::site_queue(SITE_QUEUE_CALLS_MAX);
+            let (to_site_tx, to_site_rx) = unbounded();
+            let (from_site_tx, from_site_rx) = unbounded();
             let site_links = SiteLinks {
                 queue: queue_rx,
                 mp_in: to_site_rx,

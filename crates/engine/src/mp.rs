@@ -20,9 +20,9 @@ use crate::engine::Shared;
 use crate::mp_cluster::{ClusterSites, RemoteReply};
 use crate::mp_read::{QueuedSites, ReadJob, ReadPool};
 use crate::outcome::{Outcome, Reply};
-use crate::queue;
 use crate::registry::{Registry, Scope, StatementRunner};
 use crate::site::{MpMsg, SiteMsg};
+use crate::site_queue::SiteSender;
 use crate::snapshot::{self, FileEntry, SnapshotBuilder};
 use crate::store::CatalogStore;
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
@@ -90,9 +90,9 @@ pub enum MpWork {
 
 /// The coordinator's ends of one site's links.
 pub struct SiteLink {
-    pub(crate) queue: queue::Sender<SiteMsg>,
-    pub(crate) to_site: queue::Sender<MpMsg>,
-    pub(crate) from_site: queue::Receiver<Result<ResultTable>>,
+    pub(crate) queue: SiteSender,
+    pub to_site: Sender<MpMsg>,
+    pub from_site: Receiver<Result<ResultTable>>,
 }
 
 /// Sends fragments to parked sites.

@@ -6,7 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use lockstep_core::{Catalog, DataType, Error, HashRing, Result, ResultTable, TableId, Value};
 use lockstep_procs::{CallContext, ProcOutput};
 use lockstep_sql::{Deadline, ExecCtx, Limits, Prepared, SiteFn};
@@ -20,8 +20,8 @@ use crate::export::ExportWriter;
 use crate::memory::MemoryGuard;
 use crate::mp::MpWork;
 use crate::outcome::{Outcome, Reply};
-use crate::queue;
 use crate::registry::{Registry, Scope, StatementRunner};
+use crate::site_queue::SiteReceiver;
 use crate::snapshot::{FileEntry, PartitionReader, SnapshotItem, SnapshotReader, SnapshotWriter};
 use crate::stats::{self, ProcStats};
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
@@ -220,9 +220,9 @@ pub struct Site {
     ring: HashRing,
     ids: TxnIdGenerator,
     export: ExportWriter,
-    queue: queue::Receiver<SiteMsg>,
-    mp_in: queue::Receiver<MpMsg>,
-    mp_out: queue::Sender<Result<ResultTable>>,
+    queue: SiteReceiver,
+    mp_in: Receiver<MpMsg>,
+    mp_out: Sender<Result<ResultTable>>,
     stats: ProcStats,
     durable: Arc<Durable>,
     /// Where finished snapshot files are reported.
@@ -283,9 +283,9 @@ enum SnapshotReport {
 
 /// The links a site needs besides its queue.
 pub struct SiteLinks {
-    pub(crate) queue: queue::Receiver<SiteMsg>,
-    pub(crate) mp_in: queue::Receiver<MpMsg>,
-    pub(crate) mp_out: queue::Sender<Result<ResultTable>>,
+    pub(crate) queue: SiteReceiver,
+    pub mp_in: Receiver<MpMsg>,
+    pub mp_out: Sender<Result<ResultTable>>,
     pub coordinator: Sender<MpWork>,
     pub durable: Arc<Durable>,
     pub memory: Arc<MemoryGuard>,
