@@ -21,7 +21,6 @@ use crate::memory::MemoryGuard;
 use crate::mp::MpWork;
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope, StatementRunner};
-use crate::site_queue::SiteReceiver;
 use crate::snapshot::{FileEntry, PartitionReader, SnapshotItem, SnapshotReader, SnapshotWriter};
 use crate::stats::{self, ProcStats};
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
@@ -220,7 +219,7 @@ pub struct Site {
     ring: HashRing,
     ids: TxnIdGenerator,
     export: ExportWriter,
-    queue: SiteReceiver,
+    queue: Receiver<SiteMsg>,
     mp_in: Receiver<MpMsg>,
     mp_out: Sender<Result<ResultTable>>,
     stats: ProcStats,
@@ -283,7 +282,7 @@ enum SnapshotReport {
 
 /// The links a site needs besides its queue.
 pub struct SiteLinks {
-    pub(crate) queue: SiteReceiver,
+    pub queue: Receiver<SiteMsg>,
     pub mp_in: Receiver<MpMsg>,
     pub mp_out: Sender<Result<ResultTable>>,
     pub coordinator: Sender<MpWork>,
