@@ -72,6 +72,9 @@ struct Partition {
     repl: Replication<Vec<u8>>,
     /// The appends waiting to commit, by sequence number.
     waiting: BTreeMap<Seq, Committed>,
+    /// Answers waiting for every entry up to a sequence number to commit
+    /// (`Replicas::after_appended`).
+    barriers: BTreeMap<Seq, Vec<Committed>>,
 }
 
 struct Inner {
@@ -101,7 +104,7 @@ impl Replicas {
             .placement()
             .partitions_of(me)
             .into_iter()
-            .map(|p| (p, Mutex::new(Partition { repl: Replication::new(me, 0), waiting: BTreeMap::new() })))
+            .map(|p| (p, Mutex::new(Partition { repl: Replication::new(me, 0), waiting: BTreeMap::new(), barriers: BTreeMap::new() })))
             .collect();
         let (member_changes, notices) = mpsc::channel(MEMBER_CHANGES_QUEUE_MAX);
         let inner = Arc::new(Inner { partitions, poster: node.poster(), executor, member_changes });
@@ -123,6 +126,26 @@ impl Replicas {
         };
         self.inner.act(partition, actions);
         Ok(())
+    }
+
+    /// The leader answers a call that changed nothing (a read, a refusal): `done` is called
+    /// once every entry appended to `partition` before now has committed — at once if all
+    /// have. The answer may show those entries' writes, and a failover could still lose
+    /// them until then. Err if this node does not lead the partition (its copy may hold
+    /// writes the new leader lacks) or stops leading it first.
+    pub fn after_appended(&self, partition: PartitionId, done: Committed) {
+        let Some(slot) = self.inner.partitions.get(&partition) else { return done(Err(ReplicateError::NotHere(partition))) };
+        let mut p = lock(slot);
+        if !p.repl.accepts() {
+            drop(p);
+            return done(Err(ReplicateError::Refused(AppendError::NotLeader)));
+        }
+        let last = p.repl.received();
+        if p.repl.committed() >= last {
+            drop(p);
+            return done(Ok(()));
+        }
+        p.barriers.entry(last).or_default().push(done);
     }
 
     /// Whether this node may append to `partition` now (it leads it and has taken over).
@@ -234,8 +257,11 @@ impl Inner {
         let Some(slot) = self.partitions.get(&partition) else { return };
         let done: Vec<_> = {
             let mut p = lock(slot);
-            let keys: Vec<Seq> = p.waiting.range(seqs).map(|(s, _)| *s).collect();
-            keys.into_iter().filter_map(|s| p.waiting.remove(&s)).collect()
+            let keys: Vec<Seq> = p.waiting.range((seqs.start_bound().cloned(), seqs.end_bound().cloned())).map(|(s, _)| *s).collect();
+            let mut done: Vec<Committed> = keys.into_iter().filter_map(|s| p.waiting.remove(&s)).collect();
+            let keys: Vec<Seq> = p.barriers.range(seqs).map(|(s, _)| *s).collect();
+            done.extend(keys.into_iter().filter_map(|s| p.barriers.remove(&s)).flatten());
+            done
         };
         for committed in done {
             committed(result.clone());

@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
@@ -368,6 +368,20 @@ impl Executor for Store {
 /// Runs `payload` on `partition`'s leader as a transaction would (run, then append; undo
 /// when refused) and waits for it to commit; retries while leadership moves.
 fn replicate(cluster: &Cluster, replicas: &[Option<(Replicas, Arc<Store>)>], partition: PartitionId, payload: Vec<u8>) {
+    replicate_then(cluster, replicas, partition, payload, None);
+}
+
+/// `replicate`, and right after the append, `barrier` is registered with `after_appended`
+/// on the leader; it is told whether the append had committed by the time it was called.
+type Barrier = Box<dyn FnOnce(bool, Result<(), ReplicateError>) + Send>;
+
+fn replicate_then(
+    cluster: &Cluster,
+    replicas: &[Option<(Replicas, Arc<Store>)>],
+    partition: PartitionId,
+    payload: Vec<u8>,
+    mut barrier: Option<Barrier>,
+) {
     wait_until("a transaction commits", || {
         for n in cluster.running() {
             let Some((r, store)) = &replicas[n as usize] else { continue };
@@ -382,8 +396,17 @@ fn replicate(cluster: &Cluster, replicas: &[Option<(Replicas, Arc<Store>)>], par
                 let before = *hash;
                 let next = payload.iter().fold(hash.rotate_left(5), |h, b| h.wrapping_mul(31) ^ u64::from(*b));
                 let (reply, rx) = tokio::sync::oneshot::channel();
-                match r.append(partition, payload.clone(), next, Box::new(move |result| drop(reply.send(result)))) {
+                let committed = Arc::new(AtomicBool::new(false));
+                let seen = committed.clone();
+                let answer = Box::new(move |result| {
+                    committed.store(true, Ordering::SeqCst);
+                    drop(reply.send(result))
+                });
+                match r.append(partition, payload.clone(), next, answer) {
                     Ok(()) => {
+                        if let Some(b) = barrier.take() {
+                            r.after_appended(partition, Box::new(move |result| b(seen.load(Ordering::SeqCst), result)));
+                        }
                         ran.push(payload.clone());
                         *hash = next;
                         rx
@@ -419,7 +442,7 @@ fn replicas_run_every_committed_transaction_in_order_and_keep_them_when_a_leader
     let mut replicas: Vec<Option<(Replicas, Arc<Store>)>> = (0..NODES).map(|n| start_replicas(&cluster, n)).collect();
     let partitions = view.state.placement().partition_count();
     let mut written: Vec<Vec<Vec<u8>>> = vec![Vec::new(); partitions as usize];
-    let mut write = |cluster: &Cluster, replicas: &[Option<(Replicas, Arc<Store>)>], round: u32| {
+    let write = |cluster: &Cluster, replicas: &[Option<(Replicas, Arc<Store>)>], written: &mut Vec<Vec<Vec<u8>>>, round: u32| {
         for p in 0..partitions {
             for i in 0..20u32 {
                 let payload = format!("p{p}-r{round}-{i}").into_bytes();
@@ -428,13 +451,29 @@ fn replicas_run_every_committed_transaction_in_order_and_keep_them_when_a_leader
             }
         }
     };
-    write(&cluster, &replicas, 0);
+    write(&cluster, &replicas, &mut written, 0);
 
     // A follower refuses appends: only the leader orders.
     let p0 = &view.state.placement().partitions[0];
     let follower = *p0.nodes.iter().find(|n| view.state.leader(0) != Some(**n)).unwrap();
     let (r, _) = replicas[follower as usize].as_ref().unwrap();
     assert_eq!(r.append(0, b"x".to_vec(), 0, Box::new(|_| {})).err(), Some(ReplicateError::Refused(AppendError::NotLeader)));
+
+    // An answer that wrote nothing waits on the leader for what was appended before it:
+    // at once when all of it committed, after the append otherwise; a follower refuses.
+    let (r, _) = replicas[view.state.leader(0).unwrap() as usize].as_ref().unwrap();
+    let (tx, barriers) = std::sync::mpsc::channel();
+    let at_once = tx.clone();
+    r.after_appended(0, Box::new(move |result| at_once.send((true, result)).unwrap()));
+    assert_eq!(barriers.try_recv().ok(), Some((true, Ok(()))), "nothing was waiting");
+    let payload = b"before-a-read".to_vec();
+    replicate_then(&cluster, &replicas, 0, payload.clone(), Some(Box::new(move |committed, result| tx.send((committed, result)).unwrap())));
+    written[0].push(payload);
+    assert_eq!(barriers.recv_timeout(LIVENESS_LIMIT).ok(), Some((true, Ok(()))), "the barrier was passed before the append committed");
+    let (r, _) = replicas[follower as usize].as_ref().unwrap();
+    let (tx, refused) = std::sync::mpsc::channel();
+    r.after_appended(0, Box::new(move |result| tx.send(result).unwrap()));
+    assert_eq!(refused.try_recv().ok(), Some(Err(ReplicateError::Refused(AppendError::NotLeader))));
 
     // The leader of partition 0 dies; its partitions' other replicas take over with
     // everything committed, and new work commits.
@@ -443,7 +482,7 @@ fn replicas_run_every_committed_transaction_in_order_and_keep_them_when_a_leader
     cluster.stop(victim);
     let survivors: Vec<NodeId> = (0..NODES).filter(|n| *n != victim).collect();
     wait_until("the survivors commit NodeDown", || cluster.agree(&survivors) && !cluster.view(survivors[0]).state.is_alive(victim));
-    write(&cluster, &replicas, 1);
+    write(&cluster, &replicas, &mut written, 1);
 
     let state = cluster.view(survivors[0]).state;
     for p in 0..partitions {

@@ -201,6 +201,14 @@ pub trait ClusterHooks: Send + Sync + 'static {
     /// site rolls the transaction back. Ok: `committed` is called once every replica ran it.
     fn replicate(&self, partition: u32, record: Vec<u8>, hash: u64, committed: Committed) -> Result<(), String>;
 
+    /// The leader answers a call that changed nothing: `done` is called once every entry
+    /// it appended to `partition` before now is run by every replica (at once if all are).
+    /// Err: this node does not lead the partition, or stopped leading it first.
+    fn after_appended(&self, partition: u32, done: Committed) {
+        let _ = partition;
+        done(Ok(()))
+    }
+
     /// A replica ran entry `seq` of `partition` (handed over by `Engine::run_replicated`).
     fn applied(&self, partition: u32, seq: u64, hash: u64);
 
@@ -317,7 +325,18 @@ pub fn held_hash(txn_id: i64, commit: Option<bool>) -> u64 {
 /// was refused and rolled back) is the answer whatever the replicas say, and a replica
 /// half dropped without an answer counts as one.
 pub fn join(reply: Reply) -> (Reply, Committed) {
-    let state = Arc::new(Mutex::new(Join { logged: None, replicated: None, reply: Some(reply) }));
+    join_as(reply, true)
+}
+
+/// `join` for an answer that changed nothing (a read, a refusal) but may show writes not
+/// yet on every replica (`ClusterHooks::after_appended`). If the replicas may never get
+/// them, the answer is withheld, and the client told that nothing changed and to try again.
+pub fn join_unchanged(reply: Reply) -> (Reply, Committed) {
+    join_as(reply, false)
+}
+
+fn join_as(reply: Reply, wrote: bool) -> (Reply, Committed) {
+    let state = Arc::new(Mutex::new(Join { logged: None, replicated: None, reply: Some(reply), wrote }));
     let for_log = state.clone();
     let logged: Reply = Box::new(move |outcome| finish(&for_log, |j| j.logged = Some(outcome)));
     let half = ReplicatedHalf(Some(state));
@@ -348,6 +367,8 @@ struct Join {
     logged: Option<crate::outcome::Outcome>,
     replicated: Option<Result<(), String>>,
     reply: Option<Reply>,
+    /// The call changed data (else the replicas' half only confirms what it read).
+    wrote: bool,
 }
 
 fn finish(state: &Mutex<Join>, set: impl FnOnce(&mut Join)) {
@@ -358,8 +379,12 @@ fn finish(state: &Mutex<Join>, set: impl FnOnce(&mut Join)) {
         return;
     }
     let (Some(outcome), Some(replicated), Some(reply)) = (j.logged.take(), j.replicated.take(), j.reply.take()) else { return };
+    let wrote = j.wrote;
     drop(j);
     reply(match replicated {
+        Err(why) if !wrote => crate::outcome::Outcome::error(Error::unavailable(format!(
+            "the answer is withheld: it may show writes that have not reached every replica ({why}); nothing was changed, try again"
+        ))),
         Err(why) if outcome.is_success() => unknown(&why),
         _ => outcome,
     });

@@ -486,8 +486,18 @@ impl Site {
     }
 
     /// Sends an answer that logs nothing once the writes before it are durable (at once if
-    /// they are); either way held briefly with others.
+    /// they are); either way held briefly with others. On a cluster's leader it also waits
+    /// until every replica has those writes: it may show them, and until then a failover
+    /// could lose them.
     fn answer(&mut self, outcome: Outcome, reply: Reply) {
+        let reply = match self.cluster.get() {
+            Some(cluster) => {
+                let (reply, replicated) = crate::cluster::join_unchanged(reply);
+                cluster.after_appended(self.id, replicated);
+                reply
+            }
+            None => reply,
+        };
         if self.durable.must_wait(Some(self.id)) {
             self.waiting.push((outcome, reply));
         } else {

@@ -28,6 +28,11 @@ struct Net {
     next_seq: Mutex<BTreeMap<u32, u64>>,
     mismatches: Mutex<Vec<(u32, u64)>>,
     refuse: AtomicBool,
+    /// Replicas' acknowledgements are held back (`held`) rather than passed on.
+    hold_acks: AtomicBool,
+    held: Mutex<Vec<Committed>>,
+    /// Answers waiting for the entries appended before them (`after_appended`).
+    barriers: Mutex<Vec<Committed>>,
     /// The topology says node 0 (the coordinator) was declared down.
     coordinator_down: AtomicBool,
 }
@@ -76,7 +81,18 @@ impl ClusterHooks for Hooks {
         if hash != leader_hash {
             self.net.mismatches.lock().unwrap().push((partition, seq));
         }
+        if self.net.hold_acks.load(Ordering::SeqCst) {
+            return self.net.held.lock().unwrap().push(committed);
+        }
         committed(Ok(()));
+    }
+
+    fn after_appended(&self, _partition: u32, done: Committed) {
+        let unconfirmed = !self.net.pending.lock().unwrap().is_empty() || !self.net.held.lock().unwrap().is_empty();
+        match unconfirmed {
+            true => self.net.barriers.lock().unwrap().push(done),
+            false => done(Ok(())),
+        }
     }
 
     fn change_schema(&self, statements: Vec<String>, reply: Reply) {
@@ -120,6 +136,9 @@ fn cluster(name: &str, leaders: Vec<u32>) -> (Arc<Net>, Vec<std::path::PathBuf>)
         next_seq: Mutex::default(),
         mismatches: Mutex::default(),
         refuse: AtomicBool::new(false),
+        hold_acks: AtomicBool::new(false),
+        held: Mutex::default(),
+        barriers: Mutex::default(),
         coordinator_down: AtomicBool::new(false),
     });
     let mut engines = Vec::new();
@@ -209,6 +228,61 @@ fn a_follower_forwards_and_a_leader_replicates_before_it_answers() {
     net.refuse.store(false, Ordering::SeqCst);
     assert!(call(&a, "KV.insert", vec![Value::Int(1_000), Value::Str("x".into())]).is_success(), "the refused row stayed");
     assert_eq!(state_hashes(&a), state_hashes(&b));
+    stop(&net, dirs);
+}
+
+/// What a leader answers may show a write it committed but its replicas have not confirmed:
+/// such an answer (a read, a refusal) waits for them too, and is withheld if the write may
+/// be lost, as it would be by a failover before the replicas have it.
+#[test]
+fn an_answer_that_changed_nothing_waits_for_the_writes_it_may_show_to_be_replicated() {
+    let (net, dirs) = cluster("barrier", vec![0; PARTITIONS as usize]);
+    let a = net.engine(0).clone();
+    schema(&a);
+    let submit = |procedure: &str, params: Vec<Value>| {
+        let (tx, rx) = mpsc::channel();
+        a.submit(Call { procedure: procedure.into(), params, ..Default::default() }, Box::new(move |o| tx.send(o).unwrap()));
+        rx
+    };
+    let read = |k: i64| submit("@AdHoc", vec![Value::Str(format!("SELECT v FROM kv WHERE k = {k}").into())]);
+    // With every write confirmed, a read is answered at once.
+    assert!(call(&a, "KV.insert", vec![Value::Int(1), Value::Str("one".into())]).is_success());
+    let o = read(1).recv_timeout(Duration::from_secs(30)).expect("a read with nothing unconfirmed is answered");
+    assert_eq!(o.tables[0].rows, vec![vec![Value::Str("one".into())]]);
+
+    for (fate, k) in [(Ok(()), 2i64), (Err("the leader was deposed".to_string()), 3)] {
+        net.hold_acks.store(true, Ordering::SeqCst);
+        let write = submit("KV.insert", vec![Value::Int(k), Value::Str("new".into())]);
+        let shown = read(k);
+        // A duplicate key: refused and rolled back, and the refusal shows the row too.
+        let refusal = submit("KV.insert", vec![Value::Int(k), Value::Str("again".into())]);
+        for (what, rx) in [("write", &write), ("read", &shown), ("refusal", &refusal)] {
+            assert!(rx.recv_timeout(PARKED_CHECK).is_err(), "the {what} was answered before the replicas confirmed the write");
+        }
+        net.hold_acks.store(false, Ordering::SeqCst);
+        let held: Vec<Committed> = std::mem::take(&mut *net.held.lock().unwrap());
+        assert_eq!(held.len(), 1, "one write waits for its replica");
+        let barriers: Vec<Committed> = std::mem::take(&mut *net.barriers.lock().unwrap());
+        assert_eq!(barriers.len(), 2, "the read and the refusal wait behind it");
+        for done in held.into_iter().chain(barriers) {
+            done(fate.clone());
+        }
+        let [write, shown, refusal] = [write, shown, refusal].map(|rx| rx.recv_timeout(Duration::from_secs(30)).expect("answered"));
+        match fate {
+            Ok(()) => {
+                assert!(write.is_success(), "{:?}", write.status_string);
+                assert_eq!(shown.tables[0].rows, vec![vec![Value::Str("new".into())]]);
+                assert!(!refusal.is_success() && !refusal.status_string.unwrap_or_default().contains("withheld"));
+            }
+            Err(_) => {
+                assert_eq!(write.status, lockstep_engine::durable::STATUS_RESPONSE_UNKNOWN, "{:?}", write.status_string);
+                for o in [shown, refusal] {
+                    assert!(!o.is_success() && o.tables.is_empty(), "an answer showed a write that may be lost");
+                    assert!(o.status_string.as_deref().unwrap_or_default().contains("withheld"), "{:?}", o.status_string);
+                }
+            }
+        }
+    }
     stop(&net, dirs);
 }
 

@@ -532,6 +532,11 @@ impl ClusterHooks for ClusterGlue {
         self.replicas.append(partition, record, hash, done).map_err(|e| e.to_string())
     }
 
+    fn after_appended(&self, partition: u32, done: Committed) {
+        self.replicas
+            .after_appended(partition, Box::new(move |result: Result<(), ReplicateError>| done(result.map_err(|e| e.to_string()))));
+    }
+
     fn applied(&self, partition: u32, seq: u64, hash: u64) {
         self.replicas.applied(partition, seq, hash);
     }
