@@ -26,6 +26,7 @@ use crate::outcome::{Outcome, Reply};
 use crate::recovery;
 use crate::registry::{procedure_infos, ProcInfo, ProcRoute};
 use crate::site::{ClusterLink, RejoinSnapshotDone, Site, SiteLinks, SiteMsg, SpWork};
+use crate::site_queue::SiteSender;
 use crate::snapshot::{FileEntry, SnapshotReader};
 use crate::store::CatalogStore;
 use crate::sysprocs;
@@ -73,7 +74,7 @@ pub struct Shared {
     pub config: EngineConfig,
     pub ring: HashRing,
     view: RwLock<Arc<CatalogView>>,
-    pub(crate) sites: Vec<Sender<SiteMsg>>,
+    pub(crate) sites: Vec<SiteSender>,
     pub(crate) mp: Mutex<Option<Sender<MpWork>>>,
     /// The command log and the write fence.
     pub durable: Arc<Durable>,
@@ -304,7 +305,7 @@ impl Engine {
         let mut threads = Vec::new();
         let mut starting = Vec::new();
         for id in 0..config.sites {
-            let (queue_tx, queue_rx) = bounded(SITE_QUEUE_CALLS_MAX);
+            let (queue_tx, queue_rx) = crate::site_queue::site_queue(SITE_QUEUE_CALLS_MAX);
             let (to_site_tx, to_site_rx) = unbounded();
             let (from_site_tx, from_site_rx) = unbounded();
             let site_links = SiteLinks {

@@ -23,6 +23,7 @@ pub mod outcome;
 pub mod recovery;
 pub mod registry;
 pub mod site;
+mod site_queue;
 pub mod snapshot;
 pub mod stats;
 pub mod store;

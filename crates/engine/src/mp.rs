@@ -22,6 +22,7 @@ use crate::mp_read::{QueuedSites, ReadJob, ReadPool};
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope, StatementRunner};
 use crate::site::{MpMsg, SiteMsg};
+use crate::site_queue::SiteSender;
 use crate::snapshot::{self, FileEntry, SnapshotBuilder};
 use crate::store::CatalogStore;
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
@@ -89,7 +90,7 @@ pub enum MpWork {
 
 /// The coordinator's ends of one site's links.
 pub struct SiteLink {
-    pub queue: Sender<SiteMsg>,
+    pub(crate) queue: SiteSender,
     pub to_site: Sender<MpMsg>,
     pub from_site: Receiver<Result<ResultTable>>,
 }

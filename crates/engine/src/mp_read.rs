@@ -32,6 +32,7 @@ use crate::mp::{record_mp_call, run_statements, MpRunner, MpWork, Sites};
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope};
 use crate::site::{ReadAnswer, SiteMsg};
+use crate::site_queue::SiteSender;
 use crate::txn_id::timestamp_micros;
 
 /// Read workers: how many multi-partition reads wait for their sites at once. Each holds
@@ -88,9 +89,9 @@ impl InFlight {
 impl ReadPool {
     /// Starts the workers. A read that must run parked goes back to the coordinator on
     /// `parked`.
-    pub(crate) fn start(shared: Arc<Shared>, queues: Vec<Sender<SiteMsg>>, parked: Sender<MpWork>) -> Result<ReadPool> {
+    pub(crate) fn start(shared: Arc<Shared>, queues: Vec<SiteSender>, parked: Sender<MpWork>) -> Result<ReadPool> {
         let (tx, rx) = crossbeam_channel::bounded::<ReadJob>(MP_READ_QUEUE_MAX);
-        let queues: Arc<[Sender<SiteMsg>]> = queues.into();
+        let queues: Arc<[SiteSender]> = queues.into();
         let in_flight = Arc::new(InFlight::default());
         let mut threads = Vec::with_capacity(MP_READ_WORKERS);
         for i in 0..MP_READ_WORKERS {
@@ -132,7 +133,7 @@ impl Drop for ReadPool {
 
 struct ReadWorker {
     shared: Arc<Shared>,
-    queues: Arc<[Sender<SiteMsg>]>,
+    queues: Arc<[SiteSender]>,
     parked: Sender<MpWork>,
     /// Procedures compiled for the catalog version it carries.
     registry: Option<(u64, Registry)>,
@@ -204,7 +205,7 @@ fn registry_for<'a>(slot: &'a mut Option<(u64, Registry)>, shared: &Shared, cata
 /// or a site whose catalog changed); whatever it computed is dropped.
 fn attempt(
     shared: &Shared,
-    queues: &[Sender<SiteMsg>],
+    queues: &[SiteSender],
     catalog_version: u64,
     txn_id: i64,
     timeout: Option<std::time::Duration>,
@@ -226,7 +227,7 @@ fn attempt(
 
 /// The sites as a read over queued fragments sees them: one round, then it must park.
 pub(crate) struct QueuedSites<'a> {
-    queues: &'a [Sender<SiteMsg>],
+    queues: &'a [SiteSender],
     ring: &'a HashRing,
     order: &'a Mutex<()>,
     catalog_version: u64,
@@ -333,7 +334,7 @@ mod tests {
     fn a_read_does_not_hold_up_the_partitions_that_answered_it() {
         let (e, dir) = start("queued");
         let (hold_0, hold_1) = (hold_site(&e, 0), hold_site(&e, 1));
-        let queued = |p: usize| !e.shared().sites[p].is_empty();
+        let queued = |p: usize| e.shared().sites[p].len() > 0;
         let deadline = std::time::Instant::now() + PATIENCE;
         let wait_until = |what: &str, done: &dyn Fn() -> bool| {
             while !done() {

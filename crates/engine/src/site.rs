@@ -21,6 +21,7 @@ use crate::memory::MemoryGuard;
 use crate::mp::MpWork;
 use crate::outcome::{Outcome, Reply};
 use crate::registry::{Registry, Scope, StatementRunner};
+use crate::site_queue::SiteReceiver;
 use crate::snapshot::{FileEntry, PartitionReader, SnapshotItem, SnapshotReader, SnapshotWriter};
 use crate::stats::{self, ProcStats};
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
@@ -219,7 +220,7 @@ pub struct Site {
     ring: HashRing,
     ids: TxnIdGenerator,
     export: ExportWriter,
-    queue: Receiver<SiteMsg>,
+    queue: SiteReceiver,
     mp_in: Receiver<MpMsg>,
     mp_out: Sender<Result<ResultTable>>,
     stats: ProcStats,
@@ -282,7 +283,7 @@ enum SnapshotReport {
 
 /// The links a site needs besides its queue.
 pub struct SiteLinks {
-    pub queue: Receiver<SiteMsg>,
+    pub(crate) queue: SiteReceiver,
     pub mp_in: Receiver<MpMsg>,
     pub mp_out: Sender<Result<ResultTable>>,
     pub coordinator: Sender<MpWork>,
