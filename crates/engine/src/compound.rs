@@ -262,6 +262,7 @@ fn timed_out() -> Error {
 #[cfg(test)]
 mod tests {
     use crate::mp::tests::run;
+    use crate::cmdlog::testing::TempDir;
     use crate::{Call, Engine, EngineConfig};
     use lockstep_core::{ResultTable, Value};
     use std::sync::Arc;
@@ -276,10 +277,9 @@ mod tests {
     /// An engine of 4 sites with a number map (partitioned on the number), subscribers
     /// (partitioned on the id), and the compound procedure `Move` that looks the number up
     /// and updates the subscriber.
-    fn start(name: &str) -> Arc<Engine> {
-        let dir = std::env::temp_dir().join(format!("lockstep-compound-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut config = EngineConfig::new(&dir);
+    fn start(name: &str) -> (Arc<Engine>, TempDir) {
+        let dir = TempDir::new(&format!("compound-{name}"));
+        let mut config = EngineConfig::new(dir.path());
         config.sites = 4;
         let e = Engine::start(config).unwrap();
         for sql in [
@@ -310,7 +310,7 @@ mod tests {
             assert!(run(&e, "M.insert", vec![Value::Str(format!("n{i}").into()), Value::Int(i)]).is_success());
             assert!(run(&e, "S.insert", vec![Value::Int(i), Value::Int(0)]).is_success());
         }
-        e
+        (e, dir)
     }
 
     fn loc_sum(e: &Engine) -> i64 {
@@ -324,7 +324,7 @@ mod tests {
 
     #[test]
     fn a_compound_procedure_chains_single_partition_calls() {
-        let e = start("chain");
+        let (e, _dir) = start("chain");
         let o = run(&e, "Move", vec![Value::Str("n7".into()), Value::Int(5)]);
         assert!(o.is_success(), "{:?}", o.status_string);
         assert_eq!(o.tables, vec![ResultTable::scalar("", 0)]);
@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn many_compound_calls_run_at_once_from_several_threads() {
-        let e = start("many");
+        let (e, _dir) = start("many");
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let e = e.clone();
@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn an_inner_failure_reaches_the_body() {
-        let e = start("failure");
+        let (e, _dir) = start("failure");
         let o = run(&e, "Probe", vec![Value::Str("NoSuchProc".into())]);
         assert_eq!(o.tables[0].rows[0][0], Value::Str("-3 Procedure NoSuchProc was not found".into()));
         e.shutdown();
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn an_abort_answers_with_its_message_and_app_status() {
-        let e = start("abort");
+        let (e, _dir) = start("abort");
         // The lookup gets a wrong parameter count: the body aborts with app status 3.
         ddl(
             &e,
@@ -382,7 +382,7 @@ mod tests {
 
     #[test]
     fn a_compound_procedure_cannot_call_another() {
-        let e = start("nested");
+        let (e, _dir) = start("nested");
         let o = run(&e, "Probe", vec![Value::Str("Probe".into())]);
         let text = format!("{:?}", o.tables[0].rows[0][0]);
         assert!(text.contains("a compound procedure cannot call another"), "{text}");
@@ -391,7 +391,7 @@ mod tests {
 
     #[test]
     fn the_query_timeout_bounds_the_whole_invocation() {
-        let e = start("timeout");
+        let (e, _dir) = start("timeout");
         ddl(
             &e,
             "CREATE PROCEDURE Spin PARTITION ON TABLE s COLUMN id PARAMETER 0 FROM FILE 'spin.lua' SOURCE $lua$
@@ -415,7 +415,7 @@ mod tests {
 
     #[test]
     fn a_compound_procedure_cannot_be_partitioned() {
-        let e = start("partitioned");
+        let (e, _dir) = start("partitioned");
         let (tx, rx) = std::sync::mpsc::channel();
         e.adhoc(
             "CREATE PROCEDURE P2 PARTITION ON TABLE s COLUMN id PARAMETER 0 FROM FILE 'p2.lua' SOURCE $lua$compound = true
