@@ -126,6 +126,8 @@ pub async fn ensure_loaded(conn: &Conn, app: &App, probe_table: &str) -> Result<
     for stmt in statements(app)? {
         conn.adhoc(&stmt).await.map_err(|e| e.context(format!("loading app {}", app.name)))?;
     }
+    // The population that follows goes straight to each partition's leader.
+    conn.refresh_routing().await;
     Ok(true)
 }
 

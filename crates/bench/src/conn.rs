@@ -214,6 +214,15 @@ impl Conn {
         Ok(Conn::Embedded(Arc::new(EmbeddedEngine { engine, data_dir, keys: OnceLock::new() })))
     }
 
+    /// Learns the servers' partitions and procedures again (a client learns them when it
+    /// connects, before the workload's schema exists): calls then go straight to the node
+    /// that leads their partition, rather than round the nodes (each forwarding the call).
+    pub async fn refresh_routing(&self) {
+        if let Conn::Net(c) = self {
+            c.refresh_routing().await;
+        }
+    }
+
     /// Calls a procedure. A failure status is an `Ok` answer; `Err` means the call was lost.
     pub async fn call(&self, proc: &str, params: Vec<Value>) -> Result<Answer, Error> {
         self.call_in_order(proc, params, ()).await

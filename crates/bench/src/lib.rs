@@ -224,6 +224,7 @@ async fn run_async(args: BenchArgs) -> Result<i32, Error> {
 async fn drive<W: Workload>(w: Arc<W>, conn: &Conn, args: &BenchArgs, extra: serde_json::Value) -> Result<i32, Error> {
     eprintln!("setting up {} …", args.workload);
     w.setup(conn).await?;
+    conn.refresh_routing().await;
     let duration = Duration::from_secs(args.duration);
     let mode = if args.step {
         "step"

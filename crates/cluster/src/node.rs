@@ -32,7 +32,7 @@ use crate::record;
 use crate::replication;
 use crate::state::{ClusterState, Command, Incarnation, Outcome};
 use crate::store::{LogStore, StateMachine};
-use crate::transport::{self, CallError, Faults, Handler, Transport};
+use crate::transport::{self, CallError, Faults, Handler, Started, Transport};
 
 /// Partition messages from peers waiting to be taken; beyond this they are dropped (the
 /// replication sends again what was not acknowledged).
@@ -87,6 +87,9 @@ pub const PAUSE_NOTICED_MS: u64 = 150;
 pub const ELECTION_STAND_STEP_MS: u64 = 100;
 
 /// Answers the calls other nodes forward to this one (the server provides it).
+/// The answer to a call `ClusterNode::start_invoke` sent (see `ClusterNode::invoke`).
+pub type InvokeAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Result<Vec<u8>, String>, CallError>> + Send>>;
+
 pub trait Service: Send + Sync + 'static {
     /// Runs `call` (the server's encoding of a call for `partition`, from node `from`) and
     /// gives its encoded answer to `answer`, once, from any thread.
@@ -368,19 +371,32 @@ impl Handler for NodeHandler {
                 let _ = self.shared.partition_inbox.try_send(PartitionMessage { from, partition, message });
                 Response::Taken
             }
-            Request::Invoke { partition, call, .. } => {
-                let Some(service) = self.shared.service.get() else {
-                    return Response::Answer(Err(format!("node {} is still starting: it takes no calls yet", self.shared.me)));
-                };
-                let (tx, rx) = oneshot::channel();
-                service.invoke(from, partition, call, Box::new(move |answer| drop(tx.send(answer))));
-                match rx.await {
-                    Ok(answer) => Response::Answer(Ok(answer)),
-                    Err(_) => Response::Answer(Err(format!("node {} dropped the call without an answer", self.shared.me))),
-                }
-            }
+            Request::Invoke { .. } => match self.start_in_order(from, request) {
+                Started::Now(started) => started.await.unwrap_or_else(|_| Response::Refused("the call was dropped unanswered".into())),
+                Started::Later(other) => Response::Refused(format!("{} cannot be started here", other.kind())),
+            },
             Request::Propose(command) => Response::Proposed(propose_here(&self.raft, command).await),
         }
+    }
+
+    /// A forwarded call is handed to the service as it arrives, so that calls forwarded in
+    /// turn run in turn.
+    fn start_in_order(&self, from: NodeId, request: Request) -> Started {
+        let Request::Invoke { partition, call, .. } = request else { return Started::Later(request) };
+        let (tx, rx) = oneshot::channel();
+        let Some(service) = self.shared.service.get() else {
+            let _ = tx.send(Response::Answer(Err(format!("node {} is still starting: it takes no calls yet", self.shared.me))));
+            return Started::Now(rx);
+        };
+        service.invoke(
+            from,
+            partition,
+            call,
+            Box::new(move |answer| {
+                let _ = tx.send(Response::Answer(Ok(answer)));
+            }),
+        );
+        Started::Now(rx)
     }
 }
 
@@ -567,19 +583,29 @@ impl ClusterNode {
         call: Vec<u8>,
         limit: Duration,
     ) -> Result<Result<Vec<u8>, String>, CallError> {
-        self.send_invoke(to, Request::Invoke { partition, call, step: false }, limit).await
+        self.start_invoke(to, partition, call, limit)?.await
+    }
+
+    /// `invoke`, with the call queued for node `to` before this returns: calls started in
+    /// turn reach the node, and its service, in turn (a client's calls to a partition keep
+    /// their order when forwarded). The future waits for the answer.
+    pub fn start_invoke(&self, to: NodeId, partition: PartitionId, call: Vec<u8>, limit: Duration) -> Result<InvokeAnswer, CallError> {
+        self.send_invoke(to, Request::Invoke { partition, call, step: false }, limit)
     }
 
     /// `invoke` for a step of a multi-partition transaction (see `Request::Invoke`).
     pub async fn invoke_step(&self, to: NodeId, call: Vec<u8>, limit: Duration) -> Result<Result<Vec<u8>, String>, CallError> {
-        self.send_invoke(to, Request::Invoke { partition: 0, call, step: true }, limit).await
+        self.send_invoke(to, Request::Invoke { partition: 0, call, step: true }, limit)?.await
     }
 
-    async fn send_invoke(&self, to: NodeId, request: Request, limit: Duration) -> Result<Result<Vec<u8>, String>, CallError> {
-        match self.transport.call(to, request, limit).await? {
-            Response::Answer(answer) => Ok(answer),
-            other => Err(CallError::Closed { peer: to, reason: format!("answered a call with {}", response_kind(&other)) }),
-        }
+    fn send_invoke(&self, to: NodeId, request: Request, limit: Duration) -> Result<InvokeAnswer, CallError> {
+        let answer = self.transport.start_call(to, request)?;
+        Ok(Box::pin(async move {
+            match Transport::response(to, answer, limit).await? {
+                Response::Answer(answer) => Ok(answer),
+                other => Err(CallError::Closed { peer: to, reason: format!("answered a call with {}", response_kind(&other)) }),
+            }
+        }))
     }
 
     /// Sets what answers the calls other nodes forward here; the first one set stays.

@@ -21,20 +21,24 @@ use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::message::{encode_frame, read_frame, FrameError, Hello, Request, RequestId, Response};
 use crate::placement::NodeId;
 
-/// Calls waiting for one of a peer's connections (but replication's); one more fails at
-/// once with `QueueFull`.
+/// Calls waiting for one of a peer's connections (but replication's and forwarded
+/// calls'); one more fails at once with `QueueFull`.
 pub const PEER_QUEUE_MAX: usize = 256;
+/// Calls forwarded to a peer (and proposals) waiting for its connection: room for the
+/// windows of the clients that send through this node.
+pub const PEER_FORWARD_QUEUE_MAX: usize = 4_096;
 /// Replication messages waiting for a peer's replication connection: far more, as a busy
 /// partition posts one per transaction.
 pub const PEER_DATA_QUEUE_MAX: usize = 16_384;
-/// Calls sent to a peer and not yet answered; one more fails at once with `QueueFull`.
+/// Calls sent on one connection to a peer and not yet answered; more wait in the queue, in
+/// order.
 pub const PEER_IN_FLIGHT_MAX: usize = 256;
 /// How long opening a connection (TCP and the hello) may take.
 pub const CONNECT_TIMEOUT_MS: u64 = 500;
@@ -47,7 +51,8 @@ pub const RECONNECT_BACKOFF_MAX_MS: u64 = 1_000;
 /// Incoming connections open at once; more are closed as they arrive.
 pub const INBOUND_CONNECTIONS_MAX: usize = 64;
 /// Requests of one incoming connection handled at once; more wait (unread) in the socket.
-pub const INBOUND_IN_FLIGHT_MAX: usize = 64;
+/// As many as a sender has in flight on one connection.
+pub const INBOUND_IN_FLIGHT_MAX: usize = PEER_IN_FLIGHT_MAX;
 /// An incoming connection silent this long is closed (its peer pings far more often).
 pub const INBOUND_IDLE_TIMEOUT_MS: u64 = 30_000;
 /// Bytes of frames gathered before a write to a peer (a frame larger goes out whole).
@@ -112,7 +117,26 @@ pub trait Handler: Send + Sync + 'static {
     fn check_hello(&self, hello: &Hello) -> Result<(), String>;
     /// The response to one request from `from` (who passed `check_hello`).
     fn handle(&self, from: NodeId, request: Request) -> impl Future<Output = Response> + Send;
+    /// Starts a request that must start in the order it arrived (a call forwarded to this
+    /// node: one client's calls to a partition run in the order it sent them), from the
+    /// connection's read loop; `Later` gives back a request to `handle` on a task of its
+    /// own (tasks run in any order).
+    fn start_in_order(&self, from: NodeId, request: Request) -> Started {
+        let _ = from;
+        Started::Later(request)
+    }
 }
+
+/// What `Handler::start_in_order` did with a request.
+pub enum Started {
+    /// Started; its response comes through the receiver.
+    Now(oneshot::Receiver<Response>),
+    /// Not a request to start in order: `handle` it.
+    Later(Request),
+}
+
+/// Where the response to a queued call arrives.
+pub type Answer = oneshot::Receiver<Result<Response, CallError>>;
 
 /// A call queued for a peer's connection.
 struct Outgoing {
@@ -173,7 +197,7 @@ impl Transport {
                 peers.push(None);
                 continue;
             }
-            let queues = [PEER_QUEUE_MAX, PEER_DATA_QUEUE_MAX, PEER_QUEUE_MAX, PEER_QUEUE_MAX].map(|size| {
+            let queues = [PEER_QUEUE_MAX, PEER_DATA_QUEUE_MAX, PEER_QUEUE_MAX, PEER_FORWARD_QUEUE_MAX].map(|size| {
                 let (tx, rx) = mpsc::channel(size);
                 tasks.push(tokio::spawn(run_peer(id, *addr, hello.clone(), rx)));
                 tx
@@ -193,8 +217,20 @@ impl Transport {
 
     /// Sends `request` to `peer` and waits at most `limit` for its response.
     pub async fn call(&self, peer: NodeId, request: Request, limit: Duration) -> Result<Response, CallError> {
+        let answer = self.start_call(peer, request)?;
+        Self::response(peer, answer, limit).await
+    }
+
+    /// Queues `request` for `peer` now (requests queued for one peer go in the order
+    /// queued); `response` waits for its answer.
+    pub fn start_call(&self, peer: NodeId, request: Request) -> Result<Answer, CallError> {
         let (reply, answer) = oneshot::channel();
         self.enqueue(peer, Outgoing { request, reply: Some(reply) })?;
+        Ok(answer)
+    }
+
+    /// The response to a request `start_call` queued for `peer`, waited for at most `limit`.
+    pub async fn response(peer: NodeId, answer: Answer, limit: Duration) -> Result<Response, CallError> {
         match timeout(limit, answer).await {
             Err(_) => Err(CallError::Timeout { peer, ms: limit.as_millis() as u64 }),
             Ok(Err(_)) => Err(CallError::Closed { peer, reason: "the connection task ended".into() }),
@@ -309,9 +345,12 @@ enum Ended {
     Broken(String),
 }
 
-type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Result<Response, CallError>>>>>;
+/// Calls sent and not answered, by id: where each answer goes, and the call's place among
+/// the connection's `PEER_IN_FLIGHT_MAX` (freed with the entry).
+type Pending = Arc<Mutex<HashMap<RequestId, Waiting>>>;
+type Waiting = (oneshot::Sender<Result<Response, CallError>>, OwnedSemaphorePermit);
 
-fn lock_pending(p: &Pending) -> std::sync::MutexGuard<'_, HashMap<RequestId, oneshot::Sender<Result<Response, CallError>>>> {
+fn lock_pending(p: &Pending) -> std::sync::MutexGuard<'_, HashMap<RequestId, Waiting>> {
     // Entries are inserted and removed whole.
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -328,7 +367,28 @@ async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoin
     let mut next_id: RequestId = 1;
     let mut sweep = tokio::time::interval(Duration::from_millis(SWEEP_INTERVAL_MS));
     let mut first = first;
+    let in_flight = Arc::new(Semaphore::new(PEER_IN_FLIGHT_MAX));
     let ended = loop {
+        // A call is taken from the queue only when it may be sent: the ones behind it wait
+        // there, in order, rather than fail. What was written goes out before the wait, or
+        // the answers that end it would never come.
+        let permit = match in_flight.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if let Err(e) = timed_write(writer.flush()).await {
+                    break Ended::Broken(e);
+                }
+                tokio::select! {
+                    permit = in_flight.clone().acquire_owned() => match permit {
+                        Ok(p) => p,
+                        Err(_) => break Ended::QueueClosed,
+                    },
+                    done = &mut reader_task => {
+                        break Ended::Broken(match done { Ok(reason) => reason, Err(e) => e.to_string() });
+                    }
+                }
+            }
+        };
         let outgoing = match first.take() {
             Some(o) => o,
             None => tokio::select! {
@@ -341,7 +401,7 @@ async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoin
                 }
                 _ = sweep.tick() => {
                     // Calls whose callers stopped waiting will never be collected otherwise.
-                    lock_pending(&pending).retain(|_, reply| !reply.is_closed());
+                    lock_pending(&pending).retain(|_, (reply, _)| !reply.is_closed());
                     continue;
                 }
             },
@@ -349,7 +409,7 @@ async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoin
         if outgoing.abandoned() {
             continue;
         }
-        if let Err(e) = send_call(peer, &mut writer, &pending, next_id, outgoing).await {
+        if let Err(e) = send_call(&mut writer, &pending, next_id, outgoing, permit).await {
             break Ended::Broken(e);
         }
         if queue.is_empty() {
@@ -364,7 +424,7 @@ async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoin
         Ended::QueueClosed => "the transport is shut down".to_string(),
         Ended::Broken(r) => r.clone(),
     };
-    for (_, reply) in lock_pending(&pending).drain() {
+    for (_, (reply, _)) in lock_pending(&pending).drain() {
         let _ = reply.send(Err(CallError::Closed { peer, reason: reason.clone() }));
     }
     ended
@@ -372,11 +432,11 @@ async fn serve_connection(peer: NodeId, stream: TcpStream, first: Option<Outgoin
 
 /// Writes one call; Err (with the reason) if the connection is broken.
 async fn send_call(
-    peer: NodeId,
     writer: &mut BufWriter<OwnedWriteHalf>,
     pending: &Pending,
     id: RequestId,
     outgoing: Outgoing,
+    permit: OwnedSemaphorePermit,
 ) -> Result<(), String> {
     let frame = match encode_frame(id, &outgoing.request) {
         Ok(f) => f,
@@ -385,15 +445,8 @@ async fn send_call(
             return Ok(());
         }
     };
-    {
-        let mut p = lock_pending(pending);
-        if p.len() >= PEER_IN_FLIGHT_MAX {
-            outgoing.answer(Err(CallError::QueueFull(peer)));
-            return Ok(());
-        }
-        if let Some(reply) = outgoing.reply {
-            p.insert(id, reply);
-        }
+    if let Some(reply) = outgoing.reply {
+        lock_pending(pending).insert(id, (reply, permit));
     }
     timed_write(writer.write_all(&frame)).await
 }
@@ -412,7 +465,7 @@ async fn read_responses(mut reader: OwnedReadHalf, pending: Pending) -> String {
     loop {
         match read_frame::<Response, _>(&mut reader).await {
             Ok((id, response)) => {
-                if let Some(reply) = lock_pending(&pending).remove(&id) {
+                if let Some((reply, _)) = lock_pending(&pending).remove(&id) {
                     let _ = reply.send(Ok(response));
                 }
             }
@@ -507,13 +560,24 @@ async fn serve_inbound<H: Handler>(stream: TcpStream, handler: Arc<H>, faults: A
             continue;
         }
         let Ok(permit) = in_flight.clone().acquire_owned().await else { break Ok(()) };
-        let handler = handler.clone();
         let answers = answers.clone();
-        tokio::spawn(async move {
-            let response = handler.handle(from, request).await;
-            let _ = answers.send((id, response)).await;
-            drop(permit);
-        });
+        match handler.start_in_order(from, request) {
+            Started::Now(started) => {
+                tokio::spawn(async move {
+                    let response = started.await.unwrap_or_else(|_| Response::Refused("the request was dropped unanswered".into()));
+                    let _ = answers.send((id, response)).await;
+                    drop(permit);
+                });
+            }
+            Started::Later(request) => {
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let response = handler.handle(from, request).await;
+                    let _ = answers.send((id, response)).await;
+                    drop(permit);
+                });
+            }
+        }
         if write_task.is_finished() {
             break Err("cannot write to the peer".into());
         }
@@ -582,6 +646,54 @@ mod tests {
             assert!(matches!(e, CallError::Unreachable { peer: 2, .. }), "{e}");
         }
         assert_eq!(t.call(0, Request::Ping { incarnation: 1 }, limit).await.unwrap_err(), CallError::UnknownPeer(0));
+        server.abort();
+    }
+
+    /// Starts each call as it is read (noting the order) and answers it a little later.
+    #[derive(Default)]
+    struct Ordered {
+        started: std::sync::Mutex<Vec<Vec<u8>>>,
+    }
+
+    impl Handler for Ordered {
+        fn check_hello(&self, _hello: &Hello) -> Result<(), String> {
+            Ok(())
+        }
+
+        async fn handle(&self, _from: NodeId, _request: Request) -> Response {
+            Response::Refused("only calls are taken here".into())
+        }
+
+        fn start_in_order(&self, _from: NodeId, request: Request) -> Started {
+            let Request::Invoke { call, .. } = request else { return Started::Later(request) };
+            self.started.lock().unwrap().push(call.clone());
+            let (tx, rx) = oneshot::channel();
+            tokio::spawn(async move {
+                sleep(Duration::from_millis(2)).await;
+                let _ = tx.send(Response::Answer(Ok(call)));
+            });
+            Started::Now(rx)
+        }
+    }
+
+    /// More calls than a connection has in flight wait in its queue and are all answered,
+    /// and the peer starts them in the order they were queued.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_beyond_those_in_flight_wait_and_start_in_order() {
+        let (listener, addr) = listen().await;
+        let handler = Arc::new(Ordered::default());
+        let server = tokio::spawn(serve(listener, handler.clone(), Arc::default()));
+        let t = Transport::start(0, &[addr, addr], hello(0), Arc::default());
+        let calls: Vec<Vec<u8>> = (0..PEER_IN_FLIGHT_MAX as u32 * 4).map(|i| i.to_be_bytes().to_vec()).collect();
+        let mut answers = Vec::new();
+        for call in &calls {
+            answers.push(t.start_call(1, Request::Invoke { partition: 0, call: call.clone(), step: false }).expect("queued"));
+        }
+        for (call, answer) in calls.iter().zip(answers) {
+            let r = Transport::response(1, answer, Duration::from_secs(20)).await;
+            assert!(matches!(&r, Ok(Response::Answer(Ok(c))) if c == call), "{r:?}");
+        }
+        assert_eq!(*handler.started.lock().unwrap(), calls, "calls started out of turn");
         server.abort();
     }
 

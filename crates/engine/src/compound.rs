@@ -261,8 +261,8 @@ fn timed_out() -> Error {
 
 #[cfg(test)]
 mod tests {
-    use crate::mp::tests::run;
     use crate::cmdlog::testing::TempDir;
+    use crate::mp::tests::run;
     use crate::{Call, Engine, EngineConfig};
     use lockstep_core::{ResultTable, Value};
     use std::sync::Arc;

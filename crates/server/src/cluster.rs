@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockstep_cluster::node::Service;
+use lockstep_cluster::node::{InvokeAnswer, Service};
 use lockstep_cluster::replicas::{Executor, MemberChange, MemberNotice, Replicas, ReplicateError, TICK_DEFAULT_MS};
 use lockstep_cluster::replication::Entry;
 use lockstep_cluster::state::SchemaChange;
-use lockstep_cluster::transport::CallError;
+use lockstep_cluster::transport::{CallError, PEER_FORWARD_QUEUE_MAX};
 use lockstep_cluster::{ClusterNode, ClusterView, Command, NodeId, PartitionId, Placement, ProposeError, Standing};
 use lockstep_core::{Error, Value};
 use lockstep_engine::cluster::{
@@ -274,6 +274,12 @@ fn unknown(message: String) -> Outcome {
 }
 
 /// Whether a failed call certainly never reached the peer (so it can be sent again).
+/// How long a forwarded call's answer is waited for: its own timeout and a margin, or the
+/// default.
+fn forward_limit(call: &ForwardedCall) -> Duration {
+    Duration::from_millis(call.timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS))
+}
+
 fn not_sent(e: &CallError) -> bool {
     matches!(e, CallError::Unreachable { .. } | CallError::Blocked(_) | CallError::QueueFull(_) | CallError::Refused { .. })
 }
@@ -389,20 +395,30 @@ impl ClusterGlue {
         self.pending_schema.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
     }
 
-    /// Sends a call to its partition's leader and answers `reply` with what it says; see
-    /// `FORWARD_FIND_LEADER_MS` for how long it looks for one.
-    async fn forward_call(self: Arc<Self>, partition: PartitionId, call: ForwardedCall, reply: Reply) {
+    /// Sends a call (`payload`; sent to a leader already if `sent`) to its partition's
+    /// leader and answers `reply` with what it says, looking for a leader while it moves
+    /// (`FORWARD_FIND_LEADER_MS`).
+    async fn forward_call(
+        self: Arc<Self>,
+        partition: PartitionId,
+        call: ForwardedCall,
+        payload: Vec<u8>,
+        mut sent: Option<(NodeId, InvokeAnswer)>,
+        reply: Reply,
+    ) {
         let give_up = Instant::now() + Duration::from_millis(FORWARD_FIND_LEADER_MS);
-        let limit = Duration::from_millis(call.timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS));
-        let payload = match postcard::to_stdvec(&Forwarded::Sp(call.clone())) {
-            Ok(p) => p,
-            Err(e) => return reply(Outcome::error(Error::graceful(format!("the call cannot be sent to its partition's leader: {e}")))),
-        };
+        let limit = forward_limit(&call);
         loop {
-            if let Some(why) = self.refusal() {
+            // (A call sent already may run: it is answered by what its leader says.)
+            if let Some(why) = self.refusal().filter(|_| sent.is_none()) {
                 return reply(Outcome::error(Error::unavailable(why)));
             }
-            let leader = self.views.borrow().state.leader(partition);
+            // A call sent already is waited for where it went: sent again elsewhere, it
+            // could run twice.
+            let leader = match &sent {
+                Some((to, _)) => Some(*to),
+                None => self.views.borrow().state.leader(partition),
+            };
             let waiting_for = match leader {
                 None => {
                     return reply(Outcome::error(Error::unavailable(format!(
@@ -419,7 +435,7 @@ impl ClusterGlue {
                     }
                     format!("this node is taking partition {partition} over")
                 }
-                Some(l) => match self.invoke_while_leading(l, partition, payload.clone(), limit).await {
+                Some(l) => match self.invoke_while_leading(l, partition, sent.take().map(|(_, a)| a), &payload, limit).await {
                     Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
                         Ok(ForwardAnswer::Done(outcome)) => return reply(decode_outcome(&outcome)),
                         Ok(ForwardAnswer::NotLeader) => format!("node {l} no longer leads partition {partition}"),
@@ -447,14 +463,20 @@ impl ClusterGlue {
     /// `ClusterNode::invoke`, given up (as unanswered: it may have run) once `leader` no
     /// longer leads `partition` in this node's view (declared down, say) or this node is
     /// cut off: a paused or cut-off leader never answers, and its call must not wait for
-    /// the whole call timeout while the partition's new leader serves.
+    /// the whole call timeout while the partition's new leader serves. The call is `sent`
+    /// already, or sent now.
     async fn invoke_while_leading(
         &self,
         leader: NodeId,
         partition: PartitionId,
-        payload: Vec<u8>,
+        sent: Option<InvokeAnswer>,
+        payload: &[u8],
         limit: Duration,
     ) -> Result<Result<Vec<u8>, String>, CallError> {
+        let answer = match sent {
+            Some(answer) => answer,
+            None => self.node.start_invoke(leader, partition, payload.to_vec(), limit)?,
+        };
         let gone = async {
             loop {
                 sleep(Duration::from_millis(FORWARD_RETRY_MS)).await;
@@ -465,7 +487,7 @@ impl ClusterGlue {
             }
         };
         tokio::select! {
-            r = self.node.invoke(leader, partition, payload, limit) => r,
+            r = answer => r,
             () = gone => Err(CallError::Closed {
                 peer: leader,
                 reason: format!("node {leader} no longer leads partition {partition} here (declared down, or this node cut off) while the call waited for its answer"),
@@ -524,7 +546,30 @@ impl ClusterHooks for ClusterGlue {
         };
         let call = ForwardedCall { request, params, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
         self.forwarded.fetch_add(1, Ordering::Relaxed);
-        self.runtime.spawn(this.forward_call(partition, call, reply));
+        let payload = match postcard::to_stdvec(&Forwarded::Sp(call.clone())) {
+            Ok(p) => p,
+            Err(e) => return reply(Outcome::error(Error::graceful(format!("the call cannot be sent to its partition's leader: {e}")))),
+        };
+        // Sent here, in the order calls arrive, not from the task (tasks run in any order):
+        // a client's calls to one partition then run in the order it sent them.
+        let leader = self.views.borrow().state.leader(partition).filter(|l| *l != self.me);
+        let sent = match leader {
+            Some(l) if self.refusal().is_none() => match self.node.start_invoke(l, partition, payload.clone(), forward_limit(&call)) {
+                Ok(answer) => Some((l, answer)),
+                // Not retried later, behind calls sent after it: refused, as an overloaded
+                // site refuses.
+                Err(CallError::QueueFull(_)) => {
+                    return reply(Outcome::error(Error::unavailable(format!(
+                        "node {} has {PEER_FORWARD_QUEUE_MAX} calls waiting for node {l}, which leads partition {partition}: the call was not run; send fewer at once, or send them to node {l}",
+                        self.me
+                    ))))
+                }
+                // The task tries again, as when the leader moves.
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        self.runtime.spawn(this.forward_call(partition, call, payload, sent, reply));
     }
 
     fn replicate(&self, partition: u32, record: Vec<u8>, hash: u64, committed: Committed) -> Result<(), String> {
