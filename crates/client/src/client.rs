@@ -54,7 +54,18 @@ struct Inner {
     routing: RwLock<Routing>,
     /// `@GetPartitionKeys`, kept until the routing is refreshed (the topology may change).
     partition_keys: std::sync::Mutex<Option<PartitionKeys>>,
+    /// A refresh of the routing runs now, or ran lately (`refresh_routing_soon`).
+    refresh: std::sync::Mutex<RefreshState>,
 }
+
+#[derive(Default)]
+struct RefreshState {
+    running: bool,
+    last: Option<std::time::Instant>,
+}
+
+/// The shortest time between two refreshes of the routing that calls bring about.
+const ROUTING_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A connected client. Cheap to clone; clones share connections and the in-flight window.
 #[derive(Clone)]
@@ -123,6 +134,7 @@ impl Client {
                 round_robin: AtomicUsize::new(0),
                 routing: RwLock::new(Routing::default()),
                 partition_keys: std::sync::Mutex::new(None),
+                refresh: std::sync::Mutex::default(),
             }),
         };
         client.refresh_routing().await;
@@ -228,6 +240,26 @@ impl Client {
         ok
     }
 
+    /// A call named a procedure the routing does not know (made after this client
+    /// connected): it goes to any node, which forwards it, and the routing is read again in
+    /// the background, at most once a second, so that later calls go to their leaders.
+    fn refresh_routing_soon(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        {
+            let mut r = self.inner.refresh.lock().unwrap_or_else(|e| e.into_inner());
+            if r.running || r.last.is_some_and(|t| t.elapsed() < ROUTING_REFRESH_INTERVAL) {
+                return;
+            }
+            r.running = true;
+        }
+        let client = self.clone();
+        runtime.spawn(async move {
+            client.refresh_routing().await;
+            let mut r = client.inner.refresh.lock().unwrap_or_else(|e| e.into_inner());
+            *r = RefreshState { running: false, last: Some(std::time::Instant::now()) };
+        });
+    }
+
     async fn system_call(&self, inv: Invocation, hints: &[i8]) -> Option<Response> {
         let sent = self.send(inv, hints).await.ok()?;
         sent.wait().await.ok().filter(|r| r.status == status::SUCCESS)
@@ -296,14 +328,17 @@ impl Client {
                 frame.len() - 4
             )));
         }
-        let host = {
+        let (host, unknown) = {
             let routing = self.routing();
             let target = match inv.partition_destination {
                 Some(p) => u32::try_from(p).map(Target::Partition).unwrap_or(Target::Anywhere),
                 None => routing.target(&inv.procedure, &inv.params),
             };
-            routing.host_for(target)
+            (routing.host_for(target), routing.ring.is_some() && !inv.procedure.starts_with('@') && !routing.knows(&inv.procedure))
         };
+        if unknown {
+            self.refresh_routing_soon();
+        }
         let conn = self.pick(host)?;
         let reply = conn.send(inv.handle, frame)?;
         Ok(Sent { _permit: permit, reply })

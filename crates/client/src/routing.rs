@@ -140,6 +140,11 @@ impl Routing {
         self.procedures = procs;
     }
 
+    /// Whether the routing knows procedure `proc` (it may have been made since it was read).
+    pub fn knows(&self, proc: &str) -> bool {
+        self.procedures.contains_key(proc)
+    }
+
     /// Where a call of `proc` with `params` goes (§2.4 "Routing decision per call").
     pub fn target(&self, proc: &str, params: &[Value]) -> Target {
         let (Some(ring), Some(info)) = (&self.ring, self.procedures.get(proc)) else {

@@ -1,5 +1,6 @@
 //! Client tests against the mock server: pipelining, the window, connection loss, routing.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -187,6 +188,11 @@ fn procedures_table() -> ResultTable {
 /// A one-host, four-partition server that answers the topology calls and @GetPartitionKeys,
 /// and echoes where an all-partition call ran.
 fn cluster_of_four() -> Auto {
+    cluster_of_four_with(Arc::new(AtomicBool::new(false)))
+}
+
+/// `cluster_of_four` whose catalog has procedure `Late` too once `late` is set.
+fn cluster_of_four_with(late: Arc<AtomicBool>) -> Auto {
     let ring = HashRing::new(4);
     Arc::new(move |inv: &Invocation| match inv.procedure.as_str() {
         "@Statistics" => {
@@ -200,7 +206,15 @@ fn cluster_of_four() -> Auto {
             hash.push(vec![Value::from("ELASTIC"), Value::Bytes(ring.config_bytes().into())]);
             Some(Response::success(0, vec![topo, hash]))
         }
-        "@SystemCatalog" => Some(Response::success(0, vec![procedures_table()])),
+        "@SystemCatalog" => {
+            let mut t = procedures_table();
+            if late.load(Ordering::SeqCst) {
+                let mut late = t.rows[0].clone();
+                late[2] = Value::from("Late");
+                t.push(late);
+            }
+            Some(Response::success(0, vec![t]))
+        }
         "@GetPartitionKeys" => {
             let mut t = ResultTable::with_columns(&[("PARTITION_ID", DataType::Integer), ("PARTITION_KEY", DataType::Integer)]);
             for (p, k) in ring.partition_keys() {
@@ -235,6 +249,27 @@ async fn routing_follows_the_topology_answer() {
     assert_eq!(client.partition_for_call("Sp", &[Value::Int(1)]), None, "too few arguments");
     assert_eq!(client.partition_for_call("Mp", &[Value::Int(1)]), None);
     assert_eq!(client.partition_for_call("Unknown", &[Value::Int(1)]), None);
+}
+
+/// A procedure made after the client connected: its first call goes to any node, and the
+/// routing is read again, so that later calls go to the leader.
+#[tokio::test]
+async fn a_procedure_made_after_connecting_is_routed_once_a_call_names_it() {
+    let late = Arc::new(AtomicBool::new(false));
+    let (client, mut conn) = connect(cluster_of_four_with(late.clone()), 10).await;
+    assert_eq!(client.partition_for_call("Late", &[Value::Null, Value::Int(7)]), None);
+    late.store(true, Ordering::SeqCst);
+    let c = client.clone();
+    let call = tokio::spawn(async move { c.call("Late", vec![Value::Int(1), Value::Int(7)]).await });
+    let inv = conn.calls.recv().await.expect("the call reached the server");
+    conn.replies.send(echo(&inv)).expect("the mock takes replies");
+    assert!(call.await.expect("the call's task").is_ok());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while client.partition_for_call("Late", &[Value::Null, Value::Int(7)]).is_none() {
+        assert!(std::time::Instant::now() < deadline, "the routing never learnt the new procedure");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(client.partition_for_call("Late", &[Value::Null, Value::Int(7)]), Some(HashRing::new(4).partition_for(&Value::Int(7))));
 }
 
 #[tokio::test]
