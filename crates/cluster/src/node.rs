@@ -86,10 +86,10 @@ pub const PAUSE_NOTICED_MS: u64 = 150;
 /// loaded machine (see `election_delay_ms`).
 pub const ELECTION_STAND_STEP_MS: u64 = 100;
 
-/// Answers the calls other nodes forward to this one (the server provides it).
 /// The answer to a call `ClusterNode::start_invoke` sent (see `ClusterNode::invoke`).
 pub type InvokeAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Result<Vec<u8>, String>, CallError>> + Send>>;
 
+/// Answers the calls other nodes forward to this one (the server provides it).
 pub trait Service: Send + Sync + 'static {
     /// Runs `call` (the server's encoding of a call for `partition`, from node `from`) and
     /// gives its encoded answer to `answer`, once, from any thread.

@@ -561,23 +561,17 @@ async fn serve_inbound<H: Handler>(stream: TcpStream, handler: Arc<H>, faults: A
         }
         let Ok(permit) = in_flight.clone().acquire_owned().await else { break Ok(()) };
         let answers = answers.clone();
-        match handler.start_in_order(from, request) {
-            Started::Now(started) => {
-                tokio::spawn(async move {
-                    let response = started.await.unwrap_or_else(|_| Response::Refused("the request was dropped unanswered".into()));
-                    let _ = answers.send((id, response)).await;
-                    drop(permit);
-                });
-            }
-            Started::Later(request) => {
-                let handler = handler.clone();
-                tokio::spawn(async move {
-                    let response = handler.handle(from, request).await;
-                    let _ = answers.send((id, response)).await;
-                    drop(permit);
-                });
-            }
-        }
+        // Started here, in the order read, when the handler wants it; answered on a task.
+        let started = handler.start_in_order(from, request);
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let response = match started {
+                Started::Now(answer) => answer.await.unwrap_or_else(|_| Response::Refused("the request was dropped unanswered".into())),
+                Started::Later(request) => handler.handle(from, request).await,
+            };
+            let _ = answers.send((id, response)).await;
+            drop(permit);
+        });
         if write_task.is_finished() {
             break Err("cannot write to the peer".into());
         }

@@ -273,13 +273,13 @@ fn unknown(message: String) -> Outcome {
     }
 }
 
-/// Whether a failed call certainly never reached the peer (so it can be sent again).
 /// How long a forwarded call's answer is waited for: its own timeout and a margin, or the
 /// default.
 fn forward_limit(call: &ForwardedCall) -> Duration {
     Duration::from_millis(call.timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS))
 }
 
+/// Whether a failed call certainly never reached the peer (so it can be sent again).
 fn not_sent(e: &CallError) -> bool {
     matches!(e, CallError::Unreachable { .. } | CallError::Blocked(_) | CallError::QueueFull(_) | CallError::Refused { .. })
 }
