@@ -289,42 +289,9 @@ async fn the_cluster_script_starts_a_ready_cluster_and_stops_it() {
     }
 }
 
-/// A client's calls to one partition run in the order it sent them, also when they reach a
-/// node that does not lead the partition and are forwarded: one connection to one node,
-/// many calls in flight, each one numbered, and a procedure that refuses a number out of
-/// turn. (Forwarded calls were once sent and taken on separate tasks, which the runtime may
-/// run in any order.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clients_calls_to_a_partition_run_in_order_when_forwarded() {
-    const KEYS: i64 = 6;
-    const CALLS_PER_KEY: i64 = 4_000;
-    let dir = TempDir::new("cluster-order");
-    let nodes = start_cluster(&dir.0, 3, 1);
-    let setup = connect(&nodes[0]).await;
-    ok(
-        &setup,
-        "@AdHoc",
-        vec![s("CREATE TABLE seq (k BIGINT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (k)); PARTITION TABLE seq ON COLUMN k;")],
-    )
-    .await;
-    let next = "CREATE PROCEDURE NextInTurn PARTITION ON TABLE seq COLUMN k FROM FILE 'inline.lua' SOURCE $lua$\
-                local get = sql [[SELECT n FROM seq WHERE k = ?]] local up = sql [[UPSERT INTO seq VALUES (?, ?)]] \
-                return function(k, n) local last = get:values(k) or 0 \
-                if n <= last then abort('key ' .. k .. ': number ' .. n .. ' came after ' .. last) end up:exec(k, n) return n end$lua$";
-    ok(&setup, "@AdHoc", vec![s(next)]).await;
-    // Every node has the procedure before the calls start (DDL reaches each on its own).
-    for (probe, n) in (-3..0).zip(&nodes) {
-        let c = connect(n).await;
-        wait_for("every node has the procedure", || {
-            let c = &c;
-            async move { (call(c, "NextInTurn", vec![i(probe), i(1)]).await.status == 1).then_some(()) }
-        })
-        .await;
-    }
-    // One node, one connection: the keys of the partitions it does not lead are forwarded.
-    let config = ClientConfig { max_in_flight: 1_000, ..ClientConfig::default() };
-    let client = Client::connect(&nodes[1].addr, config).await.expect("connect");
-    // Answers are taken in turn as the window fills: a call waits for room in it.
+/// Sends `calls` through `client` with up to 900 in flight (taking answers in turn as the
+/// window fills) and gives the failure messages.
+async fn pipelined(client: &Client, calls: impl Iterator<Item = (&'static str, Vec<Value>)>) -> Vec<String> {
     type Answer = tokio::task::JoinHandle<Result<Response, lockstep_client::ClientError>>;
     let mut sent: std::collections::VecDeque<Answer> = std::collections::VecDeque::with_capacity(900);
     let mut refused = Vec::new();
@@ -333,23 +300,83 @@ async fn a_clients_calls_to_a_partition_run_in_order_when_forwarded() {
             refused.push(r.status_string.unwrap_or_default());
         }
     };
-    for n in 1..=CALLS_PER_KEY {
-        for k in 0..KEYS {
-            if sent.len() == 900 {
-                let first = sent.pop_front().expect("a call in flight");
-                take(first.await.expect("the answer's task").expect("an answer"));
-            }
-            let call = client.start_call("NextInTurn", vec![i(k), i(n)]).await.expect("the call was sent");
-            sent.push_back(tokio::spawn(call.wait()));
+    for (procedure, params) in calls {
+        if sent.len() == 900 {
+            let first = sent.pop_front().expect("a call in flight");
+            take(first.await.expect("the answer's task").expect("an answer"));
         }
+        let call = client.start_call(procedure, params).await.expect("the call was sent");
+        sent.push_back(tokio::spawn(call.wait()));
     }
     for answer in sent {
         take(answer.await.expect("the answer's task").expect("an answer"));
     }
-    assert!(refused.is_empty(), "{} calls ran out of turn, first: {:?}", refused.len(), refused.first());
-    let stats = ok(&client, "@Statistics", vec![s("CLUSTER"), i(0)]).await;
+    refused
+}
+
+/// The count `column` of `@Statistics CLUSTER` on the node `client` is connected to.
+async fn cluster_count(client: &Client, column: &str) -> i64 {
+    let stats = ok(client, "@Statistics", vec![s("CLUSTER"), i(0)]).await;
     let t = &stats.tables[0];
-    let column = t.columns.iter().position(|c| &*c.name == "FORWARDED_CALLS").expect("a FORWARDED_CALLS column");
-    let forwarded = t.rows[0][column].as_i64().unwrap_or(0);
-    assert!(forwarded > 0, "no call was forwarded: the test did not test forwarding");
+    let at = t.columns.iter().position(|c| &*c.name == column).unwrap_or_else(|| panic!("no column {column}"));
+    t.rows[0][at].as_i64().unwrap_or(0)
+}
+
+/// A client's calls to one partition run in the order it sent them, also when they reach a
+/// node that does not lead the partition and are forwarded: one connection to one node,
+/// many calls in flight, each one numbered, and procedures that refuse a number out of
+/// turn. So do its multi-partition calls, forwarded to the node that coordinates them.
+/// (Forwarded calls were once sent and taken on separate tasks, which the runtime may
+/// run in any order.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_calls_run_in_order_when_forwarded() {
+    const KEYS: i64 = 6;
+    const CALLS_PER_KEY: i64 = 4_000;
+    const MP_CALLS: i64 = 600;
+    let dir = TempDir::new("cluster-order");
+    let nodes = start_cluster(&dir.0, 3, 1);
+    let setup = connect(&nodes[0]).await;
+    let ddl = "CREATE TABLE seq (k BIGINT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (k)); PARTITION TABLE seq ON COLUMN k; \
+               CREATE TABLE tick (id BIGINT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (id));";
+    ok(&setup, "@AdHoc", vec![s(ddl)]).await;
+    let next = "CREATE PROCEDURE NextInTurn PARTITION ON TABLE seq COLUMN k FROM FILE 'inline.lua' SOURCE $lua$\
+                local get = sql [[SELECT n FROM seq WHERE k = ?]] local up = sql [[UPSERT INTO seq VALUES (?, ?)]] \
+                return function(k, n) local last = get:values(k) or 0 \
+                if n <= last then abort('key ' .. k .. ': number ' .. n .. ' came after ' .. last) end up:exec(k, n) return n end$lua$";
+    ok(&setup, "@AdHoc", vec![s(next)]).await;
+    // The replicated table's writes are multi-partition.
+    let tick = "CREATE PROCEDURE TickInTurn FROM FILE 'inline.lua' SOURCE $lua$\
+                local get = sql [[SELECT n FROM tick WHERE id = 0]] local up = sql [[UPSERT INTO tick VALUES (0, ?)]] \
+                return function(n) local last = get:values() or 0 \
+                if n <= last then abort('tick ' .. n .. ' came after ' .. last) end up:exec(n) return n end$lua$";
+    ok(&setup, "@AdHoc", vec![s(tick)]).await;
+    // Every node has the procedures before the calls start (DDL reaches each on its own).
+    for (probe, n) in (-3..0).zip(&nodes) {
+        let c = connect(n).await;
+        wait_for("every node has the procedures", || {
+            let c = &c;
+            async move { (call(c, "NextInTurn", vec![i(probe), i(1)]).await.status == 1).then_some(()) }
+        })
+        .await;
+        wait_for("every node has the procedures", || {
+            let c = &c;
+            async move {
+                (call(c, "@SystemCatalog", vec![s("PROCEDURES")]).await.tables[0].rows.iter().any(|r| r[2] == s("TickInTurn")))
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+    // One node, one connection: the keys of the partitions it does not lead are forwarded,
+    // and so are the multi-partition calls (node 0 coordinates them).
+    let config = ClientConfig { max_in_flight: 1_000, ..ClientConfig::default() };
+    let client = Client::connect(&nodes[1].addr, config).await.expect("connect");
+    let single = (1..=CALLS_PER_KEY).flat_map(|n| (0..KEYS).map(move |k| ("NextInTurn", vec![i(k), i(n)])));
+    let refused = pipelined(&client, single).await;
+    assert!(refused.is_empty(), "{} calls ran out of turn, first: {:?}", refused.len(), refused.first());
+    assert!(cluster_count(&client, "FORWARDED_CALLS").await > 0, "no call was forwarded: the test did not test forwarding");
+    let multi = (1..=MP_CALLS).map(|n| ("TickInTurn", vec![i(n)]));
+    let refused = pipelined(&client, multi).await;
+    assert!(refused.is_empty(), "{} multi-partition calls ran out of turn, first: {:?}", refused.len(), refused.first());
+    assert!(cluster_count(&client, "FORWARDED_MP_CALLS").await > 0, "no multi-partition call was forwarded");
 }

@@ -275,8 +275,8 @@ fn unknown(message: String) -> Outcome {
 
 /// How long a forwarded call's answer is waited for: its own timeout and a margin, or the
 /// default.
-fn forward_limit(call: &ForwardedCall) -> Duration {
-    Duration::from_millis(call.timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS))
+fn forward_limit(timeout_ms: Option<u64>) -> Duration {
+    Duration::from_millis(timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS))
 }
 
 /// Whether a failed call certainly never reached the peer (so it can be sent again).
@@ -407,7 +407,7 @@ impl ClusterGlue {
         reply: Reply,
     ) {
         let give_up = Instant::now() + Duration::from_millis(FORWARD_FIND_LEADER_MS);
-        let limit = forward_limit(&call);
+        let limit = forward_limit(call.timeout_ms);
         loop {
             // (A call sent already may run: it is answered by what its leader says.)
             if let Some(why) = self.refusal().filter(|_| sent.is_none()) {
@@ -495,15 +495,14 @@ impl ClusterGlue {
         }
     }
 
-    /// Sends a multi-partition call to the node that coordinates them and answers `reply`
-    /// with what it says.
-    async fn forward_mp_call(self: Arc<Self>, to: NodeId, request: MpRequest, timeout_ms: Option<u64>, reply: Reply) {
-        let limit = Duration::from_millis(timeout_ms.map_or(FORWARD_CALL_TIMEOUT_DEFAULT_MS, |t| t + FORWARD_MARGIN_MS));
-        let payload = match postcard::to_stdvec(&Forwarded::Mp { request, timeout_ms }) {
-            Ok(p) => p,
-            Err(e) => return reply(Outcome::error(Error::graceful(format!("the call cannot be sent to the coordinating node: {e}")))),
+    /// Answers `reply` with what the node that coordinates multi-partition calls says to
+    /// the call `sent` to it.
+    async fn forward_mp_call(self: Arc<Self>, to: NodeId, sent: Result<InvokeAnswer, CallError>, reply: Reply) {
+        let answer = match sent {
+            Ok(answer) => answer.await,
+            Err(e) => Err(e),
         };
-        let outcome = match self.node.invoke(to, 0, payload, limit).await {
+        let outcome = match answer {
             Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
                 Ok(ForwardAnswer::Done(outcome)) => decode_outcome(&outcome),
                 Ok(_) | Err(_) => unknown(format!("node {to} answered a multi-partition call unreadably")),
@@ -554,7 +553,7 @@ impl ClusterHooks for ClusterGlue {
         // a client's calls to one partition then run in the order it sent them.
         let leader = self.views.borrow().state.leader(partition).filter(|l| *l != self.me);
         let sent = match leader {
-            Some(l) if self.refusal().is_none() => match self.node.start_invoke(l, partition, payload.clone(), forward_limit(&call)) {
+            Some(l) if self.refusal().is_none() => match self.node.start_invoke(l, partition, payload.clone(), forward_limit(call.timeout_ms)) {
                 Ok(answer) => Some((l, answer)),
                 // Not retried later, behind calls sent after it: refused, as an overloaded
                 // site refuses.
@@ -625,7 +624,14 @@ impl ClusterHooks for ClusterGlue {
             return reply(Outcome::error(Error::unavailable("the server is stopping")));
         };
         self.forwarded_mp.fetch_add(1, Ordering::Relaxed);
-        self.runtime.spawn(this.forward_mp_call(to, request, timeout.map(|t| t.as_millis() as u64), reply));
+        let timeout_ms = timeout.map(|t| t.as_millis() as u64);
+        let payload = match postcard::to_stdvec(&Forwarded::Mp { request, timeout_ms }) {
+            Ok(p) => p,
+            Err(e) => return reply(Outcome::error(Error::graceful(format!("the call cannot be sent to the coordinating node: {e}")))),
+        };
+        // Sent here, in the order calls arrive (see `forward`).
+        let sent = self.node.start_invoke(to, 0, payload, forward_limit(timeout_ms));
+        self.runtime.spawn(this.forward_mp_call(to, sent, reply));
     }
 
     /// Called on the coordinator's thread, which is not one of the runtime's: it waits.
