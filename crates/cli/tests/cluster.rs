@@ -10,7 +10,7 @@ use std::future::Future;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cluster::start_cluster;
+use common::cluster::{free_port_run, start_cluster};
 use common::{Server, TempDir, BIN};
 use lockstep_client::{Client, ClientConfig, Response};
 use lockstep_core::Value;
@@ -233,21 +233,6 @@ fn flags_that_cannot_form_a_cluster_are_refused_with_the_reason() {
     assert!(refused(&["--internal", "127.0.0.1:1", "--hosts", "127.0.0.1:1,127.0.0.1:1"]).contains("twice"));
     assert!(refused(&["--hosts", hosts]).contains("--hosts needs --internal"));
     assert!(refused(&["--internal", "127.0.0.1:1", "--hosts", hosts, "--kfactor", "1", "--sites", "1"]).contains("divides by k + 1"));
-}
-
-/// The first of `n` consecutive loopback ports that are free now.
-fn free_port_run(n: u16) -> u16 {
-    for _ in 0..100 {
-        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        if first.checked_add(n).is_none() {
-            continue;
-        }
-        let held: Vec<_> = (first..first + n).map(|p| std::net::TcpListener::bind(("127.0.0.1", p))).collect();
-        if held.iter().all(Result::is_ok) {
-            return first;
-        }
-    }
-    panic!("no {n} consecutive free ports found");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

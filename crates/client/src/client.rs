@@ -241,8 +241,9 @@ impl Client {
     }
 
     /// A call named a procedure the routing does not know (made after this client
-    /// connected): it goes to any node, which forwards it, and the routing is read again in
-    /// the background, at most once a second, so that later calls go to their leaders.
+    /// connected) while the client has several nodes to choose from: it goes to any node,
+    /// which forwards it, and the routing is read again in the background, at most once a
+    /// second, so that later calls go to their leaders.
     fn refresh_routing_soon(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         {
@@ -334,7 +335,12 @@ impl Client {
                 Some(p) => u32::try_from(p).map(Target::Partition).unwrap_or(Target::Anywhere),
                 None => routing.target(&inv.procedure, &inv.params),
             };
-            (routing.host_for(target), routing.ring.is_some() && !inv.procedure.starts_with('@') && !routing.knows(&inv.procedure))
+            // With one connection there is nowhere else to send a call.
+            let several = self.inner.connections.len() > 1;
+            (
+                routing.host_for(target),
+                several && routing.ring.is_some() && !inv.procedure.starts_with('@') && !routing.knows(&inv.procedure),
+            )
         };
         if unknown {
             self.refresh_routing_soon();

@@ -256,13 +256,19 @@ async fn routing_follows_the_topology_answer() {
 #[tokio::test]
 async fn a_procedure_made_after_connecting_is_routed_once_a_call_names_it() {
     let late = Arc::new(AtomicBool::new(false));
-    let (client, mut conn) = connect(cluster_of_four_with(late.clone()), 10).await;
+    // Two connections (to the same mock): with one, there is no choice to make.
+    let (addr, mut conns) = mock::start(cluster_of_four_with(late.clone())).await;
+    let client = Client::connect_many(&[&addr, &addr], ClientConfig::default()).await.expect("connect");
+    let (mut a, mut b) = (conns.recv().await.expect("a connection"), conns.recv().await.expect("another"));
     assert_eq!(client.partition_for_call("Late", &[Value::Null, Value::Int(7)]), None);
     late.store(true, Ordering::SeqCst);
     let c = client.clone();
     let call = tokio::spawn(async move { c.call("Late", vec![Value::Int(1), Value::Int(7)]).await });
-    let inv = conn.calls.recv().await.expect("the call reached the server");
-    conn.replies.send(echo(&inv)).expect("the mock takes replies");
+    let (inv, conn) = tokio::select! {
+        inv = a.calls.recv() => (inv, &a),
+        inv = b.calls.recv() => (inv, &b),
+    };
+    conn.replies.send(echo(&inv.expect("the call reached the server"))).expect("the mock takes replies");
     assert!(call.await.expect("the call's task").is_ok());
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while client.partition_for_call("Late", &[Value::Null, Value::Int(7)]).is_none() {

@@ -8,10 +8,36 @@ use super::{Server, BIN};
 /// Sites per node of the test clusters: 3 nodes with k = 1 then hold 3 partitions.
 pub const SITES_PER_NODE: u32 = 2;
 
-/// Free loopback addresses for the nodes' internal ports (bound together, then released).
+/// Free loopback addresses for the nodes' internal ports, which must be named before the
+/// nodes start (see `free_port_run`).
 pub fn free_addrs(n: usize) -> Vec<String> {
-    let held: Vec<std::net::TcpListener> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    held.iter().map(|l| l.local_addr().unwrap().to_string()).collect()
+    let first = free_port_run(n as u16);
+    (first..first + n as u16).map(|p| format!("127.0.0.1:{p}")).collect()
+}
+
+/// The first of `n` consecutive loopback ports free now. They are taken below the kernel's
+/// range for outgoing connections (32768 and up): a port picked there was once taken,
+/// between the check and the node's bind, by a connection of a cluster another test of
+/// the same binary ran. Each test binary starts at its own place (by process id) and
+/// never hands out a port twice.
+pub fn free_port_run(n: u16) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(u32::MAX, std::process::id().wrapping_mul(97) % SPAN, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..1_000 {
+        let offset = NEXT.fetch_add(u32::from(n), Ordering::Relaxed) % SPAN;
+        if offset + u32::from(n) > SPAN {
+            continue;
+        }
+        let first = (LOW + offset) as u16;
+        let held: Vec<_> = (first..first + n).map(|p| std::net::TcpListener::bind(("127.0.0.1", p))).collect();
+        if held.iter().all(Result::is_ok) {
+            return first;
+        }
+    }
+    panic!("no {n} consecutive free ports found");
 }
 
 /// The nodes log errors only, on the test's stderr. LOCKSTEP_CLUSTER_LOG=<filter> (e.g.
