@@ -310,7 +310,8 @@ async fn cluster_count(client: &Client, column: &str) -> i64 {
 /// A client's calls to one partition run in the order it sent them, also when they reach a
 /// node that does not lead the partition and are forwarded: one connection to one node,
 /// many calls in flight, each one numbered, and procedures that refuse a number out of
-/// turn. So do its multi-partition calls, forwarded to the node that coordinates them.
+/// turn. So do its multi-partition calls, forwarded to the node that coordinates them,
+/// and its schema changes.
 /// (Forwarded calls were once sent and taken on separate tasks, which the runtime may
 /// run in any order.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,4 +365,9 @@ async fn a_clients_calls_run_in_order_when_forwarded() {
     let refused = pipelined(&client, multi).await;
     assert!(refused.is_empty(), "{} multi-partition calls ran out of turn, first: {:?}", refused.len(), refused.first());
     assert!(cluster_count(&client, "FORWARDED_MP_CALLS").await > 0, "no multi-partition call was forwarded");
+    // So do its schema changes, which go through the cluster: each index needs its table.
+    let ddl =
+        (0..20).flat_map(|t| [format!("CREATE TABLE d{t} (k BIGINT NOT NULL, v BIGINT)"), format!("CREATE INDEX d{t}_v ON d{t} (v)")]);
+    let refused = pipelined(&client, ddl.map(|sql| ("@AdHoc", vec![s(&sql)]))).await;
+    assert!(refused.is_empty(), "{} schema changes failed, first: {:?}", refused.len(), refused.first());
 }

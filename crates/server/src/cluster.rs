@@ -32,7 +32,7 @@ use lockstep_engine::site::RejoinPoint;
 use lockstep_engine::snapshot::FileEntry;
 use lockstep_engine::{Engine, Outcome, Reply};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep, Instant};
 
 use crate::config::ServerConfig;
@@ -53,6 +53,8 @@ pub const FORWARD_ANSWER_BYTES_MAX: usize = lockstep_cluster::message::FRAME_MAX
 /// The largest schema change (its statements' bytes) sent through the cluster: every
 /// change stays in the cluster state for good.
 pub const SCHEMA_CHANGE_BYTES_MAX: usize = 1024 * 1024;
+/// Schema changes of this node waiting to be proposed; one more is refused.
+const SCHEMA_PROPOSALS_MAX: usize = 64;
 /// The file in the cluster's data directory that counts the schema changes applied here.
 const SCHEMA_APPLIED_FILE: &str = "schema-applied";
 /// How long the coordinating node waits for a node's answer to one step of a
@@ -295,6 +297,9 @@ pub struct ClusterGlue {
     /// This node's schema changes not applied here yet, by id: their callers' replies.
     pending_schema: Mutex<HashMap<u64, Reply>>,
     next_schema_id: AtomicU64,
+    /// This node's schema changes to propose, one at a time in the order they came: a
+    /// client's DDL is applied in the order it sent it.
+    schema_proposals: mpsc::Sender<SchemaChange>,
     /// Itself, for the tasks it starts.
     this: Weak<ClusterGlue>,
     /// The cluster's instance as logins report it (`ClusterSettings::instance_id`).
@@ -324,6 +329,7 @@ impl ClusterGlue {
         let views = node.subscribe();
         // The ids of this start's schema changes are above every earlier start's.
         let first_id = node.incarnation() << 32;
+        let (schema_proposals, proposals) = mpsc::channel(SCHEMA_PROPOSALS_MAX);
         let glue = Arc::new_cyclic(|this| ClusterGlue {
             me,
             node,
@@ -333,6 +339,7 @@ impl ClusterGlue {
             runtime,
             pending_schema: Mutex::new(HashMap::new()),
             next_schema_id: AtomicU64::new(first_id),
+            schema_proposals,
             this: this.clone(),
             instance,
             dir: cluster_dir(data_dir),
@@ -350,6 +357,7 @@ impl ClusterGlue {
             glue.runtime.spawn(change_members(Arc::downgrade(&glue), notices));
         }
         glue.runtime.spawn(rejoin_partitions(Arc::downgrade(&glue)));
+        glue.runtime.spawn(propose_schema_changes(Arc::downgrade(&glue), proposals));
         glue.runtime.spawn(apply_schema_changes(Arc::downgrade(&glue), glue.node.subscribe(), applied_file, applied));
         engine.set_cluster(glue.clone());
         Ok(glue)
@@ -518,7 +526,7 @@ impl ClusterGlue {
 
     /// Proposes a schema change; its reply waits in `pending_schema` for this node's
     /// watcher, unless the proposal fails.
-    async fn propose_schema(self: Arc<Self>, change: SchemaChange) {
+    async fn propose_schema(&self, change: SchemaChange) {
         let id = change.id;
         let failed = match self.node.propose_via_leader(Command::Schema(change)).await {
             Ok(lockstep_cluster::Outcome::Changed { .. }) => return,
@@ -600,13 +608,23 @@ impl ClusterHooks for ClusterGlue {
                 "a schema change of {bytes} bytes is over the cluster's limit of {SCHEMA_CHANGE_BYTES_MAX} bytes: send the DDL in smaller calls"
             ))));
         }
-        let Some(this) = self.this.upgrade() else {
-            return reply(Outcome::error(Error::unavailable("the server is stopping")));
-        };
         let id = self.next_schema_id.fetch_add(1, Ordering::Relaxed);
         self.pending_schema.lock().unwrap_or_else(|e| e.into_inner()).insert(id, reply);
         let change = SchemaChange { statements, origin: self.me, id };
-        self.runtime.spawn(this.propose_schema(change));
+        if let Err(e) = self.schema_proposals.try_send(change) {
+            let why = match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    format!(
+                        "{SCHEMA_PROPOSALS_MAX} schema changes wait to be proposed on node {}: the change was not applied; try again",
+                        self.me
+                    )
+                }
+                mpsc::error::TrySendError::Closed(_) => "the server is stopping".to_string(),
+            };
+            if let Some(reply) = self.schema_reply(id) {
+                reply(Outcome::error(Error::unavailable(why)));
+            }
+        }
     }
 
     /// The lowest live node that leads a partition: every node that applied the same
@@ -1009,6 +1027,15 @@ impl Executor for SiteExecutor {
         }
         // The site reports the hash through `ClusterHooks::applied` once it ran the entry.
         None
+    }
+}
+
+/// Proposes this node's schema changes one at a time, in the order they came, until the
+/// glue is gone.
+async fn propose_schema_changes(glue: Weak<ClusterGlue>, mut proposals: mpsc::Receiver<SchemaChange>) {
+    while let Some(change) = proposals.recv().await {
+        let Some(glue) = glue.upgrade() else { return };
+        glue.propose_schema(change).await;
     }
 }
 
