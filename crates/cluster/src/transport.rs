@@ -170,18 +170,20 @@ pub struct Transport {
 /// A peer's connections, one per kind of traffic, so that none waits behind another: a
 /// request waits only behind requests of its own lane (a connection's requests are read
 /// in order, a bounded number at a time).
-const LANES: usize = 4;
+const LANES: usize = 5;
 
 /// Which connection a request travels on: heartbeats and Raft (never behind transactions);
 /// replication (never behind calls that wait for a transaction); steps of multi-partition
-/// transactions (never behind calls waiting for that transaction to end); forwarded calls
-/// and proposals.
+/// transactions (never behind calls waiting for that transaction to end); forwarded calls;
+/// proposals (never behind forwarded calls, which may wait for the membership change a
+/// proposal makes: a member evicted, say).
 fn lane(request: &Request) -> usize {
     match request {
         Request::Hello(_) | Request::Ping { .. } | Request::Append(_) | Request::Vote(_) | Request::Snapshot(_) => 0,
         Request::Partition { .. } => 1,
         Request::Invoke { step: true, .. } => 2,
-        Request::Invoke { step: false, .. } | Request::Propose(_) => 3,
+        Request::Invoke { step: false, .. } => 3,
+        Request::Propose(_) => 4,
     }
 }
 
@@ -197,7 +199,7 @@ impl Transport {
                 peers.push(None);
                 continue;
             }
-            let queues = [PEER_QUEUE_MAX, PEER_DATA_QUEUE_MAX, PEER_QUEUE_MAX, PEER_FORWARD_QUEUE_MAX].map(|size| {
+            let queues = [PEER_QUEUE_MAX, PEER_DATA_QUEUE_MAX, PEER_QUEUE_MAX, PEER_FORWARD_QUEUE_MAX, PEER_QUEUE_MAX].map(|size| {
                 let (tx, rx) = mpsc::channel(size);
                 tasks.push(tokio::spawn(run_peer(id, *addr, hello.clone(), rx)));
                 tx
@@ -688,6 +690,50 @@ mod tests {
             assert!(matches!(&r, Ok(Response::Answer(Ok(c))) if c == call), "{r:?}");
         }
         assert_eq!(*handler.started.lock().unwrap(), calls, "calls started out of turn");
+        server.abort();
+    }
+
+    /// Never answers a call (keeps where its answer would go); answers anything else at once.
+    #[derive(Default)]
+    struct Stuck {
+        held: std::sync::Mutex<Vec<oneshot::Sender<Response>>>,
+    }
+
+    impl Handler for Stuck {
+        fn check_hello(&self, _hello: &Hello) -> Result<(), String> {
+            Ok(())
+        }
+
+        async fn handle(&self, _from: NodeId, _request: Request) -> Response {
+            Response::Taken
+        }
+
+        fn start_in_order(&self, _from: NodeId, request: Request) -> Started {
+            match request {
+                Request::Invoke { .. } => {
+                    let (tx, rx) = oneshot::channel();
+                    self.held.lock().unwrap().push(tx);
+                    Started::Now(rx)
+                }
+                other => Started::Later(other),
+            }
+        }
+    }
+
+    /// Forwarded calls may wait for a membership change that a proposal makes: a proposal
+    /// must not wait behind them (the cluster once stalled so).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_proposal_does_not_wait_behind_calls_that_are_not_answered() {
+        let (listener, addr) = listen().await;
+        let server = tokio::spawn(serve(listener, Arc::new(Stuck::default()), Arc::default()));
+        let t = Transport::start(0, &[addr, addr], hello(0), Arc::default());
+        let stuck: Vec<Answer> = (0..PEER_IN_FLIGHT_MAX * 2)
+            .map(|_| t.start_call(1, Request::Invoke { partition: 0, call: Vec::new(), step: false }).expect("queued"))
+            .collect();
+        let proposal = Request::Propose(crate::state::Command::NodeDown(2));
+        let r = t.call(1, proposal, Duration::from_secs(10)).await;
+        assert!(matches!(r, Ok(Response::Taken)), "{r:?}");
+        drop(stuck);
         server.abort();
     }
 
