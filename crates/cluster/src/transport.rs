@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::message::{encode_frame, read_frame, FrameError, Hello, Request, RequestId, Response};
-use crate::placement::NodeId;
+use crate::placement::{NodeId, NODES_MAX};
 
 /// Calls waiting for one of a peer's connections (but replication's and forwarded
 /// calls'); one more fails at once with `QueueFull`.
@@ -48,8 +48,10 @@ pub const WRITE_TIMEOUT_MS: u64 = 2_000;
 /// `RECONNECT_BACKOFF_MAX_MS`.
 pub const RECONNECT_BACKOFF_MIN_MS: u64 = 50;
 pub const RECONNECT_BACKOFF_MAX_MS: u64 = 1_000;
-/// Incoming connections open at once; more are closed as they arrive.
-pub const INBOUND_CONNECTIONS_MAX: usize = 64;
+/// Incoming connections open at once; more are closed as they arrive. Room for every
+/// lane of every other node of the largest cluster, and for one set more (a restarted
+/// node connects again before its old connections are closed).
+pub const INBOUND_CONNECTIONS_MAX: usize = LANES * NODES_MAX as usize;
 /// Requests of one incoming connection handled at once; more wait (unread) in the socket.
 /// As many as a sender has in flight on one connection.
 pub const INBOUND_IN_FLIGHT_MAX: usize = PEER_IN_FLIGHT_MAX;
