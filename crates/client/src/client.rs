@@ -335,12 +335,13 @@ impl Client {
                 Some(p) => u32::try_from(p).map(Target::Partition).unwrap_or(Target::Anywhere),
                 None => routing.target(&inv.procedure, &inv.params),
             };
-            // With one connection there is nowhere else to send a call.
-            let several = self.inner.connections.len() > 1;
-            (
-                routing.host_for(target),
-                several && routing.ring.is_some() && !inv.procedure.starts_with('@') && !routing.knows(&inv.procedure),
-            )
+            // A routed call is known; with one connection there is nowhere else to send it.
+            let unknown = target == Target::Anywhere
+                && self.inner.connections.len() > 1
+                && routing.ring.is_some()
+                && !inv.procedure.starts_with('@')
+                && !routing.knows(&inv.procedure);
+            (routing.host_for(target), unknown)
         };
         if unknown {
             self.refresh_routing_soon();

@@ -46,34 +46,32 @@ impl Bell {
 /// A sender's end; cloned by everyone who hands the site work.
 #[derive(Clone)]
 pub(crate) struct SiteSender {
-    /// Always Some until dropped (taken first in `drop`, so the site sees the disconnection
-    /// when the bell wakes it).
+    /// Some until dropped (taken first in `drop`, so the site sees the disconnection when
+    /// the bell wakes it).
     tx: Option<Sender<SiteMsg>>,
     bell: Arc<Bell>,
 }
 
 impl SiteSender {
-    fn tx(&self) -> &Sender<SiteMsg> {
-        self.tx.as_ref().expect("a site sender is used only before it is dropped")
-    }
-
     /// Queues `msg`, waiting for room if the queue is full.
     pub(crate) fn send(&self, msg: SiteMsg) -> Result<(), SendError<SiteMsg>> {
-        self.tx().send(msg)?;
+        let Some(tx) = &self.tx else { return Err(SendError(msg)) };
+        tx.send(msg)?;
         self.bell.ring();
         Ok(())
     }
 
     /// Queues `msg` unless the queue is full.
     pub(crate) fn try_send(&self, msg: SiteMsg) -> Result<(), TrySendError<SiteMsg>> {
-        self.tx().try_send(msg)?;
+        let Some(tx) = &self.tx else { return Err(TrySendError::Disconnected(msg)) };
+        tx.try_send(msg)?;
         self.bell.ring();
         Ok(())
     }
 
     /// Messages waiting.
     pub(crate) fn len(&self) -> usize {
-        self.tx().len()
+        self.tx.as_ref().map_or(0, Sender::len)
     }
 }
 
