@@ -752,7 +752,7 @@ impl Coordinator {
         let dir = info.dir;
         Ok(Arc::new(move |part: &mut lockstep_storage::Partition| {
             for def in catalog.tables().filter(|t| matches!(t.kind, lockstep_core::TableKind::Table)) {
-                let rows: Vec<_> = part.table(def.id)?.scan().map(|(id, _)| id).collect();
+                let rows: Vec<_> = part.table(def.id)?.ids().collect();
                 for row in rows {
                     part.delete(def.id, row)?;
                 }

@@ -509,7 +509,7 @@ mod tests {
         let mut out = Vec::new();
         for part in &sites.partitions {
             for def in catalog.tables() {
-                out.push(part.table(def.id).unwrap_or_else(|e| panic!("{e}")).scan().map(|(_, r)| r.to_vec()).collect());
+                out.push(part.table(def.id).unwrap_or_else(|e| panic!("{e}")).scan().map(|(_, r)| r).collect());
             }
         }
         out

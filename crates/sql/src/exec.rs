@@ -2,6 +2,7 @@
 //! and LIMIT/OFFSET. Rows come from a `RowSource` — a partition's tables, or rows gathered
 //! from every partition at the multi-partition coordinator.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::ops::Bound;
@@ -48,8 +49,9 @@ pub trait RowSource {
     /// Returns false when stopped.
     fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool>;
 
-    /// The row of level `j` that `each` passed with `id` (a hash join keeps the ids).
-    fn row(&self, j: usize, id: u32) -> Option<&[Value]>;
+    /// The row of level `j` that `each` passed with `id` (a hash join keeps the ids):
+    /// borrowed when the source holds it as values, else unpacked.
+    fn row(&self, j: usize, id: u32) -> Option<Cow<'_, [Value]>>;
 
     /// Whether rows come from the partition's own indexes, so that a level's `residual`
     /// filters suffice (see `access::residual_filters`).
@@ -115,14 +117,13 @@ pub fn each_in_table(t: &StoreTable, probe: &Probe, f: &mut dyn FnMut(u32, &[Val
     match probe {
         Probe::Empty => {}
         Probe::Scan => {
-            return each_prefetched(t, t.scan().map(|(id, _)| id), f);
+            return each_prefetched(t, t.ids(), f);
         }
         Probe::Lookup(ix, key) => {
+            let mut row = RowBuf::take();
             for id in t.lookup_iter(*ix, key) {
-                if let Some(row) = t.get(id) {
-                    if !f(id, row)? {
-                        return Ok(false);
-                    }
+                if t.get_into(id, &mut row.0) && !f(id, &row.0)? {
+                    return Ok(false);
                 }
             }
         }
@@ -135,6 +136,29 @@ pub fn each_in_table(t: &StoreTable, probe: &Probe, f: &mut dyn FnMut(u32, &[Val
     Ok(true)
 }
 
+thread_local! {
+    static ROW_BUF: std::cell::Cell<Vec<Value>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The vector a visit unpacks stored rows into: the thread's spare one when there is one (a
+/// nested visit, a join's inner level, makes its own), given back when the visit ends, so
+/// a point lookup allocates nothing.
+struct RowBuf(Vec<Value>);
+
+impl RowBuf {
+    fn take() -> RowBuf {
+        RowBuf(ROW_BUF.take())
+    }
+}
+
+impl Drop for RowBuf {
+    fn drop(&mut self) {
+        let mut row = std::mem::take(&mut self.0);
+        row.clear();
+        ROW_BUF.set(row);
+    }
+}
+
 /// Rows visited per prefetch batch.
 const PREFETCH_BATCH: usize = 8;
 
@@ -144,6 +168,7 @@ const PREFETCH_BATCH: usize = 8;
 /// that costs a few index steps and prefetches, never a visit.
 fn each_prefetched(t: &StoreTable, mut ids: impl Iterator<Item = u32>, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
     let mut batch = [0u32; PREFETCH_BATCH];
+    let mut row = RowBuf::take();
     loop {
         let mut n = 0;
         for id in ids.by_ref().take(PREFETCH_BATCH) {
@@ -160,10 +185,8 @@ fn each_prefetched(t: &StoreTable, mut ids: impl Iterator<Item = u32>, f: &mut d
             t.prefetch_data(id);
         }
         for &id in &batch[..n] {
-            if let Some(row) = t.get(id) {
-                if !f(id, row)? {
-                    return Ok(false);
-                }
+            if t.get_into(id, &mut row.0) && !f(id, &row.0)? {
+                return Ok(false);
             }
         }
     }
@@ -182,10 +205,10 @@ impl RowSource for PartitionSource<'_> {
         true
     }
 
-    fn row(&self, j: usize, id: u32) -> Option<&[Value]> {
+    fn row(&self, j: usize, id: u32) -> Option<Cow<'_, [Value]>> {
         match self.tables.get(j)? {
-            Some(t) => t.get(id),
-            None => self.derived.get(j)?.as_ref()?.get(id as usize).map(Vec::as_slice),
+            Some(t) => t.get(id).map(Cow::Owned),
+            None => self.derived.get(j)?.as_ref()?.get(id as usize).map(|r| Cow::Borrowed(r.as_slice())),
         }
     }
 
@@ -239,8 +262,8 @@ impl GatheredSource {
 }
 
 impl RowSource for GatheredSource {
-    fn row(&self, j: usize, id: u32) -> Option<&[Value]> {
-        self.rows.get(j)?.get(id as usize).map(Vec::as_slice)
+    fn row(&self, j: usize, id: u32) -> Option<Cow<'_, [Value]>> {
+        self.rows.get(j)?.get(id as usize).map(|r| Cow::Borrowed(r.as_slice()))
     }
 
     fn each(&self, j: usize, probe: &Probe, f: &mut dyn FnMut(u32, &[Value]) -> Result<bool>) -> Result<bool> {
@@ -337,7 +360,7 @@ fn join_level(
         Some(table) => {
             for &id in table.matching(&l.hash, buf) {
                 let row = src.row(j, id).ok_or_else(|| Error::unexpected(format!("row {id} of source {j} vanished during a hash join")))?;
-                if !visit(row, buf)? {
+                if !visit(&row, buf)? {
                     break;
                 }
             }

@@ -88,7 +88,7 @@ fn upsert_row(p: &InsertPlan, vals: Vec<Value>, part: &mut Partition, env: &Env)
     }
     let existing = {
         let table = part.table(t.id)?;
-        table.lookup(pk_index, &key).first().and_then(|&id| table.get(id).map(|r| (id, r.to_vec())))
+        table.lookup(pk_index, &key).first().and_then(|&id| table.get(id).map(|r| (id, r)))
     };
     match existing {
         Some((id, mut row)) => {

@@ -119,7 +119,7 @@ impl Twins {
         for part in parts {
             for def in self.cat.tables() {
                 let t = part.table(def.id).unwrap_or_else(|e| panic!("{e}"));
-                out.push(t.scan().map(|(_, r)| r.to_vec()).collect());
+                out.push(t.scan().map(|(_, r)| r).collect());
             }
         }
         out

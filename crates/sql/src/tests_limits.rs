@@ -205,7 +205,7 @@ struct Endless {
 
 impl RowSource for Endless {
     /// Its rows are made as they are visited: none can be found again by id.
-    fn row(&self, _j: usize, _id: u32) -> Option<&[Value]> {
+    fn row(&self, _j: usize, _id: u32) -> Option<std::borrow::Cow<'_, [Value]>> {
         None
     }
 

@@ -2,7 +2,7 @@
 //! indexes, a hash table of RowIds for O(1) point lookups and uniqueness checks.
 //!
 //! The hash part (`RowHash`) stores RowIds with a 32-bit hash; equality is checked against
-//! the row itself, which the caller passes in as the table's slots.
+//! the (packed) row itself, which the caller passes in as the table's slots.
 //!
 //! A single-column unique index answers point lookups and uniqueness checks from its hash
 //! alone, so its ordered set is built only when a range (or a NULL key) first needs it, from
@@ -26,6 +26,7 @@ use lockstep_core::{IndexDef, Value};
 
 use crate::computed::is_member;
 use crate::key::{Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
+use crate::packed::PackedRow;
 use crate::row_hash::RowHash;
 use crate::slots::Slots;
 use crate::RowId;
@@ -57,9 +58,9 @@ fn ordered_entries(slots: &Slots, columns: &[usize], member: Option<usize>) -> B
     let entries: Vec<Entry> = slots
         .iter()
         .enumerate()
-        .filter_map(|(id, row)| Some((id, row.as_deref()?)))
+        .filter_map(|(id, row)| Some((id, row.as_ref()?.unpack())))
         .filter(|(_, row)| is_member(member, row))
-        .map(|(id, row)| Entry::new(row, columns, id as RowId))
+        .map(|(id, row)| Entry::new(&row, columns, id as RowId))
         .collect();
     sorted_set(entries)
 }
@@ -129,11 +130,17 @@ impl IndexLoad {
 }
 
 /// The row in slot `id`; every id an index holds must have a row (an internal invariant).
-fn slot(slots: &Slots, id: RowId) -> &[Value] {
+fn slot(slots: &Slots, id: RowId) -> &PackedRow {
     match slots.get(id as usize) {
         Some(Some(row)) => row,
         _ => panic!("index refers to empty row slot {id}"),
     }
+}
+
+/// Whether the stored row `id` has the key `key` over `columns`.
+fn has_key<'a>(slots: &Slots, id: RowId, columns: &[usize], mut key: impl Iterator<Item = &'a Value>) -> bool {
+    let row = slot(slots, id);
+    columns.iter().all(|&c| key.next().is_some_and(|k| row.value_eq(c, k)))
 }
 
 /// The rows an index lookup found: at most one from a unique hash probe, else a range.
@@ -231,12 +238,11 @@ impl Index {
         }
         let h = hash_values(row_values(row, &self.columns));
         let cols = &self.columns;
-        hash.find(h, |id| Some(id) != except && cols.iter().all(|&c| slot(slots, id)[c] == row[c]))
+        hash.find(h, |id| Some(id) != except && has_key(slots, id, cols, row_values(row, cols)))
     }
 
-    /// Adds row `id`; the row must already be in `slots[id]`.
-    pub(crate) fn insert(&mut self, slots: &Slots, id: RowId) {
-        let row = slot(slots, id);
+    /// Adds row `id`, whose values are `row`.
+    pub(crate) fn insert(&mut self, row: &[Value], id: RowId) {
         if !self.holds(row) {
             return;
         }
@@ -250,19 +256,6 @@ impl Index {
                 hash.insert(hash_values(row_values(row, cols)), id);
             }
         }
-    }
-
-    /// Indexes every row of `slots` at once (a table built in bulk): the hash is sized once
-    /// and the ordered set, if kept, is built from sorted entries. Err names a row whose key
-    /// a unique index already holds for an earlier row.
-    pub(crate) fn build(&mut self, slots: &Slots) -> Result<(), RowId> {
-        let mut load = IndexLoad::default();
-        for (id, row) in slots.iter().enumerate() {
-            if let Some(row) = row {
-                self.gather(&mut load, row, id as RowId);
-            }
-        }
-        self.build_gathered(load, slots)
     }
 
     /// Adds what row `id` (stored as `row`) brings to a bulk build to `load`; rows must
@@ -279,14 +272,19 @@ impl Index {
         }
     }
 
-    /// Indexes the rows of `slots` from what `gather` took from each of them, as `build`.
+    /// Indexes the rows of `slots` (a table built in bulk) from what `gather` took from each
+    /// of them: the hash is sized once and the ordered set, if kept, is built from sorted
+    /// entries. Err names a row whose key a unique index already holds for an earlier row.
     pub(crate) fn build_gathered(&mut self, mut load: IndexLoad, slots: &Slots) -> Result<(), RowId> {
         if let Some(hash) = &mut self.hash {
             hash.reserve(load.hashed.len());
             let cols = &self.columns;
             for (h, id) in std::mem::take(&mut load.hashed) {
                 // Rows are read only when two keys share a 32-bit hash.
-                let same = |other: RowId| cols.iter().all(|&c| slot(slots, other)[c] == slot(slots, id)[c]);
+                let same = |other: RowId| {
+                    let key: Vec<Value> = cols.iter().map(|&c| slot(slots, id).value(c)).collect();
+                    has_key(slots, other, cols, key.iter())
+                };
                 hash.insert_new(h, id, same).map_err(|_| id)?;
             }
         }
@@ -320,11 +318,7 @@ impl Index {
         if key.len() == self.columns.len() && (!self.nulls_distinct || !key.iter().any(Value::is_null)) {
             if let Some(hash) = &self.hash {
                 let h = hash_values(key.iter());
-                let cols = &self.columns;
-                let found = hash.find(h, |id| {
-                    let row = slot(slots, id);
-                    cols.iter().zip(key).all(|(&c, k)| row[c] == *k)
-                });
+                let found = hash.find(h, |id| has_key(slots, id, &self.columns, key.iter()));
                 return Lookup::One(found);
             }
         }

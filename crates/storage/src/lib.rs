@@ -1,7 +1,7 @@
 //! The storage of one partition: tables, indexes, undo, materialized views and stream
 //! buffers. A partition is touched only by its own site thread, so nothing here locks.
 //!
-//! - `table`: row slots (`Box<[Value]>` each, in fixed-size chunks: `slots`) with a free
+//! - `table`: row slots (each a `packed` row, in fixed-size chunks: `slots`) with a free
 //!   list, and the table's indexes.
 //! - `index` / `key`: every index keeps a B-tree of (key, RowId) for order and ranges;
 //!   unique indexes add a hash table of RowIds for O(1) point lookups and checks.
@@ -17,6 +17,7 @@ mod computed;
 mod id_map;
 mod index;
 mod key;
+mod packed;
 mod partition;
 mod row_hash;
 mod schema;

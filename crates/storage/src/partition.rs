@@ -167,17 +167,17 @@ impl Partition {
     pub fn update_columns(&mut self, table: TableId, id: RowId, mut sets: Vec<(usize, Value)>) -> Result<()> {
         self.atomically(|p| {
             let t = p.check_writable(table, "update")?;
-            let Some(old) = t.get(id) else {
+            if !t.contains(id) {
                 return Err(Error::sql(format!("row {id} of {} does not exist", t.name())));
-            };
-            if sets.iter().any(|&(c, _)| c >= old.len()) {
+            }
+            if sets.iter().any(|&(c, _)| c >= t.def().columns.len()) {
                 return Err(Error::unexpected(format!("an update of {} names a column it does not have", t.name())));
             }
             // Computed index keys and partial index flags are computed again from the
             // whole new row.
             let recompute = t.def().computed_width() > 0;
             if recompute || p.views_of.contains_key(&table) || sets.iter().any(|&(c, _)| t.unique_over(c)) {
-                let mut row = old.to_vec();
+                let mut row = t.get(id).unwrap_or_default();
                 for (c, v) in sets {
                     row[c] = v;
                 }
@@ -302,7 +302,7 @@ impl Partition {
     fn update_checked(&mut self, table: TableId, id: RowId, row: Box<[Value]>) -> Result<()> {
         let row = with_computed(self.table(table)?.def(), row)?;
         let t = self.table_mut(table)?;
-        if t.get(id).is_none() {
+        if !t.contains(id) {
             return Err(Error::sql(format!("row {id} of {} does not exist", t.name())));
         }
         t.check_unique(&row, Some(id))?;

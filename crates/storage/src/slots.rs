@@ -10,10 +10,10 @@
 
 use std::ops::{Index, IndexMut};
 
-use lockstep_core::Value;
+use crate::packed::PackedRow;
 
 /// What a slot holds: a row, or None when the slot is free.
-pub(crate) type Slot = Option<Box<[Value]>>;
+pub(crate) type Slot = Option<PackedRow>;
 
 const CHUNK_BITS: u32 = 12;
 /// Slots per chunk.
@@ -99,9 +99,10 @@ impl IndexMut<usize> for Slots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockstep_core::Value;
 
     fn row(i: i64) -> Slot {
-        Some(vec![Value::Int(i)].into_boxed_slice())
+        Some(PackedRow::pack(&[Value::Int(i)]))
     }
 
     #[test]
@@ -127,11 +128,11 @@ mod tests {
         assert_eq!(s.iter().flatten().count(), n - n.div_ceil(5));
 
         // A row stored before more chunks were added stays where it was.
-        let before = s[CHUNK_LEN + 1].as_deref().map(|r| r.as_ptr());
+        let before = s[CHUNK_LEN + 1].as_ref().map(|r| r.bytes().as_ptr());
         for i in 0..CHUNK_LEN {
             s.push(row(i as i64));
         }
-        assert_eq!(s[CHUNK_LEN + 1].as_deref().map(|r| r.as_ptr()), before);
+        assert_eq!(s[CHUNK_LEN + 1].as_ref().map(|r| r.bytes().as_ptr()), before);
 
         s[7] = None;
         assert_eq!(s.get(7), Some(&None));

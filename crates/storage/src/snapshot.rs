@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use lockstep_core::{Error, Result, TableId, TableKind, Value};
 
+use crate::packed::PackedRow;
 use crate::partition::Partition;
 use crate::table::Table;
 use crate::RowId;
@@ -26,7 +27,7 @@ pub(crate) struct CowScan {
     /// The next slot the scan returns; slots below it are done and need no pre-image.
     cursor: RowId,
     /// Contents at begin of slots changed since, not yet scanned (None: free at begin).
-    before: HashMap<RowId, Option<Box<[Value]>>>,
+    before: HashMap<RowId, Option<PackedRow>>,
 }
 
 impl CowScan {
@@ -35,7 +36,7 @@ impl CowScan {
         id >= self.cursor && id < self.begin_len && !self.before.contains_key(&id)
     }
 
-    pub(crate) fn keep(&mut self, id: RowId, before: Option<Box<[Value]>>) {
+    pub(crate) fn keep(&mut self, id: RowId, before: Option<PackedRow>) {
         self.before.insert(id, before);
     }
 
@@ -75,7 +76,9 @@ impl Table {
                 None => self.slots().get(id as usize).cloned().flatten(),
             };
             if let Some(row) = row {
-                out.push(row[..width].to_vec());
+                let mut values = Vec::with_capacity(width);
+                row.unpack_into(width, &mut values);
+                out.push(values);
             }
         }
         visited
@@ -224,7 +227,7 @@ mod tests {
     fn contents(p: &Partition) -> BTreeMap<TableId, Vec<Vec<Value>>> {
         p.tables()
             .map(|t| {
-                let mut rows: Vec<Vec<Value>> = t.scan().map(|(_, r)| r.to_vec()).collect();
+                let mut rows: Vec<Vec<Value>> = t.scan().map(|(_, r)| r).collect();
                 rows.sort();
                 (t.def().id, rows)
             })

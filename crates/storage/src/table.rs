@@ -10,6 +10,7 @@ use lockstep_core::prefetch::{prefetch_lines, prefetch_values};
 use lockstep_core::{Error, Result, TableDef, Value};
 
 use crate::index::{Index, IndexLoad, Lookup};
+use crate::packed::PackedRow;
 use crate::slots::{Slot, Slots};
 use crate::snapshot::CowScan;
 use crate::view::ViewLayout;
@@ -22,7 +23,8 @@ pub const TABLE_ROWS_MAX: usize = (RowId::MAX - 1) as usize;
 #[derive(Debug)]
 pub struct Table {
     def: Arc<TableDef>,
-    /// Slot `id` holds row `id`. A row may carry hidden trailing values (a view's counts).
+    /// Slot `id` holds row `id`, packed. A row may carry hidden trailing values (a view's
+    /// counts).
     slots: Slots,
     /// Free slots, reused last-freed first, so undo can put a deleted row back in its slot.
     free: Vec<RowId>,
@@ -31,7 +33,7 @@ pub struct Table {
     /// layer did not declare one).
     indexes: Vec<Index>,
     pub(crate) view: Option<ViewLayout>,
-    /// Heap bytes of the stored rows (value arrays and their strings), kept up to date.
+    /// Heap bytes of the stored rows (packed bytes and shared values), kept up to date.
     row_heap_bytes: usize,
     /// Set while a snapshot scan of this table is in progress (see `snapshot.rs`).
     pub(crate) cow: Option<CowScan>,
@@ -40,17 +42,16 @@ pub struct Table {
 /// What the allocator adds to each heap block (glibc malloc: a 16-byte header/rounding).
 const ALLOC_OVERHEAD_BYTES: usize = 16;
 
-/// Heap bytes of one stored row: its value array and its strings, with allocator overhead.
-fn heap_bytes(row: &[Value]) -> usize {
-    let data: usize = row.iter().map(value_heap_bytes).sum();
-    std::mem::size_of_val(row) + ALLOC_OVERHEAD_BYTES + data
+/// Heap bytes of one stored row: its packed bytes, its shared values and their data, with
+/// allocator overhead.
+fn heap_bytes(row: &PackedRow) -> usize {
+    let shared: usize = row.shared().iter().map(shared_heap_bytes).sum();
+    row.heap_bytes() + ALLOC_OVERHEAD_BYTES + shared
 }
 
-/// Heap bytes a value holds outside the row's value array.
-fn value_heap_bytes(v: &Value) -> usize {
+/// Heap bytes a shared value holds outside the row.
+fn shared_heap_bytes(v: &Value) -> usize {
     match v {
-        // Text of up to 24 bytes is inside the value.
-        Value::Str(s) if s.is_heap_allocated() => s.capacity() + ALLOC_OVERHEAD_BYTES,
         // The bytes and the two reference counts before them (shared bytes are counted by
         // every row that holds them).
         Value::Bytes(b) => b.len() + 2 * std::mem::size_of::<usize>() + ALLOC_OVERHEAD_BYTES,
@@ -111,36 +112,64 @@ impl Table {
     }
 
     /// The row's visible values (the table's columns).
-    pub fn get(&self, id: RowId) -> Option<&[Value]> {
-        let width = self.def.columns.len();
-        self.slots.get(id as usize)?.as_deref().map(|r| &r[..width])
+    pub fn get(&self, id: RowId) -> Option<Vec<Value>> {
+        let mut row = Vec::new();
+        self.get_into(id, &mut row).then_some(row)
     }
 
-    /// Asks the CPU to start loading row `id`'s value array, so that visiting a run of rows
-    /// overlaps their cache misses instead of waiting for each in turn (see `prefetch_data`).
-    pub fn prefetch_row(&self, id: RowId) {
-        if let Some(Some(row)) = self.slots.get(id as usize) {
-            prefetch_lines(row.as_ptr().cast(), std::mem::size_of_val::<[Value]>(row), PREFETCH_LINES);
+    /// Whether row `id` exists.
+    pub fn contains(&self, id: RowId) -> bool {
+        matches!(self.slots.get(id as usize), Some(Some(_)))
+    }
+
+    /// Puts the row's visible values in `row` (cleared first; a scan reuses one vector);
+    /// false if there is no such row.
+    pub fn get_into(&self, id: RowId, row: &mut Vec<Value>) -> bool {
+        row.clear();
+        match self.slots.get(id as usize) {
+            Some(Some(packed)) => {
+                packed.unpack_into(self.def.columns.len(), row);
+                true
+            }
+            _ => false,
         }
     }
 
-    /// Asks the CPU to start loading the first bytes of row `id`'s strings and byte arrays.
-    /// Reads the value array, so call it after `prefetch_row` had time to bring it in.
+    /// Asks the CPU to start loading row `id`'s packed bytes, so that visiting a run of
+    /// rows overlaps their cache misses instead of waiting for each in turn (see
+    /// `prefetch_data`).
+    pub fn prefetch_row(&self, id: RowId) {
+        if let Some(Some(row)) = self.slots.get(id as usize) {
+            prefetch_lines(row.bytes().as_ptr(), row.bytes().len(), PREFETCH_LINES);
+        }
+    }
+
+    /// Asks the CPU to start loading the first bytes of row `id`'s byte arrays. Reads the
+    /// row's slot, so call it after `prefetch_row` had time to bring it in.
     pub fn prefetch_data(&self, id: RowId) {
         if let Some(Some(row)) = self.slots.get(id as usize) {
-            prefetch_values(row, PREFETCH_LINES);
+            prefetch_values(row.shared(), PREFETCH_LINES);
         }
     }
 
     /// The row including hidden values.
-    pub(crate) fn get_full(&self, id: RowId) -> Option<&[Value]> {
-        self.slots.get(id as usize)?.as_deref()
+    pub(crate) fn get_full(&self, id: RowId) -> Option<Vec<Value>> {
+        self.slots.get(id as usize)?.as_ref().map(PackedRow::unpack)
     }
 
-    /// All rows in RowId order (deterministic).
-    pub fn scan(&self) -> impl Iterator<Item = (RowId, &[Value])> + '_ {
+    /// The ids of all rows in RowId order (deterministic).
+    pub fn ids(&self) -> impl Iterator<Item = RowId> + '_ {
+        self.slots.iter().enumerate().filter(|(_, r)| r.is_some()).map(|(i, _)| i as RowId)
+    }
+
+    /// All rows in RowId order (deterministic), each unpacked.
+    pub fn scan(&self) -> impl Iterator<Item = (RowId, Vec<Value>)> + '_ {
         let width = self.def.columns.len();
-        self.slots.iter().enumerate().filter_map(move |(i, r)| r.as_deref().map(|r| (i as RowId, &r[..width])))
+        self.slots.iter().enumerate().filter_map(move |(i, r)| {
+            let mut row = Vec::new();
+            r.as_ref()?.unpack_into(width, &mut row);
+            Some((i as RowId, row))
+        })
     }
 
     /// Rows whose key in index number `index` (position in def().indexes) equals `key`, or
@@ -230,14 +259,15 @@ impl Table {
     fn fill(&mut self, id: RowId, row: Box<[Value]>) {
         debug_assert_eq!(row.len(), self.stored_width());
         self.preserve(id);
-        self.row_heap_bytes += heap_bytes(&row);
+        for ix in &mut self.indexes {
+            ix.insert(&row, id);
+        }
+        let packed = PackedRow::pack(&row);
+        self.row_heap_bytes += heap_bytes(&packed);
         let slot = &mut self.slots[id as usize];
         debug_assert!(slot.is_none());
-        *slot = Some(row);
+        *slot = Some(packed);
         self.len += 1;
-        for ix in &mut self.indexes {
-            ix.insert(&self.slots, id);
-        }
     }
 
     /// Removes row `id` and frees its slot; None if there is no such row.
@@ -246,14 +276,15 @@ impl Table {
             return None;
         }
         self.preserve(id);
-        let row = self.slots.get_mut(id as usize)?.take()?;
+        let packed = self.slots.get_mut(id as usize)?.take()?;
+        let row = packed.unpack();
         for ix in &mut self.indexes {
             ix.remove(&row, id);
         }
-        self.row_heap_bytes -= heap_bytes(&row);
+        self.row_heap_bytes -= heap_bytes(&packed);
         self.free.push(id);
         self.len -= 1;
-        Some(row)
+        Some(row.into_boxed_slice())
     }
 
     /// Replaces row `id` (which must exist), returning the old values.
@@ -261,27 +292,23 @@ impl Table {
         debug_assert_eq!(row.len(), self.stored_width());
         self.preserve(id);
         let slot = &mut self.slots[id as usize];
-        let old = match slot.take() {
+        let old_packed = match slot.take() {
             Some(old) => old,
             None => panic!("replace of empty row slot {id} of {}", self.def.name),
         };
+        let old = old_packed.unpack();
         // An index whose columns keep their values needs no change (view counters, most
         // UPDATEs): its entries still describe the row.
         for ix in &mut self.indexes {
             if ix.key_differs(&old, &row) {
                 ix.remove(&old, id);
+                ix.insert(&row, id);
             }
         }
-        self.row_heap_bytes -= heap_bytes(&old);
-        self.row_heap_bytes += heap_bytes(&row);
-        self.slots[id as usize] = Some(row);
-        for ix in &mut self.indexes {
-            let new = self.slots[id as usize].as_deref().unwrap_or(&[]);
-            if ix.key_differs(&old, new) {
-                ix.insert(&self.slots, id);
-            }
-        }
-        old
+        let packed = PackedRow::pack(&row);
+        self.row_heap_bytes = self.row_heap_bytes - heap_bytes(&old_packed) + heap_bytes(&packed);
+        self.slots[id as usize] = Some(packed);
+        old.into_boxed_slice()
     }
 
     /// Whether a unique index includes column `c` (a change to it needs a uniqueness check).
@@ -297,19 +324,32 @@ impl Table {
         debug_assert!(self.def.computed_width() == 0, "columns of {} set in place under computed values", self.def.name);
         let indexed = |c: usize| self.indexes.iter().any(|ix| ix.columns.contains(&c));
         if changes.iter().any(|&(c, _)| indexed(c)) {
-            let mut row: Box<[Value]> = self.get_full(id).unwrap_or_default().into();
+            let Some(mut row) = self.get_full(id) else { panic!("update of empty row slot {id} of {}", self.def.name) };
             for (c, v) in &mut changes {
                 std::mem::swap(&mut row[*c], v);
             }
-            self.replace_row(id, row);
+            self.replace_row(id, row.into_boxed_slice());
         } else {
             self.preserve(id);
-            let Some(row) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
+            let Some(packed) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
                 panic!("update of empty row slot {id} of {}", self.def.name)
             };
+            // Most changes fit where the old value was (a counter, a flag); the rest, and
+            // any after them, are made by packing the row again.
+            let mut in_place = 0;
             for (c, v) in &mut changes {
-                self.row_heap_bytes = self.row_heap_bytes - value_heap_bytes(&row[*c]) + value_heap_bytes(v);
-                std::mem::swap(&mut row[*c], v);
+                let Some(old) = packed.set_in_place(*c, v) else { break };
+                *v = old;
+                in_place += 1;
+            }
+            if in_place < changes.len() {
+                let mut row = packed.unpack();
+                for (c, v) in &mut changes[in_place..] {
+                    std::mem::swap(&mut row[*c], v);
+                }
+                let repacked = PackedRow::pack(&row);
+                self.row_heap_bytes = self.row_heap_bytes - heap_bytes(packed) + heap_bytes(&repacked);
+                *packed = repacked;
             }
         }
         // A column set twice holds its first old value in the earlier entry: undo goes
@@ -340,27 +380,27 @@ impl Table {
         self.def.columns.len() + self.view.as_ref().map_or(0, |v| v.hidden_len) + self.def.computed_width()
     }
 
-    /// Builds storage for `def` from rows kept in their slots, checking unique indexes.
-    /// Rows must already have the stored width of `def`.
-    pub(crate) fn from_slots(def: Arc<TableDef>, slots: Vec<Slot>) -> Result<Table> {
-        let mut table = Table::new(def);
-        table.free = slots.iter().enumerate().rev().filter(|(_, r)| r.is_none()).map(|(i, _)| i as RowId).collect();
-        table.len = slots.len() - table.free.len();
-        table.row_heap_bytes = slots.iter().flatten().map(|r| heap_bytes(r)).sum();
-        table.slots = Slots::from(slots);
-        for i in 0..table.indexes.len() {
-            if let Err(id) = table.indexes[i].build(&table.slots) {
-                return Err(table.duplicate(id));
+    /// Builds storage for `def` from rows to keep in these slots (None: a free slot),
+    /// checking unique indexes. Rows must already have the stored width of `def`.
+    pub(crate) fn from_slots(def: Arc<TableDef>, slots: Vec<Option<Box<[Value]>>>) -> Result<Table> {
+        let mut load = TableLoad::new(def);
+        for row in slots {
+            match row {
+                Some(row) => load.push(row)?,
+                None => load.table.slots.push(None),
             }
         }
-        Ok(table)
+        let table = &mut load.table;
+        table.free = table.slots.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| i as RowId).collect();
+        table.free.reverse();
+        load.finish()
     }
 
     /// The error for row `id`, whose key a unique index being built already held: the
     /// insert-time message, which names the index and the key.
     fn duplicate(&self, id: RowId) -> Error {
-        let row = self.slots[id as usize].as_deref().unwrap_or(&[]);
-        match self.check_unique(row, Some(id)) {
+        let row = self.get_full(id).unwrap_or_default();
+        match self.check_unique(&row, Some(id)) {
             Err(e) => e,
             Ok(()) => Error::unexpected(format!("duplicate key in row {id} of {}", self.def.name)),
         }
@@ -402,8 +442,9 @@ impl TableLoad {
         for (ix, load) in t.indexes.iter().zip(&mut self.loads) {
             ix.gather(load, &row, id);
         }
-        t.row_heap_bytes += heap_bytes(&row);
-        t.slots.push(Some(row));
+        let packed = PackedRow::pack(&row);
+        t.row_heap_bytes += heap_bytes(&packed);
+        t.slots.push(Some(packed));
         t.len += 1;
         Ok(())
     }

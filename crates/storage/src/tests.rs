@@ -72,11 +72,11 @@ fn setup(defs: Vec<TableDef>) -> (Catalog, Partition, Vec<TableId>) {
 }
 
 fn rows(t: &Table) -> Vec<Vec<Value>> {
-    t.scan().map(|(_, r)| r.to_vec()).collect()
+    t.scan().map(|(_, r)| r).collect()
 }
 
 fn lookup_rows(t: &Table, ix: usize, key: &[Value]) -> Vec<Vec<Value>> {
-    t.lookup(ix, key).into_iter().map(|id| t.get(id).unwrap().to_vec()).collect()
+    t.lookup(ix, key).into_iter().map(|id| t.get(id).unwrap()).collect()
 }
 
 /// Every index holds exactly the scan's rows under their current keys, in key order, and
@@ -88,8 +88,8 @@ fn assert_consistent(p: &Partition) {
         let passes = |pred: &lockstep_core::RowExpr, r: &[Value]| pred.eval(r).unwrap() == Value::Bool(true);
         for (id, r) in t.scan() {
             let stored = t.get_full(id).unwrap();
-            let flags = t.def().indexes.iter().filter_map(|ix| ix.predicate.as_ref()).map(|p| Value::Bool(passes(p, r)));
-            let fresh: Vec<Value> = t.def().computed().map(|e| e.expr.eval(r).unwrap()).chain(flags).collect();
+            let flags = t.def().indexes.iter().filter_map(|ix| ix.predicate.as_ref()).map(|p| Value::Bool(passes(p, &r)));
+            let fresh: Vec<Value> = t.def().computed().map(|e| e.expr.eval(&r).unwrap()).chain(flags).collect();
             let width = t.def().columns.len();
             if t.def().view().is_none() {
                 assert_eq!(&stored[width..], &fresh[..], "computed keys of row {id} of {}", t.name());
@@ -395,7 +395,7 @@ fn vote(phone: i64, state: &str, amount: Option<i64>) -> Vec<Value> {
 
 fn group(p: &Partition, view: TableId, key: &str) -> Option<Vec<Value>> {
     let t = p.table(view).unwrap();
-    t.lookup(0, &[s(key)]).first().map(|&id| t.get(id).unwrap().to_vec())
+    t.lookup(0, &[s(key)]).first().map(|&id| t.get(id).unwrap())
 }
 
 /// A bulk load gives the same partition as inserting the rows one by one: rows, indexes
@@ -963,7 +963,7 @@ proptest! {
         let mut committed = (sorted_rows(p.table(t).unwrap()), sorted_rows(p.table(v).unwrap()));
         let mut saved: Option<Saved> = None;
         let pick = |p: &Partition, n: usize| -> Option<RowId> {
-            let ids: Vec<RowId> = p.table(t).unwrap().scan().map(|(id, _)| id).collect();
+            let ids: Vec<RowId> = p.table(t).unwrap().ids().collect();
             (!ids.is_empty()).then(|| ids[n % ids.len()])
         };
         let val = |c: Option<i64>| c.map_or(Value::Null, i);
@@ -1001,7 +1001,7 @@ proptest! {
                     let table = p.table(t).unwrap();
                     let by_range: Vec<Vec<Value>> = table
                         .range(0, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, false)
-                        .map(|id| table.get(id).unwrap().to_vec())
+                        .map(|id| table.get(id).unwrap())
                         .collect();
                     prop_assert_eq!(by_range, sorted_rows(table));
                 }
@@ -1123,7 +1123,7 @@ fn a_bulk_load_rebuilds_a_filtered_view_through_its_filter() {
     let (by_insert, votes, v) = votes_with_filtered_view();
     let source = rows(by_insert.table(votes).unwrap());
     let (mut loaded, votes2, v2) = votes_with_filtered_view();
-    let ids: Vec<RowId> = loaded.table(votes2).unwrap().scan().map(|(id, _)| id).collect();
+    let ids: Vec<RowId> = loaded.table(votes2).unwrap().ids().collect();
     for id in ids {
         loaded.delete(votes2, id).unwrap();
     }

@@ -203,7 +203,8 @@ pub(crate) fn on_insert(view_table: &Table, vdef: &ViewDef, src: &[Value]) -> Re
         }
         return Ok(Some(ViewChange::Insert(row.into_boxed_slice())));
     };
-    let mut row = Changing::new(view_table.get_full(id).unwrap_or_default());
+    let stored = view_table.get_full(id).unwrap_or_default();
+    let mut row = Changing::new(&stored);
     if layout.count_pos >= k + vdef.aggregates.len() {
         row.set(layout.count_pos, Value::Int(int(row.get(layout.count_pos)) + 1));
     }
@@ -242,7 +243,8 @@ pub(crate) fn on_delete(view_table: &Table, vdef: &ViewDef, src: &[Value], sourc
     let Some(id) = find_group(view_table, layout, &key) else {
         return Err(Error::unexpected(format!("view {} has no group for a deleted row", view_table.name())));
     };
-    let mut row = Changing::new(view_table.get_full(id).unwrap_or_default());
+    let stored = view_table.get_full(id).unwrap_or_default();
+    let mut row = Changing::new(&stored);
     let count = int(row.get(layout.count_pos)) - 1;
     if count <= 0 {
         return Ok(Some(ViewChange::Delete(id)));
@@ -327,14 +329,14 @@ fn recompute_extremes(
                 index_columns.iter().map(|c| group.iter().position(|g| g == c).map_or(Value::Null, |j| key[j].clone())).collect();
             for id in source.lookup(pos, &probe) {
                 if let Some(src) = source.get(id) {
-                    visit(src)?;
+                    visit(&src)?;
                 }
             }
         }
         _ => {
             for (_, src) in source.scan() {
-                if group_key(vdef, src, 0)? == key {
-                    visit(src)?;
+                if group_key(vdef, &src, 0)? == key {
+                    visit(&src)?;
                 }
             }
         }
@@ -346,7 +348,7 @@ fn recompute_extremes(
 /// or rebuilt from its source's rows).
 pub(crate) fn populate(vt: &mut Table, vdef: &ViewDef, source: &Table) -> Result<()> {
     for (_, row) in source.scan() {
-        if let Some(change) = on_insert(vt, vdef, row)? {
+        if let Some(change) = on_insert(vt, vdef, &row)? {
             apply_unrecorded(vt, change)?;
         }
     }
