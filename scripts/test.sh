@@ -49,11 +49,18 @@ if ! command -v prometheus >/dev/null 2>&1; then
 fi
 
 # compat/console drives Debian's Chromium with playwright-core (npm ci in its directory).
-if ! command -v chromium >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "installing Chromium, Node.js and npm for the web console's browser test"
+# Only what is missing is installed: a Node.js from elsewhere (NodeSource's carries its own
+# npm) conflicts with Debian's npm package.
+console_packages=""
+command -v chromium >/dev/null 2>&1 || console_packages="chromium"
+command -v node >/dev/null 2>&1 || console_packages="$console_packages nodejs npm"
+command -v node >/dev/null 2>&1 && ! command -v npm >/dev/null 2>&1 && console_packages="$console_packages npm"
+if [ -n "$console_packages" ]; then
+  echo "installing$console_packages for the web console's browser test"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -q
-  $sudo apt-get install -y -q chromium nodejs npm
+  # shellcheck disable=SC2086 # the list is meant to split into packages
+  $sudo apt-get install -y -q $console_packages
 fi
 
 # The peers the side-by-side adapters are tested against (PostgreSQL, Redis, Tarantool).

@@ -25,7 +25,7 @@ use foldhash::fast::FixedState;
 use lockstep_core::{IndexDef, Value};
 
 use crate::computed::is_member;
-use crate::key::{Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW};
+use crate::key::{Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW, INLINE_INTS};
 use crate::packed::PackedRow;
 use crate::row_hash::RowHash;
 use crate::slots::Slots;
@@ -71,8 +71,9 @@ fn sorted_set(mut entries: Vec<Entry>) -> BTreeSet<Entry> {
     entries.into_iter().collect()
 }
 
-/// Most columns a key may have to be sorted as plain integers in a bulk build.
-const INT_KEY_COLUMNS_MAX: usize = 3;
+/// Most columns a key may have to be sorted as plain integers in a bulk build: as many as
+/// an entry holds in itself.
+const INT_KEY_COLUMNS_MAX: usize = INLINE_INTS;
 
 /// An integer key of at most `INT_KEY_COLUMNS_MAX` columns (zeros after its own) and its
 /// row: ordered as the index orders their entries, and compared without reading memory
@@ -359,7 +360,7 @@ impl Index {
             Some(p) => Bound::Included(p),
             None => Bound::Unbounded,
         };
-        let iter = self.ordered(slots).range::<dyn Probe, _>((lo_bound, hi_bound)).map(|e| e.row);
+        let iter = self.ordered(slots).range::<dyn Probe, _>((lo_bound, hi_bound)).map(|e| e.row());
         if reverse {
             Box::new(iter.rev())
         } else {
@@ -370,7 +371,7 @@ impl Index {
     /// All entries in index order, if the ordered set exists (tests and consistency checks).
     #[cfg(test)]
     pub(crate) fn entries(&self) -> Option<Vec<(Vec<Value>, RowId)>> {
-        Some(self.ordered.get()?.iter().map(|e| (e.key(), e.row)).collect())
+        Some(self.ordered.get()?.iter().map(|e| (e.key(), e.row())).collect())
     }
 
     /// Number of rows in the hash part (unique indexes only).
@@ -383,9 +384,10 @@ impl Index {
     /// (measured: 1M rows, 5 columns, one PK ≈ 330 MB RSS), key heap data, the hash table.
     pub(crate) fn memory_bytes(&self) -> usize {
         let entry = std::mem::size_of::<Entry>();
-        // The key's values after the first, with the thin vector's 16-byte header.
+        // A key of a few integers (the usual case) is in the entry; any other keeps its
+        // values after the first behind a thin vector with a 16-byte header.
         let per_entry_heap = match self.columns.len() {
-            0 | 1 => 0,
+            n if n <= INLINE_INTS => 0,
             n => 16 + (n - 1) * std::mem::size_of::<Value>(),
         };
         let ordered = self.ordered.get().map_or(0, BTreeSet::len) * (entry * 9 / 5 + per_entry_heap);

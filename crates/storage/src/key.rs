@@ -20,12 +20,32 @@ pub(crate) const FLAG_ENTRY: u8 = 1;
 /// A probe sorting after every entry whose key starts with the probe's key.
 pub(crate) const FLAG_HIGH: u8 = 2;
 
+/// One value of a key: an integer held by an entry itself, or a value elsewhere.
+#[derive(Clone, Copy)]
+pub(crate) enum KeyValue<'a> {
+    Int(i64),
+    Value(&'a Value),
+}
+
+impl KeyValue<'_> {
+    /// `Value`'s order, as if an integer were a `Value::Int`.
+    fn cmp(self, other: KeyValue<'_>) -> Ordering {
+        match (self, other) {
+            (KeyValue::Int(a), KeyValue::Int(b) | KeyValue::Value(&Value::Int(b))) => a.cmp(&b),
+            (KeyValue::Value(&Value::Int(a)), KeyValue::Int(b)) => a.cmp(&b),
+            (KeyValue::Int(a), KeyValue::Value(b)) => Value::Int(a).cmp(b),
+            (KeyValue::Value(a), KeyValue::Int(b)) => a.cmp(&Value::Int(b)),
+            (KeyValue::Value(a), KeyValue::Value(b)) => a.cmp(b),
+        }
+    }
+}
+
 /// Something comparable with index entries: a key (possibly a prefix), a flag and a RowId.
 pub(crate) trait Probe {
     /// The key's first value: `key_at(0)` when the key has one, but cheaper to reach.
-    fn first(&self) -> Option<&Value>;
+    fn first(&self) -> Option<KeyValue<'_>>;
     fn key_len(&self) -> usize;
-    fn key_at(&self, i: usize) -> &Value;
+    fn key_at(&self, i: usize) -> KeyValue<'_>;
     fn flag(&self) -> u8;
     fn row(&self) -> RowId;
 }
@@ -35,10 +55,10 @@ pub(crate) trait Probe {
 /// for a prefix probe, as all entries of one index have the same width — the probe's flag
 /// puts it before or after every entry that extends it.
 fn compare(a: &dyn Probe, b: &dyn Probe) -> Ordering {
-    // An entry keeps its first value inline and the rest (with their count) behind a
-    // pointer. Most comparisons of a search are decided by the first values, so those are
-    // compared before anything else is read: asking an entry its length first would cost a
-    // cache miss per entry compared.
+    // An entry that is not all integers keeps its first value inline and the rest (with
+    // their count) behind a pointer. Most comparisons of a search are decided by the first
+    // values, so those are compared before anything else is read: asking an entry its
+    // length first would cost a cache miss per entry compared.
     if let (Some(x), Some(y)) = (a.first(), b.first()) {
         match x.cmp(y) {
             Ordering::Equal => {}
@@ -81,58 +101,100 @@ impl Ord for dyn Probe + '_ {
     }
 }
 
+/// Most integers a key may have to be held in its entry.
+pub(crate) const INLINE_INTS: usize = 3;
+
 /// One row's entry in an ordered index: its key and its RowId.
 ///
-/// The key's first value is held inline and the rest behind one thin pointer: a B-tree
-/// node's entries then sit together in memory, and a search, which compares several entries
-/// per node and is mostly decided by the first column, does not chase a pointer (a cache
-/// miss) for each of them. The thin pointer (8 bytes, nothing allocated when empty) keeps an
-/// entry at 48 bytes. A key may have no column at all: the group index of a view without
-/// GROUP BY.
+/// A key of at most `INLINE_INTS` integers (most keys: ids, types, times) is held in the
+/// entry itself, so an entry allocates nothing and a search compares integers without
+/// leaving the B-tree node. Any other key holds its first value inline and the rest behind
+/// one thin pointer: a search, mostly decided by the first column, still does not chase a
+/// pointer (a cache miss) for each entry it compares. A key may have no column at all: the
+/// group index of a view without GROUP BY.
+///
+/// Each variant holds the RowId so that the enum's tag fits in the value's spare bits: an
+/// entry is 40 bytes either way.
 #[derive(Debug)]
-pub(crate) struct Entry {
-    first: Option<Value>,
-    rest: ThinVec<Value>,
-    pub(crate) row: RowId,
+pub(crate) enum Entry {
+    Ints { len: u8, row: RowId, ints: [i64; INLINE_INTS] },
+    Values { first: Option<Value>, rest: ThinVec<Value>, row: RowId },
 }
 
 impl Entry {
     /// The entry of row `row` (stored as `values`) over the index columns `columns`.
     pub(crate) fn new(values: &[Value], columns: &[usize], row: RowId) -> Entry {
+        if columns.len() <= INLINE_INTS {
+            let mut ints = [0; INLINE_INTS];
+            let all_ints = columns.iter().zip(&mut ints).all(|(&c, k)| match values[c] {
+                Value::Int(v) => {
+                    *k = v;
+                    true
+                }
+                _ => false,
+            });
+            if all_ints {
+                return Entry::Ints { len: columns.len() as u8, row, ints };
+            }
+        }
         let value = |c: &usize| values[*c].clone();
-        Entry { first: columns.first().map(value), rest: columns.iter().skip(1).map(value).collect(), row }
+        Entry::Values { first: columns.first().map(value), rest: columns.iter().skip(1).map(value).collect(), row }
     }
 
-    /// The entry of row `row` whose key is the integers `key` (a bulk build's fast path).
+    /// The entry of row `row` whose key is the integers `key`, at most `INLINE_INTS` of
+    /// them (a bulk build's fast path).
     pub(crate) fn from_ints(key: &[i64], row: RowId) -> Entry {
-        Entry { first: key.first().map(|&v| Value::Int(v)), rest: key.iter().skip(1).map(|&v| Value::Int(v)).collect(), row }
+        let mut ints = [0; INLINE_INTS];
+        ints[..key.len()].copy_from_slice(key);
+        Entry::Ints { len: key.len() as u8, row, ints }
     }
 
     /// The key's values in order.
     #[cfg(test)]
     pub(crate) fn key(&self) -> Vec<Value> {
-        self.first.iter().chain(self.rest.iter()).cloned().collect()
+        (0..self.key_len())
+            .map(|i| match self.key_at(i) {
+                KeyValue::Int(v) => Value::Int(v),
+                KeyValue::Value(v) => v.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether the key is held in the entry (tests check which keys are).
+    #[cfg(test)]
+    pub(crate) fn is_inline(&self) -> bool {
+        matches!(self, Entry::Ints { .. })
     }
 }
 
 impl Probe for Entry {
-    fn first(&self) -> Option<&Value> {
-        self.first.as_ref()
+    fn first(&self) -> Option<KeyValue<'_>> {
+        match self {
+            Entry::Ints { len: 0, .. } => None,
+            Entry::Ints { ints, .. } => Some(KeyValue::Int(ints[0])),
+            Entry::Values { first, .. } => first.as_ref().map(KeyValue::Value),
+        }
     }
     fn key_len(&self) -> usize {
-        self.first.is_some() as usize + self.rest.len()
+        match self {
+            Entry::Ints { len, .. } => *len as usize,
+            Entry::Values { first, rest, .. } => first.is_some() as usize + rest.len(),
+        }
     }
-    fn key_at(&self, i: usize) -> &Value {
-        match (i, &self.first) {
-            (0, Some(v)) => v,
-            _ => &self.rest[i - 1],
+    fn key_at(&self, i: usize) -> KeyValue<'_> {
+        match (self, i) {
+            (Entry::Ints { ints, .. }, _) => KeyValue::Int(ints[i]),
+            (Entry::Values { first: Some(v), .. }, 0) => KeyValue::Value(v),
+            (Entry::Values { rest, .. }, _) => KeyValue::Value(&rest[i - 1]),
         }
     }
     fn flag(&self) -> u8 {
         FLAG_ENTRY
     }
     fn row(&self) -> RowId {
-        self.row
+        match self {
+            Entry::Ints { row, .. } | Entry::Values { row, .. } => *row,
+        }
     }
 }
 
@@ -157,29 +219,16 @@ impl PartialOrd for Entry {
 }
 
 impl Ord for Entry {
-    /// [`compare`] for two entries (same width, same flag), without its dynamic dispatch:
-    /// inserts and bulk builds compare entries with each other most of the time.
+    /// [`compare`] for two entries (same width, same flag), with integer keys compared
+    /// without its dynamic dispatch: inserts and bulk builds compare entries with each
+    /// other most of the time.
     fn cmp(&self, other: &Self) -> Ordering {
-        let first = match (&self.first, &other.first) {
-            (Some(a), Some(b)) => cmp_values(a, b),
-            (a, b) => a.cmp(b),
-        };
-        first
-            .then_with(|| {
-                let pairs = self.rest.iter().zip(other.rest.iter());
-                pairs.map(|(a, b)| cmp_values(a, b)).find(|o| o.is_ne()).unwrap_or_else(|| self.rest.len().cmp(&other.rest.len()))
-            })
-            .then_with(|| self.row.cmp(&other.row))
-    }
-}
-
-/// `Value`'s order, with integers (most keys) compared in line: sorting an index's entries
-/// in bulk compares them tens of millions of times.
-#[inline]
-fn cmp_values(a: &Value, b: &Value) -> Ordering {
-    match (a, b) {
-        (Value::Int(x), Value::Int(y)) => x.cmp(y),
-        _ => a.cmp(b),
+        match (self, other) {
+            (Entry::Ints { len: a, row: r, ints: x }, Entry::Ints { len: b, row: s, ints: y }) => {
+                x[..*a as usize].cmp(&y[..*b as usize]).then_with(|| r.cmp(s))
+            }
+            _ => compare(self, other),
+        }
     }
 }
 
@@ -191,14 +240,14 @@ pub(crate) struct RowProbe<'a> {
 }
 
 impl Probe for RowProbe<'_> {
-    fn first(&self) -> Option<&Value> {
-        self.columns.first().map(|&c| &self.values[c])
+    fn first(&self) -> Option<KeyValue<'_>> {
+        self.columns.first().map(|&c| KeyValue::Value(&self.values[c]))
     }
     fn key_len(&self) -> usize {
         self.columns.len()
     }
-    fn key_at(&self, i: usize) -> &Value {
-        &self.values[self.columns[i]]
+    fn key_at(&self, i: usize) -> KeyValue<'_> {
+        KeyValue::Value(&self.values[self.columns[i]])
     }
     fn flag(&self) -> u8 {
         FLAG_ENTRY
@@ -215,14 +264,14 @@ pub(crate) struct PrefixProbe<'a> {
 }
 
 impl Probe for PrefixProbe<'_> {
-    fn first(&self) -> Option<&Value> {
-        self.key.first()
+    fn first(&self) -> Option<KeyValue<'_>> {
+        self.key.first().map(KeyValue::Value)
     }
     fn key_len(&self) -> usize {
         self.key.len()
     }
-    fn key_at(&self, i: usize) -> &Value {
-        &self.key[i]
+    fn key_at(&self, i: usize) -> KeyValue<'_> {
+        KeyValue::Value(&self.key[i])
     }
     fn flag(&self) -> u8 {
         self.flag
@@ -257,5 +306,35 @@ mod tests {
     fn entries_with_equal_keys_order_by_row_id() {
         assert_eq!(entry(&[1, 1], 3).cmp(&entry(&[1, 1], 4)), Ordering::Less);
         assert_eq!(entry(&[1, 2], 0).cmp(&entry(&[1, 1], 4)), Ordering::Greater);
+    }
+
+    #[test]
+    fn integer_keys_are_held_in_the_entry_and_order_as_values_do() {
+        let v = |values: &[Value]| Entry::new(values, &[0, 1], 0);
+        let ints = v(&[Value::Int(2), Value::Int(-1)]);
+        assert!(ints.is_inline());
+        assert!(!v(&[Value::Int(2), Value::Null]).is_inline());
+        assert!(!Entry::new(&vec![Value::Int(1); 4], &[0, 1, 2, 3], 0).is_inline(), "more integers than fit");
+        // Inline and value keys in one index sort as their values do.
+        let keys = [
+            vec![Value::Null, Value::Int(5)],
+            vec![Value::Int(1), Value::Null],
+            vec![Value::Int(1), Value::Int(7)],
+            vec![Value::Int(2), Value::Int(-1)],
+            vec![Value::Int(2), Value::Float(0.5)],
+            vec![Value::Int(2), Value::Int(3)],
+            vec![Value::Int(2), Value::Str("a".into())],
+        ];
+        let entries: Vec<Entry> = keys.iter().map(|k| v(k)).collect();
+        for (i, a) in entries.iter().enumerate() {
+            for (j, b) in entries.iter().enumerate() {
+                let by_values = keys[i].cmp(&keys[j]);
+                assert_eq!(a.cmp(b), by_values, "{:?} against {:?}", keys[i], keys[j]);
+                assert_eq!(compare(a, b), by_values);
+            }
+            assert_eq!(a.key(), keys[i]);
+        }
+        assert_eq!(Entry::from_ints(&[2, -1], 0).cmp(&ints), Ordering::Equal);
+        assert_eq!(std::mem::size_of::<Entry>(), 40);
     }
 }
