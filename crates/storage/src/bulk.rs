@@ -45,7 +45,7 @@ impl BulkLoad {
                 Some(l) => view::with_hidden(l, row),
                 None => with_computed(def, row)?,
             };
-            loading.table.push(row)?;
+            loading.table.push(&row)?;
         }
         Ok(())
     }

@@ -80,11 +80,14 @@ impl PackedRow {
 
     /// Appends the first `n` values (all, if the row has fewer) to `out`.
     pub(crate) fn unpack_into(&self, n: usize, out: &mut Vec<Value>) {
-        let mut r = self.reader();
         out.reserve(n.min(self.data.len()));
-        while out.len() < n && !r.at_end() {
-            out.push(r.next());
-        }
+        out.extend(self.values().take(n));
+    }
+
+    /// The values in order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = Value> + '_ {
+        let mut r = self.reader();
+        std::iter::from_fn(move || (!r.at_end()).then(|| r.next()))
     }
 
     /// Value number `c` (NULL past the row's end).

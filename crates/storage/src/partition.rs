@@ -257,9 +257,9 @@ impl Partition {
             Undo::Insert { table: t, id } => {
                 table(self, t).take_row(id);
             }
-            Undo::Delete { table: t, id, row } => table(self, t).restore_row(id, row),
+            Undo::Delete { table: t, id, row } => table(self, t).restore_row(id, &row),
             Undo::Update { table: t, id, row } => {
-                table(self, t).replace_row(id, row);
+                table(self, t).replace_row(id, &row);
             }
             Undo::SetColumns { table: t, id, old } => {
                 table(self, t).set_columns(id, old);
@@ -288,12 +288,11 @@ impl Partition {
     /// Stores a validated row in a table, then maintains its views.
     fn insert_checked(&mut self, table: TableId, row: Box<[Value]>) -> Result<RowId> {
         let row = with_computed(self.table(table)?.def(), row)?;
-        let for_views = self.views_of.contains_key(&table).then(|| row.clone());
         let t = self.table_mut(table)?;
         t.check_unique(&row, None)?;
-        let id = t.push_row(row)?;
+        let id = t.push_row(&row)?;
         self.undo.push(Undo::Insert { table, id });
-        if let Some(row) = for_views {
+        if self.views_of.contains_key(&table) {
             self.after_insert(table, &row)?;
         }
         Ok(id)
@@ -306,15 +305,13 @@ impl Partition {
             return Err(Error::sql(format!("row {id} of {} does not exist", t.name())));
         }
         t.check_unique(&row, Some(id))?;
-        let has_views = self.views_of.contains_key(&table);
-        let new = has_views.then(|| row.clone());
-        let old = self.table_mut(table)?.replace_row(id, row);
+        let old = self.table_mut(table)?.replace_row(id, &row);
         // The undo entry goes first, so a failure in a view still restores the row.
-        let old_for_views = has_views.then(|| old.clone());
+        let old_for_views = self.views_of.contains_key(&table).then(|| old.clone());
         self.undo.push(Undo::Update { table, id, row: old });
-        if let (Some(old), Some(new)) = (old_for_views, new) {
+        if let Some(old) = old_for_views {
             self.after_delete(table, &old)?;
-            self.after_insert(table, &new)?;
+            self.after_insert(table, &row)?;
         }
         Ok(())
     }
@@ -357,7 +354,7 @@ impl Partition {
     fn apply_view_change(&mut self, view: TableId, change: ViewChange) -> Result<()> {
         let t = self.table_mut(view)?;
         let undo = match change {
-            ViewChange::Insert(row) => Undo::Insert { table: view, id: t.push_row(row)? },
+            ViewChange::Insert(row) => Undo::Insert { table: view, id: t.push_row(&row)? },
             ViewChange::Update(id, changes) => Undo::SetColumns { table: view, id, old: t.set_columns(id, changes) },
             ViewChange::Delete(id) => match t.take_row(id) {
                 Some(row) => Undo::Delete { table: view, id, row },

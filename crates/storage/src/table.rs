@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use lockstep_core::prefetch::{prefetch_lines, prefetch_values};
 use lockstep_core::{Error, Result, TableDef, Value};
+use smallvec::SmallVec;
 
 use crate::index::{Index, IndexLoad, Lookup};
 use crate::packed::PackedRow;
@@ -152,9 +153,9 @@ impl Table {
         }
     }
 
-    /// The row including hidden values.
-    pub(crate) fn get_full(&self, id: RowId) -> Option<Vec<Value>> {
-        self.slots.get(id as usize)?.as_ref().map(PackedRow::unpack)
+    /// The row including hidden values (a view's row, a few values, is not allocated).
+    pub(crate) fn get_full(&self, id: RowId) -> Option<SmallVec<[Value; 8]>> {
+        Some(self.slots.get(id as usize)?.as_ref()?.values().collect())
     }
 
     /// The ids of all rows in RowId order (deterministic).
@@ -234,7 +235,7 @@ impl Table {
     }
 
     /// Stores a row (already validated and checked unique) in a free slot.
-    pub(crate) fn push_row(&mut self, row: Box<[Value]>) -> Result<RowId> {
+    pub(crate) fn push_row(&mut self, row: &[Value]) -> Result<RowId> {
         let id = match self.free.pop() {
             Some(id) => id,
             None if self.slots.len() >= TABLE_ROWS_MAX => {
@@ -250,19 +251,19 @@ impl Table {
     }
 
     /// Puts a row back in slot `id`, which must be the most recently freed (undo of a delete).
-    pub(crate) fn restore_row(&mut self, id: RowId, row: Box<[Value]>) {
+    pub(crate) fn restore_row(&mut self, id: RowId, row: &[Value]) {
         let top = self.free.pop();
         assert_eq!(top, Some(id), "undo restores row {id} of {} out of order", self.def.name);
         self.fill(id, row);
     }
 
-    fn fill(&mut self, id: RowId, row: Box<[Value]>) {
+    fn fill(&mut self, id: RowId, row: &[Value]) {
         debug_assert_eq!(row.len(), self.stored_width());
         self.preserve(id);
         for ix in &mut self.indexes {
-            ix.insert(&row, id);
+            ix.insert(row, id);
         }
-        let packed = PackedRow::pack(&row);
+        let packed = PackedRow::pack(row);
         self.row_heap_bytes += heap_bytes(&packed);
         let slot = &mut self.slots[id as usize];
         debug_assert!(slot.is_none());
@@ -288,7 +289,7 @@ impl Table {
     }
 
     /// Replaces row `id` (which must exist), returning the old values.
-    pub(crate) fn replace_row(&mut self, id: RowId, row: Box<[Value]>) -> Box<[Value]> {
+    pub(crate) fn replace_row(&mut self, id: RowId, row: &[Value]) -> Box<[Value]> {
         debug_assert_eq!(row.len(), self.stored_width());
         self.preserve(id);
         let slot = &mut self.slots[id as usize];
@@ -300,12 +301,12 @@ impl Table {
         // An index whose columns keep their values needs no change (view counters, most
         // UPDATEs): its entries still describe the row.
         for ix in &mut self.indexes {
-            if ix.key_differs(&old, &row) {
+            if ix.key_differs(&old, row) {
                 ix.remove(&old, id);
-                ix.insert(&row, id);
+                ix.insert(row, id);
             }
         }
-        let packed = PackedRow::pack(&row);
+        let packed = PackedRow::pack(row);
         self.row_heap_bytes = self.row_heap_bytes - heap_bytes(&old_packed) + heap_bytes(&packed);
         self.slots[id as usize] = Some(packed);
         old.into_boxed_slice()
@@ -328,7 +329,7 @@ impl Table {
             for (c, v) in &mut changes {
                 std::mem::swap(&mut row[*c], v);
             }
-            self.replace_row(id, row.into_boxed_slice());
+            self.replace_row(id, &row);
         } else {
             self.preserve(id);
             let Some(packed) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else {
@@ -386,7 +387,7 @@ impl Table {
         let mut load = TableLoad::new(def);
         for row in slots {
             match row {
-                Some(row) => load.push(row)?,
+                Some(row) => load.push(&row)?,
                 None => load.table.slots.push(None),
             }
         }
@@ -432,7 +433,7 @@ impl TableLoad {
     }
 
     /// Appends a row (already validated, with the table's stored width) in the next slot.
-    pub(crate) fn push(&mut self, row: Box<[Value]>) -> Result<()> {
+    pub(crate) fn push(&mut self, row: &[Value]) -> Result<()> {
         let t = &mut self.table;
         debug_assert_eq!(row.len(), t.stored_width());
         if t.slots.len() >= TABLE_ROWS_MAX {
@@ -440,9 +441,9 @@ impl TableLoad {
         }
         let id = t.slots.len() as RowId;
         for (ix, load) in t.indexes.iter().zip(&mut self.loads) {
-            ix.gather(load, &row, id);
+            ix.gather(load, row, id);
         }
-        let packed = PackedRow::pack(&row);
+        let packed = PackedRow::pack(row);
         t.row_heap_bytes += heap_bytes(&packed);
         t.slots.push(Some(packed));
         t.len += 1;

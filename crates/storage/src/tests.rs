@@ -547,7 +547,7 @@ fn tables_built_on_several_threads_are_those_built_one_by_one() {
     let load = |rows: &[Vec<Value>], t: TableId| {
         let mut l = TableLoad::new(p.table(t).unwrap().def().clone());
         for r in rows {
-            l.push(r.clone().into_boxed_slice()).unwrap();
+            l.push(r).unwrap();
         }
         (t, l)
     };

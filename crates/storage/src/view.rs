@@ -358,7 +358,7 @@ pub(crate) fn populate(vt: &mut Table, vdef: &ViewDef, source: &Table) -> Result
 /// Applies a change directly, without undo (populating a view outside transactions).
 fn apply_unrecorded(view_table: &mut Table, change: ViewChange) -> Result<()> {
     match change {
-        ViewChange::Insert(row) => view_table.push_row(row).map(|_| ()),
+        ViewChange::Insert(row) => view_table.push_row(&row).map(|_| ()),
         ViewChange::Update(id, changes) => {
             view_table.set_columns(id, changes);
             Ok(())
