@@ -171,8 +171,11 @@ async fn a_sigkill_mid_migration_loses_no_row() {
         let dir = TempDir::new(&format!("migrate-kill-{attempt}"));
         let data = dir.0.join("data");
         let (rx, url) = Collector::start();
-        // Slow answers keep batches in flight when the server is killed.
+        // Each partition's first batch is answered, so some rows leave the table; the
+        // batches after it are held long enough that the kill lands while they wait.
         rx.delay_ms.store(150, Ordering::Relaxed);
+        rx.early_requests.store(SITES as u64, Ordering::Relaxed);
+        rx.late_delay_ms.store(5_000, Ordering::Relaxed);
         let server = start(&dir.0, &data, &url);
         let client = server.client().await;
         schema(&client).await;
@@ -196,6 +199,7 @@ async fn a_sigkill_mid_migration_loses_no_row() {
         let lost: Vec<i64> = (0..300).filter(|i| !in_table.contains(i) && !arrived.contains(i)).collect();
         assert!(lost.is_empty(), "rows deleted without reaching the target: {lost:?}");
         rx.delay_ms.store(0, Ordering::Relaxed);
+        rx.late_delay_ms.store(0, Ordering::Relaxed);
         // The rest leaves eventually: every row arrives at least once, and the table empties.
         wait_until("every row arrived", || async { rx.ids().len() == 300 }).await;
         wait_until("the table emptied", || async { count(&client, "SELECT COUNT(*) FROM events").await == 0 }).await;

@@ -31,12 +31,16 @@ pub fn acknowledged_seqs(data: &Path, target: &str, partitions: u32) -> HashMap<
 
 /// An HTTP/1.1 receiver of export batches for the tests: keeps every record, in arrival
 /// order; answers 503 (and counts the refusal) while `failing` is set, and waits
-/// `delay_ms` before answering (to catch a kill mid-export).
+/// `delay_ms` before answering (to catch a kill mid-export), or `late_delay_ms` for every
+/// request after the first `early_requests` when that is set.
 #[derive(Default)]
 pub struct Collector {
     pub failing: std::sync::atomic::AtomicBool,
     pub refused: std::sync::atomic::AtomicU64,
     pub delay_ms: std::sync::atomic::AtomicU64,
+    pub early_requests: std::sync::atomic::AtomicU64,
+    pub late_delay_ms: std::sync::atomic::AtomicU64,
+    requests: std::sync::atomic::AtomicU64,
     records: std::sync::Mutex<Vec<serde_json::Value>>,
 }
 
@@ -78,7 +82,10 @@ impl Collector {
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        std::thread::sleep(std::time::Duration::from_millis(self.delay_ms.load(Ordering::Relaxed)));
+        let early = self.requests.fetch_add(1, Ordering::Relaxed) < self.early_requests.load(Ordering::Relaxed);
+        let late = self.late_delay_ms.load(Ordering::Relaxed);
+        let delay = if early || late == 0 { self.delay_ms.load(Ordering::Relaxed) } else { late };
+        std::thread::sleep(std::time::Duration::from_millis(delay));
         let answer = if self.failing.load(Ordering::Relaxed) {
             self.refused.fetch_add(1, Ordering::Relaxed);
             "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
