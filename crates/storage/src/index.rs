@@ -25,7 +25,7 @@ use foldhash::fast::FixedState;
 use lockstep_core::{IndexDef, Value};
 
 use crate::computed::is_member;
-use crate::key::{Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW, INLINE_INTS};
+use crate::key::{int_key, Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW, INLINE_INTS};
 use crate::packed::PackedRow;
 use crate::row_hash::RowHash;
 use crate::slots::Slots;
@@ -71,14 +71,10 @@ fn sorted_set(mut entries: Vec<Entry>) -> BTreeSet<Entry> {
     entries.into_iter().collect()
 }
 
-/// Most columns a key may have to be sorted as plain integers in a bulk build: as many as
-/// an entry holds in itself.
-const INT_KEY_COLUMNS_MAX: usize = INLINE_INTS;
-
-/// An integer key of at most `INT_KEY_COLUMNS_MAX` columns (zeros after its own) and its
+/// An integer key of at most `INLINE_INTS` columns (zeros after its own) and its
 /// row: ordered as the index orders their entries, and compared without reading memory
 /// elsewhere, where an entry's key after its first value is behind a pointer.
-type IntKey = ([i64; INT_KEY_COLUMNS_MAX], RowId);
+type IntKey = ([i64; INLINE_INTS], RowId);
 
 /// What building an index in bulk needs from each row, gathered while the row is at hand
 /// (a snapshot's rows as they are read): afterwards the rows, hundreds of megabytes of
@@ -98,16 +94,8 @@ pub(crate) struct IndexLoad {
 impl IndexLoad {
     /// Adds row `id`'s entry over `columns`.
     fn add_entry(&mut self, row: &[Value], columns: &[usize], id: RowId) {
-        if !self.general && columns.len() <= INT_KEY_COLUMNS_MAX {
-            let mut key = [0; INT_KEY_COLUMNS_MAX];
-            let ints = columns.iter().zip(&mut key).all(|(&c, k)| match row[c] {
-                Value::Int(v) => {
-                    *k = v;
-                    true
-                }
-                _ => false,
-            });
-            if ints {
+        if !self.general {
+            if let Some(key) = int_key(row, columns) {
                 self.ints.push((key, id));
                 return;
             }

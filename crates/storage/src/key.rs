@@ -121,21 +121,27 @@ pub(crate) enum Entry {
     Values { first: Option<Value>, rest: ThinVec<Value>, row: RowId },
 }
 
+/// The key over `columns` of the row stored as `values` as integers (zeros after its own),
+/// if it is at most `INLINE_INTS` integers.
+pub(crate) fn int_key(values: &[Value], columns: &[usize]) -> Option<[i64; INLINE_INTS]> {
+    if columns.len() > INLINE_INTS {
+        return None;
+    }
+    let mut ints = [0; INLINE_INTS];
+    for (&c, k) in columns.iter().zip(&mut ints) {
+        match values[c] {
+            Value::Int(v) => *k = v,
+            _ => return None,
+        }
+    }
+    Some(ints)
+}
+
 impl Entry {
     /// The entry of row `row` (stored as `values`) over the index columns `columns`.
     pub(crate) fn new(values: &[Value], columns: &[usize], row: RowId) -> Entry {
-        if columns.len() <= INLINE_INTS {
-            let mut ints = [0; INLINE_INTS];
-            let all_ints = columns.iter().zip(&mut ints).all(|(&c, k)| match values[c] {
-                Value::Int(v) => {
-                    *k = v;
-                    true
-                }
-                _ => false,
-            });
-            if all_ints {
-                return Entry::Ints { len: columns.len() as u8, row, ints };
-            }
+        if let Some(ints) = int_key(values, columns) {
+            return Entry::Ints { len: columns.len() as u8, row, ints };
         }
         let value = |c: &usize| values[*c].clone();
         Entry::Values { first: columns.first().map(value), rest: columns.iter().skip(1).map(value).collect(), row }
