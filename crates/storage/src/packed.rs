@@ -80,8 +80,11 @@ impl PackedRow {
 
     /// Appends the first `n` values (all, if the row has fewer) to `out`.
     pub(crate) fn unpack_into(&self, n: usize, out: &mut Vec<Value>) {
+        let mut r = self.reader();
         out.reserve(n.min(self.data.len()));
-        out.extend(self.values().take(n));
+        while out.len() < n && !r.at_end() {
+            out.push(r.next());
+        }
     }
 
     /// The values in order.
