@@ -72,8 +72,7 @@ fn sorted_set(mut entries: Vec<Entry>) -> BTreeSet<Entry> {
 }
 
 /// An integer key of at most `INLINE_INTS` columns (zeros after its own) and its
-/// row: ordered as the index orders their entries, and compared without reading memory
-/// elsewhere, where an entry's key after its first value is behind a pointer.
+/// row: ordered as the index orders their entries.
 type IntKey = ([i64; INLINE_INTS], RowId);
 
 /// What building an index in bulk needs from each row, gathered while the row is at hand
@@ -266,16 +265,13 @@ impl Index {
     /// entries. Err names a row whose key a unique index already holds for an earlier row.
     pub(crate) fn build_gathered(&mut self, mut load: IndexLoad, slots: &Slots) -> Result<(), RowId> {
         if let Some(hash) = &mut self.hash {
-            hash.reserve(load.hashed.len());
             let cols = &self.columns;
-            for (h, id) in std::mem::take(&mut load.hashed) {
-                // Rows are read only when two keys share a 32-bit hash.
-                let same = |other: RowId| {
-                    let key: Vec<Value> = cols.iter().map(|&c| slot(slots, id).value(c)).collect();
-                    has_key(slots, other, cols, key.iter())
-                };
-                hash.insert_new(h, id, same).map_err(|_| id)?;
-            }
+            // Rows are read only when two keys share a 32-bit hash.
+            let same = |id: RowId, other: RowId| {
+                let key: Vec<Value> = cols.iter().map(|&c| slot(slots, id).value(c)).collect();
+                has_key(slots, other, cols, key.iter())
+            };
+            hash.fill(&std::mem::take(&mut load.hashed), same)?;
         }
         if let Some(ordered) = self.ordered.get_mut() {
             *ordered = load.into_set(self.columns.len());

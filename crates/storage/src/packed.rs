@@ -42,33 +42,19 @@ pub(crate) struct PackedRow {
 
 impl PackedRow {
     pub(crate) fn pack(values: &[Value]) -> PackedRow {
-        let mut data = Vec::with_capacity(packed_len(values));
         let mut shared = ThinVec::new();
-        for v in values {
-            match v {
-                Value::Null => data.push(NULL),
-                Value::Int(i) => push_int(&mut data, *i),
-                Value::Float(f) => push(&mut data, FLOAT, &f.to_bits().to_le_bytes()),
-                Value::Decimal(d) => push(&mut data, DECIMAL, &d.get().to_le_bytes()),
-                Value::Str(s) if s.len() <= SHORT_STR_MAX => push(&mut data, SHORT_STR + s.len() as u8, s.as_bytes()),
-                Value::Str(s) => {
-                    push(&mut data, STR, &(s.len() as u32).to_le_bytes());
-                    data.extend_from_slice(s.as_bytes());
-                }
-                Value::Timestamp(t) => push(&mut data, TIMESTAMP, &t.to_le_bytes()),
-                Value::Bool(b) => data.push(if *b { TRUE } else { FALSE }),
-                Value::Point(p) => {
-                    push(&mut data, POINT, &p.lng.to_bits().to_le_bytes());
-                    data.extend_from_slice(&p.lat.to_bits().to_le_bytes());
-                }
-                Value::Bytes(_) | Value::Geography(_) | Value::Array(_) => {
+        // Encoded into a reused buffer, then copied once into a box of the exact size.
+        let data = SCRATCH.with_borrow_mut(|data| {
+            data.clear();
+            for v in values {
+                if !encode(data, v) {
                     data.push(SHARED);
                     shared.push(v.clone());
                 }
             }
-        }
-        debug_assert_eq!(data.len(), data.capacity());
-        PackedRow { data: data.into_boxed_slice(), shared }
+            Box::from(&data[..])
+        });
+        PackedRow { data, shared }
     }
 
     /// Every value, in order.
@@ -133,8 +119,8 @@ impl PackedRow {
     }
 
     /// Sets value number `c` to `v` where its packed bytes are, when `v` packs to as many
-    /// bytes of the same kind (a counter or a flag changed, a number within its width),
-    /// returning the old value; None, with the row unchanged, when it does not fit.
+    /// bytes (a counter or a flag changed, a number within its width), returning the old
+    /// value; None, with the row unchanged, when it does not fit or either value is shared.
     pub(crate) fn set_in_place(&mut self, c: usize, v: &Value) -> Option<Value> {
         let mut r = self.reader();
         for _ in 0..c {
@@ -149,21 +135,19 @@ impl PackedRow {
         let start = r.pos;
         let old = r.next();
         let end = r.pos;
-        let mut new = Vec::new();
-        match v {
-            Value::Int(i) => push_int(&mut new, *i),
-            Value::Float(f) => push(&mut new, FLOAT, &f.to_bits().to_le_bytes()),
-            Value::Timestamp(t) => push(&mut new, TIMESTAMP, &t.to_le_bytes()),
-            Value::Bool(b) => new.push(if *b { TRUE } else { FALSE }),
-            Value::Null => new.push(NULL),
-            Value::Str(s) if s.len() <= SHORT_STR_MAX => push(&mut new, SHORT_STR + s.len() as u8, s.as_bytes()),
-            _ => return None,
-        }
-        if new.len() != end - start || matches!(old, Value::Bytes(_) | Value::Geography(_) | Value::Array(_)) {
+        if matches!(old, Value::Bytes(_) | Value::Geography(_) | Value::Array(_)) {
             return None;
         }
-        self.data[start..end].copy_from_slice(&new);
-        Some(old)
+        // Tags describe themselves, so bytes of the same length keep the row readable.
+        let fits = SCRATCH.with_borrow_mut(|new| {
+            new.clear();
+            let fits = encode(new, v) && new.len() == end - start;
+            if fits {
+                self.data[start..end].copy_from_slice(new);
+            }
+            fits
+        });
+        fits.then_some(old)
     }
 
     /// Heap bytes of the row: its packed bytes and its shared values' list (the shared
@@ -186,6 +170,35 @@ impl PackedRow {
     }
 }
 
+thread_local! {
+    /// Where a row is encoded before it is copied into its own allocation.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Appends `v`'s tag and bytes to `data`; false, writing nothing, for a value kept shared
+/// beside the row (bytes, polygons, arrays).
+fn encode(data: &mut Vec<u8>, v: &Value) -> bool {
+    match v {
+        Value::Null => data.push(NULL),
+        Value::Int(i) => push_int(data, *i),
+        Value::Float(f) => push(data, FLOAT, &f.to_bits().to_le_bytes()),
+        Value::Decimal(d) => push(data, DECIMAL, &d.get().to_le_bytes()),
+        Value::Str(s) if s.len() <= SHORT_STR_MAX => push(data, SHORT_STR + s.len() as u8, s.as_bytes()),
+        Value::Str(s) => {
+            push(data, STR, &(s.len() as u32).to_le_bytes());
+            data.extend_from_slice(s.as_bytes());
+        }
+        Value::Timestamp(t) => push(data, TIMESTAMP, &t.to_le_bytes()),
+        Value::Bool(b) => data.push(if *b { TRUE } else { FALSE }),
+        Value::Point(p) => {
+            push(data, POINT, &p.lng.to_bits().to_le_bytes());
+            data.extend_from_slice(&p.lat.to_bits().to_le_bytes());
+        }
+        Value::Bytes(_) | Value::Geography(_) | Value::Array(_) => return false,
+    }
+    true
+}
+
 fn push(data: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
     data.push(tag);
     data.extend_from_slice(bytes);
@@ -201,24 +214,6 @@ fn push_int(data: &mut Vec<u8>, i: i64) {
     } else {
         push(data, INT64, &i.to_le_bytes())
     }
-}
-
-/// The packed size of `values`, so packing allocates once and exactly.
-fn packed_len(values: &[Value]) -> usize {
-    values
-        .iter()
-        .map(|v| match v {
-            Value::Int(i) if i8::try_from(*i).is_ok() => 2,
-            Value::Int(i) if i16::try_from(*i).is_ok() => 3,
-            Value::Int(i) if i32::try_from(*i).is_ok() => 5,
-            Value::Int(_) => 9,
-            Value::Str(s) if s.len() <= SHORT_STR_MAX => 1 + s.len(),
-            Value::Str(s) => 5 + s.len(),
-            Value::Decimal(_) | Value::Point(_) => 17,
-            Value::Float(_) | Value::Timestamp(_) => 9,
-            _ => 1,
-        })
-        .sum()
 }
 
 /// Reads a row's values in order. The bytes were written by `pack` from values, so a

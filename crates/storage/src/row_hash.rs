@@ -61,17 +61,46 @@ impl RowHash {
         self.shards[shard(hash)].insert_unique(spread(hash), Slot { hash, row }, |s| spread(s.hash));
     }
 
-    /// Adds `row` unless `same` holds for a row already there, which is returned instead.
-    pub(crate) fn insert_new(&mut self, full: u64, row: RowId, mut same: impl FnMut(RowId) -> bool) -> Result<(), RowId> {
-        let hash = fold(full);
-        let entry = self.shards[shard(hash)].entry(spread(hash), |s| s.hash == hash && same(s.row), |s| spread(s.hash));
-        match entry {
-            hashbrown::hash_table::Entry::Occupied(o) => Err(o.get().row),
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                v.insert(Slot { hash, row });
-                Ok(())
+    /// Adds the rows of a bulk build, `rows` (key hash, row) in row order, to an empty
+    /// table. The rows are first grouped by shard and each shard filled in turn: a shard's
+    /// table (1/64 of the index) stays in cache while it fills, where rows in their own
+    /// order would each miss it. Err: the first row whose key an earlier row holds, as
+    /// `same(row, earlier)` says for rows whose 32-bit hashes are equal.
+    pub(crate) fn fill(&mut self, rows: &[(u64, RowId)], mut same: impl FnMut(RowId, RowId) -> bool) -> Result<(), RowId> {
+        let mut starts = [0usize; SHARDS + 1];
+        for &(full, _) in rows {
+            starts[shard(fold(full)) + 1] += 1;
+        }
+        for i in 0..SHARDS {
+            starts[i + 1] += starts[i];
+        }
+        // Each shard's rows stay in row order, so a duplicate is found at its later row.
+        let mut grouped = vec![Slot { hash: 0, row: 0 }; rows.len()];
+        let mut next = starts;
+        for &(full, row) in rows {
+            let hash = fold(full);
+            let s = shard(hash);
+            grouped[next[s]] = Slot { hash, row };
+            next[s] += 1;
+        }
+        let mut first_duplicate: Option<RowId> = None;
+        for (s, table) in self.shards.iter_mut().enumerate() {
+            let group = &grouped[starts[s]..starts[s + 1]];
+            table.reserve(group.len(), |e| spread(e.hash));
+            for &slot in group {
+                let entry = table.entry(spread(slot.hash), |e| e.hash == slot.hash && same(slot.row, e.row), |e| spread(e.hash));
+                match entry {
+                    hashbrown::hash_table::Entry::Vacant(v) => {
+                        v.insert(slot);
+                    }
+                    hashbrown::hash_table::Entry::Occupied(_) => {
+                        first_duplicate = Some(first_duplicate.map_or(slot.row, |d| d.min(slot.row)));
+                        break;
+                    }
+                }
             }
         }
+        first_duplicate.map_or(Ok(()), Err)
     }
 
     /// Removes `row`, filed under key hash `full`.
@@ -79,14 +108,6 @@ impl RowHash {
         let hash = fold(full);
         if let Ok(entry) = self.shards[shard(hash)].find_entry(spread(hash), |s| s.row == row) {
             entry.remove();
-        }
-    }
-
-    /// Room for `additional` more rows spread evenly (a table loaded in bulk).
-    pub(crate) fn reserve(&mut self, additional: usize) {
-        let each = additional.div_ceil(SHARDS);
-        for s in self.shards.iter_mut() {
-            s.reserve(each, |s| spread(s.hash));
         }
     }
 
@@ -127,8 +148,7 @@ mod tests {
         }
         // `same` decides between rows whose hashes collide.
         assert_eq!(t.find(h(5), |_| false), None);
-        assert_eq!(t.insert_new(h(5), 999_999, |r| r == 5), Err(5));
-        assert_eq!(t.insert_new(h(100_000), 100_000, |_| true), Ok(()));
+        t.insert(h(100_000), 100_000);
         for i in 0..50_000u32 {
             t.remove(h(i as u64), i);
         }
@@ -137,6 +157,30 @@ mod tests {
         assert_eq!(t.find(h(60_000), |r| r == 60_000), Some(60_000));
         // No shard holds much more than its share: growth stays a fraction of the table.
         assert!(t.largest_shard() < 2 * 50_001 / SHARDS, "largest shard {}", t.largest_shard());
+    }
+
+    #[test]
+    fn a_bulk_fill_finds_what_inserts_find_and_names_the_first_duplicate() {
+        let rows: Vec<(u64, RowId)> = (0..50_000u32).map(|i| (h(i as u64), i)).collect();
+        let mut t = RowHash::default();
+        assert_eq!(t.fill(&rows, |_, _| false), Ok(()));
+        assert_eq!(t.len(), 50_000);
+        for i in (0..50_000u32).step_by(3) {
+            assert_eq!(t.find(h(i as u64), |r| r == i), Some(i));
+        }
+        assert_eq!(t.find(h(50_000), |_| true), None);
+        // Rows 20,000 and 30,000 repeat the keys of rows 7 and 3 (in different shards, most
+        // likely): the first of them in row order is named, whichever shard filled first.
+        let mut dup = rows.clone();
+        dup[20_000].0 = h(7);
+        dup[30_000].0 = h(3);
+        let key = |r: RowId| dup[r as usize].0;
+        let mut t = RowHash::default();
+        assert_eq!(t.fill(&dup, |a, b| key(a) == key(b)), Err(20_000));
+        // Equal 32-bit hashes of different keys are not duplicates.
+        let mut t = RowHash::default();
+        assert_eq!(t.fill(&dup, |_, _| false), Ok(()));
+        assert_eq!(t.len(), 50_000);
     }
 
     #[test]

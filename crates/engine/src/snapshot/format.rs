@@ -138,27 +138,68 @@ pub fn encode_row(out: &mut Vec<u8>, types: &[DataType], row: &[Value]) -> Resul
     Ok(())
 }
 
-pub fn decode_rows(body: &[u8], types: &[DataType]) -> Result<Vec<Vec<Value>>> {
-    let mut r = Reader::new(body);
-    let n = r.i32("row count")? as u32 as usize;
-    // Every row takes at least the smallest encoding of each of its values (and at least a
-    // byte), so the bytes left bound the count before anything is reserved or looped over.
-    let row_bytes_min = types.iter().map(|&t| encoded_bytes_min(t)).sum::<usize>().max(1);
-    if n > r.remaining() / row_bytes_min {
-        return Err(corrupt(format!("a row section claims {n} rows but holds {} bytes", body.len())));
-    }
-    // Looked up once, not per value: a restart decodes tens of millions of values.
-    let codes: Vec<_> = types.iter().map(|t| t.wire_code()).collect();
-    let mut rows = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut row = Vec::with_capacity(codes.len());
-        for &code in &codes {
-            row.push(scalar::read(&mut r, code, "value")?);
+/// A ROWS section being decoded a few rows at a time (`take`): a restart stores each
+/// handful of rows while its values are still in cache, instead of first decoding a whole
+/// section into values ten times its size.
+#[derive(Debug)]
+pub struct RowSection {
+    body: Vec<u8>,
+    /// Where the next row begins in `body`.
+    at: usize,
+    /// Rows not yet taken.
+    left: usize,
+    codes: Vec<i8>,
+}
+
+impl RowSection {
+    /// Checks the section's row count against its bytes before anything is reserved.
+    pub fn new(body: Vec<u8>, types: &[DataType]) -> Result<RowSection> {
+        let mut r = Reader::new(&body);
+        let n = r.i32("row count")? as u32 as usize;
+        // Every row takes at least the smallest encoding of each of its values (and at least a
+        // byte), so the bytes left bound the count before anything is reserved or looped over.
+        let row_bytes_min = types.iter().map(|&t| encoded_bytes_min(t)).sum::<usize>().max(1);
+        if n > r.remaining() / row_bytes_min {
+            return Err(corrupt(format!("a row section claims {n} rows but holds {} bytes", body.len())));
         }
-        rows.push(row);
+        let at = r.position();
+        // Looked up once, not per value: a restart decodes tens of millions of values.
+        let codes = types.iter().map(|t| t.wire_code()).collect();
+        Ok(RowSection { body, at, left: n, codes })
     }
-    r.expect_end("row section")?;
-    Ok(rows)
+
+    /// Rows not yet taken.
+    pub fn left(&self) -> usize {
+        self.left
+    }
+
+    /// Decodes the next `max` rows (fewer at the section's end, which is then checked to
+    /// hold nothing more).
+    pub fn take(&mut self, max: usize) -> Result<Vec<Vec<Value>>> {
+        let mut r = Reader::new(&self.body[self.at..]);
+        let n = max.min(self.left);
+        let mut rows = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut row = Vec::with_capacity(self.codes.len());
+            for &code in &self.codes {
+                row.push(scalar::read(&mut r, code, "value")?);
+            }
+            rows.push(row);
+        }
+        self.left -= n;
+        if self.left == 0 {
+            r.expect_end("row section")?;
+        }
+        self.at += r.position();
+        Ok(rows)
+    }
+}
+
+/// A whole ROWS section's rows.
+#[cfg(test)]
+pub fn decode_rows(body: &[u8], types: &[DataType]) -> Result<Vec<Vec<Value>>> {
+    let mut section = RowSection::new(body.to_vec(), types)?;
+    section.take(usize::MAX)
 }
 
 /// The fewest bytes a value of type `t` takes (a NULL takes as many as any other value).
