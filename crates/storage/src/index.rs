@@ -111,10 +111,57 @@ impl IndexLoad {
         if self.general {
             return sorted_set(self.entries);
         }
-        let mut ints = self.ints;
-        ints.sort_unstable();
-        ints.into_iter().map(|(key, row)| Entry::from_ints(&key[..columns], row)).collect()
+        sort_int_keys(self.ints, columns)
+            .into_iter().map(|(key, row)| Entry::from_ints(&key[..columns], row)).collect()
     }
+}
+
+/// `ints` (keys of `columns` integers) sorted. When the key columns' values span few
+/// enough bits that a key and its row fit one u64 together (TATP's keys take under 30
+/// bits), each is sorted as that u64: 8 bytes and one comparison instead of 32 bytes and
+/// up to four, for the millions of entries a restart sorts.
+fn sort_int_keys(mut ints: Vec<IntKey>, columns: usize) -> Vec<IntKey> {
+    let Some(&(first, _)) = ints.first() else { return ints };
+    let (mut lo, mut hi, mut rows_max) = (first, first, 0);
+    for (key, row) in &ints {
+        for c in 0..columns {
+            lo[c] = lo[c].min(key[c]);
+            hi[c] = hi[c].max(key[c]);
+        }
+        rows_max = rows_max.max(*row);
+    }
+    let bits = |span: u64| u64::BITS - span.leading_zeros();
+    let widths: [u32; INLINE_INTS] = std::array::from_fn(|c| if c < columns { bits(hi[c].wrapping_sub(lo[c]) as u64) } else { 0 });
+    let row_bits = bits(u64::from(rows_max));
+    if widths.iter().sum::<u32>() + row_bits > u64::BITS {
+        ints.sort_unstable();
+        return ints;
+    }
+    // A shift by 64 happens only to a zero (every other width is then 0).
+    let shl = |p: u64, w: u32| p.checked_shl(w).unwrap_or(0);
+    let low = |p: u64, w: u32| p & shl(1, w).wrapping_sub(1);
+    let mut packed: Vec<u64> = ints
+        .iter()
+        .map(|(key, row)| {
+            let p = (0..columns).fold(0, |p, c| shl(p, widths[c]) | key[c].wrapping_sub(lo[c]) as u64);
+            shl(p, row_bits) | u64::from(*row)
+        })
+        .collect();
+    drop(ints);
+    packed.sort_unstable();
+    packed
+        .into_iter()
+        .map(|mut p| {
+            let row = low(p, row_bits) as RowId;
+            p = p.checked_shr(row_bits).unwrap_or(0);
+            let mut key = [0; INLINE_INTS];
+            for c in (0..columns).rev() {
+                key[c] = lo[c].wrapping_add(low(p, widths[c]) as i64);
+                p = p.checked_shr(widths[c]).unwrap_or(0);
+            }
+            (key, row)
+        })
+        .collect()
 }
 
 /// The row in slot `id`; every id an index holds must have a row (an internal invariant).
@@ -376,5 +423,45 @@ impl Index {
         };
         let ordered = self.ordered.get().map_or(0, BTreeSet::len) * (entry * 9 / 5 + per_entry_heap);
         ordered + self.hash.as_ref().map_or(0, RowHash::allocation_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys of `columns` integers made by `key` from a fixed pseudo-random sequence.
+    fn keys(n: u32, columns: usize, key: impl Fn(u64, usize) -> i64) -> Vec<IntKey> {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        (0..n)
+            .map(|row| {
+                let mut k = [0; INLINE_INTS];
+                for (c, v) in k.iter_mut().enumerate().take(columns) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    *v = key(x, c);
+                }
+                (k, row)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn integer_keys_sort_as_tuples_whether_packed_into_one_word_or_not() {
+        let cases: Vec<(&str, usize, Vec<IntKey>)> = vec![
+            ("small spans, negative values", 3, keys(5000, 3, |x, c| (x % [2000, 5, 17][c]) as i64 - 1000)),
+            ("exactly 64 bits: 41 + 13 + 10 for the rows", 2, keys(1000, 2, |x, c| [(x % (1 << 41)) as i64 - (1 << 40), (x % (1 << 13)) as i64][c])),
+            ("65 bits: sorted as tuples", 2, keys(1000, 2, |x, c| [(x % (1 << 42)) as i64 - (1 << 40), (x % (1 << 13)) as i64][c])),
+            ("the whole range of i64", 1, keys(3000, 1, |x, _| x as i64)),
+            ("extremes and equal keys", 2, keys(500, 2, |x, c| [[i64::MIN, i64::MAX][(x % 2) as usize], 7][c])),
+            ("one entry", 3, keys(1, 3, |x, _| x as i64)),
+            ("none", 1, Vec::new()),
+        ];
+        for (what, columns, ints) in cases {
+            let mut expected = ints.clone();
+            expected.sort_unstable();
+            assert_eq!(sort_int_keys(ints, columns), expected, "{what}");
+        }
     }
 }
