@@ -34,7 +34,8 @@ pub struct EngineConfig {
     /// Above this much resident memory writes are refused (see `memory.rs`).
     pub memory_limit: MemoryLimit,
     /// Hands memory the allocator holds freed back to the system; sites call it when they
-    /// idle while memory is over the limit (the binary sets it for its allocator).
+    /// idle while memory is over the limit, and once they have loaded a snapshot (the
+    /// binary sets it for its allocator).
     pub release_memory: Option<fn()>,
     /// How long a query may run before it is stopped (None: no limit); a call may ask for
     /// less. Replay of the command log never has one.

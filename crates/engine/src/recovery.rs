@@ -260,6 +260,32 @@ mod tests {
         }
     }
 
+    /// Calls of `counted_release` by the engines of `each_loading_site_releases_...`.
+    static RELEASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn counted_release() {
+        RELEASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    #[test]
+    fn each_site_that_loads_a_snapshot_hands_its_load_buffers_back() {
+        let dir = TempDir::new("release-after-load");
+        with_rows(dir.path(), 20);
+        let engine = start(dir.path()).unwrap();
+        snapshot(&engine);
+        engine.shutdown();
+        let mut config = EngineConfig::new(dir.path());
+        config.sites = 2;
+        config.durability = Durability::Sync;
+        config.release_memory = Some(counted_release);
+        let engine = Engine::start(config).unwrap();
+        assert_eq!(count(&engine), Value::Int(20));
+        // Only this test's engine has the counting hook, and its sites do not idle over a
+        // memory limit: the calls are the loads'.
+        assert_eq!(RELEASES.load(std::sync::atomic::Ordering::SeqCst), 2, "one call per site");
+        engine.shutdown();
+    }
+
     #[test]
     fn a_logged_transaction_that_fails_on_replay_stops_recovery() {
         let dir = TempDir::new("replay-fails");

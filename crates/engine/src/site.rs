@@ -356,6 +356,7 @@ impl Site {
         })?;
         let read_ms = started.elapsed().as_millis() as u64;
         self.part.finish_load(load)?;
+        self.release_load_buffers();
         // Where a restart's time goes: reading and storing rows, then building indexes.
         let index_ms = started.elapsed().as_millis() as u64 - read_ms;
         tracing::info!(site = self.id, rows, read_ms, index_ms, "loaded snapshot {}", dir.display());
@@ -462,6 +463,16 @@ impl Site {
         self.send_answers();
         if let Err(e) = self.export.flush() {
             tracing::error!(site = self.id, "export flush failed: {e}");
+        }
+    }
+
+    /// Hands the buffers a bulk load freed (decoded rows, gathered keys: hundreds of MB
+    /// for a large snapshot) back to the system now: the allocator would otherwise keep
+    /// them until this thread next allocates past its purge delay, and an idle site may
+    /// not for a long time.
+    fn release_load_buffers(&mut self) {
+        if let Some(release) = self.release_memory {
+            release();
         }
     }
 
@@ -593,6 +604,7 @@ impl Site {
             &mut |chunk| export.add(chunk),
         )?;
         part.finish_load(load)?;
+        self.release_load_buffers();
         self.adopt_export(export)?;
         self.part = part;
         self.ids.advance_past(reader.txn_id());

@@ -111,57 +111,86 @@ impl IndexLoad {
         if self.general {
             return sorted_set(self.entries);
         }
-        sort_int_keys(self.ints, columns)
-            .into_iter().map(|(key, row)| Entry::from_ints(&key[..columns], row)).collect()
+        sorted_int_keys(self.ints, columns).map(|(key, row)| Entry::from_ints(&key[..columns], row)).collect()
     }
 }
 
-/// `ints` (keys of `columns` integers) sorted. When the key columns' values span few
+/// `ints` (keys of `columns` integers) in order. When the key columns' values span few
 /// enough bits that a key and its row fit one u64 together (TATP's keys take under 30
 /// bits), each is sorted as that u64: 8 bytes and one comparison instead of 32 bytes and
 /// up to four, for the millions of entries a restart sorts.
-fn sort_int_keys(mut ints: Vec<IntKey>, columns: usize) -> Vec<IntKey> {
-    let Some(&(first, _)) = ints.first() else { return ints };
-    let (mut lo, mut hi, mut rows_max) = (first, first, 0);
-    for (key, row) in &ints {
-        for c in 0..columns {
-            lo[c] = lo[c].min(key[c]);
-            hi[c] = hi[c].max(key[c]);
+fn sorted_int_keys(mut ints: Vec<IntKey>, columns: usize) -> impl Iterator<Item = IntKey> {
+    let packing = OneWord::for_keys(&ints, columns);
+    let mut words = Vec::new();
+    match &packing {
+        Some(p) => {
+            words = ints.iter().map(|k| p.pack(k)).collect();
+            ints = Vec::new();
+            words.sort_unstable();
         }
-        rows_max = rows_max.max(*row);
+        None => ints.sort_unstable(),
     }
-    let bits = |span: u64| u64::BITS - span.leading_zeros();
-    let widths: [u32; INLINE_INTS] = std::array::from_fn(|c| if c < columns { bits(hi[c].wrapping_sub(lo[c]) as u64) } else { 0 });
-    let row_bits = bits(u64::from(rows_max));
-    if widths.iter().sum::<u32>() + row_bits > u64::BITS {
-        ints.sort_unstable();
-        return ints;
-    }
-    // A shift by 64 happens only to a zero (every other width is then 0).
-    let shl = |p: u64, w: u32| p.checked_shl(w).unwrap_or(0);
-    let low = |p: u64, w: u32| p & shl(1, w).wrapping_sub(1);
-    let mut packed: Vec<u64> = ints
-        .iter()
-        .map(|(key, row)| {
-            let p = (0..columns).fold(0, |p, c| shl(p, widths[c]) | key[c].wrapping_sub(lo[c]) as u64);
-            shl(p, row_bits) | u64::from(*row)
-        })
-        .collect();
-    drop(ints);
-    packed.sort_unstable();
-    packed
-        .into_iter()
-        .map(|mut p| {
-            let row = low(p, row_bits) as RowId;
-            p = p.checked_shr(row_bits).unwrap_or(0);
-            let mut key = [0; INLINE_INTS];
-            for c in (0..columns).rev() {
-                key[c] = lo[c].wrapping_add(low(p, widths[c]) as i64);
-                p = p.checked_shr(widths[c]).unwrap_or(0);
+    // One of the two is empty; words exist only with a packing.
+    ints.into_iter().chain(words.into_iter().filter_map(move |w| Some(packing?.unpack(w))))
+}
+
+/// How integer keys and their rows pack into one u64 that orders as they do: each key
+/// column as its distance from the column's least value, in as many bits as the largest
+/// distance needs, first column highest, then the row.
+#[derive(Clone, Copy)]
+struct OneWord {
+    columns: usize,
+    least: [i64; INLINE_INTS],
+    widths: [u32; INLINE_INTS],
+    row_bits: u32,
+}
+
+impl OneWord {
+    /// The packing of `ints`, if their keys and rows fit 64 bits.
+    fn for_keys(ints: &[IntKey], columns: usize) -> Option<OneWord> {
+        let &(first, _) = ints.first()?;
+        let (mut least, mut most, mut rows_max) = (first, first, 0);
+        for (key, row) in ints {
+            for c in 0..columns {
+                least[c] = least[c].min(key[c]);
+                most[c] = most[c].max(key[c]);
             }
-            (key, row)
-        })
-        .collect()
+            rows_max = rows_max.max(*row);
+        }
+        let bits = |span: u64| u64::BITS - span.leading_zeros();
+        let widths = std::array::from_fn(|c| if c < columns { bits(most[c].wrapping_sub(least[c]) as u64) } else { 0 });
+        let row_bits = bits(u64::from(rows_max));
+        (widths.iter().sum::<u32>() + row_bits <= u64::BITS).then_some(OneWord { columns, least, widths, row_bits })
+    }
+
+    fn pack(&self, (key, row): &IntKey) -> u64 {
+        let word = (0..self.columns).fold(0, |w, c| shl(w, self.widths[c]) | key[c].wrapping_sub(self.least[c]) as u64);
+        shl(word, self.row_bits) | u64::from(*row)
+    }
+
+    fn unpack(&self, mut word: u64) -> IntKey {
+        let row = low_bits(word, self.row_bits) as RowId;
+        word = shr(word, self.row_bits);
+        let mut key = [0; INLINE_INTS];
+        for c in (0..self.columns).rev() {
+            key[c] = self.least[c].wrapping_add(low_bits(word, self.widths[c]) as i64);
+            word = shr(word, self.widths[c]);
+        }
+        (key, row)
+    }
+}
+
+// Shifts by 64 happen only to a zero word (every other width is then 0), and give 0.
+fn shl(word: u64, bits: u32) -> u64 {
+    word.checked_shl(bits).unwrap_or(0)
+}
+
+fn shr(word: u64, bits: u32) -> u64 {
+    word.checked_shr(bits).unwrap_or(0)
+}
+
+fn low_bits(word: u64, bits: u32) -> u64 {
+    word & shl(1, bits).wrapping_sub(1)
 }
 
 /// The row in slot `id`; every id an index holds must have a row (an internal invariant).
@@ -318,7 +347,7 @@ impl Index {
                 let key: Vec<Value> = cols.iter().map(|&c| slot(slots, id).value(c)).collect();
                 has_key(slots, other, cols, key.iter())
             };
-            hash.fill(&std::mem::take(&mut load.hashed), same)?;
+            hash.fill(&mut load.hashed, same)?;
         }
         if let Some(ordered) = self.ordered.get_mut() {
             *ordered = load.into_set(self.columns.len());
@@ -451,7 +480,11 @@ mod tests {
     fn integer_keys_sort_as_tuples_whether_packed_into_one_word_or_not() {
         let cases: Vec<(&str, usize, Vec<IntKey>)> = vec![
             ("small spans, negative values", 3, keys(5000, 3, |x, c| (x % [2000, 5, 17][c]) as i64 - 1000)),
-            ("exactly 64 bits: 41 + 13 + 10 for the rows", 2, keys(1000, 2, |x, c| [(x % (1 << 41)) as i64 - (1 << 40), (x % (1 << 13)) as i64][c])),
+            (
+                "exactly 64 bits: 41 + 13 + 10 for the rows",
+                2,
+                keys(1000, 2, |x, c| [(x % (1 << 41)) as i64 - (1 << 40), (x % (1 << 13)) as i64][c]),
+            ),
             ("65 bits: sorted as tuples", 2, keys(1000, 2, |x, c| [(x % (1 << 42)) as i64 - (1 << 40), (x % (1 << 13)) as i64][c])),
             ("the whole range of i64", 1, keys(3000, 1, |x, _| x as i64)),
             ("extremes and equal keys", 2, keys(500, 2, |x, c| [[i64::MIN, i64::MAX][(x % 2) as usize], 7][c])),
@@ -461,7 +494,7 @@ mod tests {
         for (what, columns, ints) in cases {
             let mut expected = ints.clone();
             expected.sort_unstable();
-            assert_eq!(sort_int_keys(ints, columns), expected, "{what}");
+            assert_eq!(sorted_int_keys(ints, columns).collect::<Vec<_>>(), expected, "{what}");
         }
     }
 }

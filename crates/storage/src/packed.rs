@@ -52,7 +52,10 @@ impl PackedRow {
                     shared.push(v.clone());
                 }
             }
-            Box::from(&data[..])
+            let row = Box::from(&data[..]);
+            // A rare huge row does not keep its buffer's size for the thread's life.
+            data.shrink_to(SCRATCH_KEPT_BYTES);
+            row
         });
         PackedRow { data, shared }
     }
@@ -169,6 +172,9 @@ impl PackedRow {
         Reader { data: &self.data, pos: 0, shared: self.shared.iter() }
     }
 }
+
+/// The most a thread's encoding buffer keeps between rows.
+const SCRATCH_KEPT_BYTES: usize = 64 * 1024;
 
 thread_local! {
     /// Where a row is encoded before it is copied into its own allocation.
