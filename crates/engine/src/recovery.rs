@@ -207,11 +207,15 @@ mod tests {
     use crate::cmdlog::{log_dir, CommandLog, Durability, Record};
     use crate::{Engine, EngineConfig, Outcome};
 
-    fn start(dir: &Path) -> lockstep_core::Result<Arc<Engine>> {
+    fn config(dir: &Path) -> EngineConfig {
         let mut config = EngineConfig::new(dir);
         config.sites = 2;
         config.durability = Durability::Sync;
-        Engine::start(config)
+        config
+    }
+
+    fn start(dir: &Path) -> lockstep_core::Result<Arc<Engine>> {
+        Engine::start(config(dir))
     }
 
     fn adhoc(engine: &Engine, sql: &str) -> Outcome {
@@ -274,9 +278,7 @@ mod tests {
         let engine = start(dir.path()).unwrap();
         snapshot(&engine);
         engine.shutdown();
-        let mut config = EngineConfig::new(dir.path());
-        config.sites = 2;
-        config.durability = Durability::Sync;
+        let mut config = config(dir.path());
         config.release_memory = Some(counted_release);
         let engine = Engine::start(config).unwrap();
         assert_eq!(count(&engine), Value::Int(20));
