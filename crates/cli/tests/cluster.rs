@@ -274,11 +274,11 @@ async fn the_cluster_script_starts_a_ready_cluster_and_stops_it() {
     }
 }
 
-/// Sends `calls` through `client` with up to 900 in flight (taking answers in turn as the
+/// Sends `calls` through `client` with up to `window` in flight (taking answers in turn as the
 /// window fills) and gives the failure messages.
-async fn pipelined(client: &Client, calls: impl Iterator<Item = (&'static str, Vec<Value>)>) -> Vec<String> {
+async fn pipelined(client: &Client, calls: impl Iterator<Item = (&'static str, Vec<Value>)>, window: usize) -> Vec<String> {
     type Answer = tokio::task::JoinHandle<Result<Response, lockstep_client::ClientError>>;
-    let mut sent: std::collections::VecDeque<Answer> = std::collections::VecDeque::with_capacity(900);
+    let mut sent: std::collections::VecDeque<Answer> = std::collections::VecDeque::with_capacity(window);
     let mut refused = Vec::new();
     let mut take = |r: Response| {
         if r.status != 1 {
@@ -286,7 +286,7 @@ async fn pipelined(client: &Client, calls: impl Iterator<Item = (&'static str, V
         }
     };
     for (procedure, params) in calls {
-        if sent.len() == 900 {
+        if sent.len() == window {
             let first = sent.pop_front().expect("a call in flight");
             take(first.await.expect("the answer's task").expect("an answer"));
         }
@@ -358,16 +358,18 @@ async fn a_clients_calls_run_in_order_when_forwarded() {
     let config = ClientConfig { max_in_flight: 1_000, ..ClientConfig::default() };
     let client = Client::connect(&nodes[1].addr, config).await.expect("connect");
     let single = (1..=CALLS_PER_KEY).flat_map(|n| (0..KEYS).map(move |k| ("NextInTurn", vec![i(k), i(n)])));
-    let refused = pipelined(&client, single).await;
+    let refused = pipelined(&client, single, 900).await;
     assert!(refused.is_empty(), "{} calls ran out of turn, first: {:?}", refused.len(), refused.first());
     assert!(cluster_count(&client, "FORWARDED_CALLS").await > 0, "no call was forwarded: the test did not test forwarding");
     let multi = (1..=MP_CALLS).map(|n| ("TickInTurn", vec![i(n)]));
-    let refused = pipelined(&client, multi).await;
+    // A hundred in flight: with all 600 sent at once, the last waited behind every other,
+    // past its 10 s query timeout, on a busy machine.
+    let refused = pipelined(&client, multi, 100).await;
     assert!(refused.is_empty(), "{} multi-partition calls ran out of turn, first: {:?}", refused.len(), refused.first());
     assert!(cluster_count(&client, "FORWARDED_MP_CALLS").await > 0, "no multi-partition call was forwarded");
     // So do its schema changes, which go through the cluster: each index needs its table.
     let ddl =
         (0..20).flat_map(|t| [format!("CREATE TABLE d{t} (k BIGINT NOT NULL, v BIGINT)"), format!("CREATE INDEX d{t}_v ON d{t} (v)")]);
-    let refused = pipelined(&client, ddl.map(|sql| ("@AdHoc", vec![s(&sql)]))).await;
+    let refused = pipelined(&client, ddl.map(|sql| ("@AdHoc", vec![s(&sql)])), 900).await;
     assert!(refused.is_empty(), "{} schema changes failed, first: {:?}", refused.len(), refused.first());
 }

@@ -432,7 +432,10 @@ async fn procedures_cannot_keep_state_between_calls_and_replay_equals_what_was_a
 #[tokio::test]
 async fn procedures_that_would_hang_or_misuse_a_partition_are_stopped_and_it_keeps_serving() {
     let dir = TempDir::new("bad-procedures");
-    let server = Server::start(&dir.0, 1);
+    // The instruction budget must stop them, whatever the clock says: on a busy machine
+    // the budget of a backtracking pattern took longer than the default 10 s query
+    // timeout, which then stopped it first.
+    let server = Server::start_with(&dir.0, &["--sites", "1", "--query-timeout-ms", "120000"], "127.0.0.1:0");
     let client = server.client().await;
     adhoc(&client, "CREATE TABLE v (k BIGINT NOT NULL PRIMARY KEY, a BIGINT, b BIGINT)").await;
     adhoc(&client, "PARTITION TABLE v ON COLUMN k").await;
