@@ -17,7 +17,6 @@
 //! others, so they neither appear in its lookups nor conflict with its keys.
 
 use std::cell::OnceCell;
-use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::Bound;
 
@@ -25,7 +24,8 @@ use foldhash::fast::FixedState;
 use lockstep_core::{IndexDef, Value};
 
 use crate::computed::is_member;
-use crate::key::{int_key, Entry, PrefixProbe, Probe, RowProbe, FLAG_HIGH, FLAG_LOW, INLINE_INTS};
+use crate::key::{int_key, Entry, IntKey, PrefixProbe, Probe, FLAG_HIGH, FLAG_LOW, INLINE_INTS};
+use crate::ordered::Ordered;
 use crate::packed::PackedRow;
 use crate::row_hash::RowHash;
 use crate::slots::Slots;
@@ -52,28 +52,19 @@ fn key_is_hashed(nulls_distinct: bool, columns: &[usize], row: &[Value]) -> bool
     !nulls_distinct || !columns.iter().any(|&c| row[c].is_null())
 }
 
-/// Every row of `slots` that belongs in the index (`member`) as an entry of the ordered set
-/// over `columns`, sorted first (the set is then built from sorted input in one pass).
-fn ordered_entries(slots: &Slots, columns: &[usize], member: Option<usize>) -> BTreeSet<Entry> {
-    let entries: Vec<Entry> = slots
-        .iter()
-        .enumerate()
-        .filter_map(|(id, row)| Some((id, row.as_ref()?.unpack())))
-        .filter(|(_, row)| is_member(member, row))
-        .map(|(id, row)| Entry::new(&row, columns, id as RowId))
-        .collect();
-    sorted_set(entries)
+/// The ordered set of every row of `slots` that belongs in the index (`member`), keyed over
+/// `columns` (`ints` when they hold only integers).
+fn ordered_entries(slots: &Slots, columns: &[usize], member: Option<usize>, ints: bool) -> Ordered {
+    let mut load = IndexLoad::default();
+    for (id, row) in slots.iter().enumerate() {
+        let Some(row) = row else { continue };
+        let row = row.unpack();
+        if is_member(member, &row) {
+            load.add_entry(&row, columns, id as RowId);
+        }
+    }
+    load.into_set(columns.len(), ints)
 }
-
-/// The ordered set of `entries`, in any order.
-fn sorted_set(mut entries: Vec<Entry>) -> BTreeSet<Entry> {
-    entries.sort_unstable();
-    entries.into_iter().collect()
-}
-
-/// An integer key of at most `INLINE_INTS` columns (zeros after its own) and its
-/// row: ordered as the index orders their entries.
-type IntKey = ([i64; INLINE_INTS], RowId);
 
 /// What building an index in bulk needs from each row, gathered while the row is at hand
 /// (a snapshot's rows as they are read): afterwards the rows, hundreds of megabytes of
@@ -106,12 +97,13 @@ impl IndexLoad {
         self.entries.push(Entry::new(row, columns, id));
     }
 
-    /// The ordered set of the entries added.
-    fn into_set(self, columns: usize) -> BTreeSet<Entry> {
+    /// The ordered set of the entries added, over `columns` columns (`ints` when they hold
+    /// only integers).
+    fn into_set(self, columns: usize, ints: bool) -> Ordered {
         if self.general {
-            return sorted_set(self.entries);
+            return Ordered::of_entries(self.entries);
         }
-        sorted_int_keys(self.ints, columns).map(|(key, row)| Entry::from_ints(&key[..columns], row)).collect()
+        Ordered::empty(columns, ints).of_sorted_ints(sorted_int_keys(self.ints, columns), columns)
     }
 }
 
@@ -233,26 +225,31 @@ pub(crate) struct Index {
     /// For a partial index, the stored position of the flag that says a row belongs in it.
     member: Option<usize>,
     /// Built on first use for a single-column unique index, else always there (module doc).
-    ordered: OnceCell<BTreeSet<Entry>>,
+    ordered: OnceCell<Ordered>,
+    /// Whether every key column holds only integers (`Ordered::empty`).
+    int_keys: bool,
     hash: Option<RowHash>,
 }
 
 impl Index {
     /// The index `def`; `member` is its flag's stored position when it is partial
-    /// (`TableDef::predicate_flag`).
-    pub(crate) fn new(def: &IndexDef, member: Option<usize>) -> Index {
-        let mut index = Self::with_columns(def.columns.clone().into_boxed_slice(), def.unique || def.assume_unique || def.primary, true);
+    /// (`TableDef::predicate_flag`); `int_keys` when every key column holds only integers.
+    pub(crate) fn new(def: &IndexDef, member: Option<usize>, int_keys: bool) -> Index {
+        let mut index =
+            Self::with_columns(def.columns.clone().into_boxed_slice(), def.unique || def.assume_unique || def.primary, true, int_keys);
         index.member = member;
         index
     }
 
-    pub(crate) fn with_columns(columns: Box<[usize]>, unique: bool, nulls_distinct: bool) -> Index {
+    pub(crate) fn with_columns(columns: Box<[usize]>, unique: bool, nulls_distinct: bool, int_keys: bool) -> Index {
         let order_on_first_use = unique && columns.len() == 1;
+        let empty = || Ordered::empty(columns.len(), int_keys);
         Index {
+            ordered: if order_on_first_use { OnceCell::new() } else { OnceCell::from(empty()) },
             columns,
             nulls_distinct,
             member: None,
-            ordered: if order_on_first_use { OnceCell::new() } else { OnceCell::from(BTreeSet::new()) },
+            int_keys,
             hash: unique.then(RowHash::default),
         }
     }
@@ -274,8 +271,8 @@ impl Index {
     }
 
     /// The ordered set, built from the table's rows if it is not there yet.
-    fn ordered(&self, slots: &Slots) -> &BTreeSet<Entry> {
-        self.ordered.get_or_init(|| ordered_entries(slots, &self.columns, self.member))
+    fn ordered(&self, slots: &Slots) -> &Ordered {
+        self.ordered.get_or_init(|| ordered_entries(slots, &self.columns, self.member, self.int_keys))
     }
 
     /// Whether the ordered set exists (tests check that point lookups never build it).
@@ -311,7 +308,7 @@ impl Index {
             return;
         }
         if let Some(ordered) = self.ordered.get_mut() {
-            let fresh = ordered.insert(Entry::new(row, &self.columns, id));
+            let fresh = ordered.insert(row, &self.columns, id);
             debug_assert!(fresh, "row {id} was already indexed");
         }
         if self.hashed(row) {
@@ -350,7 +347,7 @@ impl Index {
             hash.fill(&mut load.hashed, same)?;
         }
         if let Some(ordered) = self.ordered.get_mut() {
-            *ordered = load.into_set(self.columns.len());
+            *ordered = load.into_set(self.columns.len(), self.int_keys);
         }
         Ok(())
     }
@@ -361,8 +358,7 @@ impl Index {
             return;
         }
         if let Some(ordered) = self.ordered.get_mut() {
-            let probe = RowProbe { values: row, columns: &self.columns, row: id };
-            let removed = ordered.remove(&probe as &dyn Probe);
+            let removed = ordered.remove(row, &self.columns, id);
             debug_assert!(removed, "row {id} was not indexed");
         }
         if self.hashed(row) {
@@ -420,7 +416,7 @@ impl Index {
             Some(p) => Bound::Included(p),
             None => Bound::Unbounded,
         };
-        let iter = self.ordered(slots).range::<dyn Probe, _>((lo_bound, hi_bound)).map(|e| e.row());
+        let iter = self.ordered(slots).range(lo_bound, hi_bound);
         if reverse {
             Box::new(iter.rev())
         } else {
@@ -431,7 +427,13 @@ impl Index {
     /// All entries in index order, if the ordered set exists (tests and consistency checks).
     #[cfg(test)]
     pub(crate) fn entries(&self) -> Option<Vec<(Vec<Value>, RowId)>> {
-        Some(self.ordered.get()?.iter().map(|e| (e.key(), e.row())).collect())
+        Some(self.ordered.get()?.entries())
+    }
+
+    /// Whether the ordered set holds `IntEntry`s; None while it is not built.
+    #[cfg(test)]
+    pub(crate) fn holds_int_entries(&self) -> Option<bool> {
+        self.ordered.get().map(Ordered::holds_ints)
     }
 
     /// Number of rows in the hash part (unique indexes only).
@@ -443,14 +445,10 @@ impl Index {
     /// Estimated bytes: B-tree entries at the ~55% node fill that ascending keys leave
     /// (measured: 1M rows, 5 columns, one PK ≈ 330 MB RSS), key heap data, the hash table.
     pub(crate) fn memory_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<Entry>();
-        // A key of a few integers (the usual case) is in the entry; any other keeps its
-        // values after the first behind a thin vector with a 16-byte header.
-        let per_entry_heap = match self.columns.len() {
-            n if n <= INLINE_INTS => 0,
-            n => 16 + (n - 1) * std::mem::size_of::<Value>(),
-        };
-        let ordered = self.ordered.get().map_or(0, BTreeSet::len) * (entry * 9 / 5 + per_entry_heap);
+        let ordered = self.ordered.get().map_or(0, |o| {
+            let (entry, heap) = o.entry_bytes(self.columns.len());
+            o.len() * (entry * 9 / 5 + heap)
+        });
         ordered + self.hash.as_ref().map_or(0, RowHash::allocation_size)
     }
 }

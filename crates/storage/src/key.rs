@@ -1,7 +1,8 @@
 //! Ordered-index entries and the probes that search them without building a key.
 //!
-//! An ordered index is a `BTreeSet<Entry>` ordered by (key, RowId). Searching it with a key
-//! prefix, or removing a row's entry, goes through the `Probe` trait: `Entry` borrows as
+//! An ordered index is a B-tree set of entries ordered by (key, RowId): `IntEntry`s when its
+//! key columns are NOT NULL integers, else `Entry`s (`ordered.rs`). Searching it with a key
+//! prefix, or removing a row's entry, goes through the `Probe` trait: both entries borrow as
 //! `dyn Probe`, so a probe that reads the key straight out of a row (or out of the caller's
 //! slice) can be compared against entries without cloning any value.
 
@@ -121,6 +122,21 @@ pub(crate) enum Entry {
     Values { first: Option<Value>, rest: ThinVec<Value>, row: RowId },
 }
 
+/// An integer key of at most `INLINE_INTS` columns (zeros after its own) and its row:
+/// ordered as the index orders their entries.
+pub(crate) type IntKey = ([i64; INLINE_INTS], RowId);
+
+/// The values of an entry's key, in order.
+#[cfg(test)]
+pub(crate) fn key_values(entry: &dyn Probe) -> Vec<Value> {
+    (0..entry.key_len())
+        .map(|i| match entry.key_at(i) {
+            KeyValue::Int(v) => Value::Int(v),
+            KeyValue::Value(v) => v.clone(),
+        })
+        .collect()
+}
+
 /// The key over `columns` of the row stored as `values` as integers (zeros after its own),
 /// if it is at most `INLINE_INTS` integers.
 pub(crate) fn int_key(values: &[Value], columns: &[usize]) -> Option<[i64; INLINE_INTS]> {
@@ -153,17 +169,6 @@ impl Entry {
         let mut ints = [0; INLINE_INTS];
         ints[..key.len()].copy_from_slice(key);
         Entry::Ints { len: key.len() as u8, row, ints }
-    }
-
-    /// The key's values in order.
-    #[cfg(test)]
-    pub(crate) fn key(&self) -> Vec<Value> {
-        (0..self.key_len())
-            .map(|i| match self.key_at(i) {
-                KeyValue::Int(v) => Value::Int(v),
-                KeyValue::Value(v) => v.clone(),
-            })
-            .collect()
     }
 
     /// Whether the key is held in the entry (tests check which keys are).
@@ -235,6 +240,50 @@ impl Ord for Entry {
             }
             _ => compare(self, other),
         }
+    }
+}
+
+/// One row's entry in an ordered index whose key is `N` integer columns that hold only
+/// integers (NOT NULL, so every key is `N` integers): the key and the RowId, with nothing
+/// to tell apart. 16, 24 or 32 bytes where an `Entry` takes 40, so a B-tree node of 11
+/// entries takes a 192-, 320- or 384-byte allocation instead of a 512-byte one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct IntEntry<const N: usize> {
+    // Field order is the index order: the key, then the row.
+    pub(crate) ints: [i64; N],
+    pub(crate) row: RowId,
+}
+
+impl<const N: usize> IntEntry<N> {
+    /// The entry of `row` whose key is the integers `key` (the first `N` are taken).
+    pub(crate) fn new(key: &[i64], row: RowId) -> IntEntry<N> {
+        let mut ints = [0; N];
+        ints.copy_from_slice(&key[..N]);
+        IntEntry { ints, row }
+    }
+}
+
+impl<const N: usize> Probe for IntEntry<N> {
+    fn first(&self) -> Option<KeyValue<'_>> {
+        self.ints.first().map(|&v| KeyValue::Int(v))
+    }
+    fn key_len(&self) -> usize {
+        N
+    }
+    fn key_at(&self, i: usize) -> KeyValue<'_> {
+        KeyValue::Int(self.ints[i])
+    }
+    fn flag(&self) -> u8 {
+        FLAG_ENTRY
+    }
+    fn row(&self) -> RowId {
+        self.row
+    }
+}
+
+impl<'a, const N: usize> Borrow<dyn Probe + 'a> for IntEntry<N> {
+    fn borrow(&self) -> &(dyn Probe + 'a) {
+        self
     }
 }
 
@@ -338,7 +387,7 @@ mod tests {
                 assert_eq!(a.cmp(b), by_values, "{:?} against {:?}", keys[i], keys[j]);
                 assert_eq!(compare(a, b), by_values);
             }
-            assert_eq!(a.key(), keys[i]);
+            assert_eq!(key_values(a), keys[i]);
         }
         assert_eq!(Entry::from_ints(&[2, -1], 0).cmp(&ints), Ordering::Equal);
         assert_eq!(std::mem::size_of::<Entry>(), 40);

@@ -17,6 +17,7 @@ mod computed;
 mod id_map;
 mod index;
 mod key;
+mod ordered;
 mod packed;
 mod partition;
 mod row_hash;

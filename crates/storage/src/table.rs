@@ -6,8 +6,8 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use lockstep_core::prefetch::{prefetch_lines, prefetch_values};
-use lockstep_core::{Error, Result, TableDef, Value};
+use lockstep_core::prefetch::prefetch_values;
+use lockstep_core::{Error, IndexDef, Result, TableDef, TableKind, Value};
 use smallvec::SmallVec;
 
 use crate::index::{Index, IndexLoad, Lookup};
@@ -72,14 +72,21 @@ pub(crate) fn describe_key(values: impl Iterator<Item = impl std::fmt::Display>)
 impl Table {
     /// Empty storage for `def`.
     pub(crate) fn new(def: Arc<TableDef>) -> Table {
-        let mut indexes: Vec<Index> = def.indexes.iter().enumerate().map(|(i, ix)| Index::new(ix, def.predicate_flag(i))).collect();
+        // A table's integer NOT NULL columns hold only integers (`validate`); a view's
+        // columns are computed, and a key part past the columns is an expression's.
+        let int_keys = |ix: &IndexDef| {
+            matches!(def.kind, TableKind::Table)
+                && ix.columns.iter().all(|&c| def.columns.get(c).is_some_and(|col| col.ty.is_integer() && !col.nullable))
+        };
+        let mut indexes: Vec<Index> =
+            def.indexes.iter().enumerate().map(|(i, ix)| Index::new(ix, def.predicate_flag(i), int_keys(ix))).collect();
         let mut view = def.view().map(|v| ViewLayout::new(&def, v));
         if let Some(layout) = &mut view {
             // A view's group index must find NULL groups too, so it hashes NULL keys. Use
             // the declared index over the group-by columns, or add an internal one.
             let group: Box<[usize]> = (0..layout.group_len).collect();
             let pos = indexes.iter().position(|i| i.columns == group).unwrap_or(indexes.len());
-            let index = Index::with_columns(group, true, false);
+            let index = Index::with_columns(group, true, false, false);
             if pos == indexes.len() {
                 indexes.push(index);
             } else {
@@ -141,7 +148,7 @@ impl Table {
     /// `prefetch_data`).
     pub fn prefetch_row(&self, id: RowId) {
         if let Some(Some(row)) = self.slots.get(id as usize) {
-            prefetch_lines(row.bytes().as_ptr(), row.bytes().len(), PREFETCH_LINES);
+            row.prefetch();
         }
     }
 

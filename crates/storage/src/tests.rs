@@ -325,6 +325,36 @@ fn a_single_column_unique_index_builds_its_order_on_first_range() {
     assert_consistent(&p);
 }
 
+/// An ordered set holds `IntEntry`s when its key columns are NOT NULL integers of a table,
+/// and general entries otherwise (nullable or other columns, views).
+#[test]
+fn indexes_over_not_null_integers_hold_integer_entries() {
+    let mut def = contestants();
+    def.indexes.push(index("IX_ID_CODE", &[0, 2], false, false));
+    def.indexes.push(index("IX_ID_NAME", &[0, 1], false, false));
+    let (mut catalog, mut p, ids) = setup(vec![def, two_column_table()]);
+    let view = view_def(
+        "V",
+        ids[0],
+        vec![col("SCORE", DataType::BigInt, false), col("N", DataType::BigInt, false)],
+        vec![3],
+        vec![ViewAggregate::CountStar],
+    );
+    let v = catalog.add_table(view).unwrap().id;
+    p.apply_schema(&catalog, &HashRing::new(1)).unwrap();
+    p.insert(ids[0], vec![i(1), s("a"), i(1), i(1)]).unwrap();
+    let t = p.table(ids[0]).unwrap();
+    // The primary key builds its order on first range use, as integers.
+    assert_eq!(t.range(0, Bound::Unbounded, Bound::Unbounded, false).count(), 1);
+    let holds_ints = |t: &Table| t.indexes().iter().map(|ix| ix.holds_int_entries()).collect::<Vec<_>>();
+    assert_eq!(holds_ints(t), vec![Some(true), None, Some(false), Some(false), Some(false)]);
+    assert_eq!(holds_ints(p.table(ids[1]).unwrap()), vec![Some(true)]);
+    let view = p.table(v).unwrap();
+    assert_eq!(view.range(0, Bound::Unbounded, Bound::Unbounded, false).count(), 1);
+    assert_eq!(view.indexes()[0].holds_int_entries(), Some(false), "a view's group index");
+    assert_consistent(&p);
+}
+
 #[test]
 fn ranges_use_key_prefixes_and_run_both_ways() {
     let (_, mut p, ids) = setup(vec![two_column_table()]);
@@ -944,6 +974,9 @@ proptest! {
                 partial(index("UQ_B_WHERE_C", &[1], true, false), 2, 2),
                 index("UQ_BC", &[1, 2], true, false),
                 index("IX_C", &[2], false, false),
+                // Keys of NOT NULL integers: B-trees of `IntEntry`s.
+                index("IX_B", &[1], false, false),
+                index("IX_BA", &[1, 0], false, false),
             ],
         );
         let (mut catalog, mut p, ids) = setup(vec![def]);
