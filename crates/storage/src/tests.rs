@@ -550,6 +550,11 @@ fn a_table_loaded_in_chunks_answers_like_one_filled_by_inserts() {
         }
     }
 
+    // A bulk build keeps the entries inserts keep: integers for NOT NULL integer keys.
+    let kinds = |t: &Table| t.indexes().iter().map(|ix| ix.holds_int_entries()).collect::<Vec<_>>();
+    assert_eq!(kinds(loaded.table(t2).unwrap()), kinds(inserted.table(t).unwrap()));
+    assert_eq!(kinds(loaded.table(t2).unwrap())[4..], [Some(true), Some(true), Some(false)]);
+
     // A duplicate key of a unique index that is not the first, across chunks, is refused
     // by name, as an insert would refuse it.
     let (mut dup, t3, _, _) = build();
