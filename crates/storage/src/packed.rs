@@ -569,6 +569,56 @@ mod tests {
         assert_eq!(Arc::strong_count(&list), 1);
     }
 
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::Int),
+            (-1000i64..1000).prop_map(Value::Int),
+            any::<u64>().prop_map(|b| Value::Float(f64::from_bits(b))),
+            any::<i128>().prop_map(|d| Value::Decimal(Dec::new(d))),
+            // Around the longest text whose length fits its tag (191 bytes).
+            (0usize..300).prop_map(|n| Value::Str(("é".repeat(n / 2) + &"a".repeat(n % 2)).into())),
+            any::<i64>().prop_map(Value::Timestamp),
+            any::<bool>().prop_map(Value::Bool),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|b| Value::Bytes(Arc::from(b))),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Any row comes back whole, value by value, through a clone, and after any value
+        /// is overwritten in place (or refused, leaving the row as it was).
+        #[test]
+        fn any_row_comes_back_as_packed_and_as_overwritten(
+            values in proptest::collection::vec(any_value(), 0..40),
+            at in 0usize..40,
+            new in any_value(),
+        ) {
+            let row = PackedRow::pack(&values);
+            let back = row.unpack();
+            proptest::prop_assert_eq!(back.len(), values.len());
+            for (i, (a, b)) in values.iter().zip(&back).enumerate() {
+                proptest::prop_assert!(same(a, b), "value {} went in as {:?}, came back as {:?}", i, a, b);
+                proptest::prop_assert!(same(a, &row.value(i)));
+            }
+            let copy = row.clone();
+            proptest::prop_assert_eq!(&copy, &row);
+            drop(row);
+            let mut row = copy;
+            let before = row.unpack();
+            match row.set_in_place(at, &new) {
+                Some(old) => {
+                    proptest::prop_assert!(same(&old, &before[at]));
+                    let mut expected = before.clone();
+                    expected[at] = new.clone();
+                    let after = row.unpack();
+                    proptest::prop_assert!(after.iter().zip(&expected).all(|(a, b)| same(a, b)));
+                }
+                None => proptest::prop_assert!(row.unpack().iter().zip(&before).all(|(a, b)| same(a, b))),
+            }
+        }
+    }
+
     #[test]
     fn small_values_take_few_bytes_and_shared_ones_are_not_copied() {
         let flags: Vec<Value> = (0..30).map(|i| Value::Int(i % 2)).collect();
