@@ -416,12 +416,7 @@ impl Index {
             Some(p) => Bound::Included(p),
             None => Bound::Unbounded,
         };
-        let iter = self.ordered(slots).range(lo_bound, hi_bound);
-        if reverse {
-            Box::new(iter.rev())
-        } else {
-            Box::new(iter)
-        }
+        self.ordered(slots).range(lo_bound, hi_bound, reverse)
     }
 
     /// All entries in index order, if the ordered set exists (tests and consistency checks).

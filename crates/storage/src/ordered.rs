@@ -97,9 +97,17 @@ impl Ordered {
         each!(self, s => s.remove(&probe as &dyn Probe))
     }
 
-    /// The rows of the entries between two probes, in order.
-    pub(crate) fn range<'a>(&'a self, lo: Bound<&dyn Probe>, hi: Bound<&dyn Probe>) -> Box<dyn DoubleEndedIterator<Item = RowId> + 'a> {
-        each!(self, s => Box::new(s.range::<dyn Probe, _>((lo, hi)).map(|e| e.row())))
+    /// The rows of the entries between two probes, in order or (`reverse`) backwards: boxed
+    /// once, the direction chosen before boxing.
+    pub(crate) fn range<'a>(&'a self, lo: Bound<&dyn Probe>, hi: Bound<&dyn Probe>, reverse: bool) -> Box<dyn Iterator<Item = RowId> + 'a> {
+        fn boxed<'a>(rows: impl DoubleEndedIterator<Item = RowId> + 'a, reverse: bool) -> Box<dyn Iterator<Item = RowId> + 'a> {
+            if reverse {
+                Box::new(rows.rev())
+            } else {
+                Box::new(rows)
+            }
+        }
+        each!(self, s => boxed(s.range::<dyn Probe, _>((lo, hi)).map(|e| e.row()), reverse))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -162,8 +170,8 @@ mod tests {
             for len in 0..=key.len() {
                 let lo = PrefixProbe { key: &key[..len], flag: FLAG_LOW };
                 let hi = PrefixProbe { key: &key[..len], flag: FLAG_HIGH };
-                out.push(set.range(Bound::Included(&lo), Bound::Included(&hi)).collect());
-                out.push(set.range(Bound::Excluded(&hi), Bound::Unbounded).rev().collect());
+                out.push(set.range(Bound::Included(&lo), Bound::Included(&hi), false).collect());
+                out.push(set.range(Bound::Excluded(&hi), Bound::Unbounded, true).collect());
             }
         }
         out
