@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
+use crossbeam_channel::{unbounded, Sender, TrySendError};
 use lockstep_core::{Catalog, Error, HashRing, Result, Value};
 use lockstep_sql::Route;
 
@@ -20,7 +20,7 @@ use crate::ddl::FsDdlEnv;
 use crate::durable::Durable;
 use crate::memory::MemoryGuard;
 use crate::mp::{Coordinator, MpWork, SiteLink};
-use crate::mp_cluster::{RemoteReply, RemoteStep};
+use crate::mp_cluster::{RemoteReply, RemoteStep, RemoteSteps};
 use crate::mp_ledger::Ledger;
 use crate::outcome::{Outcome, Reply};
 use crate::recovery;
@@ -95,10 +95,8 @@ pub struct Shared {
     /// The cluster this node belongs to, once joined (`Engine::set_cluster`).
     pub(crate) cluster: ClusterLink,
     /// Steps of the multi-partition transaction this node serves for the cluster's
-    /// coordinator (`mp_cluster.rs`).
-    pub(crate) remote_steps: (Sender<RemoteStep>, crossbeam_channel::Receiver<RemoteStep>),
-    /// The multi-partition transaction this node serves for the coordinator now (0: none).
-    pub(crate) serving_mp: std::sync::atomic::AtomicI64,
+    /// coordinator, and which one that is (`mp_cluster.rs`).
+    pub(crate) remote_steps: RemoteSteps,
     /// What this node knows of multi-partition transactions prepared here.
     pub(crate) ledger: Arc<Mutex<Ledger>>,
     /// Time each site spent running work, in nanoseconds.
@@ -351,8 +349,7 @@ impl Engine {
             mp_queued: Default::default(),
             durable,
             cluster,
-            remote_steps: bounded(REMOTE_STEPS_MAX),
-            serving_mp: std::sync::atomic::AtomicI64::new(0),
+            remote_steps: RemoteSteps::new(REMOTE_STEPS_MAX),
             ledger,
             busy_ns,
             mp_order: Mutex::new(()),
@@ -547,11 +544,14 @@ impl Engine {
         }
     }
 
-    /// One step of a multi-partition transaction the coordinating node runs; `reply` gets
+    /// One step of a multi-partition transaction that node `from` coordinates; `reply` gets
     /// this node's answer.
-    pub fn mp_participant(&self, message: MpRemote, reply: RemoteReply) {
+    pub fn mp_participant(&self, from: u32, message: MpRemote, reply: RemoteReply) {
         match message {
-            MpRemote::Begin { txn_id } => self.shared.send_mp(MpWork::RemoteSession { txn_id, reply }),
+            MpRemote::Begin { txn_id } => {
+                self.shared.remote_steps.begin_arrived(txn_id);
+                self.shared.send_mp(MpWork::RemoteSession { txn_id, coordinator: from, reply })
+            }
             MpRemote::InDoubt => match self.shared.cluster.get() {
                 Some(hooks) => reply(crate::mp_cluster::in_doubt_report(&**hooks, &self.shared.ledger, self.shared.sites.len() as u32)),
                 None => reply(Err(ErrorData { status: -5, message: "this node is not in a cluster".into() })),
@@ -567,19 +567,8 @@ impl Engine {
                     done(Err(format!("partition {partition}'s site cannot take the outcome of transaction {txn_id} now")));
                 }
             }
-            MpRemote::Fragment { txn_id, .. } | MpRemote::Prepare { txn_id, .. } | MpRemote::End { txn_id, .. }
-                if self.shared.serving_mp.load(Ordering::SeqCst) != txn_id =>
-            {
-                // A step of a transaction this node does not serve (it ended here, or a
-                // coordinator that lost its place still runs it): answered now, not queued
-                // where nobody reads it.
-                reply(Err(ErrorData { status: -5, message: format!("this node is not serving multi-partition transaction {txn_id}") }))
-            }
-            message => {
-                if let Err(e) = self.shared.remote_steps.0.try_send(RemoteStep { message, reply }) {
-                    let step = e.into_inner();
-                    (step.reply)(Err(ErrorData { status: -5, message: "this node has too many multi-partition steps waiting".into() }));
-                }
+            MpRemote::Fragment { txn_id, .. } | MpRemote::Prepare { txn_id, .. } | MpRemote::End { txn_id, .. } => {
+                self.shared.remote_steps.offer(txn_id, RemoteStep { message, reply })
             }
         }
     }

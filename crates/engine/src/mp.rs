@@ -83,6 +83,8 @@ pub enum MpWork {
     /// (`mp_cluster.rs`); `reply` answers once this node's partitions are parked.
     RemoteSession {
         txn_id: i64,
+        /// The node that sent the `Begin`.
+        coordinator: u32,
         reply: RemoteReply,
     },
     Shutdown,
@@ -405,7 +407,7 @@ impl Coordinator {
                 reply(outcome);
             }
             MpWork::SnapshotPart { id, partition, result } => self.snapshot_part(id, partition, result),
-            MpWork::RemoteSession { txn_id, reply } => self.remote_session(txn_id, reply),
+            MpWork::RemoteSession { txn_id, coordinator, reply } => self.remote_session(txn_id, coordinator, reply),
             MpWork::Shutdown => {}
         }
     }

@@ -56,6 +56,81 @@ pub struct RemoteStep {
     pub reply: RemoteReply,
 }
 
+/// The steps of the transaction this node serves for the coordinator (`remote_session`),
+/// and which transaction that is. A step is queued only while its transaction is served,
+/// and a session that ends answers every step still queued, both under one lock: a step
+/// that arrives as its session ends is refused at once, never left in a queue nobody
+/// reads. (One was: the End a new coordinator sent while settling a transaction whose
+/// session was just ending waited 30 s for an answer, and every multi-partition call
+/// waited behind it.)
+pub(crate) struct RemoteSteps {
+    /// The transaction served (0: none).
+    serving: std::sync::Mutex<i64>,
+    /// The transaction whose `Begin` arrived last: once it is not the one served, the
+    /// coordinator has moved on (see `remote_session`).
+    begun_last: std::sync::atomic::AtomicI64,
+    tx: crossbeam_channel::Sender<RemoteStep>,
+    rx: crossbeam_channel::Receiver<RemoteStep>,
+}
+
+impl RemoteSteps {
+    pub(crate) fn new(max: usize) -> RemoteSteps {
+        let (tx, rx) = crossbeam_channel::bounded(max);
+        RemoteSteps { serving: std::sync::Mutex::new(0), begun_last: std::sync::atomic::AtomicI64::new(0), tx, rx }
+    }
+
+    fn serving(&self) -> std::sync::MutexGuard<'_, i64> {
+        self.serving.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a step of transaction `txn_id` for its session, or answers it with why not.
+    pub(crate) fn offer(&self, txn_id: i64, step: RemoteStep) {
+        let serving = self.serving();
+        let refused = match *serving == txn_id {
+            // A step of a transaction not served here (it ended here, or a coordinator
+            // that lost its place still runs it).
+            false => Some((step, format!("this node is not serving multi-partition transaction {txn_id}"))),
+            true => self.tx.try_send(step).err().map(|e| (e.into_inner(), "this node has too many multi-partition steps waiting".into())),
+        };
+        drop(serving);
+        if let Some((step, message)) = refused {
+            (step.reply)(Err(ErrorData { status: -5, message }));
+        }
+    }
+
+    /// A `Begin` of `txn_id` arrived (its session starts once this node's coordinator
+    /// thread takes it).
+    pub(crate) fn begin_arrived(&self, txn_id: i64) {
+        self.begun_last.store(txn_id, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a `Begin` of a transaction other than `txn_id` arrived after `txn_id`'s.
+    fn superseded(&self, txn_id: i64) -> bool {
+        self.begun_last.load(std::sync::atomic::Ordering::SeqCst) != txn_id
+    }
+
+    /// The next step for the session, waiting at most `wait`.
+    fn next(&self, wait: Duration) -> std::result::Result<RemoteStep, RecvTimeoutError> {
+        self.rx.recv_timeout(wait)
+    }
+
+    fn begin(&self, txn_id: i64) {
+        *self.serving() = txn_id;
+    }
+
+    /// The session has ended: steps still queued are answered, and no more are taken.
+    fn end(&self) {
+        let mut serving = self.serving();
+        let ended = std::mem::take(&mut *serving);
+        let left: Vec<RemoteStep> = self.rx.try_iter().collect();
+        drop(serving);
+        for step in left {
+            let message = format!("multi-partition transaction {ended} ended here before this step was taken");
+            (step.reply)(Err(ErrorData { status: -5, message }));
+        }
+    }
+}
+
 /// What a transaction did to one partition led here: for its replicas.
 #[derive(Default)]
 pub(crate) struct Share {
@@ -552,7 +627,7 @@ impl Coordinator {
     /// Serves transaction `txn_id` for the coordinating node: parks the partitions this
     /// node leads, runs the fragments it sends, prepares their shares when asked, and
     /// applies the outcome it decides before letting the partitions go.
-    pub(crate) fn remote_session(&mut self, txn_id: i64, begun: RemoteReply) {
+    pub(crate) fn remote_session(&mut self, txn_id: i64, coordinator: u32, begun: RemoteReply) {
         let Some(hooks) = self.shared.cluster.get().cloned() else {
             return begun(Err(ErrorData { status: -5, message: "this node is not in a cluster".into() }));
         };
@@ -563,13 +638,13 @@ impl Coordinator {
         for &p in &here {
             let _ = self.links[p as usize].queue.send(SiteMsg::MpBegin { txn_id, log_marker: false });
         }
-        self.shared.serving_mp.store(txn_id, std::sync::atomic::Ordering::SeqCst);
+        self.shared.remote_steps.begin(txn_id);
         mp_ledger::lock(&self.shared.ledger).session_begin(txn_id, false);
         // Steps of this transaction are taken from here until the session returns.
         struct Serving<'a>(&'a crate::engine::Shared);
         impl Drop for Serving<'_> {
             fn drop(&mut self) {
-                self.0.serving_mp.store(0, std::sync::atomic::Ordering::SeqCst);
+                self.0.remote_steps.end();
                 mp_ledger::lock(&self.0.ledger).session_end();
             }
         }
@@ -578,24 +653,21 @@ impl Coordinator {
         begun(Ok(TableData { columns: Vec::new(), rows: Vec::new() }));
         let plans = self.registry.plan_cache(self.catalog.clone());
         let mut shares: BTreeMap<u32, Share> = BTreeMap::new();
-        let coordinator = hooks.mp_coordinator();
         let (mut prepare_sent, mut prepared) = (false, false);
         let mut last_step = std::time::Instant::now();
         let durable = shared.durable.clone();
         loop {
-            let step = match self.shared.remote_steps.1.recv_timeout(REMOTE_SESSION_POLL) {
+            let step = match self.shared.remote_steps.next(REMOTE_SESSION_POLL) {
                 Ok(step) => step,
                 Err(RecvTimeoutError::Timeout) if prepared => {
                     // Prepared, the outcome is the coordinator's to give, or its successor's.
-                    if let Some(c) = coordinator.filter(|c| declared_down(&*hooks, *c)) {
-                        if hooks.mp_coordinator() == Some(hooks.topology().me) {
-                            // The successor is this node, and this session its thread.
-                            let (_, outcomes) = self.resolve_in_doubt(&*hooks);
-                            if let Some(&commit) = outcomes.get(&txn_id) {
-                                tracing::warn!(txn_id, commit, "node {c}, coordinating multi-partition transaction {txn_id}, went down after it was prepared: settled here");
-                                drop(decide_shares(&*hooks, &durable, &shared.ledger, txn_id, commit, &shares));
-                                return ended(&self.links, &here, commit);
-                            }
+                    // The successor is this node, and this session its thread.
+                    if declared_down(&*hooks, coordinator) && hooks.mp_coordinator() == Some(hooks.topology().me) {
+                        let (_, outcomes) = self.resolve_in_doubt(&*hooks);
+                        if let Some(&commit) = outcomes.get(&txn_id) {
+                            tracing::warn!(txn_id, commit, "node {coordinator}, coordinating multi-partition transaction {txn_id}, went down after it was prepared: settled here");
+                            drop(decide_shares(&*hooks, &durable, &shared.ledger, txn_id, commit, &shares));
+                            return ended(&self.links, &here, commit);
                         }
                     }
                     // Deposed: the partitions' new leaders hold the shares and get the outcome.
@@ -613,8 +685,16 @@ impl Coordinator {
                     // Not prepared: the coordinator cannot commit without this node, so the
                     // session may end here as soon as the coordinator is gone or this node
                     // is cut off from the majority.
-                    if let Some(c) = coordinator.filter(|c| declared_down(&*hooks, *c)) {
-                        tracing::warn!(txn_id, "node {c}, coordinating multi-partition transaction {txn_id}, was declared down before it was prepared: rolled back here");
+                    if declared_down(&*hooks, coordinator) {
+                        tracing::warn!(txn_id, "node {coordinator}, coordinating multi-partition transaction {txn_id}, was declared down before it was prepared: rolled back here");
+                        return self.session_abort(&*hooks, txn_id, &here, prepare_sent, &shares);
+                    }
+                    // A coordinator runs one transaction at a time and begins the next only
+                    // once this one has ended: a later `Begin` means its coordinator gave up
+                    // on this one (its `Begin` came late, or its `End` was lost), or another
+                    // node coordinates now (and its question fenced this session).
+                    if self.shared.remote_steps.superseded(txn_id) {
+                        tracing::warn!(txn_id, "another multi-partition transaction began before {txn_id} was prepared: rolled back here");
                         return self.session_abort(&*hooks, txn_id, &here, prepare_sent, &shares);
                     }
                     if !hooks.serving() {
@@ -707,5 +787,84 @@ impl Coordinator {
         share.specs.push(named);
         share.results.push(t.clone());
         Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A step whose answer is counted, and sent on `answers` (Ok or the error's message).
+    fn step(answers: &crossbeam_channel::Sender<std::result::Result<(), String>>) -> RemoteStep {
+        let answers = answers.clone();
+        RemoteStep {
+            message: MpRemote::InDoubt,
+            reply: Box::new(move |a: RemoteAnswer| drop(answers.send(a.map(drop).map_err(|e| e.message)))),
+        }
+    }
+
+    #[test]
+    fn a_step_is_queued_only_while_its_transaction_is_served_and_answered_when_it_ends() {
+        let steps = RemoteSteps::new(4);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        steps.offer(7, step(&tx));
+        assert!(rx.try_recv().expect("answered at once").unwrap_err().contains("not serving multi-partition transaction 7"));
+        steps.begin(7);
+        steps.offer(8, step(&tx));
+        assert!(rx.try_recv().expect("another transaction's step is answered at once").is_err());
+        steps.offer(7, step(&tx));
+        let taken = steps.next(Duration::from_millis(1)).expect("the served transaction's step is queued");
+        (taken.reply)(Ok(TableData { columns: Vec::new(), rows: Vec::new() }));
+        assert_eq!(rx.try_recv(), Ok(Ok(())));
+        // A step queued as the session ends is answered by the end, not left behind.
+        steps.offer(7, step(&tx));
+        assert!(rx.try_recv().is_err(), "answered before the session ended");
+        steps.end();
+        assert!(rx.try_recv().expect("answered by the end").unwrap_err().contains("ended here before this step was taken"));
+        steps.offer(7, step(&tx));
+        assert!(rx.try_recv().expect("answered at once after the end").is_err());
+        assert!(steps.next(Duration::from_millis(1)).is_err(), "a step was left in the queue");
+        // A full queue refuses rather than waits.
+        steps.begin(9);
+        for _ in 0..5 {
+            steps.offer(9, step(&tx));
+        }
+        assert!(rx.try_recv().expect("the fifth step is refused").unwrap_err().contains("too many"));
+    }
+
+    /// Sessions begin and end on one thread while steps of them arrive on another: every
+    /// step is answered (taken by its session, or refused), none is left unanswered.
+    #[test]
+    fn steps_racing_the_end_of_their_session_are_all_answered() {
+        let steps = Arc::new(RemoteSteps::new(64));
+        let current = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let offered = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let offering = {
+            let (steps, current, offered, stop, tx) = (steps.clone(), current.clone(), offered.clone(), stop.clone(), tx.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    steps.offer(current.load(Ordering::SeqCst), step(&tx));
+                    offered.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        for txn_id in 1..=2_000 {
+            current.store(txn_id, Ordering::SeqCst);
+            steps.begin(txn_id);
+            if let Ok(s) = steps.next(Duration::from_micros(50)) {
+                (s.reply)(Ok(TableData { columns: Vec::new(), rows: Vec::new() }));
+            }
+            steps.end();
+        }
+        stop.store(true, Ordering::Relaxed);
+        offering.join().expect("the offering thread");
+        // Steps left queued (and their senders) go with the queue.
+        drop((steps, tx));
+        let answered = rx.iter().count();
+        assert!(offered.load(Ordering::SeqCst) > 0);
+        assert_eq!(answered, offered.load(Ordering::SeqCst), "a step was never answered");
     }
 }

@@ -122,7 +122,7 @@ impl ClusterHooks for Hooks {
 
     fn mp_remote(&self, node: u32, message: MpRemote) -> RemoteAnswer {
         let (tx, rx) = mpsc::channel();
-        self.net.engine(node).mp_participant(message, Box::new(move |a| tx.send(a).unwrap()));
+        self.net.engine(node).mp_participant(self.me, message, Box::new(move |a| tx.send(a).unwrap()));
         rx.recv_timeout(Duration::from_secs(30)).expect("a participant's answer")
     }
 }
@@ -338,7 +338,7 @@ fn a_session_not_prepared_when_its_coordinator_is_declared_down_lets_its_partiti
     let b = net.engine(1).clone();
     schema(&b);
     let (begun_tx, begun) = mpsc::channel();
-    b.mp_participant(MpRemote::Begin { txn_id: 1 << 40 }, Box::new(move |a| begun_tx.send(a).unwrap()));
+    b.mp_participant(0, MpRemote::Begin { txn_id: 1 << 40 }, Box::new(move |a| begun_tx.send(a).unwrap()));
     assert!(begun.recv_timeout(Duration::from_secs(30)).expect("an answer to Begin").is_ok());
     // A key of partition 1, led by node 1: its write waits behind the parked transaction.
     let ring = lockstep_core::HashRing::new(PARTITIONS);
@@ -354,11 +354,37 @@ fn a_session_not_prepared_when_its_coordinator_is_declared_down_lets_its_partiti
     stop(&net, dirs);
 }
 
+/// A `Begin` that comes late (its coordinator gave up on it) starts a session nobody
+/// drives, with this node's partitions parked. The coordinator's next `Begin` ends it,
+/// rolled back, instead of waiting behind it until `REMOTE_SESSION_IDLE`.
+#[test]
+fn a_session_not_prepared_ends_when_another_transaction_begins() {
+    let (net, dirs) = cluster("mp-superseded", vec![0, 1]);
+    let b = net.engine(1).clone();
+    schema(&b);
+    // Node 0 stays silent: its settling of undecided transactions (when the cluster
+    // changes) would end the first session too.
+    net.engine(0).shutdown();
+    let step = |message: MpRemote, wait: Duration| {
+        let (tx, rx) = mpsc::channel();
+        b.mp_participant(0, message, Box::new(move |a| tx.send(a).unwrap()));
+        rx.recv_timeout(wait)
+    };
+    let wait = lockstep_engine::mp_cluster::REMOTE_SESSION_IDLE / 2;
+    assert!(step(MpRemote::Begin { txn_id: 1 << 40 }, wait).expect("an answer to the first Begin").is_ok());
+    let second = step(MpRemote::Begin { txn_id: (1 << 40) + 1 }, wait);
+    assert!(second.expect("the second Begin waited for the first session's idle limit").is_ok());
+    let ended = step(MpRemote::End { txn_id: 1 << 40, commit: true }, wait).expect("an answer to the first End");
+    assert!(ended.is_err_and(|e| e.message.contains("not serving")), "the first session was still served");
+    assert!(step(MpRemote::End { txn_id: (1 << 40) + 1, commit: false }, wait).expect("an answer to End").is_ok());
+    stop(&net, dirs);
+}
+
 #[test]
 fn a_step_of_a_transaction_the_node_does_not_serve_is_answered_at_once() {
     let (net, dirs) = cluster("stray", vec![0, 1]);
     let (tx, rx) = mpsc::channel();
-    net.engine(1).mp_participant(MpRemote::End { txn_id: 42, commit: true }, Box::new(move |a| tx.send(a).unwrap()));
+    net.engine(1).mp_participant(0, MpRemote::End { txn_id: 42, commit: true }, Box::new(move |a| tx.send(a).unwrap()));
     let answer = rx.recv_timeout(Duration::from_secs(5)).expect("answered at once, not queued");
     assert!(answer.is_err_and(|e| e.message.contains("not serving")));
     stop(&net, dirs);
@@ -399,7 +425,7 @@ fn a_share_held_undecided_is_reported_refuses_calls_and_applies_its_outcome() {
 
     let ask = |message: MpRemote| {
         let (tx, rx) = mpsc::channel();
-        b.mp_participant(message, Box::new(move |a| tx.send(a).unwrap()));
+        b.mp_participant(0, message, Box::new(move |a| tx.send(a).unwrap()));
         rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
     };
     let report = |t: TableData| match &t.rows[0][0] {

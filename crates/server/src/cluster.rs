@@ -756,7 +756,7 @@ impl Service for ServiceLink {
                 return engine.run_forwarded_mp(request, timeout_ms.map(Duration::from_millis), reply);
             }
             Ok(Forwarded::MpStep(step)) => {
-                return engine.mp_participant(step, Box::new(move |a| answer(encode_answer(&ForwardAnswer::Step(a)))));
+                return engine.mp_participant(from, step, Box::new(move |a| answer(encode_answer(&ForwardAnswer::Step(a)))));
             }
             Ok(Forwarded::RejoinBegin { joiner, incarnation }) => {
                 return glue.begin_rejoin(&engine, partition, joiner, incarnation, answer)
