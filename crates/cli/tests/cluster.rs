@@ -212,6 +212,29 @@ async fn a_three_node_k1_cluster_shares_its_schema_serves_every_partition_and_su
     }
 }
 
+/// A multi-partition call that reaches a node other than the coordinator is sent on to the
+/// coordinator. If the coordinator is paused, the call is answered once the cluster
+/// declares it down (its outcome unknown: it may have run), within about a second, not
+/// after the forwarding limit (30 s for a call without a timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_partition_call_forwarded_to_a_coordinator_that_goes_silent_is_answered_once_it_is_declared_down() {
+    let dir = TempDir::new("cluster-mp-forward");
+    let nodes = tokio::task::spawn_blocking(move || (start_cluster(&dir.0, 3, 1), dir)).await.expect("start the cluster");
+    let (nodes, _dir) = nodes;
+    let via = connect(&nodes[1]).await;
+    ok(&via, "@AdHoc", vec![s("CREATE TABLE kv (k BIGINT NOT NULL, v VARCHAR(32), PRIMARY KEY (k)); PARTITION TABLE kv ON COLUMN k;")])
+        .await;
+    wait_for("a multi-partition read through node 1", || async { count(&via, "kv").await }).await;
+    // Node 0 coordinates (the lowest node that leads a partition).
+    let paused = nodes[0].pid().to_string();
+    let _ = Command::new("kill").args(["-STOP", &paused]).status();
+    let answered = tokio::time::timeout(LIVENESS_LIMIT / 2, via.call("@AdHoc", vec![s("SELECT COUNT(*) FROM kv")])).await;
+    let _ = Command::new("kill").args(["-CONT", &paused]).status();
+    let r = answered.expect("the forwarded call waited for the forwarding limit").expect("an answer");
+    assert_ne!(r.status, 1, "a paused coordinator answered");
+    assert!(r.status_string.as_deref().is_some_and(|why| why.contains("declared down")), "{:?}", r.status_string);
+}
+
 #[test]
 fn flags_that_cannot_form_a_cluster_are_refused_with_the_reason() {
     let dir = TempDir::new("cluster-flags");

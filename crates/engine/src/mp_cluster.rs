@@ -453,6 +453,10 @@ impl Coordinator {
             match hooks.mp_remote(n, MpRemote::Begin { txn_id }) {
                 Ok(_) => begun.push(n),
                 Err(e) => {
+                    // The `Begin` may have reached the node all the same (only its answer
+                    // was lost, or the wait gave up): the next settling, on an idle tick if
+                    // no call comes first, finds such a session and ends it.
+                    self.in_doubt_settled = None;
                     result = Err(Error::from(e));
                     break;
                 }

@@ -35,6 +35,8 @@ struct Net {
     barriers: Mutex<Vec<Committed>>,
     /// The topology says node 0 (the coordinator) was declared down.
     coordinator_down: AtomicBool,
+    /// A `Begin` reaches its node but its answer is lost (the coordinator's wait gives up).
+    lose_begin_answers: AtomicBool,
 }
 
 impl Net {
@@ -121,8 +123,12 @@ impl ClusterHooks for Hooks {
     }
 
     fn mp_remote(&self, node: u32, message: MpRemote) -> RemoteAnswer {
+        let lost = matches!(message, MpRemote::Begin { .. }) && self.net.lose_begin_answers.load(Ordering::SeqCst);
         let (tx, rx) = mpsc::channel();
-        self.net.engine(node).mp_participant(self.me, message, Box::new(move |a| tx.send(a).unwrap()));
+        self.net.engine(node).mp_participant(self.me, message, Box::new(move |a| drop(tx.send(a))));
+        if lost {
+            return Err(lockstep_engine::cluster::ErrorData { status: -5, message: "the answer was lost".into() });
+        }
         rx.recv_timeout(Duration::from_secs(30)).expect("a participant's answer")
     }
 }
@@ -140,6 +146,7 @@ fn cluster(name: &str, leaders: Vec<u32>) -> (Arc<Net>, Vec<std::path::PathBuf>)
         held: Mutex::default(),
         barriers: Mutex::default(),
         coordinator_down: AtomicBool::new(false),
+        lose_begin_answers: AtomicBool::new(false),
     });
     let mut engines = Vec::new();
     let mut dirs = Vec::new();
@@ -377,6 +384,43 @@ fn a_session_not_prepared_ends_when_another_transaction_begins() {
     let ended = step(MpRemote::End { txn_id: 1 << 40, commit: true }, wait).expect("an answer to the first End");
     assert!(ended.is_err_and(|e| e.message.contains("not serving")), "the first session was still served");
     assert!(step(MpRemote::End { txn_id: (1 << 40) + 1, commit: false }, wait).expect("an answer to End").is_ok());
+    stop(&net, dirs);
+}
+
+/// A `Begin` whose answer the coordinator never got (a pause, a cut) may still have started
+/// a session on its node, parking the partitions there. Nothing else may come after it
+/// (no other multi-partition call): the coordinator's next idle tick looks for undecided
+/// transactions, finds the session and ends it, long before its idle limit.
+#[test]
+fn a_session_whose_begin_went_unanswered_is_ended_by_the_coordinator() {
+    // Partition 1 is led by node 1, which node 0 (the coordinator) parks.
+    let (net, dirs) = cluster("mp-lost-begin", vec![0, 1]);
+    let (a, b) = (net.engine(0).clone(), net.engine(1).clone());
+    schema(&a);
+    // Both coordinator threads have served a transaction: neither is busy starting up.
+    assert!(call(&a, "CountAll", vec![]).is_success());
+    let in_doubt = || {
+        let (tx, rx) = mpsc::channel();
+        b.mp_participant(0, MpRemote::InDoubt, Box::new(move |a| tx.send(a).unwrap()));
+        rx.recv_timeout(Duration::from_secs(30)).expect("an in-doubt report").expect("a report")
+    };
+    let nothing_open = in_doubt();
+    net.lose_begin_answers.store(true, Ordering::SeqCst);
+    assert!(!call(&a, "CountAll", vec![]).is_success(), "the transaction ran though its Begin went unanswered");
+    net.lose_begin_answers.store(false, Ordering::SeqCst);
+    // The session started on node 1 (asking fences it; it still parks the partition).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while in_doubt() == nothing_open {
+        assert!(std::time::Instant::now() < deadline, "no session started for the lost Begin");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ring = lockstep_core::HashRing::new(PARTITIONS);
+    let key = (0..1_000i64).find(|k| ring.partition_for(&Value::Int(*k)) == 1).expect("a key of partition 1");
+    let (tx, answered) = mpsc::channel();
+    let call = Call { procedure: "KV.insert".into(), params: vec![Value::Int(key), Value::Str("after".into())], ..Default::default() };
+    b.submit(call, Box::new(move |o| tx.send(o).unwrap()));
+    let o = answered.recv_timeout(lockstep_engine::mp_cluster::REMOTE_SESSION_IDLE / 2).expect("the partition stayed parked");
+    assert!(o.is_success(), "{:?}", o.status_string);
     stop(&net, dirs);
 }
 

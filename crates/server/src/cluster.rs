@@ -485,15 +485,9 @@ impl ClusterGlue {
             Some(answer) => answer,
             None => self.node.start_invoke(leader, partition, payload.to_vec(), limit)?,
         };
-        let gone = async {
-            loop {
-                sleep(Duration::from_millis(FORWARD_RETRY_MS)).await;
-                let view = self.views.borrow();
-                if view.state.leader(partition) != Some(leader) || view.standing != Standing::Serving {
-                    return;
-                }
-            }
-        };
+        let gone = self.until_view(Duration::from_millis(FORWARD_RETRY_MS), |view| {
+            view.state.leader(partition) != Some(leader) || view.standing != Standing::Serving
+        });
         tokio::select! {
             r = answer => r,
             () = gone => Err(CallError::Closed {
@@ -503,11 +497,32 @@ impl ClusterGlue {
         }
     }
 
+    /// Returns once this node's view of the cluster satisfies `gone` (looked at every
+    /// `every`): how a wait for another node's answer ends when that node is lost.
+    async fn until_view(&self, every: Duration, gone: impl Fn(&ClusterView) -> bool) {
+        loop {
+            sleep(every).await;
+            if gone(&self.views.borrow()) {
+                return;
+            }
+        }
+    }
+
     /// Answers `reply` with what the node that coordinates multi-partition calls says to
-    /// the call `sent` to it.
+    /// the call `sent` to it. The wait ends once that node is declared down or this one is
+    /// cut off (the call is then of unknown outcome), not after the whole forwarding limit:
+    /// the cluster has a new coordinator within a second.
     async fn forward_mp_call(self: Arc<Self>, to: NodeId, sent: Result<InvokeAnswer, CallError>, reply: Reply) {
+        let gone =
+            self.until_view(Duration::from_millis(MP_STEP_CHECK_MS), |view| !view.state.is_alive(to) || view.standing != Standing::Serving);
         let answer = match sent {
-            Ok(answer) => answer.await,
+            Ok(answer) => tokio::select! {
+                r = answer => r,
+                () = gone => Err(CallError::Closed {
+                    peer: to,
+                    reason: format!("node {to} was declared down, or this node cut off, while the call waited for its answer"),
+                }),
+            },
             Err(e) => Err(e),
         };
         let outcome = match answer {
@@ -662,15 +677,8 @@ impl ClusterHooks for ClusterGlue {
         let limit = Duration::from_millis(MP_STEP_TIMEOUT_MS);
         // The step is given up as soon as its node is declared down or this node is cut off
         // from the majority: the coordinator's partitions stay parked while it waits.
-        let gone = async {
-            loop {
-                sleep(Duration::from_millis(MP_STEP_CHECK_MS)).await;
-                let view = self.views.borrow();
-                if !view.state.is_alive(node) || view.standing != Standing::Serving {
-                    return;
-                }
-            }
-        };
+        let gone = self
+            .until_view(Duration::from_millis(MP_STEP_CHECK_MS), |view| !view.state.is_alive(node) || view.standing != Standing::Serving);
         let answered = self.runtime.block_on(async {
             tokio::select! {
                 r = self.node.invoke_step(node, payload, limit) => Some(r),
