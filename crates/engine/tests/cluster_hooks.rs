@@ -174,6 +174,24 @@ fn stop(net: &Net, dirs: Vec<std::path::PathBuf>) {
     }
 }
 
+/// Sends `engine` a step as node 0 (the coordinator) would; its answer, if one comes
+/// within `wait`.
+fn ask(engine: &Engine, message: MpRemote, wait: Duration) -> Result<RemoteAnswer, mpsc::RecvTimeoutError> {
+    let (tx, rx) = mpsc::channel();
+    engine.mp_participant(0, message, Box::new(move |a| drop(tx.send(a))));
+    rx.recv_timeout(wait)
+}
+
+/// Submits a write of a key of partition 1 to `engine`; its answer comes on the receiver.
+fn write_to_partition_1(engine: &Engine) -> mpsc::Receiver<Outcome> {
+    let ring = lockstep_core::HashRing::new(PARTITIONS);
+    let key = (0..1_000i64).find(|k| ring.partition_for(&Value::Int(*k)) == 1).expect("a key of partition 1");
+    let (tx, answered) = mpsc::channel();
+    let call = Call { procedure: "KV.insert".into(), params: vec![Value::Int(key), Value::Str("after".into())], ..Default::default() };
+    engine.submit(call, Box::new(move |o| drop(tx.send(o))));
+    answered
+}
+
 fn call(engine: &Engine, procedure: &str, params: Vec<Value>) -> Outcome {
     let (tx, rx) = mpsc::channel();
     engine.submit(Call { procedure: procedure.into(), params, ..Default::default() }, Box::new(move |o| tx.send(o).unwrap()));
@@ -344,15 +362,9 @@ fn a_session_not_prepared_when_its_coordinator_is_declared_down_lets_its_partiti
     let (net, dirs) = cluster("mp-down", vec![0, 1]);
     let b = net.engine(1).clone();
     schema(&b);
-    let (begun_tx, begun) = mpsc::channel();
-    b.mp_participant(0, MpRemote::Begin { txn_id: 1 << 40 }, Box::new(move |a| begun_tx.send(a).unwrap()));
-    assert!(begun.recv_timeout(Duration::from_secs(30)).expect("an answer to Begin").is_ok());
+    assert!(ask(&b, MpRemote::Begin { txn_id: 1 << 40 }, Duration::from_secs(30)).expect("an answer to Begin").is_ok());
     // A key of partition 1, led by node 1: its write waits behind the parked transaction.
-    let ring = lockstep_core::HashRing::new(PARTITIONS);
-    let key = (0..1_000i64).find(|k| ring.partition_for(&Value::Int(*k)) == 1).expect("a key of partition 1");
-    let (tx, answered) = mpsc::channel();
-    let call = Call { procedure: "KV.insert".into(), params: vec![Value::Int(key), Value::Str("after".into())], ..Default::default() };
-    b.submit(call, Box::new(move |o| tx.send(o).unwrap()));
+    let answered = write_to_partition_1(&b);
     assert!(answered.recv_timeout(PARKED_CHECK).is_err(), "the write ran while its partition was parked");
     // Declared down: the write runs long before the session's idle limit.
     net.coordinator_down.store(true, Ordering::SeqCst);
@@ -372,11 +384,7 @@ fn a_session_not_prepared_ends_when_another_transaction_begins() {
     // Node 0 stays silent: its settling of undecided transactions (when the cluster
     // changes) would end the first session too.
     net.engine(0).shutdown();
-    let step = |message: MpRemote, wait: Duration| {
-        let (tx, rx) = mpsc::channel();
-        b.mp_participant(0, message, Box::new(move |a| tx.send(a).unwrap()));
-        rx.recv_timeout(wait)
-    };
+    let step = |message: MpRemote, wait: Duration| ask(&b, message, wait);
     let wait = lockstep_engine::mp_cluster::REMOTE_SESSION_IDLE / 2;
     assert!(step(MpRemote::Begin { txn_id: 1 << 40 }, wait).expect("an answer to the first Begin").is_ok());
     let second = step(MpRemote::Begin { txn_id: (1 << 40) + 1 }, wait);
@@ -399,11 +407,7 @@ fn a_session_whose_begin_went_unanswered_is_ended_by_the_coordinator() {
     schema(&a);
     // Both coordinator threads have served a transaction: neither is busy starting up.
     assert!(call(&a, "CountAll", vec![]).is_success());
-    let in_doubt = || {
-        let (tx, rx) = mpsc::channel();
-        b.mp_participant(0, MpRemote::InDoubt, Box::new(move |a| tx.send(a).unwrap()));
-        rx.recv_timeout(Duration::from_secs(30)).expect("an in-doubt report").expect("a report")
-    };
+    let in_doubt = || ask(&b, MpRemote::InDoubt, Duration::from_secs(30)).expect("an in-doubt report").expect("a report");
     let nothing_open = in_doubt();
     net.lose_begin_answers.store(true, Ordering::SeqCst);
     assert!(!call(&a, "CountAll", vec![]).is_success(), "the transaction ran though its Begin went unanswered");
@@ -414,12 +418,8 @@ fn a_session_whose_begin_went_unanswered_is_ended_by_the_coordinator() {
         assert!(std::time::Instant::now() < deadline, "no session started for the lost Begin");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let ring = lockstep_core::HashRing::new(PARTITIONS);
-    let key = (0..1_000i64).find(|k| ring.partition_for(&Value::Int(*k)) == 1).expect("a key of partition 1");
-    let (tx, answered) = mpsc::channel();
-    let call = Call { procedure: "KV.insert".into(), params: vec![Value::Int(key), Value::Str("after".into())], ..Default::default() };
-    b.submit(call, Box::new(move |o| tx.send(o).unwrap()));
-    let o = answered.recv_timeout(lockstep_engine::mp_cluster::REMOTE_SESSION_IDLE / 2).expect("the partition stayed parked");
+    let o =
+        write_to_partition_1(&b).recv_timeout(lockstep_engine::mp_cluster::REMOTE_SESSION_IDLE / 2).expect("the partition stayed parked");
     assert!(o.is_success(), "{:?}", o.status_string);
     stop(&net, dirs);
 }
@@ -427,9 +427,8 @@ fn a_session_whose_begin_went_unanswered_is_ended_by_the_coordinator() {
 #[test]
 fn a_step_of_a_transaction_the_node_does_not_serve_is_answered_at_once() {
     let (net, dirs) = cluster("stray", vec![0, 1]);
-    let (tx, rx) = mpsc::channel();
-    net.engine(1).mp_participant(0, MpRemote::End { txn_id: 42, commit: true }, Box::new(move |a| tx.send(a).unwrap()));
-    let answer = rx.recv_timeout(Duration::from_secs(5)).expect("answered at once, not queued");
+    let answer =
+        ask(net.engine(1), MpRemote::End { txn_id: 42, commit: true }, Duration::from_secs(5)).expect("answered at once, not queued");
     assert!(answer.is_err_and(|e| e.message.contains("not serving")));
     stop(&net, dirs);
 }
@@ -467,11 +466,7 @@ fn a_share_held_undecided_is_reported_refuses_calls_and_applies_its_outcome() {
     let refused = call(&b, "KV.insert", vec![Value::Int(keys[1]), Value::Str("new".into())]);
     assert!(refused.status_string.as_deref().unwrap_or("").contains("waits for the outcome"), "{:?}", refused.status_string);
 
-    let ask = |message: MpRemote| {
-        let (tx, rx) = mpsc::channel();
-        b.mp_participant(0, message, Box::new(move |a| tx.send(a).unwrap()));
-        rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
-    };
+    let ask = |message: MpRemote| ask(&b, message, Duration::from_secs(30)).expect("an answer");
     let report = |t: TableData| match &t.rows[0][0] {
         Value::Bytes(b) => format!("{:?}", b.as_ref()),
         other => panic!("a report is one byte string, not {other:?}"),
