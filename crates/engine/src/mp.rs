@@ -262,6 +262,8 @@ struct PendingSnapshot {
 
 /// How long the coordinator waits for work before checking periodic duties.
 const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often a schema change waiting for a held share looks again (a warning every 100).
+const HELD_SHARE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Coordinator {
     pub fn new(
@@ -724,6 +726,9 @@ impl Coordinator {
     /// Sends a catalog to every site inside one MP transaction, logged with `record` (its
     /// markers are logged in any case, so a replay parks the sites for it too).
     fn install_on_sites(&mut self, catalog: Arc<Catalog>, record: Option<Record>, replay_id: Option<i64>) -> Result<()> {
+        if replay_id.is_none() {
+            self.wait_for_held_shares();
+        }
         let live = replay_id.is_none() && self.durable.logging();
         let txn_id = self.begin(replay_id, live);
         let durable = (live && record.is_some()).then(|| self.log_record(record.map(|r| with_txn_id(r, txn_id))));
@@ -736,6 +741,24 @@ impl Coordinator {
                 Err(e)
             }
             _ => result,
+        }
+    }
+
+    /// In a cluster, waits until no site here holds a share undecided (settling it, if
+    /// this node coordinates): such a site would not park for the schema change, and a
+    /// change every node has agreed to cannot be refused here for it.
+    fn wait_for_held_shares(&mut self) {
+        let Some(hooks) = self.shared.cluster.get().cloned() else { return };
+        let mut waited = 0u32;
+        while let Err(p) = self.settle_held_shares(&*hooks) {
+            if self.shared.is_shutting_down() {
+                return;
+            }
+            if waited.is_multiple_of(100) {
+                tracing::warn!("a schema change waits for partition {p}'s share of a multi-partition transaction to be settled");
+            }
+            waited += 1;
+            std::thread::sleep(HELD_SHARE_POLL);
         }
     }
 
@@ -776,10 +799,8 @@ impl Coordinator {
     /// Parks every site, marks their state for a snapshot and logs where it was taken;
     /// the sites then write their files between transactions.
     fn start_snapshot(&mut self, reply: Option<Reply>) {
-        // A site holding a prepared share parks only once it has its outcome.
         if let Some(hooks) = self.shared.cluster.get().cloned() {
-            let held = (0..self.links.len() as u32).find(|p| crate::mp_ledger::lock(&self.shared.ledger).held(*p).is_some());
-            if let Some(p) = held.filter(|_| self.settle_in_doubt(&*hooks).is_err()) {
+            if let Err(p) = self.settle_held_shares(&*hooks) {
                 if let Some(reply) = reply {
                     reply(Outcome::error(Error::unavailable(format!(
                         "partition {p} waits for the outcome of a multi-partition transaction; try the snapshot again shortly"

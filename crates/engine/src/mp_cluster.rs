@@ -263,14 +263,16 @@ impl Pending {
         (tx, Pending { rx, expected: 0, failed: None })
     }
 
-    /// Waits for every answer; the reason if any failed or none came in time.
+    /// Waits for every answer, for `REPLICATION_WAIT` in all; the reason if any failed or
+    /// any did not come in time.
     fn wait(self) -> Option<String> {
         let mut failed = self.failed;
+        let deadline = std::time::Instant::now() + REPLICATION_WAIT;
         for _ in 0..self.expected {
-            match self.rx.recv_timeout(REPLICATION_WAIT) {
+            match self.rx.recv_deadline(deadline) {
                 Ok(Ok(())) => {}
                 Ok(Err(why)) => failed = Some(why),
-                Err(_) => failed = Some(format!("the replicas did not confirm within {} s", REPLICATION_WAIT.as_secs())),
+                Err(_) => return Some(format!("the replicas did not confirm within {} s", REPLICATION_WAIT.as_secs())),
             }
         }
         failed
@@ -557,6 +559,27 @@ impl Coordinator {
         }
         let (settled, _) = self.resolve_in_doubt(hooks);
         settled.map(|()| self.in_doubt_settled = Some(fingerprint))
+    }
+
+    /// Before this node parks its sites outside a cluster transaction (a schema change, a
+    /// snapshot): a site holding a prepared share parks only once it has the share's
+    /// outcome, and on the coordinating node only this thread can decide it. So the
+    /// coordinator looks for undecided transactions now, whatever it found last time.
+    /// Returns a partition whose share is still held.
+    pub(crate) fn settle_held_shares(&mut self, hooks: &dyn ClusterHooks) -> std::result::Result<(), u32> {
+        let partitions = self.links.len() as u32;
+        let shared = self.shared.clone();
+        let held = || (0..partitions).find(|p| mp_ledger::lock(&shared.ledger).held(*p).is_some());
+        if held().is_none() {
+            return Ok(());
+        }
+        if hooks.mp_coordinator() == Some(hooks.topology().me) {
+            self.in_doubt_settled = None;
+            if let Err(why) = self.settle_in_doubt(hooks) {
+                tracing::info!("a share held undecided is not settled yet: {why}");
+            }
+        }
+        held().map_or(Ok(()), Err)
     }
 
     /// As the coordinating node: asks every node leading partitions what it knows of

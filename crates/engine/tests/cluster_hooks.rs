@@ -43,6 +43,10 @@ impl Net {
     fn engine(&self, n: u32) -> &Arc<Engine> {
         &self.engines.get().expect("engines started")[n as usize]
     }
+    /// No replica's confirmation is outstanding or held back.
+    fn all_confirmed(&self) -> bool {
+        self.pending.lock().unwrap().is_empty() && self.held.lock().unwrap().is_empty()
+    }
     fn nodes(&self) -> u32 {
         self.engines.get().map_or(0, |e| e.len() as u32)
     }
@@ -87,13 +91,32 @@ impl ClusterHooks for Hooks {
             return self.net.held.lock().unwrap().push(committed);
         }
         committed(Ok(()));
+        // The answers waiting for what was appended before them, once it is all confirmed
+        // (under the barriers' lock, so none is queued after its last confirmation).
+        let ready = {
+            let mut barriers = self.net.barriers.lock().unwrap();
+            if self.net.all_confirmed() {
+                std::mem::take(&mut *barriers)
+            } else {
+                Vec::new()
+            }
+        };
+        ready.into_iter().for_each(|done| done(Ok(())));
     }
 
     fn after_appended(&self, _partition: u32, done: Committed) {
-        let unconfirmed = !self.net.pending.lock().unwrap().is_empty() || !self.net.held.lock().unwrap().is_empty();
-        match unconfirmed {
-            true => self.net.barriers.lock().unwrap().push(done),
-            false => done(Ok(())),
+        let now = {
+            let mut barriers = self.net.barriers.lock().unwrap();
+            match self.net.all_confirmed() {
+                true => Some(done),
+                false => {
+                    barriers.push(done);
+                    None
+                }
+            }
+        };
+        if let Some(done) = now {
+            done(Ok(()));
         }
     }
 
@@ -440,28 +463,14 @@ fn a_step_of_a_transaction_the_node_does_not_serve_is_answered_at_once() {
 /// given twice changes nothing.
 #[test]
 fn a_share_held_undecided_is_reported_refuses_calls_and_applies_its_outcome() {
-    use lockstep_engine::cluster::{ReplicatedEntry, TableData};
-    use lockstep_sql::{ExecCtx, FragmentSpec, StatementRef, Step};
+    use lockstep_engine::cluster::TableData;
     // Partition 1 is led by node 1: it gets the share as its predecessor replicated it.
     let (net, dirs) = cluster("held", vec![0, 1]);
     let b = net.engine(1).clone();
     schema(&b);
-    let ring = lockstep_core::HashRing::new(PARTITIONS);
-    let keys: Vec<i64> = (0..1_000i64).filter(|k| ring.partition_for(&Value::Int(*k)) == 1).take(2).collect();
+    let keys = keys_of(1, 2);
     let txn_id = 1 << 41;
-    let spec = FragmentSpec {
-        catalog_version: b.catalog().version,
-        statement: StatementRef::Sql(format!("INSERT INTO kv VALUES ({}, 'held')", keys[0]).into()),
-        params: vec![],
-        ctx: ExecCtx::new(txn_id, 0),
-        step: Step::Execute,
-    };
-    let entry = ReplicatedEntry::MpPart { txn_id, participants: vec![0, 1], specs: vec![spec] }.encode().unwrap();
-    // Both replicas hold it as entry 1 (the new leader's outcome is entry 2).
-    for n in 0..2 {
-        net.engine(n).run_replicated(1, 1, &entry).unwrap();
-    }
-    net.next_seq.lock().unwrap().insert(1, 1);
+    hold_share(&net, 1, txn_id, keys[0]);
 
     let refused = call(&b, "KV.insert", vec![Value::Int(keys[1]), Value::Str("new".into())]);
     assert!(refused.status_string.as_deref().unwrap_or("").contains("waits for the outcome"), "{:?}", refused.status_string);
@@ -489,5 +498,59 @@ fn a_share_held_undecided_is_reported_refuses_calls_and_applies_its_outcome() {
     assert!(call(&b, "KV.insert", vec![Value::Int(keys[1]), Value::Str("new".into())]).is_success());
     assert!(net.mismatches.lock().unwrap().is_empty(), "{:?}", net.mismatches.lock().unwrap());
     assert_eq!(state_hashes(&net.engine(0).clone()), state_hashes(&b), "the replica ran the share as the new leader did");
+    stop(&net, dirs);
+}
+
+/// `count` keys of `partition`.
+fn keys_of(partition: u32, count: usize) -> Vec<i64> {
+    let ring = lockstep_core::HashRing::new(PARTITIONS);
+    (0..1_000i64).filter(|k| ring.partition_for(&Value::Int(*k)) == partition).take(count).collect()
+}
+
+/// Every replica of `partition` holds a prepared share of `txn_id` (it inserts `key`), as
+/// when the leader that prepared it went down: its sites wait for the share's outcome.
+fn hold_share(net: &Net, partition: u32, txn_id: i64, key: i64) {
+    use lockstep_engine::cluster::ReplicatedEntry;
+    use lockstep_sql::{ExecCtx, FragmentSpec, StatementRef, Step};
+    let spec = FragmentSpec {
+        catalog_version: net.engine(0).catalog().version,
+        statement: StatementRef::Sql(format!("INSERT INTO kv VALUES ({key}, 'held')").into()),
+        params: vec![],
+        ctx: ExecCtx::new(txn_id, 0),
+        step: Step::Execute,
+    };
+    let entry = ReplicatedEntry::MpPart { txn_id, participants: vec![0, 1], specs: vec![spec] }.encode().unwrap();
+    // Both replicas hold it as entry 1 (the new leader's outcome is entry 2).
+    for n in 0..net.nodes() {
+        net.engine(n).run_replicated(partition, 1, &entry).unwrap();
+    }
+    net.next_seq.lock().unwrap().insert(partition, 1);
+}
+
+/// A schema change parks every site, and a site holding a share parks only once it has
+/// the share's outcome. On the coordinating node that outcome is decided by the very
+/// thread that applies the change: it settles the share first instead of waiting on it
+/// for good.
+#[test]
+fn a_schema_change_on_the_coordinator_settles_a_share_held_there_first() {
+    // Partition 0 is led by node 0, the coordinator.
+    let (net, dirs) = cluster("held-ddl", vec![0, 1]);
+    let a = net.engine(0).clone();
+    schema(&a);
+    // The coordinator has looked for undecided transactions since the cluster last changed.
+    assert!(call(&a, "CountAll", vec![]).is_success());
+    let key = keys_of(0, 1)[0];
+    hold_share(&net, 0, 1 << 41, key);
+    let refused = call(&a, "KV.insert", vec![Value::Int(key), Value::Str("new".into())]);
+    assert!(refused.status_string.as_deref().unwrap_or("").contains("waits for the outcome"), "{:?}", refused.status_string);
+    // Every node applies an agreed change, as the cluster's log hands it over.
+    let (tx, rx) = mpsc::channel();
+    a.apply_schema(vec!["CREATE TABLE extra (k BIGINT NOT NULL PRIMARY KEY)".into()], Box::new(move |o| drop(tx.send(o))));
+    let o = rx.recv_timeout(Duration::from_secs(20)).expect("the schema change waited on the held share");
+    assert!(o.is_success(), "{:?}", o.status_string);
+    assert!(sql(&a, "SELECT COUNT(*) FROM extra").is_success());
+    // Only partition 0 prepared: the share was rolled back, and the partition takes calls.
+    assert!(sql(&a, &format!("SELECT v FROM kv WHERE k = {key}")).tables[0].rows.is_empty());
+    assert!(call(&a, "KV.insert", vec![Value::Int(key), Value::Str("after".into())]).is_success());
     stop(&net, dirs);
 }

@@ -485,9 +485,7 @@ impl ClusterGlue {
             Some(answer) => answer,
             None => self.node.start_invoke(leader, partition, payload.to_vec(), limit)?,
         };
-        let gone = self.until_view(Duration::from_millis(FORWARD_RETRY_MS), |view| {
-            view.state.leader(partition) != Some(leader) || view.standing != Standing::Serving
-        });
+        let gone = self.until_view(Duration::from_millis(FORWARD_RETRY_MS), |view| leader_lost(view, partition, leader));
         tokio::select! {
             r = answer => r,
             () = gone => Err(CallError::Closed {
@@ -866,10 +864,17 @@ impl ClusterGlue {
         );
     }
 
-    /// Asks `leader` to send `what` about `partition` and reads its answer.
+    /// Asks `leader` to send `what` about `partition` and reads its answer. The wait ends
+    /// early once `leader` no longer leads the partition here (declared down, or this node
+    /// cut off): the next look for partitions to rejoin asks the new leader.
     async fn ask_for_rejoin(&self, leader: NodeId, partition: PartitionId, what: Forwarded, limit: u64) -> Result<ForwardAnswer, String> {
         let payload = postcard::to_stdvec(&what).map_err(|e| e.to_string())?;
-        match self.node.invoke(leader, partition, payload, Duration::from_millis(limit)).await {
+        let gone = self.until_view(Duration::from_millis(REJOIN_CHECK_MS), |view| leader_lost(view, partition, leader));
+        let answer = tokio::select! {
+            r = self.node.invoke(leader, partition, payload, Duration::from_millis(limit)) => r,
+            () = gone => return Err(format!("node {leader} no longer leads partition {partition} here (declared down, or this node cut off)")),
+        };
+        match answer {
             Ok(Ok(bytes)) => match postcard::from_bytes::<ForwardAnswer>(&bytes) {
                 Ok(ForwardAnswer::Refused(why)) => Err(format!("node {leader} refused: {why}")),
                 Ok(ForwardAnswer::NotLeader) => Err(format!("node {leader} no longer leads partition {partition}")),
@@ -941,6 +946,11 @@ impl ClusterGlue {
         let _ = std::fs::remove_file(&path);
         Ok(rows)
     }
+}
+
+/// Whether `leader` no longer leads `partition` in `view`, or this node was cut off.
+fn leader_lost(view: &ClusterView, partition: PartitionId, leader: NodeId) -> bool {
+    view.state.leader(partition) != Some(leader) || view.standing != Standing::Serving
 }
 
 /// Rejoins, one at a time, the partitions this node holds a replica of but is not a member
