@@ -247,7 +247,7 @@ pub struct Site {
     /// A multi-partition transaction that asked to park this site while a share was held.
     deferred: std::collections::VecDeque<SiteMsg>,
     ledger: Arc<std::sync::Mutex<crate::mp_ledger::Ledger>>,
-    busy_ns: Arc<[std::sync::atomic::AtomicU64]>,
+    busy_ns: Arc<[crate::engine::BusyCounter]>,
 }
 
 /// A prepared share this site holds.
@@ -292,7 +292,7 @@ pub struct SiteLinks {
     pub cluster: ClusterLink,
     pub ledger: Arc<std::sync::Mutex<crate::mp_ledger::Ledger>>,
     /// Nanoseconds each site has spent running transactions and fragments, by site.
-    pub busy_ns: Arc<[std::sync::atomic::AtomicU64]>,
+    pub(crate) busy_ns: Arc<[crate::engine::BusyCounter]>,
 }
 
 impl Site {
@@ -634,6 +634,8 @@ impl Site {
     /// Runs one single-partition transaction. A live call (`reply`) that changed data is
     /// logged before it is answered; a replayed one (`replay_id`) runs with its logged id.
     fn run_single(&mut self, work: SpWork, params: Vec<Value>, run: Run) {
+        // One look at the clock serves the id, the statistics and the deadline.
+        let started = std::time::Instant::now();
         let (txn_id, reply, replay_id, timeout, replicated) = match run {
             Run::Replay(id) => {
                 self.ids.advance_past(id);
@@ -644,11 +646,9 @@ impl Site {
                 self.ids.advance_past(txn_id);
                 (txn_id, None, Some(txn_id), None, Some(seq))
             }
-            Run::Live { reply, timeout } => (self.ids.next_id(), Some(reply), None, timeout, None),
+            Run::Live { reply, timeout } => (self.ids.next_id_at(started), Some(reply), None, timeout, None),
         };
         let mut ctx = ExecCtx::new(txn_id, timestamp_micros(txn_id));
-        // One look at the clock serves the statistics and the deadline.
-        let started = std::time::Instant::now();
         if replay_id.is_some() {
             // A replayed transaction ran to its end once: no cap may stop it now (and it
             // has no deadline).
@@ -891,7 +891,7 @@ impl Site {
     /// Counts time this site spent running work (`lockstep_partition_busy_seconds_total`).
     fn add_busy(&self, took: std::time::Duration) {
         if let Some(n) = self.busy_ns.get(self.id as usize) {
-            n.fetch_add(took.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            n.0.fetch_add(took.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

@@ -153,11 +153,13 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
         Want::FirstValues => {
             // The statement runs to its end, as with a table: an error in a later row
             // (a division by zero, say) still fails the call.
-            let mut first: Option<Row> = None;
+            // Filled in place: a row of inline values is too large to move about cheaply.
+            let (mut first, mut found) = (Row::new(), false);
             let each = stmt.shared.with_host(|h| {
                 h.execute_each(stmt.id, &params, &mut |row| {
-                    if first.is_none() {
-                        first = Some(row.iter().cloned().collect());
+                    if !found {
+                        found = true;
+                        first.extend(row.iter().cloned());
                     }
                     Ok(true)
                 })
@@ -165,12 +167,12 @@ unsafe fn run(l: *mut ffi::lua_State, want: Want) -> Next {
             if let Err(next) = ran(l, stmt, each) {
                 return next;
             }
-            match &first {
-                Some(row) => match push_scalars(l, row) {
-                    Some(n) => Next::Return(n),
-                    None => build(l, stmt, push_values, row, &[], ffi::LUA_MULTRET),
-                },
-                None => Next::Return(0),
+            if !found {
+                return Next::Return(0);
+            }
+            match push_scalars(l, &first) {
+                Some(n) => Next::Return(n),
+                None => build(l, stmt, push_values, &first, &[], ffi::LUA_MULTRET),
             }
         }
         // `first` and `query` keep a table (its columns name the row's keys).

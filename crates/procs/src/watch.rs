@@ -129,11 +129,12 @@ impl Watch {
     }
 
     /// Runs `call` watched, with no hook: `Overtime` when it ran past the rerun limit,
-    /// `TimedOut` when it also ran past `time_limit`. Reads the clock twice, as a watched
-    /// call always did; the time limit costs no more.
+    /// `TimedOut` when it also ran past `time_limit`. Reads the clock once at the end, and
+    /// at the start only without a time limit (the limit's start is the transaction's,
+    /// read by its site a moment before).
     pub(crate) fn watched<R>(&self, time_limit: Option<TimeLimit>, call: impl FnOnce() -> R) -> (R, Ended) {
         let rerun_limit = self.rerun_limit.unwrap_or(Duration::ZERO);
-        let start = Instant::now();
+        let start = time_limit.map_or_else(Instant::now, |t| t.started);
         let rerun_at = start.checked_add(rerun_limit);
         let stop_at = match (rerun_at, time_limit) {
             (Some(r), Some(t)) => Some(r.min(t.at)),
