@@ -93,7 +93,8 @@ fn refusal(front: &Front, call: &Call, sysproc: Option<SysProc>) -> Option<Error
             return Some(e);
         }
     }
-    if sysproc_table::find(&call.procedure).is_some_and(|s| s.answered_by == AnsweredBy::FrontEnd) {
+    // Every system procedure's name begins with '@': a user procedure is not looked for.
+    if call.procedure.starts_with('@') && sysproc_table::find(&call.procedure).is_some_and(|s| s.answered_by == AnsweredBy::FrontEnd) {
         return None;
     }
     front.unavailable().map(Error::unavailable)

@@ -8,12 +8,12 @@
 //! its queued work), with a deadline: a scrape of a saturated server leaves them out rather
 //! than wait.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use lockstep_core::catalog::NameMap;
 use lockstep_core::{ResultTable, Value};
 use lockstep_engine::{stats, Call, Engine, Outcome};
 
@@ -98,7 +98,9 @@ impl LatencyBuckets {
 /// The front end's own figures.
 #[derive(Default)]
 pub struct Metrics {
-    procedures: RwLock<HashMap<Box<str>, Arc<ProcCounters>>>,
+    /// By name (foldhash: it is looked up for every call; only procedures that exist
+    /// are added, so no client chooses its keys).
+    procedures: RwLock<NameMap<Arc<ProcCounters>>>,
     /// Round trips of user procedures and ad-hoc SQL, as `@Statistics LATENCY` counts them.
     pub latency: LatencyBuckets,
     /// HTTP API requests answered (any path, any status).
@@ -128,7 +130,7 @@ impl Metrics {
 
     pub(crate) fn procedures_sorted(&self) -> Vec<(Box<str>, Arc<ProcCounters>)> {
         let map = self.procedures.read().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<_> = map.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+        let mut v: Vec<(Box<str>, Arc<ProcCounters>)> = map.iter().map(|(k, c)| (k.as_str().into(), c.clone())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }
