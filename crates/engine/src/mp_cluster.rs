@@ -575,8 +575,10 @@ impl Coordinator {
         }
         if hooks.mp_coordinator() == Some(hooks.topology().me) {
             self.in_doubt_settled = None;
+            // Debug only: a schema change asks again every 50 ms and says itself, every
+            // 5 s, what it waits for.
             if let Err(why) = self.settle_in_doubt(hooks) {
-                tracing::info!("a share held undecided is not settled yet: {why}");
+                tracing::debug!("a share held undecided is not settled yet: {why}");
             }
         }
         held().map_or(Ok(()), Err)
