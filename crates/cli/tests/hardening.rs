@@ -192,6 +192,46 @@ async fn a_client_that_never_reads_its_answers_is_let_go() {
     assert_eq!(other.call("@Ping", vec![]).await.expect("ping").status, 1);
 }
 
+/// The sites write answers to the socket themselves until it is full, then the
+/// connection's writer task takes over: a client that reads late must still get every
+/// answer whole, from both sites, interleaved only between answers.
+#[tokio::test]
+async fn a_client_that_reads_late_gets_every_answer_whole() {
+    let dir = TempDir::new("reads-late");
+    let server = Server::start(&dir.0.join("data"), 2);
+    let client = server.client().await;
+    adhoc(&client, "CREATE TABLE blob (k INTEGER NOT NULL PRIMARY KEY, v VARCHAR(60000)); PARTITION TABLE blob ON COLUMN k").await;
+    let value = |k: i64| char::from(b'a' + k as u8).to_string().repeat(40_000 + k as usize);
+    for k in 0..16 {
+        client.call("BLOB.insert", vec![Value::Int(k), Value::Str(value(k).as_str().into())]).await.expect("insert");
+    }
+    drop(client);
+    // 600 lookups spread over both partitions: 24 MB of answers, far more than the
+    // socket's buffers hold, sent before a byte is read.
+    let mut late = raw_login(&server.addr);
+    let mut out = Vec::new();
+    for handle in 0..600 {
+        encode_invocation(&Invocation::new("BLOB.select", handle, vec![Value::Int(handle % 16)]), &mut out).unwrap();
+    }
+    late.write_all(&out).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    late.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut seen = vec![false; 600];
+    for _ in 0..600 {
+        let mut len = [0u8; 4];
+        late.read_exact(&mut len).expect("an answer's length");
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        late.read_exact(&mut body).expect("an answer's body");
+        let answer = lockstep_wire::decode_response(&body).expect("a whole answer");
+        assert_eq!(answer.status, 1, "{:?}", answer.status_string);
+        let handle = answer.handle;
+        assert!((0..600).contains(&handle) && !seen[handle as usize], "handle {handle} unknown or answered twice");
+        seen[handle as usize] = true;
+        let row = &answer.tables[0].rows[0];
+        assert_eq!(row[1], Value::Str(value(handle % 16).as_str().into()), "answer {handle} holds another call's row");
+    }
+}
+
 #[test]
 fn log_lines_are_plain_text_and_bad_connections_cannot_flood_them() {
     let dir = TempDir::new("log-flood");

@@ -2,6 +2,7 @@
 //! multi-partition coordinator, routing of calls, system procedures, the catalog store and
 //! export of stream rows.
 
+pub mod answer_batch;
 pub mod auth;
 pub mod cluster;
 pub mod cmdlog;

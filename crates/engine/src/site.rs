@@ -26,9 +26,15 @@ use crate::snapshot::{FileEntry, PartitionReader, SnapshotItem, SnapshotReader, 
 use crate::stats::{self, ProcStats};
 use crate::txn_id::{timestamp_micros, TxnIdGenerator};
 
-/// Answers a busy site holds before sending them together: each send may wake the front
-/// end's thread, and one wake-up for many answers costs far less than one each.
-const ANSWERS_HELD_MAX: usize = 16;
+/// Answers a busy site holds before sending them together: a send writes each connection's
+/// socket (or wakes its writer), and one write for many answers costs far less than one
+/// each. A site whose queue runs dry sends at once, so only a busy site holds this many.
+const ANSWERS_HELD_MAX: usize = 256;
+/// Answers waiting for the log (sync mode) held before they are handed to it behind one
+/// barrier: the log's sync sets their pace, not this.
+const WAITING_HELD_MAX: usize = 16;
+/// Nor does a busy site hold an answer longer than this (by the clock its calls read).
+const ANSWERS_HELD_FOR_MAX: std::time::Duration = std::time::Duration::from_micros(200);
 /// Rows a site writes to a snapshot between two transactions: small, so a transaction
 /// never waits long behind snapshot work.
 const SNAPSHOT_CHUNK_ROWS: usize = 256;
@@ -232,8 +238,13 @@ pub struct Site {
     release_memory: Option<fn()>,
     released_at: Option<std::time::Instant>,
     snapshot: Option<SiteSnapshot>,
-    /// Answers ready to go out, sent when the queue runs dry or `ANSWERS_HELD_MAX` wait.
+    /// Answers ready to go out, sent when the queue runs dry, `ANSWERS_HELD_MAX` wait, or
+    /// the first has waited `ANSWERS_HELD_FOR_MAX`.
     answers: Vec<(Outcome, Reply)>,
+    /// When the first of `answers` was ready, and the site's latest look at the clock (the
+    /// end of its latest call): the two tell how long answers have been held.
+    held_since: std::time::Instant,
+    clock: std::time::Instant,
     /// Answers that logged nothing but saw writes not yet durable (sync mode): at the same
     /// moments they are handed to the log behind one barrier, rather than one each.
     waiting: Vec<(Outcome, Reply)>,
@@ -328,7 +339,9 @@ impl Site {
             released_at: None,
             snapshot: None,
             answers: Vec::with_capacity(ANSWERS_HELD_MAX),
-            waiting: Vec::with_capacity(ANSWERS_HELD_MAX),
+            held_since: std::time::Instant::now(),
+            clock: std::time::Instant::now(),
+            waiting: Vec::with_capacity(WAITING_HELD_MAX),
             cluster: links.cluster,
             plans: None,
             held: None,
@@ -366,7 +379,10 @@ impl Site {
     /// The site's loop: runs until Shutdown or until every sender is gone.
     pub fn run(mut self) {
         loop {
-            if self.answers.len() >= ANSWERS_HELD_MAX || self.waiting.len() >= ANSWERS_HELD_MAX {
+            if self.answers.len() >= ANSWERS_HELD_MAX
+                || self.waiting.len() >= WAITING_HELD_MAX
+                || (!self.answers.is_empty() && self.clock.duration_since(self.held_since) >= ANSWERS_HELD_FOR_MAX)
+            {
                 self.send_answers();
             }
             let deferred = if self.held.is_none() { self.deferred.pop_front() } else { None };
@@ -488,11 +504,14 @@ impl Site {
     }
 
     fn send_answers(&mut self) {
-        for (outcome, reply) in self.answers.drain(..) {
-            reply(outcome);
-        }
+        // One socket write per connection for the lot, not one per answer.
+        crate::answer_batch::batch(|| {
+            for (outcome, reply) in self.answers.drain(..) {
+                reply(outcome);
+            }
+        });
         if !self.waiting.is_empty() {
-            let waiting = std::mem::replace(&mut self.waiting, Vec::with_capacity(ANSWERS_HELD_MAX));
+            let waiting = std::mem::replace(&mut self.waiting, Vec::with_capacity(WAITING_HELD_MAX));
             self.durable.reply_when_appended_are_durable(waiting);
         }
     }
@@ -513,6 +532,9 @@ impl Site {
         if self.durable.must_wait(Some(self.id)) {
             self.waiting.push((outcome, reply));
         } else {
+            if self.answers.is_empty() {
+                self.held_since = self.clock;
+            }
             self.answers.push((outcome, reply));
         }
     }
@@ -678,6 +700,7 @@ impl Site {
         let result_bytes = result.as_ref().map(|o| stats::tables_bytes(&o.tables)).unwrap_or(0);
         let error = result.as_ref().err().map(|e| e.kind);
         let took = started.elapsed();
+        self.clock = started + took;
         self.add_busy(took);
         match &work {
             SpWork::Proc(name) => self.stats.record_shared(name, took, &params, result_bytes, error),

@@ -6,6 +6,7 @@
 //! client never reads, and (after `--idle-timeout`) a connection that sends nothing.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use crate::clients::{InFlight, Slot, Window};
+use crate::outbox::{self, Outbox};
+use crate::push::PushSink;
 use crate::{dispatch, Front};
 
 /// A client must finish logging in within this time (as VoltDB's server).
@@ -50,7 +53,7 @@ pub const LARGE_REQUESTS_KIB_MAX: usize = 256 * 1024;
 static CLOSED_CONNECTIONS_LOG: Throttle = Throttle::new(20, Duration::from_secs(60));
 
 /// An answer on its way to the writer; its slot in the window is freed once encoded.
-struct Answer {
+pub(crate) struct Answer {
     handle: i64,
     outcome: Outcome,
     /// From receipt to answer: VoltDB's cluster round trip.
@@ -81,23 +84,27 @@ fn log_closed(peer: SocketAddr, id: i64, reason: &str) {
 pub async fn run(socket: TcpStream, peer: SocketAddr, id: i64, front: Arc<Front>) {
     let _ = socket.set_nodelay(true);
     let Some(acceptor) = front.security.tls().cloned() else {
+        // Plain TCP: the threads that answer write the socket through a second descriptor
+        // of it (`outbox.rs`). Without one (out of descriptors) the writer task writes all.
+        let direct = socket.as_fd().try_clone_to_owned().ok().map(std::net::TcpStream::from);
         let (reader, writer) = socket.into_split();
-        return serve(reader, writer, peer, id, front).await;
+        return serve(reader, writer, direct, peer, id, front).await;
     };
     // TLS on the client port: the handshake comes first (VoltDB's SSL mode), within the
     // login time. A client that does not speak TLS fails here and only its socket closes.
     match tokio::time::timeout(LOGIN_TIMEOUT, acceptor.accept(socket)).await {
         Ok(Ok(tls)) => {
             let (reader, writer) = tokio::io::split(tls);
-            serve(reader, writer, peer, id, front).await
+            serve(reader, writer, None, peer, id, front).await
         }
         Ok(Err(e)) => log_closed(peer, id, &format!("TLS handshake failed (the client port requires TLS): {e}")),
         Err(_) => log_closed(peer, id, "TLS handshake timed out"),
     }
 }
 
-/// Logs the client in, then reads and answers its calls until it leaves.
-async fn serve<R, W>(mut reader: R, mut writer: W, peer: SocketAddr, id: i64, front: Arc<Front>)
+/// Logs the client in, then reads and answers its calls until it leaves. `direct` is a
+/// second descriptor of a plain TCP socket, for the answering threads to write to.
+async fn serve<R, W>(mut reader: R, mut writer: W, direct: Option<std::net::TcpStream>, peer: SocketAddr, id: i64, front: Arc<Front>)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -111,23 +118,70 @@ where
         }
         Err(_) => return log_closed(peer, id, "login timed out"),
     };
-    let (tx, rx) = mpsc::unbounded_channel::<Answer>();
     let in_flight = InFlight::new(front.config.in_flight_per_connection, IN_FLIGHT_REQUEST_KIB_MAX, UNREAD_ANSWER_BYTES_MAX);
-    let mut writer_task = tokio::spawn(write_answers(writer, rx, in_flight.clone(), front.clone()));
-    front.live.add(id, Window { peer, in_flight: in_flight.clone() });
-    let reason = tokio::select! {
-        reason = read_calls(reader, buf, &in_flight, id, principal.as_ref(), &tx, &front) => reason,
-        // The writer gave up on a client that does not read: stop reading it too.
-        hung_up = &mut writer_task => hung_up.unwrap_or_else(|e| format!("the writer failed: {e}")),
-    };
-    if !reason.is_empty() {
-        log_closed(peer, id, &reason);
+    let calls = Calls { reader, buf, in_flight, peer, id, principal, front };
+    match direct {
+        Some(socket) => {
+            let (outbox, tx) = Outbox::new(socket, calls.in_flight.clone());
+            let writer_task = tokio::spawn(outbox::write_answers(writer, outbox, calls.front.clone()));
+            calls.serve(tx, writer_task).await
+        }
+        None => {
+            let (tx, rx) = mpsc::unbounded_channel::<Answer>();
+            let writer_task = tokio::spawn(write_answers(writer, rx, calls.in_flight.clone(), calls.front.clone()));
+            calls.serve(tx, writer_task).await
+        }
     }
-    front.subscribers.remove(id);
-    front.live.remove(id);
-    drop(tx);
-    if !writer_task.is_finished() {
-        let _ = writer_task.await;
+}
+
+/// Where a connection's answers go: the channel to its writer task, or its outbox.
+pub(crate) trait Answers: PushSink + Clone + Send + 'static {
+    fn answer(&self, a: Answer);
+}
+
+impl Answers for mpsc::UnboundedSender<Answer> {
+    fn answer(&self, a: Answer) {
+        let _ = self.send(a);
+    }
+}
+
+impl Answers for outbox::Sender {
+    fn answer(&self, a: Answer) {
+        self.send(a);
+    }
+}
+
+/// A logged-in connection, before its calls are read.
+struct Calls<R> {
+    reader: R,
+    buf: BytesMut,
+    in_flight: Arc<InFlight>,
+    peer: SocketAddr,
+    id: i64,
+    principal: Option<Arc<Principal>>,
+    front: Arc<Front>,
+}
+
+impl<R: AsyncRead + Unpin> Calls<R> {
+    /// Reads calls and hands their answers to `tx` until the client leaves or the writer
+    /// task gives up on it; then waits for the writer to finish.
+    async fn serve(self, tx: impl Answers, mut writer_task: tokio::task::JoinHandle<String>) {
+        let Calls { reader, buf, in_flight, peer, id, principal, front } = self;
+        front.live.add(id, Window { peer, in_flight: in_flight.clone() });
+        let reason = tokio::select! {
+            reason = read_calls(reader, buf, &in_flight, id, principal.as_ref(), &tx, &front) => reason,
+            // The writer gave up on a client that does not read: stop reading it too.
+            hung_up = &mut writer_task => hung_up.unwrap_or_else(|e| format!("the writer failed: {e}")),
+        };
+        if !reason.is_empty() {
+            log_closed(peer, id, &reason);
+        }
+        front.subscribers.remove(id);
+        front.live.remove(id);
+        drop(tx);
+        if !writer_task.is_finished() {
+            let _ = writer_task.await;
+        }
     }
 }
 
@@ -139,7 +193,7 @@ async fn read_calls(
     in_flight: &Arc<InFlight>,
     id: i64,
     principal: Option<&Arc<Principal>>,
-    tx: &mpsc::UnboundedSender<Answer>,
+    tx: &impl Answers,
     front: &Arc<Front>,
 ) -> String {
     let idle_timeout = (front.config.idle_timeout_s > 0).then(|| Duration::from_secs(front.config.idle_timeout_s));
@@ -293,7 +347,7 @@ struct Caller<'a> {
 }
 
 /// Decodes one invocation and starts it. An Err closes the connection.
-fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &mpsc::UnboundedSender<Answer>, front: &Arc<Front>) -> Result<(), String> {
+fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &impl Answers, front: &Arc<Front>) -> Result<(), String> {
     let Caller { id, principal, baselines } = caller;
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
     let started = Instant::now();
@@ -309,19 +363,13 @@ fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &mpsc::UnboundedSe
     let subscribe = |params: &[Value]| subscribe(params, id, tx, front);
     let answers = tx.clone();
     dispatch::start(front, call, dispatch::Caller { started, baselines: Some(baselines), subscribe }, move |a: dispatch::Answered| {
-        let _ = answers.send(Answer {
-            handle,
-            outcome: a.outcome,
-            round_trip: a.round_trip,
-            _slot: Some(slot),
-            then_shutdown: a.then_shutdown,
-        });
+        answers.answer(Answer { handle, outcome: a.outcome, round_trip: a.round_trip, _slot: Some(slot), then_shutdown: a.then_shutdown });
     });
     Ok(())
 }
 
 /// `@Subscribe("TOPOLOGY")`: this connection gets procedure pushes from now on.
-fn subscribe(params: &[Value], id: i64, tx: &mpsc::UnboundedSender<Answer>, front: &Front) -> Outcome {
+fn subscribe(params: &[Value], id: i64, tx: &impl Answers, front: &Front) -> Outcome {
     let what = match params.first() {
         Some(Value::Str(s)) => s.as_str(),
         _ => "",
@@ -336,7 +384,7 @@ fn subscribe(params: &[Value], id: i64, tx: &mpsc::UnboundedSender<Answer>, fron
 }
 
 /// Encodes an answer, counting its bytes as unread; returns whether it asks for the server to stop.
-fn encode_answer(a: Answer, out: &mut Vec<u8>, window: &InFlight) -> bool {
+pub(crate) fn encode_answer(a: Answer, out: &mut Vec<u8>, window: &InFlight) -> bool {
     let before = out.len();
     let then_shutdown = a.then_shutdown;
     let o = a.outcome;

@@ -13,6 +13,7 @@ pub mod dispatch;
 pub mod http;
 pub mod json;
 pub mod metrics;
+mod outbox;
 pub mod push;
 pub mod security;
 

@@ -378,16 +378,19 @@ struct Batch {
 
 impl Batch {
     /// Runs every acknowledgement: record `i` gets `result(i)`, barriers `barrier`.
+    /// The answers they give go out in one batch (`answer_batch`).
     fn acknowledge(self, mut result: impl FnMut(usize) -> Result<u64>, barrier: Result<u64>) {
-        for (i, ack) in self.acks.into_iter().enumerate() {
-            let r = result(i);
-            if let Some(ack) = ack {
-                ack(r);
+        crate::answer_batch::batch(|| {
+            for (i, ack) in self.acks.into_iter().enumerate() {
+                let r = result(i);
+                if let Some(ack) = ack {
+                    ack(r);
+                }
             }
-        }
-        for ack in self.barriers {
-            ack(barrier.clone());
-        }
+            for ack in self.barriers {
+                ack(barrier.clone());
+            }
+        });
     }
 }
 
