@@ -1,10 +1,11 @@
 //! Answers given together leave their I/O until the last of them is given. A site that
 //! answers 16 calls of one connection then writes that connection's socket once, not 16
 //! times. A batch lives on one thread, for the span of [`batch`]; an answer given outside
-//! any batch does its I/O at once.
+//! any batch does its I/O at once. The batch also reads the clock once for all its answers.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What an answer leaves to the end of its batch: say, writing a connection's encoded
 /// answers to its socket.
@@ -17,6 +18,14 @@ thread_local! {
     static OPEN: RefCell<Option<Vec<Arc<dyn Flush>>>> = const { RefCell::new(None) };
     /// The last batch's list, emptied, so that a batch allocates nothing.
     static SPARE: RefCell<Vec<Arc<dyn Flush>>> = const { RefCell::new(Vec::new()) };
+    /// When the batch open on this thread began.
+    static OPENED_AT: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The time an answer is ready: when the batch open on this thread began (its answers
+/// were all ready then), or the clock's reading outside a batch.
+pub fn now() -> Instant {
+    OPENED_AT.get().unwrap_or_else(Instant::now)
 }
 
 /// Runs `f` with a batch open on this thread, then flushes what the answers given in it
@@ -32,6 +41,7 @@ pub fn batch<T>(f: impl FnOnce() -> T) -> T {
     if !opened {
         return f();
     }
+    OPENED_AT.set(Some(Instant::now()));
     // Flushed even if `f` panics: a deferred write is an answer someone waits for.
     let _close = Close;
     f()
@@ -41,6 +51,7 @@ struct Close;
 
 impl Drop for Close {
     fn drop(&mut self) {
+        OPENED_AT.set(None);
         let Some(mut deferred) = OPEN.with_borrow_mut(Option::take) else { return };
         for item in deferred.drain(..) {
             item.flush();
@@ -83,7 +94,11 @@ mod tests {
     fn a_batch_flushes_what_was_deferred_once_when_it_closes() {
         let (a, b) = (Arc::new(Counted::default()), Arc::new(Counted::default()));
         assert!(!defer(&a), "outside a batch nothing is deferred");
+        let before = Instant::now();
         batch(|| {
+            // One reading serves the batch, taken when it opened.
+            let at = now();
+            assert!(at >= before && now() == at);
             assert!(defer(&a) && defer(&a) && defer(&b));
             // A nested batch does not close the outer one.
             batch(|| assert!(defer(&b)));

@@ -245,6 +245,8 @@ pub struct Site {
     /// end of its latest call): the two tell how long answers have been held.
     held_since: std::time::Instant,
     clock: std::time::Instant,
+    /// Nothing but calls ran since `clock` was read (see `run`).
+    clock_fresh: bool,
     /// Answers that logged nothing but saw writes not yet durable (sync mode): at the same
     /// moments they are handed to the log behind one barrier, rather than one each.
     waiting: Vec<(Outcome, Reply)>,
@@ -341,6 +343,7 @@ impl Site {
             answers: Vec::with_capacity(ANSWERS_HELD_MAX),
             held_since: std::time::Instant::now(),
             clock: std::time::Instant::now(),
+            clock_fresh: false,
             waiting: Vec::with_capacity(WAITING_HELD_MAX),
             cluster: links.cluster,
             plans: None,
@@ -385,6 +388,9 @@ impl Site {
             {
                 self.send_answers();
             }
+            // Whether `clock` still tells the time: nothing but a call has run since it was
+            // read, and a call taken straight off the queue may start from it.
+            let mut clock_fresh = std::mem::take(&mut self.clock_fresh);
             let deferred = if self.held.is_none() { self.deferred.pop_front() } else { None };
             let msg = match deferred.map_or_else(|| self.queue.try_recv(), Ok) {
                 Ok(m) => m,
@@ -409,6 +415,7 @@ impl Site {
                     // Blocks. Yielding the core a few hundred times first, to spare the
                     // waker a futex call, gave no more throughput on 2 vCPUs and cost a
                     // third of the server's CPU at 10K calls/s.
+                    clock_fresh = false;
                     match self.queue.recv() {
                         Ok(m) => m,
                         Err(_) => break,
@@ -431,9 +438,11 @@ impl Site {
                         self.deferred.push_back(msg);
                     }
                 }
-                SiteMsg::Call { work, params, timeout, reply } => self.run_single(work, params, Run::Live { reply, timeout }),
-                SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, Run::Replay(txn_id)),
-                SiteMsg::Replicated { work, params, txn_id, seq } => self.run_single(work, params, Run::Replicated { txn_id, seq }),
+                SiteMsg::Call { work, params, timeout, reply } => self.run_single(work, params, Run::Live { reply, timeout }, clock_fresh),
+                SiteMsg::Replay { work, params, txn_id } => self.run_single(work, params, Run::Replay(txn_id), clock_fresh),
+                SiteMsg::Replicated { work, params, txn_id, seq } => {
+                    self.run_single(work, params, Run::Replicated { txn_id, seq }, clock_fresh)
+                }
                 SiteMsg::ReplicatedMp { txn_id, seq, participants, specs } => self.hold_share(txn_id, seq, participants, specs),
                 SiteMsg::ReplicatedDecide { txn_id, seq, commit } => self.replicated_decide(txn_id, seq, commit),
                 SiteMsg::Resolve { txn_id, commit, done } => self.resolve_held(txn_id, commit, done),
@@ -504,6 +513,8 @@ impl Site {
     }
 
     fn send_answers(&mut self) {
+        // Writing the answers takes a while: the clock must be read again after it.
+        self.clock_fresh = false;
         // One socket write per connection for the lot, not one per answer.
         crate::answer_batch::batch(|| {
             for (outcome, reply) in self.answers.drain(..) {
@@ -541,6 +552,7 @@ impl Site {
 
     /// Writes the next chunk of the snapshot in progress; reports the file when done.
     fn snapshot_step(&mut self) {
+        self.clock_fresh = false;
         let Some(snap) = &mut self.snapshot else { return };
         let result = match self.part.snapshot_chunk(SNAPSHOT_CHUNK_ROWS) {
             Some(chunks) => {
@@ -655,9 +667,11 @@ impl Site {
 
     /// Runs one single-partition transaction. A live call (`reply`) that changed data is
     /// logged before it is answered; a replayed one (`replay_id`) runs with its logged id.
-    fn run_single(&mut self, work: SpWork, params: Vec<Value>, run: Run) {
-        // One look at the clock serves the id, the statistics and the deadline.
-        let started = std::time::Instant::now();
+    /// `clock_fresh`: it follows the last call at once, and starts when that one ended.
+    fn run_single(&mut self, work: SpWork, params: Vec<Value>, run: Run, clock_fresh: bool) {
+        // One look at the clock serves the id, the statistics and the deadline; in a run of
+        // calls, the look at the end of the one before serves.
+        let started = if clock_fresh { self.clock } else { std::time::Instant::now() };
         let (txn_id, reply, replay_id, timeout, replicated) = match run {
             Run::Replay(id) => {
                 self.ids.advance_past(id);
@@ -701,6 +715,7 @@ impl Site {
         let error = result.as_ref().err().map(|e| e.kind);
         let took = started.elapsed();
         self.clock = started + took;
+        self.clock_fresh = true;
         self.add_busy(took);
         match &work {
             SpWork::Proc(name) => self.stats.record_shared(name, took, &params, result_bytes, error),

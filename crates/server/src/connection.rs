@@ -1,5 +1,6 @@
 //! One client connection: login, then a reader that decodes invocations and submits them,
-//! and a writer that batches answers into few socket writes. A connection with too many
+//! and answers batched into few socket writes: on plain TCP written by the threads that
+//! give them (`outbox.rs`), on TLS by a writer task fed through a channel. A connection with too many
 //! calls, request bytes or unread answer bytes in flight is not read until answers drain
 //! (backpressure through TCP, as VoltDB does); a malformed frame closes only this connection.
 //! Time limits close connections that stall: a frame that never completes, answers the
@@ -52,7 +53,7 @@ pub const LARGE_REQUESTS_KIB_MAX: usize = 256 * 1024;
 /// Bad connections (malformed frames, failed logins) logged per window; the rest counted.
 static CLOSED_CONNECTIONS_LOG: Throttle = Throttle::new(20, Duration::from_secs(60));
 
-/// An answer on its way to the writer; its slot in the window is freed once encoded.
+/// An answer on its way to the socket; its slot in the window is freed once encoded.
 pub(crate) struct Answer {
     handle: i64,
     outcome: Outcome,
@@ -205,6 +206,7 @@ async fn read_calls(
     let mut large: Option<OwnedSemaphorePermit> = None;
     // What this connection's `@Statistics … 1` calls measure from.
     let baselines = Arc::new(IntervalBaselines::default());
+    let mut received = Instant::now();
     loop {
         match decode_frame(&mut buf) {
             Ok(Some(frame)) => {
@@ -215,7 +217,8 @@ async fn read_calls(
                 // socket is not read, so TCP slows the client down.
                 let mut slot = in_flight.take(frame.len() / 1024 + 1).await;
                 slot.hold(large.take());
-                if let Err(reason) = dispatch(&frame, slot, Caller { id, principal, baselines: &baselines }, tx, front) {
+                let caller = Caller { id, principal, baselines: &baselines, received };
+                if let Err(reason) = dispatch(&frame, slot, caller, tx, front) {
                     return reason;
                 }
                 continue;
@@ -248,7 +251,7 @@ async fn read_calls(
         match until(deadline, reader.read_buf(&mut buf)).await {
             None => return late(),
             Some(Ok(0)) => return String::new(),
-            Some(Ok(_)) => {}
+            Some(Ok(_)) => received = Instant::now(),
             // TLS: a client that leaves without close_notify has still just left.
             Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return String::new(),
             Some(Err(e)) => return format!("read failed: {e}"),
@@ -344,13 +347,14 @@ struct Caller<'a> {
     id: i64,
     principal: Option<&'a Arc<Principal>>,
     baselines: &'a Arc<IntervalBaselines>,
+    /// When the bytes of the call were read: every call in one read shares the reading.
+    received: Instant,
 }
 
 /// Decodes one invocation and starts it. An Err closes the connection.
 fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &impl Answers, front: &Arc<Front>) -> Result<(), String> {
-    let Caller { id, principal, baselines } = caller;
+    let Caller { id, principal, baselines, received } = caller;
     let inv = decode_invocation(frame).map_err(|e| format!("bad invocation: {e}"))?;
-    let started = Instant::now();
     let handle = inv.handle;
     let call = Call {
         procedure: inv.procedure,
@@ -362,9 +366,20 @@ fn dispatch(frame: &[u8], slot: Slot, caller: Caller<'_>, tx: &impl Answers, fro
     };
     let subscribe = |params: &[Value]| subscribe(params, id, tx, front);
     let answers = tx.clone();
-    dispatch::start(front, call, dispatch::Caller { started, baselines: Some(baselines), subscribe }, move |a: dispatch::Answered| {
-        answers.answer(Answer { handle, outcome: a.outcome, round_trip: a.round_trip, _slot: Some(slot), then_shutdown: a.then_shutdown });
-    });
+    dispatch::start(
+        front,
+        call,
+        dispatch::Caller { started: received, baselines: Some(baselines), subscribe },
+        move |a: dispatch::Answered| {
+            answers.answer(Answer {
+                handle,
+                outcome: a.outcome,
+                round_trip: a.round_trip,
+                _slot: Some(slot),
+                then_shutdown: a.then_shutdown,
+            });
+        },
+    );
     Ok(())
 }
 
@@ -421,9 +436,10 @@ pub(crate) fn encode_answer(a: Answer, out: &mut Vec<u8>, window: &InFlight) -> 
     then_shutdown
 }
 
-/// Writes answers as they come, gathering whatever is ready into one write, and keeps
-/// taking answers while a write is blocked, up to `UNREAD_ANSWER_BYTES_MAX` (the reader
-/// stops taking calls from then on). Returns why it stopped early: a client whose unread
+/// A TLS connection's writer (or a plain one's without a second descriptor): writes
+/// answers as they come, gathering whatever is ready into one write, and keeps taking
+/// answers while a write is blocked, up to `UNREAD_ANSWER_BYTES_MAX` (the reader stops
+/// taking calls from then on). Returns why it stopped early: a client whose unread
 /// answers make no progress for `client_timeout_s` is let go.
 async fn write_answers(
     mut writer: impl AsyncWrite + Unpin,

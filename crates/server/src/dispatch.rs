@@ -109,9 +109,9 @@ fn submit(front: &Arc<Front>, call: Call, sysproc: Option<SysProc>, started: Ins
     front.engine.submit(
         call,
         Box::new(move |outcome| {
-            // The clock is read once, here, where the answer is ready: not again for the
-            // latency window nor when encoding.
-            let now = Instant::now();
+            // When the answer was ready: one reading of the clock serves a batch of answers
+            // (`answer_batch`), the latency window and the encoding.
+            let now = lockstep_engine::answer_batch::now();
             let round_trip = now.saturating_duration_since(started);
             if user_call {
                 reply_front.engine.shared().stats.latency.record_at(now, round_trip);
