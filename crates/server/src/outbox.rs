@@ -3,7 +3,8 @@
 //! (`answer_batch`), writes the outbox to the socket itself: no hand-off to the front
 //! end's thread and no wake-up of it per batch. Only a write that would block (a client
 //! that reads slowly) hands the rest to the connection's writer task, which waits for the
-//! socket and empties the outbox until it is idle again.
+//! socket and empties the outbox until it is idle again. Answers given outside a batch
+//! (on the front end's thread, mostly) are written by the writer task too.
 //!
 //! The lock keeps the answers of two sites whole and in order on one connection; whoever
 //! holds it and finds the writer task idle may write. TLS connections keep the channel to
@@ -89,10 +90,10 @@ impl Outbox {
             return true;
         }
         drop(s);
-        if !answer_batch::defer(self) {
-            self.flush();
-        }
-        if shutdown {
+        // Outside a batch (the front end's own answers, a cluster leader's replication
+        // task, a coordinator) the writer task writes: it gathers into one write whatever
+        // such threads give meanwhile, as the front end's thread runs it anyway.
+        if !answer_batch::defer(self) || shutdown {
             self.wake_writer.notify_one();
         }
         true
