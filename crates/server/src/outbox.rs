@@ -108,18 +108,14 @@ impl Flush for Outbox {
             return;
         }
         let sent = s.sent;
-        match (&self.socket).write(&s.out[sent..]) {
-            Ok(n) => {
-                self.window.answers_written(n);
-                if sent + n == s.out.len() {
-                    return s.emptied();
-                }
-                s.sent = sent + n;
+        // A failed write leaves the rest to the writer task: full or interrupted, it waits
+        // for room; gone, it finds out too and ends the connection.
+        if let Ok(n) = (&self.socket).write(&s.out[sent..]) {
+            self.window.answers_written(n);
+            if sent + n == s.out.len() {
+                return s.emptied();
             }
-            // Full (or interrupted): the writer task waits for room.
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
-            // Gone: the writer task finds out too, and ends the connection.
-            Err(_) => {}
+            s.sent = sent + n;
         }
         s.writer_owns = true;
         drop(s);
