@@ -437,13 +437,9 @@ impl Index {
         self.hash.as_ref().map_or(0, RowHash::len)
     }
 
-    /// Estimated bytes: B-tree entries at the ~55% node fill that ascending keys leave
-    /// (measured: 1M rows, 5 columns, one PK ≈ 330 MB RSS), key heap data, the hash table.
+    /// Estimated bytes: the ordered set (`Ordered::memory_bytes`) and the hash table.
     pub(crate) fn memory_bytes(&self) -> usize {
-        let ordered = self.ordered.get().map_or(0, |o| {
-            let (entry, heap) = o.entry_bytes(self.columns.len());
-            o.len() * (entry * 9 / 5 + heap)
-        });
+        let ordered = self.ordered.get().map_or(0, |o| o.memory_bytes(self.columns.len()));
         ordered + self.hash.as_ref().map_or(0, RowHash::allocation_size)
     }
 }

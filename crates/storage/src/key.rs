@@ -1,10 +1,11 @@
 //! Ordered-index entries and the probes that search them without building a key.
 //!
 //! An ordered index is a B-tree set of entries ordered by (key, RowId): `IntEntry`s when its
-//! key columns are NOT NULL integers, else `Entry`s (`ordered.rs`). Searching it with a key
-//! prefix, or removing a row's entry, goes through the `Probe` trait: both entries borrow as
-//! `dyn Probe`, so a probe that reads the key straight out of a row (or out of the caller's
-//! slice) can be compared against entries without cloning any value.
+//! key columns are NOT NULL integers (of 32 bits when a key's values fit), else `Entry`s
+//! (`ordered.rs`). Searching it with a key prefix, or removing a row's entry, goes through
+//! the `Probe` trait: both entries borrow as `dyn Probe`, so a probe that reads the key
+//! straight out of a row (or out of the caller's slice) can be compared against entries
+//! without cloning any value.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -243,35 +244,63 @@ impl Ord for Entry {
     }
 }
 
-/// One row's entry in an ordered index whose key is `N` integer columns that hold only
-/// integers (NOT NULL, so every key is `N` integers): the key and the RowId, with nothing
-/// to tell apart. 16, 24 or 32 bytes where an `Entry` takes 40, so a B-tree node of 11
-/// entries takes a 192-, 320- or 384-byte allocation instead of a 512-byte one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct IntEntry<const N: usize> {
-    // Field order is the index order: the key, then the row.
-    pub(crate) ints: [i64; N],
-    pub(crate) row: RowId,
+/// An integer an `IntEntry` keeps a key column in: `i32` when every column of its key fits
+/// one, else `i64` (`ordered::IntSet`).
+pub(crate) trait KeyInt: Copy + Default + Ord + std::fmt::Debug + Into<i64> + 'static {
+    /// `v` as this integer, if it fits.
+    fn from_key(v: i64) -> Option<Self>;
 }
 
-impl<const N: usize> IntEntry<N> {
-    /// The entry of `row` whose key is the integers `key` (the first `N` are taken).
-    pub(crate) fn new(key: &[i64], row: RowId) -> IntEntry<N> {
-        let mut ints = [0; N];
-        ints.copy_from_slice(&key[..N]);
-        IntEntry { ints, row }
+impl KeyInt for i64 {
+    fn from_key(v: i64) -> Option<i64> {
+        Some(v)
     }
 }
 
-impl<const N: usize> Probe for IntEntry<N> {
+impl KeyInt for i32 {
+    fn from_key(v: i64) -> Option<i32> {
+        i32::try_from(v).ok()
+    }
+}
+
+/// One row's entry in an ordered index whose key is `N` integer columns that hold only
+/// integers (NOT NULL, so every key is `N` integers): the key and the RowId, with nothing
+/// to tell apart. With 64-bit integers 16, 24 or 32 bytes where an `Entry` takes 40, so a
+/// B-tree node of 11 entries takes a 192-, 320- or 384-byte allocation instead of a
+/// 512-byte one; with 32-bit integers 8, 12 or 16 bytes, and a node half that again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct IntEntry<T, const N: usize> {
+    // Field order is the index order: the key, then the row.
+    pub(crate) ints: [T; N],
+    pub(crate) row: RowId,
+}
+
+impl<T: KeyInt, const N: usize> IntEntry<T, N> {
+    /// The entry of `row` whose key is the integers `key` (the first `N` are taken), if
+    /// each fits a `T`.
+    pub(crate) fn new(key: &[i64], row: RowId) -> Option<IntEntry<T, N>> {
+        let mut ints = [T::default(); N];
+        for (int, &k) in ints.iter_mut().zip(key) {
+            *int = T::from_key(k)?;
+        }
+        Some(IntEntry { ints, row })
+    }
+
+    /// The key as 64-bit integers.
+    pub(crate) fn wide(&self) -> [i64; N] {
+        self.ints.map(Into::into)
+    }
+}
+
+impl<T: KeyInt, const N: usize> Probe for IntEntry<T, N> {
     fn first(&self) -> Option<KeyValue<'_>> {
-        self.ints.first().map(|&v| KeyValue::Int(v))
+        self.ints.first().map(|&v| KeyValue::Int(v.into()))
     }
     fn key_len(&self) -> usize {
         N
     }
     fn key_at(&self, i: usize) -> KeyValue<'_> {
-        KeyValue::Int(self.ints[i])
+        KeyValue::Int(self.ints[i].into())
     }
     fn flag(&self) -> u8 {
         FLAG_ENTRY
@@ -281,7 +310,7 @@ impl<const N: usize> Probe for IntEntry<N> {
     }
 }
 
-impl<'a, const N: usize> Borrow<dyn Probe + 'a> for IntEntry<N> {
+impl<'a, T: KeyInt, const N: usize> Borrow<dyn Probe + 'a> for IntEntry<T, N> {
     fn borrow(&self) -> &(dyn Probe + 'a) {
         self
     }
