@@ -1,4 +1,4 @@
-//! One index of one table: an ordered set for ranges and prefixes, plus, for unique
+//! One index of one table: an ordered set for ranges and prefixes, plus, for most unique
 //! indexes, a hash table of RowIds for O(1) point lookups and uniqueness checks.
 //!
 //! The hash part (`RowHash`) stores RowIds with a 32-bit hash; equality is checked against
@@ -12,6 +12,12 @@
 //! the usual plans (a subscriber's rows, a user's sessions), so theirs is kept from the
 //! start: building it on first use would stall that transaction for the whole table.
 //!
+//! A unique index over two or three NOT NULL integer columns has no hash: its ordered set
+//! holds each whole key as integers (`ordered.rs`), so a search comparing them as integers
+//! answers a point lookup or a uniqueness check without reading a row, where a hash probe
+//! reads the row it finds to confirm the key: it is faster, and saves an entry per row.
+//! Those are most composite primary keys (a subscriber's facilities, an order's lines).
+//!
 //! A partial index (`member` set) holds only the rows whose flag at that stored position
 //! is true (`computed.rs`): every insert, removal, build and uniqueness check skips the
 //! others, so they neither appear in its lookups nor conflict with its keys.
@@ -22,6 +28,7 @@ use std::ops::Bound;
 
 use foldhash::fast::FixedState;
 use lockstep_core::{IndexDef, Value};
+use smallvec::SmallVec;
 
 use crate::computed::is_member;
 use crate::key::{int_key, Entry, IntKey, PrefixProbe, Probe, FLAG_HIGH, FLAG_LOW, INLINE_INTS};
@@ -228,6 +235,9 @@ pub(crate) struct Index {
     ordered: OnceCell<Ordered>,
     /// Whether every key column holds only integers (`Ordered::empty`).
     int_keys: bool,
+    /// Whether the index refuses duplicate keys.
+    unique: bool,
+    /// For a unique index, unless its ordered set answers point lookups (module doc).
     hash: Option<RowHash>,
 }
 
@@ -243,6 +253,7 @@ impl Index {
 
     pub(crate) fn with_columns(columns: Box<[usize]>, unique: bool, nulls_distinct: bool, int_keys: bool) -> Index {
         let order_on_first_use = unique && columns.len() == 1;
+        let searched_as_ints = int_keys && (2..=INLINE_INTS).contains(&columns.len());
         let empty = || Ordered::empty(columns.len(), int_keys);
         Index {
             ordered: if order_on_first_use { OnceCell::new() } else { OnceCell::from(empty()) },
@@ -250,13 +261,14 @@ impl Index {
             nulls_distinct,
             member: None,
             int_keys,
-            hash: unique.then(RowHash::default),
+            unique,
+            hash: (unique && !searched_as_ints).then(RowHash::default),
         }
     }
 
-    /// Whether the index refuses duplicate keys (it then keeps a hash of them).
+    /// Whether the index refuses duplicate keys.
     pub(crate) fn is_unique(&self) -> bool {
-        self.hash.is_some()
+        self.unique
     }
 
     /// Whether the index holds only the rows that pass a predicate.
@@ -281,7 +293,8 @@ impl Index {
         self.ordered.get().is_some()
     }
 
-    /// Whether `row`'s key goes into (and is checked against) the hash.
+    /// Whether `row`'s key goes into the hash (if there is one) and is checked for
+    /// uniqueness.
     fn hashed(&self, row: &[Value]) -> bool {
         key_is_hashed(self.nulls_distinct, &self.columns, row)
     }
@@ -293,13 +306,32 @@ impl Index {
 
     /// The row other than `except` whose key equals `row`'s, for a unique index.
     pub(crate) fn conflict(&self, slots: &Slots, row: &[Value], except: Option<RowId>) -> Option<RowId> {
-        let hash = self.hash.as_ref()?;
-        if !self.hashed(row) || !self.holds(row) {
+        if !self.unique || !self.hashed(row) || !self.holds(row) {
             return None;
         }
-        let h = hash_values(row_values(row, &self.columns));
         let cols = &self.columns;
-        hash.find(h, |id| Some(id) != except && has_key(slots, id, cols, row_values(row, cols)))
+        match &self.hash {
+            Some(hash) => {
+                let h = hash_values(row_values(row, cols));
+                hash.find(h, |id| Some(id) != except && has_key(slots, id, cols, row_values(row, cols)))
+            }
+            None => {
+                let key: SmallVec<[Value; INLINE_INTS]> = row_values(row, cols).cloned().collect();
+                self.find_ordered(slots, &key, except)
+            }
+        }
+    }
+
+    /// The first row other than `except` whose whole key is `key`, from the ordered set (a
+    /// unique index without a hash).
+    fn find_ordered(&self, slots: &Slots, key: &[Value], except: Option<RowId>) -> Option<RowId> {
+        let ordered = self.ordered(slots);
+        let positions: [usize; INLINE_INTS] = std::array::from_fn(|i| i);
+        let ints = positions.get(..key.len()).and_then(|columns| int_key(key, columns));
+        if let Some(found) = ints.and_then(|ints| ordered.find_int(&ints, except)) {
+            return found;
+        }
+        self.range(slots, Bound::Included(key), Bound::Included(key), false).find(|&id| Some(id) != except)
     }
 
     /// Adds row `id`, whose values are `row`.
@@ -348,6 +380,9 @@ impl Index {
         }
         if let Some(ordered) = self.ordered.get_mut() {
             *ordered = load.into_set(self.columns.len(), self.int_keys);
+            if self.unique && self.hash.is_none() {
+                ordered.first_duplicate().map_or(Ok(()), Err)?;
+            }
         }
         Ok(())
     }
@@ -370,14 +405,14 @@ impl Index {
     }
 
     /// Rows whose key starts with `key`, in index order. A full key of a unique index is
-    /// one hash probe and allocates nothing.
+    /// one hash probe (or one search of its ordered set) and allocates nothing.
     pub(crate) fn lookup<'a>(&'a self, slots: &Slots, key: &[Value]) -> Lookup<'a> {
-        if key.len() == self.columns.len() && (!self.nulls_distinct || !key.iter().any(Value::is_null)) {
-            if let Some(hash) = &self.hash {
-                let h = hash_values(key.iter());
-                let found = hash.find(h, |id| has_key(slots, id, &self.columns, key.iter()));
-                return Lookup::One(found);
-            }
+        if self.unique && key.len() == self.columns.len() && (!self.nulls_distinct || !key.iter().any(Value::is_null)) {
+            let found = match &self.hash {
+                Some(hash) => hash.find(hash_values(key.iter()), |id| has_key(slots, id, &self.columns, key.iter())),
+                None => self.find_ordered(slots, key, None),
+            };
+            return Lookup::One(found);
         }
         Lookup::Many(self.range(slots, Bound::Included(key), Bound::Included(key), false))
     }
@@ -431,10 +466,10 @@ impl Index {
         self.ordered.get().map(Ordered::holds_ints)
     }
 
-    /// Number of rows in the hash part (unique indexes only).
+    /// Number of rows in the hash part, if the index has one.
     #[cfg(test)]
-    pub(crate) fn hashed_len(&self) -> usize {
-        self.hash.as_ref().map_or(0, RowHash::len)
+    pub(crate) fn hashed_len(&self) -> Option<usize> {
+        self.hash.as_ref().map(RowHash::len)
     }
 
     /// Estimated bytes: the ordered set (`Ordered::memory_bytes`) and the hash table.

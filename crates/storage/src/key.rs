@@ -83,6 +83,11 @@ fn compare(a: &dyn Probe, b: &dyn Probe) -> Ordering {
     }
 }
 
+/// Whether two entries have equal keys (whatever their rows).
+pub(crate) fn same_key(a: &dyn Probe, b: &dyn Probe) -> bool {
+    a.key_len() == b.key_len() && (0..a.key_len()).all(|i| a.key_at(i).cmp(b.key_at(i)) == Ordering::Equal)
+}
+
 impl PartialEq for dyn Probe + '_ {
     fn eq(&self, other: &Self) -> bool {
         compare(self, other) == Ordering::Equal

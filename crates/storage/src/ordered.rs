@@ -19,7 +19,7 @@ use std::ops::Bound;
 
 use lockstep_core::Value;
 
-use crate::key::{int_key, Entry, IntEntry, IntKey, Probe, RowProbe, INLINE_INTS};
+use crate::key::{int_key, same_key, Entry, IntEntry, IntKey, KeyInt, Probe, RowProbe, INLINE_INTS};
 use crate::RowId;
 
 #[derive(Debug)]
@@ -72,6 +72,28 @@ impl<const N: usize> IntSet<N> {
         } else {
             self.wide.remove(probe)
         }
+    }
+
+    /// The first row other than `except` under the integers `key`: a search that compares
+    /// entries as integers, not through `Probe`.
+    fn find(&self, key: &[i64], except: Option<RowId>) -> Option<RowId> {
+        fn first<T: KeyInt, const N: usize>(set: &BTreeSet<IntEntry<T, N>>, key: &[i64], except: Option<RowId>) -> Option<RowId> {
+            let (lo, hi) = (IntEntry::new(key, 0)?, IntEntry::new(key, RowId::MAX)?);
+            set.range(lo..=hi).map(|e| e.row).find(|&row| Some(row) != except)
+        }
+        if fits_small(key) {
+            first(&self.small, key, except)
+        } else {
+            first(&self.wide, key, except)
+        }
+    }
+
+    /// The later row of the first two entries found with equal keys.
+    fn first_duplicate(&self) -> Option<RowId> {
+        fn in_tree<T: KeyInt, const N: usize>(set: &BTreeSet<IntEntry<T, N>>) -> Option<RowId> {
+            set.iter().zip(set.iter().skip(1)).find(|(a, b)| a.ints == b.ints).map(|(_, b)| b.row)
+        }
+        in_tree(&self.small).or_else(|| in_tree(&self.wide))
     }
 
     fn range<'a>(&'a self, lo: Bound<&dyn Probe>, hi: Bound<&dyn Probe>, reverse: bool) -> Box<dyn Iterator<Item = RowId> + 'a> {
@@ -204,6 +226,28 @@ impl Ordered {
             (Ordered::Three(s), Some(key)) => s.remove(&key, &probe),
             // An integer set holds no key that is not integers.
             (_, None) => false,
+        }
+    }
+
+    /// For an integer set and a key of integers (`int_key`), the first row other than
+    /// `except` under that key; None for a set of `Entry`s.
+    pub(crate) fn find_int(&self, key: &[i64; INLINE_INTS], except: Option<RowId>) -> Option<Option<RowId>> {
+        match self {
+            Ordered::Any(_) => None,
+            Ordered::One(s) => Some(s.find(&key[..1], except)),
+            Ordered::Two(s) => Some(s.find(&key[..2], except)),
+            Ordered::Three(s) => Some(s.find(&key[..3], except)),
+        }
+    }
+
+    /// The later row of the first two entries found with equal keys (a bulk build's
+    /// uniqueness check).
+    pub(crate) fn first_duplicate(&self) -> Option<RowId> {
+        match self {
+            Ordered::Any(s) => s.iter().zip(s.iter().skip(1)).find(|(a, b)| same_key(*a, *b)).map(|(_, b)| b.row()),
+            Ordered::One(s) => s.first_duplicate(),
+            Ordered::Two(s) => s.first_duplicate(),
+            Ordered::Three(s) => s.first_duplicate(),
         }
     }
 
