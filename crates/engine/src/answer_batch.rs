@@ -1,7 +1,9 @@
 //! Answers given together leave their I/O until the last of them is given. A site that
 //! answers 16 calls of one connection then writes that connection's socket once, not 16
-//! times. A batch lives on one thread, for the span of [`batch`]; an answer given outside
-//! any batch does its I/O at once. The batch also reads the clock once for all its answers.
+//! times. A batch lives on one thread, for the span of [`batch`]; for an answer given
+//! outside any batch, [`defer`] says no, and the answer's own I/O decides when to write
+//! (a connection's outbox leaves it to the connection's writer task). The batch also
+//! reads the clock once for all its answers.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -61,7 +63,7 @@ impl Drop for Close {
 }
 
 /// Leaves `item`'s flush to the end of the batch open on this thread; false (nothing
-/// deferred: flush it now) when no batch is open.
+/// deferred: the caller writes as it sees fit) when no batch is open.
 pub fn defer<F: Flush + 'static>(item: &Arc<F>) -> bool {
     OPEN.with_borrow_mut(|open| {
         let Some(deferred) = open else { return false };

@@ -1,8 +1,9 @@
 //! One client connection: login, then a reader that decodes invocations and submits them,
 //! and answers batched into few socket writes: on plain TCP written by the threads that
-//! give them (`outbox.rs`), on TLS by a writer task fed through a channel. A connection with too many
-//! calls, request bytes or unread answer bytes in flight is not read until answers drain
-//! (backpressure through TCP, as VoltDB does); a malformed frame closes only this connection.
+//! give them (`outbox.rs`), on TLS by a writer task fed through a channel. A connection
+//! with too many calls, request bytes or unread answer bytes in flight is not read until
+//! answers drain (backpressure through TCP, as VoltDB does); a malformed frame closes only
+//! this connection.
 //! Time limits close connections that stall: a frame that never completes, answers the
 //! client never reads, and (after `--idle-timeout`) a connection that sends nothing.
 

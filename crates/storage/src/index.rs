@@ -315,23 +315,20 @@ impl Index {
                 let h = hash_values(row_values(row, cols));
                 hash.find(h, |id| Some(id) != except && has_key(slots, id, cols, row_values(row, cols)))
             }
-            None => {
-                let key: SmallVec<[Value; INLINE_INTS]> = row_values(row, cols).cloned().collect();
-                self.find_ordered(slots, &key, except)
-            }
+            None => self.find_ordered(slots, row, cols, except),
         }
     }
 
-    /// The first row other than `except` whose whole key is `key`, from the ordered set (a
-    /// unique index without a hash).
-    fn find_ordered(&self, slots: &Slots, key: &[Value], except: Option<RowId>) -> Option<RowId> {
+    /// The first row other than `except` whose whole key is the values at `columns` of
+    /// `values`, from the ordered set (a unique index without a hash).
+    fn find_ordered(&self, slots: &Slots, values: &[Value], columns: &[usize], except: Option<RowId>) -> Option<RowId> {
         let ordered = self.ordered(slots);
-        let positions: [usize; INLINE_INTS] = std::array::from_fn(|i| i);
-        let ints = positions.get(..key.len()).and_then(|columns| int_key(key, columns));
-        if let Some(found) = ints.and_then(|ints| ordered.find_int(&ints, except)) {
+        if let Some(found) = int_key(values, columns).and_then(|ints| ordered.find_int(&ints, except)) {
             return found;
         }
-        self.range(slots, Bound::Included(key), Bound::Included(key), false).find(|&id| Some(id) != except)
+        // A set that had to take keys other than integers (`ordered.rs`).
+        let key: SmallVec<[Value; INLINE_INTS]> = row_values(values, columns).cloned().collect();
+        self.range(slots, Bound::Included(&key), Bound::Included(&key), false).find(|&id| Some(id) != except)
     }
 
     /// Adds row `id`, whose values are `row`.
@@ -410,7 +407,11 @@ impl Index {
         if self.unique && key.len() == self.columns.len() && (!self.nulls_distinct || !key.iter().any(Value::is_null)) {
             let found = match &self.hash {
                 Some(hash) => hash.find(hash_values(key.iter()), |id| has_key(slots, id, &self.columns, key.iter())),
-                None => self.find_ordered(slots, key, None),
+                None => {
+                    // The key's own positions: a key without a hash has at most three.
+                    let positions: [usize; INLINE_INTS] = std::array::from_fn(|i| i);
+                    positions.get(..key.len()).and_then(|columns| self.find_ordered(slots, key, columns, None))
+                }
             };
             return Lookup::One(found);
         }

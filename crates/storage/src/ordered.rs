@@ -41,7 +41,7 @@ pub(crate) struct IntSet<const N: usize> {
 
 /// Whether a key goes into an integer set's `small` tree.
 fn fits_small(key: &[i64]) -> bool {
-    key.iter().all(|&v| i32::try_from(v).is_ok())
+    key.iter().all(|&v| i32::from_key(v).is_some())
 }
 
 impl<const N: usize> IntSet<N> {
